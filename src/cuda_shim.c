@@ -1,0 +1,351 @@
+/*
+ * libcuda.so.1 through dlopen. The driver is loaded fully only when a
+ * caller needs a GPU (gpufile_cuda_device_count, gpufile_device_alloc);
+ * classifying a pointer never loads it, because a process that has not
+ * loaded libcuda cannot hold device memory, and cuInit costs hundreds of
+ * milliseconds that a host-only user must not pay.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cuda_shim.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpufile__cuda real;
+static const struct gpufile__cuda *_Atomic active; /* loaded, or a test's */
+static const struct gpufile__cuda *_Atomic override;
+static int load_failed;
+static char load_error[256];
+
+static const struct {
+	const char *symbol;
+	size_t offset;
+} symbols[] = {
+#define SYM(field, name) {name, offsetof(struct gpufile__cuda, field)}
+	SYM(cuInit, "cuInit"),
+	SYM(cuDriverGetVersion, "cuDriverGetVersion"),
+	SYM(cuDeviceGetCount, "cuDeviceGetCount"),
+	SYM(cuDeviceGet, "cuDeviceGet"),
+	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+	SYM(cuCtxGetCurrent, "cuCtxGetCurrent"),
+	SYM(cuCtxSetCurrent, "cuCtxSetCurrent"),
+	SYM(cuPointerGetAttributes, "cuPointerGetAttributes"),
+	SYM(cuMemAlloc, "cuMemAlloc_v2"),
+	SYM(cuMemFree, "cuMemFree_v2"),
+	SYM(cuMemHostAlloc, "cuMemHostAlloc"),
+	SYM(cuMemFreeHost, "cuMemFreeHost"),
+	SYM(cuMemHostRegister, "cuMemHostRegister_v2"),
+	SYM(cuMemHostUnregister, "cuMemHostUnregister"),
+	SYM(cuMemcpy, "cuMemcpy"),
+	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+	SYM(cuStreamCreate, "cuStreamCreate"),
+	SYM(cuStreamDestroy, "cuStreamDestroy_v2"),
+	SYM(cuStreamSynchronize, "cuStreamSynchronize"),
+	SYM(cuEventCreate, "cuEventCreate"),
+	SYM(cuEventDestroy, "cuEventDestroy_v2"),
+	SYM(cuEventRecord, "cuEventRecord"),
+	SYM(cuEventSynchronize, "cuEventSynchronize"),
+	SYM(cuGetErrorName, "cuGetErrorName"),
+#undef SYM
+};
+
+/* Caller holds cuda_lock. Resolves every symbol from lib and runs cuInit. */
+static int resolve(void *lib)
+{
+	CUresult rc;
+
+	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
+		void *fn = dlsym(lib, symbols[i].symbol);
+		if (!fn) {
+			snprintf(load_error, sizeof(load_error),
+			         "libcuda.so.1 lacks %s: driver too old",
+			         symbols[i].symbol);
+			return -1;
+		}
+		memcpy((char *)&real + symbols[i].offset, &fn, sizeof(fn));
+	}
+	rc = real.cuInit(0);
+	if (rc != CUDA_SUCCESS) {
+		const char *name = "?";
+		real.cuGetErrorName(rc, &name);
+		snprintf(load_error, sizeof(load_error),
+		         "cuInit failed: %s (%d): no usable GPU or driver",
+		         name, rc);
+		return -1;
+	}
+	return 0;
+}
+
+const struct gpufile__cuda *gpufile__cuda(void)
+{
+	const struct gpufile__cuda *t = atomic_load(&override);
+	void *lib;
+
+	if (t)
+		return t;
+	t = atomic_load(&active);
+	if (t)
+		return t;
+	pthread_mutex_lock(&cuda_lock);
+	if (!active && !load_failed) {
+		lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+		if (!lib) {
+			snprintf(load_error, sizeof(load_error),
+			         "cannot load libcuda.so.1 (%s): no NVIDIA "
+			         "driver on this machine",
+			         dlerror());
+			load_failed = 1;
+		} else if (resolve(lib)) {
+			load_failed = 1;
+		} else {
+			atomic_store(&active, &real);
+		}
+	}
+	t = active;
+	pthread_mutex_unlock(&cuda_lock);
+	if (!t)
+		gpufile__fail_msg(GPUFILE_ENOCUDA, load_error);
+	return t;
+}
+
+const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
+{
+	const struct gpufile__cuda *t = atomic_load(&override);
+	void *lib;
+
+	if (t)
+		return t;
+	t = atomic_load(&active);
+	if (t)
+		return t;
+	/* Some library of this process (the CUDA runtime, CuPy, PyTorch)
+	 * may have loaded the driver since we last looked. */
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!lib)
+		return NULL;
+	dlclose(lib);
+	return gpufile__cuda();
+}
+
+void gpufile__cuda_override(const struct gpufile__cuda *table)
+{
+	atomic_store(&override, table);
+}
+
+int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len,
+                       const char *fmt, ...)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	const char *name = NULL;
+	char what[384];
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (t && t->cuGetErrorName)
+		t->cuGetErrorName(rc, &name);
+	snprintf(buf, sizeof(buf), "%s: %s (%d)", what,
+	         name ? name : "CUDA error", rc);
+	if (msg && msg_len)
+		snprintf(msg, msg_len, "%s", buf);
+	return gpufile__fail_msg(GPUFILE_ECUDA, buf);
+}
+
+int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
+                      void **ctx)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	int attrs[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+	                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	                CU_POINTER_ATTRIBUTE_CONTEXT,
+	                CU_POINTER_ATTRIBUTE_IS_MANAGED};
+	unsigned memtype = 0;
+	int ordinal = -1;
+	CUcontext context = NULL;
+	int managed = 0; /* the driver writes a bool-sized value, 0-filled */
+	void *data[4] = {&memtype, &ordinal, &context, &managed};
+	CUresult rc;
+
+	*kind = GPUFILE_MEM_HOST;
+	*device = -1;
+	if (ctx)
+		*ctx = NULL;
+	if (!t)
+		return 0;
+	rc = t->cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+	if (rc == CUDA_ERROR_INVALID_VALUE)
+		return 0; /* memory CUDA does not know: pageable host */
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0,
+		                          "cuPointerGetAttributes(%p)", ptr);
+	if (managed & 0xff) {
+		*kind = GPUFILE_MEM_MANAGED;
+		*device = ordinal;
+	} else if (memtype == CU_MEMORYTYPE_DEVICE) {
+		*kind = GPUFILE_MEM_DEVICE;
+		*device = ordinal;
+	} else if (memtype == CU_MEMORYTYPE_HOST) {
+		*kind = GPUFILE_MEM_PINNED;
+	}
+	if (ctx)
+		*ctx = context;
+	return 0;
+}
+
+const char *gpufile_mem_name(gpufile_mem_t kind)
+{
+	static const char *const names[] = {"host", "pinned", "device",
+	                                    "managed"};
+
+	return (unsigned)kind < 4 ? names[kind] : "?";
+}
+
+int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind, int *device)
+{
+	int dev;
+	int rc = gpufile__classify(ptr, kind, &dev, NULL);
+
+	if (rc == 0 && device)
+		*device = dev;
+	return rc;
+}
+
+int gpufile_cuda_device_count(void)
+{
+	const struct gpufile__cuda *t = gpufile__cuda();
+	int n = 0;
+	CUresult rc;
+
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	rc = t->cuDeviceGetCount(&n);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0, "cuDeviceGetCount");
+	if (n == 0)
+		return gpufile__fail(GPUFILE_ENOCUDA,
+		                     "the CUDA driver reports no device");
+	return n;
+}
+
+/* Makes the primary context of device ordinal current in this thread. */
+static int use_device(const struct gpufile__cuda *t, int ordinal)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUresult rc;
+	int n = 0;
+
+	if (t->cuDeviceGetCount(&n) != CUDA_SUCCESS || ordinal < 0 ||
+	    ordinal >= n)
+		return gpufile__fail(-ENODEV, "no CUDA device %d (%d present)",
+		                     ordinal, n);
+	rc = t->cuDeviceGet(&dev, ordinal);
+	if (rc == CUDA_SUCCESS)
+		rc = t->cuDevicePrimaryCtxRetain(&ctx, dev);
+	if (rc == CUDA_SUCCESS)
+		rc = t->cuCtxSetCurrent(ctx);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0,
+		                          "activating device %d", ordinal);
+	return 0;
+}
+
+/* Makes the context that owns ptr current; keeps the current one for
+ * memory CUDA does not know. */
+static int use_context_of(const struct gpufile__cuda *t, const void *ptr)
+{
+	gpufile_mem_t kind;
+	int dev;
+	void *ctx;
+	int rc = gpufile__classify(ptr, &kind, &dev, &ctx);
+
+	if (rc)
+		return rc;
+	if (ctx) {
+		CUresult cr = t->cuCtxSetCurrent((CUcontext)ctx);
+		if (cr != CUDA_SUCCESS)
+			return gpufile__cuda_fail(cr, NULL, 0, "cuCtxSetCurrent");
+		return 0;
+	}
+	return use_device(t, dev >= 0 ? dev : 0);
+}
+
+int gpufile_device_alloc(int device, size_t size, void **out)
+{
+	const struct gpufile__cuda *t = gpufile__cuda();
+	CUdeviceptr p;
+	CUresult rc;
+	int err;
+
+	*out = NULL;
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	err = use_device(t, device);
+	if (err)
+		return err;
+	rc = t->cuMemAlloc(&p, size ? size : 1);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0,
+		                          "cuMemAlloc of %zu bytes on device %d",
+		                          size, device);
+	*out = (void *)(uintptr_t)p;
+	return 0;
+}
+
+int gpufile_device_free(void *ptr)
+{
+	const struct gpufile__cuda *t;
+	CUresult rc;
+	int err;
+
+	if (!ptr)
+		return 0;
+	t = gpufile__cuda();
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	err = use_context_of(t, ptr);
+	if (err)
+		return err;
+	rc = t->cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0, "cuMemFree(%p)", ptr);
+	return 0;
+}
+
+int gpufile_memcpy(void *dst, const void *src, size_t size)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	gpufile_mem_t kd, ks;
+	int dd, ds, err;
+	CUresult rc;
+
+	if (!t) {
+		memmove(dst, src, size);
+		return 0;
+	}
+	err = gpufile_mem_kind(dst, &kd, &dd);
+	if (!err)
+		err = gpufile_mem_kind(src, &ks, &ds);
+	if (err)
+		return err;
+	if (kd <= GPUFILE_MEM_PINNED && ks <= GPUFILE_MEM_PINNED) {
+		memmove(dst, src, size);
+		return 0;
+	}
+	err = use_context_of(t, kd >= GPUFILE_MEM_DEVICE ? dst : src);
+	if (err)
+		return err;
+	rc = t->cuMemcpy((CUdeviceptr)(uintptr_t)dst,
+	                 (CUdeviceptr)(uintptr_t)src, size);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, NULL, 0, "cuMemcpy of %zu bytes",
+		                          size);
+	return 0;
+}

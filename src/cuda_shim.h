@@ -1,0 +1,84 @@
+/*
+ * The part of the CUDA driver API gpufile uses, declared here so that the
+ * library builds without cuda.h and never links libcuda: libcuda.so.1 is
+ * opened with dlopen on first need. Values are those of CUDA's cuda.h.
+ */
+#ifndef GPUFILE_CUDA_SHIM_H
+#define GPUFILE_CUDA_SHIM_H
+
+#include <stddef.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NOT_READY 600
+
+#define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_MEMORYTYPE_HOST 1
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_MEMORYTYPE_UNIFIED 4
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+
+/* Every driver call gpufile makes, so that tests can replace the table
+ * (gpufile__cuda_override) to inject failures or run the staging logic
+ * with host memory standing in for a device. */
+struct gpufile__cuda {
+	CUresult (*cuInit)(unsigned flags);
+	CUresult (*cuDriverGetVersion)(int *version);
+	CUresult (*cuDeviceGetCount)(int *count);
+	CUresult (*cuDeviceGet)(CUdevice *dev, int ordinal);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+	CUresult (*cuCtxGetCurrent)(CUcontext *ctx);
+	CUresult (*cuCtxSetCurrent)(CUcontext ctx);
+	CUresult (*cuPointerGetAttributes)(unsigned n, int *attrs, void **data,
+	                                   CUdeviceptr ptr);
+	CUresult (*cuMemAlloc)(CUdeviceptr *ptr, size_t size);
+	CUresult (*cuMemFree)(CUdeviceptr ptr);
+	CUresult (*cuMemHostAlloc)(void **ptr, size_t size, unsigned flags);
+	CUresult (*cuMemFreeHost)(void *ptr);
+	CUresult (*cuMemHostRegister)(void *ptr, size_t size, unsigned flags);
+	CUresult (*cuMemHostUnregister)(void *ptr);
+	CUresult (*cuMemcpy)(CUdeviceptr dst, CUdeviceptr src, size_t size);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void *src,
+	                              size_t size, CUstream stream);
+	CUresult (*cuMemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t size,
+	                              CUstream stream);
+	CUresult (*cuStreamCreate)(CUstream *stream, unsigned flags);
+	CUresult (*cuStreamDestroy)(CUstream stream);
+	CUresult (*cuStreamSynchronize)(CUstream stream);
+	CUresult (*cuEventCreate)(CUevent *event, unsigned flags);
+	CUresult (*cuEventDestroy)(CUevent event);
+	CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+	CUresult (*cuEventSynchronize)(CUevent event);
+	CUresult (*cuGetErrorName)(CUresult rc, const char **name);
+};
+
+/* The driver, loaded (dlopen + cuInit) on first call; NULL with the
+ * thread's message set when it cannot be. */
+const struct gpufile__cuda *gpufile__cuda(void);
+/* The driver only if this process has already loaded libcuda.so.1 (or a
+ * test installed a table); never loads it. NULL otherwise. */
+const struct gpufile__cuda *gpufile__cuda_if_loaded(void);
+/* Replaces the table (NULL restores the real driver). For tests. */
+void gpufile__cuda_override(const struct gpufile__cuda *table);
+/* Formats "what: NAME (code)" as the thread's message (and into msg when
+ * msg is not NULL) and returns GPUFILE_ECUDA. */
+int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len,
+                       const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,489 @@
+/*
+ * File handles, and the one place where a request's data path is decided.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cuda_shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct gpufile_future {
+	struct gpufile__request r;
+};
+
+static const char *fs_name(long magic)
+{
+	switch (magic) {
+	case TMPFS_MAGIC:
+		return "tmpfs";
+	case EXT4_SUPER_MAGIC:
+		return "ext4";
+	case XFS_SUPER_MAGIC:
+		return "xfs";
+	case BTRFS_SUPER_MAGIC:
+		return "btrfs";
+	case OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs";
+	case NFS_SUPER_MAGIC:
+		return "nfs";
+	case FUSE_SUPER_MAGIC:
+		return "fuse";
+	default:
+		return "this file system";
+	}
+}
+
+static int parse_flags(const char *flags, int *oflags, int *readable,
+                       int *writable, int *append)
+{
+	static const struct {
+		const char *text;
+		int oflags, readable, writable, append;
+	} modes[] = {
+		{"r", O_RDONLY, 1, 0, 0},
+		{"r+", O_RDWR, 1, 1, 0},
+		{"w", O_WRONLY | O_CREAT | O_TRUNC, 0, 1, 0},
+		{"w+", O_RDWR | O_CREAT | O_TRUNC, 1, 1, 0},
+		{"a", O_WRONLY | O_CREAT, 0, 1, 1},
+	};
+
+	for (size_t i = 0; flags && i < sizeof(modes) / sizeof(modes[0]); i++) {
+		if (strcmp(flags, modes[i].text) == 0) {
+			*oflags = modes[i].oflags;
+			*readable = modes[i].readable;
+			*writable = modes[i].writable;
+			*append = modes[i].append;
+			return 0;
+		}
+	}
+	return GPUFILE_EFLAGS;
+}
+
+static void open_direct(struct gpufile *h, int oflags, int direct_mode)
+{
+	struct statfs sfs;
+	const char *fs = "this file system";
+	int access = oflags & O_ACCMODE;
+
+	h->direct_fd = -1;
+	if (direct_mode == GPUFILE__DIRECT_OFF) {
+		snprintf(h->direct_reason, sizeof(h->direct_reason),
+		         "direct_io=off");
+		return;
+	}
+	if (gpufile__sys.fstatfs(h->fd, &sfs) == 0)
+		fs = fs_name((long)sfs.f_type);
+	h->direct_fd = gpufile__sys.open(h->path, access | O_DIRECT | O_CLOEXEC, 0);
+	if (h->direct_fd < 0) {
+		int e = errno;
+		snprintf(h->direct_reason, sizeof(h->direct_reason),
+		         "O_DIRECT refused by %s (%s): reading through the page cache",
+		         fs, strerror(e));
+		h->direct_fd = -1;
+		gpufile__stats_direct_fallback();
+	}
+}
+
+int gpufile_open(gpufile_t **out, const char *path, const char *flags)
+{
+	struct gpufile__settings cfg;
+	struct gpufile *h;
+	struct stat st;
+	int oflags, readable, writable, append, rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_open: out is NULL");
+	*out = NULL;
+	if (!path)
+		return gpufile__fail(-EINVAL, "gpufile_open: path is NULL");
+	if (parse_flags(flags, &oflags, &readable, &writable, &append))
+		return gpufile__fail(GPUFILE_EFLAGS,
+		                     "opening %s: invalid flags \"%s\" "
+		                     "(use r, r+, w, w+ or a)",
+		                     path, flags ? flags : "(null)");
+	rc = gpufile__settings(&cfg);
+	if (rc)
+		return rc;
+	h = calloc(1, sizeof(*h));
+	if (!h || !(h->path = strdup(path))) {
+		free(h);
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory", path);
+	}
+	h->fd = gpufile__sys.open(path, oflags | O_CLOEXEC, 0644);
+	if (h->fd < 0) {
+		rc = -errno;
+		gpufile__fail(rc, "opening %s (\"%s\"): %s", path, flags,
+		              strerror(-rc));
+		goto fail;
+	}
+	if (gpufile__sys.fstat(h->fd, &st) < 0) {
+		rc = -errno;
+		gpufile__fail(rc, "fstat %s: %s", path, strerror(-rc));
+		goto fail;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		rc = gpufile__fail(-EISDIR, "opening %s: is a directory", path);
+		goto fail;
+	}
+	h->readable = readable;
+	h->writable = writable;
+	h->append = append;
+	atomic_init(&h->append_pos, (int64_t)st.st_size);
+	atomic_init(&h->direct_refused, 0);
+	atomic_init(&h->inflight, 0);
+	pthread_mutex_init(&h->lock, NULL);
+	if (S_ISREG(st.st_mode))
+		open_direct(h, oflags, cfg.direct_io);
+	else
+		h->direct_fd = -1;
+	*out = h;
+	return 0;
+fail:
+	if (h->fd >= 0)
+		gpufile__sys.close(h->fd);
+	free(h->path);
+	free(h);
+	return rc;
+}
+
+int gpufile_close(gpufile_t *h)
+{
+	int rc = 0;
+
+	if (!h)
+		return 0;
+	/* Futures the caller has not waited for may still be running. */
+	while (atomic_load(&h->inflight) > 0) {
+		struct timespec ts = {0, 100 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (h->direct_fd >= 0)
+		gpufile__sys.close(h->direct_fd);
+	if (gpufile__sys.close(h->fd) < 0)
+		rc = gpufile__fail(-errno, "closing %s: %s", h->path,
+		                   strerror(errno));
+	pthread_mutex_destroy(&h->lock);
+	free(h->path);
+	free(h);
+	return rc;
+}
+
+int64_t gpufile_size(gpufile_t *h)
+{
+	struct stat st;
+
+	if (!h)
+		return gpufile__fail(-EINVAL, "gpufile_size: handle is NULL");
+	if (gpufile__sys.fstat(h->fd, &st) < 0)
+		return gpufile__fail(-errno, "fstat %s: %s", h->path,
+		                     strerror(errno));
+	return (int64_t)st.st_size;
+}
+
+const char *gpufile_filename(gpufile_t *h)
+{
+	return h ? h->path : NULL;
+}
+
+int gpufile_sync(gpufile_t *h)
+{
+	if (!h)
+		return gpufile__fail(-EINVAL, "gpufile_sync: handle is NULL");
+	if (gpufile__sys.fdatasync(h->fd) < 0)
+		return gpufile__fail(-errno, "fdatasync %s: %s", h->path,
+		                     strerror(errno));
+	return 0;
+}
+
+/* The host path: bytes go straight between the file and buf. */
+static ssize_t host_task(struct gpufile__request *r, char *buf, size_t len,
+                         int64_t off, char *msg, size_t msg_len)
+{
+	char *scratch = r->cfg.direct_io == GPUFILE__DIRECT_OFF
+	                        ? NULL
+	                        : gpufile__thread_scratch();
+
+	(void)msg;
+	(void)msg_len;
+	if (r->is_write)
+		return gpufile__file_write(r->h, r->cfg.direct_io, buf, len, off,
+		                           scratch, GPUFILE__SCRATCH);
+	return gpufile__file_read(r->h, r->cfg.direct_io, buf, len, off,
+	                          scratch, GPUFILE__SCRATCH);
+}
+
+/*
+ * The path decision. Host memory (pageable or pinned) is read and written
+ * in place. Device and managed memory go through the pinned bounce
+ * buffers: below gds_threshold counted as "small", else as "posix".
+ */
+static int decide_path(struct gpufile__request *r)
+{
+	gpufile_mem_t kind;
+	int device;
+	void *ctx;
+	int rc = gpufile__classify(r->buf, &kind, &device, &ctx);
+
+	if (rc)
+		return rc;
+	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
+		r->path = GPUFILE_PATH_HOST;
+		r->run = host_task;
+		return 0;
+	}
+	if (!ctx) {
+		/* Memory mapped with cuMemMap reports no context: use the
+		 * device's primary context. */
+		const struct gpufile__cuda *t = gpufile__cuda();
+		CUdevice dev;
+		CUcontext primary;
+		CUresult cr;
+
+		if (!t)
+			return GPUFILE_ENOCUDA;
+		cr = t->cuDeviceGet(&dev, device);
+		if (cr == CUDA_SUCCESS)
+			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
+		if (cr != CUDA_SUCCESS)
+			return gpufile__cuda_fail(cr, NULL, 0,
+			                          "retaining device %d's context",
+			                          device);
+		ctx = primary;
+	}
+	r->device = device;
+	r->cuda_ctx = ctx;
+	r->path = r->size < r->cfg.gds_threshold ? GPUFILE_PATH_SMALL
+	                                         : GPUFILE_PATH_POSIX;
+	r->run = gpufile__staged_task;
+	return 0;
+}
+
+/* Validates and prepares r; returns 0 or an error with the message set. */
+static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
+                   size_t size, int64_t offset, int is_write)
+{
+	int rc;
+
+	if (!h)
+		return gpufile__fail(-EINVAL, "handle is NULL");
+	if (!buf && size)
+		return gpufile__fail(-EFAULT, "%s %s: buffer is NULL",
+		                     is_write ? "writing" : "reading", h->path);
+	if (offset < 0 || size > (size_t)INT64_MAX ||
+	    (int64_t)size > INT64_MAX - offset)
+		return gpufile__fail(-EINVAL,
+		                     "%s %s: offset %lld with size %zu is out of range",
+		                     is_write ? "writing" : "reading", h->path,
+		                     (long long)offset, size);
+	if (is_write ? !h->writable : !h->readable)
+		return gpufile__fail(-EBADF, "%s %s: the file was not opened for %s",
+		                     is_write ? "writing" : "reading", h->path,
+		                     is_write ? "writing" : "reading");
+	rc = gpufile__settings(&r->cfg);
+	if (rc)
+		return rc;
+	r->h = h;
+	r->buf = buf;
+	r->size = size;
+	r->is_write = is_write;
+	r->device = -1;
+	r->cuda_ctx = NULL;
+	r->offset = is_write && h->append
+	                    ? atomic_fetch_add(&h->append_pos, (int64_t)size)
+	                    : offset;
+	rc = decide_path(r);
+	if (rc)
+		return rc;
+	gpufile__request_init(r);
+	return 0;
+}
+
+static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size,
+                           int64_t offset, int is_write)
+{
+	struct gpufile__request r;
+	ssize_t result;
+	int rc = prepare(&r, h, buf, size, offset, is_write);
+
+	if (rc)
+		return rc;
+	if (r.path == GPUFILE_PATH_HOST && r.ntasks <= 1) {
+		gpufile__request_run_inline(&r);
+	} else {
+		rc = gpufile__request_submit(&r);
+		if (rc) {
+			gpufile__request_destroy(&r);
+			return rc;
+		}
+	}
+	result = gpufile__request_wait(&r, -1);
+	gpufile__request_destroy(&r);
+	return result;
+}
+
+ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size, int64_t offset)
+{
+	return blocking_io(h, buf, size, offset, 0);
+}
+
+ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
+                       int64_t offset)
+{
+	return blocking_io(h, (void *)buf, size, offset, 1);
+}
+
+static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
+                    int is_write, gpufile_future_t **out)
+{
+	struct gpufile_future *f;
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "future pointer is NULL");
+	*out = NULL;
+	f = malloc(sizeof(*f));
+	if (!f)
+		return gpufile__fail(-ENOMEM, "out of memory for a request");
+	rc = prepare(&f->r, h, buf, size, offset, is_write);
+	if (rc == 0) {
+		rc = gpufile__request_submit(&f->r);
+		if (rc)
+			gpufile__request_destroy(&f->r);
+	}
+	if (rc) {
+		free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
+int gpufile_pread_async(gpufile_t *h, void *buf, size_t size, int64_t offset,
+                        gpufile_future_t **out)
+{
+	return async_io(h, buf, size, offset, 0, out);
+}
+
+int gpufile_pwrite_async(gpufile_t *h, const void *buf, size_t size,
+                         int64_t offset, gpufile_future_t **out)
+{
+	return async_io(h, (void *)buf, size, offset, 1, out);
+}
+
+int gpufile_future_done(gpufile_future_t *f)
+{
+	int done;
+
+	if (!f)
+		return 1;
+	pthread_mutex_lock(&f->r.lock);
+	done = f->r.done;
+	pthread_mutex_unlock(&f->r.lock);
+	return done;
+}
+
+ssize_t gpufile_future_wait(gpufile_future_t *f)
+{
+	if (!f)
+		return gpufile__fail(-EINVAL, "future is NULL");
+	return gpufile__request_wait(&f->r, -1);
+}
+
+ssize_t gpufile_future_wait_for(gpufile_future_t *f, long timeout_ms)
+{
+	if (!f)
+		return gpufile__fail(-EINVAL, "future is NULL");
+	return gpufile__request_wait(&f->r, timeout_ms < 0 ? 0 : timeout_ms);
+}
+
+void gpufile_future_free(gpufile_future_t *f)
+{
+	if (!f)
+		return;
+	gpufile__request_wait(&f->r, -1);
+	gpufile__request_destroy(&f->r);
+	free(f);
+}
+
+int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
+                      size_t len)
+{
+	struct gpufile__settings cfg;
+	int rc;
+
+	if (!h)
+		return gpufile__fail(-EINVAL, "handle is NULL");
+	rc = gpufile__settings(&cfg);
+	if (rc)
+		return rc;
+	if (device_path)
+		*device_path = GPUFILE_PATH_POSIX;
+	if (reason && len) {
+		char direct[224];
+
+		pthread_mutex_lock(&h->lock);
+		if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused))
+			snprintf(direct, sizeof(direct),
+			         "O_DIRECT available (direct_io=%s)",
+			         cfg.direct_io == GPUFILE__DIRECT_ON ? "on" : "auto");
+		else
+			snprintf(direct, sizeof(direct), "%s", h->direct_reason);
+		pthread_mutex_unlock(&h->lock);
+		snprintf(reason, len,
+		         "posix: device memory is staged through pinned host "
+		         "buffers (%s; this build has no cuFile backend); %s",
+		         cfg.compat_mode == GPUFILE_COMPAT_ON
+		                 ? "compat_mode=on"
+		                 : "cuFile not used",
+		         direct);
+	}
+	return 0;
+}
+
+const char *gpufile_features(void)
+{
+#ifdef GPUFILE_HAVE_LIBURING
+	return "cuda-dlopen liburing";
+#else
+	return "cuda-dlopen";
+#endif
+}
+
+int gpufile_warmup(void)
+{
+	struct gpufile__settings cfg;
+	int rc = gpufile__settings(&cfg);
+
+	if (rc)
+		return rc;
+	rc = gpufile__pool_start();
+	if (rc)
+		return rc;
+	if (gpufile__cuda_if_loaded() || gpufile_cuda_device_count() > 0)
+		return gpufile__staging_warmup(&cfg);
+	gpufile__clear_error();
+	return 0;
+}
+
+size_t gpufile_pinned_bytes_max(void)
+{
+	struct gpufile__settings cfg;
+
+	if (gpufile__settings(&cfg))
+		return 0;
+	return (size_t)cfg.nthreads * cfg.bounce_buffers *
+	       (cfg.bounce_buffer_size + GPUFILE_ALIGN);
+}
+
+void gpufile_release(void)
+{
+	gpufile__pool_stop();
+	gpufile__staging_release();
+}

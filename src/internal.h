@@ -1,0 +1,219 @@
+/*
+ * Declarations shared between gpufile's source files. Nothing here is
+ * part of the public API; names carry the gpufile__ prefix (or a module
+ * prefix) and are hidden from the shared library's symbol table.
+ */
+#ifndef GPUFILE_INTERNAL_H
+#define GPUFILE_INTERNAL_H
+
+#include "gpufile.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/uio.h>
+
+#define GPUFILE_ALIGN 4096u /* O_DIRECT offset, length and memory alignment */
+
+/* ---- errors (error.c) ---- */
+
+/* Formats the thread's error message and returns err. */
+int gpufile__fail(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Sets the thread's error message to msg verbatim and returns err. */
+int gpufile__fail_msg(int err, const char *msg);
+/* Clears the thread's error message. */
+void gpufile__clear_error(void);
+
+/* ---- settings (config.c) ---- */
+
+/* A consistent copy of the settings, taken once per request. */
+struct gpufile__settings {
+	gpufile_compat_mode_t compat_mode;
+	size_t task_size;
+	size_t gds_threshold;
+	unsigned nthreads;
+	size_t bounce_buffer_size;
+	unsigned bounce_buffers;     /* per worker, >= 2 */
+	int direct_io;               /* GPUFILE__DIRECT_* */
+	unsigned max_inflight;       /* requests in flight before submit blocks */
+};
+
+enum { GPUFILE__DIRECT_OFF = 0, GPUFILE__DIRECT_ON = 1, GPUFILE__DIRECT_AUTO = 2 };
+
+/* Fills *s. Returns 0, or GPUFILE_ECONFIG with the thread's message naming
+ * the first bad variable and value. */
+int gpufile__settings(struct gpufile__settings *s);
+
+/* Parsers, exposed for tests and fuzzers. Return 0 or -EINVAL/-ERANGE. */
+int gpufile__parse_size(const char *text, uint64_t *out);
+int gpufile__parse_mode(const char *text, int *out); /* 0 auto, 1 on, 2 off */
+int gpufile__parse_count(const char *text, uint64_t *out);
+
+/* ---- system calls (sys.c) ---- */
+
+/* Every system call gpufile makes on a file goes through this table, so
+ * that tests can inject EINTR, short transfers and errors (the way
+ * SQLite's test_syscall.c does). Each entry follows libc's convention:
+ * -1 with errno set on failure. */
+struct gpufile__syscalls {
+	int (*open)(const char *path, int flags, mode_t mode);
+	int (*close)(int fd);
+	ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
+	ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+	ssize_t (*preadv2)(int fd, const struct iovec *iov, int n, off_t off,
+	                   int flags);
+	int (*fstat)(int fd, struct stat *st);
+	int (*fstatfs)(int fd, struct statfs *st);
+	int (*fdatasync)(int fd);
+};
+extern struct gpufile__syscalls gpufile__sys;
+/* Restores the real system calls. */
+void gpufile__sys_reset(void);
+
+/* ---- statistics (stats.c) ---- */
+
+/* A request ended: result bytes (or an error), its task count, its size as
+ * asked, and its latency from submission to completion. */
+void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
+                            uint64_t tasks, size_t size, uint64_t ns);
+void gpufile__stats_direct_fallback(void);
+/* A handle was opened: the path its device requests take, and why. */
+void gpufile__stats_file(const char *path, gpufile_path_t chosen,
+                         const char *reason);
+/* cuFile's own per-GPU counters (second layer), as last read. */
+struct gpufile__cufile_counts {
+	int gpu;
+	uint64_t nvfs_reads, posix_reads, p2p_reads, unaligned_reads;
+	uint64_t nvfs_writes, posix_writes, p2p_writes, unaligned_writes;
+};
+void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
+                           int ngpus);
+/* Monotonic clock in nanoseconds. */
+uint64_t gpufile__now_ns(void);
+
+/* ---- file handles (file.c) ---- */
+
+struct gpufile {
+	int fd;               /* buffered descriptor */
+	int direct_fd;        /* O_DIRECT descriptor, or -1 */
+	int readable, writable, append;
+	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
+	_Atomic int64_t append_pos;
+	char *path;
+	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
+	atomic_int inflight;     /* requests on this handle not yet ended */
+	pthread_mutex_t lock;    /* guards direct_reason after open */
+};
+
+/* ---- plain I/O loops (posix_io.c) ---- */
+
+/* Reads len bytes at off into host memory buf through descriptor fd,
+ * retrying EINTR/EAGAIN and continuing after short reads. Returns the
+ * bytes read (fewer than len only at end-of-file) or -errno. */
+ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off);
+/* Writes len bytes; returns len or -errno (never a short count). */
+ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off);
+
+/* Reads [off, off+len) of h into host memory buf, choosing buffered or
+ * O_DIRECT reads by the direct_io setting and what is in the page cache.
+ * scratch is an aligned buffer of scratch_len (>= 2 * GPUFILE_ALIGN)
+ * bytes, used for unaligned heads and tails. Returns as pread_full. */
+ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
+                           size_t len, int64_t off, char *scratch,
+                           size_t scratch_len);
+/* Writes [off, off+len) from host memory buf; O_DIRECT for the aligned
+ * middle when direct_mode is ON. Returns len or -errno. */
+ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
+                            const char *buf, size_t len, int64_t off,
+                            char *scratch, size_t scratch_len);
+
+/* A per-thread aligned scratch buffer of GPUFILE__SCRATCH bytes, or NULL
+ * when it cannot be allocated. Freed when the thread exits. */
+#define GPUFILE__SCRATCH (1u << 20)
+char *gpufile__thread_scratch(void);
+
+/* ---- worker pool and requests (pool.c) ---- */
+
+struct gpufile__request;
+struct gpufile__worker; /* a thread's resources for device tasks */
+
+/* Moves one task: len bytes at file offset off, buf pointing at the task's
+ * place in the caller's buffer. Returns bytes moved (fewer than len only at
+ * end-of-file for reads) or a negative error; on error it may write a
+ * message into msg (msg_len bytes). */
+typedef ssize_t (*gpufile__task_fn)(struct gpufile__request *r, char *buf,
+                                    size_t len, int64_t off, char *msg,
+                                    size_t msg_len);
+
+struct gpufile__request {
+	struct gpufile *h;
+	gpufile__task_fn run;
+	char *buf;
+	size_t size;
+	int64_t offset;
+	int is_write;
+	gpufile_path_t path;
+	struct gpufile__settings cfg;
+	uint64_t ntasks;
+	int device;              /* CUDA ordinal of buf for device paths */
+	void *cuda_ctx;          /* context that owns buf */
+
+	/* Guarded by the pool lock. */
+	uint64_t next_task;      /* next task to claim */
+	struct gpufile__request *qnext, *qprev;
+	int queued;
+
+	uint64_t start_ns;           /* when the request was initialised */
+	atomic_uint_fast64_t tasks_ended;
+	atomic_uint_fast64_t bytes;
+	atomic_int failed;           /* stop starting tasks */
+	_Atomic int64_t eof_at;      /* lowest offset where a read hit EOF */
+
+	pthread_mutex_t lock;        /* guards everything below */
+	pthread_cond_t cond;
+	int done;
+	ssize_t result;
+	int64_t error_offset;        /* offset of the task whose error is kept */
+	char errmsg[512];
+};
+
+/* Initialises r for a request of size bytes split at multiples of
+ * cfg.task_size in the file. */
+void gpufile__request_init(struct gpufile__request *r);
+/* Hands r to the pool (blocks while too many requests are in flight).
+ * Returns 0 or an error (then r was not queued). */
+int gpufile__request_submit(struct gpufile__request *r);
+/* Runs r's tasks in the calling thread (for single-task host requests):
+ * no queueing. */
+void gpufile__request_run_inline(struct gpufile__request *r);
+/* Waits for r (or until deadline_ms, -1 for none); returns its result or
+ * -ETIMEDOUT. */
+ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms);
+void gpufile__request_destroy(struct gpufile__request *r);
+
+/* The worker running the current task (NULL in a caller's thread). */
+struct gpufile__worker *gpufile__current_worker(void);
+
+int gpufile__pool_start(void);
+void gpufile__pool_stop(void);
+
+/* ---- CUDA (cuda_shim.c) and staging (staging.c) ---- */
+
+/* Classifies ptr without loading CUDA into a process that has not loaded
+ * it: if libcuda.so.1 is not already mapped, every pointer is host. */
+int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
+                      void **ctx);
+
+/* Task functions for device buffers (staging.c). */
+ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
+                             size_t len, int64_t off, char *msg,
+                             size_t msg_len);
+/* Frees every pinned bounce buffer (staging.c). */
+void gpufile__staging_release(void);
+int gpufile__staging_warmup(const struct gpufile__settings *s);
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * The worker pool and the life of a request.
+ *
+ * A request is split into tasks at multiples of task_size in the file.
+ * Queued requests form a FIFO list; a worker claims the next task of the
+ * request at the head, and a request leaves the list once its last task is
+ * claimed (or once one of its tasks failed). Tasks are claimed lazily, so
+ * memory does not grow with the request's size, and the number of requests
+ * in flight is bounded by max_inflight (submitters wait: back-pressure).
+ *
+ * Lock order: pool.lock, then a request's lock. No lock is held while a
+ * task moves bytes, and no user code ever runs on a worker.
+ *
+ * Invariants:
+ *   - a request completes (done = 1, under its lock, with a broadcast)
+ *     only after every one of its tasks has ended, so nothing writes into
+ *     the caller's buffer after the caller has seen the result;
+ *   - the completing thread touches the request for the last time when it
+ *     releases the request's lock after the broadcast;
+ *   - the error kept is that of the lowest-offset task that failed.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t work;   /* a task was queued, or workers must exit */
+	pthread_cond_t space;  /* a request ended: room for one more */
+	pthread_cond_t exited; /* a worker exited */
+	struct gpufile__request *head, *tail;
+	unsigned nworkers;     /* running */
+	unsigned target;       /* wanted */
+	unsigned inflight;     /* submitted, not yet ended */
+} pool = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.work = PTHREAD_COND_INITIALIZER,
+	.space = PTHREAD_COND_INITIALIZER,
+	.exited = PTHREAD_COND_INITIALIZER,
+};
+
+static _Thread_local struct gpufile__worker *current_worker;
+static _Thread_local int is_worker;
+
+struct gpufile__worker *gpufile__current_worker(void)
+{
+	return current_worker;
+}
+
+void gpufile__request_init(struct gpufile__request *r)
+{
+	const size_t ts = r->cfg.task_size;
+	const int64_t base = r->offset - (int64_t)((uint64_t)r->offset % ts);
+	const int64_t end = r->offset + (int64_t)r->size;
+
+	r->ntasks = r->size ? ((uint64_t)(end - base) + ts - 1) / ts : 0;
+	r->start_ns = gpufile__now_ns();
+	r->next_task = 0;
+	r->qnext = r->qprev = NULL;
+	r->queued = 0;
+	atomic_init(&r->tasks_ended, 0);
+	atomic_init(&r->bytes, 0);
+	atomic_init(&r->failed, 0);
+	atomic_init(&r->eof_at, INT64_MAX);
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	r->done = 0;
+	r->result = 0;
+	r->error_offset = INT64_MAX;
+	r->errmsg[0] = '\0';
+}
+
+void gpufile__request_destroy(struct gpufile__request *r)
+{
+	pthread_mutex_destroy(&r->lock);
+	pthread_cond_destroy(&r->cond);
+}
+
+/* Caller holds pool.lock. */
+static void dequeue(struct gpufile__request *r)
+{
+	if (!r->queued)
+		return;
+	if (r->qprev)
+		r->qprev->qnext = r->qnext;
+	else
+		pool.head = r->qnext;
+	if (r->qnext)
+		r->qnext->qprev = r->qprev;
+	else
+		pool.tail = r->qprev;
+	r->qnext = r->qprev = NULL;
+	r->queued = 0;
+}
+
+static void record_error(struct gpufile__request *r, int64_t off, size_t len,
+                         ssize_t err, const char *msg)
+{
+	atomic_store(&r->failed, 1);
+	pthread_mutex_lock(&r->lock);
+	if (off < r->error_offset) {
+		r->error_offset = off;
+		r->result = err;
+		if (msg && msg[0])
+			snprintf(r->errmsg, sizeof(r->errmsg), "%s", msg);
+		else
+			snprintf(r->errmsg, sizeof(r->errmsg),
+			         "%s %s at offset %lld (%zu bytes): %s",
+			         r->is_write ? "writing" : "reading", r->h->path,
+			         (long long)off, len, gpufile_strerror((int)err));
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void complete(struct gpufile__request *r)
+{
+	const int64_t end = r->offset + (int64_t)r->size;
+	struct gpufile *h = r->h;
+	ssize_t result;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->error_offset == INT64_MAX) {
+		int64_t eof = atomic_load(&r->eof_at);
+		r->result = (ssize_t)((eof < end ? eof : end) - r->offset);
+	}
+	result = r->result;
+	pthread_mutex_unlock(&r->lock);
+
+	gpufile__stats_request(r->path, r->is_write, result, r->ntasks, r->size,
+	                       gpufile__now_ns() - r->start_ns);
+
+	pthread_mutex_lock(&pool.lock);
+	pool.inflight--;
+	pthread_cond_signal(&pool.space);
+	pthread_mutex_unlock(&pool.lock);
+	atomic_fetch_sub(&h->inflight, 1);
+
+	pthread_mutex_lock(&r->lock);
+	r->done = 1;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void run_task(struct gpufile__request *r, uint64_t index)
+{
+	const size_t ts = r->cfg.task_size;
+	const int64_t base = r->offset - (int64_t)((uint64_t)r->offset % ts);
+	const int64_t end = r->offset + (int64_t)r->size;
+	int64_t toff = base + (int64_t)(index * ts);
+	int64_t tend = toff + (int64_t)ts;
+
+	if (toff < r->offset)
+		toff = r->offset;
+	if (tend > end)
+		tend = end;
+
+	if (!atomic_load_explicit(&r->failed, memory_order_relaxed)) {
+		char msg[512];
+		size_t tlen = (size_t)(tend - toff);
+		ssize_t n;
+
+		msg[0] = '\0';
+		n = r->run(r, r->buf + (toff - r->offset), tlen, toff, msg,
+		           sizeof(msg));
+		if (n < 0) {
+			record_error(r, toff, tlen, n, msg);
+		} else {
+			atomic_fetch_add_explicit(&r->bytes, (uint64_t)n,
+			                          memory_order_relaxed);
+			if ((size_t)n < tlen) {
+				int64_t eof = toff + n;
+				int64_t cur = atomic_load(&r->eof_at);
+				while (eof < cur &&
+				       !atomic_compare_exchange_weak(&r->eof_at,
+				                                     &cur, eof))
+					;
+			}
+		}
+	}
+	if (atomic_fetch_add(&r->tasks_ended, 1) + 1 == r->ntasks)
+		complete(r);
+}
+
+/* Caller holds pool.lock. Claims the next task of r; returns its index. */
+static uint64_t claim(struct gpufile__request *r)
+{
+	uint64_t index = r->next_task++;
+
+	if (r->next_task == r->ntasks)
+		dequeue(r);
+	return index;
+}
+
+static void *worker_main(void *arg)
+{
+	(void)arg;
+	is_worker = 1;
+	pthread_mutex_lock(&pool.lock);
+	for (;;) {
+		struct gpufile__request *r;
+
+		while (!pool.head && pool.nworkers <= pool.target)
+			pthread_cond_wait(&pool.work, &pool.lock);
+		if (pool.nworkers > pool.target)
+			break;
+		r = pool.head;
+		if (atomic_load_explicit(&r->failed, memory_order_relaxed)) {
+			/* End the unclaimed tasks of a failed request at once. */
+			uint64_t left = r->ntasks - r->next_task;
+			r->next_task = r->ntasks;
+			dequeue(r);
+			pthread_mutex_unlock(&pool.lock);
+			for (uint64_t i = 0; i < left; i++)
+				run_task(r, 0);
+		} else {
+			uint64_t index = claim(r);
+			pthread_mutex_unlock(&pool.lock);
+			run_task(r, index);
+		}
+		pthread_mutex_lock(&pool.lock);
+	}
+	pool.nworkers--;
+	pthread_cond_broadcast(&pool.exited);
+	pthread_mutex_unlock(&pool.lock);
+	return NULL;
+}
+
+/* Caller holds pool.lock. Starts workers up to target. */
+static int spawn_workers(void)
+{
+	while (pool.nworkers < pool.target) {
+		pthread_t t;
+		pthread_attr_t attr;
+		int rc;
+
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &attr, worker_main, NULL);
+		pthread_attr_destroy(&attr);
+		if (rc) {
+			if (pool.nworkers == 0)
+				return gpufile__fail(-rc,
+				                     "cannot start a worker thread: %s",
+				                     strerror(rc));
+			break; /* run with the workers we have */
+		}
+		pool.nworkers++;
+	}
+	return 0;
+}
+
+int gpufile__pool_start(void)
+{
+	struct gpufile__settings s;
+	int rc = gpufile__settings(&s);
+
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&pool.lock);
+	pool.target = s.nthreads;
+	rc = spawn_workers();
+	pthread_mutex_unlock(&pool.lock);
+	return rc;
+}
+
+void gpufile__pool_stop(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.target = 0;
+	pthread_cond_broadcast(&pool.work);
+	while (pool.nworkers > 0)
+		pthread_cond_wait(&pool.exited, &pool.lock);
+	pthread_mutex_unlock(&pool.lock);
+}
+
+int gpufile__request_submit(struct gpufile__request *r)
+{
+	int rc;
+
+	atomic_fetch_add(&r->h->inflight, 1);
+	if (r->ntasks == 0) {
+		pthread_mutex_lock(&pool.lock);
+		pool.inflight++;
+		pthread_mutex_unlock(&pool.lock);
+		complete(r);
+		return 0;
+	}
+	pthread_mutex_lock(&pool.lock);
+	if (pool.target != r->cfg.nthreads) {
+		pool.target = r->cfg.nthreads;
+		pthread_cond_broadcast(&pool.work); /* surplus workers exit */
+	}
+	rc = spawn_workers();
+	if (rc) {
+		pthread_mutex_unlock(&pool.lock);
+		atomic_fetch_sub(&r->h->inflight, 1);
+		return rc;
+	}
+	while (pool.inflight >= r->cfg.max_inflight)
+		pthread_cond_wait(&pool.space, &pool.lock);
+	pool.inflight++;
+	r->queued = 1;
+	r->qprev = pool.tail;
+	if (pool.tail)
+		pool.tail->qnext = r;
+	else
+		pool.head = r;
+	pool.tail = r;
+	if (r->ntasks > 1)
+		pthread_cond_broadcast(&pool.work);
+	else
+		pthread_cond_signal(&pool.work);
+	pthread_mutex_unlock(&pool.lock);
+	return 0;
+}
+
+void gpufile__request_run_inline(struct gpufile__request *r)
+{
+	atomic_fetch_add(&r->h->inflight, 1);
+	pthread_mutex_lock(&pool.lock);
+	pool.inflight++;
+	pthread_mutex_unlock(&pool.lock);
+	if (r->ntasks == 0) {
+		complete(r);
+		return;
+	}
+	for (uint64_t i = 0; i < r->ntasks; i++)
+		run_task(r, i);
+}
+
+/* Runs unclaimed tasks of r in the calling thread while it would
+ * otherwise only wait. */
+static void help(struct gpufile__request *r)
+{
+	pthread_mutex_lock(&pool.lock);
+	while (r->queued && r->next_task < r->ntasks &&
+	       !atomic_load_explicit(&r->failed, memory_order_relaxed)) {
+		uint64_t index = claim(r);
+		pthread_mutex_unlock(&pool.lock);
+		run_task(r, index);
+		pthread_mutex_lock(&pool.lock);
+	}
+	pthread_mutex_unlock(&pool.lock);
+}
+
+ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
+{
+	ssize_t result;
+	struct timespec deadline;
+
+	if (timeout_ms != 0 && r->path == GPUFILE_PATH_HOST && !is_worker)
+		help(r);
+	if (timeout_ms > 0) {
+		clock_gettime(CLOCK_REALTIME, &deadline);
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&r->lock);
+	while (!r->done) {
+		if (timeout_ms < 0) {
+			pthread_cond_wait(&r->cond, &r->lock);
+		} else if (timeout_ms == 0 ||
+		           pthread_cond_timedwait(&r->cond, &r->lock,
+		                                  &deadline) == ETIMEDOUT) {
+			if (r->done)
+				break;
+			pthread_mutex_unlock(&r->lock);
+			return -ETIMEDOUT;
+		}
+	}
+	result = r->result;
+	if (result < 0)
+		gpufile__fail_msg((int)result, r->errmsg);
+	pthread_mutex_unlock(&r->lock);
+	return result;
+}

@@ -1,0 +1,311 @@
+/*
+ * Plain and O_DIRECT read/write loops. They retry EINTR (and EAGAIN a
+ * bounded number of times), continue after short transfers, and stop
+ * exactly at end-of-file. Every call goes through gpufile__sys.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EAGAIN_RETRIES 1000
+
+static void pause_briefly(void)
+{
+	struct timespec ts = {0, 50 * 1000};
+
+	nanosleep(&ts, NULL);
+}
+
+ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off)
+{
+	size_t done = 0;
+	int again = 0;
+
+	while (done < len) {
+		ssize_t n = gpufile__sys.pread(fd, (char *)buf + done,
+		                               len - done, (off_t)(off + done));
+		if (n > 0) {
+			done += (size_t)n;
+		} else if (n == 0) {
+			break;
+		} else if (errno == EINTR) {
+			continue;
+		} else if (errno == EAGAIN && again++ < EAGAIN_RETRIES) {
+			pause_briefly();
+		} else {
+			return -errno;
+		}
+	}
+	return (ssize_t)done;
+}
+
+ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off)
+{
+	size_t done = 0;
+	int again = 0;
+
+	while (done < len) {
+		ssize_t n = gpufile__sys.pwrite(fd, (const char *)buf + done,
+		                                len - done, (off_t)(off + done));
+		if (n > 0) {
+			done += (size_t)n;
+		} else if (n == 0) {
+			/* No progress and no error: the device takes no more. */
+			return -EIO;
+		} else if (errno == EINTR) {
+			continue;
+		} else if (errno == EAGAIN && again++ < EAGAIN_RETRIES) {
+			pause_briefly();
+		} else {
+			return -errno;
+		}
+	}
+	return (ssize_t)done;
+}
+
+/* One aligned O_DIRECT read loop: a count that is not a multiple of the
+ * alignment can only happen at end-of-file, where a further read at the
+ * unaligned offset would fail with EINVAL rather than return 0. */
+static ssize_t direct_pread(int fd, char *buf, size_t len, int64_t off)
+{
+	size_t done = 0;
+	int again = 0;
+
+	while (done < len) {
+		ssize_t n = gpufile__sys.pread(fd, buf + done, len - done,
+		                               (off_t)(off + done));
+		if (n > 0) {
+			done += (size_t)n;
+			if ((size_t)n % GPUFILE_ALIGN)
+				break;
+		} else if (n == 0) {
+			break;
+		} else if (errno == EINTR) {
+			continue;
+		} else if (errno == EAGAIN && again++ < EAGAIN_RETRIES) {
+			pause_briefly();
+		} else {
+			return -errno;
+		}
+	}
+	return (ssize_t)done;
+}
+
+static int is_aligned(uint64_t v)
+{
+	return (v & (GPUFILE_ALIGN - 1)) == 0;
+}
+
+static uint64_t align_up(uint64_t v)
+{
+	return (v + GPUFILE_ALIGN - 1) & ~(uint64_t)(GPUFILE_ALIGN - 1);
+}
+
+/* O_DIRECT failed with EINVAL after open succeeded (some FUSE and network
+ * file systems): use the page cache for this handle from now on. */
+static void refuse_direct(struct gpufile *h, int64_t off)
+{
+	if (atomic_exchange(&h->direct_refused, 1))
+		return;
+	pthread_mutex_lock(&h->lock);
+	snprintf(h->direct_reason, sizeof(h->direct_reason),
+	         "O_DIRECT read at offset %lld failed with EINVAL; "
+	         "reading through the page cache",
+	         (long long)off);
+	pthread_mutex_unlock(&h->lock);
+	gpufile__stats_direct_fallback();
+}
+
+/* Reads [off, off+len) through the O_DIRECT descriptor. Aligned parts go
+ * straight into buf when buf is aligned the same way; heads, tails and
+ * misaligned buffers go through scratch. */
+static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
+                            int64_t off, char *scratch, size_t scratch_len)
+{
+	const int64_t end = off + (int64_t)len;
+	int64_t pos = off;
+
+	while (pos < end) {
+		char *dst = buf + (pos - off);
+		ssize_t got;
+
+		if (is_aligned((uint64_t)pos) && is_aligned((uintptr_t)dst) &&
+		    end - pos >= (int64_t)GPUFILE_ALIGN) {
+			size_t n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
+
+			got = direct_pread(h->direct_fd, dst, n, pos);
+			if (got == -EINVAL)
+				goto buffered;
+			if (got < 0)
+				return got;
+			pos += got;
+			if ((size_t)got < n)
+				break;
+		} else {
+			int64_t ws = pos & ~(int64_t)(GPUFILE_ALIGN - 1);
+			size_t wl = (size_t)align_up((uint64_t)(end - ws));
+			size_t skip = (size_t)(pos - ws);
+			size_t take;
+
+			if (wl > scratch_len)
+				wl = scratch_len;
+			/* When buf is congruent with the file offset, only this
+			 * partial block needs the scratch buffer. */
+			if ((((uintptr_t)dst - (uint64_t)pos) & (GPUFILE_ALIGN - 1)) == 0 &&
+			    wl > GPUFILE_ALIGN)
+				wl = GPUFILE_ALIGN;
+			got = direct_pread(h->direct_fd, scratch, wl, ws);
+			if (got == -EINVAL)
+				goto buffered;
+			if (got < 0)
+				return got;
+			if ((size_t)got <= skip)
+				break;
+			take = (size_t)got - skip;
+			if (take > (size_t)(end - pos))
+				take = (size_t)(end - pos);
+			memcpy(dst, scratch + skip, take);
+			pos += (int64_t)take;
+			if ((size_t)got < wl)
+				break;
+		}
+	}
+	return pos - off;
+
+buffered:
+	refuse_direct(h, pos);
+	{
+		ssize_t rest = gpufile__pread_full(h->fd, buf + (pos - off),
+		                                   (size_t)(end - pos), pos);
+		return rest < 0 ? rest : (pos - off) + rest;
+	}
+}
+
+ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
+                           size_t len, int64_t off, char *scratch,
+                           size_t scratch_len)
+{
+	size_t done = 0;
+
+	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
+	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
+	    !scratch)
+		return gpufile__pread_full(h->fd, buf, len, off);
+
+	if (direct_mode == GPUFILE__DIRECT_AUTO) {
+		/* Take what the page cache holds without blocking; the rest is
+		 * cold and goes through O_DIRECT. */
+		while (done < len) {
+			struct iovec iov = {buf + done, len - done};
+			ssize_t n = gpufile__sys.preadv2(h->fd, &iov, 1,
+			                                 (off_t)(off + done),
+			                                 RWF_NOWAIT);
+			if (n > 0) {
+				done += (size_t)n;
+			} else if (n == 0) {
+				return (ssize_t)done;
+			} else if (errno == EINTR) {
+				continue;
+			} else if (errno == EAGAIN) {
+				break;
+			} else if (errno == EOPNOTSUPP || errno == EINVAL ||
+			           errno == ENOSYS) {
+				/* No RWF_NOWAIT here: nothing tells cold from
+				 * warm, so stay with the page cache. */
+				ssize_t rest = gpufile__pread_full(
+					h->fd, buf + done, len - done,
+					off + (int64_t)done);
+				return rest < 0 ? rest : (ssize_t)done + rest;
+			} else {
+				return -errno;
+			}
+		}
+		if (done == len)
+			return (ssize_t)done;
+	}
+	{
+		ssize_t rest = direct_range(h, buf + done, len - done,
+		                            off + (int64_t)done, scratch,
+		                            scratch_len);
+		return rest < 0 ? rest : (ssize_t)done + rest;
+	}
+}
+
+ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
+                            const char *buf, size_t len, int64_t off,
+                            char *scratch, size_t scratch_len)
+{
+	const int64_t end = off + (int64_t)len;
+	int64_t mid_start, mid_end, pos;
+	ssize_t rc;
+
+	if (direct_mode != GPUFILE__DIRECT_ON || h->direct_fd < 0 ||
+	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
+	    !scratch)
+		return gpufile__pwrite_full(h->fd, buf, len, off);
+
+	/* Partial blocks at either end go through the page cache: an
+	 * O_DIRECT write of a partial block would need a read-modify-write
+	 * that could race with a neighbouring task. */
+	mid_start = (int64_t)align_up((uint64_t)off);
+	mid_end = end & ~(int64_t)(GPUFILE_ALIGN - 1);
+	if (mid_start >= mid_end)
+		return gpufile__pwrite_full(h->fd, buf, len, off);
+	rc = gpufile__pwrite_full(h->fd, buf, (size_t)(mid_start - off), off);
+	if (rc < 0)
+		return rc;
+	for (pos = mid_start; pos < mid_end;) {
+		const char *src = buf + (pos - off);
+		size_t n = (size_t)(mid_end - pos);
+
+		if (!is_aligned((uintptr_t)src)) {
+			if (n > scratch_len)
+				n = scratch_len;
+			memcpy(scratch, src, n);
+			src = scratch;
+		}
+		rc = gpufile__pwrite_full(h->direct_fd, src, n, pos);
+		if (rc == -EINVAL) {
+			refuse_direct(h, pos);
+			rc = gpufile__pwrite_full(h->fd, buf + (pos - off),
+			                          (size_t)(mid_end - pos), pos);
+			if (rc < 0)
+				return rc;
+			break;
+		}
+		if (rc < 0)
+			return rc;
+		pos += (int64_t)n;
+	}
+	rc = gpufile__pwrite_full(h->fd, buf + (mid_end - off),
+	                          (size_t)(end - mid_end), mid_end);
+	return rc < 0 ? rc : (ssize_t)len;
+}
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void make_scratch_key(void)
+{
+	pthread_key_create(&scratch_key, free);
+}
+
+char *gpufile__thread_scratch(void)
+{
+	void *p;
+
+	pthread_once(&scratch_once, make_scratch_key);
+	p = pthread_getspecific(scratch_key);
+	if (!p) {
+		if (posix_memalign(&p, GPUFILE_ALIGN, GPUFILE__SCRATCH))
+			return NULL;
+		pthread_setspecific(scratch_key, p);
+	}
+	return p;
+}

@@ -1,0 +1,35 @@
+/* The table of system calls gpufile makes on files (see internal.h). */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+static int sys_open(const char *path, int flags, mode_t mode)
+{
+	return open(path, flags, mode);
+}
+
+static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
+                           int flags)
+{
+	return preadv2(fd, iov, n, off, flags);
+}
+
+static const struct gpufile__syscalls real_syscalls = {
+	.open = sys_open,
+	.close = close,
+	.pread = pread,
+	.pwrite = pwrite,
+	.preadv2 = sys_preadv2,
+	.fstat = fstat,
+	.fstatfs = fstatfs,
+	.fdatasync = fdatasync,
+};
+
+struct gpufile__syscalls gpufile__sys = real_syscalls;
+
+void gpufile__sys_reset(void)
+{
+	gpufile__sys = real_syscalls;
+}

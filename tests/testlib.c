@@ -1,0 +1,105 @@
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int test_failures;
+static char dir[512];
+
+const char *test_dir(void)
+{
+	if (!dir[0]) {
+		const char *base = getenv("GPUFILE_TEST_DIR");
+		char tmpl[512];
+
+		if (!base || !*base)
+			base = "/tmp";
+		mkdir(base, 0755);
+		snprintf(tmpl, sizeof(tmpl), "%s/gpufile-test-XXXXXX", base);
+		if (!mkdtemp(tmpl)) {
+			perror("mkdtemp");
+			exit(1);
+		}
+		snprintf(dir, sizeof(dir), "%s", tmpl);
+	}
+	return dir;
+}
+
+const char *test_path(const char *name)
+{
+	static char bufs[8][640];
+	static int next;
+	char *p = bufs[next++ % 8];
+
+	snprintf(p, sizeof(bufs[0]), "%s/%s", test_dir(), name);
+	return p;
+}
+
+void test_fill(void *buf, size_t len, uint64_t seed, uint64_t offset)
+{
+	unsigned char *p = buf;
+
+	for (size_t i = 0; i < len; i++) {
+		uint64_t x = (offset + i) * 0x9E3779B97F4A7C15ull ^ seed;
+		x ^= x >> 29;
+		p[i] = (unsigned char)(x ^ (x >> 17));
+	}
+}
+
+int test_make_file(const char *path, size_t len, uint64_t seed)
+{
+	const size_t chunk = 1 << 20;
+	unsigned char *buf = malloc(chunk);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	size_t done = 0;
+
+	if (fd < 0 || !buf) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	while (done < len) {
+		size_t n = len - done < chunk ? len - done : chunk;
+		test_fill(buf, n, seed, done);
+		if (write(fd, buf, n) != (ssize_t)n) {
+			close(fd);
+			free(buf);
+			return -1;
+		}
+		done += n;
+	}
+	free(buf);
+	return close(fd);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void test_cleanup(void)
+{
+	if (dir[0])
+		nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	dir[0] = '\0';
+}
+
+int test_finish(const char *name)
+{
+	test_cleanup();
+	if (test_failures) {
+		fprintf(stderr, "%s: %d check(s) failed\n", name, test_failures);
+		return 1;
+	}
+	printf("%s: ok\n", name);
+	return 0;
+}

@@ -1,0 +1,49 @@
+/* Small helpers shared by the test programs. Exit codes: 0 pass, 1 fail,
+ * 77 skip. */
+#ifndef GPUFILE_TESTLIB_H
+#define GPUFILE_TESTLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define TEST_SKIP 77
+
+extern int test_failures;
+
+/* Records a failure (with file and line) when cond is false. */
+#define CHECK(cond)                                                       \
+	do {                                                              \
+		if (!(cond)) {                                            \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n",      \
+			        __FILE__, __LINE__, #cond);               \
+			test_failures++;                                  \
+		}                                                         \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                    \
+	do {                                                              \
+		long long _a = (long long)(a), _b = (long long)(b);       \
+		if (_a != _b) {                                           \
+			fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", \
+			        __FILE__, __LINE__, #a, #b, _a, _b);      \
+			test_failures++;                                  \
+		}                                                         \
+	} while (0)
+
+/* A fresh directory for the test's files (GPUFILE_TEST_DIR or /tmp),
+ * removed by test_cleanup(). Returns its path. */
+const char *test_dir(void);
+/* Path of name inside test_dir(), in a static rotating buffer. */
+const char *test_path(const char *name);
+/* Fills buf with a pattern that depends on seed and each byte's offset. */
+void test_fill(void *buf, size_t len, uint64_t seed, uint64_t offset);
+/* Writes len pattern bytes (seed) to path; returns 0 or -1. */
+int test_make_file(const char *path, size_t len, uint64_t seed);
+/* Removes test_dir() and everything in it. */
+void test_cleanup(void);
+/* Prints "N passed, M failed" style summary and returns the exit code. */
+int test_finish(const char *name);
+
+#endif
