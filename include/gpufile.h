@@ -98,8 +98,9 @@ typedef enum gpufile_source {
 	GPUFILE_SOURCE_SETTER = 3,     /* gpufile_config_set() or a typed setter */
 } gpufile_source_t;
 
-/* "default", "GPUFILE_*", "KVIKIO_*" or "setter"... with the variable name
- * filled in by gpufile_config_get(); this returns the generic word. */
+/* "default", "environment" (GPUFILE_<NAME>), "kvikio-environment"
+ * (KVIKIO_<NAME>) or "setter"; gpufile_config_get() gives the variable's
+ * exact name. */
 GPUFILE_API const char *gpufile_source_name(gpufile_source_t source);
 
 /* Number of settings; their names are gpufile_config_name(0..count-1). */
@@ -256,7 +257,12 @@ GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 /* Which path a device-memory request of at least gds_threshold bytes on h
  * takes, and why, as a sentence written into reason (len bytes,
  * NUL-terminated; may be NULL). Also reports whether O_DIRECT is in use
- * and, if it was refused, why. Returns 0 or an error. */
+ * and, if it was refused, why. When the handle falls back from cuFile the
+ * reason names the cuFile status code and name. With compat_mode auto or
+ * off this may load cuFile and register the file (as the first device
+ * request would); with no CUDA driver loaded it reports the posix path.
+ * Returns 0 or an error (with compat_mode=off, the error a device request
+ * would fail with). */
 GPUFILE_API int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path,
                                   char *reason, size_t len);
 
@@ -267,14 +273,279 @@ typedef struct gpufile_counter {
 	uint64_t errors; /* requests that failed */
 } gpufile_counter_t;
 
+#define GPUFILE_HIST_BUCKETS 48
+#define GPUFILE_MAX_GPUS 16
+#define GPUFILE_MAX_SETTINGS 24
+#define GPUFILE_MAX_FILE_STATS 64
+
+/* cuFile's counters for one GPU (cuFileGetStatsL3). */
+typedef struct gpufile_cufile_gpu {
+	int gpu;
+	uint64_t nvfs_reads, posix_reads, p2p_reads, unaligned_reads;
+	uint64_t nvfs_writes, posix_writes, p2p_writes, unaligned_writes;
+} gpufile_cufile_gpu_t;
+
+/* One effective setting, as gpufile_config_get() reports it. */
+typedef struct gpufile_setting_value {
+	char name[32];
+	char value[96];
+	char source[40]; /* "default", or the variable that set it, or "setter" */
+} gpufile_setting_value_t;
+
 typedef struct gpufile_stats {
 	/* [path][0 = read, 1 = write] */
 	gpufile_counter_t path[GPUFILE_PATH_COUNT][2];
 	uint64_t direct_io_fallbacks; /* files where O_DIRECT was refused */
+
+	/* Fields below were added with the shared-memory segment (stats.c). */
+	int32_t pid;          /* the process counted */
+	uint32_t uid;         /* its owner */
+	char command[64];     /* its command name (/proc/PID/comm) */
+	uint64_t start_time_ns; /* CLOCK_REALTIME when counting began */
+	uint64_t files_opened;  /* handles recorded by gpufile_open() */
+	/* Histograms, [path][0 = read, 1 = write][bucket]: bucket i counts
+	 * requests whose latency in ns (resp. size in bytes) v has
+	 * 2^i <= v < 2^(i+1); bucket 0 also counts 0, and the last bucket
+	 * everything above. */
+	uint64_t latency_hist[GPUFILE_PATH_COUNT][2][GPUFILE_HIST_BUCKETS];
+	uint64_t size_hist[GPUFILE_PATH_COUNT][2][GPUFILE_HIST_BUCKETS];
+	/* cuFile's own per-GPU counters (the second layer), as gpufile last
+	 * read them; cufile_ngpus is -1 when cuFile never reported any. */
+	int cufile_ngpus;
+	gpufile_cufile_gpu_t cufile[GPUFILE_MAX_GPUS];
+	/* The effective settings when the segment was created or a file was
+	 * last opened. */
+	int nsettings;
+	gpufile_setting_value_t settings[GPUFILE_MAX_SETTINGS];
 } gpufile_stats_t;
 
-/* A snapshot of this process's counters since it started. Returns 0. */
+/* A snapshot of this process's counters since it started. Returns 0.
+ * Before the first I/O every counter is 0. */
 GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
+
+/* ---- live statistics of other processes (stats.c) ----
+ *
+ * From its first I/O a process keeps its counters in a shared-memory
+ * segment, /dev/shm/gpufile-UID-PID, mode 0600, removed at normal exit.
+ * Readers check its magic number, layout version, size and owner, and
+ * that the process that wrote it is still alive (the same process, not a
+ * reused PID). A build with -DGPUFILE_NO_STATS keeps no counters; then the
+ * readers return -ENOTSUP. */
+
+/* Reads the counters of process pid (0 or getpid(): this process).
+ * Returns 0, or: -ESRCH no such process; -EACCES the process belongs to
+ * another user; -ENOENT the process does not use gpufile (no segment);
+ * -ESTALE the segment was left by a dead process; -EPROTO the segment is
+ * not one this version can read (magic, version, size or mode). The
+ * thread's gpufile_errmsg() says which, naming the PID and the file. */
+GPUFILE_API int gpufile_stats_read(int pid, gpufile_stats_t *out);
+
+/* One file handle a process opened: the path its device requests take,
+ * and why (e.g. why cuFile was not used). */
+typedef struct gpufile_file_stat {
+	char path[256];
+	gpufile_path_t chosen;
+	char reason[256];
+} gpufile_file_stat_t;
+
+/* Copies up to max of process pid's most recently opened handles (oldest
+ * first) into out. Returns how many were copied, or an error as
+ * gpufile_stats_read. Only the last GPUFILE_MAX_FILE_STATS are kept. */
+GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out,
+                                    int max);
+
+/* A process with a gpufile segment. */
+typedef struct gpufile_process {
+	int32_t pid;
+	char command[64];
+	uint64_t bytes; /* bytes moved on every path, both directions */
+	int stale;      /* 1: the process is gone; the segment can be cleaned */
+} gpufile_process_t;
+
+/* Lists the segments of this user's processes, up to max of them into out
+ * (out may be NULL when max is 0). Returns the number found (which may
+ * exceed max) or -errno. */
+GPUFILE_API int gpufile_stats_list(gpufile_process_t *out, int max);
+
+/* Removes this user's stale segments. Returns how many were removed. */
+GPUFILE_API int gpufile_stats_clean(void);
+
+/* The segment path used for pid (0: this process), written into buf (len
+ * bytes). Returns 0 or -ENAMETOOLONG. For tests and tools. */
+GPUFILE_API int gpufile_stats_segment_path(int pid, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* cuFile, the second layer (cufile_shim.c)                            */
+/* ------------------------------------------------------------------ */
+
+/* cuFile's state in this process, and its per-GPU counters. */
+typedef struct gpufile_cufile_info {
+	int loaded;        /* libcufile loaded with every required symbol */
+	int driver_open;   /* cuFileDriverOpen succeeded (closed at exit) */
+	int status;        /* cuFile status of the failure (5001...), or 0 */
+	int version;       /* cuFileGetVersion: 1150 is 1.15.0; 0 unknown */
+	unsigned optional; /* optional entry points found: bit 0 driver
+	                      properties, 1 version, 2 stats, 3 stream,
+	                      4 batch, 5 cuFileDriverClose_v2 */
+	int nvfs_loaded;   /* /proc/driver/nvidia-fs present */
+	int p2pdma;        /* driver properties report PCI P2PDMA support */
+	int stats_level;   /* level given to cuFileSetStatsLevel (0: none) */
+	int stats_layout_verified; /* 1: per-GPU offsets checked for this
+	                              version (1.14, 1.15) */
+	int ngpus;         /* entries of gpu[] filled (stats level 3 only) */
+	gpufile_cufile_gpu_t gpu[GPUFILE_MAX_GPUS];
+	char library[256]; /* the library loaded or tried */
+	char message[256]; /* why cuFile is not usable, or "" */
+} gpufile_cufile_info_t;
+
+/* Fills *out with cuFile's state and, when the stats level is 3, cuFile's
+ * per-GPU counters as of now (cuFileGetStatsL3; nvfs = through nvidia-fs,
+ * posix = cuFile's own compatibility path, p2p = PCI P2PDMA; cuFile may
+ * split one gpufile task into several). Never loads cuFile: a process that
+ * has not needed it reports loaded = 0. Returns 0. */
+GPUFILE_API int gpufile_cufile_info(gpufile_cufile_info_t *out);
+
+/* The name of a cuFile status (5027: "CU_FILE_HANDLE_NOT_REGISTERED").
+ * Never NULL. */
+GPUFILE_API const char *gpufile_cufile_status_name(int status);
+
+/*
+ * Registers device memory [buf, buf+size) with cuFile (cuFileBufRegister,
+ * flags passed through), so that cuFile maps it once rather than per
+ * request; requests into any part of it then name the registered base and
+ * the offset inside it. A no-op returning 0 where cuFile is not used:
+ * compat_mode=on, host memory, or, with compat_mode=auto, when cuFile is
+ * unavailable or could not take an accelerated path. With compat_mode=off
+ * an unavailable cuFile is an error. Returns 0 or an error (GPUFILE_ECUFILE
+ * with the cuFile status in gpufile_errmsg()).
+ */
+GPUFILE_API int gpufile_buf_register(const void *buf, size_t size, int flags);
+
+/* Undoes gpufile_buf_register(buf, ...). Returns 0 (also when buf was not
+ * registered) or GPUFILE_ECUFILE. No request may be using the buffer. */
+GPUFILE_API int gpufile_buf_deregister(const void *buf);
+
+/* ------------------------------------------------------------------ */
+/* cuFile's configuration (cufile_json.c)                              */
+/* ------------------------------------------------------------------ */
+
+/* The cufile.json values gpufile models. Each has gpufile's model of the
+ * cuFile 1.15 default, used when the file or the key is absent. */
+typedef enum gpufile_cufile_key {
+	GPUFILE_CUFILE_PARALLEL_IO = 0,          /* execution.parallel_io */
+	GPUFILE_CUFILE_MAX_IO_THREADS,           /* execution.max_io_threads */
+	GPUFILE_CUFILE_MAX_REQUEST_PARALLELISM,  /* execution.max_request_parallelism */
+	GPUFILE_CUFILE_MIN_IO_THRESHOLD_SIZE_KB, /* execution.min_io_threshold_size_kb */
+	GPUFILE_CUFILE_MAX_IO_QUEUE_DEPTH,       /* execution.max_io_queue_depth */
+	GPUFILE_CUFILE_MAX_DIRECT_IO_SIZE_KB,    /* properties.max_direct_io_size_kb */
+	GPUFILE_CUFILE_MAX_DEVICE_CACHE_SIZE_KB, /* properties.max_device_cache_size_kb */
+	GPUFILE_CUFILE_ALLOW_COMPAT_MODE,        /* properties.allow_compat_mode */
+	GPUFILE_CUFILE_USE_POLL_MODE,            /* properties.use_poll_mode */
+	GPUFILE_CUFILE_POLL_MODE_MAX_SIZE_KB,    /* properties.poll_mode_max_size_kb */
+	GPUFILE_CUFILE_NKEYS
+} gpufile_cufile_key_t;
+
+typedef struct gpufile_cufile_value {
+	const char *key;  /* "execution.parallel_io"; static */
+	int64_t value;    /* booleans are 0 or 1 */
+	int is_bool;
+	int from_file;    /* 1: read from the file; 0: gpufile's default */
+} gpufile_cufile_value_t;
+
+typedef struct gpufile_cufile_config {
+	char path[1024];     /* the file read, or "" when none was */
+	char path_source[64]; /* "CUFILE_ENV_PATH_JSON", "/etc/cufile.json",
+	                       * "argument" or "none" */
+	int parsed;          /* 1 when a file was read and parsed */
+	gpufile_cufile_value_t v[GPUFILE_CUFILE_NKEYS];
+	/* denylist.filesystems, space separated */
+	char denied_filesystems[256];
+} gpufile_cufile_config_t;
+
+/* Fills *out with cuFile's configuration: from path when not NULL, else
+ * from $CUFILE_ENV_PATH_JSON, else /etc/cufile.json; a missing default
+ * file is not an error (every value is then the default). Returns 0;
+ * -errno when the file cannot be read; GPUFILE_ECONFIG when it is not
+ * valid JSON or a value has the wrong type or range (the message names the
+ * file and line, or the key); -ENOTSUP when a file exists but this build
+ * has no JSON parser ("cufile.json parsing not compiled in"). *out holds
+ * the defaults after any failure. */
+GPUFILE_API int gpufile_cufile_config_load(const char *path,
+                                           gpufile_cufile_config_t *out);
+
+/* ------------------------------------------------------------------ */
+/* The plan of one read (plan.c)                                       */
+/* ------------------------------------------------------------------ */
+
+/* How cuFile schedules requests of one size. */
+typedef struct gpufile_plan_entry {
+	uint64_t request_size; /* bytes in one request cuFile receives */
+	uint64_t count;        /* how many such requests */
+	uint64_t parts;        /* scheduling units cuFile cuts one into */
+	uint64_t part_size;    /* bytes per part (the last may be shorter) */
+	uint64_t max_transfer; /* largest single nvidia-fs transfer */
+	uint64_t transfers_per_part;
+	char why[256];         /* which rule decided parts */
+} gpufile_plan_entry_t;
+
+typedef struct gpufile_plan {
+	uint64_t size, offset, task_size, gds_threshold;
+	int registered;         /* planned for a buffer registered with cuFile */
+	uint64_t tasks;         /* requests gpufile makes */
+	uint64_t cufile_requests; /* how many of them reach cuFile */
+	int below_threshold;    /* the whole read is below gds_threshold:
+	                         * every task takes the "small" POSIX path */
+	/* Distinct task sizes, in file order (head, middle, tail). */
+	int ntask_sizes;
+	uint64_t task_sizes[3], task_counts[3];
+	int nentries;
+	gpufile_plan_entry_t entries[3];
+	/* A task size at which cuFile receives the read whole, in one
+	 * request (the smallest such when offset is 0). */
+	uint64_t whole_task_size;
+	unsigned nthreads;         /* gpufile workers issuing requests */
+	uint64_t parts_in_flight;  /* at most, with nthreads requests at once;
+	                            * compare execution.max_io_queue_depth */
+	gpufile_cufile_config_t cufile; /* the configuration planned with */
+	char model_note[256];
+} gpufile_plan_t;
+
+/* Plans a read of size bytes at offset: gpufile's split into tasks of
+ * task_size (0: the task_size setting) and the gds_threshold setting, and
+ * cuFile's schedule of each request under cfg (NULL: loaded as
+ * gpufile_cufile_config_load(NULL)). Pure computation; nothing is read.
+ * Returns 0, GPUFILE_ECONFIG for a bad setting or cufile.json, or -EINVAL. */
+GPUFILE_API int gpufile_explain(uint64_t size, uint64_t offset,
+                                uint64_t task_size, int registered,
+                                const gpufile_cufile_config_t *cfg,
+                                gpufile_plan_t *out);
+
+/* ------------------------------------------------------------------ */
+/* Platform checks (probe.c)                                           */
+/* ------------------------------------------------------------------ */
+
+typedef enum gpufile_check_status {
+	GPUFILE_CHECK_PASS = 0,
+	GPUFILE_CHECK_FAIL = 1,
+	GPUFILE_CHECK_UNKNOWN = 2,
+} gpufile_check_status_t;
+
+/* "pass", "fail" or "unknown". */
+GPUFILE_API const char *gpufile_check_status_name(gpufile_check_status_t s);
+
+typedef struct gpufile_check_item {
+	char name[48];   /* "libcufile", "nvidia-fs", "file.o_direct", ... */
+	gpufile_check_status_t status;
+	char value[256]; /* what was found */
+	char why[512];   /* why this status */
+} gpufile_check_item_t;
+
+/* Runs the platform checks and, when path is not NULL, the checks of that
+ * file and the prediction of each layer's path for a device read of it.
+ * Fills up to max items; returns how many there are (which may exceed
+ * max), or -errno. May load libcufile and open its driver. */
+GPUFILE_API int gpufile_check(const char *path, gpufile_check_item_t *items,
+                              int max);
 
 /* ------------------------------------------------------------------ */
 /* Memory and the CUDA driver                                          */
@@ -320,7 +591,9 @@ GPUFILE_API int gpufile_warmup(void);
 GPUFILE_API size_t gpufile_pinned_bytes_max(void);
 
 /* Stops the worker pool and frees every bounce buffer. Requests must not
- * be in flight. Later requests start them again. Also runs at exit. */
+ * be in flight. Later requests start them again. At process exit nothing
+ * is freed explicitly: the CUDA contexts may already be gone, and the
+ * operating system reclaims the pinned memory. */
 GPUFILE_API void gpufile_release(void);
 
 #ifdef __cplusplus

@@ -14,7 +14,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum kind { KIND_MODE, KIND_SIZE, KIND_COUNT };
+enum kind { KIND_MODE, KIND_SIZE, KIND_COUNT, KIND_STRING };
 
 struct setting {
 	const char *name;
@@ -22,6 +22,7 @@ struct setting {
 	uint64_t min, max;
 	uint64_t (*default_value)(void);
 	const char *help;
+	const char *default_text; /* KIND_STRING */
 
 	/* Guarded by config_lock. */
 	uint64_t value;
@@ -29,6 +30,7 @@ struct setting {
 	char variable[64];
 	int bad;
 	char bad_message[256];
+	char text[512]; /* KIND_STRING: the value */
 };
 
 static uint64_t default_mode_auto(void) { return GPUFILE_COMPAT_AUTO; }
@@ -37,6 +39,20 @@ static uint64_t default_gds_threshold(void) { return 16u << 10; }
 static uint64_t default_bounce_buffer_size(void) { return 4u << 20; }
 static uint64_t default_bounce_buffers(void) { return 2; }
 static uint64_t default_max_inflight(void) { return 4096; }
+
+/* cuFile 1.15 itself ignores CUFILE_STATS_LEVEL (only cufile.json's
+ * profile.cufile_stats counts), but NVIDIA's tutorials set it: honour it
+ * as the default, passed on through cuFileSetStatsLevel. A bad value is
+ * cuFile's variable, not ours: ignored here, reported by gpufile check. */
+static uint64_t default_cufile_stats(void)
+{
+	const char *text = getenv("CUFILE_STATS_LEVEL");
+	uint64_t v;
+
+	if (text && gpufile__parse_count(text, &v) == 0 && v <= 3)
+		return v;
+	return 0;
+}
 
 /* Page-cache reads scale with cores up to memory bandwidth, and cold reads
  * want several requests in flight even on few cores; bench/README.md has
@@ -76,11 +92,18 @@ static struct setting settings[] = {
 	 "O_DIRECT reads: auto (for ranges not in page cache), on, off"),
 	SETTING("max_inflight", KIND_COUNT, 1, 1u << 20, default_max_inflight,
 	 "requests in flight before submitting blocks"),
+	{.name = "cufile_library", .kind = KIND_STRING,
+	 .default_text = "libcufile.so.0",
+	 .help = "the cuFile library dlopen()ed on first need (a name or a path)"},
+	SETTING("cufile_stats", KIND_COUNT, 0, 3, default_cufile_stats,
+	 "cuFile stats level set through cuFileSetStatsLevel (default: CUFILE_STATS_LEVEL, else 0); 3 adds per-GPU nvfs/posix/p2p counts"),
+	SETTING("cufile_accel_only", KIND_MODE, 0, 2, default_mode_auto,
+	 "compat_mode=auto hands files to cuFile only where it can take an accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's compat path"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
 	S_COMPAT, S_TASK, S_THRESH, S_NTHREADS, S_BOUNCE, S_NBOUNCE, S_DIRECT,
-	S_INFLIGHT
+	S_INFLIGHT, S_CUFILE_LIBRARY, S_CUFILE_STATS, S_CUFILE_ACCEL
 };
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -195,6 +218,17 @@ static int parse_value(const struct setting *st, const char *text,
 	int mode;
 
 	switch (st->kind) {
+	case KIND_STRING:
+		*out = 0;
+		rc = 0;
+		if (!*skip_space(text)) {
+			snprintf(msg, msg_len, "%s=\"%s\": empty", origin, text);
+			rc = -EINVAL;
+		} else if (strlen(text) >= sizeof(st->text)) {
+			snprintf(msg, msg_len, "%s: value too long", origin);
+			rc = -ERANGE;
+		}
+		return rc;
 	case KIND_MODE:
 		rc = gpufile__parse_mode(text, &mode);
 		if (rc == 0)
@@ -248,7 +282,9 @@ static void load_one(struct setting *st)
 	static const gpufile_source_t sources[] = {GPUFILE_SOURCE_ENV,
 	                                           GPUFILE_SOURCE_KVIKIO_ENV};
 
-	st->value = st->default_value();
+	st->value = st->default_value ? st->default_value() : 0;
+	if (st->kind == KIND_STRING)
+		snprintf(st->text, sizeof(st->text), "%s", st->default_text);
 	st->source = GPUFILE_SOURCE_DEFAULT;
 	st->variable[0] = '\0';
 	st->bad = 0;
@@ -267,6 +303,8 @@ static void load_one(struct setting *st)
 		if (parse_value(st, text, var, &v, st->bad_message,
 		                sizeof(st->bad_message)))
 			st->bad = 1;
+		else if (st->kind == KIND_STRING)
+			snprintf(st->text, sizeof(st->text), "%s", text);
 		else
 			st->value = v;
 		return;
@@ -320,6 +358,8 @@ int gpufile__settings(struct gpufile__settings *s)
 		               : settings[S_DIRECT].value == 1 ? GPUFILE__DIRECT_ON
 		                                               : GPUFILE__DIRECT_OFF;
 		s->max_inflight = (unsigned)settings[S_INFLIGHT].value;
+		s->cufile_stats = (unsigned)settings[S_CUFILE_STATS].value;
+		s->cufile_accel_only = settings[S_CUFILE_ACCEL].value != 2;
 	}
 	pthread_mutex_unlock(&config_lock);
 	return rc;
@@ -370,7 +410,9 @@ static void format_value(const struct setting *st, char *out, size_t len)
 {
 	static const char *const modes[] = {"auto", "on", "off"};
 
-	if (st->kind == KIND_MODE)
+	if (st->kind == KIND_STRING)
+		snprintf(out, len, "%s", st->text);
+	else if (st->kind == KIND_MODE)
 		snprintf(out, len, "%s", modes[st->value]);
 	else
 		snprintf(out, len, "%llu", (unsigned long long)st->value);
@@ -436,6 +478,16 @@ int gpufile_config_set(const char *name, const char *value)
 		                     st->name);
 	if (parse_value(st, value, st->name, &v, msg, sizeof(msg)))
 		return gpufile__fail_msg(GPUFILE_ECONFIG, msg);
+	if (st->kind == KIND_STRING) {
+		pthread_mutex_lock(&config_lock);
+		ensure_loaded();
+		snprintf(st->text, sizeof(st->text), "%s", value);
+		st->source = GPUFILE_SOURCE_SETTER;
+		st->variable[0] = '\0';
+		st->bad = 0;
+		pthread_mutex_unlock(&config_lock);
+		return 0;
+	}
 	return set_number(st, v);
 }
 
@@ -497,3 +549,21 @@ SIZE_ACCESSORS(task_size, S_TASK, size_t)
 SIZE_ACCESSORS(gds_threshold, S_THRESH, size_t)
 SIZE_ACCESSORS(nthreads, S_NTHREADS, unsigned)
 SIZE_ACCESSORS(bounce_buffer_size, S_BOUNCE, size_t)
+
+int gpufile__config_string(const char *name, char *out, size_t len)
+{
+	struct setting *st = find(name);
+	int rc = 0;
+
+	if (!st || st->kind != KIND_STRING)
+		return gpufile__fail(-ENOENT, "no string setting \"%s\"",
+		                     name ? name : "(null)");
+	pthread_mutex_lock(&config_lock);
+	ensure_loaded();
+	if (st->bad)
+		rc = gpufile__fail_msg(GPUFILE_ECONFIG, st->bad_message);
+	else
+		snprintf(out, len, "%s", st->text);
+	pthread_mutex_unlock(&config_lock);
+	return rc;
+}

@@ -10,6 +10,7 @@
 #include "cuda_shim.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -113,9 +114,19 @@ const struct gpufile__cuda *gpufile__cuda(void)
 	return t;
 }
 
+static _Atomic unsigned long long adds_at_last_miss = ~0ull;
+
+static int count_loads(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	*(unsigned long long *)data = info->dlpi_adds;
+	return 1; /* the first object carries the process-wide count */
+}
+
 const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 {
 	const struct gpufile__cuda *t = atomic_load(&override);
+	unsigned long long adds;
 	void *lib;
 
 	if (t)
@@ -124,10 +135,21 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 	if (t)
 		return t;
 	/* Some library of this process (the CUDA runtime, CuPy, PyTorch)
-	 * may have loaded the driver since we last looked. */
-	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (!lib)
+	 * may have loaded the driver since we last looked. dlopen with
+	 * RTLD_NOLOAD still searches the library path (four failed openat
+	 * calls, ~15 us), so ask only when the loader's count of loaded
+	 * objects has moved since the last miss. */
+	adds = 0;
+	dl_iterate_phdr(count_loads, &adds);
+	if (adds == atomic_load_explicit(&adds_at_last_miss,
+	                                 memory_order_relaxed))
 		return NULL;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!lib) {
+		atomic_store_explicit(&adds_at_last_miss, adds,
+		                      memory_order_relaxed);
+		return NULL;
+	}
 	dlclose(lib);
 	return gpufile__cuda();
 }

@@ -40,6 +40,8 @@ struct gpufile__settings {
 	unsigned bounce_buffers;     /* per worker, >= 2 */
 	int direct_io;               /* GPUFILE__DIRECT_* */
 	unsigned max_inflight;       /* requests in flight before submit blocks */
+	unsigned cufile_stats;       /* cuFile stats level to request, 0-3 */
+	int cufile_accel_only;       /* auto: cuFile only where accelerated */
 };
 
 enum { GPUFILE__DIRECT_OFF = 0, GPUFILE__DIRECT_ON = 1, GPUFILE__DIRECT_AUTO = 2 };
@@ -52,6 +54,9 @@ int gpufile__settings(struct gpufile__settings *s);
 int gpufile__parse_size(const char *text, uint64_t *out);
 int gpufile__parse_mode(const char *text, int *out); /* 0 auto, 1 on, 2 off */
 int gpufile__parse_count(const char *text, uint64_t *out);
+/* Copies the value of string setting name (e.g. "cufile_library") into
+ * out (len bytes). Returns 0, -ENOENT or GPUFILE_ECONFIG. */
+int gpufile__config_string(const char *name, char *out, size_t len);
 
 /* ---- system calls (sys.c) ---- */
 
@@ -106,7 +111,27 @@ struct gpufile {
 	char *path;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
-	pthread_mutex_t lock;    /* guards direct_reason after open */
+	pthread_mutex_t lock;    /* guards direct_reason and the map fields */
+	/* A read-only mapping of the file as long as it was when first
+	 * needed, used only to ask mincore() what the page cache holds. */
+	void *map;
+	size_t map_len;
+	int map_tried;
+	/* cuFile state, decided under lock at the first device request at
+	 * or above gds_threshold that compat_mode lets reach cuFile (or by
+	 * gpufile_path_info): registered, or why not (file.c). */
+	int cufile_state;        /* GPUFILE__CUFILE_* */
+	void *cufile_handle;     /* CUfileHandle_t when registered */
+	int cufile_fd;           /* the O_DIRECT descriptor registered, or -1 */
+	int cufile_fd_owned;     /* cufile_fd is not direct_fd: close it */
+	int cufile_error;        /* gpufile error a compat_mode=off request gets */
+	int cufile_status;       /* cuFile status of the failure, or 0 */
+	char cufile_reason[320]; /* why cuFile is not used, or "" */
+};
+enum {
+	GPUFILE__CUFILE_UNDECIDED = 0,
+	GPUFILE__CUFILE_REGISTERED = 1,
+	GPUFILE__CUFILE_UNAVAILABLE = 2,
 };
 
 /* ---- plain I/O loops (posix_io.c) ---- */
@@ -115,6 +140,12 @@ struct gpufile {
  * retrying EINTR/EAGAIN and continuing after short reads. Returns the
  * bytes read (fewer than len only at end-of-file) or -errno. */
 ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off);
+/* One O_DIRECT read loop over an aligned range into aligned buf; stops at
+ * end-of-file. Returns the bytes read or -errno. */
+ssize_t gpufile__direct_pread(int fd, char *buf, size_t len, int64_t off);
+/* O_DIRECT failed with EINVAL at I/O time (off): use the page cache for
+ * h from now on, and record why. */
+void gpufile__refuse_direct(struct gpufile *h, int64_t off);
 /* Writes len bytes; returns len or -errno (never a short count). */
 ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off);
 
@@ -125,6 +156,12 @@ ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off);
 ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
                            size_t len, int64_t off, char *scratch,
                            size_t scratch_len);
+/* 1 when every page of [off, off+len) is in the page cache (or when that
+ * cannot be known), 0 when some page must come from storage. Starts no
+ * I/O: a RWF_NOWAIT read would start readahead for what it misses, and a
+ * following O_DIRECT read of the same range would then read it twice. */
+int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
+
 /* Writes [off, off+len) from host memory buf; O_DIRECT for the aligned
  * middle when direct_mode is ON. Returns len or -errno. */
 ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
@@ -139,7 +176,6 @@ char *gpufile__thread_scratch(void);
 /* ---- worker pool and requests (pool.c) ---- */
 
 struct gpufile__request;
-struct gpufile__worker; /* a thread's resources for device tasks */
 
 /* Moves one task: len bytes at file offset off, buf pointing at the task's
  * place in the caller's buffer. Returns bytes moved (fewer than len only at
@@ -161,6 +197,8 @@ struct gpufile__request {
 	uint64_t ntasks;
 	int device;              /* CUDA ordinal of buf for device paths */
 	void *cuda_ctx;          /* context that owns buf */
+	void *cufile_handle;     /* the cufile path: h's registered handle */
+	char *cufile_base;       /* registered buffer holding buf, or buf */
 
 	/* Guarded by the pool lock. */
 	uint64_t next_task;      /* next task to claim */
@@ -195,8 +233,17 @@ void gpufile__request_run_inline(struct gpufile__request *r);
 ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms);
 void gpufile__request_destroy(struct gpufile__request *r);
 
-/* The worker running the current task (NULL in a caller's thread). */
-struct gpufile__worker *gpufile__current_worker(void);
+/* 1 in a pool worker thread. */
+int gpufile__in_worker(void);
+
+/* Returned by a task function that will end the task itself, later, with
+ * gpufile__task_end() (a pool worker's staged read whose last copy to the
+ * GPU is still running: the worker overlaps it with its next task). */
+#define GPUFILE__TASK_DEFERRED ((ssize_t)INT64_MIN)
+/* Ends one task of r: n bytes moved or an error (msg may be NULL or "").
+ * Completes r when it was the last task. */
+void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
+                       ssize_t n, const char *msg);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
@@ -212,6 +259,9 @@ int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
                              size_t len, int64_t off, char *msg,
                              size_t msg_len);
+/* Waits for the copies this worker thread left running, ends their tasks
+ * and gives its bounce buffers back (staging.c). */
+void gpufile__staging_flush(void);
 /* Frees every pinned bounce buffer (staging.c). */
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);

@@ -45,12 +45,11 @@ static struct {
 	.exited = PTHREAD_COND_INITIALIZER,
 };
 
-static _Thread_local struct gpufile__worker *current_worker;
 static _Thread_local int is_worker;
 
-struct gpufile__worker *gpufile__current_worker(void)
+int gpufile__in_worker(void)
 {
-	return current_worker;
+	return is_worker;
 }
 
 void gpufile__request_init(struct gpufile__request *r)
@@ -147,44 +146,56 @@ static void complete(struct gpufile__request *r)
 	pthread_mutex_unlock(&r->lock);
 }
 
+void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
+                       ssize_t n, const char *msg)
+{
+	if (n < 0) {
+		record_error(r, off, len, n, msg);
+	} else {
+		atomic_fetch_add_explicit(&r->bytes, (uint64_t)n,
+		                          memory_order_relaxed);
+		if ((size_t)n < len) {
+			int64_t eof = off + n;
+			int64_t cur = atomic_load(&r->eof_at);
+			while (eof < cur &&
+			       !atomic_compare_exchange_weak(&r->eof_at, &cur, eof))
+				;
+		}
+	}
+	/* Once tasks_ended moves, another thread may complete r and its
+	 * owner free it: read ntasks first. */
+	const uint64_t ntasks = r->ntasks;
+
+	if (atomic_fetch_add(&r->tasks_ended, 1) + 1 == ntasks)
+		complete(r);
+}
+
 static void run_task(struct gpufile__request *r, uint64_t index)
 {
 	const size_t ts = r->cfg.task_size;
 	const int64_t base = r->offset - (int64_t)((uint64_t)r->offset % ts);
 	const int64_t end = r->offset + (int64_t)r->size;
 	int64_t toff = base + (int64_t)(index * ts);
-	int64_t tend = toff + (int64_t)ts;
+	/* Not toff + ts: that overflows for a request ending near INT64_MAX. */
+	int64_t tend = end - toff > (int64_t)ts ? toff + (int64_t)ts : end;
+	char msg[512];
+	ssize_t n = 0;
 
 	if (toff < r->offset)
 		toff = r->offset;
 	if (tend > end)
 		tend = end;
-
+	msg[0] = '\0';
 	if (!atomic_load_explicit(&r->failed, memory_order_relaxed)) {
-		char msg[512];
-		size_t tlen = (size_t)(tend - toff);
-		ssize_t n;
-
-		msg[0] = '\0';
-		n = r->run(r, r->buf + (toff - r->offset), tlen, toff, msg,
-		           sizeof(msg));
-		if (n < 0) {
-			record_error(r, toff, tlen, n, msg);
-		} else {
-			atomic_fetch_add_explicit(&r->bytes, (uint64_t)n,
-			                          memory_order_relaxed);
-			if ((size_t)n < tlen) {
-				int64_t eof = toff + n;
-				int64_t cur = atomic_load(&r->eof_at);
-				while (eof < cur &&
-				       !atomic_compare_exchange_weak(&r->eof_at,
-				                                     &cur, eof))
-					;
-			}
-		}
+		n = r->run(r, r->buf + (toff - r->offset), (size_t)(tend - toff),
+		           toff, msg, sizeof(msg));
+		if (n == GPUFILE__TASK_DEFERRED)
+			return; /* the task function ends it later */
+	} else {
+		n = 0; /* skipped: the request has already failed */
+		toff = tend = end;
 	}
-	if (atomic_fetch_add(&r->tasks_ended, 1) + 1 == r->ntasks)
-		complete(r);
+	gpufile__task_end(r, toff, (size_t)(tend - toff), n, msg);
 }
 
 /* Caller holds pool.lock. Claims the next task of r; returns its index. */
@@ -205,6 +216,13 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct gpufile__request *r;
 
+		if (!pool.head) {
+			/* Nothing queued: end the tasks whose last copy this
+			 * worker left running before going to sleep. */
+			pthread_mutex_unlock(&pool.lock);
+			gpufile__staging_flush();
+			pthread_mutex_lock(&pool.lock);
+		}
 		while (!pool.head && pool.nworkers <= pool.target)
 			pthread_cond_wait(&pool.work, &pool.lock);
 		if (pool.nworkers > pool.target)
@@ -225,6 +243,9 @@ static void *worker_main(void *arg)
 		}
 		pthread_mutex_lock(&pool.lock);
 	}
+	pthread_mutex_unlock(&pool.lock);
+	gpufile__staging_flush();
+	pthread_mutex_lock(&pool.lock);
 	pool.nworkers--;
 	pthread_cond_broadcast(&pool.exited);
 	pthread_mutex_unlock(&pool.lock);

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EAGAIN_RETRIES 1000
 
@@ -72,7 +74,7 @@ ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off)
 /* One aligned O_DIRECT read loop: a count that is not a multiple of the
  * alignment can only happen at end-of-file, where a further read at the
  * unaligned offset would fail with EINVAL rather than return 0. */
-static ssize_t direct_pread(int fd, char *buf, size_t len, int64_t off)
+ssize_t gpufile__direct_pread(int fd, char *buf, size_t len, int64_t off)
 {
 	size_t done = 0;
 	int again = 0;
@@ -109,7 +111,7 @@ static uint64_t align_up(uint64_t v)
 
 /* O_DIRECT failed with EINVAL after open succeeded (some FUSE and network
  * file systems): use the page cache for this handle from now on. */
-static void refuse_direct(struct gpufile *h, int64_t off)
+void gpufile__refuse_direct(struct gpufile *h, int64_t off)
 {
 	if (atomic_exchange(&h->direct_refused, 1))
 		return;
@@ -133,13 +135,28 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 
 	while (pos < end) {
 		char *dst = buf + (pos - off);
+		size_t n = 0;
 		ssize_t got;
 
 		if (is_aligned((uint64_t)pos) && is_aligned((uintptr_t)dst) &&
 		    end - pos >= (int64_t)GPUFILE_ALIGN) {
-			size_t n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
+			struct stat st;
 
-			got = direct_pread(h->direct_fd, dst, n, pos);
+			n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
+			/* O_DIRECT moves whole blocks: a read of the block that
+			 * holds end-of-file zero-fills the rest of that block in
+			 * dst (ext4 does), beyond the count it returns, where the
+			 * caller's bytes must stay as they were. That block goes
+			 * through scratch instead. */
+			if (gpufile__sys.fstat(h->direct_fd, &st) == 0 &&
+			    pos + (int64_t)n > (int64_t)st.st_size) {
+				int64_t whole = (int64_t)st.st_size &
+				                ~(int64_t)(GPUFILE_ALIGN - 1);
+				n = whole > pos ? (size_t)(whole - pos) : 0;
+			}
+		}
+		if (n) {
+			got = gpufile__direct_pread(h->direct_fd, dst, n, pos);
 			if (got == -EINVAL)
 				goto buffered;
 			if (got < 0)
@@ -160,7 +177,7 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 			if ((((uintptr_t)dst - (uint64_t)pos) & (GPUFILE_ALIGN - 1)) == 0 &&
 			    wl > GPUFILE_ALIGN)
 				wl = GPUFILE_ALIGN;
-			got = direct_pread(h->direct_fd, scratch, wl, ws);
+			got = gpufile__direct_pread(h->direct_fd, scratch, wl, ws);
 			if (got == -EINVAL)
 				goto buffered;
 			if (got < 0)
@@ -179,7 +196,7 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 	return pos - off;
 
 buffered:
-	refuse_direct(h, pos);
+	gpufile__refuse_direct(h, pos);
 	{
 		ssize_t rest = gpufile__pread_full(h->fd, buf + (pos - off),
 		                                   (size_t)(end - pos), pos);
@@ -187,54 +204,61 @@ buffered:
 	}
 }
 
+int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	unsigned char vec[1024];
+	uint64_t start, stop;
+	char *map;
+
+	pthread_mutex_lock(&h->lock);
+	if (!h->map_tried) {
+		struct stat st;
+		h->map_tried = 1;
+		if (gpufile__sys.fstat(h->fd, &st) == 0 && st.st_size > 0) {
+			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
+			               MAP_SHARED, h->fd, 0);
+			if (m != MAP_FAILED) {
+				h->map = m;
+				h->map_len = (size_t)st.st_size;
+			}
+		}
+	}
+	map = h->map;
+	pthread_mutex_unlock(&h->lock);
+	/* Past the mapping (the file grew since): assume cached, so the
+	 * read goes through the page cache, which is always correct. */
+	if (!map || (uint64_t)off + len > h->map_len)
+		return 1;
+	start = (uint64_t)off & ~(uint64_t)(page - 1);
+	stop = (uint64_t)off + len;
+	while (start < stop) {
+		size_t pages = (size_t)((stop - start + page - 1) / page);
+		if (pages > sizeof(vec))
+			pages = sizeof(vec);
+		if (mincore(map + start, pages * page, vec))
+			return 1;
+		for (size_t i = 0; i < pages; i++)
+			if (!(vec[i] & 1))
+				return 0;
+		start += pages * page;
+	}
+	return 1;
+}
+
 ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
                            size_t len, int64_t off, char *scratch,
                            size_t scratch_len)
 {
-	size_t done = 0;
-
 	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
 	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
 	    !scratch)
 		return gpufile__pread_full(h->fd, buf, len, off);
 
-	if (direct_mode == GPUFILE__DIRECT_AUTO) {
-		/* Take what the page cache holds without blocking; the rest is
-		 * cold and goes through O_DIRECT. */
-		while (done < len) {
-			struct iovec iov = {buf + done, len - done};
-			ssize_t n = gpufile__sys.preadv2(h->fd, &iov, 1,
-			                                 (off_t)(off + done),
-			                                 RWF_NOWAIT);
-			if (n > 0) {
-				done += (size_t)n;
-			} else if (n == 0) {
-				return (ssize_t)done;
-			} else if (errno == EINTR) {
-				continue;
-			} else if (errno == EAGAIN) {
-				break;
-			} else if (errno == EOPNOTSUPP || errno == EINVAL ||
-			           errno == ENOSYS) {
-				/* No RWF_NOWAIT here: nothing tells cold from
-				 * warm, so stay with the page cache. */
-				ssize_t rest = gpufile__pread_full(
-					h->fd, buf + done, len - done,
-					off + (int64_t)done);
-				return rest < 0 ? rest : (ssize_t)done + rest;
-			} else {
-				return -errno;
-			}
-		}
-		if (done == len)
-			return (ssize_t)done;
-	}
-	{
-		ssize_t rest = direct_range(h, buf + done, len - done,
-		                            off + (int64_t)done, scratch,
-		                            scratch_len);
-		return rest < 0 ? rest : (ssize_t)done + rest;
-	}
+	if (direct_mode == GPUFILE__DIRECT_AUTO &&
+	    gpufile__range_cached(h, off, len))
+		return gpufile__pread_full(h->fd, buf, len, off);
+	return direct_range(h, buf, len, off, scratch, scratch_len);
 }
 
 ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
@@ -272,7 +296,7 @@ ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
 		}
 		rc = gpufile__pwrite_full(h->direct_fd, src, n, pos);
 		if (rc == -EINVAL) {
-			refuse_direct(h, pos);
+			gpufile__refuse_direct(h, pos);
 			rc = gpufile__pwrite_full(h->fd, buf + (pos - off),
 			                          (size_t)(mid_end - pos), pos);
 			if (rc < 0)

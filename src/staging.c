@@ -21,6 +21,9 @@
 #include "cuda_shim.h"
 
 #include <errno.h>
+#ifdef GPUFILE_HAVE_LIBURING
+#include <liburing.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,21 @@ struct stager {
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
+	unsigned next_buf;        /* rotates across tasks */
+	/* A worker's task whose last copy to the GPU may still run; it ends
+	 * once that copy has (see settle_deferred). */
+	struct {
+		struct gpufile__request *r;
+		int64_t off;
+		size_t len;
+		ssize_t n;
+		unsigned buf;
+		int active;
+	} deferred;
+#ifdef GPUFILE_HAVE_LIBURING
+	struct io_uring ring;     /* cold reads, one per buffer in flight */
+	int ring_ok;
+#endif
 };
 
 static struct {
@@ -47,6 +65,8 @@ static struct {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.freed = PTHREAD_COND_INITIALIZER,
 };
+
+static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
 
 static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 {
@@ -61,12 +81,18 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 		s->event[i] = NULL;
 		s->pending[i] = 0;
 	}
+#ifdef GPUFILE_HAVE_LIBURING
+	if (s->ring_ok)
+		io_uring_queue_exit(&s->ring);
+	s->ring_ok = 0;
+#endif
 	if (s->stream)
 		t->cuStreamDestroy(s->stream);
 	s->stream = NULL;
 	s->ctx = NULL;
 	s->nbufs = 0;
 	s->buf_size = 0;
+	s->next_buf = 0;
 }
 
 /* Gives s buffers, events and a stream in context ctx, matching the
@@ -80,6 +106,10 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 	if (s->ctx == ctx && s->nbufs == cfg->bounce_buffers &&
 	    s->buf_size == cfg->bounce_buffer_size)
 		return 0;
+	if (s->stream) {
+		t->cuStreamSynchronize(s->stream);
+		settle_deferred(t, s);
+	}
 	stager_free_buffers(t, s);
 	rc = t->cuCtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS)
@@ -113,14 +143,29 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 		}
 	}
 	s->buf_size = cfg->bounce_buffer_size;
+#ifdef GPUFILE_HAVE_LIBURING
+	/* Without a ring (old kernel, seccomp) cold reads use the
+	 * synchronous loop: one request in flight per worker. */
+	s->ring_ok = io_uring_queue_init(cfg->bounce_buffers, &s->ring, 0) == 0;
+#endif
 	return 0;
 }
 
-static struct stager *stager_acquire(unsigned limit)
+/* Takes an idle stager, or makes one while fewer than limit exist. Idle
+ * stagers beyond limit (nthreads was lowered) are freed on the way. */
+static struct stager *stager_acquire(const struct gpufile__cuda *t,
+                                     unsigned limit)
 {
-	struct stager *s;
+	struct stager *s, *surplus = NULL;
 
 	pthread_mutex_lock(&stagers.lock);
+	while (stagers.count > limit && stagers.free_list) {
+		s = stagers.free_list;
+		stagers.free_list = s->next;
+		s->next = surplus;
+		surplus = s;
+		stagers.count--;
+	}
 	while (!stagers.free_list && stagers.count >= limit)
 		pthread_cond_wait(&stagers.freed, &stagers.lock);
 	s = stagers.free_list;
@@ -132,16 +177,42 @@ static struct stager *stager_acquire(unsigned limit)
 			stagers.count++;
 	}
 	pthread_mutex_unlock(&stagers.lock);
+	while (surplus) {
+		struct stager *x = surplus;
+		surplus = x->next;
+		stager_free_buffers(t, x);
+		free(x);
+	}
 	return s;
 }
 
-static void stager_return(struct stager *s)
+/* Keeps s for reuse, unless there are more stagers than nthreads or its
+ * buffers no longer match the settings (the settings changed): then its
+ * pinned memory goes, so that what is held stays within
+ * gpufile_pinned_bytes_max(). */
+static void stager_return(const struct gpufile__cuda *t, struct stager *s)
 {
+	struct gpufile__settings cfg;
+	int keep = gpufile__settings(&cfg) == 0;
+
 	pthread_mutex_lock(&stagers.lock);
-	s->next = stagers.free_list;
-	stagers.free_list = s;
+	if (keep && (stagers.count > cfg.nthreads ||
+	             (s->nbufs && (s->nbufs != cfg.bounce_buffers ||
+	                           s->buf_size != cfg.bounce_buffer_size))))
+		keep = 0;
+	if (keep) {
+		s->next = stagers.free_list;
+		stagers.free_list = s;
+	} else {
+		stagers.count--;
+	}
 	pthread_cond_signal(&stagers.freed);
 	pthread_mutex_unlock(&stagers.lock);
+	if (!keep) {
+		if (t)
+			stager_free_buffers(t, s);
+		free(s);
+	}
 }
 
 /* Waits for the copy that last used buffer i. */
@@ -160,34 +231,243 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
 	return 0;
 }
 
+/* Waits for the deferred task's last copy and ends that task. */
+static void settle_deferred(const struct gpufile__cuda *t, struct stager *s)
+{
+	struct gpufile__request *r = s->deferred.r;
+	ssize_t n = s->deferred.n;
+	char msg[256] = "";
+	CUresult rc;
+
+	if (!s->deferred.active)
+		return;
+	s->deferred.active = 0;
+	rc = t->cuEventSynchronize(s->event[s->deferred.buf]);
+	s->pending[s->deferred.buf] = 0;
+	if (rc != CUDA_SUCCESS)
+		n = gpufile__cuda_fail(rc, msg, sizeof(msg),
+		                       "finishing copies of %s to the GPU",
+		                       r->h->path);
+	gpufile__task_end(r, s->deferred.off, s->deferred.len, n, msg);
+}
+
 /* After an error: no copy of ours may still touch the caller's buffer. */
 static void drain(const struct gpufile__cuda *t, struct stager *s)
 {
 	t->cuStreamSynchronize(s->stream);
+	settle_deferred(t, s);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		s->pending[i] = 0;
 }
 
+static int wait_all(const struct gpufile__cuda *t, struct stager *s,
+                    char *msg, size_t msg_len)
+{
+	int err = 0;
+
+	settle_deferred(t, s);
+	for (unsigned i = 0; i < s->nbufs && !err; i++)
+		err = wait_buffer(t, s, i, msg, msg_len);
+	return err;
+}
+
 static int64_t chunk_end(int64_t pos, int64_t end, size_t chunk)
 {
-	int64_t next = pos - (int64_t)((uint64_t)pos % chunk) + (int64_t)chunk;
+	const int64_t start = pos - (int64_t)((uint64_t)pos % chunk);
+	/* Compared before adding: start + chunk may overflow near INT64_MAX. */
+	int64_t next = end - start > (int64_t)chunk ? start + (int64_t)chunk : end;
 
 	return next < end ? next : end;
 }
 
-static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
-                           struct gpufile__request *r, CUdeviceptr dst,
-                           size_t len, int64_t off, char *scratch, char *msg,
-                           size_t msg_len)
+#ifdef GPUFILE_HAVE_LIBURING
+/*
+ * Cold ranges: every buffer of the stager has an O_DIRECT read in flight
+ * through io_uring, so nthreads workers keep nthreads * bounce_buffers
+ * reads queued at the device. Chunks are consumed in file order; a buffer
+ * gets its next read once the copy of its previous chunk to the GPU ended.
+ */
+struct cold_chunk {
+	int64_t pos, end, ws; /* data range, and where the aligned read starts */
+	size_t wl;            /* aligned read length */
+	int done;
+	int res;
+};
+
+static int uring_submit(struct stager *s, struct gpufile__request *r,
+                        struct cold_chunk *c, unsigned b, int64_t pos,
+                        int64_t end)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+
+	if (!sqe)
+		return -EBUSY;
+	c->pos = pos;
+	c->end = chunk_end(pos, end, s->buf_size);
+	c->ws = pos & ~(int64_t)(GPUFILE_ALIGN - 1);
+	c->wl = (size_t)((((uint64_t)c->end + GPUFILE_ALIGN - 1) &
+	                  ~(uint64_t)(GPUFILE_ALIGN - 1)) -
+	                 (uint64_t)c->ws);
+	c->done = 0;
+	io_uring_prep_read(sqe, r->h->direct_fd, s->buf[b], (unsigned)c->wl,
+	                   (uint64_t)c->ws);
+	io_uring_sqe_set_data64(sqe, b);
+	return io_uring_submit(&s->ring) == 1 ? 0 : -EIO;
+}
+
+/* Waits until chunk b's read completed, recording others on the way. */
+static int uring_wait(struct stager *s, struct cold_chunk *chunks, unsigned b)
+{
+	while (!chunks[b].done) {
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe(&s->ring, &cqe);
+		if (rc == -EINTR)
+			continue;
+		if (rc < 0)
+			return rc;
+		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+		chunks[i].res = cqe->res;
+		chunks[i].done = 1;
+		io_uring_cqe_seen(&s->ring, cqe);
+	}
+	return 0;
+}
+
+static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
+                                struct gpufile__request *r, CUdeviceptr dst,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len, int64_t *stopped_at)
+{
+	const int64_t end = off + (int64_t)len;
+	struct cold_chunk chunks[MAX_BUFFERS];
+	unsigned inflight = 0, k_next = 0, k;
+	int64_t next = off, done = off;
+	int err = 0;
+	CUresult rc;
+
+	memset(chunks, 0, sizeof(chunks));
+	/* The reads below land in every buffer: no earlier copy may still
+	 * be reading one. */
+	err = wait_all(t, s, msg, msg_len);
+	if (err)
+		return err;
+	while (k_next < s->nbufs && next < end) {
+		err = uring_submit(s, r, &chunks[k_next], k_next, next, end);
+		if (err)
+			goto fail;
+		next = chunks[k_next].end;
+		k_next++;
+		inflight++;
+	}
+	for (k = 0; k < k_next; k++) {
+		const unsigned b = k % s->nbufs;
+		struct cold_chunk *c = &chunks[b];
+		size_t skip, want, valid;
+		ssize_t got;
+
+		err = uring_wait(s, chunks, b);
+		inflight--;
+		if (err)
+			goto fail;
+		got = c->res;
+		if (got == -EINVAL) {
+			/* O_DIRECT refused at I/O time: the caller continues
+			 * from here through the page cache. */
+			gpufile__refuse_direct(r->h, c->pos);
+			err = -EINVAL;
+			goto fail;
+		}
+		if (got < 0) {
+			err = (int)got;
+			goto fail;
+		}
+		if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 && got > 0) {
+			/* A short read that is not end-of-file: finish it. */
+			ssize_t more = gpufile__direct_pread(
+				r->h->direct_fd, s->buf[b] + got, c->wl - (size_t)got,
+				c->ws + got);
+			if (more < 0) {
+				err = (int)more;
+				goto fail;
+			}
+			got += more;
+		}
+		skip = (size_t)(c->pos - c->ws);
+		want = (size_t)(c->end - c->pos);
+		valid = (size_t)got > skip ? (size_t)got - skip : 0;
+		if (valid > want)
+			valid = want;
+		if (valid) {
+			rc = t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(c->pos - off),
+			                          s->buf[b] + skip, valid, s->stream);
+			if (rc == CUDA_SUCCESS)
+				rc = t->cuEventRecord(s->event[b], s->stream);
+			if (rc != CUDA_SUCCESS) {
+				err = gpufile__cuda_fail(
+					rc, msg, msg_len,
+					"copying %zu bytes of %s at offset %lld to "
+					"device memory",
+					valid, r->h->path, (long long)c->pos);
+				goto fail;
+			}
+			s->pending[b] = 1;
+		}
+		done = c->pos + (int64_t)valid;
+		if (valid < want)
+			break; /* end of file */
+		if (next < end) {
+			err = wait_buffer(t, s, b, msg, msg_len);
+			if (!err)
+				err = uring_submit(s, r, c, b, next, end);
+			if (err)
+				goto fail;
+			next = c->end;
+			k_next++;
+			inflight++;
+		}
+	}
+fail:
+	/* Reads still in flight target our buffers: let them end. */
+	while (inflight > 0) {
+		struct io_uring_cqe *cqe;
+		int wrc = io_uring_wait_cqe(&s->ring, &cqe);
+		if (wrc == -EINTR)
+			continue;
+		if (wrc < 0)
+			break;
+		io_uring_cqe_seen(&s->ring, cqe);
+		inflight--;
+	}
+	rc = t->cuStreamSynchronize(s->stream);
+	for (unsigned i = 0; i < s->nbufs; i++)
+		s->pending[i] = 0;
+	*stopped_at = done;
+	if (err)
+		return err;
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, msg, msg_len,
+		                          "finishing copies of %s to the GPU",
+		                          r->h->path);
+	return done - off;
+}
+#endif
+
+/* may_defer: a pool worker leaves the last copy running and returns
+ * GPUFILE__TASK_DEFERRED; the copy then overlaps the file read of its next
+ * task, which ends this one (settle_deferred) before its own first copy. */
+static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
+                                struct gpufile__request *r, CUdeviceptr dst,
+                                size_t len, int64_t off, char *scratch,
+                                char *msg, size_t msg_len, int may_defer)
 {
 	const int64_t end = off + (int64_t)len;
 	int64_t pos = off;
-	unsigned k = 0;
+	unsigned b = 0;
 	CUresult rc;
 	int err;
 
 	while (pos < end) {
-		const unsigned b = k++ % s->nbufs;
+		b = s->next_buf++ % s->nbufs;
 		const int64_t cend = chunk_end(pos, end, s->buf_size);
 		/* Keep the bounce position congruent with the file offset so
 		 * that O_DIRECT reads land in it without a copy. */
@@ -205,6 +485,8 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 			err = (int)n;
 			goto fail;
 		}
+		/* The previous task's last copy ran while we read. */
+		settle_deferred(t, s);
 		if (n > 0) {
 			rc = t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(pos - off),
 			                          bounce, (size_t)n, s->stream);
@@ -225,6 +507,15 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 		if ((size_t)n < want)
 			break; /* end of file */
 	}
+	if (may_defer && s->pending[b]) {
+		s->deferred.r = r;
+		s->deferred.off = off;
+		s->deferred.len = len;
+		s->deferred.n = pos - off;
+		s->deferred.buf = b;
+		s->deferred.active = 1;
+		return GPUFILE__TASK_DEFERRED;
+	}
 	rc = t->cuStreamSynchronize(s->stream);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		s->pending[i] = 0;
@@ -238,6 +529,36 @@ fail:
 	return err;
 }
 
+static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
+                           struct gpufile__request *r, CUdeviceptr dst,
+                           size_t len, int64_t off, char *scratch, char *msg,
+                           size_t msg_len)
+{
+#ifdef GPUFILE_HAVE_LIBURING
+	struct gpufile *h = r->h;
+
+	if (s->ring_ok && h->direct_fd >= 0 &&
+	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
+	    (r->cfg.direct_io == GPUFILE__DIRECT_ON ||
+	     (r->cfg.direct_io == GPUFILE__DIRECT_AUTO &&
+	      !gpufile__range_cached(h, off, len)))) {
+		int64_t stopped = off;
+		ssize_t n = staged_read_cold(t, s, r, dst, len, off, msg,
+		                             msg_len, &stopped);
+		if (n != -EINVAL)
+			return n;
+		/* Continue where O_DIRECT was refused, through the cache. */
+		msg[0] = '\0';
+		n = staged_read_warm(t, s, r, dst + (CUdeviceptr)(stopped - off),
+		                     len - (size_t)(stopped - off), stopped,
+		                     scratch, msg, msg_len, 0);
+		return n < 0 ? n : (stopped - off) + n;
+	}
+#endif
+	return staged_read_warm(t, s, r, dst, len, off, scratch, msg, msg_len,
+	                        gpufile__in_worker());
+}
+
 static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
                             struct gpufile__request *r, CUdeviceptr src,
                             size_t len, int64_t off, char *scratch, char *msg,
@@ -248,8 +569,10 @@ static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
 	int64_t pos = off;   /* next chunk to write to the file */
 	unsigned k_fetch = 0, k_write = 0;
 	CUresult rc;
-	int err;
+	int err = wait_all(t, s, msg, msg_len);
 
+	if (err)
+		return err;
 	while (pos < end) {
 		/* Keep up to nbufs copies from the GPU ahead of the writes. */
 		while (fetch < end && k_fetch - k_write < s->nbufs) {
@@ -298,19 +621,36 @@ fail:
 	return err;
 }
 
+/* The stager a pool worker keeps between its tasks (see settle_deferred);
+ * given back by gpufile__staging_flush() before the worker sleeps. */
+static _Thread_local struct stager *held;
+
+static void put_back(const struct gpufile__cuda *t, struct stager *s)
+{
+	if (gpufile__in_worker()) {
+		held = s;
+		return;
+	}
+	settle_deferred(t, s);
+	stager_return(t, s);
+}
+
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
                              size_t len, int64_t off, char *msg,
                              size_t msg_len)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
-	struct stager *s;
+	struct stager *s = held;
 	char *scratch = gpufile__thread_scratch();
 	ssize_t n;
+	CUresult rc;
 	int err;
 
 	if (!t)
 		return gpufile__fail(GPUFILE_ENOCUDA, "CUDA driver not loaded");
-	s = stager_acquire(r->cfg.nthreads);
+	held = NULL;
+	if (!s)
+		s = stager_acquire(t, r->cfg.nthreads);
 	if (!s) {
 		snprintf(msg, msg_len, "out of memory for a bounce-buffer set");
 		return -ENOMEM;
@@ -318,13 +658,13 @@ ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
 	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, &r->cfg, msg,
 	                     msg_len);
 	if (err) {
-		stager_return(s);
+		put_back(t, s);
 		return err;
 	}
-	if (t->cuCtxSetCurrent((CUcontext)r->cuda_ctx) != CUDA_SUCCESS) {
-		stager_return(s);
-		return gpufile__cuda_fail(CUDA_ERROR_INVALID_VALUE, msg,
-		                          msg_len, "cuCtxSetCurrent");
+	rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
+	if (rc != CUDA_SUCCESS) {
+		put_back(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
 	}
 	if (r->is_write)
 		n = staged_write(t, s, r, (CUdeviceptr)(uintptr_t)buf, len, off,
@@ -332,8 +672,22 @@ ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
 	else
 		n = staged_read(t, s, r, (CUdeviceptr)(uintptr_t)buf, len, off,
 		                scratch, msg, msg_len);
-	stager_return(s);
+	put_back(t, s);
 	return n;
+}
+
+void gpufile__staging_flush(void)
+{
+	const struct gpufile__cuda *t;
+	struct stager *s = held;
+
+	if (!s)
+		return;
+	held = NULL;
+	t = gpufile__cuda_if_loaded();
+	if (t)
+		settle_deferred(t, s);
+	stager_return(t, s);
 }
 
 int gpufile__staging_warmup(const struct gpufile__settings *cfg)
@@ -354,7 +708,7 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 			                     "cannot retain device 0's context");
 	}
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
-		struct stager *s = stager_acquire(cfg->nthreads);
+		struct stager *s = stager_acquire(t, cfg->nthreads);
 		if (!s)
 			break;
 		err = stager_prepare(t, s, ctx, cfg, msg, sizeof(msg));
@@ -364,7 +718,7 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 	while (list) {
 		struct stager *s = list;
 		list = s->next;
-		stager_return(s);
+		stager_return(t, s);
 	}
 	return err;
 }

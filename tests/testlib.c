@@ -5,6 +5,8 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int test_failures;
@@ -102,4 +104,80 @@ int test_finish(const char *name)
 	}
 	printf("%s: ok\n", name);
 	return 0;
+}
+
+long long test_mismatch(const void *buf, size_t len, uint64_t seed,
+                        uint64_t offset)
+{
+	const unsigned char *p = buf;
+	unsigned char want[4096];
+
+	for (size_t i = 0; i < len; i += sizeof(want)) {
+		size_t n = len - i < sizeof(want) ? len - i : sizeof(want);
+
+		test_fill(want, n, seed, offset + i);
+		if (memcmp(p + i, want, n) != 0) {
+			for (size_t j = 0; j < n; j++)
+				if (p[i + j] != want[j])
+					return (long long)(i + j);
+		}
+	}
+	return -1;
+}
+
+long long test_mismatch_byte(const void *buf, size_t len, unsigned char c)
+{
+	const unsigned char *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != c)
+			return (long long)i;
+	return -1;
+}
+
+void *test_malloc(size_t len)
+{
+	void *p = malloc(len ? len : 1);
+
+	if (!p) {
+		fprintf(stderr, "out of memory allocating %zu bytes\n", len);
+		exit(1);
+	}
+	return p;
+}
+
+void *test_read_file(const char *path, size_t *len)
+{
+	struct stat st;
+	char *buf;
+	size_t done = 0;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return NULL;
+	}
+	buf = test_malloc((size_t)st.st_size);
+	while (done < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + done, (size_t)st.st_size - done);
+		if (n <= 0) {
+			free(buf);
+			close(fd);
+			return NULL;
+		}
+		done += (size_t)n;
+	}
+	close(fd);
+	*len = done;
+	return buf;
+}
+
+void test_sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) < 0)
+		;
 }

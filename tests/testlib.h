@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TEST_SKIP 77
 
@@ -45,5 +46,32 @@ int test_make_file(const char *path, size_t len, uint64_t seed);
 void test_cleanup(void);
 /* Prints "N passed, M failed" style summary and returns the exit code. */
 int test_finish(const char *name);
+
+/* Records a failure when the string hay does not contain needle. */
+#define CHECK_CONTAINS(hay, needle)                                       \
+	do {                                                              \
+		const char *_h = (hay), *_n = (needle);                   \
+		if (!_h || !_n || !strstr(_h, _n)) {                      \
+			fprintf(stderr,                                   \
+			        "%s:%d: \"%s\" does not contain \"%s\"\n",  \
+			        __FILE__, __LINE__, _h ? _h : "(null)",   \
+			        _n ? _n : "(null)");                      \
+			test_failures++;                                  \
+		}                                                         \
+	} while (0)
+
+/* Index of the first byte of buf that differs from the pattern test_fill
+ * (seed, offset) would write, or -1 when all len bytes match. */
+long long test_mismatch(const void *buf, size_t len, uint64_t seed,
+                        uint64_t offset);
+/* Index of the first byte of buf that is not c, or -1. */
+long long test_mismatch_byte(const void *buf, size_t len, unsigned char c);
+/* malloc that exits the test (code 1) when memory runs out. */
+void *test_malloc(size_t len);
+/* Reads the whole of path into a new buffer (test_malloc); *len receives
+ * its size. Returns NULL when it cannot be read. */
+void *test_read_file(const char *path, size_t *len);
+/* Sleeps ms milliseconds. */
+void test_sleep_ms(long ms);
 
 #endif

@@ -1,0 +1,416 @@
+/*
+ * gpu_bench: gpufile's device-memory paths against their ceilings and a
+ * naive baseline, all measured in one run on the same file.
+ *
+ *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
+ *
+ * Prints one line per measurement ("name GB/s") and a table of ratios at
+ * the end. Needs a GPU; exits 77 without one. The references use the CUDA
+ * driver through gpufile's own dlopen table, so nothing links libcuda.
+ */
+#define _GNU_SOURCE
+#include "cuda_shim.h"
+#include "gpufile.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct gpufile__cuda *cu;
+static size_t size = 4ull << 30;
+static const char *file;
+static int reps = 5;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double gbps(size_t bytes, double seconds)
+{
+	return (double)bytes / seconds / 1e9;
+}
+
+static void die(const char *what, long rc)
+{
+	fprintf(stderr, "gpu_bench: %s failed (%ld): %s\n", what, rc,
+	        gpufile_errmsg());
+	exit(1);
+}
+
+static void drop_caches(void)
+{
+	int fd;
+
+	sync();
+	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+	if (fd < 0 || write(fd, "3\n", 2) != 2) {
+		fprintf(stderr, "gpu_bench: cannot drop caches (need root)\n");
+		exit(1);
+	}
+	close(fd);
+}
+
+static void warm_cache(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	char *buf = malloc(64 << 20);
+	while (read(fd, buf, 64 << 20) > 0)
+		;
+	free(buf);
+	close(fd);
+}
+
+/* ---- references ---- */
+
+static double copy_ceiling(void *pinned, void *dev, int to_device)
+{
+	double best = 0;
+
+	for (int i = 0; i < reps; i++) {
+		double t0 = now();
+		CUresult rc = to_device
+		                      ? cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
+		                                     (CUdeviceptr)(uintptr_t)pinned, size)
+		                      : cu->cuMemcpy((CUdeviceptr)(uintptr_t)pinned,
+		                                     (CUdeviceptr)(uintptr_t)dev, size);
+		double g;
+		if (rc)
+			die("cuMemcpy", rc);
+		g = gbps(size, now() - t0);
+		if (g > best)
+			best = g;
+	}
+	return best;
+}
+
+struct par_arg {
+	const char *path;
+	int write;
+	int direct;
+	size_t off, len, bs;
+	char *buf;
+};
+
+static void *par_worker(void *p)
+{
+	struct par_arg *a = p;
+	int fd = open(a->path, (a->write ? O_WRONLY : O_RDONLY) |
+	                               (a->direct ? O_DIRECT : 0));
+	if (fd < 0)
+		return (void *)1;
+	for (size_t pos = 0; pos < a->len; pos += a->bs) {
+		size_t n = a->len - pos < a->bs ? a->len - pos : a->bs;
+		ssize_t got = a->write ? pwrite(fd, a->buf, n, (off_t)(a->off + pos))
+		                       : pread(fd, a->buf, n, (off_t)(a->off + pos));
+		if (got != (ssize_t)n) {
+			close(fd);
+			return (void *)1;
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+/* nthreads plain readers (or writers), each over its own slice. */
+static double parallel_io(const char *path, int nthreads, size_t bs, int write,
+                          int direct)
+{
+	pthread_t t[64];
+	struct par_arg a[64];
+	size_t slice = size / (size_t)nthreads;
+	double t0, secs;
+	int bad = 0;
+
+	for (int i = 0; i < nthreads; i++) {
+		a[i] = (struct par_arg){path, write, direct, slice * (size_t)i,
+		                        slice, bs, NULL};
+		if (posix_memalign((void **)&a[i].buf, 4096, bs))
+			exit(1);
+		memset(a[i].buf, 0x5a, bs);
+	}
+	t0 = now();
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&t[i], NULL, par_worker, &a[i]);
+	for (int i = 0; i < nthreads; i++) {
+		void *rv;
+		pthread_join(t[i], &rv);
+		bad |= rv != NULL;
+	}
+	secs = now() - t0;
+	for (int i = 0; i < nthreads; i++)
+		free(a[i].buf);
+	if (bad) {
+		fprintf(stderr, "gpu_bench: parallel %s of %s failed\n",
+		        write ? "write" : "read", path);
+		exit(1);
+	}
+	return gbps(slice * (size_t)nthreads, secs);
+}
+
+/* What a one-thread bounce loop does: pread a chunk into one pinned
+ * buffer, copy it to the GPU, wait, repeat. */
+static double naive_read(void *pinned, void *dev, size_t chunk)
+{
+	int fd = open(file, O_RDONLY);
+	double t0 = now();
+
+	for (size_t pos = 0; pos < size; pos += chunk) {
+		size_t n = size - pos < chunk ? size - pos : chunk;
+		if (pread(fd, pinned, n, (off_t)pos) != (ssize_t)n)
+			die("pread", errno);
+		if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev + pos,
+		                 (CUdeviceptr)(uintptr_t)pinned, n))
+			die("cuMemcpy", 0);
+	}
+	close(fd);
+	return gbps(size, now() - t0);
+}
+
+/* ---- gpufile ---- */
+
+static double gpufile_io(const char *path, void *dev, int write, int n,
+                         double *median)
+{
+	double best = 0, all[32];
+	gpufile_t *h;
+	int rc = gpufile_open(&h, path, write ? "r+" : "r");
+
+	if (rc)
+		die("gpufile_open", rc);
+	for (int i = 0; i < n && i < 32; i++) {
+		double t0 = now();
+		ssize_t got = write ? gpufile_pwrite(h, dev, size, 0)
+		                    : gpufile_pread(h, dev, size, 0);
+		if (got != (ssize_t)size)
+			die(write ? "gpufile_pwrite" : "gpufile_pread", got);
+		all[i] = gbps(size, now() - t0);
+		if (all[i] > best)
+			best = all[i];
+	}
+	gpufile_close(h);
+	if (median) {
+		/* insertion sort, n is small */
+		for (int i = 1; i < n; i++)
+			for (int j = i; j > 0 && all[j] < all[j - 1]; j--) {
+				double x = all[j];
+				all[j] = all[j - 1];
+				all[j - 1] = x;
+			}
+		*median = all[n / 2];
+	}
+	return best;
+}
+
+static void verify(void *dev, void *pinned)
+{
+	int fd = open(file, O_RDONLY);
+	char *host = malloc(64 << 20);
+
+	if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)pinned,
+	                 (CUdeviceptr)(uintptr_t)dev, size))
+		die("cuMemcpy", 0);
+	for (size_t pos = 0; pos < size; pos += 64 << 20) {
+		size_t n = size - pos < (64u << 20) ? size - pos : 64u << 20;
+		if (pread(fd, host, n, (off_t)pos) != (ssize_t)n ||
+		    memcmp(host, (char *)pinned + pos, n)) {
+			fprintf(stderr, "gpu_bench: DATA MISMATCH near %zu\n", pos);
+			exit(1);
+		}
+	}
+	free(host);
+	close(fd);
+	printf("verify: device copy matches %s byte for byte\n", file);
+}
+
+/* Reads the page cache straight into the GPU: map the file, register
+ * the mapping read-only with the driver, one DMA. */
+static void register_experiment(void *dev)
+{
+	int fd = open(file, O_RDONLY);
+	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	double t0, t1, t2;
+	CUresult rc;
+
+	if (map == MAP_FAILED)
+		die("mmap", errno);
+	t0 = now();
+	rc = cu->cuMemHostRegister(map, size, CU_MEMHOSTREGISTER_PORTABLE |
+	                                              CU_MEMHOSTREGISTER_READ_ONLY);
+	t1 = now();
+	if (rc) {
+		printf("mmap+register: cuMemHostRegister failed (%d)\n", rc);
+	} else {
+		if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
+		                 (CUdeviceptr)(uintptr_t)map, size))
+			die("cuMemcpy", 0);
+		t2 = now();
+		printf("mmap+register: register %.3f s, copy %.2f GB/s, "
+		       "together %.2f GB/s\n",
+		       t1 - t0, gbps(size, t2 - t1), gbps(size, t2 - t0));
+		cu->cuMemHostUnregister(map);
+	}
+	munmap(map, size);
+	close(fd);
+}
+
+static void sweep(void *dev)
+{
+	static const char *const nthreads[] = {"8", "16", "32"};
+	static const char *const bounce[] = {"512KiB", "1MiB", "2MiB", "4MiB"};
+	static const char *const nbufs[] = {"2", "4"};
+	static const char *const tasks[] = {"4MiB", "16MiB"};
+
+	printf("sweep (warm, best of 3): nthreads bounce_buffer_size "
+	       "bounce_buffers task_size GB/s\n");
+	for (size_t a = 0; a < 3; a++)
+		for (size_t b = 0; b < 4; b++)
+			for (size_t c = 0; c < 2; c++)
+				for (size_t d = 0; d < 2; d++) {
+					double g;
+					gpufile_config_set("nthreads", nthreads[a]);
+					gpufile_config_set("bounce_buffer_size", bounce[b]);
+					gpufile_config_set("bounce_buffers", nbufs[c]);
+					gpufile_config_set("task_size", tasks[d]);
+					gpufile_warmup();
+					g = gpufile_io(file, dev, 0, 3, NULL);
+					printf("sweep %s %s %s %s %.2f\n", nthreads[a],
+					       bounce[b], nbufs[c], tasks[d], g);
+				}
+	gpufile_release();
+	gpufile_config_reset();
+}
+
+int main(int argc, char **argv)
+{
+	int cold = 0, do_sweep = 0, do_register = 0;
+	void *dev, *pinned;
+	char out_path[4096];
+	double h2d, d2h, readers16, writers16, naive, warm, warm_med, wr,
+		cold_g = 0, raw_best = 0, cold_buffered = 0;
+	CUcontext ctx;
+	CUdevice d0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--size") && i + 1 < argc)
+			size = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--cold"))
+			cold = 1;
+		else if (!strcmp(argv[i], "--sweep"))
+			do_sweep = 1;
+		else if (!strcmp(argv[i], "--register"))
+			do_register = 1;
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else
+			file = argv[i];
+	}
+	if (!file) {
+		fprintf(stderr, "usage: gpu_bench FILE [--size B] [--cold] "
+		                "[--sweep] [--register]\n");
+		return 2;
+	}
+	if (gpufile_cuda_device_count() <= 0) {
+		fprintf(stderr, "gpu_bench: no GPU: %s\n", gpufile_errmsg());
+		return 77;
+	}
+	cu = gpufile__cuda();
+	if (cu->cuDeviceGet(&d0, 0) || cu->cuDevicePrimaryCtxRetain(&ctx, d0) ||
+	    cu->cuCtxSetCurrent(ctx))
+		die("context", 0);
+	if (gpufile_device_alloc(0, size, &dev))
+		die("gpufile_device_alloc", 0);
+	if (cu->cuMemHostAlloc(&pinned, size, CU_MEMHOSTALLOC_PORTABLE))
+		die("cuMemHostAlloc", 0);
+	memset(pinned, 1, size);
+	snprintf(out_path, sizeof(out_path), "%s.out", file);
+
+	warm_cache(file);
+	h2d = copy_ceiling(pinned, dev, 1);
+	d2h = copy_ceiling(pinned, dev, 0);
+	printf("ceiling: cuMemcpy pinned->device %.2f GB/s, device->pinned %.2f GB/s\n",
+	       h2d, d2h);
+	readers16 = parallel_io(file, 16, 16 << 20, 0, 0);
+	readers16 = fmax(readers16, parallel_io(file, 16, 16 << 20, 0, 0));
+	printf("page cache: 16 parallel readers %.2f GB/s\n", readers16);
+	naive = naive_read(pinned, dev, 4 << 20);
+	printf("naive: 1 thread pread+cuMemcpy 4 MiB chunks %.2f GB/s\n", naive);
+
+	if (gpufile_warmup())
+		die("gpufile_warmup", 0);
+	printf("gpufile: nthreads/pinned bytes max %zu\n", gpufile_pinned_bytes_max());
+	warm = gpufile_io(file, dev, 0, reps, &warm_med);
+	printf("gpufile warm read: best %.2f GB/s, median %.2f GB/s\n", warm, warm_med);
+	verify(dev, pinned);
+
+	/* Writes: device -> page cache of a second file. */
+	{
+		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || ftruncate(fd, (off_t)size))
+			die("create output", errno);
+		close(fd);
+	}
+	writers16 = parallel_io(out_path, 16, 16 << 20, 1, 0);
+	writers16 = fmax(writers16, parallel_io(out_path, 16, 16 << 20, 1, 0));
+	printf("page cache: 16 parallel writers %.2f GB/s\n", writers16);
+	wr = gpufile_io(out_path, dev, 1, reps, NULL);
+	printf("gpufile write (device -> page cache): best %.2f GB/s\n", wr);
+
+	if (cold) {
+		static const int qd[] = {8, 16, 32, 64};
+		static const size_t bs[] = {1 << 20, 4 << 20};
+		drop_caches();
+		cold_buffered = parallel_io(file, 16, 4 << 20, 0, 0);
+		printf("cold: 16 buffered readers %.2f GB/s\n", cold_buffered);
+		for (size_t i = 0; i < 4; i++)
+			for (size_t j = 0; j < 2; j++) {
+				double g = parallel_io(file, qd[i], bs[j], 0, 1);
+				printf("cold: O_DIRECT %d threads x %zu KiB %.2f GB/s\n",
+				       qd[i], bs[j] >> 10, g);
+				if (g > raw_best)
+					raw_best = g;
+			}
+		drop_caches();
+		cold_g = gpufile_io(file, dev, 0, 1, NULL);
+		printf("gpufile cold read: %.2f GB/s\n", cold_g);
+		verify(dev, pinned);
+	}
+	if (do_register) {
+		warm_cache(file);
+		register_experiment(dev);
+	}
+	if (do_sweep) {
+		warm_cache(file);
+		sweep(dev);
+	}
+
+	{
+		double ceiling = h2d < readers16 ? h2d : readers16;
+		double wceil = d2h < writers16 ? d2h : writers16;
+		printf("\n%-44s %8s %8s %6s\n", "measurement", "GB/s", "ratio", "target");
+		printf("%-44s %8.2f %8.2f %6s\n", "warm read / min(H2D, 16 readers)", warm,
+		       warm / ceiling, ">=0.90");
+		printf("%-44s %8.2f %8.2f %6s\n", "warm read / naive 1-thread", warm,
+		       warm / naive, ">=6");
+		printf("%-44s %8.2f %8.2f %6s\n", "write / min(D2H, 16 writers)", wr,
+		       wr / wceil, ">=0.80");
+		if (cold)
+			printf("%-44s %8.2f %8.2f %6s\n", "cold read / best O_DIRECT raw",
+			       cold_g, cold_g / raw_best, ">=0.95");
+	}
+	unlink(out_path);
+	cu->cuMemFreeHost(pinned);
+	gpufile_device_free(dev);
+	return 0;
+}

@@ -1,0 +1,633 @@
+/*
+ * libcufile.so.0 through dlopen, with the ABI of cufile_abi.h.
+ *
+ * The library is loaded on first need (a device request at or above
+ * gds_threshold that compat_mode lets reach cuFile, gpufile_path_info, or
+ * gpufile_buf_register), never for host memory and never with
+ * compat_mode=on. Its driver is opened once per process, with the
+ * request's CUDA context current (cuFileDriverOpen creates per-GPU state
+ * and needs a context), and closed by an atexit handler: cuFile's own
+ * destructors run later, from _dl_fini, and must find the driver closed.
+ * A failure to load or to open is remembered, so a process without
+ * cuFile pays for the attempt once.
+ *
+ * cufile_lock guards everything static below. Lock order: a handle's
+ * lock, then cufile_lock. cuFileRead/cuFileWrite run under no lock.
+ */
+#define _GNU_SOURCE
+#include "cufile_shim.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct registration {
+	struct registration *next;
+	char *base;
+	size_t size;
+};
+
+static pthread_mutex_t cufile_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gpufile__cufile table;
+static const struct gpufile__cufile *_Atomic active; /* set once open */
+static void *lib;
+static int load_state;   /* 0 not tried, 1 loaded, -1 failed */
+static int driver_state; /* 0 not tried, 1 open, -1 failed */
+static int failure_err;  /* GPUFILE_ENOCUFILE or GPUFILE_ECUFILE */
+static int failure_status;
+static int version;
+static CUfileDrvProps_t props;
+static int have_props;
+static int stats_level; /* applied with cuFileSetStatsLevel */
+static int exit_handler;
+static char library[256];
+static char message[512];
+static struct registration *registrations;
+static unsigned char *l3_buffer; /* GPUFILE__CUFILE_L3_BUFFER bytes */
+
+static const struct {
+	const char *symbol;
+	size_t offset;
+	unsigned optional; /* 0: required */
+} symbols[] = {
+#define SYM(field, name, opt)                                                  \
+	{                                                                      \
+		name, offsetof(struct gpufile__cufile, field), opt             \
+	}
+    SYM(cuFileDriverOpen, "cuFileDriverOpen", 0),
+    SYM(cuFileHandleRegister, "cuFileHandleRegister", 0),
+    SYM(cuFileHandleDeregister, "cuFileHandleDeregister", 0),
+    SYM(cuFileRead, "cuFileRead", 0),
+    SYM(cuFileWrite, "cuFileWrite", 0),
+    SYM(cuFileBufRegister, "cuFileBufRegister", 0),
+    SYM(cuFileBufDeregister, "cuFileBufDeregister", 0),
+    SYM(cuFileDriverGetProperties, "cuFileDriverGetProperties",
+        GPUFILE__CUFILE_HAS_PROPS),
+    SYM(cuFileGetVersion, "cuFileGetVersion", GPUFILE__CUFILE_HAS_VERSION),
+    SYM(cuFileSetStatsLevel, "cuFileSetStatsLevel", GPUFILE__CUFILE_HAS_STATS),
+    SYM(cuFileGetStatsL3, "cuFileGetStatsL3", GPUFILE__CUFILE_HAS_STATS),
+#undef SYM
+};
+
+const char *gpufile__cufile_status_name(int status)
+{
+	switch (status) {
+#define GPUFILE__CUFILE_CASE(name, value)                                      \
+	case value:                                                            \
+		return #name;
+		GPUFILE__CUFILE_STATUS(GPUFILE__CUFILE_CASE)
+#undef GPUFILE__CUFILE_CASE
+	default:
+		return "CU_FILE_UNKNOWN_STATUS";
+	}
+}
+
+const char *gpufile_cufile_status_name(int status)
+{
+	return gpufile__cufile_status_name(status);
+}
+
+/* "NAME (code)", plus the CUDA error for CU_FILE_CUDA_DRIVER_ERROR. */
+static void describe(CUfileError_t e, char *out, size_t len)
+{
+	if (e.err == CU_FILE_CUDA_DRIVER_ERROR)
+		snprintf(out, len, "%s (%d), CUDA error %d",
+		         gpufile__cufile_status_name(e.err), (int)e.err,
+		         (int)e.cu_err);
+	else
+		snprintf(out, len, "%s (%d)",
+		         gpufile__cufile_status_name(e.err), (int)e.err);
+}
+
+/* Caller holds cufile_lock. */
+static int load_locked(void)
+{
+	void *fn;
+
+	if (load_state)
+		return load_state > 0 ? 0 : -1;
+	if (gpufile__config_string("cufile_library", library,
+	                           sizeof(library))) {
+		snprintf(message, sizeof(message), "%s", gpufile_errmsg());
+		failure_err = GPUFILE_ECONFIG;
+		load_state = -1;
+		return -1;
+	}
+	lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(message, sizeof(message),
+		         "cannot load the cuFile library %.200s (%.250s)",
+		         library, dlerror());
+		failure_err = GPUFILE_ENOCUFILE;
+		load_state = -1;
+		return -1;
+	}
+	memset(&table, 0, sizeof(table));
+	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
+		fn = dlsym(lib, symbols[i].symbol);
+		if (!fn && !symbols[i].optional) {
+			snprintf(message, sizeof(message),
+			         "%.200s lacks %s: not a usable cuFile library",
+			         library, symbols[i].symbol);
+			failure_err = GPUFILE_ENOCUFILE;
+			load_state = -1;
+			dlclose(lib);
+			lib = NULL;
+			return -1;
+		}
+		memcpy((char *)&table + symbols[i].offset, &fn, sizeof(fn));
+	}
+	/* Optional ones are recorded as a set; stats needs both calls. */
+	if (table.cuFileDriverGetProperties)
+		table.optional |= GPUFILE__CUFILE_HAS_PROPS;
+	if (table.cuFileGetVersion)
+		table.optional |= GPUFILE__CUFILE_HAS_VERSION;
+	if (table.cuFileSetStatsLevel && table.cuFileGetStatsL3)
+		table.optional |= GPUFILE__CUFILE_HAS_STATS;
+	else
+		table.cuFileGetStatsL3 = NULL;
+	if (dlsym(lib, "cuFileReadAsync") && dlsym(lib, "cuFileWriteAsync"))
+		table.optional |= GPUFILE__CUFILE_HAS_STREAM;
+	if (dlsym(lib, "cuFileBatchIOSetUp") &&
+	    dlsym(lib, "cuFileBatchIOSubmit"))
+		table.optional |= GPUFILE__CUFILE_HAS_BATCH;
+	/* cuFileDriverClose_v2 (1.10+) is the one to call at exit; the old
+	 * one stays for older libraries. */
+	fn = dlsym(lib, "cuFileDriverClose_v2");
+	if (fn)
+		table.optional |= GPUFILE__CUFILE_HAS_CLOSE_V2;
+	else
+		fn = dlsym(lib, "cuFileDriverClose");
+	if (!fn) {
+		snprintf(message, sizeof(message),
+		         "%.200s lacks cuFileDriverClose: not a usable cuFile "
+		         "library",
+		         library);
+		failure_err = GPUFILE_ENOCUFILE;
+		load_state = -1;
+		dlclose(lib);
+		lib = NULL;
+		return -1;
+	}
+	memcpy(&table.cuFileDriverClose, &fn, sizeof(fn));
+	version = 0;
+	if (table.cuFileGetVersion) {
+		int v = 0;
+		if (table.cuFileGetVersion(&v).err == CU_FILE_SUCCESS)
+			version = v;
+	}
+	load_state = 1;
+	return 0;
+}
+
+/* Caller holds cufile_lock. Applies the cufile_stats setting. */
+static void apply_stats_level(unsigned level)
+{
+	if (!table.cuFileGetStatsL3 || (int)level == stats_level)
+		return;
+	if (table.cuFileSetStatsLevel((int)level).err == CU_FILE_SUCCESS)
+		stats_level = (int)level;
+}
+
+static void close_at_exit(void)
+{
+	pthread_mutex_lock(&cufile_lock);
+	if (driver_state == 1) {
+		while (registrations) {
+			struct registration *g = registrations;
+			registrations = g->next;
+			table.cuFileBufDeregister(g->base);
+			free(g);
+		}
+		table.cuFileDriverClose();
+		driver_state = 0;
+		atomic_store(&active, NULL);
+	}
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+/* Makes ctx current in this thread; *old receives the previous one. */
+static void push_context(void *ctx, CUcontext *old)
+{
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+
+	*old = NULL;
+	if (!cu || !ctx)
+		return;
+	cu->cuCtxGetCurrent(old);
+	if (*old != (CUcontext)ctx)
+		cu->cuCtxSetCurrent((CUcontext)ctx);
+}
+
+static void pop_context(void *ctx, CUcontext old)
+{
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+
+	if (cu && ctx && old != (CUcontext)ctx)
+		cu->cuCtxSetCurrent(old);
+}
+
+const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
+                                                   int *status)
+{
+	struct gpufile__settings cfg;
+	const struct gpufile__cufile *t = NULL;
+	CUcontext old;
+	CUfileError_t e;
+	char what[96];
+
+	*err = 0;
+	*status = 0;
+	if (gpufile__settings(&cfg)) {
+		*err = GPUFILE_ECONFIG;
+		return NULL;
+	}
+	pthread_mutex_lock(&cufile_lock);
+	if (load_locked() == 0 && driver_state == 0) {
+		push_context(ctx, &old);
+		e = table.cuFileDriverOpen();
+		if (e.err == CU_FILE_SUCCESS) {
+			driver_state = 1;
+			have_props =
+			    table.cuFileDriverGetProperties &&
+			    table.cuFileDriverGetProperties(&props).err ==
+			        CU_FILE_SUCCESS;
+			if (!exit_handler && atexit(close_at_exit) == 0)
+				exit_handler = 1;
+		} else {
+			describe(e, what, sizeof(what));
+			snprintf(message, sizeof(message),
+			         "cuFileDriverOpen failed: %s", what);
+			driver_state = -1;
+			failure_err = GPUFILE_ECUFILE;
+			failure_status = (int)e.err;
+		}
+		pop_context(ctx, old);
+	}
+	if (driver_state == 1) {
+		apply_stats_level(cfg.cufile_stats);
+		t = &table;
+		atomic_store(&active, t);
+	} else {
+		*err = failure_err;
+		*status = failure_status;
+		gpufile__fail_msg(failure_err, message);
+	}
+	pthread_mutex_unlock(&cufile_lock);
+	return t;
+}
+
+int gpufile__cufile_accelerated(char *why, size_t len)
+{
+	int nvfs = access("/proc/driver/nvidia-fs", F_OK) == 0;
+	int p2p;
+
+	pthread_mutex_lock(&cufile_lock);
+	p2p = have_props && (props.fflags & (1u << CU_FILE_P2P_SUPPORTED));
+	pthread_mutex_unlock(&cufile_lock);
+	if (nvfs)
+		snprintf(why, len, "nvidia-fs is loaded");
+	else if (p2p)
+		snprintf(why, len, "cuFile reports PCI P2PDMA support");
+	else
+		snprintf(
+		    why, len,
+		    "nvidia-fs is not loaded (/proc/driver/nvidia-fs absent) "
+		    "and cuFile reports no PCI P2PDMA support");
+	return nvfs || p2p;
+}
+
+int gpufile__cufile_handle_register(void *ctx, int fd, CUfileHandle_t *fh,
+                                    int *status)
+{
+	const struct gpufile__cufile *t = atomic_load(&active);
+	CUfileDescr_t descr;
+	CUfileError_t e;
+	CUcontext old;
+
+	*status = 0;
+	*fh = NULL;
+	if (!t)
+		return GPUFILE_ENOCUFILE;
+	memset(&descr, 0, sizeof(descr));
+	descr.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+	descr.handle.fd = fd;
+	push_context(ctx, &old);
+	e = t->cuFileHandleRegister(fh, &descr);
+	pop_context(ctx, old);
+	if (e.err != CU_FILE_SUCCESS) {
+		*status = (int)e.err;
+		*fh = NULL;
+		return GPUFILE_ECUFILE;
+	}
+	return 0;
+}
+
+void gpufile__cufile_handle_deregister(CUfileHandle_t fh)
+{
+	const struct gpufile__cufile *t = atomic_load(&active);
+
+	if (t && fh)
+		t->cuFileHandleDeregister(fh);
+}
+
+char *gpufile__cufile_buf_base(const void *buf, size_t size)
+{
+	const char *p = buf;
+	char *base = NULL;
+
+	pthread_mutex_lock(&cufile_lock);
+	for (struct registration *g = registrations; g; g = g->next) {
+		if (p >= g->base && size <= g->size &&
+		    (size_t)(p - g->base) <= g->size - size) {
+			base = g->base;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cufile_lock);
+	return base;
+}
+
+/* cuFileRead/Write return -1 with errno set for file system errors, and
+ * -(CUfileOpError) for cuFile's own (some versions return -errno
+ * directly). Maps n < 0 to gpufile's code and a message. */
+static ssize_t io_error(ssize_t n, int saved_errno, struct gpufile__request *r,
+                        size_t len, int64_t off, char *msg, size_t msg_len)
+{
+	const char *op = r->is_write ? "cuFileWrite" : "cuFileRead";
+	int err;
+
+	if (n == -1 || (n < 0 && -n < 4096)) {
+		err = n == -1 ? (saved_errno ? -saved_errno : -EIO) : (int)n;
+		snprintf(msg, msg_len,
+		         "%s of %zu bytes of %s at offset %lld: %s", op, len,
+		         r->h->path, (long long)off, strerror(-err));
+		return err;
+	}
+	snprintf(msg, msg_len,
+	         "%s of %zu bytes of %s at offset %lld: %s (%lld)", op, len,
+	         r->h->path, (long long)off,
+	         gpufile__cufile_status_name((int)-n), (long long)-n);
+	return GPUFILE_ECUFILE;
+}
+
+ssize_t gpufile__cufile_task(struct gpufile__request *r, char *buf, size_t len,
+                             int64_t off, char *msg, size_t msg_len)
+{
+	const struct gpufile__cufile *t = atomic_load(&active);
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	const off_t buf_off = (off_t)(buf - r->cufile_base);
+	size_t done = 0;
+
+	if (!t) {
+		snprintf(msg, msg_len, "cuFile driver closed during a request");
+		return GPUFILE_ENOCUFILE;
+	}
+	/* cuFile maps device memory in the current context: on a worker
+	 * thread that is whatever the previous task left, so set it. */
+	if (cu && r->cuda_ctx)
+		cu->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
+	while (done < len) {
+		ssize_t n;
+
+		errno = 0;
+		if (r->is_write)
+			n = t->cuFileWrite(r->cufile_handle, r->cufile_base,
+			                   len - done,
+			                   (off_t)(off + (int64_t)done),
+			                   buf_off + (off_t)done);
+		else
+			n = t->cuFileRead(r->cufile_handle, r->cufile_base,
+			                  len - done,
+			                  (off_t)(off + (int64_t)done),
+			                  buf_off + (off_t)done);
+		if (n < 0)
+			return io_error(n, errno, r, len - done,
+			                off + (int64_t)done, msg, msg_len);
+		if (n == 0)
+			break; /* end of file */
+		done += (size_t)n;
+	}
+	if (r->is_write && done < len) {
+		snprintf(msg, msg_len,
+		         "cuFileWrite to %s at offset %lld wrote "
+		         "nothing",
+		         r->h->path, (long long)(off + (int64_t)done));
+		return -EIO;
+	}
+	return (ssize_t)done;
+}
+
+/* Caller holds cufile_lock. Reads cuFile's per-GPU counters into out;
+ * returns how many GPUs, or -1 when they cannot be read. */
+static int read_per_gpu(struct gpufile__cufile_counts *out, int *verified)
+{
+	size_t l1 = GPUFILE__CUFILE_L1_SIZE_1_15;
+	uint32_t n;
+
+	*verified = version >= 1140 && version < 1160;
+	if (version >= 1160)
+		l1 = GPUFILE__CUFILE_L1_SIZE_READV;
+	if (driver_state != 1 || !table.cuFileGetStatsL3 || stats_level < 3)
+		return -1;
+	if (!l3_buffer)
+		l3_buffer = malloc(GPUFILE__CUFILE_L3_BUFFER);
+	if (!l3_buffer)
+		return -1;
+	memset(l3_buffer, 0, GPUFILE__CUFILE_L3_BUFFER);
+	if (table.cuFileGetStatsL3(l3_buffer).err != CU_FILE_SUCCESS)
+		return -1;
+	memcpy(&n, l3_buffer + GPUFILE__CUFILE_L3_NUM_GPUS(l1), sizeof(n));
+	if (n > GPUFILE__CUFILE_MAX_GPUS)
+		return -1; /* not the layout we think it is */
+	for (uint32_t i = 0; i < n; i++) {
+		CUfilePerGpuStats_t g;
+
+		memcpy(&g,
+		       l3_buffer + GPUFILE__CUFILE_L3_PER_GPU(l1) +
+		           i * sizeof(g),
+		       sizeof(g));
+		out[i].gpu = (int)i;
+		out[i].nvfs_reads = g.n_nvfs_reads;
+		out[i].posix_reads = g.n_posix_reads;
+		out[i].p2p_reads = g.n_p2p_reads;
+		out[i].unaligned_reads = g.n_unaligned_reads;
+		out[i].nvfs_writes = g.n_nvfs_writes;
+		out[i].posix_writes = g.n_posix_writes;
+		out[i].p2p_writes = g.n_p2p_writes;
+		out[i].unaligned_writes = g.n_unaligned_writes;
+	}
+	return (int)n;
+}
+
+void gpufile__cufile_publish_stats(void)
+{
+	struct gpufile__cufile_counts counts[GPUFILE__CUFILE_MAX_GPUS];
+	int verified, n;
+
+	pthread_mutex_lock(&cufile_lock);
+	n = read_per_gpu(counts, &verified);
+	pthread_mutex_unlock(&cufile_lock);
+	if (n >= 0)
+		gpufile__stats_cufile(counts, n);
+}
+
+int gpufile_cufile_info(gpufile_cufile_info_t *out)
+{
+	struct gpufile__cufile_counts counts[GPUFILE__CUFILE_MAX_GPUS];
+	int n;
+
+	memset(out, 0, sizeof(*out));
+	out->nvfs_loaded = access("/proc/driver/nvidia-fs", F_OK) == 0;
+	pthread_mutex_lock(&cufile_lock);
+	out->loaded = load_state > 0;
+	out->driver_open = driver_state > 0;
+	out->status = driver_state < 0 ? failure_status : 0;
+	out->version = version;
+	out->optional = load_state > 0 ? table.optional : 0;
+	out->p2pdma =
+	    have_props && (props.fflags & (1u << CU_FILE_P2P_SUPPORTED)) != 0;
+	out->stats_level = stats_level;
+	snprintf(out->library, sizeof(out->library), "%s", library);
+	if (load_state < 0 || driver_state < 0)
+		snprintf(out->message, sizeof(out->message), "%.255s", message);
+	n = read_per_gpu(counts, &out->stats_layout_verified);
+	pthread_mutex_unlock(&cufile_lock);
+	for (int i = 0; i < n && i < GPUFILE_MAX_GPUS; i++) {
+		gpufile_cufile_gpu_t *g = &out->gpu[i];
+		g->gpu = counts[i].gpu;
+		g->nvfs_reads = counts[i].nvfs_reads;
+		g->posix_reads = counts[i].posix_reads;
+		g->p2p_reads = counts[i].p2p_reads;
+		g->unaligned_reads = counts[i].unaligned_reads;
+		g->nvfs_writes = counts[i].nvfs_writes;
+		g->posix_writes = counts[i].posix_writes;
+		g->p2p_writes = counts[i].p2p_writes;
+		g->unaligned_writes = counts[i].unaligned_writes;
+		out->ngpus = i + 1;
+	}
+	return 0;
+}
+
+int gpufile_buf_register(const void *buf, size_t size, int flags)
+{
+	struct gpufile__settings cfg;
+	const struct gpufile__cufile *t;
+	struct registration *g;
+	gpufile_mem_t kind;
+	int device, err, status, rc;
+	void *ctx;
+	char why[160];
+	CUcontext old;
+	CUfileError_t e;
+
+	if (!buf || !size)
+		return gpufile__fail(-EINVAL, "gpufile_buf_register: %s",
+		                     buf ? "size is 0" : "buffer is NULL");
+	rc = gpufile__settings(&cfg);
+	if (rc)
+		return rc;
+	if (cfg.compat_mode == GPUFILE_COMPAT_ON)
+		return 0;
+	rc = gpufile__classify(buf, &kind, &device, &ctx);
+	if (rc)
+		return rc;
+	if (kind != GPUFILE_MEM_DEVICE)
+		return 0; /* never reaches cuFile */
+	t = gpufile__cufile_open(ctx, &err, &status);
+	if (!t) {
+		if (cfg.compat_mode == GPUFILE_COMPAT_OFF)
+			return gpufile__fail(err,
+			                     "registering %p with cuFile "
+			                     "(compat_mode=off): %s",
+			                     buf, gpufile_errmsg());
+		gpufile__clear_error();
+		return 0;
+	}
+	if (cfg.compat_mode == GPUFILE_COMPAT_AUTO && cfg.cufile_accel_only &&
+	    !gpufile__cufile_accelerated(why, sizeof(why)))
+		return 0; /* compat_mode=auto will not hand requests to cuFile
+		           */
+	g = malloc(sizeof(*g));
+	if (!g)
+		return gpufile__fail(-ENOMEM, "out of memory");
+	push_context(ctx, &old);
+	e = t->cuFileBufRegister(buf, size, flags);
+	pop_context(ctx, old);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, why, sizeof(why));
+		free(g);
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileBufRegister(%p, %zu bytes): %s",
+		                     buf, size, why);
+	}
+	g->base = (char *)buf;
+	g->size = size;
+	pthread_mutex_lock(&cufile_lock);
+	g->next = registrations;
+	registrations = g;
+	pthread_mutex_unlock(&cufile_lock);
+	return 0;
+}
+
+int gpufile_buf_deregister(const void *buf)
+{
+	struct registration **pp, *g = NULL;
+	const struct gpufile__cufile *t = atomic_load(&active);
+	gpufile_mem_t kind;
+	int device;
+	void *ctx = NULL;
+	char why[160];
+	CUcontext old;
+	CUfileError_t e;
+
+	pthread_mutex_lock(&cufile_lock);
+	for (pp = &registrations; *pp; pp = &(*pp)->next) {
+		if ((*pp)->base == (const char *)buf) {
+			g = *pp;
+			*pp = g->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cufile_lock);
+	if (!g || !t) {
+		free(g);
+		return 0;
+	}
+	free(g);
+	if (gpufile__classify(buf, &kind, &device, &ctx))
+		ctx = NULL;
+	push_context(ctx, &old);
+	e = t->cuFileBufDeregister(buf);
+	pop_context(ctx, old);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, why, sizeof(why));
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileBufDeregister(%p): %s", buf, why);
+	}
+	return 0;
+}
+
+void gpufile__cufile_reset(void)
+{
+	close_at_exit();
+	pthread_mutex_lock(&cufile_lock);
+	if (lib)
+		dlclose(lib);
+	lib = NULL;
+	load_state = 0;
+	driver_state = 0;
+	failure_err = 0;
+	failure_status = 0;
+	version = 0;
+	have_props = 0;
+	stats_level = 0;
+	library[0] = '\0';
+	message[0] = '\0';
+	memset(&table, 0, sizeof(table));
+	atomic_store(&active, NULL);
+	pthread_mutex_unlock(&cufile_lock);
+}

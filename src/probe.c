@@ -1,0 +1,892 @@
+/*
+ * Platform and per-file checks (gpufile check): what gdscheck -p and the
+ * GDS prerequisites cover, and a prediction of the path each layer takes
+ * for a device read of one file. Every item says pass, fail or unknown,
+ * and why. Nothing here changes a setting or a file.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cufile_shim.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#ifndef GPUFILE_HAVE_CJSON
+#define GPUFILE_HAVE_CJSON 0
+#endif
+
+/* Every snprintf below fills a display field of a fixed size; cutting a
+ * long path or mount option short there is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+extern char **environ;
+
+const char *gpufile_check_status_name(gpufile_check_status_t s)
+{
+	switch (s) {
+	case GPUFILE_CHECK_PASS:
+		return "pass";
+	case GPUFILE_CHECK_FAIL:
+		return "fail";
+	case GPUFILE_CHECK_UNKNOWN:
+		return "unknown";
+	}
+	return "?";
+}
+
+struct list {
+	gpufile_check_item_t *items;
+	int max, n;
+};
+
+static void add(struct list *l, const char *name, gpufile_check_status_t st,
+                const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void add(struct list *l, const char *name, gpufile_check_status_t st,
+                const char *value, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (l->n < l->max) {
+		gpufile_check_item_t *it = &l->items[l->n];
+		snprintf(it->name, sizeof(it->name), "%s", name);
+		it->status = st;
+		snprintf(it->value, sizeof(it->value), "%s",
+		         value ? value : "");
+		va_start(ap, fmt);
+		vsnprintf(it->why, sizeof(it->why), fmt, ap);
+		va_end(ap);
+	}
+	l->n++;
+}
+
+/* Reads a small text file into buf, without the final newline. Returns
+ * 0 or -errno. */
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	buf[0] = '\0';
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	return 0;
+}
+
+/* ---- cuFile ---- */
+
+/* cuFile's ABI, as far as a probe needs it (cufile.h). */
+typedef struct {
+	int err;    /* CUfileOpError */
+	int cu_err; /* CUresult */
+} probe_cufile_error_t;
+
+struct cufile_probe {
+	int found;         /* libcufile loaded */
+	int driver_ok;     /* cuFileDriverOpen succeeded */
+	int driver_status; /* its status when not */
+};
+
+static void check_cufile(struct list *l, struct cufile_probe *cp)
+{
+	char setting[256] = "";
+	const char *names[2] = {"libcufile.so.0", "libcufile.so"};
+	char first_error[256] = "";
+	void *lib = NULL;
+	const char *which = NULL;
+	char where[PATH_MAX] = "", value[256], version[64] = "";
+	struct link_map *map = NULL;
+	int (*get_version)(int *);
+	probe_cufile_error_t (*driver_open)(void);
+
+	memset(cp, 0, sizeof(*cp));
+	/* The library gpufile itself would load (cufile_library). */
+	if (gpufile__config_string("cufile_library", setting,
+	                           sizeof(setting)) == 0 &&
+	    setting[0])
+		names[0] = setting;
+	gpufile__clear_error();
+	for (size_t i = 0; i < 2 && !lib; i++) {
+		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		which = names[i];
+		if (!lib && i == 0) {
+			const char *e = dlerror();
+			snprintf(first_error, sizeof(first_error), "%s",
+			         e ? e : "no error text");
+		}
+	}
+	if (!lib) {
+		add(l, "libcufile", GPUFILE_CHECK_FAIL, "not found",
+		    "the dynamic loader cannot open %s (%s): gpufile will "
+		    "not use cuFile (install the GDS package, or add its lib "
+		    "directory to LD_LIBRARY_PATH)",
+		    names[0], first_error);
+		add(l, "cufile.driver", GPUFILE_CHECK_UNKNOWN, "not tried",
+		    "libcufile is not available, so cuFileDriverOpen() "
+		    "cannot be called");
+		return;
+	}
+	cp->found = 1;
+	if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name &&
+	    !realpath(map->l_name, where))
+		snprintf(where, sizeof(where), "%s", map->l_name);
+	get_version = (int (*)(int *))dlsym(lib, "cuFileGetVersion");
+	if (get_version) {
+		int v = 0;
+		if (get_version(&v) == 0)
+			snprintf(version, sizeof(version), "%d.%d (%d)",
+			         v / 1000, (v % 1000) / 10, v);
+	}
+	if (!version[0]) {
+		const char *so = strstr(where, ".so.");
+		snprintf(version, sizeof(version), "%s",
+		         so ? so + 4 : "unknown");
+	}
+	snprintf(value, sizeof(value), "%s version %s",
+	         where[0] ? where : which, version);
+	add(l, "libcufile", GPUFILE_CHECK_PASS, value, "loaded %s with dlopen",
+	    which);
+
+	driver_open =
+	    (probe_cufile_error_t(*)(void))dlsym(lib, "cuFileDriverOpen");
+	if (!driver_open) {
+		add(l, "cufile.driver", GPUFILE_CHECK_FAIL, "no symbol",
+		    "%s has no cuFileDriverOpen", where);
+		return;
+	}
+	/* The driver is left open: cufile_shim.c may share it, and a
+	 * probe must not close what the library opened. */
+	probe_cufile_error_t st = driver_open();
+	cp->driver_status = st.err;
+	if (st.err == 0) {
+		cp->driver_ok = 1;
+		add(l, "cufile.driver", GPUFILE_CHECK_PASS, "opens",
+		    "cuFileDriverOpen() returned CU_FILE_SUCCESS");
+	} else {
+		snprintf(value, sizeof(value), "cuFile status %d (CUresult %d)",
+		         st.err, st.cu_err);
+		add(l, "cufile.driver", GPUFILE_CHECK_FAIL, value,
+		    "cuFileDriverOpen() failed: gpufile falls back to its "
+		    "POSIX path (compat_mode=auto) or fails (off); status "
+		    "5000+N is cuFile's CU_FILE_* error N, see cufile.h");
+	}
+}
+
+static int check_nvidia_fs(struct list *l)
+{
+	char text[512], value[256];
+
+	if (read_text("/proc/driver/nvidia-fs/version", text, sizeof(text)) ==
+	    0) {
+		for (char *p = text; *p; p++)
+			if (*p == '\n')
+				*p = ' ';
+		snprintf(value, sizeof(value), "%s", text);
+		add(l, "nvidia-fs", GPUFILE_CHECK_PASS, value,
+		    "/proc/driver/nvidia-fs exists: the kernel module that "
+		    "moves GDS data (cuFile's nvfs path) is loaded");
+		return 1;
+	}
+	if (access("/sys/module/nvidia_fs", F_OK) == 0) {
+		add(l, "nvidia-fs", GPUFILE_CHECK_UNKNOWN, "module present",
+		    "/sys/module/nvidia_fs exists but "
+		    "/proc/driver/nvidia-fs/version cannot be read");
+		return 1;
+	}
+	add(l, "nvidia-fs", GPUFILE_CHECK_FAIL, "not loaded",
+	    "/proc/driver/nvidia-fs is absent: cuFile can only use its "
+	    "compatibility (posix) path (modprobe nvidia-fs)");
+	return 0;
+}
+
+/* ---- PCIe ---- */
+
+struct pci_dev {
+	char bdf[16];
+	char path[PATH_MAX]; /* resolved sysfs path */
+	int numa;
+};
+
+#define MAX_PCI 32
+
+static int read_hex(const char *dir, const char *file, unsigned long *out)
+{
+	char path[PATH_MAX], text[64];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (read_text(path, text, sizeof(text)))
+		return -1;
+	*out = strtoul(text, NULL, 16);
+	return 0;
+}
+
+/* Lists PCI devices of vendor (0: any) whose class matches class_prefix
+ * in its top bits (mask). */
+static int list_pci(unsigned long vendor, unsigned long cls, unsigned long mask,
+                    struct pci_dev *out, int max)
+{
+	DIR *d = opendir("/sys/bus/pci/devices");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) && n < max) {
+		char dir[PATH_MAX], path[PATH_MAX + 16], text[32];
+		unsigned long v, c;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(dir, sizeof(dir), "/sys/bus/pci/devices/%s",
+		         e->d_name);
+		if (read_hex(dir, "vendor", &v) || read_hex(dir, "class", &c))
+			continue;
+		if ((vendor && v != vendor) || (c & mask) != cls)
+			continue;
+		snprintf(out[n].bdf, sizeof(out[n].bdf), "%.15s", e->d_name);
+		if (!realpath(dir, out[n].path))
+			snprintf(out[n].path, sizeof(out[n].path), "%s", dir);
+		snprintf(path, sizeof(path), "%s/numa_node", dir);
+		out[n].numa =
+		    read_text(path, text, sizeof(text)) == 0 ? atoi(text) : -1;
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* The PCIe relation of two devices, in nvidia-smi topo's words, from
+ * their sysfs paths (/sys/devices/pci0000:00/0000:00:01.0/...). */
+static const char *pcie_relation(const char *a, const char *b)
+{
+	size_t i = 0, last = 0;
+	int depth = 0;
+
+	while (a[i] && a[i] == b[i]) {
+		if (a[i] == '/') {
+			last = i;
+			depth++;
+		}
+		i++;
+	}
+	(void)last;
+	/* depth counts "/sys/devices/pci0000:00/" = 4 slashes shared when
+	 * the root complex is shared; each bridge below adds one. */
+	if (depth < 4)
+		return "SYS (different PCIe root complexes)";
+	if (depth == 4)
+		return "PHB (same root complex, no shared switch)";
+	if (depth == 5)
+		return "PXB/PIX (behind the same root port)";
+	return "PIX (same PCIe switch)";
+}
+
+static void check_gpus(struct list *l, struct pci_dev *gpus, int *ngpus)
+{
+	char value[256];
+	int n = gpufile_cuda_device_count();
+	size_t used = 0;
+
+	*ngpus = list_pci(0x10de, 0x030000, 0xff0000, gpus, MAX_PCI);
+	if (n > 0) {
+		snprintf(value, sizeof(value), "%d", n);
+		add(l, "cuda.devices", GPUFILE_CHECK_PASS, value,
+		    "the CUDA driver (libcuda.so.1) reports %d device%s", n,
+		    n == 1 ? "" : "s");
+	} else {
+		add(l, "cuda.devices", GPUFILE_CHECK_FAIL, "0", "%s",
+		    gpufile_errmsg()[0] ? gpufile_errmsg()
+		                        : "no usable CUDA device");
+		gpufile__clear_error();
+	}
+	value[0] = '\0';
+	for (int i = 0; i < *ngpus; i++) {
+		int k = snprintf(value + used, sizeof(value) - used,
+		                 "%s%s (NUMA %d)", i ? ", " : "", gpus[i].bdf,
+		                 gpus[i].numa);
+		if (k < 0 || (size_t)k >= sizeof(value) - used)
+			break;
+		used += (size_t)k;
+	}
+	if (*ngpus)
+		add(l, "gpu.pcie", GPUFILE_CHECK_PASS, value,
+		    "NVIDIA display/3D controllers on the PCI bus");
+	else
+		add(l, "gpu.pcie", GPUFILE_CHECK_FAIL, "none",
+		    "no NVIDIA GPU (vendor 0x10de, class 0x03) in "
+		    "/sys/bus/pci/devices");
+}
+
+static void check_nvme_placement(struct list *l, const struct pci_dev *gpus,
+                                 int ngpus)
+{
+	struct pci_dev nvme[MAX_PCI];
+	int n = list_pci(0, 0x010802, 0xffffff, nvme, MAX_PCI);
+	char value[256];
+	int best = 0;
+
+	if (!n) {
+		add(l, "nvme.pcie", GPUFILE_CHECK_UNKNOWN, "none",
+		    "no NVMe controller (class 0x010802) on the PCI bus");
+		return;
+	}
+	if (!ngpus) {
+		snprintf(value, sizeof(value), "%d NVMe controller%s", n,
+		         n == 1 ? "" : "s");
+		add(l, "nvme.pcie", GPUFILE_CHECK_UNKNOWN, value,
+		    "no GPU to compare placement with");
+		return;
+	}
+	for (int g = 0; g < ngpus; g++) {
+		for (int i = 0; i < n; i++) {
+			const char *rel =
+			    pcie_relation(gpus[g].path, nvme[i].path);
+			int ok = rel[0] == 'P' && rel[1] != 'H';
+			char name[48];
+
+			snprintf(name, sizeof(name), "pcie %s-%s", gpus[g].bdf,
+			         nvme[i].bdf);
+			add(l, name,
+			    ok ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_FAIL, rel,
+			    ok ? "GPU and NVMe share a PCIe bridge: "
+			         "peer-to-peer transfers stay below the root"
+			       : "GPU and NVMe do not share a PCIe switch: "
+			         "GDS works but peer-to-peer crosses the root "
+			         "complex (the tutorial's system is PIX)");
+			best |= ok;
+		}
+	}
+	(void)best;
+}
+
+static void check_iommu(struct list *l)
+{
+	DIR *d = opendir("/sys/class/iommu");
+	char cmdline[4096] = "";
+	int units = 0;
+	struct dirent *e;
+
+	read_text("/proc/cmdline", cmdline, sizeof(cmdline));
+	if (d) {
+		while ((e = readdir(d)))
+			if (e->d_name[0] != '.')
+				units++;
+		closedir(d);
+	}
+	if (strstr(cmdline, "iommu=pt"))
+		add(l, "iommu", GPUFILE_CHECK_PASS, "passthrough",
+		    "the kernel command line has iommu=pt: DMA is not "
+		    "translated for the host domain");
+	else if (units)
+		add(l, "iommu", GPUFILE_CHECK_FAIL, "enabled",
+		    "%d IOMMU unit%s in /sys/class/iommu and no iommu=pt: "
+		    "GDS peer-to-peer DMA needs the IOMMU off or in "
+		    "passthrough (intel_iommu=off / amd_iommu=off or "
+		    "iommu=pt)",
+		    units, units == 1 ? "" : "s");
+	else if (d)
+		add(l, "iommu", GPUFILE_CHECK_PASS, "off",
+		    "/sys/class/iommu has no IOMMU unit");
+	else
+		add(l, "iommu", GPUFILE_CHECK_UNKNOWN, "unknown",
+		    "/sys/class/iommu cannot be read");
+}
+
+/* ---- cufile.json and the environment ---- */
+
+static int check_cufile_json(struct list *l, gpufile_cufile_config_t *cfg)
+{
+	int rc = gpufile_cufile_config_load(NULL, cfg);
+	char value[256];
+
+	if (rc == 0 && cfg->parsed)
+		add(l, "cufile.json", GPUFILE_CHECK_PASS, cfg->path,
+		    "read and parsed (path from %s)", cfg->path_source);
+	else if (rc == 0)
+		add(l, "cufile.json", GPUFILE_CHECK_PASS, "none",
+		    "CUFILE_ENV_PATH_JSON is unset and /etc/cufile.json is "
+		    "absent: cuFile uses its built-in defaults (below: "
+		    "gpufile's model of the cuFile 1.15 defaults)");
+	else if (rc == -ENOTSUP)
+		add(l, "cufile.json", GPUFILE_CHECK_UNKNOWN, cfg->path, "%s",
+		    gpufile_errmsg());
+	else
+		add(l, "cufile.json", GPUFILE_CHECK_FAIL,
+		    cfg->path[0] ? cfg->path : "?", "%s", gpufile_errmsg());
+	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++) {
+		const gpufile_cufile_value_t *v = &cfg->v[i];
+		char name[64];
+
+		if (v->is_bool)
+			snprintf(value, sizeof(value), "%s",
+			         v->value ? "true" : "false");
+		else
+			snprintf(value, sizeof(value), "%lld",
+			         (long long)v->value);
+		snprintf(name, sizeof(name), "%s", v->key);
+		add(l, name, GPUFILE_CHECK_PASS, value, "%s",
+		    v->from_file ? "from the file"
+		                 : "default (model of cuFile 1.15)");
+	}
+	if (cfg->denied_filesystems[0])
+		add(l, "denylist.filesystems", GPUFILE_CHECK_PASS,
+		    cfg->denied_filesystems,
+		    "cuFile will not use GDS on these file systems");
+	gpufile__clear_error();
+	return rc;
+}
+
+static int env_true(const char *v)
+{
+	return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0 ||
+	             strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0);
+}
+
+static void check_cufile_env(struct list *l)
+{
+	int any = 0;
+
+	for (char **e = environ; e && *e; e++) {
+		char name[48];
+		const char *eq = strchr(*e, '=');
+		const char *v;
+		gpufile_check_status_t st = GPUFILE_CHECK_PASS;
+		const char *why = "set: passed on to cuFile";
+
+		if (strncmp(*e, "CUFILE_", 7) != 0 || !eq)
+			continue;
+		snprintf(name, sizeof(name), "env %.*s", (int)(eq - *e), *e);
+		v = eq + 1;
+		any = 1;
+		if (strncmp(*e, "CUFILE_FORCE_COMPAT_MODE=", 25) == 0) {
+			if (env_true(v)) {
+				st = GPUFILE_CHECK_FAIL;
+				why =
+				    "cuFile is forced into compatibility mode: "
+				    "every read it receives takes its posix "
+				    "path, never nvidia-fs";
+			} else {
+				why = "compatibility mode not forced";
+			}
+		} else if (strncmp(*e, "CUFILE_ALLOW_COMPAT_MODE=", 25) == 0) {
+			why = env_true(v)
+			          ? "cuFile may fall back to its posix "
+			            "path where GDS is unavailable"
+			          : "cuFile fails instead of falling back "
+			            "to its posix path";
+		} else if (strncmp(*e, "CUFILE_EXPERIMENTAL_FS=", 23) == 0) {
+			st = GPUFILE_CHECK_UNKNOWN;
+			why = "enables GDS on file systems NVIDIA lists as "
+			      "experimental: support is not guaranteed";
+		} else if (strncmp(*e, "CUFILE_ENV_PATH_JSON=", 21) == 0) {
+			why = "the cufile.json cuFile reads (instead of "
+			      "/etc/cufile.json)";
+		} else if (strncmp(*e, "CUFILE_STATS_LEVEL=", 19) == 0) {
+			why =
+			    "cuFile's statistics level (3: per-GPU nvfs/posix "
+			    "counters, which gpufile stats shows)";
+		}
+		add(l, name, st, v, "%s", why);
+	}
+	if (!any)
+		add(l, "env CUFILE_*", GPUFILE_CHECK_PASS, "none set",
+		    "no CUFILE_* variable overrides cuFile's behaviour");
+}
+
+static void check_settings(struct list *l, struct gpufile__settings *s,
+                           int *settings_ok)
+{
+	char value[256], name[64], var[64];
+
+	*settings_ok = gpufile__settings(s) == 0;
+	for (int i = 0; i < gpufile_config_count(); i++) {
+		gpufile_source_t src;
+		const char *n = gpufile_config_name(i);
+
+		snprintf(name, sizeof(name), "gpufile.%s", n);
+		if (gpufile_config_get(n, value, sizeof(value), &src, var,
+		                       sizeof(var)))
+			add(l, name, GPUFILE_CHECK_FAIL, "invalid", "%s",
+			    gpufile_errmsg());
+		else
+			add(l, name, GPUFILE_CHECK_PASS, value, "%s",
+			    var[0] ? var : gpufile_source_name(src));
+	}
+	add(l, "gpufile.features", GPUFILE_CHECK_PASS, gpufile_features(), "%s",
+	    GPUFILE_HAVE_CJSON ? "cufile.json parsing compiled in (cJSON)"
+	                       : "cufile.json parsing not compiled in");
+	gpufile__clear_error();
+}
+
+/* ---- one file ---- */
+
+struct mount {
+	char point[PATH_MAX], fstype[64], source[256], options[512];
+};
+
+/* Finds the mount holding real path rp on device dev in mountinfo: the
+ * longest mount point that is a prefix of rp with that device. */
+static int find_mount(const char *rp, dev_t dev, struct mount *m)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	size_t best = 0;
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned maj, min;
+		char point[PATH_MAX], *dash, fstype[64], source[256], opts[512];
+		size_t len;
+
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min,
+		           point) != 3)
+			continue;
+		dash = strstr(line, " - ");
+		if (!dash || sscanf(dash + 3, "%63s %255s %511s", fstype,
+		                    source, opts) < 2)
+			continue;
+		if (makedev(maj, min) != dev)
+			continue;
+		len = strlen(point);
+		if (strncmp(rp, point, len) != 0 ||
+		    (rp[len] != '/' && rp[len] != '\0' &&
+		     strcmp(point, "/") != 0))
+			continue;
+		if (len >= best) {
+			best = len;
+			snprintf(m->point, sizeof(m->point), "%s", point);
+			snprintf(m->fstype, sizeof(m->fstype), "%s", fstype);
+			snprintf(m->source, sizeof(m->source), "%s", source);
+			snprintf(m->options, sizeof(m->options), "%s", opts);
+			found = 1;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/* Whether GDS (nvidia-fs) supports fstype: 1 yes, 0 no, -1 it depends. */
+static int gds_fs_support(const char *fstype, const char *options,
+                          const char **why)
+{
+	static const char *const local[] = {"ext4", "xfs"};
+	static const char *const dist[] = {"lustre", "gpfs", "wekafs",
+	                                   "beegfs", "nfs",  "nfs4"};
+
+	for (size_t i = 0; i < 2; i++)
+		if (strcmp(fstype, local[i]) == 0) {
+			if (strcmp(fstype, "ext4") == 0 &&
+			    strstr(options, "data=journal")) {
+				*why = "ext4 with data=journal: GDS supports "
+				       "ext4 only in data=ordered mode";
+				return 0;
+			}
+			*why = "a local file system GDS supports (ext4 in "
+			       "ordered mode, xfs)";
+			return 1;
+		}
+	for (size_t i = 0; i < 6; i++)
+		if (strcmp(fstype, dist[i]) == 0) {
+			*why = "a distributed file system GDS supports with "
+			       "its RDMA client and cufile.json settings";
+			return -1;
+		}
+	*why = "not a file system GDS supports (supported: ext4, xfs, "
+	       "lustre, gpfs, wekafs, beegfs, nfs over RDMA)";
+	return 0;
+}
+
+/* The PCI device (resolved sysfs path) behind block device dev, or "". */
+static void block_device(dev_t dev, char *name, size_t name_len, char *pci,
+                         size_t pci_len)
+{
+	char link[PATH_MAX], rp[PATH_MAX];
+
+	name[0] = pci[0] = '\0';
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(dev),
+	         minor(dev));
+	if (!realpath(link, rp))
+		return;
+	snprintf(name, name_len, "%s", strrchr(rp, '/') + 1);
+	/* /sys/devices/pci0000:00/0000:00:1d.0/0000:3b:00.0/nvme/... :
+	 * the PCI function is the last component of the form
+	 * DDDD:BB:DD.F before the driver's subtree. */
+	char *p = strstr(rp, "/nvme/");
+	if (!p)
+		p = strstr(rp, "/host");
+	if (!p || strncmp(rp, "/sys/devices/pci", 16) != 0)
+		return;
+	*p = '\0';
+	snprintf(pci, pci_len, "%s", rp);
+}
+
+static void check_file(struct list *l, const char *path,
+                       const struct cufile_probe *cp, int nvfs_loaded,
+                       const gpufile_cufile_config_t *cfg,
+                       const struct gpufile__settings *s, int settings_ok,
+                       const struct pci_dev *gpus, int ngpus)
+{
+	char rp[PATH_MAX], value[512], dev_name[64], pci[PATH_MAX];
+	const char *fs_why = "", *gf_path, *gf_why, *cu_path, *cu_why;
+	gpufile_check_status_t gf_st, cu_st;
+	struct stat st;
+	struct mount m;
+	int fs_ok = -1, direct_ok = 0, fd, denied = 0;
+	char direct_err[128] = "", cu_buf[384], gf_buf[512], accel_why[160];
+	int accel;
+
+	if (stat(path, &st) < 0) {
+		add(l, "file", GPUFILE_CHECK_FAIL, path, "stat: %s",
+		    strerror(errno));
+		return;
+	}
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		add(l, "file", GPUFILE_CHECK_FAIL, path,
+		    "not a regular file or block device");
+		return;
+	}
+	if (!realpath(path, rp))
+		snprintf(rp, sizeof(rp), "%s", path);
+	snprintf(value, sizeof(value), "%s (%lld bytes)", rp,
+	         (long long)st.st_size);
+	add(l, "file", GPUFILE_CHECK_PASS, value, "a regular file");
+
+	memset(&m, 0, sizeof(m));
+	if (find_mount(rp, st.st_dev, &m)) {
+		fs_ok = gds_fs_support(m.fstype, m.options, &fs_why);
+		if (cfg->denied_filesystems[0]) {
+			char list[260];
+			snprintf(list, sizeof(list), " %s ",
+			         cfg->denied_filesystems);
+			char needle[72];
+			snprintf(needle, sizeof(needle), " %s ", m.fstype);
+			if (strstr(list, needle)) {
+				fs_ok = 0;
+				denied = 1;
+				fs_why = "listed in cufile.json "
+				         "denylist.filesystems";
+			}
+		}
+		snprintf(value, sizeof(value), "%s on %s (mounted at %s)",
+		         m.fstype, m.source, m.point);
+		add(l, "file.fs",
+		    fs_ok > 0    ? GPUFILE_CHECK_PASS
+		    : fs_ok == 0 ? GPUFILE_CHECK_FAIL
+		                 : GPUFILE_CHECK_UNKNOWN,
+		    value, "%s", fs_why);
+	} else {
+		add(l, "file.fs", GPUFILE_CHECK_UNKNOWN, "?",
+		    "no entry in /proc/self/mountinfo for device %u:%u",
+		    major(st.st_dev), minor(st.st_dev));
+	}
+
+	block_device(st.st_dev, dev_name, sizeof(dev_name), pci, sizeof(pci));
+	if (major(st.st_dev) == 0) {
+		add(l, "file.block_device", GPUFILE_CHECK_FAIL, "none",
+		    "device %u:%u is anonymous (tmpfs, overlay, network "
+		    "or FUSE): no block device for nvidia-fs to reach",
+		    major(st.st_dev), minor(st.st_dev));
+	} else if (!dev_name[0]) {
+		snprintf(value, sizeof(value), "%u:%u", major(st.st_dev),
+		         minor(st.st_dev));
+		add(l, "file.block_device", GPUFILE_CHECK_UNKNOWN, value,
+		    "not found under /sys/dev/block");
+	} else {
+		int nvme = strncmp(dev_name, "nvme", 4) == 0;
+		snprintf(value, sizeof(value), "%s (%u:%u)%s%s", dev_name,
+		         major(st.st_dev), minor(st.st_dev),
+		         pci[0] ? " at " : "",
+		         pci[0] ? strrchr(pci, '/') + 1 : "");
+		add(l, "file.block_device",
+		    nvme ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_UNKNOWN, value,
+		    "%s",
+		    nvme ? "an NVMe namespace: a device GDS reaches "
+		           "directly"
+		         : "not NVMe: GDS support depends on the "
+		           "driver (NVMe and NVMe-oF are supported)");
+		for (int g = 0; pci[0] && g < ngpus; g++) {
+			char name[48];
+			const char *rel = pcie_relation(gpus[g].path, pci);
+			snprintf(name, sizeof(name), "file.pcie %s",
+			         gpus[g].bdf);
+			add(l, name,
+			    rel[0] == 'P' && rel[1] != 'H' ? GPUFILE_CHECK_PASS
+			                                   : GPUFILE_CHECK_FAIL,
+			    rel, "placement of GPU %s relative to %s",
+			    gpus[g].bdf, dev_name);
+		}
+	}
+
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(direct_err, sizeof(direct_err), "open: %s",
+		         strerror(errno));
+	} else {
+		void *buf = NULL;
+		if (st.st_size >= 4096 &&
+		    posix_memalign(&buf, 4096, 4096) == 0) {
+			if (pread(fd, buf, 4096, 0) < 0)
+				snprintf(direct_err, sizeof(direct_err),
+				         "read: %s", strerror(errno));
+		}
+		free(buf);
+		close(fd);
+		direct_ok = !direct_err[0];
+	}
+	add(l, "file.o_direct",
+	    direct_ok ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_FAIL,
+	    direct_ok ? "opens" : direct_err, "%s",
+	    direct_ok ? "O_DIRECT open and an aligned 4 KiB read succeed: "
+	                "cuFile can register the file"
+	              : "O_DIRECT refused: cuFile cannot register this file, "
+	                "and gpufile reads it through the page cache");
+
+	/* cuFile's layer, as if it receives the read. */
+	cu_why = cu_buf;
+	cu_st = GPUFILE_CHECK_FAIL;
+	cu_path = "posix";
+	accel = gpufile__cufile_accelerated(accel_why, sizeof(accel_why));
+	if (env_true(getenv("CUFILE_FORCE_COMPAT_MODE"))) {
+		snprintf(cu_buf, sizeof(cu_buf),
+		         "CUFILE_FORCE_COMPAT_MODE=%s: cuFile's compatibility "
+		         "path",
+		         getenv("CUFILE_FORCE_COMPAT_MODE"));
+		accel = 0;
+	} else if (!accel) {
+		snprintf(cu_buf, sizeof(cu_buf), "%s: %s", accel_why,
+		         cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
+		             ? "cuFile's compatibility (posix) path"
+		             : "allow_compat_mode is false, cuFile fails");
+	} else if (fs_ok == 0) {
+		snprintf(cu_buf, sizeof(cu_buf), "%s%s: %s", m.fstype,
+		         denied ? " (denylisted)" : "",
+		         cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
+		             ? "cuFile's compatibility (posix) path"
+		             : "allow_compat_mode is false, cuFile fails");
+		accel = 0;
+	} else if (!nvfs_loaded) {
+		cu_st = GPUFILE_CHECK_PASS;
+		cu_path = "p2p";
+		snprintf(cu_buf, sizeof(cu_buf), "%s: PCI P2PDMA", accel_why);
+	} else if (fs_ok < 0) {
+		cu_st = GPUFILE_CHECK_UNKNOWN;
+		cu_path = "nvfs?";
+		snprintf(cu_buf, sizeof(cu_buf),
+		         "%s: nvfs when its RDMA client is configured, else "
+		         "posix; confirm with gpufile stats PID",
+		         m.fstype);
+	} else {
+		cu_st = GPUFILE_CHECK_PASS;
+		cu_path = "nvfs";
+		snprintf(cu_buf, sizeof(cu_buf),
+		         "nvidia-fs is loaded and %s is supported: the GDS "
+		         "path; confirm with gpufile stats PID (cuFile's "
+		         "nvfs/posix counters)",
+		         m.fstype);
+	}
+
+	/* gpufile's layer (file.c's cufile_choose()). */
+	gf_st = GPUFILE_CHECK_FAIL;
+	gf_path = "posix";
+	gf_why = gf_buf;
+	if (!settings_ok) {
+		gf_st = GPUFILE_CHECK_UNKNOWN;
+		gf_path = "error";
+		gf_why = "a gpufile setting is invalid (see gpufile.*)";
+	} else if (s->compat_mode == GPUFILE_COMPAT_ON) {
+		snprintf(gf_buf, sizeof(gf_buf),
+		         "compat_mode=on: gpufile never uses cuFile");
+	} else if (!cp->found || !cp->driver_ok || !direct_ok) {
+		snprintf(gf_buf, sizeof(gf_buf), "%s: %s",
+		         !cp->found       ? "libcufile not found"
+		         : !cp->driver_ok ? "cuFileDriverOpen() fails"
+		                          : "O_DIRECT refused, cuFile cannot "
+		                            "register the file",
+		         s->compat_mode == GPUFILE_COMPAT_OFF
+		             ? "with compat_mode=off the read FAILS"
+		             : "compat_mode=auto falls back to gpufile's "
+		               "POSIX path (pinned bounce buffers)");
+		if (s->compat_mode == GPUFILE_COMPAT_OFF)
+			gf_path = "error";
+	} else if (s->compat_mode == GPUFILE_COMPAT_AUTO &&
+	           s->cufile_accel_only && !accel) {
+		snprintf(gf_buf, sizeof(gf_buf),
+		         "cuFile would only use its slower compatibility path "
+		         "(%s), so compat_mode=auto with cufile_accel_only "
+		         "takes gpufile's POSIX path (cufile_accel_only=off "
+		         "hands it to cuFile anyway)",
+		         cu_buf);
+	} else {
+		gf_st = GPUFILE_CHECK_PASS;
+		gf_path = "cufile";
+		snprintf(gf_buf, sizeof(gf_buf),
+		         "libcufile loads, its driver opens and the file opens "
+		         "with O_DIRECT: device reads of at least "
+		         "gds_threshold (%zu bytes) go to cuFile; smaller ones "
+		         "take the \"small\" POSIX path",
+		         s->gds_threshold);
+	}
+	add(l, "predict.gpufile", gf_st, gf_path, "%s", gf_why);
+
+	if (strcmp(gf_path, "cufile") != 0) {
+		char tmp[sizeof(cu_buf)];
+
+		snprintf(tmp, sizeof(tmp),
+		         "cuFile does not receive the read (gpufile's layer "
+		         "does not choose it); if it did: %s: %s",
+		         cu_path, cu_why);
+		snprintf(cu_buf, sizeof(cu_buf), "%s", tmp);
+		cu_why = cu_buf;
+		cu_st = GPUFILE_CHECK_UNKNOWN;
+		cu_path = "none";
+	}
+	add(l, "predict.cufile", cu_st, cu_path, "%s", cu_why);
+}
+
+int gpufile_check(const char *path, gpufile_check_item_t *items, int max)
+{
+	struct list l = {items, max > 0 && items ? max : 0, 0};
+	struct cufile_probe cp;
+	struct gpufile__settings s;
+	gpufile_cufile_config_t cfg;
+	struct pci_dev gpus[MAX_PCI];
+	int ngpus, nvfs, settings_ok;
+
+	memset(&s, 0, sizeof(s));
+	check_cufile(&l, &cp);
+	nvfs = check_nvidia_fs(&l);
+	check_gpus(&l, gpus, &ngpus);
+	check_nvme_placement(&l, gpus, ngpus);
+	check_iommu(&l);
+	check_cufile_json(&l, &cfg);
+	check_cufile_env(&l);
+	check_settings(&l, &s, &settings_ok);
+	if (path)
+		check_file(&l, path, &cp, nvfs, &cfg, &s, settings_ok, gpus,
+		           ngpus);
+	gpufile__clear_error();
+	return l.n;
+}

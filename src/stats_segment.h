@@ -1,0 +1,89 @@
+/*
+ * The layout of a process's statistics segment, /dev/shm/gpufile-UID-PID,
+ * shared by the writer (the process itself) and readers (gpufile stats in
+ * another process). Any change to this layout bumps STATS_SEG_VERSION;
+ * a reader refuses a segment whose magic, version or size differ from its
+ * own, so that two versions of the library never misread each other.
+ *
+ * Counters are lock-free 64-bit atomics updated with relaxed ordering:
+ * a reader sees each counter as some value it had, not a snapshot of all
+ * counters at one instant. Text (file records, settings, the cuFile
+ * layer) is written under a sequence number (odd while being written); a
+ * reader copies it and retries when the number changed meanwhile.
+ */
+#ifndef GPUFILE_STATS_SEGMENT_H
+#define GPUFILE_STATS_SEGMENT_H
+
+#include "gpufile.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define STATS_SEG_MAGIC   0x5441545346555047ull /* "GPUFSTAT" little-endian */
+#define STATS_SEG_VERSION 2u
+#define STATS_SEG_PREFIX  "gpufile-"
+#define STATS_SEG_DIR     "/dev/shm"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "shared counters need lock-free 64-bit atomics");
+
+struct stats_seg_counter {
+	_Atomic uint64_t ops, tasks, bytes, errors;
+	_Atomic uint64_t latency[GPUFILE_HIST_BUCKETS];
+	_Atomic uint64_t size[GPUFILE_HIST_BUCKETS];
+};
+
+/* The request counters of one thread. A slot has one writer at a time
+ * (the thread that owns it), which adds with a relaxed load and store:
+ * no locked instruction, so counting costs a few nanoseconds. A thread
+ * that exits gives its slot, counts included, to the next thread.
+ * Threads beyond STATS_SEG_SLOTS share the segment's "shared" slot,
+ * updated with atomic read-modify-write. Readers sum the slots. */
+#define STATS_SEG_SLOTS 64
+struct stats_seg_slot {
+	struct stats_seg_counter path[GPUFILE_PATH_COUNT][2];
+};
+
+struct stats_seg_file {
+	_Atomic uint32_t seq; /* odd while being written */
+	int32_t chosen;       /* gpufile_path_t */
+	char path[256];
+	char reason[256];
+};
+
+struct stats_seg {
+	/* Header: written once before magic is stored (release). */
+	_Atomic uint64_t magic;
+	uint32_t version;
+	uint32_t size; /* sizeof(struct stats_seg) */
+	int32_t pid;
+	uint32_t uid;
+	uint64_t proc_start; /* /proc/PID/stat starttime, to tell PID reuse */
+	uint64_t start_time_ns;
+	char command[64];
+
+	_Atomic uint32_t nslots; /* slots handed out so far */
+	_Atomic uint64_t direct_io_fallbacks;
+
+	_Atomic uint64_t files_opened; /* slot of file n: n % MAX_FILE_STATS */
+	struct stats_seg_file files[GPUFILE_MAX_FILE_STATS];
+
+	_Atomic uint32_t cufile_seq;
+	struct stats_seg_cufile {
+		int32_t ngpus; /* -1: never reported */
+		gpufile_cufile_gpu_t gpu[GPUFILE_MAX_GPUS];
+	} cufile;
+
+	_Atomic uint32_t settings_seq;
+	struct stats_seg_settings {
+		int32_t n;
+		gpufile_setting_value_t v[GPUFILE_MAX_SETTINGS];
+	} settings;
+
+	struct stats_seg_slot shared;
+	/* Last, so that the pages of slots never handed out are never
+	 * touched (tmpfs allocates a page at its first access). */
+	struct stats_seg_slot slots[STATS_SEG_SLOTS];
+};
+
+#endif

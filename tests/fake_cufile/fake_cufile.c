@@ -1,0 +1,268 @@
+/* A fake libcufile for tests; see fake_cufile.h. */
+#define _GNU_SOURCE
+#include "cufile_abi.h"
+#include "fake_cufile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* A registered file: the caller's descriptor may be O_DIRECT, which the
+ * unaligned "device" buffers of the tests cannot use, so the fake reads
+ * through its own buffered descriptor of the same file. */
+struct fake_handle {
+	int fd;
+	int buffered_fd;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_cufile_counts counts;
+static int driver_open;
+static CUfilePerGpuStats_t gpu0;
+
+static CUfileError_t status(int err)
+{
+	CUfileError_t e = {(CUfileOpError)err, 0};
+	return e;
+}
+
+static int env_status(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? atoi(v) : 0;
+}
+
+EXPORT void fake_cufile_counts(struct fake_cufile_counts *out)
+{
+	pthread_mutex_lock(&lock);
+	*out = counts;
+	pthread_mutex_unlock(&lock);
+}
+
+EXPORT CUfileError_t cuFileDriverOpen(void)
+{
+	int fail = env_status("FAKE_CUFILE_FAIL_OPEN");
+
+	pthread_mutex_lock(&lock);
+	counts.driver_open++;
+	if (!fail)
+		driver_open = 1;
+	pthread_mutex_unlock(&lock);
+	return status(fail);
+}
+
+EXPORT CUfileError_t cuFileDriverClose_v2(void)
+{
+	pthread_mutex_lock(&lock);
+	counts.driver_close++;
+	driver_open = 0;
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}
+
+EXPORT CUfileError_t cuFileDriverClose(void)
+{
+	return cuFileDriverClose_v2();
+}
+
+EXPORT CUfileError_t cuFileGetVersion(int *version)
+{
+	*version = 1150;
+	return status(0);
+}
+
+EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->nvfs.max_direct_io_size = 16u << 20;
+	if (env_status("FAKE_CUFILE_P2P"))
+		p->fflags |= 1u << CU_FILE_P2P_SUPPORTED;
+	return status(0);
+}
+
+EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh,
+                                          CUfileDescr_t *descr)
+{
+	int fail = env_status("FAKE_CUFILE_FAIL_REGISTER");
+	struct fake_handle *h;
+	char path[64];
+	int flags;
+
+	if (!driver_open)
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	if (fail)
+		return status(fail);
+	if (descr->type != CU_FILE_HANDLE_TYPE_OPAQUE_FD || descr->fs_ops)
+		return status(CU_FILE_INVALID_VALUE);
+	flags = fcntl(descr->handle.fd, F_GETFL);
+	if (flags < 0)
+		return status(CU_FILE_INVALID_VALUE);
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return status(CU_FILE_NOMEM_ERROR);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", descr->handle.fd);
+	h->fd = descr->handle.fd;
+	h->buffered_fd = open(path, (flags & O_ACCMODE) | O_CLOEXEC);
+	if (h->buffered_fd < 0) {
+		free(h);
+		return status(CU_FILE_INVALID_FILE_TYPE);
+	}
+	pthread_mutex_lock(&lock);
+	counts.handle_register++;
+	if (flags & O_DIRECT)
+		counts.handle_register_direct++;
+	pthread_mutex_unlock(&lock);
+	*fh = h;
+	return status(0);
+}
+
+EXPORT void cuFileHandleDeregister(CUfileHandle_t fh)
+{
+	struct fake_handle *h = fh;
+
+	pthread_mutex_lock(&lock);
+	counts.handle_deregister++;
+	pthread_mutex_unlock(&lock);
+	close(h->buffered_fd);
+	free(h);
+}
+
+static void record(int is_write, const void *base, size_t size, off_t foff,
+                   off_t boff, ssize_t n)
+{
+	pthread_mutex_lock(&lock);
+	if (is_write) {
+		counts.writes++;
+		counts.write_bytes += n > 0 ? (uint64_t)n : 0;
+	} else {
+		counts.reads++;
+		counts.read_bytes += n > 0 ? (uint64_t)n : 0;
+	}
+	counts.last_base = base;
+	counts.last_buf_offset = boff;
+	counts.last_file_offset = foff;
+	if (!counts.min_io || size < counts.min_io)
+		counts.min_io = size;
+	if (size > counts.max_io)
+		counts.max_io = size;
+	if (counts.stats_level >= 1) {
+		if (is_write) {
+			gpu0.n_total_writes++;
+			gpu0.n_posix_writes++;
+			gpu0.writes_bytes += n > 0 ? (uint64_t)n : 0;
+		} else {
+			gpu0.n_total_reads++;
+			gpu0.n_posix_reads++;
+			gpu0.read_bytes += n > 0 ? (uint64_t)n : 0;
+		}
+		if (foff % 4096 || size % 4096) {
+			if (is_write)
+				gpu0.n_unaligned_writes++;
+			else
+				gpu0.n_unaligned_reads++;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+/* Like cuFile: -1 with errno for file system errors. */
+EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *base, size_t size,
+                          off_t foff, off_t boff)
+{
+	struct fake_handle *h = fh;
+	size_t done = 0;
+
+	if (!driver_open)
+		return -CU_FILE_DRIVER_NOT_INITIALIZED;
+	while (done < size) {
+		ssize_t n = pread(h->buffered_fd, (char *)base + boff + done,
+		                  size - done, foff + (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	record(0, base, size, foff, boff, (ssize_t)done);
+	return (ssize_t)done;
+}
+
+EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *base, size_t size,
+                           off_t foff, off_t boff)
+{
+	struct fake_handle *h = fh;
+	size_t done = 0;
+
+	if (!driver_open)
+		return -CU_FILE_DRIVER_NOT_INITIALIZED;
+	while (done < size) {
+		ssize_t n =
+		    pwrite(h->buffered_fd, (const char *)base + boff + done,
+		           size - done, foff + (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		done += (size_t)n;
+	}
+	record(1, base, size, foff, boff, (ssize_t)done);
+	return (ssize_t)done;
+}
+
+EXPORT CUfileError_t cuFileBufRegister(const void *base, size_t len, int flags)
+{
+	(void)base;
+	(void)len;
+	(void)flags;
+	pthread_mutex_lock(&lock);
+	counts.buf_register++;
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}
+
+EXPORT CUfileError_t cuFileBufDeregister(const void *base)
+{
+	(void)base;
+	pthread_mutex_lock(&lock);
+	counts.buf_deregister++;
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}
+
+EXPORT CUfileError_t cuFileSetStatsLevel(int level)
+{
+	if (level < 0 || level > 3)
+		return status(CU_FILE_INVALID_VALUE);
+	pthread_mutex_lock(&lock);
+	counts.stats_level = level;
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}
+
+/* The cuFile 1.15 layout: num_gpus at 1024, per_gpu_stats at 1032. */
+EXPORT CUfileError_t cuFileGetStatsL3(void *stats)
+{
+	const size_t l1 = GPUFILE__CUFILE_L1_SIZE_1_15;
+	uint32_t one = 1;
+
+	pthread_mutex_lock(&lock);
+	if (counts.stats_level < 3) {
+		pthread_mutex_unlock(&lock);
+		return status(CU_FILE_INVALID_VALUE);
+	}
+	memset(stats, 0, 5000);
+	memcpy((char *)stats + GPUFILE__CUFILE_L3_NUM_GPUS(l1), &one,
+	       sizeof(one));
+	memcpy((char *)stats + GPUFILE__CUFILE_L3_PER_GPU(l1), &gpu0,
+	       sizeof(gpu0));
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}

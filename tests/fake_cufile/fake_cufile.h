@@ -1,0 +1,33 @@
+/*
+ * A stand-in for libcufile.so.0 on machines without one (CI): implements
+ * the part of the cuFile ABI gpufile uses (src/cufile_abi.h), moving bytes
+ * with pread/pwrite into "device" memory that is really host memory (the
+ * tests pair it with a fake CUDA driver table). It counts its calls, and
+ * the environment tells it to fail (read at each call):
+ *   FAKE_CUFILE_FAIL_OPEN=STATUS      cuFileDriverOpen returns STATUS
+ *   FAKE_CUFILE_FAIL_REGISTER=STATUS  cuFileHandleRegister returns STATUS
+ *   FAKE_CUFILE_P2P=1                 driver properties report P2PDMA
+ * Its own per-GPU counters (cuFileGetStatsL3, cuFile 1.15 layout) count
+ * every read and write as "posix", like cuFile without nvidia-fs.
+ */
+#ifndef FAKE_CUFILE_H
+#define FAKE_CUFILE_H
+
+#include <stdint.h>
+
+struct fake_cufile_counts {
+	uint64_t driver_open, driver_close;
+	uint64_t handle_register, handle_deregister;
+	uint64_t handle_register_direct; /* of those, fds with O_DIRECT */
+	uint64_t buf_register, buf_deregister;
+	uint64_t reads, writes, read_bytes, write_bytes;
+	int stats_level;
+	const void *last_base; /* buf_base of the last read or write */
+	int64_t last_buf_offset, last_file_offset;
+	uint64_t min_io, max_io; /* sizes of reads and writes */
+};
+
+/* Exported by libfake_cufile.so; reach it with dlsym. */
+typedef void (*fake_cufile_counts_fn)(struct fake_cufile_counts *out);
+
+#endif

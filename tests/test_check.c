@@ -1,0 +1,209 @@
+/*
+ * gpufile_check(): every item has a status and a reason; the platform
+ * items are all there; a file on this machine gets its file system,
+ * O_DIRECT and a prediction for both layers; CUFILE_* overrides and a
+ * malformed cufile.json are reported; `gpufile check --json` works.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "gpufile.h"
+#include "cufile_json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX 256
+
+static gpufile_check_item_t items[MAX];
+
+static const gpufile_check_item_t *find(int n, const char *name)
+{
+	for (int i = 0; i < n && i < MAX; i++)
+		if (strcmp(items[i].name, name) == 0)
+			return &items[i];
+	return NULL;
+}
+
+static void test_platform(void)
+{
+	static const char *const required[] = {
+	    "libcufile",
+	    "cufile.driver",
+	    "nvidia-fs",
+	    "cuda.devices",
+	    "gpu.pcie",
+	    "iommu",
+	    "cufile.json",
+	    "execution.max_io_threads",
+	    "properties.max_direct_io_size_kb",
+	    "gpufile.compat_mode",
+	    "gpufile.task_size",
+	    "gpufile.features",
+	};
+	int n = gpufile_check(NULL, items, MAX);
+
+	CHECK(n > 0 && n <= MAX);
+	for (int i = 0; i < n; i++) {
+		CHECK(items[i].name[0] != '\0');
+		CHECK((unsigned)items[i].status <= GPUFILE_CHECK_UNKNOWN);
+		CHECK(items[i].why[0] != '\0');
+	}
+	for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+		if (!find(n, required[i])) {
+			fprintf(stderr, "no check named %s\n", required[i]);
+			test_failures++;
+		}
+	}
+	CHECK(find(n, "file") == NULL);
+	CHECK(find(n, "predict.gpufile") == NULL);
+	/* Counting is possible without filling anything. */
+	CHECK_EQ(gpufile_check(NULL, NULL, 0), n);
+}
+
+static void test_file(void)
+{
+	const char *path = test_path("f");
+	const gpufile_check_item_t *it;
+	int n;
+
+	CHECK_EQ(test_make_file(path, 65536, 1), 0);
+	n = gpufile_check(path, items, MAX);
+	CHECK((it = find(n, "file")) && it->status == GPUFILE_CHECK_PASS);
+	CHECK(find(n, "file.fs") != NULL);
+	CHECK(find(n, "file.block_device") != NULL);
+	CHECK(find(n, "file.o_direct") != NULL);
+	it = find(n, "predict.gpufile");
+	CHECK(it && (strcmp(it->value, "cufile") == 0 ||
+	             strcmp(it->value, "posix") == 0));
+	if (it)
+		fprintf(stderr, "predict.gpufile: %s: %s\n", it->value,
+		        it->why);
+	it = find(n, "predict.cufile");
+	CHECK(it != NULL);
+
+	/* Without libcufile (this machine), gpufile predicts posix, and
+	 * with compat_mode=on it always does, saying so. */
+	gpufile_config_set("compat_mode", "on");
+	n = gpufile_check(path, items, MAX);
+	it = find(n, "predict.gpufile");
+	CHECK(it && strcmp(it->value, "posix") == 0 &&
+	      strstr(it->why, "compat_mode=on"));
+	it = find(n, "predict.cufile");
+	CHECK(it && it->status == GPUFILE_CHECK_UNKNOWN);
+	gpufile_config_reset();
+
+	/* A missing file fails, with the reason. */
+	n = gpufile_check(test_path("missing"), items, MAX);
+	it = find(n, "file");
+	CHECK(it && it->status == GPUFILE_CHECK_FAIL &&
+	      strstr(it->why, "No such file"));
+
+	/* tmpfs (/dev/shm) refuses O_DIRECT and is not a GDS file system. */
+	if (access("/dev/shm", W_OK) == 0) {
+		char shm[64];
+		snprintf(shm, sizeof(shm), "/dev/shm/gpufile-check-%d",
+		         (int)getpid());
+		CHECK_EQ(test_make_file(shm, 8192, 2), 0);
+		n = gpufile_check(shm, items, MAX);
+		it = find(n, "file.fs");
+		CHECK(it && strstr(it->value, "tmpfs") &&
+		      it->status == GPUFILE_CHECK_FAIL);
+		it = find(n, "predict.gpufile");
+		CHECK(it && strcmp(it->value, "posix") == 0);
+		unlink(shm);
+	}
+}
+
+static void test_overrides(void)
+{
+	const char *bad = test_path("bad.json");
+	const gpufile_check_item_t *it;
+	FILE *f;
+	int n;
+
+	setenv("CUFILE_FORCE_COMPAT_MODE", "true", 1);
+	setenv("CUFILE_EXPERIMENTAL_FS", "1", 1);
+	n = gpufile_check(NULL, items, MAX);
+	it = find(n, "env CUFILE_FORCE_COMPAT_MODE");
+	CHECK(it && it->status == GPUFILE_CHECK_FAIL &&
+	      strstr(it->why, "posix"));
+	it = find(n, "env CUFILE_EXPERIMENTAL_FS");
+	CHECK(it && it->status == GPUFILE_CHECK_UNKNOWN);
+	unsetenv("CUFILE_FORCE_COMPAT_MODE");
+	unsetenv("CUFILE_EXPERIMENTAL_FS");
+	{
+		gpufile_cufile_config_t c;
+		gpufile__cufile_defaults(&c);
+		if (gpufile__cufile_json_parse("{}", 2, "probe", &c)) {
+			fprintf(stderr, "built without cJSON: cufile.json "
+			                "checks skipped\n");
+			return;
+		}
+	}
+
+	f = fopen(bad, "w");
+	fputs("{\n \"execution\": {\n  \"max_io_threads\": ,\n }\n}\n", f);
+	fclose(f);
+	setenv("CUFILE_ENV_PATH_JSON", bad, 1);
+	n = gpufile_check(NULL, items, MAX);
+	it = find(n, "cufile.json");
+	CHECK(it && it->status == GPUFILE_CHECK_FAIL &&
+	      strstr(it->why, "bad.json:3:"));
+	if (it)
+		fprintf(stderr, "cufile.json: %s\n", it->why);
+	it = find(n, "env CUFILE_ENV_PATH_JSON");
+	CHECK(it && strcmp(it->value, bad) == 0);
+
+	f = fopen(bad, "w");
+	fputs("{\"execution\": {\"max_io_threads\": 2}} // a comment\n", f);
+	fclose(f);
+	n = gpufile_check(NULL, items, MAX);
+	it = find(n, "cufile.json");
+	CHECK(it && it->status == GPUFILE_CHECK_PASS);
+	it = find(n, "execution.max_io_threads");
+	CHECK(it && strcmp(it->value, "2") == 0 &&
+	      strstr(it->why, "from the file"));
+	unsetenv("CUFILE_ENV_PATH_JSON");
+}
+
+static void test_cli(void)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char cmd[1024], out[1 << 16];
+	FILE *p;
+	size_t n;
+	int status;
+
+	if (!cli || access(cli, X_OK) != 0) {
+		fprintf(stderr, "no CLI (GPUFILE_CLI): CLI part skipped\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "%s check %s --json", cli, test_path("f"));
+	p = popen(cmd, "r");
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(strstr(out, "\"checks\"") != NULL);
+	CHECK(strstr(out, "\"predict.gpufile\"") != NULL);
+	CHECK(strstr(out, "\"summary\"") != NULL);
+	snprintf(cmd, sizeof(cmd), "%s check %s >/dev/null 2>&1", cli,
+	         test_path("missing"));
+	CHECK_EQ(WEXITSTATUS(system(cmd)), 1);
+	snprintf(cmd, sizeof(cmd), "%s check a b >/dev/null 2>&1", cli);
+	CHECK_EQ(WEXITSTATUS(system(cmd)), 2);
+}
+
+int main(void)
+{
+	unsetenv("CUFILE_ENV_PATH_JSON");
+	test_platform();
+	test_file();
+	test_overrides();
+	test_cli();
+	test_cleanup();
+	return test_finish("test_check");
+}

@@ -1,0 +1,853 @@
+/*
+ * The GPU staging path without a GPU. A fake driver table, installed with
+ * gpufile__cuda_override(), makes a host region stand in for device memory:
+ * cuPointerGetAttributes calls it device memory of GPU 0, and the
+ * asynchronous copies run only when the library synchronises with the
+ * stream or an event recorded after them, as on a real GPU. So a bounce
+ * buffer reused too early, or a request that returns before its copies
+ * ended, shows up as wrong bytes. The fake also counts pinned memory and
+ * can fail cuMemHostAlloc and the copies on demand.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "internal.h"
+#include "cuda_shim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEV_SIZE (40u << 20)
+#define FILE_SIZE ((24u << 20) + 123)
+#define SEED_FILE 41
+#define SEED_DEV 42
+#define CANARY 0x3C
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_FAKE_COPY 999
+
+static unsigned char *dev_base; /* the "device memory" */
+static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
+
+/* ---- fake driver state, all under fake_lock ---- */
+
+struct op {
+	int is_marker;
+	void *dst;
+	const void *src;
+	size_t size;
+};
+
+struct CUstream_st {
+	struct op *ops;
+	size_t nops, cap;
+	size_t done; /* ops[0, done) have run */
+};
+
+struct CUevent_st {
+	struct CUstream_st *stream; /* where last recorded, or NULL */
+	size_t seq;                 /* ops of stream before the record */
+};
+
+#define MAX_PINNED 4096
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *ptr;
+	size_t size;
+} pinned[MAX_PINNED];
+static size_t pinned_live, pinned_peak;
+static int pinned_count, streams_live, events_live;
+static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
+static long htod_calls, dtoh_calls, hostalloc_calls;
+static int bad_copies; /* copies touching memory they should not */
+
+static int in_dev(const void *p, size_t size)
+{
+	const unsigned char *c = p;
+
+	return c >= dev_base && size <= DEV_SIZE &&
+	       c <= dev_base + DEV_SIZE - size;
+}
+
+/* Caller holds fake_lock. */
+static int in_pinned(const void *p, size_t size)
+{
+	const unsigned char *c = p;
+
+	for (int i = 0; i < MAX_PINNED; i++) {
+		const unsigned char *b = pinned[i].ptr;
+		if (b && c >= b && c + size <= b + pinned[i].size)
+			return 1;
+	}
+	return 0;
+}
+
+/* Caller holds fake_lock. Runs s's ops up to (not including) upto. */
+static void run_ops(struct CUstream_st *s, size_t upto)
+{
+	while (s->done < upto && s->done < s->nops) {
+		struct op *o = &s->ops[s->done++];
+		if (!o->is_marker)
+			memcpy(o->dst, o->src, o->size);
+	}
+}
+
+static CUresult enqueue(struct CUstream_st *s, struct op o)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->nops == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		struct op *ops = realloc(s->ops, cap * sizeof(*ops));
+		if (!ops)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->ops = ops;
+		s->cap = cap;
+	}
+	s->ops[s->nops++] = o;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_init(unsigned flags)
+{
+	(void)flags;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_driver_version(int *v)
+{
+	*v = 12040;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_count(int *n)
+{
+	*n = 1;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_get(CUdevice *d, int ordinal)
+{
+	if (ordinal != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = 0;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_primary_retain(CUcontext *ctx, CUdevice d)
+{
+	(void)d;
+	*ctx = fake_ctx;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_get(CUcontext *ctx)
+{
+	*ctx = fake_ctx;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_set(CUcontext ctx)
+{
+	return ctx == fake_ctx || ctx == NULL ? CUDA_SUCCESS
+	                                      : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
+                                CUdeviceptr ptr)
+{
+	if (!in_dev((void *)(uintptr_t)ptr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		switch (attrs[i]) {
+		case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+			*(unsigned *)data[i] = CU_MEMORYTYPE_DEVICE;
+			break;
+		case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+			*(int *)data[i] = 0;
+			break;
+		case CU_POINTER_ATTRIBUTE_CONTEXT:
+			*(CUcontext *)data[i] = fake_ctx;
+			break;
+		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+			*(unsigned char *)data[i] = 0; /* a bool */
+			break;
+		default:
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_alloc(CUdeviceptr *p, size_t size)
+{
+	(void)p;
+	(void)size;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_mem_free(CUdeviceptr p)
+{
+	(void)p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_host_alloc(void **p, size_t size, unsigned flags)
+{
+	CUresult rc = CUDA_SUCCESS;
+	void *mem;
+
+	(void)flags;
+	pthread_mutex_lock(&fake_lock);
+	hostalloc_calls++;
+	if (fail_hostalloc > 0) {
+		fail_hostalloc--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	mem = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+	if (!mem)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (!pinned[i].ptr) {
+			pinned[i].ptr = mem;
+			pinned[i].size = size;
+			pinned_live += size;
+			pinned_count++;
+			if (pinned_live > pinned_peak)
+				pinned_peak = pinned_live;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (rc != CUDA_SUCCESS)
+		free(mem);
+	else
+		*p = mem;
+	return rc;
+}
+
+static CUresult f_free_host(void *p)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&fake_lock);
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (pinned[i].ptr == p) {
+			pinned_live -= pinned[i].size;
+			pinned_count--;
+			pinned[i].ptr = NULL;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (rc == CUDA_SUCCESS)
+		free(p);
+	return rc;
+}
+
+static CUresult f_host_register(void *p, size_t size, unsigned flags)
+{
+	(void)p;
+	(void)size;
+	(void)flags;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_host_unregister(void *p)
+{
+	(void)p;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t size)
+{
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, size);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
+                       CUstream s)
+{
+	CUresult rc;
+
+	pthread_mutex_lock(&fake_lock);
+	htod_calls++;
+	if (fail_htod > 0) {
+		fail_htod--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	if (!in_dev((void *)(uintptr_t)dst, size) || !in_pinned(src, size)) {
+		bad_copies++;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	rc = enqueue(s, (struct op){0, (void *)(uintptr_t)dst, src, size});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
+{
+	CUresult rc;
+
+	pthread_mutex_lock(&fake_lock);
+	dtoh_calls++;
+	if (fail_dtoh > 0) {
+		fail_dtoh--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	if (!in_dev((void *)(uintptr_t)src, size) || !in_pinned(dst, size)) {
+		bad_copies++;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	rc = enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_stream_create(CUstream *s, unsigned flags)
+{
+	(void)flags;
+	*s = calloc(1, sizeof(**s));
+	if (!*s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	streams_live++;
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_stream_sync(CUstream s)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	run_ops(s, s->nops);
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_stream_destroy(CUstream s)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	run_ops(s, s->nops); /* work already queued still completes */
+	streams_live--;
+	pthread_mutex_unlock(&fake_lock);
+	free(s->ops);
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_create(CUevent *e, unsigned flags)
+{
+	(void)flags;
+	*e = calloc(1, sizeof(**e));
+	if (!*e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	events_live++;
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_destroy(CUevent e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	events_live--;
+	pthread_mutex_unlock(&fake_lock);
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_record(CUevent e, CUstream s)
+{
+	CUresult rc;
+
+	if (!e || !s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	rc = enqueue(s, (struct op){1, NULL, NULL, 0});
+	e->stream = s;
+	e->seq = s->nops;
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_event_sync(CUevent e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	if (e->stream)
+		run_ops(e->stream, e->seq);
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_error_name(CUresult rc, const char **name)
+{
+	switch (rc) {
+	case CUDA_ERROR_INVALID_VALUE:
+		*name = "CUDA_ERROR_INVALID_VALUE";
+		break;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		*name = "CUDA_ERROR_OUT_OF_MEMORY";
+		break;
+	case CUDA_ERROR_FAKE_COPY:
+		*name = "CUDA_ERROR_FAKE_COPY";
+		break;
+	default:
+		*name = "CUDA_ERROR_UNKNOWN";
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+static const struct gpufile__cuda fake = {
+	.cuInit = f_init,
+	.cuDriverGetVersion = f_driver_version,
+	.cuDeviceGetCount = f_device_count,
+	.cuDeviceGet = f_device_get,
+	.cuDevicePrimaryCtxRetain = f_primary_retain,
+	.cuCtxGetCurrent = f_ctx_get,
+	.cuCtxSetCurrent = f_ctx_set,
+	.cuPointerGetAttributes = f_pointer_attrs,
+	.cuMemAlloc = f_mem_alloc,
+	.cuMemFree = f_mem_free,
+	.cuMemHostAlloc = f_host_alloc,
+	.cuMemFreeHost = f_free_host,
+	.cuMemHostRegister = f_host_register,
+	.cuMemHostUnregister = f_host_unregister,
+	.cuMemcpy = f_memcpy,
+	.cuMemcpyHtoDAsync = f_htod,
+	.cuMemcpyDtoHAsync = f_dtoh,
+	.cuStreamCreate = f_stream_create,
+	.cuStreamDestroy = f_stream_destroy,
+	.cuStreamSynchronize = f_stream_sync,
+	.cuEventCreate = f_event_create,
+	.cuEventDestroy = f_event_destroy,
+	.cuEventRecord = f_event_record,
+	.cuEventSynchronize = f_event_sync,
+	.cuGetErrorName = f_error_name,
+};
+
+/* ---- helpers ---- */
+
+static size_t peak_reset(void)
+{
+	size_t live;
+
+	pthread_mutex_lock(&fake_lock);
+	live = pinned_peak = pinned_live;
+	pthread_mutex_unlock(&fake_lock);
+	return live;
+}
+
+static size_t peak(void)
+{
+	size_t p;
+
+	pthread_mutex_lock(&fake_lock);
+	p = pinned_peak;
+	pthread_mutex_unlock(&fake_lock);
+	return p;
+}
+
+static int live_count(void)
+{
+	int n;
+
+	pthread_mutex_lock(&fake_lock);
+	n = pinned_count + streams_live + events_live;
+	pthread_mutex_unlock(&fake_lock);
+	return n;
+}
+
+static gpufile_stats_t stats(void)
+{
+	gpufile_stats_t st;
+
+	gpufile_stats_self(&st);
+	return st;
+}
+
+static int64_t ops_delta(const gpufile_stats_t *a, const gpufile_stats_t *b,
+                         gpufile_path_t p, int w)
+{
+	return (int64_t)(b->path[p][w].ops - a->path[p][w].ops);
+}
+
+/* ---- tests ---- */
+
+static void test_classify(void)
+{
+	gpufile_mem_t kind = GPUFILE_MEM_HOST;
+	int device = -1;
+	unsigned char host[16];
+
+	CHECK_EQ(gpufile_mem_kind(dev_base + 5, &kind, &device), 0);
+	CHECK_EQ(kind, GPUFILE_MEM_DEVICE);
+	CHECK_EQ(device, 0);
+	CHECK_EQ(gpufile_mem_kind(host, &kind, &device), 0);
+	CHECK_EQ(kind, GPUFILE_MEM_HOST);
+	CHECK_EQ(device, -1);
+	CHECK_EQ(gpufile_cuda_device_count(), 1);
+
+	/* gpufile_memcpy through the driver. */
+	test_fill(host, sizeof(host), 1, 0);
+	CHECK_EQ(gpufile_memcpy(dev_base + 100, host, sizeof(host)), 0);
+	CHECK(memcmp(dev_base + 100, host, sizeof(host)) == 0);
+	memset(host, 0, sizeof(host));
+	CHECK_EQ(gpufile_memcpy(host, dev_base + 100, sizeof(host)), 0);
+	CHECK_EQ(test_mismatch(host, sizeof(host), 1, 0), -1);
+}
+
+/* One device read and one device write of size bytes at file offset off,
+ * device address dev_base + mis; checks bytes, canaries and the path
+ * counted. */
+static void roundtrip_one(gpufile_t *rh, const char *wpath, size_t size,
+                          int64_t off, size_t mis, size_t threshold)
+{
+	const gpufile_path_t want_path =
+		size < threshold ? GPUFILE_PATH_SMALL : GPUFILE_PATH_POSIX;
+	unsigned char *dev = dev_base + mis;
+	gpufile_stats_t a, b;
+	gpufile_t *wh = NULL;
+	ssize_t n;
+
+	/* file -> device */
+	memset(dev_base, CANARY, mis + size + 4096);
+	a = stats();
+	n = gpufile_pread(rh, dev, size, off);
+	b = stats();
+	CHECK_EQ(n, (ssize_t)size);
+	if (n != (ssize_t)size ||
+	    test_mismatch(dev, size, SEED_FILE, (uint64_t)off) != -1 ||
+	    test_mismatch_byte(dev_base, mis, CANARY) != -1 ||
+	    test_mismatch_byte(dev + size, 4096, CANARY) != -1) {
+		fprintf(stderr,
+		        "  device read size=%zu off=%lld mis=%zu: %zd %s\n",
+		        size, (long long)off, mis, n,
+		        n < 0 ? gpufile_errmsg() : "(bytes differ)");
+		test_failures++;
+	}
+	CHECK_EQ(ops_delta(&a, &b, want_path, 0), 1);
+	CHECK_EQ(ops_delta(&a, &b, GPUFILE_PATH_HOST, 0), 0);
+	CHECK_EQ(b.path[want_path][0].bytes - a.path[want_path][0].bytes, size);
+
+	/* device -> file */
+	test_fill(dev, size, SEED_DEV, (uint64_t)off);
+	CHECK_EQ(gpufile_open(&wh, wpath, "w+"), 0);
+	if (!wh)
+		return;
+	a = stats();
+	n = gpufile_pwrite(wh, dev, size, off);
+	b = stats();
+	CHECK_EQ(n, (ssize_t)size);
+	if (n < 0)
+		fprintf(stderr, "  device write size=%zu off=%lld mis=%zu: %s\n",
+		        size, (long long)off, mis, gpufile_errmsg());
+	CHECK_EQ(ops_delta(&a, &b, want_path, 1), 1);
+	CHECK_EQ(gpufile_close(wh), 0);
+	{
+		size_t len = 0;
+		unsigned char *data = test_read_file(wpath, &len);
+		CHECK(data != NULL);
+		if (data) {
+			CHECK_EQ(len, (size_t)off + size);
+			CHECK_EQ(test_mismatch_byte(data, (size_t)off, 0), -1);
+			CHECK_EQ(test_mismatch(data + off, size, SEED_DEV,
+			                       (uint64_t)off),
+			         -1);
+			free(data);
+		}
+	}
+}
+
+static void test_roundtrips(const char *rpath, const char *wpath,
+                            const char *backend)
+{
+	size_t ts = 0, threshold = 0, bbs = 0;
+	unsigned nthreads = 0;
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_config_set("direct_io", backend), 0);
+	CHECK_EQ(gpufile_get_task_size(&ts), 0);
+	CHECK_EQ(gpufile_get_gds_threshold(&threshold), 0);
+	CHECK_EQ(gpufile_get_nthreads(&nthreads), 0);
+	CHECK_EQ(gpufile_get_bounce_buffer_size(&bbs), 0);
+	{
+		const size_t sizes[] = {1,           4095,        4096,
+		                        (16 << 10) - 1, 16 << 10, (16 << 10) + 1,
+		                        ts - 1,      ts,          ts + 1,
+		                        (7u << 20) + 3};
+		const int64_t offsets[] = {0, 1, 4097, (int64_t)ts - 5};
+		const size_t mis[] = {0, 1, 3};
+
+		CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+		if (!h)
+			return;
+		peak_reset();
+		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+			for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]);
+			     o++)
+				roundtrip_one(h, wpath, sizes[s], offsets[o],
+				              mis[(s + o) % 3], threshold);
+	}
+	/* Pinned memory stays within the documented bound. */
+	CHECK_EQ(gpufile_pinned_bytes_max(),
+	         (size_t)nthreads * 2 * (bbs + 4096));
+	CHECK(peak() <= gpufile_pinned_bytes_max());
+	CHECK(peak() > 0);
+
+	/* A device read crossing end-of-file. */
+	{
+		const size_t size = 3u << 20;
+		const int64_t off = FILE_SIZE - 1000;
+		ssize_t n;
+
+		memset(dev_base, CANARY, size + 16);
+		n = gpufile_pread(h, dev_base + 1, size, off);
+		CHECK_EQ(n, 1000);
+		CHECK_EQ(test_mismatch(dev_base + 1, 1000, SEED_FILE,
+		                       (uint64_t)off),
+		         -1);
+		CHECK_EQ(test_mismatch_byte(dev_base + 1001, size - 1000, CANARY),
+		         -1);
+		CHECK_EQ(gpufile_pread(h, dev_base, size, FILE_SIZE + 5), 0);
+	}
+	/* The whole file, with many tasks in flight. */
+	{
+		memset(dev_base, 0, FILE_SIZE);
+		CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0),
+		         (ssize_t)FILE_SIZE);
+		CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
+	}
+	/* Asynchronous device requests, several at once. */
+	{
+		gpufile_future_t *f[6];
+		const size_t piece = FILE_SIZE / 6;
+
+		memset(dev_base, 0, FILE_SIZE);
+		for (int i = 0; i < 6; i++)
+			CHECK_EQ(gpufile_pread_async(h, dev_base + i * piece, piece,
+			                             (int64_t)(i * piece), &f[i]),
+			         0);
+		for (int i = 5; i >= 0; i--) {
+			CHECK_EQ(gpufile_future_wait(f[i]), (ssize_t)piece);
+			gpufile_future_free(f[i]);
+		}
+		CHECK_EQ(test_mismatch(dev_base, 6 * piece, SEED_FILE, 0), -1);
+	}
+	CHECK(peak() <= gpufile_pinned_bytes_max());
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_set("direct_io", "auto");
+}
+
+/* Several small bounce buffers per worker: each task has many chunks, so
+ * the pipeline (read chunk k+1 while chunk k is copied) is exercised. */
+static void test_pipeline(const char *rpath, const char *wpath)
+{
+	long htod_before;
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_config_set("bounce_buffers", "4"), 0);
+	CHECK_EQ(gpufile_set_bounce_buffer_size(64 << 10), 0);
+	CHECK_EQ(gpufile_set_task_size(1 << 20), 0);
+	CHECK_EQ(gpufile_set_nthreads(3), 0);
+	CHECK_EQ(gpufile_pinned_bytes_max(), 3u * 4 * ((64 << 10) + 4096));
+	gpufile_release(); /* start from no pinned memory */
+	CHECK_EQ(live_count(), 0);
+	peak_reset();
+	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+	if (!h)
+		return;
+	pthread_mutex_lock(&fake_lock);
+	htod_before = htod_calls;
+	pthread_mutex_unlock(&fake_lock);
+	memset(dev_base, 0, FILE_SIZE);
+	CHECK_EQ(gpufile_pread(h, dev_base + 3, FILE_SIZE - 7, 7),
+	         (ssize_t)FILE_SIZE - 7);
+	CHECK_EQ(test_mismatch(dev_base + 3, FILE_SIZE - 7, SEED_FILE, 7), -1);
+	pthread_mutex_lock(&fake_lock);
+	CHECK(htod_calls - htod_before >= (long)(FILE_SIZE / (64 << 10)));
+	pthread_mutex_unlock(&fake_lock);
+	{
+		static const size_t sizes[] = {(64 << 10) - 1, (64 << 10) + 1,
+		                               (1 << 20) + 1, (3 << 20) + 4097};
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+			roundtrip_one(h, wpath, sizes[i], (int64_t)(i * 65535 + 1),
+			              i % 3, 16 << 10);
+	}
+	CHECK(peak() <= gpufile_pinned_bytes_max());
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+}
+
+/* Driver failures: an error naming the call, then later requests work. */
+static void test_driver_failures(const char *rpath, const char *wpath)
+{
+	const size_t size = (5u << 20) + 11;
+	gpufile_t *h = NULL, *wh = NULL;
+	gpufile_stats_t a, b;
+	ssize_t n;
+
+	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+	CHECK_EQ(gpufile_open(&wh, wpath, "w+"), 0);
+	if (!h || !wh)
+		goto out;
+
+	/* cuMemHostAlloc fails: nothing is allocated yet after release. */
+	gpufile_release();
+	CHECK_EQ(live_count(), 0);
+	pthread_mutex_lock(&fake_lock);
+	fail_hostalloc = 1000;
+	pthread_mutex_unlock(&fake_lock);
+	a = stats();
+	n = gpufile_pread(h, dev_base, size, 0);
+	b = stats();
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "cuMemHostAlloc");
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_OUT_OF_MEMORY");
+	CHECK_EQ(b.path[GPUFILE_PATH_POSIX][0].errors -
+	                 a.path[GPUFILE_PATH_POSIX][0].errors,
+	         1);
+	n = gpufile_pwrite(wh, dev_base, size, 0);
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	n = gpufile_pread(h, dev_base, 100, 0); /* small path too */
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	pthread_mutex_lock(&fake_lock);
+	fail_hostalloc = 0;
+	pthread_mutex_unlock(&fake_lock);
+	memset(dev_base, 0, size);
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+
+	/* One failing allocation among several. */
+	gpufile_release();
+	pthread_mutex_lock(&fake_lock);
+	fail_hostalloc = 1;
+	pthread_mutex_unlock(&fake_lock);
+	n = gpufile_pread(h, dev_base, size, 0);
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	memset(dev_base, 0, size);
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+
+	/* A copy to the GPU fails. */
+	pthread_mutex_lock(&fake_lock);
+	fail_htod = 1;
+	pthread_mutex_unlock(&fake_lock);
+	n = gpufile_pread(h, dev_base, size, 0);
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
+	CHECK_CONTAINS(gpufile_errmsg(), rpath);
+	memset(dev_base, 0, size);
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+	/* ... in a small request. */
+	pthread_mutex_lock(&fake_lock);
+	fail_htod = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK_EQ(gpufile_pread(h, dev_base, 1000, 0), GPUFILE_ECUDA);
+	CHECK(gpufile_errmsg()[0] != '\0');
+
+	/* A copy from the GPU fails. */
+	pthread_mutex_lock(&fake_lock);
+	fail_dtoh = 1;
+	pthread_mutex_unlock(&fake_lock);
+	test_fill(dev_base, size, SEED_DEV, 0);
+	n = gpufile_pwrite(wh, dev_base, size, 0);
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
+	CHECK_EQ(gpufile_pwrite(wh, dev_base, size, 0), (ssize_t)size);
+	{
+		size_t len = 0;
+		unsigned char *data = test_read_file(wpath, &len);
+		CHECK(data && len == size &&
+		      test_mismatch(data, len, SEED_DEV, 0) == -1);
+		free(data);
+	}
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+out:
+	gpufile_close(h);
+	gpufile_close(wh);
+}
+
+/* After nthreads shrinks, the pinned memory held must shrink to the new
+ * bound once the pool is idle. */
+static void test_bound_after_shrink(const char *rpath)
+{
+	gpufile_t *h = NULL;
+	size_t live;
+
+	gpufile_release();
+	CHECK_EQ(gpufile_set_nthreads(8), 0);
+	CHECK_EQ(gpufile_set_task_size(1 << 20), 0);
+	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+	if (!h)
+		return;
+	CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+	CHECK_EQ(gpufile_set_nthreads(2), 0);
+	CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+	CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
+	live = peak_reset();
+	if (live > gpufile_pinned_bytes_max()) {
+		fprintf(stderr,
+		        "pinned memory held (%zu bytes) exceeds "
+		        "gpufile_pinned_bytes_max() (%zu) after nthreads 8 -> 2\n",
+		        live, gpufile_pinned_bytes_max());
+		test_failures++;
+	}
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+}
+
+int main(void)
+{
+	const char *rpath = test_path("staging-src");
+	const char *wpath = test_path("staging-dst");
+	void *mem = NULL;
+
+	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
+	dev_base = mem;
+	CHECK_EQ(test_make_file(rpath, FILE_SIZE, SEED_FILE), 0);
+	gpufile__cuda_override(&fake);
+	/* Never hand the fake's "device memory" to a real cuFile. */
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+
+	test_classify();
+	test_roundtrips(rpath, wpath, "auto");
+	test_roundtrips(rpath, wpath, "on");
+	test_pipeline(rpath, wpath);
+	test_driver_failures(rpath, wpath);
+	test_bound_after_shrink(rpath);
+
+	/* release frees every pinned buffer, stream and event. */
+	gpufile_release();
+	CHECK_EQ(live_count(), 0);
+	CHECK_EQ(bad_copies, 0);
+	gpufile__cuda_override(NULL);
+	gpufile_config_reset();
+	free(dev_base);
+	return test_finish("test_staging_fake");
+}

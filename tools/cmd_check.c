@@ -1,0 +1,118 @@
+/*
+ * gpufile check [PATH] [--json]: the platform checks that decide the data
+ * path, and for PATH the prediction of each layer's path
+ * (gpufile_check()).
+ */
+#include "commands.h"
+#include "gpufile.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ITEMS 256
+
+static const char *const usage =
+    "usage: gpufile check [PATH] [--json]\n"
+    "\n"
+    "Checks what decides the data path: libcufile (where, which version)\n"
+    "and whether its driver opens, nvidia-fs, GPUs and their PCIe\n"
+    "placement, the IOMMU, the cufile.json in effect and its values,\n"
+    "CUFILE_* variables, and gpufile's settings. With PATH: its file\n"
+    "system and whether GDS supports it, its block device, whether\n"
+    "O_DIRECT opens, and the path a device read of it takes at each\n"
+    "layer (gpufile: cufile or posix; cuFile: nvfs or posix), with the\n"
+    "reason. Each check says pass, fail or unknown, and why.\n"
+    "Exit status: 0 when the checks ran (whatever they found), 1 when\n"
+    "PATH cannot be examined, 2 for a usage error.\n";
+
+int cmd_check(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *cmd = "check", *path = NULL;
+	gpufile_check_item_t *items;
+	int as_json = 0, c, n, counts[3] = {0}, file_failed = 0;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			as_json = 1;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return EXIT_OK;
+		default:
+			return util_getopt_error(cmd, c, argv);
+		}
+	}
+	if (optind < argc)
+		path = argv[optind++];
+	if (optind < argc)
+		return util_usage_error(cmd, "unexpected argument \"%s\"",
+		                        argv[optind]);
+	items = calloc(MAX_ITEMS, sizeof(*items));
+	if (!items)
+		return util_error(cmd, "out of memory");
+	n = gpufile_check(path, items, MAX_ITEMS);
+	if (n < 0) {
+		free(items);
+		return util_error(cmd, "%s", gpufile_errmsg());
+	}
+	if (n > MAX_ITEMS)
+		n = MAX_ITEMS;
+	for (int i = 0; i < n; i++) {
+		if ((unsigned)items[i].status < 3)
+			counts[items[i].status]++;
+		if (strcmp(items[i].name, "file") == 0 &&
+		    items[i].status == GPUFILE_CHECK_FAIL)
+			file_failed = 1;
+	}
+	if (as_json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		if (path)
+			json_key_str(&j, "path", path);
+		else
+			json_key_null(&j, "path");
+		json_array_begin(&j, "checks");
+		for (int i = 0; i < n; i++) {
+			json_object_begin(&j, NULL);
+			json_key_str(&j, "name", items[i].name);
+			json_key_str(
+			    &j, "status",
+			    gpufile_check_status_name(items[i].status));
+			json_key_str(&j, "value", items[i].value);
+			json_key_str(&j, "why", items[i].why);
+			json_object_end(&j);
+		}
+		json_array_end(&j);
+		json_object_begin(&j, "summary");
+		json_key_u64(&j, "pass", (uint64_t)counts[0]);
+		json_key_u64(&j, "fail", (uint64_t)counts[1]);
+		json_key_u64(&j, "unknown", (uint64_t)counts[2]);
+		json_object_end(&j);
+		json_object_end(&j);
+	} else {
+		for (int i = 0; i < n; i++) {
+			printf("[%-7s] %-38s %s\n",
+			       gpufile_check_status_name(items[i].status),
+			       items[i].name, items[i].value);
+			if (items[i].why[0])
+				printf("          %s\n", items[i].why);
+		}
+		printf("%d pass, %d fail, %d unknown\n", counts[0], counts[1],
+		       counts[2]);
+	}
+	free(items);
+	return file_failed ? EXIT_RUNTIME : EXIT_OK;
+}

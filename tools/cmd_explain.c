@@ -1,0 +1,279 @@
+/*
+ * gpufile explain: the plan of one read before it runs -- gpufile's split
+ * into tasks and cuFile's schedule of each request (gpufile_explain()).
+ */
+#include "commands.h"
+#include "gpufile.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const usage =
+    "usage: gpufile explain --size N [--task-size N] [--offset N]\n"
+    "                       [--registered] [--cufile-json FILE] [--json]\n"
+    "\n"
+    "Prints how a read of N bytes would run, without running it: how\n"
+    "gpufile splits it into tasks (task_size, gds_threshold), and how\n"
+    "cuFile schedules each request it receives under cufile.json's\n"
+    "execution settings and properties.max_direct_io_size_kb.\n"
+    "\n"
+    "  --size N          bytes to read (k, m, g suffixes: KiB, MiB, GiB)\n"
+    "  --task-size N     gpufile's task size (default: the setting)\n"
+    "  --offset N        file offset of the read (default 0)\n"
+    "  --registered      plan for a buffer registered with cuFile\n"
+    "  --cufile-json F   read cuFile's settings from F (default:\n"
+    "                    $CUFILE_ENV_PATH_JSON, else /etc/cufile.json)\n"
+    "  --json            one JSON object\n";
+
+/* "4 MiB" when bytes is a whole number of a binary unit, else "N B". */
+static const char *exact(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	unsigned u = 0;
+
+	while (u + 1 < 5 && bytes && bytes % 1024 == 0) {
+		bytes /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%" PRIu64 " %s", bytes, units[u]);
+	return buf;
+}
+
+static void print_config_text(const gpufile_cufile_config_t *c)
+{
+	if (c->parsed)
+		printf("cuFile configuration: %s (from %s)\n", c->path,
+		       c->path_source);
+	else if (c->path[0])
+		printf("cuFile configuration: %s (from %s) NOT parsed: "
+		       "gpufile's model of the cuFile 1.15 defaults\n",
+		       c->path, c->path_source);
+	else
+		printf("cuFile configuration: no cufile.json "
+		       "(CUFILE_ENV_PATH_JSON unset, /etc/cufile.json absent): "
+		       "gpufile's model of the cuFile 1.15 defaults\n");
+	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++) {
+		const gpufile_cufile_value_t *v = &c->v[i];
+		char val[32];
+
+		if (v->is_bool)
+			snprintf(val, sizeof(val), "%s",
+			         v->value ? "true" : "false");
+		else
+			snprintf(val, sizeof(val), "%" PRId64, v->value);
+		printf("  %-38s %-10s (%s)\n", v->key, val,
+		       v->from_file ? "file" : "default");
+	}
+}
+
+static void print_text(const gpufile_plan_t *p, const char *ts_source)
+{
+	char a[32], b[32], c[32];
+
+	printf("read of %s (%" PRIu64 " bytes) at offset %" PRIu64 "\n",
+	       exact(p->size, a, sizeof(a)), p->size, p->offset);
+	print_config_text(&p->cufile);
+
+	printf("\ngpufile's layer: task_size %s (%s), gds_threshold %s\n",
+	       exact(p->task_size, a, sizeof(a)), ts_source,
+	       exact(p->gds_threshold, b, sizeof(b)));
+	printf("  %" PRIu64 " task%s:", p->tasks, p->tasks == 1 ? "" : "s");
+	for (int i = 0; i < p->ntask_sizes; i++)
+		printf("%s %" PRIu64 " x %s", i ? "," : "", p->task_counts[i],
+		       exact(p->task_sizes[i], a, sizeof(a)));
+	printf("\n");
+	if (p->below_threshold)
+		printf("  the read is below gds_threshold: every task takes "
+		       "gpufile's POSIX path (\"small\"); cuFile receives "
+		       "nothing\n");
+	else
+		printf("  %" PRIu64 " request%s cuFile (the read is at "
+		       "least gds_threshold; a task shorter than it still goes "
+		       "to cuFile)\n",
+		       p->cufile_requests,
+		       p->cufile_requests == 1 ? " reaches" : "s reach");
+	if (p->tasks > 1)
+		printf("  cuFile receives the read whole only with task_size "
+		       ">= %s%s\n",
+		       exact(p->whole_task_size, a, sizeof(a)),
+		       p->offset ? " (enough at this offset)" : "");
+
+	printf("\ncuFile's layer (%s buffer):\n",
+	       p->registered ? "registered" : "unregistered");
+	for (int i = 0; i < p->nentries; i++) {
+		const gpufile_plan_entry_t *e = &p->entries[i];
+
+		printf("  %" PRIu64 " request%s of %s -> %" PRIu64
+		       " part%s of %s; nvidia-fs moves each part in %" PRIu64
+		       " transfer%s of at most %s\n",
+		       e->count, e->count == 1 ? "" : "s",
+		       exact(e->request_size, a, sizeof(a)), e->parts,
+		       e->parts == 1 ? "" : "s",
+		       exact(e->part_size, b, sizeof(b)), e->transfers_per_part,
+		       e->transfers_per_part == 1 ? "" : "s",
+		       exact(e->max_transfer, c, sizeof(c)));
+		printf("    why: %s\n", e->why);
+	}
+	if (p->nentries) {
+		int64_t depth =
+		    p->cufile.v[GPUFILE_CUFILE_MAX_IO_QUEUE_DEPTH].value;
+		printf("  with %u gpufile workers at most %" PRIu64
+		       " parts are queued at once; max_io_queue_depth %" PRId64
+		       ": %s\n",
+		       p->nthreads, p->parts_in_flight, depth,
+		       (int64_t)p->parts_in_flight <= depth
+		           ? "within it"
+		           : "exceeded, later parts wait");
+	}
+	printf("  model: %s\n", p->model_note);
+	printf("  %s buffers: %s\n",
+	       p->registered ? "unregistered" : "registered",
+	       "the same plan under gpufile's model (see --registered)");
+}
+
+static void print_json(const gpufile_plan_t *p, const char *ts_source)
+{
+	struct json j;
+
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	json_key_u64(&j, "size", p->size);
+	json_key_u64(&j, "offset", p->offset);
+	json_key_u64(&j, "task_size", p->task_size);
+	json_key_str(&j, "task_size_source", ts_source);
+	json_key_u64(&j, "gds_threshold", p->gds_threshold);
+	json_key_bool(&j, "registered", p->registered);
+	json_key_u64(&j, "tasks", p->tasks);
+	json_array_begin(&j, "task_sizes");
+	for (int i = 0; i < p->ntask_sizes; i++) {
+		json_object_begin(&j, NULL);
+		json_key_u64(&j, "size", p->task_sizes[i]);
+		json_key_u64(&j, "count", p->task_counts[i]);
+		json_object_end(&j);
+	}
+	json_array_end(&j);
+	json_key_bool(&j, "below_threshold", p->below_threshold);
+	json_key_u64(&j, "cufile_requests", p->cufile_requests);
+	json_key_u64(&j, "whole_task_size", p->whole_task_size);
+	json_array_begin(&j, "cufile_plan");
+	for (int i = 0; i < p->nentries; i++) {
+		const gpufile_plan_entry_t *e = &p->entries[i];
+
+		json_object_begin(&j, NULL);
+		json_key_u64(&j, "request_size", e->request_size);
+		json_key_u64(&j, "count", e->count);
+		json_key_u64(&j, "parts", e->parts);
+		json_key_u64(&j, "part_size", e->part_size);
+		json_key_u64(&j, "max_transfer", e->max_transfer);
+		json_key_u64(&j, "transfers_per_part", e->transfers_per_part);
+		json_key_str(&j, "why", e->why);
+		json_object_end(&j);
+	}
+	json_array_end(&j);
+	json_key_u64(&j, "nthreads", p->nthreads);
+	json_key_u64(&j, "parts_in_flight", p->parts_in_flight);
+	json_object_begin(&j, "cufile_config");
+	if (p->cufile.path[0])
+		json_key_str(&j, "path", p->cufile.path);
+	else
+		json_key_null(&j, "path");
+	json_key_str(&j, "path_source", p->cufile.path_source);
+	json_key_bool(&j, "parsed", p->cufile.parsed);
+	json_object_begin(&j, "values");
+	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++) {
+		const gpufile_cufile_value_t *v = &p->cufile.v[i];
+
+		json_object_begin(&j, v->key);
+		if (v->is_bool)
+			json_key_bool(&j, "value", (int)v->value);
+		else
+			json_key_i64(&j, "value", v->value);
+		json_key_str(&j, "source", v->from_file ? "file" : "default");
+		json_object_end(&j);
+	}
+	json_object_end(&j);
+	json_object_end(&j);
+	json_key_str(&j, "model", p->model_note);
+	json_object_end(&j);
+}
+
+int cmd_explain(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"size", required_argument, NULL, 's'},
+	    {"task-size", required_argument, NULL, 't'},
+	    {"offset", required_argument, NULL, 'o'},
+	    {"registered", no_argument, NULL, 'r'},
+	    {"cufile-json", required_argument, NULL, 'c'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *cmd = "explain", *json_path = NULL;
+	uint64_t size = 0, task_size = 0, offset = 0;
+	int have_size = 0, registered = 0, as_json = 0, c, rc;
+	gpufile_cufile_config_t cfg;
+	gpufile_plan_t plan;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if ((rc = util_size_arg(cmd, "--size", optarg, &size)))
+				return rc;
+			have_size = 1;
+			break;
+		case 't':
+			if ((rc = util_size_arg(cmd, "--task-size", optarg,
+			                        &task_size)))
+				return rc;
+			if (task_size == 0)
+				return util_usage_error(cmd, "--task-size must "
+				                             "be at least 1");
+			break;
+		case 'o':
+			if ((rc = util_size_arg(cmd, "--offset", optarg,
+			                        &offset)))
+				return rc;
+			break;
+		case 'r':
+			registered = 1;
+			break;
+		case 'c':
+			json_path = optarg;
+			break;
+		case 'j':
+			as_json = 1;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return EXIT_OK;
+		default:
+			return util_getopt_error(cmd, c, argv);
+		}
+	}
+	if (optind < argc)
+		return util_usage_error(cmd, "unexpected argument \"%s\"",
+		                        argv[optind]);
+	if (!have_size)
+		return util_usage_error(cmd, "--size is required");
+	rc = gpufile_cufile_config_load(json_path, &cfg);
+	if (rc == -ENOTSUP)
+		fprintf(stderr, "gpufile explain: warning: %s\n",
+		        gpufile_errmsg());
+	else if (rc)
+		return util_error(cmd, "%s", gpufile_errmsg());
+	rc = gpufile_explain(size, offset, task_size, registered, &cfg, &plan);
+	if (rc)
+		return util_error(cmd, "%s", gpufile_errmsg());
+	if (as_json)
+		print_json(&plan, task_size ? "--task-size" : "setting");
+	else
+		print_text(&plan, task_size ? "--task-size" : "setting");
+	return EXIT_OK;
+}

@@ -1,0 +1,424 @@
+/*
+ * gpufile stats [PID] [--json] [--watch SECONDS] [--clean]: the live
+ * counters of a process using gpufile, read from its shared-memory
+ * segment (gpufile_stats_read()), gpufile's layer beside cuFile's.
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "gpufile.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const usage =
+    "usage: gpufile stats [PID] [--json] [--watch SECONDS]\n"
+    "       gpufile stats --clean\n"
+    "\n"
+    "Without PID: lists this user's processes that use gpufile (PID,\n"
+    "command, bytes so far), and segments left by dead processes\n"
+    "(stale; --clean removes them).\n"
+    "With PID: that process's counters while it runs: per path (host,\n"
+    "posix, cufile, small) and direction, requests, tasks, bytes and\n"
+    "errors; cuFile's own per-GPU counters (nvfs, posix, p2p,\n"
+    "unaligned) beside gpufile's; every file opened with the path\n"
+    "chosen and why; the effective settings.\n"
+    "\n"
+    "  --json            one JSON object (per interval with --watch)\n"
+    "  --watch SECONDS   print again every SECONDS, with rates (GB/s,\n"
+    "                    IOPS), until the process exits\n"
+    "  --clean           remove stale segments\n"
+    "Exit status: 1 when PID does not exist, belongs to another user, or\n"
+    "does not use gpufile.\n";
+
+#define MAX_PROCS 1024
+#define MAX_FILES GPUFILE_MAX_FILE_STATS
+
+static int list_processes(int as_json)
+{
+	gpufile_process_t *procs = calloc(MAX_PROCS, sizeof(*procs));
+	int n;
+
+	if (!procs)
+		return util_error("stats", "out of memory");
+	n = gpufile_stats_list(procs, MAX_PROCS);
+	if (n < 0) {
+		free(procs);
+		return util_error("stats", "%s", gpufile_errmsg());
+	}
+	if (n > MAX_PROCS)
+		n = MAX_PROCS;
+	if (as_json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_array_begin(&j, "processes");
+		for (int i = 0; i < n; i++) {
+			json_object_begin(&j, NULL);
+			json_key_i64(&j, "pid", procs[i].pid);
+			json_key_str(&j, "command", procs[i].command);
+			json_key_u64(&j, "bytes", procs[i].bytes);
+			json_key_bool(&j, "stale", procs[i].stale);
+			json_object_end(&j);
+		}
+		json_array_end(&j);
+		json_object_end(&j);
+	} else if (n == 0) {
+		printf("no process of this user uses gpufile\n");
+	} else {
+		printf("%8s  %-16s %16s  %s\n", "PID", "COMMAND", "BYTES",
+		       "STATE");
+		for (int i = 0; i < n; i++)
+			printf("%8d  %-16s %16" PRIu64 "  %s\n", procs[i].pid,
+			       procs[i].command, procs[i].bytes,
+			       procs[i].stale ? "stale (gpufile stats --clean)"
+			                      : "running");
+	}
+	free(procs);
+	return EXIT_OK;
+}
+
+static void json_hist(struct json *j, const char *key, const uint64_t *h)
+{
+	json_array_begin(j, key);
+	for (int b = 0; b < GPUFILE_HIST_BUCKETS; b++) {
+		if (!h[b])
+			continue;
+		json_object_begin(j, NULL);
+		json_key_u64(j, "from", b ? 1ull << b : 0);
+		json_key_u64(j, "count", h[b]);
+		json_object_end(j);
+	}
+	json_array_end(j);
+}
+
+static void json_counter(struct json *j, const char *key,
+                         const gpufile_counter_t *c)
+{
+	json_object_begin(j, key);
+	json_key_u64(j, "ops", c->ops);
+	json_key_u64(j, "tasks", c->tasks);
+	json_key_u64(j, "bytes", c->bytes);
+	json_key_u64(j, "errors", c->errors);
+	json_object_end(j);
+}
+
+static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
+                       int nfiles, const gpufile_stats_t *prev, double seconds)
+{
+	static const char *const dirs[] = {"read", "write"};
+	struct json j;
+
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	json_key_i64(&j, "pid", s->pid);
+	json_key_str(&j, "command", s->command);
+	json_key_u64(&j, "uid", s->uid);
+	json_key_u64(&j, "start_time_ns", s->start_time_ns);
+	json_object_begin(&j, "paths");
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		gpufile_counter_t total = {0, 0, 0, 0};
+
+		for (int d = 0; d < 2; d++) {
+			total.ops += s->path[p][d].ops;
+			total.tasks += s->path[p][d].tasks;
+			total.bytes += s->path[p][d].bytes;
+			total.errors += s->path[p][d].errors;
+		}
+		json_object_begin(&j, gpufile_path_name((gpufile_path_t)p));
+		json_key_u64(&j, "ops", total.ops);
+		json_key_u64(&j, "tasks", total.tasks);
+		json_key_u64(&j, "bytes", total.bytes);
+		json_key_u64(&j, "errors", total.errors);
+		for (int d = 0; d < 2; d++) {
+			json_counter(&j, dirs[d], &s->path[p][d]);
+			if (prev && seconds > 0) {
+				char key[32];
+				uint64_t db = s->path[p][d].bytes -
+				              prev->path[p][d].bytes;
+				uint64_t dop =
+				    s->path[p][d].ops - prev->path[p][d].ops;
+				snprintf(key, sizeof(key), "%s_gbps", dirs[d]);
+				json_key_double(&j, key,
+				                util_gbps(db, seconds));
+				snprintf(key, sizeof(key), "%s_iops", dirs[d]);
+				json_key_double(&j, key, (double)dop / seconds);
+			}
+		}
+		json_object_begin(&j, "latency_ns");
+		for (int d = 0; d < 2; d++)
+			json_hist(&j, dirs[d], s->latency_hist[p][d]);
+		json_object_end(&j);
+		json_object_begin(&j, "request_bytes");
+		for (int d = 0; d < 2; d++)
+			json_hist(&j, dirs[d], s->size_hist[p][d]);
+		json_object_end(&j);
+		json_object_end(&j);
+	}
+	json_object_end(&j);
+	json_key_u64(&j, "direct_io_fallbacks", s->direct_io_fallbacks);
+	if (s->cufile_ngpus < 0) {
+		json_key_null(&j, "cufile_layer");
+	} else {
+		json_array_begin(&j, "cufile_layer");
+		for (int g = 0; g < s->cufile_ngpus; g++) {
+			const gpufile_cufile_gpu_t *c = &s->cufile[g];
+			json_object_begin(&j, NULL);
+			json_key_i64(&j, "gpu", c->gpu);
+			json_key_u64(&j, "nvfs_reads", c->nvfs_reads);
+			json_key_u64(&j, "posix_reads", c->posix_reads);
+			json_key_u64(&j, "p2p_reads", c->p2p_reads);
+			json_key_u64(&j, "unaligned_reads", c->unaligned_reads);
+			json_key_u64(&j, "nvfs_writes", c->nvfs_writes);
+			json_key_u64(&j, "posix_writes", c->posix_writes);
+			json_key_u64(&j, "p2p_writes", c->p2p_writes);
+			json_key_u64(&j, "unaligned_writes",
+			             c->unaligned_writes);
+			json_object_end(&j);
+		}
+		json_array_end(&j);
+	}
+	json_key_u64(&j, "files_opened", s->files_opened);
+	json_array_begin(&j, "files");
+	for (int i = 0; i < nfiles; i++) {
+		json_object_begin(&j, NULL);
+		json_key_str(&j, "path", f[i].path);
+		json_key_str(&j, "chosen", gpufile_path_name(f[i].chosen));
+		json_key_str(&j, "reason", f[i].reason);
+		json_object_end(&j);
+	}
+	json_array_end(&j);
+	json_object_begin(&j, "settings");
+	for (int i = 0; i < s->nsettings; i++) {
+		json_object_begin(&j, s->settings[i].name);
+		json_key_str(&j, "value", s->settings[i].value);
+		json_key_str(&j, "source", s->settings[i].source);
+		json_object_end(&j);
+	}
+	json_object_end(&j);
+	json_object_end(&j);
+	fflush(stdout);
+}
+
+/* "reads   gpufile: n=.. cufile=..(.. tasks) posix=.. small=.. host=..
+ *          | cuFile: n=.. nvfs=.. posix=.. p2p=.. unaligned=.." */
+static void print_layers(const gpufile_stats_t *s, int d)
+{
+	uint64_t n = 0, nvfs = 0, posix = 0, p2p = 0, unal = 0;
+
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
+		n += s->path[p][d].ops;
+	printf("%-6s gpufile: n=%" PRIu64 " cufile=%" PRIu64 " (%" PRIu64
+	       " tasks) posix=%" PRIu64 " small=%" PRIu64 " host=%" PRIu64,
+	       d ? "writes" : "reads", n, s->path[GPUFILE_PATH_CUFILE][d].ops,
+	       s->path[GPUFILE_PATH_CUFILE][d].tasks,
+	       s->path[GPUFILE_PATH_POSIX][d].ops,
+	       s->path[GPUFILE_PATH_SMALL][d].ops,
+	       s->path[GPUFILE_PATH_HOST][d].ops);
+	if (s->cufile_ngpus < 0) {
+		printf(" | cuFile: no counters (cuFile not used, or its "
+		       "stats not enabled)\n");
+		return;
+	}
+	for (int g = 0; g < s->cufile_ngpus; g++) {
+		const gpufile_cufile_gpu_t *c = &s->cufile[g];
+		nvfs += d ? c->nvfs_writes : c->nvfs_reads;
+		posix += d ? c->posix_writes : c->posix_reads;
+		p2p += d ? c->p2p_writes : c->p2p_reads;
+		unal += d ? c->unaligned_writes : c->unaligned_reads;
+	}
+	printf(" | cuFile: n=%" PRIu64 " nvfs=%" PRIu64 " posix=%" PRIu64
+	       " p2p=%" PRIu64 " unaligned=%" PRIu64 "\n",
+	       nvfs + posix + p2p, nvfs, posix, p2p, unal);
+}
+
+static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
+                       int nfiles, const gpufile_stats_t *prev, double seconds)
+{
+	static const char *const dirs[] = {"read", "write"};
+	char hb[32];
+
+	printf("PID %d (%s)\n", s->pid, s->command);
+	print_layers(s, 0);
+	print_layers(s, 1);
+	printf("%-6s %-6s %12s %12s %16s %8s", "dir", "path", "requests",
+	       "tasks", "bytes", "errors");
+	if (prev)
+		printf(" %10s %10s", "GB/s", "IOPS");
+	printf("\n");
+	for (int d = 0; d < 2; d++) {
+		for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+			const gpufile_counter_t *c = &s->path[p][d];
+
+			if (!c->ops)
+				continue;
+			printf("%-6s %-6s %12" PRIu64 " %12" PRIu64
+			       " %16" PRIu64 " %8" PRIu64,
+			       dirs[d], gpufile_path_name((gpufile_path_t)p),
+			       c->ops, c->tasks, c->bytes, c->errors);
+			if (prev && seconds > 0)
+				printf(
+				    " %10.3f %10.0f",
+				    util_gbps(c->bytes - prev->path[p][d].bytes,
+				              seconds),
+				    (double)(c->ops - prev->path[p][d].ops) /
+				        seconds);
+			printf("  (%s)\n",
+			       util_human_bytes(c->bytes, hb, sizeof(hb)));
+		}
+	}
+	if (s->direct_io_fallbacks)
+		printf("O_DIRECT refused on %" PRIu64 " file(s)\n",
+		       s->direct_io_fallbacks);
+	printf("files opened: %" PRIu64 "%s\n", s->files_opened,
+	       s->files_opened > (uint64_t)nfiles ? " (latest shown)" : "");
+	for (int i = 0; i < nfiles; i++)
+		printf("  %s: %s: %s\n", f[i].path,
+		       gpufile_path_name(f[i].chosen), f[i].reason);
+	if (s->nsettings) {
+		printf("settings:");
+		for (int i = 0; i < s->nsettings; i++)
+			printf(" %s=%s%s%s%s", s->settings[i].name,
+			       s->settings[i].value,
+			       strcmp(s->settings[i].source, "default") ? " ("
+			                                                : "",
+			       strcmp(s->settings[i].source, "default")
+			           ? s->settings[i].source
+			           : "",
+			       strcmp(s->settings[i].source, "default") ? ")"
+			                                                : "");
+		printf("\n");
+	}
+	fflush(stdout);
+}
+
+static int show(int pid, int as_json, const gpufile_stats_t *prev,
+                double seconds, gpufile_stats_t *now)
+{
+	gpufile_file_stat_t *files = calloc(MAX_FILES, sizeof(*files));
+	int nfiles, rc;
+
+	if (!files)
+		return util_error("stats", "out of memory");
+	rc = gpufile_stats_read(pid, now);
+	nfiles = rc ? rc : gpufile_stats_files(pid, files, MAX_FILES);
+	if (nfiles < 0) {
+		free(files);
+		return nfiles;
+	}
+	if (as_json)
+		print_json(now, files, nfiles, prev, seconds);
+	else
+		print_text(now, files, nfiles, prev, seconds);
+	free(files);
+	return 0;
+}
+
+int cmd_stats(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"json", no_argument, NULL, 'j'},
+	    {"watch", required_argument, NULL, 'w'},
+	    {"clean", no_argument, NULL, 'c'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *cmd = "stats";
+	int as_json = 0, clean = 0, c, rc;
+	double watch = 0;
+	uint64_t pid = 0;
+	gpufile_stats_t *a, *b;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			as_json = 1;
+			break;
+		case 'w': {
+			char *end;
+			watch = strtod(optarg, &end);
+			if (end == optarg || *end || !(watch > 0) ||
+			    watch > 86400)
+				return util_usage_error(cmd,
+				                        "--watch \"%s\": not a "
+				                        "number of seconds in "
+				                        "(0, 86400]",
+				                        optarg);
+			break;
+		}
+		case 'c':
+			clean = 1;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return EXIT_OK;
+		default:
+			return util_getopt_error(cmd, c, argv);
+		}
+	}
+	if (clean) {
+		rc = gpufile_stats_clean();
+		printf("removed %d stale segment%s\n", rc, rc == 1 ? "" : "s");
+		return EXIT_OK;
+	}
+	if (optind < argc) {
+		if (util_parse_count(argv[optind], &pid) || pid == 0 ||
+		    pid > 0x7fffffff)
+			return util_usage_error(cmd, "\"%s\" is not a PID",
+			                        argv[optind]);
+		optind++;
+	}
+	if (optind < argc)
+		return util_usage_error(cmd, "unexpected argument \"%s\"",
+		                        argv[optind]);
+	if (!pid)
+		return list_processes(as_json);
+
+	a = calloc(2, sizeof(*a));
+	if (!a)
+		return util_error(cmd, "out of memory");
+	b = a + 1;
+	rc = show((int)pid, as_json, NULL, 0, a);
+	if (rc) {
+		free(a);
+		return util_error(cmd, "%s", gpufile_errmsg());
+	}
+	while (watch > 0) {
+		struct timespec ts = {
+		    (time_t)watch,
+		    (long)((watch - (double)(time_t)watch) * 1e9)};
+		double t0 = util_now(), dt;
+		gpufile_stats_t *t;
+
+		nanosleep(&ts, NULL);
+		dt = util_now() - t0;
+		if (!as_json)
+			printf("\n");
+		rc = show((int)pid, as_json, a, dt, b);
+		if (rc == -ESRCH || rc == -ESTALE || rc == -ENOENT) {
+			fprintf(stderr, "gpufile stats: process %d has ended\n",
+			        (int)pid);
+			rc = 0;
+			break;
+		}
+		if (rc) {
+			free(a);
+			return util_error(cmd, "%s", gpufile_errmsg());
+		}
+		t = a;
+		a = b;
+		b = t;
+	}
+	free(a < b ? a : b);
+	return EXIT_OK;
+}

@@ -1,0 +1,406 @@
+/*
+ * Helpers shared by the gpufile tool's subcommands (see util.h).
+ */
+#define _GNU_SOURCE
+#include "util.h"
+#include "gpufile.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+
+static const char *skip_space(const char *s)
+{
+	while (*s && isspace((unsigned char)*s))
+		s++;
+	return s;
+}
+
+/* Reads the leading decimal digits of *s into *out and advances *s. */
+static int parse_digits(const char **s, uint64_t *out)
+{
+	const char *p = *s;
+	uint64_t v = 0;
+
+	if (!isdigit((unsigned char)*p))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	*s = p;
+	*out = v;
+	return 0;
+}
+
+int util_parse_count(const char *text, uint64_t *out)
+{
+	const char *s;
+	uint64_t v;
+	int rc;
+
+	if (!text)
+		return -EINVAL;
+	s = skip_space(text);
+	rc = parse_digits(&s, &v);
+	if (rc)
+		return rc;
+	if (*skip_space(s) != '\0')
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* The same spellings as the library's settings accept (src/config.c). */
+int util_parse_size(const char *text, uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		unsigned shift;
+	} units[] = {
+	    {"", 0},     {"b", 0},   {"k", 10},   {"kb", 10},  {"kib", 10},
+	    {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30},
+	    {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40},
+	};
+	const char *s;
+	char unit[8];
+	size_t n = 0;
+	uint64_t v;
+	int rc;
+
+	if (!text)
+		return -EINVAL;
+	s = skip_space(text);
+	rc = parse_digits(&s, &v);
+	if (rc)
+		return rc;
+	s = skip_space(s);
+	while (*s && !isspace((unsigned char)*s)) {
+		if (n + 1 >= sizeof(unit))
+			return -EINVAL;
+		unit[n++] = (char)tolower((unsigned char)*s++);
+	}
+	unit[n] = '\0';
+	if (*skip_space(s) != '\0')
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(unit, units[i].suffix) != 0)
+			continue;
+		if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
+			return -ERANGE;
+		*out = v << units[i].shift;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static void vreport(const char *cmd, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "gpufile%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+int util_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreport(cmd, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "Try 'gpufile%s%s --help'.\n", cmd ? " " : "",
+	        cmd ? cmd : "");
+	return EXIT_USAGE;
+}
+
+int util_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreport(cmd, fmt, ap);
+	va_end(ap);
+	return EXIT_RUNTIME;
+}
+
+int util_size_arg(const char *cmd, const char *opt, const char *text,
+                  uint64_t *out)
+{
+	int rc = util_parse_size(text, out);
+
+	if (rc == -ERANGE)
+		return util_usage_error(cmd, "%s \"%s\": too large", opt, text);
+	if (rc)
+		return util_usage_error(cmd,
+		                        "%s \"%s\": not a size; use bytes or a "
+		                        "number with k, m, g (KiB, MiB, GiB)",
+		                        opt, text);
+	return 0;
+}
+
+int util_count_arg(const char *cmd, const char *opt, const char *text,
+                   uint64_t min, uint64_t max, uint64_t *out)
+{
+	int rc = util_parse_count(text, out);
+
+	if (rc == 0 && (*out < min || *out > max))
+		rc = -ERANGE;
+	if (rc == -ERANGE)
+		return util_usage_error(
+		    cmd, "%s \"%s\": out of range [%" PRIu64 ", %" PRIu64 "]",
+		    opt, text, min, max);
+	if (rc)
+		return util_usage_error(cmd, "%s \"%s\": not a whole number",
+		                        opt, text);
+	return 0;
+}
+
+int util_getopt_error(const char *cmd, int c, char **argv)
+{
+	/* optind has moved past the offending word; for a short option
+	 * grouped with others ("-xq") optopt names the letter. */
+	const char *word = optind > 0 ? argv[optind - 1] : "?";
+
+	if (c == ':') {
+		if (optopt && strncmp(word, "--", 2) != 0)
+			return util_usage_error(cmd, "option -%c needs a value",
+			                        optopt);
+		return util_usage_error(cmd, "option %s needs a value", word);
+	}
+	if (optopt && strncmp(word, "--", 2) != 0)
+		return util_usage_error(cmd, "unknown option -%c", optopt);
+	return util_usage_error(cmd, "unknown option %s", word);
+}
+
+const char *util_human_bytes(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = {"B",   "KiB", "MiB",
+	                                    "GiB", "TiB", "PiB"};
+	double v = (double)bytes;
+	unsigned u = 0;
+
+	while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", bytes);
+	else
+		snprintf(buf, len, "%.3g %s", v, units[u]);
+	return buf;
+}
+
+double util_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double util_gbps(uint64_t bytes, double seconds)
+{
+	return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
+}
+
+/* ---- JSON ---- */
+
+void json_write_string(FILE *out, const char *s)
+{
+	if (!s) {
+		fputs("null", out);
+		return;
+	}
+	fputc('"', out);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		switch (c) {
+		case '"':
+			fputs("\\\"", out);
+			break;
+		case '\\':
+			fputs("\\\\", out);
+			break;
+		case '\n':
+			fputs("\\n", out);
+			break;
+		case '\r':
+			fputs("\\r", out);
+			break;
+		case '\t':
+			fputs("\\t", out);
+			break;
+		default:
+			if (c < 0x20 || c == 0x7f)
+				fprintf(out, "\\u%04x", c);
+			else
+				fputc(c, out);
+		}
+	}
+	fputc('"', out);
+}
+
+void json_init(struct json *j, FILE *out)
+{
+	memset(j, 0, sizeof(*j));
+	j->out = out;
+}
+
+/* Writes the separator, indentation and key that precede a value. */
+static void json_prefix(struct json *j, const char *key)
+{
+	if (j->depth > 0) {
+		fputs(j->count[j->depth] ? ",\n" : "\n", j->out);
+		for (int i = 0; i < j->depth; i++)
+			fputs("  ", j->out);
+	}
+	j->count[j->depth]++;
+	if (key) {
+		json_write_string(j->out, key);
+		fputs(": ", j->out);
+	}
+}
+
+static void json_open(struct json *j, const char *key, char bracket)
+{
+	json_prefix(j, key);
+	fputc(bracket, j->out);
+	if (j->depth + 1 < JSON_MAX_DEPTH)
+		j->depth++;
+	j->count[j->depth] = 0;
+}
+
+static void json_close(struct json *j, char bracket)
+{
+	int had_values = j->count[j->depth] > 0;
+
+	if (j->depth > 0)
+		j->depth--;
+	if (had_values) {
+		fputc('\n', j->out);
+		for (int i = 0; i < j->depth; i++)
+			fputs("  ", j->out);
+	}
+	fputc(bracket, j->out);
+	if (j->depth == 0)
+		fputc('\n', j->out);
+}
+
+void json_object_begin(struct json *j, const char *key)
+{
+	json_open(j, key, '{');
+}
+
+void json_object_end(struct json *j)
+{
+	json_close(j, '}');
+}
+
+void json_array_begin(struct json *j, const char *key)
+{
+	json_open(j, key, '[');
+}
+
+void json_array_end(struct json *j)
+{
+	json_close(j, ']');
+}
+
+void json_key_str(struct json *j, const char *key, const char *value)
+{
+	json_prefix(j, key);
+	json_write_string(j->out, value);
+}
+
+void json_key_u64(struct json *j, const char *key, uint64_t value)
+{
+	json_prefix(j, key);
+	fprintf(j->out, "%" PRIu64, value);
+}
+
+void json_key_i64(struct json *j, const char *key, int64_t value)
+{
+	json_prefix(j, key);
+	fprintf(j->out, "%" PRId64, value);
+}
+
+void json_key_double(struct json *j, const char *key, double value)
+{
+	json_prefix(j, key);
+	if (isfinite(value))
+		fprintf(j->out, "%.6g", value);
+	else
+		fputs("null", j->out);
+}
+
+void json_key_bool(struct json *j, const char *key, int value)
+{
+	json_prefix(j, key);
+	fputs(value ? "true" : "false", j->out);
+}
+
+void json_key_null(struct json *j, const char *key)
+{
+	json_prefix(j, key);
+	fputs("null", j->out);
+}
+
+/* ---- gpufile-specific JSON pieces ---- */
+
+int util_json_settings(struct json *j, const char *key)
+{
+	int bad = 0;
+
+	json_object_begin(j, key);
+	for (int i = 0; i < gpufile_config_count(); i++) {
+		const char *name = gpufile_config_name(i);
+		char value[512], variable[128];
+		gpufile_source_t source = GPUFILE_SOURCE_DEFAULT;
+		int rc = gpufile_config_get(name, value, sizeof(value), &source,
+		                            variable, sizeof(variable));
+
+		json_object_begin(j, name);
+		if (rc) {
+			json_key_str(j, "error", gpufile_errmsg());
+			bad = rc;
+		} else {
+			json_key_str(j, "value", value);
+			json_key_str(j, "source", gpufile_source_name(source));
+			if (variable[0])
+				json_key_str(j, "variable", variable);
+			else
+				json_key_null(j, "variable");
+		}
+		json_object_end(j);
+	}
+	json_object_end(j);
+	return bad;
+}
+
+void util_json_paths(struct json *j, const char *key,
+                     const struct gpufile_stats *before,
+                     const struct gpufile_stats *after, int dir)
+{
+	json_object_begin(j, key);
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		const gpufile_counter_t *a = &after->path[p][dir];
+		const gpufile_counter_t *b = &before->path[p][dir];
+
+		json_object_begin(j, gpufile_path_name((gpufile_path_t)p));
+		json_key_u64(j, "ops", a->ops - b->ops);
+		json_key_u64(j, "tasks", a->tasks - b->tasks);
+		json_key_u64(j, "bytes", a->bytes - b->bytes);
+		json_key_u64(j, "errors", a->errors - b->errors);
+		json_object_end(j);
+	}
+	json_object_end(j);
+}

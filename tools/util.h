@@ -1,0 +1,116 @@
+/*
+ * Helpers shared by the gpufile tool's subcommands: parsing sizes and
+ * counts given on the command line, reporting usage and runtime errors
+ * with the tool's exit codes, timing, and writing JSON by hand (the tool
+ * links only libgpufile, so no JSON library is assumed).
+ */
+#ifndef GPUFILE_TOOLS_UTIL_H
+#define GPUFILE_TOOLS_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes of every subcommand. */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+/* Parses a size as settings do: plain bytes, or a number followed
+ * (optionally after spaces) by b, k, kb, kib, m, mb, mib, g, gb, gib, t,
+ * tb or tib in any case, all binary (1k = 1024). Returns 0, -EINVAL when
+ * text is not a size, or -ERANGE when it does not fit in 64 bits. */
+int util_parse_size(const char *text, uint64_t *out);
+
+/* Parses a non-negative decimal integer. Returns 0, -EINVAL or -ERANGE. */
+int util_parse_count(const char *text, uint64_t *out);
+
+/* Parses the size given to option opt of subcommand cmd. On failure
+ * prints `gpufile CMD: OPT "TEXT": not a size` (or "too large") and
+ * returns EXIT_USAGE; else returns 0. */
+int util_size_arg(const char *cmd, const char *opt, const char *text,
+                  uint64_t *out);
+
+/* As util_size_arg for a whole number in [min, max]. */
+int util_count_arg(const char *cmd, const char *opt, const char *text,
+                   uint64_t min, uint64_t max, uint64_t *out);
+
+/* Prints "gpufile CMD: MESSAGE" and a hint to run --help on stderr.
+ * Returns EXIT_USAGE. */
+int util_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "gpufile CMD: MESSAGE" on stderr. Returns EXIT_RUNTIME. */
+int util_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reports the getopt_long() failure that returned c ('?' or ':', with
+ * optstring starting with ':' and opterr = 0) as a usage error. */
+int util_getopt_error(const char *cmd, int c, char **argv);
+
+/* Formats bytes as a short human string ("1.5 GiB", "512 B") in buf. */
+const char *util_human_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double util_now(void);
+
+/* Bytes per nanosecond, i.e. GB/s with 1 GB = 1e9 bytes; 0 when seconds
+ * is not positive. */
+double util_gbps(uint64_t bytes, double seconds);
+
+/*
+ * A minimal JSON writer. It tracks nesting so that callers never place
+ * commas by hand:
+ *
+ *	struct json j;
+ *	json_init(&j, stdout);
+ *	json_object_begin(&j, NULL);
+ *	json_key_u64(&j, "bytes", n);
+ *	json_object_begin(&j, "paths");
+ *	...
+ *	json_object_end(&j);
+ *	json_object_end(&j);	// prints a final newline at depth 0
+ *
+ * A NULL key means "no key": use it for the outermost value and for
+ * elements of arrays.
+ */
+#define JSON_MAX_DEPTH 32
+struct json {
+	FILE *out;
+	int depth;
+	int count[JSON_MAX_DEPTH]; /* values written at each depth */
+};
+
+void json_init(struct json *j, FILE *out);
+void json_object_begin(struct json *j, const char *key);
+void json_object_end(struct json *j);
+void json_array_begin(struct json *j, const char *key);
+void json_array_end(struct json *j);
+void json_key_str(struct json *j, const char *key, const char *value);
+void json_key_u64(struct json *j, const char *key, uint64_t value);
+void json_key_i64(struct json *j, const char *key, int64_t value);
+/* Doubles are printed with 6 significant digits; NaN and infinities as
+ * null. */
+void json_key_double(struct json *j, const char *key, double value);
+void json_key_bool(struct json *j, const char *key, int value);
+void json_key_null(struct json *j, const char *key);
+
+/* Writes s as a quoted JSON string, escaping quotes, backslashes and
+ * control characters; NULL is written as null. Bytes >= 0x80 pass
+ * through unchanged (UTF-8 stays UTF-8). */
+void json_write_string(FILE *out, const char *s);
+
+/* ---- gpufile-specific JSON pieces, on the public API ---- */
+
+struct gpufile_stats;
+
+/* Writes key: {NAME: {"value", "source", "variable"}, ...} for every
+ * setting; a setting the environment gave a bad value is written as
+ * {"error": MESSAGE}. Returns 0, or GPUFILE_ECONFIG when any was bad. */
+int util_json_settings(struct json *j, const char *key);
+
+/* Writes key: {PATH: {"ops", "tasks", "bytes", "errors"}, ...} for all
+ * four paths, the counters being after - before in direction dir (0 read,
+ * 1 write). */
+void util_json_paths(struct json *j, const char *key,
+                     const struct gpufile_stats *before,
+                     const struct gpufile_stats *after, int dir);
+
+#endif
