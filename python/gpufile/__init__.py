@@ -1,0 +1,33 @@
+"""gpufile: read files into GPU (and host) memory through NVIDIA cuFile
+(GPUDirect Storage) or gpufile's own pinned-bounce path, and tell which
+path carried each byte. A ctypes binding of libgpufile.so; no compile step.
+
+    import cupy, gpufile
+    a = cupy.empty(1 << 30, dtype=cupy.uint8)
+    with gpufile.File("data.bin") as f:
+        n = f.read(a)                 # bytes read
+        print(f.path_info())          # PathInfo(path='cufile', reason=...)
+    print(gpufile.stats()["gpufile"]["read"]["cufile"])
+
+The library is found through $GPUFILE_LIBRARY (a path to the .so), next to
+this package, on the dynamic linker's path, or in a checkout's build/.
+"""
+
+from ._lib import ConfigError, Error, LibraryNotFoundError, library_path
+from ._file import File, Future, PathInfo
+from . import defaults
+from .defaults import CompatMode
+from ._info import (buf_deregister, buf_register, check, cli_path,
+                    cuda_device_count, cufile_info, explain, features,
+                    processes, registered, release, stats, version, warmup)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "File", "Future", "PathInfo", "defaults", "CompatMode",
+    "stats", "processes", "check", "explain", "cufile_info",
+    "buf_register", "buf_deregister", "registered",
+    "version", "features", "cuda_device_count", "warmup", "release",
+    "library_path", "cli_path",
+    "Error", "ConfigError", "LibraryNotFoundError",
+]

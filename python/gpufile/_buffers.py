@@ -1,0 +1,193 @@
+"""Turning a Python object into (pointer, length) for the C library.
+
+Two kinds of objects are accepted:
+- anything with ``__cuda_array_interface__`` (CuPy arrays, PyTorch CUDA
+  tensors, Numba device arrays): device memory;
+- anything with the buffer protocol (NumPy arrays, bytearray, bytes,
+  memoryview, mmap, array.array): host memory.
+
+Every check happens here, before any I/O: a read-only object as the target
+of a read (TypeError), an object that is neither (TypeError), memory that is
+not contiguous (ValueError), and a size larger than the object (ValueError).
+
+A host object stays exported (PyObject_GetBuffer) for as long as the Buffer
+lives, so that e.g. a bytearray cannot be resized under a running request.
+"""
+
+import ctypes
+
+_PyBUF_WRITABLE = 0x0001
+_PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0010 | 0x0008  # with PyBUF_STRIDES
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+class Buffer:
+    """Memory the library may read or write: ``ptr``, ``nbytes``,
+    ``device`` (True for __cuda_array_interface__ objects). Holds what keeps
+    the memory alive; call release() (or let it be collected) after the
+    last request on it has ended."""
+
+    __slots__ = ("ptr", "nbytes", "device", "_obj", "_view")
+
+    def __init__(self, ptr, nbytes, device, obj, view=None):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.device = device
+        self._obj = obj
+        self._view = view
+
+    def release(self):
+        view, self._view = self._view, None
+        if view is not None:
+            _release_buffer(ctypes.byref(view))
+        self._obj = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def _describe(obj):
+    t = type(obj)
+    return "%s.%s" % (t.__module__, t.__qualname__) if t.__module__ != "builtins" else t.__qualname__
+
+
+def _c_contiguous(shape, strides, itemsize):
+    expected = itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _f_contiguous(shape, strides, itemsize):
+    expected = itemsize
+    for dim, stride in zip(shape, strides):
+        if dim != 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def _stream_sync(stream):
+    """Waits for the producer's stream, as version 3 of the CUDA Array
+    Interface asks of a consumer (1: legacy default stream, 2: per-thread
+    default stream, else a CUstream handle)."""
+    from . import _cuda
+
+    _cuda.stream_synchronize(stream)
+
+
+def _from_cai(obj, cai, writable, what):
+    ptr, readonly = cai["data"]
+    shape = tuple(int(d) for d in cai["shape"])
+    typestr = cai["typestr"]
+    try:
+        itemsize = int(typestr[2:])
+    except ValueError:
+        raise TypeError("%s: %s has an unknown __cuda_array_interface__ typestr %r"
+                        % (what, _describe(obj), typestr)) from None
+    count = 1
+    for d in shape:
+        count *= d
+    nbytes = count * itemsize
+    if writable and readonly:
+        raise TypeError("%s: %s is read-only (its __cuda_array_interface__ says so); "
+                        "a read needs a writable buffer" % (what, _describe(obj)))
+    strides = cai.get("strides")
+    if strides is not None and count > 1:
+        strides = tuple(int(s) for s in strides)
+        if not (_c_contiguous(shape, strides, itemsize) or _f_contiguous(shape, strides, itemsize)):
+            raise ValueError("%s: %s of shape %s with strides %s is not contiguous; "
+                             "gpufile moves one contiguous range (use .copy() or "
+                             "an ascontiguousarray first)" % (what, _describe(obj), shape, strides))
+    if cai.get("mask") is not None:
+        raise ValueError("%s: %s has a mask; masked arrays are not supported"
+                         % (what, _describe(obj)))
+    stream = cai.get("stream")
+    if stream:
+        _stream_sync(stream)
+    return Buffer(int(ptr or 0), nbytes, True, obj)
+
+
+def _from_buffer_protocol(obj, writable, what):
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError("%s: %s is neither a device array (__cuda_array_interface__) "
+                        "nor a host buffer (buffer protocol: NumPy array, bytearray, "
+                        "memoryview)" % (what, _describe(obj))) from None
+    with mv:
+        if writable and mv.readonly:
+            raise TypeError("%s: %s is read-only; a read needs a writable buffer "
+                            "(e.g. bytearray or a writable NumPy array)" % (what, _describe(obj)))
+        if not mv.contiguous:
+            raise ValueError("%s: %s of shape %s with strides %s is not contiguous; "
+                             "gpufile moves one contiguous range (use "
+                             "numpy.ascontiguousarray first)"
+                             % (what, _describe(obj), mv.shape, mv.strides))
+    view = _PyBuffer()
+    flags = _PyBUF_ANY_CONTIGUOUS | (_PyBUF_WRITABLE if writable else 0)
+    _get_buffer(obj, ctypes.byref(view), flags)
+    return Buffer(int(view.buf or 0), int(view.len), False, obj, view)
+
+
+def as_buffer(obj, writable, what="buffer"):
+    """A Buffer for obj; writable=True for the target of a read."""
+    if isinstance(obj, Buffer):
+        return obj
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_cai(obj, cai, writable, what)
+    return _from_buffer_protocol(obj, writable, what)
+
+
+def check_range(buf, size, file_offset, what):
+    """The size to move: buf.nbytes when size is None; raises ValueError for
+    a negative size or offset, or a size larger than the buffer."""
+    if size is None:
+        size = buf.nbytes
+    size = _index(size, "size", what)
+    file_offset = _index(file_offset, "file_offset", what)
+    if size < 0:
+        raise ValueError("%s: size %d is negative" % (what, size))
+    if file_offset < 0:
+        raise ValueError("%s: file_offset %d is negative" % (what, file_offset))
+    if size > buf.nbytes:
+        raise ValueError("%s: buffer too small: size is %d bytes but the buffer "
+                         "holds %d" % (what, size, buf.nbytes))
+    return size, file_offset
+
+
+def _index(value, name, what):
+    try:
+        return value.__index__()
+    except AttributeError:
+        raise TypeError("%s: %s must be an integer, not %s"
+                        % (what, name, type(value).__name__)) from None

@@ -1,0 +1,178 @@
+"""Finding and loading libgpufile.so with ctypes, and turning its negative
+return codes into Python exceptions.
+
+The library is loaded on first use, not at import, so that ``import gpufile``
+always works and the error about a missing library comes with the list of
+places that were searched.
+
+Search order (the first that loads wins):
+
+1. ``$GPUFILE_LIBRARY``, a path to the .so. When it is set, nothing else is
+   tried: a wrong path is an error, never a silent switch to another copy.
+2. Next to this package (``gpufile/libgpufile.so*``), for wheels that ship
+   the library inside.
+3. The dynamic linker's search path (``LD_LIBRARY_PATH``, ``ld.so.cache``):
+   ``libgpufile.so.0``, then ``libgpufile.so``.
+4. Running from a checkout: ``<repo>/build/libgpufile.so``.
+"""
+
+import ctypes
+import errno as _errno
+import glob
+import os
+import re
+import threading
+
+from . import _structs as S
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PKG_DIR)), "build")
+
+# The library's own codes (include/gpufile.h, GPUFILE_ERRORS): name and the
+# errno the Python exception carries.
+LIBRARY_CODES = {
+    -5001: ("GPUFILE_ECONFIG", _errno.EINVAL),
+    -5002: ("GPUFILE_ENOCUDA", _errno.ENODEV),
+    -5003: ("GPUFILE_ECUDA", _errno.EIO),
+    -5004: ("GPUFILE_ENOCUFILE", _errno.ENODEV),
+    -5005: ("GPUFILE_ECUFILE", _errno.EIO),
+    -5006: ("GPUFILE_EBADPTR", _errno.EFAULT),
+    -5007: ("GPUFILE_EFLAGS", _errno.EINVAL),
+}
+
+_CUFILE_STATUS = re.compile(r"\b(CU_FILE_[A-Z0-9_]+) \((\d+)\)")
+
+
+class LibraryNotFoundError(OSError):
+    """libgpufile.so could not be loaded; the message lists every place
+    that was tried and why each failed."""
+
+
+class Error(OSError):
+    """A failure reported by libgpufile with one of its own codes (below
+    -4095). ``errno`` is the closest system errno (EINVAL for an invalid
+    setting or flags, ENODEV when CUDA or cuFile is missing, EIO when a
+    CUDA or cuFile call failed, EFAULT for unusable memory); ``code`` and
+    ``code_name`` are gpufile's. System errors are raised as the usual
+    OSError subclasses (FileNotFoundError, ...), with the same extra
+    attributes."""
+
+
+class ConfigError(Error, ValueError):
+    """An invalid setting value (GPUFILE_ECONFIG). Also a ValueError."""
+
+
+def _candidates():
+    """[(where, path_or_name)] in search order."""
+    env = os.environ.get("GPUFILE_LIBRARY")
+    if env:
+        return [("$GPUFILE_LIBRARY", env)]
+    out = []
+    for path in sorted(glob.glob(os.path.join(_PKG_DIR, "libgpufile.so*"))):
+        out.append(("next to the package", path))
+    if not out:
+        out.append(("next to the package", os.path.join(_PKG_DIR, "libgpufile.so")))
+    out.append(("the library path", "libgpufile.so.0"))
+    out.append(("the library path", "libgpufile.so"))
+    out.append(("the checkout's build folder", os.path.join(_REPO_BUILD, "libgpufile.so")))
+    return out
+
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _load():
+    tried = []
+    for where, name in _candidates():
+        if os.sep in name and not os.path.exists(name):
+            tried.append("  %s: %s (no such file)" % (where, name))
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            tried.append("  %s: %s (%s)" % (where, name, e))
+            continue
+        try:
+            S.declare(lib)
+        except AttributeError as e:
+            tried.append("  %s: %s (not a usable libgpufile: %s)" % (where, name, e))
+            continue
+        return lib, _loaded_path(name)
+    raise LibraryNotFoundError(
+        _errno.ENOENT,
+        "libgpufile.so not found; set GPUFILE_LIBRARY to its path "
+        "(e.g. build/libgpufile.so) or add its folder to LD_LIBRARY_PATH. "
+        "Tried:\n" + "\n".join(tried))
+
+
+def _loaded_path(name):
+    """The file the dynamic linker actually mapped for name."""
+    if os.sep in name:
+        return os.path.realpath(name)
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "libgpufile.so" in os.path.basename(parts[5]):
+                    return parts[5].strip()
+    except OSError:
+        pass
+    return name
+
+
+def lib():
+    """The loaded library (ctypes.CDLL), loading it on first call."""
+    global _lib, _lib_path
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                loaded, _lib_path = _load()
+                _lib = loaded
+    return _lib
+
+
+def library_path():
+    """The path of the loaded libgpufile.so."""
+    lib()
+    return _lib_path
+
+
+def errmsg():
+    return lib().gpufile_errmsg().decode("utf-8", "replace")
+
+
+def strerror(code):
+    return lib().gpufile_strerror(int(code)).decode("utf-8", "replace")
+
+
+def make_error(code, message=None, filename=None):
+    """The exception for a negative return code; message defaults to this
+    thread's gpufile_errmsg(), else gpufile_strerror(code)."""
+    code = int(code)
+    if message is None:
+        message = errmsg()
+    if not message:
+        message = strerror(code)
+    if code < -4095:
+        name, err = LIBRARY_CODES.get(code, ("GPUFILE_E%d" % -code, _errno.EIO))
+        cls = ConfigError if name == "GPUFILE_ECONFIG" else Error
+        exc = cls(err, message) if filename is None else cls(err, message, filename)
+    else:
+        name = _errno.errorcode.get(-code, "E%d" % -code)
+        # OSError(...) picks the subclass for the errno (FileNotFoundError...).
+        exc = OSError(-code, message) if filename is None else OSError(-code, message, filename)
+    exc.code = code
+    exc.code_name = name
+    m = _CUFILE_STATUS.search(message)
+    exc.cufile_status = int(m.group(2)) if m else None
+    exc.cufile_status_name = m.group(1) if m else None
+    return exc
+
+
+def check(rc, filename=None):
+    """Returns rc when it is >= 0, else raises the matching exception."""
+    if rc < 0:
+        raise make_error(rc, filename=filename)
+    return rc

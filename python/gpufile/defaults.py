@@ -1,0 +1,163 @@
+"""gpufile's settings, as KvikIO's ``kvikio.defaults``.
+
+    gpufile.defaults.get("task_size")            # 4194304
+    gpufile.defaults.set("compat_mode", "off")   # stays set
+    with gpufile.defaults.set(task_size=1 << 30, gds_threshold="64k"):
+        ...                                      # restored on exit
+
+Values come back typed: sizes and counts as int, modes ("auto", "on",
+"off") and names as str. Values given may be int, bool, str (any spelling
+the environment accepts: "4m", "1 GiB", "yes", ...) or a gpufile.CompatMode.
+An unknown name is a KeyError; an invalid value a gpufile.ConfigError
+(an OSError with errno EINVAL that is also a ValueError) naming the
+setting and the value, and then nothing changes.
+"""
+
+import ctypes
+import enum
+
+from . import _lib
+
+__all__ = ["get", "set", "names", "help", "items", "reset", "CompatMode"]
+
+
+class CompatMode(str, enum.Enum):
+    AUTO = "auto"  # try cuFile, fall back with a reason
+    ON = "on"      # never cuFile
+    OFF = "off"    # cuFile or a clear error
+
+    def __str__(self):
+        return self.value
+
+
+def names():
+    """Every setting's name, in the library's order."""
+    lib = _lib.lib()
+    return [lib.gpufile_config_name(i).decode() for i in range(lib.gpufile_config_count())]
+
+
+def help(name=None):
+    """The one-line description of a setting, or {name: description}."""
+    lib = _lib.lib()
+    table = {lib.gpufile_config_name(i).decode(): lib.gpufile_config_help(i).decode()
+             for i in range(lib.gpufile_config_count())}
+    if name is None:
+        return table
+    _known(name)
+    return table[name]
+
+
+def _known(name):
+    if not isinstance(name, str):
+        raise TypeError("a setting name is a str, not %s" % type(name).__name__)
+    known = names()
+    if name not in known:
+        raise KeyError("unknown gpufile setting %r; settings are: %s"
+                       % (name, ", ".join(known)))
+
+
+def _typed(text):
+    return int(text) if text.isdigit() else text
+
+
+def _raw(name):
+    """(canonical text, source word, variable or None)."""
+    _known(name)
+    lib = _lib.lib()
+    value = ctypes.create_string_buffer(1024)
+    variable = ctypes.create_string_buffer(256)
+    source = ctypes.c_int(0)
+    rc = lib.gpufile_config_get(name.encode(), value, len(value), ctypes.byref(source),
+                                variable, len(variable))
+    _lib.check(rc)
+    var = variable.value.decode()
+    return (value.value.decode(), lib.gpufile_source_name(source.value).decode(),
+            var or None)
+
+
+def get(name):
+    """The effective value of setting name (int or str)."""
+    return _typed(_raw(name)[0])
+
+
+def items():
+    """{name: {"value", "source", "variable"}} for every setting, as
+    ``gpufile config --json`` reports them."""
+    out = {}
+    for n in names():
+        v, source, variable = _raw(n)
+        out[n] = {"value": v, "source": source, "variable": variable}
+    return out
+
+
+def _text(value):
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    raise TypeError("a setting value is an int, bool or str, not %s"
+                    % type(value).__name__)
+
+
+def _set_one(name, value):
+    _known(name)
+    _lib.check(_lib.lib().gpufile_config_set(name.encode(), _text(value).encode()))
+
+
+class _Restore:
+    """Returned by set(): as a context manager, puts back the values the
+    settings had before the call."""
+
+    def __init__(self, previous):
+        self._previous = previous
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
+
+    def restore(self):
+        previous, self._previous = self._previous, {}
+        for name, value in previous.items():
+            _set_one(name, value)
+
+    def __repr__(self):
+        return "<gpufile.defaults.set: restores %r>" % (self._previous,)
+
+
+def set(*args, **values):
+    """set(name, value) or set(name=value, ...): sets each, all or none.
+    Usable as ``with gpufile.defaults.set(...):`` to restore the previous
+    values on exit; otherwise the new values stay."""
+    if args:
+        if len(args) != 2:
+            raise TypeError("set() takes (name, value) or keyword arguments")
+        if args[0] in values:
+            raise TypeError("set(): %r given twice" % (args[0],))
+        values = dict(values)
+        values[args[0]] = args[1]
+    if not values:
+        raise TypeError("set() needs at least one setting")
+    previous = {}
+    for name in values:
+        previous[name] = _raw(name)[0]
+    done = {}
+    try:
+        for name, value in values.items():
+            _set_one(name, value)
+            done[name] = previous[name]
+    except BaseException:
+        _Restore(done).restore()
+        raise
+    return _Restore(previous)
+
+
+def reset():
+    """Forgets every setter and rereads the environment."""
+    _lib.lib().gpufile_config_reset()

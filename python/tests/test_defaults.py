@@ -1,0 +1,110 @@
+"""gpufile.defaults: get/set for every setting, round trips, the context
+manager, and errors."""
+import pytest
+
+import gpufile
+from gpufile import defaults
+
+
+def test_every_setting_round_trips():
+    names = defaults.names()
+    assert {"compat_mode", "task_size", "gds_threshold", "nthreads",
+            "bounce_buffer_size"} <= set(names)
+    for name in names:
+        value = defaults.get(name)
+        assert isinstance(value, (int, str))
+        with defaults.set(name, value):
+            assert defaults.get(name) == value
+            assert defaults.items()[name]["source"] == "setter"
+        assert defaults.get(name) == value
+        assert defaults.help(name)
+
+
+def test_typed_values():
+    assert defaults.get("task_size") == 4 << 20
+    assert defaults.get("gds_threshold") == 16 << 10
+    assert defaults.get("compat_mode") == "auto"
+    assert isinstance(defaults.get("nthreads"), int)
+
+
+def test_set_stays_and_spellings():
+    defaults.set("task_size", "1 GiB")
+    assert defaults.get("task_size") == 1 << 30
+    defaults.set(task_size=8 << 20, gds_threshold="64k")
+    assert defaults.get("task_size") == 8 << 20
+    assert defaults.get("gds_threshold") == 64 << 10
+    defaults.set("compat_mode", gpufile.CompatMode.ON)
+    assert defaults.get("compat_mode") == "on" == gpufile.CompatMode.ON
+    defaults.set("compat_mode", "OFF")
+    assert defaults.get("compat_mode") == "off"
+    defaults.set("compat_mode", True)  # true means on
+    assert defaults.get("compat_mode") == "on"
+
+
+def test_context_manager_restores():
+    before = {n: defaults.get(n) for n in defaults.names()}
+    with defaults.set(task_size=1 << 30, compat_mode="on") as r:
+        assert defaults.get("task_size") == 1 << 30
+        assert defaults.get("compat_mode") == "on"
+        with defaults.set("task_size", 1 << 20):
+            assert defaults.get("task_size") == 1 << 20
+        assert defaults.get("task_size") == 1 << 30
+    assert {n: defaults.get(n) for n in defaults.names()} == before
+    assert "restores" in repr(r)
+    with pytest.raises(ZeroDivisionError):
+        with defaults.set(nthreads=3):
+            1 / 0
+    assert defaults.get("nthreads") == before["nthreads"]
+
+
+def test_setting_applies_to_io(data_file):
+    path, data = data_file
+    out = bytearray(data.size)
+    with defaults.set(task_size=1 << 20):
+        s0 = gpufile.stats()["gpufile"]["read"]["host"]
+        with gpufile.File(path) as f:
+            assert f.read(out) == data.size
+        s1 = gpufile.stats()["gpufile"]["read"]["host"]
+    assert s1["ops"] - s0["ops"] == 1
+    assert s1["tasks"] - s0["tasks"] == 6  # 5 MiB + 123 bytes at 1 MiB
+
+
+def test_invalid_value_changes_nothing():
+    before = defaults.get("task_size")
+    with pytest.raises(gpufile.ConfigError) as ei:
+        defaults.set(task_size=1 << 20, nthreads="lots")
+    assert "nthreads" in str(ei.value) and "lots" in str(ei.value)
+    assert ei.value.errno == 22
+    assert defaults.get("task_size") == before  # rolled back
+    with pytest.raises(ValueError):  # ConfigError is a ValueError too
+        defaults.set("compat_mode", "maybe")
+    with pytest.raises(ValueError):
+        defaults.set("task_size", 0)  # below the minimum
+    with pytest.raises(TypeError):
+        defaults.set("task_size", 1.5)
+
+
+def test_unknown_name_and_bad_calls():
+    with pytest.raises(KeyError, match="task_size"):  # lists the names
+        defaults.get("tasksize")
+    with pytest.raises(KeyError):
+        defaults.set(banana=1)
+    with pytest.raises(TypeError):
+        defaults.set()
+    with pytest.raises(TypeError):
+        defaults.set("task_size")
+
+
+def test_environment_and_kvikio_fallback(monkeypatch):
+    monkeypatch.setenv("KVIKIO_TASK_SIZE", "2m")
+    defaults.reset()
+    assert defaults.get("task_size") == 2 << 20
+    assert defaults.items()["task_size"]["variable"] == "KVIKIO_TASK_SIZE"
+    monkeypatch.setenv("GPUFILE_TASK_SIZE", "3m")
+    defaults.reset()
+    assert defaults.get("task_size") == 3 << 20
+    item = defaults.items()["task_size"]
+    assert item["variable"] == "GPUFILE_TASK_SIZE"
+    with defaults.set(task_size="1m"):
+        assert defaults.get("task_size") == 1 << 20
+    assert defaults.get("task_size") == 3 << 20

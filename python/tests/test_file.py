@@ -1,0 +1,244 @@
+"""gpufile.File on host buffers: read, write, pread, pwrite, sizes,
+offsets, the context manager, and the argument errors raised before any
+I/O."""
+import array
+import gc
+import mmap
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+def test_read_numpy(data_file):
+    path, data = data_file
+    out = np.zeros_like(data)
+    with gpufile.File(path) as f:
+        assert f.size() == data.size
+        assert f.read(out) == data.size
+    assert np.array_equal(out, data)
+
+
+def test_read_size_and_offset(data_file):
+    path, data = data_file
+    out = np.zeros(1000, dtype=np.uint8)
+    with gpufile.File(path, "r") as f:
+        assert f.read(out, 500, 4096 + 3) == 500
+    assert np.array_equal(out[:500], data[4099:4599])
+    assert not out[500:].any()
+
+
+def test_short_read_at_end_of_file(data_file):
+    path, data = data_file
+    out = bytearray(4096)
+    with gpufile.File(path) as f:
+        assert f.read(out, file_offset=data.size - 100) == 100
+        assert f.read(out, file_offset=data.size) == 0
+    assert out[:100] == data[-100:].tobytes()
+
+
+def test_read_other_host_buffers(data_file):
+    path, data = data_file
+    with gpufile.File(path) as f:
+        ba = bytearray(3000)
+        assert f.read(ba) == 3000 and ba == data[:3000].tobytes()
+        mv = memoryview(bytearray(3000))
+        assert f.read(mv, file_offset=1) == 3000 and mv.tobytes() == data[1:3001].tobytes()
+        arr = array.array("I", [0] * 250)
+        assert f.read(arr) == 1000 and arr.tobytes() == data[:1000].tobytes()
+        m = mmap.mmap(-1, 8192)
+        assert f.read(m, 8192, 5) == 8192 and m[:] == data[5:8197].tobytes()
+        m.close()
+        two_d = np.zeros((10, 30), dtype=np.float32)  # C order
+        assert f.read(two_d) == 1200
+        assert two_d.tobytes() == data[:1200].tobytes()
+        fortran = np.zeros((10, 30), dtype=np.uint8, order="F")  # contiguous too
+        assert f.read(fortran) == 300
+        assert fortran.tobytes(order="A") == data[:300].tobytes()
+
+
+def test_write_then_read(tmp_path):
+    path = str(tmp_path / "w.bin")
+    payload = np.arange(1 << 20, dtype=np.uint32)
+    with gpufile.File(path, "w") as f:
+        assert f.write(payload) == payload.nbytes
+        assert f.write(b"tail", file_offset=payload.nbytes) == 4  # bytes: read-only is fine
+        f.sync()
+        assert f.size() == payload.nbytes + 4
+    back = np.empty_like(payload)
+    with gpufile.File(path, "r+") as f:
+        assert f.read(back) == payload.nbytes
+        assert f.write(memoryview(b"xyz"), 2, 0) == 2
+    assert np.array_equal(back, payload)
+    raw = open(path, "rb").read()
+    assert raw[:2] == b"xy" and raw[-4:] == b"tail"
+
+
+def test_pread_pwrite_futures(tmp_path):
+    path = str(tmp_path / "f.bin")
+    chunks = [np.full(1 << 20, i, dtype=np.uint8) for i in range(8)]
+    with gpufile.File(path, "w+") as f:
+        futs = [f.pwrite(c, file_offset=i << 20) for i, c in enumerate(chunks)]
+        assert sum(fu.get() for fu in futs) == 8 << 20
+        assert all(fu.done() for fu in futs)
+        outs = [np.empty(1 << 20, dtype=np.uint8) for _ in range(8)]
+        futs = [f.pread(o, file_offset=i << 20) for i, o in enumerate(outs)]
+        assert [fu.get(timeout=30) for fu in futs] == [1 << 20] * 8
+        assert futs[0].get() == 1 << 20  # again: the same value
+    for i, o in enumerate(outs):
+        assert (o == i).all()
+
+
+def test_future_keeps_buffer_alive(data_file):
+    path, data = data_file
+    with gpufile.File(path) as f:
+        fut = f.pread(bytearray(data.size))  # no other reference
+        gc.collect()
+        assert fut.get() == data.size
+        # A dropped, unfinished future waits for its request.
+        f.pread(np.empty(data.size, dtype=np.uint8))
+        gc.collect()
+
+
+def test_bytearray_cannot_be_resized_while_in_flight(data_file):
+    path, data = data_file
+    buf = bytearray(data.size)
+    with gpufile.File(path) as f:
+        fut = f.pread(buf)
+        if not fut.done():
+            with pytest.raises(BufferError):
+                buf.extend(b"x")
+        fut.get()
+    buf.extend(b"x")  # released after get()
+
+
+def test_close_waits_and_futures_keep_results(data_file):
+    path, data = data_file
+    f = gpufile.File(path)
+    out = np.empty_like(data)
+    fut = f.pread(out)
+    f.close()
+    assert f.closed
+    assert fut.done() and fut.get() == data.size
+    assert np.array_equal(out, data)
+    f.close()  # again: nothing
+
+
+def test_context_manager_closes(data_file):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        assert not f.closed
+    assert f.closed
+    for call in (lambda: f.read(bytearray(1)), f.size, f.path_info,
+                 lambda: f.pread(bytearray(1)), lambda: f.write(b"x")):
+        with pytest.raises(ValueError, match="closed file"):
+            call()
+    with pytest.raises(RuntimeError):
+        with gpufile.File(path) as g:
+            raise RuntimeError("inside")
+    assert g.closed
+
+
+def test_path_info_host_machine(data_file):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        info = f.path_info()
+    assert info.path in ("host", "posix", "cufile", "small")
+    assert isinstance(info.reason, str) and info.reason and "\0" not in info.reason
+    assert info._asdict()["path"] == info.path
+
+
+# ---- argument errors, raised before any I/O ----
+
+def test_read_only_buffer_as_read_target(data_file):
+    path, data = data_file
+    ro = np.zeros(10, dtype=np.uint8)
+    ro.flags.writeable = False
+    with gpufile.File(path) as f:
+        for target in (b"0123456789", ro, memoryview(bytearray(10)).toreadonly()):
+            with pytest.raises(TypeError, match="read-only"):
+                f.read(target)
+            with pytest.raises(TypeError, match="read-only"):
+                f.pread(target)
+
+
+def test_non_contiguous(data_file):
+    path, _ = data_file
+    a = np.zeros((10, 10), dtype=np.uint8)
+    with gpufile.File(path) as f:
+        with pytest.raises(ValueError, match="not contiguous"):
+            f.read(a[:, ::2])
+        with pytest.raises(ValueError, match="not contiguous"):
+            f.pread(a[::2])
+        with pytest.raises(ValueError, match="not contiguous"):
+            f.read(memoryview(bytearray(10))[::2])
+    with gpufile.File(path + ".w", "w") as f:
+        with pytest.raises(ValueError, match="not contiguous"):
+            f.write(a.T[::3])
+
+
+def test_too_small_buffer(data_file):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        with pytest.raises(ValueError, match="too small.*100 bytes.*holds 99"):
+            f.read(bytearray(99), 100)
+        with pytest.raises(ValueError, match="too small"):
+            f.pread(np.zeros(3, dtype=np.uint16), 7)
+    with gpufile.File(path + ".w", "w") as f:
+        with pytest.raises(ValueError, match="too small"):
+            f.write(b"abc", 4)
+        assert f.size() == 0  # nothing written
+
+
+def test_bad_arguments(data_file):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        with pytest.raises(TypeError, match="neither a device array"):
+            f.read(12345)
+        with pytest.raises(TypeError, match="neither a device array"):
+            f.read("a string")
+        with pytest.raises(ValueError, match="negative"):
+            f.read(bytearray(4), -1)
+        with pytest.raises(ValueError, match="negative"):
+            f.read(bytearray(4), file_offset=-4096)
+        with pytest.raises(TypeError, match="integer"):
+            f.read(bytearray(4), 2.5)
+    with pytest.raises(TypeError, match="flags"):
+        gpufile.File(path, 0)
+
+
+class FakeDeviceArray:
+    """A __cuda_array_interface__ producer for tests without a GPU. The
+    pointer is host memory; without a CUDA driver the library treats every
+    pointer as host memory, so I/O through it works."""
+
+    def __init__(self, host, readonly=False, strides=None, shape=None):
+        self.host = host
+        self.__cuda_array_interface__ = {
+            "data": (host.ctypes.data, readonly),
+            "shape": shape or host.shape,
+            "typestr": host.dtype.str,
+            "strides": strides,
+            "version": 3,
+            "stream": None,
+        }
+
+
+def test_cuda_array_interface_objects(data_file):
+    path, data = data_file
+    host = np.zeros(4096, dtype=np.uint32)
+    dev = FakeDeviceArray(host)
+    with gpufile.File(path) as f:
+        if gpufile.cuda_device_count() == 0:
+            assert f.read(dev) == host.nbytes
+            assert host.tobytes() == data[:host.nbytes].tobytes()
+        with pytest.raises(TypeError, match="read-only"):
+            f.read(FakeDeviceArray(host, readonly=True))
+        with pytest.raises(ValueError, match="not contiguous"):
+            f.read(FakeDeviceArray(host, strides=(8,), shape=(2048,)))
+        with pytest.raises(ValueError, match="too small"):
+            f.read(dev, host.nbytes + 1)
+        # C-contiguous strides spelled out are accepted.
+        ok = FakeDeviceArray(host.reshape(64, 64), strides=(256, 4))
+        assert gpufile._buffers.as_buffer(ok, True).nbytes == host.nbytes

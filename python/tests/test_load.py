@@ -1,0 +1,66 @@
+"""Finding libgpufile.so."""
+import os
+import subprocess
+import sys
+
+import gpufile
+from conftest import PKG_ROOT
+
+
+def _run(code, **env):
+    e = dict(os.environ)
+    e.update(env)
+    e["PYTHONPATH"] = PKG_ROOT
+    return subprocess.run([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def test_loaded_from_env():
+    want = os.environ.get("GPUFILE_LIBRARY")
+    path = gpufile.library_path()
+    assert "libgpufile.so" in path
+    if want:
+        assert os.path.realpath(path) == os.path.realpath(want)
+    assert gpufile.version().count(".") == 2
+
+
+def test_import_works_without_library_and_error_names_places():
+    p = _run("import gpufile\n"
+             "try:\n"
+             "    gpufile.version()\n"
+             "except gpufile.LibraryNotFoundError as e:\n"
+             "    assert isinstance(e, OSError)\n"
+             "    print(e)\n",
+             GPUFILE_LIBRARY="/nonexistent/libgpufile.so")
+    assert p.returncode == 0, p.stderr
+    assert "$GPUFILE_LIBRARY: /nonexistent/libgpufile.so (no such file)" in p.stdout
+    assert "GPUFILE_LIBRARY" in p.stdout
+
+
+def test_not_a_gpufile_library():
+    p = _run("import gpufile\n"
+             "try:\n"
+             "    gpufile.version()\n"
+             "except OSError as e:\n"
+             "    print(e)\n",
+             GPUFILE_LIBRARY="libc.so.6")
+    assert p.returncode == 0, p.stderr
+    assert "not a usable libgpufile" in p.stdout
+
+
+def test_search_without_env_lists_every_place():
+    # Without GPUFILE_LIBRARY the package tries next to itself, the library
+    # path, then the checkout's build/; either it loads one or names them.
+    env = {k: v for k, v in os.environ.items() if k != "GPUFILE_LIBRARY"}
+    env["PYTHONPATH"] = PKG_ROOT
+    env["LD_LIBRARY_PATH"] = ""
+    p = subprocess.run([sys.executable, "-c",
+                        "import gpufile\n"
+                        "try:\n    print('loaded', gpufile.library_path())\n"
+                        "except OSError as e:\n    print(e)\n"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    assert p.returncode == 0, p.stderr
+    if not p.stdout.startswith("loaded"):
+        for where in ("next to the package", "the library path", "build folder"):
+            assert where in p.stdout
