@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# What the GPU machine runs, in stages that each fit one device call.
+# Results go to $OUT (the device tool brings them back).
+#
+#   scripts/gpu_run.sh quick   library + a 1 GiB device benchmark
+#   scripts/gpu_run.sh test    build all, ctest (GPU tests included), the
+#                              Python tests and tutorial, the cuFile scenarios
+#   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
+#                              settings sweep), fio references, host-read
+#                              benchmark, cuFile benchmark, binding overhead
+#
+# Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
+# in .carry/ (the machine has no package registry).
+set -uo pipefail
+mode=${1:-test}
+OUT=${OUT:-/tmp/gpufile-out}
+mkdir -p "$OUT"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PATH=$root/.carry/fio:$PATH
+log() { echo "=== $* ($(date +%T))"; }
+data=/root/gpufile-bench
+mkdir -p "$data"
+B=build-gpu
+
+log machine
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nproc; uname -r; df -h / | tail -1; findmnt -no FSTYPE,SOURCE -T /root
+
+log build
+extra=()
+[ -d .carry/liburing ] && extra+=(-DGPUFILE_LIBURING_DIR="$root/.carry/liburing")
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"$OUT/cmake.log" 2>&1 ||
+	{ cat "$OUT/cmake.log"; exit 1; }
+target=all
+[ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
+make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
+$B/gpufile --version 2>/dev/null
+
+make_file() { # path bytes
+	if [ ! -f "$1" ] || [ "$(stat -c %s "$1")" -ne "$2" ]; then
+		dd if=/dev/urandom of="$1" bs=64M count=$(($2 >> 26)) oflag=direct status=none
+		sync
+	fi
+}
+
+case $mode in
+quick)
+	make_file $data/file1g.bin $((1 << 30))
+	$B/bench/gpu_bench $data/file1g.bin --size $((1 << 30)) --cold 2>&1 | tee "$OUT/bench.log"
+	;;
+test)
+	log ctest
+	(cd $B && ctest --output-on-failure -j4 2>&1) | tee "$OUT/ctest.log" | tail -40
+	log "gpufile check"
+	make_file $data/file1g.bin $((1 << 30))
+	$B/gpufile check $data/file1g.bin 2>&1 | tee "$OUT/check.log"
+	log "python tests"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
+	python3 -m pytest -q python/tests 2>&1 | tail -15
+	log "tutorial"
+	python3 examples/tutorial_cupy.py --file $data/tutorial.bin 2>&1 | tee "$OUT/tutorial.log"
+	log "cuFile scenarios"
+	bash scripts/gpu_cufile_check.sh --no-tests --no-bench --build $B --data $data 2>&1 |
+		tee "$OUT/cufile_check.log" | tail -60
+	;;
+bench)
+	make_file $data/file.bin $((4 << 30))
+	log "device benchmark"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --cold --register --sweep 2>&1 |
+		tee "$OUT/bench.log" | grep -v '^sweep'
+	grep '^sweep' "$OUT/bench.log" | sort -k6 -nr | head -8
+	log "fio: cold O_DIRECT io_uring on the same file"
+	for bs in 1M 4M; do
+		for qd in 8 32 128; do
+			printf 'fio io_uring direct bs=%s iodepth=%s ' $bs $qd
+			fio --name=cold --filename=$data/file.bin --ioengine=io_uring --direct=1 \
+				--rw=read --bs=$bs --iodepth=$qd --size=4G --output-format=json 2>/dev/null |
+				python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.2f GB/s" % (j["jobs"][0]["read"]["bw_bytes"]/1e9))'
+		done
+	done 2>&1 | tee "$OUT/fio_cold.log"
+	log "host-read benchmark"
+	BUILD_DIR=$B BENCH_FILE=$data/file1g.bin ROUNDS=3 bash bench/run_host_bench.sh 2>&1 |
+		tee "$OUT/host_bench.log" | tail -12
+	log "binding overhead"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
+	python3 examples/bench_binding.py --file $data/file1g.bin 2>&1 | tee "$OUT/binding.log" | tail -8
+	log "cuFile benchmark"
+	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |
+		tee "$OUT/cufile_bench.log" | grep -v '^PASS' | tail -30
+	;;
+esac
+log done

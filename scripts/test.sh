@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Builds gpufile and runs every test:
+#   1. build/       warnings as errors; all ctest tests
+#   2. cli          smoke checks of the gpufile tool's exit codes and JSON
+#   3. build-asan/  ASan + UBSan; all ctest tests
+#   4. build-tsan/  TSan; the tests about the pool, requests and async I/O
+#   5. python/tests with pytest, when that folder exists
+# Prints a summary and a final line "N passed, M failed" (skipped tests, such
+# as GPU tests on a machine without a GPU, are counted apart); exits non-zero
+# when anything failed, a build included.
+#
+# Environment: BUILD_DIR, ASAN_DIR, TSAN_DIR override the build folders;
+# CTEST_PARALLEL_LEVEL runs tests in parallel (default: one at a time).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+BUILD_DIR=${BUILD_DIR:-build}
+ASAN_DIR=${ASAN_DIR:-build-asan}
+TSAN_DIR=${TSAN_DIR:-build-tsan}
+TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress}
+jobs=$(nproc 2>/dev/null || echo 2)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+passed=0 failed=0 skipped=0
+summary=()
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# record STAGE PASSED FAILED SKIPPED
+record() {
+	passed=$((passed + $2))
+	failed=$((failed + $3))
+	skipped=$((skipped + $4))
+	summary+=("$(printf '%-12s %4d passed %4d failed %4d skipped' \
+		"$1" "$2" "$3" "$4")")
+}
+
+# build STAGE DIR CMAKE-ARGS...: configures and builds; a failure counts
+# as one failed test of STAGE.
+build() {
+	local stage=$1 dir=$2
+	shift 2
+	step "$stage: configure and build in $dir/"
+	if cmake -S "$root" -B "$dir" "$@" >"$logs/$stage.cmake" 2>&1 &&
+		cmake --build "$dir" -j "$jobs" >"$logs/$stage.build" 2>&1; then
+		return 0
+	fi
+	cat "$logs/$stage.cmake" "$logs/$stage.build" 2>/dev/null | tail -60
+	echo "$stage: BUILD FAILED"
+	record "$stage" 0 1 0
+	return 1
+}
+
+# run_ctest STAGE DIR CTEST-ARGS...: runs ctest and adds its counts.
+run_ctest() {
+	local stage=$1 dir=$2 log="$logs/$1.ctest" rc total nfail nskip
+	shift 2
+	step "$stage: ctest $*"
+	(cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	if grep -q 'No tests were found' "$log"; then
+		record "$stage" 0 0 0
+		return 0
+	fi
+	total=$(sed -nE 's/.*tests? failed out of ([0-9]+).*/\1/p' "$log" | tail -1)
+	nfail=$(sed -nE 's/.* ([0-9]+) tests? failed out of.*/\1/p' "$log" | tail -1)
+	nskip=$(grep -cE '\((Skipped|Disabled)\)$' "$log")
+	if [ -z "$total" ]; then
+		# ctest itself failed (crash, bad arguments): one failure.
+		record "$stage" 0 1 0
+		return 1
+	fi
+	if [ "$rc" -ne 0 ] && [ "$nfail" -eq 0 ]; then
+		nfail=1
+	fi
+	record "$stage" $((total - nfail - nskip)) "$nfail" "$nskip"
+}
+
+# cli_smoke DIR: the tool's contract on exit codes, messages and JSON.
+cli_smoke() {
+	local g="$1/gpufile" f="$logs/smoke.bin" out rc ok=0 bad=0
+	step "cli: smoke checks of $g"
+	check() { # NAME EXPECTED-RC PATTERN-IN-OUTPUT COMMAND...
+		local name=$1 want=$2 pattern=$3
+		shift 3
+		out=$("$@" 2>&1)
+		rc=$?
+		if [ "$rc" -eq "$want" ] && grep -qiE -- "$pattern" <<<"$out"; then
+			ok=$((ok + 1))
+			echo "ok    $name"
+		else
+			bad=$((bad + 1))
+			echo "FAIL  $name (exit $rc, wanted $want; output:)"
+			sed 's/^/      /' <<<"$out" | head -20
+		fi
+	}
+	check "version" 0 '^gpufile [0-9]+\.[0-9]+\.[0-9]+' "$g" --version
+	check "help" 0 'Commands:' "$g" --help
+	check "no command" 2 'Usage' "$g"
+	check "unknown command" 2 'unknown command' "$g" frobnicate
+	for c in read write config stats check explain; do
+		check "$c --help" 0 "Usage: gpufile $c" "$g" "$c" --help
+	done
+	check "write" 0 'wrote: +3000001 bytes' \
+		"$g" write "$f" --size 3000001 --pattern sequence
+	check "read" 0 'read: +3000001 bytes' "$g" read "$f" --repeat 2
+	check "read --json" 0 '' bash -c \
+		"'$g' read '$f' --host --offset 1k --size 1m --json |
+		python3 -c 'import json,sys; d=json.load(sys.stdin);
+assert d[\"bytes\"] == 1048576 and d[\"target\"] == \"host\", d;
+assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\"};
+assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
+assert \"task_size\" in d[\"settings\"]'"
+	check "config --json" 0 '' bash -c \
+		"'$g' config --json | python3 -c 'import json,sys; json.load(sys.stdin)'"
+	check "missing file" 1 '/nonexistent/file' \
+		"$g" read /nonexistent/file
+	check "bad option" 2 'unknown option --frob' "$g" read "$f" --frob
+	check "bad size" 2 '--size "abc": not a size' \
+		"$g" read "$f" --size abc
+	check "bad env setting" 1 'GPUFILE_TASK_SIZE="banana"' \
+		env GPUFILE_TASK_SIZE=banana "$g" read "$f"
+	check "bad env in config" 1 'KVIKIO_COMPAT_MODE="maybe"' \
+		env KVIKIO_COMPAT_MODE=maybe "$g" config
+	record cli "$ok" "$bad" 0
+}
+
+pytest_stage() {
+	local py=${PYTHON:-python3} log="$logs/pytest" rc np nf ns ne
+	if [ ! -d python/tests ]; then
+		step "python: no python/tests folder; skipped"
+		return 0
+	fi
+	if ! "$py" -c 'import pytest' 2>/dev/null && [ -x /usr/bin/python3 ]; then
+		py=/usr/bin/python3
+	fi
+	step "python: $py -m pytest -q python/tests"
+	GPUFILE_LIBRARY="$root/$BUILD_DIR/libgpufile.so" \
+		LD_LIBRARY_PATH="$root/$BUILD_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" \
+		"$py" -m pytest -q python/tests 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	np=$(grep -oE '[0-9]+ passed' "$log" | tail -1 | cut -d' ' -f1)
+	nf=$(grep -oE '[0-9]+ failed' "$log" | tail -1 | cut -d' ' -f1)
+	ne=$(grep -oE '[0-9]+ errors?' "$log" | tail -1 | cut -d' ' -f1)
+	ns=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 | cut -d' ' -f1)
+	nf=$((${nf:-0} + ${ne:-0}))
+	# 5: no tests collected, not a failure.
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ "$nf" -eq 0 ]; then
+		nf=1
+	fi
+	record python "${np:-0}" "$nf" "${ns:-0}"
+}
+
+step "dependencies"
+if ! bash scripts/deps.sh; then
+	echo "test: could not install dependencies"
+	exit 1
+fi
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+if build main "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DGPUFILE_WERROR=ON; then
+	run_ctest main "$BUILD_DIR"
+	cli_smoke "$BUILD_DIR"
+fi
+
+san_flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1"
+	-DGPUFILE_BENCH=OFF)
+if build asan "$ASAN_DIR" "${san_flags[@]}" \
+	-DGPUFILE_SANITIZE=address,undefined; then
+	run_ctest asan "$ASAN_DIR"
+fi
+if build tsan "$TSAN_DIR" "${san_flags[@]}" -DGPUFILE_SANITIZE=thread; then
+	run_ctest tsan "$TSAN_DIR" -R "$TSAN_REGEX"
+fi
+
+pytest_stage
+
+step "summary"
+printf '%s\n' "${summary[@]}"
+echo "$passed passed, $failed failed${skipped:+, $skipped skipped}"
+[ "$failed" -eq 0 ]
