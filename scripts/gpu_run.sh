@@ -5,6 +5,8 @@
 #   scripts/gpu_run.sh quick   library + a 1 GiB device benchmark
 #   scripts/gpu_run.sh test    build all, ctest (GPU tests included), the
 #                              Python tests and tutorial, the cuFile scenarios
+#   scripts/gpu_run.sh soak    the soak test for minutes, the tutorial read
+#                              observed from a second process, cuFile scenarios
 #   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
 #                              settings sweep), fio references, host-read
 #                              benchmark, cuFile benchmark, binding overhead
@@ -18,6 +20,9 @@ mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PATH=$root/.carry/fio:$PATH
+# cJSON (cufile.json parsing) has no package there: carried as files.
+export PKG_CONFIG_PATH=$root/.carry/cjson/lib/pkgconfig
+export LD_LIBRARY_PATH=$root/.carry/cjson/lib
 log() { echo "=== $* ($(date +%T))"; }
 data=/root/gpufile-bench
 mkdir -p "$data"
@@ -34,6 +39,7 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"
 	{ cat "$OUT/cmake.log"; exit 1; }
 target=all
 [ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
+[ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
 
@@ -60,9 +66,35 @@ test)
 	python3 -m pytest -q python/tests 2>&1 | tail -15
 	log "tutorial"
 	python3 examples/tutorial_cupy.py --file $data/tutorial.bin 2>&1 | tee "$OUT/tutorial.log"
+	log "cuFile stats layout probe"
+	CUFILE_EXPERIMENTAL_FS=1 $B/bench/cufile_stats_probe $data/file1g.bin 2>&1 | tee "$OUT/probe.log" | head -60
+	CUFILE_EXPERIMENTAL_FS=1 $B/bench/cufile_stats_probe $data/file1g.bin --early 2>&1 | tee "$OUT/probe_early.log" | head -60
 	log "cuFile scenarios"
 	bash scripts/gpu_cufile_check.sh --no-tests --no-bench --build $B --data $data 2>&1 |
 		tee "$OUT/cufile_check.log" | tail -60
+	;;
+soak)
+	log "soak"
+	GPUFILE_SOAK_SECONDS=${SOAK_SECONDS:-120} $B/tests/test_stress_soak 2>&1 | tee "$OUT/soak.log" | tail -15
+	log "tutorial read observed by gpufile stats from another process"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
+	rm -f $data/fifo; mkfifo $data/fifo
+	GPUFILE_COMPAT_MODE=off CUFILE_EXPERIMENTAL_FS=1 CUFILE_STATS_LEVEL=3 \
+		python3 examples/tutorial_cupy.py --file $data/tutorial.bin --mode off --wait \
+		<$data/fifo >"$OUT/tutorial_wait.log" 2>&1 &
+	pid=$!
+	exec 3>$data/fifo
+	for _ in $(seq 90); do grep -q "^pid" "$OUT/tutorial_wait.log" && break; sleep 1; done
+	$B/gpufile stats
+	$B/gpufile stats $pid
+	$B/gpufile stats $pid --json | tee "$OUT/stats_pid.json"
+	echo >&3
+	exec 3>&-
+	wait $pid
+	cat "$OUT/tutorial_wait.log"
+	log "cuFile scenarios"
+	bash scripts/gpu_cufile_check.sh --no-tests --no-bench --build $B --data $data 2>&1 |
+		tee "$OUT/cufile_check.log" | grep -E "PASS|FAIL|layer"
 	;;
 bench)
 	make_file $data/file.bin $((4 << 30))
@@ -84,6 +116,7 @@ bench)
 		tee "$OUT/host_bench.log" | tail -12
 	log "binding overhead"
 	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
+	cat $data/file1g.bin >/dev/null # the host benchmark ended cold
 	python3 examples/bench_binding.py --file $data/file1g.bin 2>&1 | tee "$OUT/binding.log" | tail -8
 	log "cuFile benchmark"
 	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |

@@ -315,7 +315,8 @@ int main(void)
 		printf("test_gpu: skipped: %s\n", gpufile_errmsg());
 		return TEST_SKIP;
 	}
-	src_path = test_path("gpu-src");
+	/* test_path() rotates through 8 static buffers: keep a copy. */
+	src_path = strdup(test_path("gpu-src"));
 	host = test_malloc(DEV_SIZE);
 	host2 = test_malloc(DEV_SIZE);
 	if (gpufile_device_alloc(0, DEV_SIZE, &p)) {
