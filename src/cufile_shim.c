@@ -248,6 +248,10 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 	pthread_mutex_lock(&cufile_lock);
 	if (load_locked() == 0 && driver_state == 0) {
 		push_context(ctx, &old);
+		/* cuFile 1.15 fills the per-GPU counters of level 3 only when
+		 * the level was set before the driver opened (seen on an H200:
+		 * set afterwards, num_gpus stays 0 while read_ops counts). */
+		apply_stats_level(cfg.cufile_stats);
 		e = table.cuFileDriverOpen();
 		if (e.err == CU_FILE_SUCCESS) {
 			driver_state = 1;
@@ -381,6 +385,7 @@ ssize_t gpufile__cufile_task(struct gpufile__request *r, char *buf, size_t len,
 	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
 	const off_t buf_off = (off_t)(buf - r->cufile_base);
 	size_t done = 0;
+	int again = 0;
 
 	if (!t) {
 		snprintf(msg, msg_len, "cuFile driver closed during a request");
@@ -404,9 +409,14 @@ ssize_t gpufile__cufile_task(struct gpufile__request *r, char *buf, size_t len,
 			                  len - done,
 			                  (off_t)(off + (int64_t)done),
 			                  buf_off + (off_t)done);
-		if (n < 0)
+		if (n < 0) {
+			const int e = n == -1 ? errno : (int)-n;
+			/* Transient, as for pread (posix_io.c): retry. */
+			if (e == EINTR || (e == EAGAIN && again++ < 1000))
+				continue;
 			return io_error(n, errno, r, len - done,
 			                off + (int64_t)done, msg, msg_len);
+		}
 		if (n == 0)
 			break; /* end of file */
 		done += (size_t)n;

@@ -79,6 +79,21 @@ extern struct gpufile__syscalls gpufile__sys;
 /* Restores the real system calls. */
 void gpufile__sys_reset(void);
 
+/* The io_uring calls of cold device reads (staging.c), replaceable by
+ * tests like gpufile__sys. Each follows liburing's convention: -errno on
+ * failure. Present only when built with liburing. */
+struct io_uring;
+struct io_uring_cqe;
+struct gpufile__uring_ops {
+	int (*queue_init)(unsigned entries, struct io_uring *ring,
+	                  unsigned flags);
+	int (*submit)(struct io_uring *ring);
+	int (*wait_cqe)(struct io_uring *ring, struct io_uring_cqe **cqe);
+};
+extern struct gpufile__uring_ops gpufile__uring;
+/* Restores the real io_uring calls. */
+void gpufile__uring_reset(void);
+
 /* ---- statistics (stats.c) ---- */
 
 /* A request ended: result bytes (or an error), its task count, its size as
@@ -99,6 +114,13 @@ void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
                            int ngpus);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
+/* Reads the segment file path as gpufile stats would (owner uid, mode,
+ * size, magic and version checked): counters into *out, up to max file
+ * records into files. Returns the records copied or a negative error with
+ * the message set. For tests and the segment-reader fuzzer. */
+int gpufile__stats_read_file(const char *path, unsigned uid,
+                             gpufile_stats_t *out, gpufile_file_stat_t *files,
+                             int max);
 
 /* ---- file handles (file.c) ---- */
 

@@ -106,8 +106,15 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 	if (off < r->error_offset) {
 		r->error_offset = off;
 		r->result = err;
-		if (msg && msg[0])
+		if (msg && msg[0] && strstr(msg, r->h->path))
 			snprintf(r->errmsg, sizeof(r->errmsg), "%s", msg);
+		else if (msg && msg[0])
+			/* The task's own words lack the file (a pinned
+			 * allocation failed): name it and the offset. */
+			snprintf(r->errmsg, sizeof(r->errmsg),
+			         "%s %s at offset %lld (%zu bytes): %s",
+			         r->is_write ? "writing" : "reading", r->h->path,
+			         (long long)off, len, msg);
 		else
 			snprintf(r->errmsg, sizeof(r->errmsg),
 			         "%s %s at offset %lld (%zu bytes): %s",

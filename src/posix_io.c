@@ -124,6 +124,14 @@ void gpufile__refuse_direct(struct gpufile *h, int64_t off)
 	gpufile__stats_direct_fallback();
 }
 
+/* 1 when off is before the end of h's file. */
+static int before_eof(struct gpufile *h, int64_t off)
+{
+	struct stat st;
+
+	return gpufile__sys.fstat(h->fd, &st) == 0 && off < st.st_size;
+}
+
 /* Reads [off, off+len) through the O_DIRECT descriptor. Aligned parts go
  * straight into buf when buf is aligned the same way; heads, tails and
  * misaligned buffers go through scratch. */
@@ -162,8 +170,11 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 			if (got < 0)
 				return got;
 			pos += got;
-			if ((size_t)got < n)
+			if ((size_t)got < n) {
+				if (before_eof(h, pos))
+					goto rest;
 				break;
+			}
 		} else {
 			int64_t ws = pos & ~(int64_t)(GPUFILE_ALIGN - 1);
 			size_t wl = (size_t)align_up((uint64_t)(end - ws));
@@ -189,14 +200,20 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 				take = (size_t)(end - pos);
 			memcpy(dst, scratch + skip, take);
 			pos += (int64_t)take;
-			if ((size_t)got < wl)
+			if ((size_t)got < wl) {
+				if (pos < end && before_eof(h, pos))
+					goto rest;
 				break;
+			}
 		}
 	}
 	return pos - off;
 
 buffered:
 	gpufile__refuse_direct(h, pos);
+rest:
+	/* Also where an O_DIRECT read came back short before end-of-file
+	 * (some file systems return any count): the page cache finishes. */
 	{
 		ssize_t rest = gpufile__pread_full(h->fd, buf + (pos - off),
 		                                   (size_t)(end - pos), pos);

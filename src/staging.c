@@ -30,6 +30,31 @@
 
 #define MAX_BUFFERS 64
 
+#ifdef GPUFILE_HAVE_LIBURING
+static int uring_queue_init(unsigned entries, struct io_uring *ring,
+                            unsigned flags)
+{
+	return io_uring_queue_init(entries, ring, flags);
+}
+
+#define REAL_URING                                                        \
+	{                                                                 \
+		.queue_init = uring_queue_init, .submit = io_uring_submit, \
+		.wait_cqe = io_uring_wait_cqe,                            \
+	}
+static const struct gpufile__uring_ops real_uring = REAL_URING;
+struct gpufile__uring_ops gpufile__uring = REAL_URING;
+#else
+struct gpufile__uring_ops gpufile__uring;
+#endif
+
+void gpufile__uring_reset(void)
+{
+#ifdef GPUFILE_HAVE_LIBURING
+	gpufile__uring = real_uring;
+#endif
+}
+
 struct stager {
 	struct stager *next;
 	CUcontext ctx;         /* context the stream and events belong to */
@@ -53,6 +78,7 @@ struct stager {
 #ifdef GPUFILE_HAVE_LIBURING
 	struct io_uring ring;     /* cold reads, one per buffer in flight */
 	int ring_ok;
+	int ring_broken; /* a submit failed: close the ring after this task */
 #endif
 };
 
@@ -85,6 +111,7 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	if (s->ring_ok)
 		io_uring_queue_exit(&s->ring);
 	s->ring_ok = 0;
+	s->ring_broken = 0;
 #endif
 	if (s->stream)
 		t->cuStreamDestroy(s->stream);
@@ -146,7 +173,8 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 #ifdef GPUFILE_HAVE_LIBURING
 	/* Without a ring (old kernel, seccomp) cold reads use the
 	 * synchronous loop: one request in flight per worker. */
-	s->ring_ok = io_uring_queue_init(cfg->bounce_buffers, &s->ring, 0) == 0;
+	s->ring_ok =
+		gpufile__uring.queue_init(cfg->bounce_buffers, &s->ring, 0) == 0;
 #endif
 	return 0;
 }
@@ -287,6 +315,15 @@ static int64_t chunk_end(int64_t pos, int64_t end, size_t chunk)
  * reads queued at the device. Chunks are consumed in file order; a buffer
  * gets its next read once the copy of its previous chunk to the GPU ended.
  */
+/* 1 when off is before the end of h's file (a short read there is not
+ * end-of-file). */
+static int before_eof(struct gpufile *h, int64_t off)
+{
+	struct stat st;
+
+	return gpufile__sys.fstat(h->fd, &st) == 0 && off < st.st_size;
+}
+
 struct cold_chunk {
 	int64_t pos, end, ws; /* data range, and where the aligned read starts */
 	size_t wl;            /* aligned read length */
@@ -312,7 +349,18 @@ static int uring_submit(struct stager *s, struct gpufile__request *r,
 	io_uring_prep_read(sqe, r->h->direct_fd, s->buf[b], (unsigned)c->wl,
 	                   (uint64_t)c->ws);
 	io_uring_sqe_set_data64(sqe, b);
-	return io_uring_submit(&s->ring) == 1 ? 0 : -EIO;
+	for (int again = 0;; again++) {
+		int rc = gpufile__uring.submit(&s->ring);
+		if (rc == 1)
+			return 0;
+		if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) &&
+		    again < 1000)
+			continue;
+		/* The prepared entry is still in the ring and would go out
+		 * with a later request's: this ring is not used again. */
+		s->ring_broken = 1;
+		return rc < 0 ? rc : -EIO;
+	}
 }
 
 /* Waits until chunk b's read completed, recording others on the way. */
@@ -320,8 +368,8 @@ static int uring_wait(struct stager *s, struct cold_chunk *chunks, unsigned b)
 {
 	while (!chunks[b].done) {
 		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&s->ring, &cqe);
-		if (rc == -EINTR)
+		int rc = gpufile__uring.wait_cqe(&s->ring, &cqe);
+		if (rc == -EINTR || rc == -EAGAIN)
 			continue;
 		if (rc < 0)
 			return rc;
@@ -370,6 +418,11 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
 		if (err)
 			goto fail;
 		got = c->res;
+		if (got == -EINTR || got == -EAGAIN)
+			/* A transient failure of the whole read: redo it
+			 * synchronously (that loop retries both). */
+			got = gpufile__direct_pread(r->h->direct_fd, s->buf[b],
+			                            c->wl, c->ws);
 		if (got == -EINVAL) {
 			/* O_DIRECT refused at I/O time: the caller continues
 			 * from here through the page cache. */
@@ -397,6 +450,19 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
 		valid = (size_t)got > skip ? (size_t)got - skip : 0;
 		if (valid > want)
 			valid = want;
+		if (valid < want && before_eof(r->h, c->pos + (int64_t)valid)) {
+			/* A short count that is not end-of-file (some file
+			 * systems return any count): finish through the page
+			 * cache. */
+			ssize_t more = gpufile__pread_full(
+				r->h->fd, s->buf[b] + skip + valid, want - valid,
+				c->pos + (int64_t)valid);
+			if (more < 0) {
+				err = (int)more;
+				goto fail;
+			}
+			valid += (size_t)more;
+		}
 		if (valid) {
 			rc = t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(c->pos - off),
 			                          s->buf[b] + skip, valid, s->stream);
@@ -430,8 +496,8 @@ fail:
 	/* Reads still in flight target our buffers: let them end. */
 	while (inflight > 0) {
 		struct io_uring_cqe *cqe;
-		int wrc = io_uring_wait_cqe(&s->ring, &cqe);
-		if (wrc == -EINTR)
+		int wrc = gpufile__uring.wait_cqe(&s->ring, &cqe);
+		if (wrc == -EINTR || wrc == -EAGAIN)
 			continue;
 		if (wrc < 0)
 			break;
@@ -441,6 +507,11 @@ fail:
 	rc = t->cuStreamSynchronize(s->stream);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		s->pending[i] = 0;
+	if (s->ring_broken && inflight == 0) {
+		io_uring_queue_exit(&s->ring);
+		s->ring_ok = 0;
+		s->ring_broken = 0;
+	}
 	*stopped_at = done;
 	if (err)
 		return err;

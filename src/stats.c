@@ -838,6 +838,23 @@ int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
 	return rc;
 }
 
+int gpufile__stats_read_file(const char *path, unsigned uid,
+                             gpufile_stats_t *out, gpufile_file_stat_t *files,
+                             int max)
+{
+	struct view v;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	rc = map_segment(path, (uid_t)uid, &v);
+	if (rc)
+		return rc;
+	snapshot(v.s, out);
+	rc = files && max > 0 ? copy_files(v.s, files, max) : 0;
+	release_view(&v);
+	return rc;
+}
+
 /* Parses "gpufile-UID-PID". Returns 0 when name is a segment's. */
 static int parse_name(const char *name, unsigned *uid, int *pid)
 {

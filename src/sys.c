@@ -16,18 +16,18 @@ static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
 	return preadv2(fd, iov, n, off, flags);
 }
 
-static const struct gpufile__syscalls real_syscalls = {
-	.open = sys_open,
-	.close = close,
-	.pread = pread,
-	.pwrite = pwrite,
-	.preadv2 = sys_preadv2,
-	.fstat = fstat,
-	.fstatfs = fstatfs,
-	.fdatasync = fdatasync,
-};
+/* A macro, not a copy of real_syscalls: C (clang) wants a constant
+ * initializer for gpufile__sys. */
+#define REAL_SYSCALLS                                                     \
+	{                                                                 \
+		.open = sys_open, .close = close, .pread = pread,         \
+		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat, \
+		.fstatfs = fstatfs, .fdatasync = fdatasync,               \
+	}
 
-struct gpufile__syscalls gpufile__sys = real_syscalls;
+static const struct gpufile__syscalls real_syscalls = REAL_SYSCALLS;
+
+struct gpufile__syscalls gpufile__sys = REAL_SYSCALLS;
 
 void gpufile__sys_reset(void)
 {

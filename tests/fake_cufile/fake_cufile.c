@@ -38,6 +38,48 @@ static int env_status(const char *name)
 	return v && *v ? atoi(v) : 0;
 }
 
+static struct fake_cufile_fault fault;
+static int fault_set;
+static long fault_calls;
+
+EXPORT void fake_cufile_inject(const struct fake_cufile_fault *f)
+{
+	pthread_mutex_lock(&lock);
+	fault_set = f != NULL;
+	if (f)
+		fault = *f;
+	fault_calls = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+/* Applies the injected fault to a call: returns 0 with *size possibly
+ * cut, or the value the call returns (errno set). */
+static ssize_t inject(int is_write, size_t *size, off_t foff)
+{
+	ssize_t ret = 0;
+	int err = 0;
+
+	pthread_mutex_lock(&lock);
+	if (fault_set && fault.is_write == is_write) {
+		long k = fault_calls++;
+		if (k == fault.call ||
+		    (fault.len && foff < fault.at + fault.len &&
+		     foff + (off_t)*size > fault.at)) {
+			err = fault.err;
+			ret = err ? -1 : -(ssize_t)fault.status;
+		} else {
+			if (fault.max_len && *size > fault.max_len)
+				*size = fault.max_len;
+			if (fault.short_by && *size > fault.short_by)
+				*size -= fault.short_by;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (err)
+		errno = err;
+	return ret;
+}
+
 EXPORT void fake_cufile_counts(struct fake_cufile_counts *out)
 {
 	pthread_mutex_lock(&lock);
@@ -177,9 +219,13 @@ EXPORT ssize_t cuFileRead(CUfileHandle_t fh, void *base, size_t size,
 {
 	struct fake_handle *h = fh;
 	size_t done = 0;
+	ssize_t injected;
 
 	if (!driver_open)
 		return -CU_FILE_DRIVER_NOT_INITIALIZED;
+	injected = inject(0, &size, foff);
+	if (injected)
+		return injected;
 	while (done < size) {
 		ssize_t n = pread(h->buffered_fd, (char *)base + boff + done,
 		                  size - done, foff + (off_t)done);
@@ -200,9 +246,13 @@ EXPORT ssize_t cuFileWrite(CUfileHandle_t fh, const void *base, size_t size,
 {
 	struct fake_handle *h = fh;
 	size_t done = 0;
+	ssize_t injected;
 
 	if (!driver_open)
 		return -CU_FILE_DRIVER_NOT_INITIALIZED;
+	injected = inject(1, &size, foff);
+	if (injected)
+		return injected;
 	while (done < size) {
 		ssize_t n =
 		    pwrite(h->buffered_fd, (const char *)base + boff + done,

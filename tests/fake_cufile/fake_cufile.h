@@ -30,4 +30,20 @@ struct fake_cufile_counts {
 /* Exported by libfake_cufile.so; reach it with dlsym. */
 typedef void (*fake_cufile_counts_fn)(struct fake_cufile_counts *out);
 
+/* Faults the fake's cuFileRead and cuFileWrite inject, installed by a
+ * test through fake_cufile_inject (dlsym; NULL clears them). A call fails
+ * when it is call number `call` (counted from the install, -1: none) or
+ * when its range meets [at, at+len) (len 0: none): with -1 and errno err,
+ * or, err being 0, with -status (a cuFile status). Every call moves at
+ * most max_len bytes (0: all), and short_by bytes fewer than asked when
+ * it asks for more. Only calls in the direction is_write. */
+struct fake_cufile_fault {
+	int is_write;
+	long call;
+	int64_t at, len;
+	int err, status;
+	size_t max_len, short_by;
+};
+typedef void (*fake_cufile_inject_fn)(const struct fake_cufile_fault *f);
+
 #endif

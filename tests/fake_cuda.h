@@ -1,0 +1,444 @@
+/*
+ * A fake CUDA driver table for tests without a GPU (taken from
+ * test_staging_fake.c): a host region (dev_base, DEV_SIZE bytes) stands in
+ * for device memory of GPU 0; asynchronous copies run only when the library
+ * synchronises with the stream or an event recorded after them, as on a
+ * GPU. It counts pinned memory, streams and events, and fails
+ * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
+ * fail_dtoh: the next N calls). Install with gpufile__cuda_override(&fake)
+ * after pointing dev_base at DEV_SIZE bytes. Include once per program.
+ */
+#ifndef GPUFILE_TEST_FAKE_CUDA_H
+#define GPUFILE_TEST_FAKE_CUDA_H
+
+#include "cuda_shim.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef DEV_SIZE
+#define DEV_SIZE (40u << 20)
+#endif
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_FAKE_COPY 999
+
+static unsigned char *dev_base; /* the "device memory" */
+static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
+
+/* ---- fake driver state, all under fake_lock ---- */
+
+struct op {
+	int is_marker;
+	void *dst;
+	const void *src;
+	size_t size;
+};
+
+struct CUstream_st {
+	struct op *ops;
+	size_t nops, cap;
+	size_t done; /* ops[0, done) have run */
+};
+
+struct CUevent_st {
+	struct CUstream_st *stream; /* where last recorded, or NULL */
+	size_t seq;                 /* ops of stream before the record */
+};
+
+#define MAX_PINNED 4096
+static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *ptr;
+	size_t size;
+} pinned[MAX_PINNED];
+static size_t pinned_live, pinned_peak;
+static int pinned_count, streams_live, events_live;
+static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
+static long htod_calls, dtoh_calls, hostalloc_calls;
+static int bad_copies; /* copies touching memory they should not */
+
+static int in_dev(const void *p, size_t size)
+{
+	const unsigned char *c = p;
+
+	return c >= dev_base && size <= DEV_SIZE &&
+	       c <= dev_base + DEV_SIZE - size;
+}
+
+/* Caller holds fake_lock. */
+static int in_pinned(const void *p, size_t size)
+{
+	const unsigned char *c = p;
+
+	for (int i = 0; i < MAX_PINNED; i++) {
+		const unsigned char *b = pinned[i].ptr;
+		if (b && c >= b && c + size <= b + pinned[i].size)
+			return 1;
+	}
+	return 0;
+}
+
+/* Caller holds fake_lock. Runs s's ops up to (not including) upto. */
+static void run_ops(struct CUstream_st *s, size_t upto)
+{
+	while (s->done < upto && s->done < s->nops) {
+		struct op *o = &s->ops[s->done++];
+		if (!o->is_marker)
+			memcpy(o->dst, o->src, o->size);
+	}
+}
+
+static CUresult enqueue(struct CUstream_st *s, struct op o)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->nops == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		struct op *ops = realloc(s->ops, cap * sizeof(*ops));
+		if (!ops)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->ops = ops;
+		s->cap = cap;
+	}
+	s->ops[s->nops++] = o;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_init(unsigned flags)
+{
+	(void)flags;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_driver_version(int *v)
+{
+	*v = 12040;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_count(int *n)
+{
+	*n = 1;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_get(CUdevice *d, int ordinal)
+{
+	if (ordinal != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = 0;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_primary_retain(CUcontext *ctx, CUdevice d)
+{
+	(void)d;
+	*ctx = fake_ctx;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_get(CUcontext *ctx)
+{
+	*ctx = fake_ctx;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_set(CUcontext ctx)
+{
+	return ctx == fake_ctx || ctx == NULL ? CUDA_SUCCESS
+	                                      : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
+                                CUdeviceptr ptr)
+{
+	if (!in_dev((void *)(uintptr_t)ptr, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		switch (attrs[i]) {
+		case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+			*(unsigned *)data[i] = CU_MEMORYTYPE_DEVICE;
+			break;
+		case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+			*(int *)data[i] = 0;
+			break;
+		case CU_POINTER_ATTRIBUTE_CONTEXT:
+			*(CUcontext *)data[i] = fake_ctx;
+			break;
+		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+			*(unsigned char *)data[i] = 0; /* a bool */
+			break;
+		default:
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_alloc(CUdeviceptr *p, size_t size)
+{
+	(void)p;
+	(void)size;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_mem_free(CUdeviceptr p)
+{
+	(void)p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_host_alloc(void **p, size_t size, unsigned flags)
+{
+	CUresult rc = CUDA_SUCCESS;
+	void *mem;
+
+	(void)flags;
+	pthread_mutex_lock(&fake_lock);
+	hostalloc_calls++;
+	if (fail_hostalloc > 0) {
+		fail_hostalloc--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	mem = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
+	if (!mem)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (!pinned[i].ptr) {
+			pinned[i].ptr = mem;
+			pinned[i].size = size;
+			pinned_live += size;
+			pinned_count++;
+			if (pinned_live > pinned_peak)
+				pinned_peak = pinned_live;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (rc != CUDA_SUCCESS)
+		free(mem);
+	else
+		*p = mem;
+	return rc;
+}
+
+static CUresult f_free_host(void *p)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&fake_lock);
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (pinned[i].ptr == p) {
+			pinned_live -= pinned[i].size;
+			pinned_count--;
+			pinned[i].ptr = NULL;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	if (rc == CUDA_SUCCESS)
+		free(p);
+	return rc;
+}
+
+static CUresult f_host_register(void *p, size_t size, unsigned flags)
+{
+	(void)p;
+	(void)size;
+	(void)flags;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_host_unregister(void *p)
+{
+	(void)p;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t size)
+{
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, size);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
+                       CUstream s)
+{
+	CUresult rc;
+
+	pthread_mutex_lock(&fake_lock);
+	htod_calls++;
+	if (fail_htod > 0) {
+		fail_htod--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	if (!in_dev((void *)(uintptr_t)dst, size) || !in_pinned(src, size)) {
+		bad_copies++;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	rc = enqueue(s, (struct op){0, (void *)(uintptr_t)dst, src, size});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
+{
+	CUresult rc;
+
+	pthread_mutex_lock(&fake_lock);
+	dtoh_calls++;
+	if (fail_dtoh > 0) {
+		fail_dtoh--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	if (!in_dev((void *)(uintptr_t)src, size) || !in_pinned(dst, size)) {
+		bad_copies++;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	rc = enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_stream_create(CUstream *s, unsigned flags)
+{
+	(void)flags;
+	*s = calloc(1, sizeof(**s));
+	if (!*s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	streams_live++;
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_stream_sync(CUstream s)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	run_ops(s, s->nops);
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_stream_destroy(CUstream s)
+{
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	run_ops(s, s->nops); /* work already queued still completes */
+	streams_live--;
+	pthread_mutex_unlock(&fake_lock);
+	free(s->ops);
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_create(CUevent *e, unsigned flags)
+{
+	(void)flags;
+	*e = calloc(1, sizeof(**e));
+	if (!*e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&fake_lock);
+	events_live++;
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_destroy(CUevent e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	events_live--;
+	pthread_mutex_unlock(&fake_lock);
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_record(CUevent e, CUstream s)
+{
+	CUresult rc;
+
+	if (!e || !s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	rc = enqueue(s, (struct op){1, NULL, NULL, 0});
+	e->stream = s;
+	e->seq = s->nops;
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_event_sync(CUevent e)
+{
+	if (!e)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	if (e->stream)
+		run_ops(e->stream, e->seq);
+	pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_error_name(CUresult rc, const char **name)
+{
+	switch (rc) {
+	case CUDA_ERROR_INVALID_VALUE:
+		*name = "CUDA_ERROR_INVALID_VALUE";
+		break;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		*name = "CUDA_ERROR_OUT_OF_MEMORY";
+		break;
+	case CUDA_ERROR_FAKE_COPY:
+		*name = "CUDA_ERROR_FAKE_COPY";
+		break;
+	default:
+		*name = "CUDA_ERROR_UNKNOWN";
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+static const struct gpufile__cuda fake = {
+	.cuInit = f_init,
+	.cuDriverGetVersion = f_driver_version,
+	.cuDeviceGetCount = f_device_count,
+	.cuDeviceGet = f_device_get,
+	.cuDevicePrimaryCtxRetain = f_primary_retain,
+	.cuCtxGetCurrent = f_ctx_get,
+	.cuCtxSetCurrent = f_ctx_set,
+	.cuPointerGetAttributes = f_pointer_attrs,
+	.cuMemAlloc = f_mem_alloc,
+	.cuMemFree = f_mem_free,
+	.cuMemHostAlloc = f_host_alloc,
+	.cuMemFreeHost = f_free_host,
+	.cuMemHostRegister = f_host_register,
+	.cuMemHostUnregister = f_host_unregister,
+	.cuMemcpy = f_memcpy,
+	.cuMemcpyHtoDAsync = f_htod,
+	.cuMemcpyDtoHAsync = f_dtoh,
+	.cuStreamCreate = f_stream_create,
+	.cuStreamDestroy = f_stream_destroy,
+	.cuStreamSynchronize = f_stream_sync,
+	.cuEventCreate = f_event_create,
+	.cuEventDestroy = f_event_destroy,
+	.cuEventRecord = f_event_record,
+	.cuEventSynchronize = f_event_sync,
+	.cuGetErrorName = f_error_name,
+};
+
+#endif
