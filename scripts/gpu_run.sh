@@ -74,8 +74,10 @@ test)
 		tee "$OUT/cufile_check.log" | tail -60
 	;;
 soak)
+	log ctest
+	(cd $B && ctest --output-on-failure -j4 2>&1) | tee "$OUT/ctest.log" | tail -25
 	log "soak"
-	GPUFILE_SOAK_SECONDS=${SOAK_SECONDS:-120} $B/tests/test_stress_soak 2>&1 | tee "$OUT/soak.log" | tail -15
+	GPUFILE_SOAK_SECONDS=${SOAK_SECONDS:-90} $B/tests/test_stress_soak 2>&1 | tee "$OUT/soak.log" | tail -15
 	log "tutorial read observed by gpufile stats from another process"
 	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
 	rm -f $data/fifo; mkfifo $data/fifo
@@ -92,9 +94,14 @@ soak)
 	exec 3>&-
 	wait $pid
 	cat "$OUT/tutorial_wait.log"
-	log "cuFile scenarios"
-	bash scripts/gpu_cufile_check.sh --no-tests --no-bench --build $B --data $data 2>&1 |
-		tee "$OUT/cufile_check.log" | grep -E "PASS|FAIL|layer"
+	log "binding overhead (warm)"
+	make_file $data/file1g.bin $((1 << 30))
+	cat $data/file1g.bin >/dev/null
+	python3 examples/bench_binding.py --file $data/file1g.bin 2>&1 | tee "$OUT/binding.log" | tail -4
+	log "cuFile scenarios and benchmark"
+	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |
+		tee "$OUT/cufile_check.log" | grep -E "PASS|FAIL|layer|^--|gbps_best" |
+		sed -e 's/"reason":"[^"]*",//' | cut -c1-400
 	;;
 bench)
 	make_file $data/file.bin $((4 << 30))
