@@ -76,13 +76,14 @@ test)
 soak)
 	log ctest
 	(cd $B && ctest --output-on-failure -j4 2>&1) | tee "$OUT/ctest.log" | tail -25
+	make_file $data/file1g.bin $((1 << 30))
 	log "soak"
 	GPUFILE_SOAK_SECONDS=${SOAK_SECONDS:-90} $B/tests/test_stress_soak 2>&1 | tee "$OUT/soak.log" | tail -15
 	log "tutorial read observed by gpufile stats from another process"
 	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
 	rm -f $data/fifo; mkfifo $data/fifo
 	GPUFILE_COMPAT_MODE=off CUFILE_EXPERIMENTAL_FS=1 CUFILE_STATS_LEVEL=3 \
-		python3 examples/tutorial_cupy.py --file $data/tutorial.bin --mode off --wait \
+		python3 examples/tutorial_cupy.py --file $data/file1g.bin --mode off --wait \
 		<$data/fifo >"$OUT/tutorial_wait.log" 2>&1 &
 	pid=$!
 	exec 3>$data/fifo
@@ -90,8 +91,11 @@ soak)
 	$B/gpufile stats
 	$B/gpufile stats $pid
 	$B/gpufile stats $pid --json | tee "$OUT/stats_pid.json"
-	echo >&3
+	# The reader may have died: writing to the fifo would then kill us.
+	trap '' PIPE
+	kill -0 $pid 2>/dev/null && echo >&3
 	exec 3>&-
+	trap - PIPE
 	wait $pid
 	cat "$OUT/tutorial_wait.log"
 	log "binding overhead (warm)"

@@ -52,6 +52,7 @@ static double seconds;
 static gpufile_t *handles[NHANDLES];
 static int real_gpu;
 static const struct gpufile__cuda *cu; /* real driver when real_gpu */
+static CUcontext gpu_ctx;               /* device 0's primary context */
 static atomic_ullong ops, bytes_verified, bytes_written, async_ops, dev_ops;
 static atomic_int stop;
 
@@ -159,9 +160,31 @@ static ssize_t do_io(struct worker *w, void *buf, size_t len, int64_t off,
 	return n;
 }
 
+/* The test's own copies between its staging buffer and device memory;
+ * a failed copy fails the thread (it would leave stale bytes that look
+ * like a gpufile error). */
+static int test_copy(struct worker *w, void *dst, const void *src, size_t len)
+{
+	CUresult rc = cu->cuMemcpy((CUdeviceptr)(uintptr_t)dst,
+	                           (CUdeviceptr)(uintptr_t)src, len);
+
+	if (rc != CUDA_SUCCESS) {
+		fprintf(stderr, "thread %d: test's cuMemcpy of %zu bytes: %d\n",
+		        w->id, len, rc);
+		w->failed = 1;
+	}
+	return rc != CUDA_SUCCESS;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+
+	/* A new thread has no current context: cuMemcpy would fail. */
+	if (real_gpu && cu->cuCtxSetCurrent(gpu_ctx) != CUDA_SUCCESS) {
+		w->failed = 1;
+		return NULL;
+	}
 
 	while (!atomic_load(&stop) && !w->failed) {
 		/* log-uniform size in [1, max_io] */
@@ -185,9 +208,8 @@ static void *worker_main(void *arg)
 			uint64_t seed = rnd(w) | 1;
 			if (device && real_gpu) {
 				test_fill(w->staging, len, seed, (uint64_t)off);
-				cu->cuMemcpy((CUdeviceptr)(uintptr_t)buf,
-				             (CUdeviceptr)(uintptr_t)w->staging,
-				             len);
+				if (test_copy(w, buf, w->staging, len))
+					break;
 			} else {
 				test_fill(buf, len, seed, (uint64_t)off);
 			}
@@ -214,8 +236,8 @@ static void *worker_main(void *arg)
 				break;
 			}
 			if (device && real_gpu) {
-				cu->cuMemcpy((CUdeviceptr)(uintptr_t)w->staging,
-				             (CUdeviceptr)(uintptr_t)buf, len);
+				if (test_copy(w, w->staging, buf, len))
+					break;
 				buf = w->staging;
 			}
 			if (model_check(w, buf, off, len)) {
@@ -431,10 +453,9 @@ int main(void)
 	if (real_gpu) {
 		cu = gpufile__cuda();
 		CUdevice d;
-		CUcontext ctx;
 		if (!cu || cu->cuDeviceGet(&d, 0) ||
-		    cu->cuDevicePrimaryCtxRetain(&ctx, d) ||
-		    cu->cuCtxSetCurrent(ctx))
+		    cu->cuDevicePrimaryCtxRetain(&gpu_ctx, d) ||
+		    cu->cuCtxSetCurrent(gpu_ctx))
 			real_gpu = 0;
 	}
 	gpufile__clear_error();
