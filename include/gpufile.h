@@ -201,7 +201,13 @@ GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
 
 /* Writes size bytes from buf (host or device memory) at file_offset.
  * Returns size, or an error; a failed write may have written some of the
- * bytes, and never reports more than reached the file. */
+ * bytes, and never reports more than reached the file.
+ * Device memory must hold its final bytes when the call is made: gpufile
+ * copies on its own non-blocking streams, which do not wait for work queued
+ * on other streams (a kernel, or the DMA that a cuMemcpy from pageable
+ * memory may leave running after it returns). Synchronize that work first.
+ * The same holds for reads: nothing else may use buf until the call has
+ * returned (or its future has completed). */
 GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                                    int64_t file_offset);
 

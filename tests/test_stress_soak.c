@@ -168,6 +168,13 @@ static int test_copy(struct worker *w, void *dst, const void *src, size_t len)
 	CUresult rc = cu->cuMemcpy((CUdeviceptr)(uintptr_t)dst,
 	                           (CUdeviceptr)(uintptr_t)src, len);
 
+	/* cuMemcpy from pageable memory returns once the bytes are staged,
+	 * before the DMA to the device has finished; gpufile's copies run on
+	 * non-blocking streams, so the device bytes must be final before the
+	 * buffer is handed to gpufile_pwrite (the header's contract). */
+	if (rc == CUDA_SUCCESS)
+		rc = cu->cuStreamSynchronize(NULL);
+
 	if (rc != CUDA_SUCCESS) {
 		fprintf(stderr, "thread %d: test's cuMemcpy of %zu bytes: %d\n",
 		        w->id, len, rc);
