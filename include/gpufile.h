@@ -135,6 +135,16 @@ GPUFILE_API int gpufile_config_get(const char *name, char *value, size_t len,
  * bounce buffers take effect for requests submitted after the call. */
 GPUFILE_API int gpufile_config_set(const char *name, const char *value);
 
+/* Parses text as a size the way settings are parsed: plain bytes or a
+ * number with k/m/g/t, KiB/MiB/GiB/TiB or KB/MB/GB/TB (all binary), spaces
+ * allowed around the number and the unit. Returns 0 with *out set, -EINVAL
+ * for anything else, -ERANGE when it does not fit 64 bits. */
+GPUFILE_API int gpufile_parse_size(const char *text, uint64_t *out);
+
+/* Parses text as a whole number (digits, spaces around). Returns 0,
+ * -EINVAL or -ERANGE as gpufile_parse_size(). */
+GPUFILE_API int gpufile_parse_count(const char *text, uint64_t *out);
+
 /* Forgets every setter and rereads the environment. For tests and tools. */
 GPUFILE_API void gpufile_config_reset(void);
 

@@ -567,3 +567,13 @@ int gpufile__config_string(const char *name, char *out, size_t len)
 	pthread_mutex_unlock(&config_lock);
 	return rc;
 }
+
+int gpufile_parse_size(const char *text, uint64_t *out)
+{
+	return text && out ? gpufile__parse_size(text, out) : -EINVAL;
+}
+
+int gpufile_parse_count(const char *text, uint64_t *out)
+{
+	return text && out ? gpufile__parse_count(text, out) : -EINVAL;
+}

@@ -1,6 +1,6 @@
 /*
- * A fake CUDA driver table for tests without a GPU (taken from
- * test_staging_fake.c): a host region (dev_base, DEV_SIZE bytes) stands in
+ * A fake CUDA driver table for tests without a GPU (test_staging_fake.c,
+ * test_stress_soak.c, test_fault_matrix.c): a host region (dev_base, DEV_SIZE bytes) stands in
  * for device memory of GPU 0; asynchronous copies run only when the library
  * synchronises with the stream or an event recorded after them, as on a
  * GPU. It counts pinned memory, streams and events, and fails

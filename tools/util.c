@@ -5,7 +5,6 @@
 #include "util.h"
 #include "gpufile.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -14,92 +13,15 @@
 #include <string.h>
 #include <time.h>
 
-static const char *skip_space(const char *s)
-{
-	while (*s && isspace((unsigned char)*s))
-		s++;
-	return s;
-}
-
-/* Reads the leading decimal digits of *s into *out and advances *s. */
-static int parse_digits(const char **s, uint64_t *out)
-{
-	const char *p = *s;
-	uint64_t v = 0;
-
-	if (!isdigit((unsigned char)*p))
-		return -EINVAL;
-	for (; isdigit((unsigned char)*p); p++) {
-		unsigned d = (unsigned)(*p - '0');
-
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	*s = p;
-	*out = v;
-	return 0;
-}
-
+/* The library's own parsers: the CLI accepts exactly what settings do. */
 int util_parse_count(const char *text, uint64_t *out)
 {
-	const char *s;
-	uint64_t v;
-	int rc;
-
-	if (!text)
-		return -EINVAL;
-	s = skip_space(text);
-	rc = parse_digits(&s, &v);
-	if (rc)
-		return rc;
-	if (*skip_space(s) != '\0')
-		return -EINVAL;
-	*out = v;
-	return 0;
+	return gpufile_parse_count(text, out);
 }
 
-/* The same spellings as the library's settings accept (src/config.c). */
 int util_parse_size(const char *text, uint64_t *out)
 {
-	static const struct {
-		const char *suffix;
-		unsigned shift;
-	} units[] = {
-	    {"", 0},     {"b", 0},   {"k", 10},   {"kb", 10},  {"kib", 10},
-	    {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30},
-	    {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40},
-	};
-	const char *s;
-	char unit[8];
-	size_t n = 0;
-	uint64_t v;
-	int rc;
-
-	if (!text)
-		return -EINVAL;
-	s = skip_space(text);
-	rc = parse_digits(&s, &v);
-	if (rc)
-		return rc;
-	s = skip_space(s);
-	while (*s && !isspace((unsigned char)*s)) {
-		if (n + 1 >= sizeof(unit))
-			return -EINVAL;
-		unit[n++] = (char)tolower((unsigned char)*s++);
-	}
-	unit[n] = '\0';
-	if (*skip_space(s) != '\0')
-		return -EINVAL;
-	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-		if (strcmp(unit, units[i].suffix) != 0)
-			continue;
-		if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
-			return -ERANGE;
-		*out = v << units[i].shift;
-		return 0;
-	}
-	return -EINVAL;
+	return gpufile_parse_size(text, out);
 }
 
 static void vreport(const char *cmd, const char *fmt, va_list ap)
