@@ -35,7 +35,8 @@ static struct {
 	pthread_cond_t space;  /* a request ended: room for one more */
 	pthread_cond_t exited; /* a worker exited */
 	struct gpufile__request *head, *tail;
-	unsigned nworkers;     /* running */
+	unsigned nworkers;     /* running and taking tasks */
+	unsigned exiting;      /* left the count, still flushing */
 	unsigned target;       /* wanted */
 	unsigned inflight;     /* submitted, not yet ended */
 } pool = {
@@ -232,8 +233,18 @@ static void *worker_main(void *arg)
 		}
 		while (!pool.head && pool.nworkers <= pool.target)
 			pthread_cond_wait(&pool.work, &pool.lock);
-		if (pool.nworkers > pool.target)
+		if (pool.nworkers > pool.target) {
+			/* Leave the count at once: every surplus worker
+			 * decides under this lock, and a count that still
+			 * included the ones on their way out (flushing below,
+			 * lock released) would make them all leave, and a
+			 * queued request would wait for workers that no
+			 * submit will start (seen: test_async hung after
+			 * nthreads 8 -> 2). */
+			pool.nworkers--;
+			pool.exiting++;
 			break;
+		}
 		r = pool.head;
 		if (atomic_load_explicit(&r->failed, memory_order_relaxed)) {
 			/* End the unclaimed tasks of a failed request at once. */
@@ -253,7 +264,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&pool.lock);
 	gpufile__staging_flush();
 	pthread_mutex_lock(&pool.lock);
-	pool.nworkers--;
+	pool.exiting--;
 	pthread_cond_broadcast(&pool.exited);
 	pthread_mutex_unlock(&pool.lock);
 	return NULL;
@@ -302,7 +313,7 @@ void gpufile__pool_stop(void)
 	pthread_mutex_lock(&pool.lock);
 	pool.target = 0;
 	pthread_cond_broadcast(&pool.work);
-	while (pool.nworkers > 0)
+	while (pool.nworkers > 0 || pool.exiting > 0)
 		pthread_cond_wait(&pool.exited, &pool.lock);
 	pthread_mutex_unlock(&pool.lock);
 }

@@ -456,6 +456,36 @@ out:
 	gpufile_config_reset();
 }
 
+/* Many workers told to leave at once must leave the right number behind:
+ * once, all surplus workers of a shrinking pool left, and a request queued
+ * behind them waited for ever. Each round grows the pool to 16, shrinks it
+ * to 1 and needs the one request to finish within 10 s. */
+static void test_shrink_keeps_a_worker(void)
+{
+	unsigned char buf[4096];
+	gpufile_t *h = NULL;
+	const char *path = test_path("async-shrink");
+
+	CHECK_EQ(test_make_file(path, sizeof(buf), 6), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	if (!h)
+		return;
+	for (int round = 0; round < 100 && !test_failures; round++) {
+		gpufile_future_t *f = NULL;
+
+		CHECK_EQ(gpufile_set_nthreads(16), 0);
+		CHECK_EQ(gpufile_warmup(), 0);
+		CHECK_EQ(gpufile_set_nthreads(1), 0);
+		CHECK_EQ(gpufile_pread_async(h, buf, sizeof(buf), 0, &f), 0);
+		if (!f)
+			break;
+		CHECK_EQ(gpufile_future_wait_for(f, 10000), (ssize_t)sizeof(buf));
+		gpufile_future_free(f);
+	}
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_reset();
+}
+
 int main(void)
 {
 	static const char *const backends[] = {"off", "on", "auto"};
@@ -468,6 +498,7 @@ int main(void)
 	test_pending();
 	test_back_pressure();
 	test_nthreads_changes();
+	test_shrink_keeps_a_worker();
 	free(src);
 	free(dst);
 	gpufile_release();
