@@ -433,7 +433,7 @@ ssize_t gpufile__cufile_task(struct gpufile__request *r, char *buf, size_t len,
 
 /* Caller holds cufile_lock. Reads cuFile's per-GPU counters into out;
  * returns how many GPUs, or -1 when they cannot be read. */
-static int read_per_gpu(struct gpufile__cufile_counts *out, int *verified)
+static int read_per_gpu(gpufile_cufile_gpu_t *out, int *verified)
 {
 	size_t l1 = GPUFILE__CUFILE_L1_SIZE_1_15;
 	uint32_t n;
@@ -475,7 +475,7 @@ static int read_per_gpu(struct gpufile__cufile_counts *out, int *verified)
 
 void gpufile__cufile_publish_stats(void)
 {
-	struct gpufile__cufile_counts counts[GPUFILE__CUFILE_MAX_GPUS];
+	gpufile_cufile_gpu_t counts[GPUFILE__CUFILE_MAX_GPUS];
 	int verified, n;
 
 	pthread_mutex_lock(&cufile_lock);
@@ -487,7 +487,7 @@ void gpufile__cufile_publish_stats(void)
 
 int gpufile_cufile_info(gpufile_cufile_info_t *out)
 {
-	struct gpufile__cufile_counts counts[GPUFILE__CUFILE_MAX_GPUS];
+	gpufile_cufile_gpu_t counts[GPUFILE__CUFILE_MAX_GPUS];
 	int n;
 
 	memset(out, 0, sizeof(*out));
@@ -507,16 +507,7 @@ int gpufile_cufile_info(gpufile_cufile_info_t *out)
 	n = read_per_gpu(counts, &out->stats_layout_verified);
 	pthread_mutex_unlock(&cufile_lock);
 	for (int i = 0; i < n && i < GPUFILE_MAX_GPUS; i++) {
-		gpufile_cufile_gpu_t *g = &out->gpu[i];
-		g->gpu = counts[i].gpu;
-		g->nvfs_reads = counts[i].nvfs_reads;
-		g->posix_reads = counts[i].posix_reads;
-		g->p2p_reads = counts[i].p2p_reads;
-		g->unaligned_reads = counts[i].unaligned_reads;
-		g->nvfs_writes = counts[i].nvfs_writes;
-		g->posix_writes = counts[i].posix_writes;
-		g->p2p_writes = counts[i].p2p_writes;
-		g->unaligned_writes = counts[i].unaligned_writes;
+		out->gpu[i] = counts[i];
 		out->ngpus = i + 1;
 	}
 	return 0;

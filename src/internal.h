@@ -105,12 +105,7 @@ void gpufile__stats_direct_fallback(void);
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
-struct gpufile__cufile_counts {
-	int gpu;
-	uint64_t nvfs_reads, posix_reads, p2p_reads, unaligned_reads;
-	uint64_t nvfs_writes, posix_writes, p2p_writes, unaligned_writes;
-};
-void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
                            int ngpus);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);

@@ -440,7 +440,7 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 	pthread_mutex_unlock(&seg_lock);
 }
 
-void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
                            int ngpus)
 {
 	struct stats_seg *s = get_segment();
@@ -451,18 +451,8 @@ void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
 		ngpus = GPUFILE_MAX_GPUS;
 	pthread_mutex_lock(&seg_lock);
 	seq_write_begin(&s->cufile_seq);
-	for (int i = 0; i < ngpus; i++) {
-		gpufile_cufile_gpu_t *g = &s->cufile.gpu[i];
-		g->gpu = per_gpu[i].gpu;
-		g->nvfs_reads = per_gpu[i].nvfs_reads;
-		g->posix_reads = per_gpu[i].posix_reads;
-		g->p2p_reads = per_gpu[i].p2p_reads;
-		g->unaligned_reads = per_gpu[i].unaligned_reads;
-		g->nvfs_writes = per_gpu[i].nvfs_writes;
-		g->posix_writes = per_gpu[i].posix_writes;
-		g->p2p_writes = per_gpu[i].p2p_writes;
-		g->unaligned_writes = per_gpu[i].unaligned_writes;
-	}
+	for (int i = 0; i < ngpus; i++)
+		s->cufile.gpu[i] = per_gpu[i];
 	s->cufile.ngpus = ngpus;
 	seq_write_end(&s->cufile_seq);
 	pthread_mutex_unlock(&seg_lock);
@@ -493,7 +483,7 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 	(void)reason;
 }
 
-void gpufile__stats_cufile(const struct gpufile__cufile_counts *per_gpu,
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
                            int ngpus)
 {
 	(void)per_gpu;

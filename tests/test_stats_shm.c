@@ -30,7 +30,7 @@ static void reader(int report, int go, int quick_exit)
 {
 	gpufile_t *h;
 	char buf[READ_SIZE], c = 0;
-	struct gpufile__cufile_counts cu = {.gpu = 0, .nvfs_reads = 256};
+	gpufile_cufile_gpu_t cu = {.gpu = 0, .nvfs_reads = 256};
 
 	if (gpufile_open(&h, file_path, "r"))
 		_exit(3);
