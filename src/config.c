@@ -89,7 +89,7 @@ static struct setting settings[] = {
 	SETTING("bounce_buffers", KIND_COUNT, 2, 64, default_bounce_buffers,
 	 "pinned bounce buffers per worker (pipeline depth)"),
 	SETTING("direct_io", KIND_MODE, 0, 2, default_mode_auto,
-	 "O_DIRECT reads: auto (for ranges not in page cache), on, off"),
+	 "O_DIRECT reads: auto (ranges of 256 KiB or more not in the page cache), on, off"),
 	SETTING("max_inflight", KIND_COUNT, 1, 1u << 20, default_max_inflight,
 	 "requests in flight before submitting blocks"),
 	{.name = "cufile_library", .kind = KIND_STRING,

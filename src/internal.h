@@ -17,6 +17,11 @@
 #include <sys/uio.h>
 
 #define GPUFILE_ALIGN 4096u /* O_DIRECT offset, length and memory alignment */
+/* With direct_io=auto, reads shorter than this take the page cache without
+ * asking mincore() what it holds: the probe is a system call (about a
+ * quarter of a 4 KiB cached read), and O_DIRECT only pays off for large
+ * reads, where the cost of the probe is lost in the noise. */
+#define GPUFILE__DIRECT_MIN (256u << 10)
 
 /* ---- errors (error.c) ---- */
 

@@ -273,7 +273,7 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
 		return gpufile__pread_full(h->fd, buf, len, off);
 
 	if (direct_mode == GPUFILE__DIRECT_AUTO &&
-	    gpufile__range_cached(h, off, len))
+	    (len < GPUFILE__DIRECT_MIN || gpufile__range_cached(h, off, len)))
 		return gpufile__pread_full(h->fd, buf, len, off);
 	return direct_range(h, buf, len, off, scratch, scratch_len);
 }

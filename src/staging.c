@@ -612,6 +612,7 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
 	    (r->cfg.direct_io == GPUFILE__DIRECT_ON ||
 	     (r->cfg.direct_io == GPUFILE__DIRECT_AUTO &&
+	      len >= GPUFILE__DIRECT_MIN &&
 	      !gpufile__range_cached(h, off, len)))) {
 		int64_t stopped = off;
 		ssize_t n = staged_read_cold(t, s, r, dst, len, off, msg,
