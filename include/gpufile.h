@@ -593,8 +593,10 @@ GPUFILE_API int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind,
 GPUFILE_API int gpufile_device_alloc(int device, size_t size, void **out);
 GPUFILE_API int gpufile_device_free(void *ptr);
 
-/* Copies between host and device memory (direction from the pointers).
- * For tools and tests. Returns 0 or an error. */
+/* Copies between host and device memory (direction from the pointers),
+ * and returns once the destination holds the bytes (also for device
+ * destinations copied from pageable memory). For tools and tests.
+ * Returns 0 or an error. */
 GPUFILE_API int gpufile_memcpy(void *dst, const void *src, size_t size);
 
 /* Starts the worker pool and, when a GPU is usable, allocates the pinned

@@ -366,6 +366,11 @@ int gpufile_memcpy(void *dst, const void *src, size_t size)
 		return err;
 	rc = t->cuMemcpy((CUdeviceptr)(uintptr_t)dst,
 	                 (CUdeviceptr)(uintptr_t)src, size);
+	/* From pageable memory, cuMemcpy returns once the bytes are staged,
+	 * before the last DMA has landed: wait for it, so that the device
+	 * bytes are final when this returns. */
+	if (rc == CUDA_SUCCESS)
+		rc = t->cuStreamSynchronize(NULL);
 	if (rc != CUDA_SUCCESS)
 		return gpufile__cuda_fail(rc, NULL, 0, "cuMemcpy of %zu bytes",
 		                          size);

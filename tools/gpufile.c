@@ -437,13 +437,16 @@ out:
 
 static const char write_usage[] =
     "Usage: gpufile write FILE --size B [--pattern random|zero|sequence]\n"
-    "                          [--seed N] [--chunk B] [--direct] [--json]\n"
+    "                          [--seed N] [--chunk B] [--direct]\n"
+    "                          [--host | --device N] [--json]\n"
     "\n"
     "Creates (or truncates) FILE and writes SIZE bytes to it with\n"
     "gpufile_pwrite, then flushes it to storage (gpufile_sync): a test\n"
     "file, like `dd if=/dev/urandom of=FILE bs=... oflag=direct; sync`.\n"
-    "The data are made in host memory a chunk at a time, the next chunk\n"
-    "while the previous one is written, so memory use stays at two chunks.\n"
+    "The data are made in host memory a chunk at a time and, when a GPU is\n"
+    "usable, copied to device memory and written from there (through\n"
+    "gpufile's device path); the next chunk is made while the previous one\n"
+    "is written, so memory use stays at two chunks.\n"
     "\n"
     "  --size B       bytes to write (required)\n"
     "  --pattern P    random (default): xorshift64* bytes, seeded from the\n"
@@ -455,6 +458,8 @@ static const char write_usage[] =
     "                 same file)\n"
     "  --chunk B      bytes per write request (default 64 MiB)\n"
     "  --direct       write with O_DIRECT (sets direct_io=on)\n"
+    "  --host         write from host memory even when a GPU is usable\n"
+    "  --device N     write from device memory of GPU N\n"
     "  --json         print one JSON object instead of text\n"
     "  --help         print this help\n"
     "\n"
@@ -519,6 +524,8 @@ struct write_result {
 	uint64_t size, chunk, seed;
 	enum pattern pattern;
 	int direct;
+	struct read_target target; /* where the written bytes come from */
+	char *dev[2];              /* device chunks, or NULL */
 	double seconds, fill_seconds, sync_seconds;
 	gpufile_stats_t before, after;
 	gpufile_path_t device_path;
@@ -540,6 +547,12 @@ static int write_chunks(const char *cmd, gpufile_t *h, char *bufs[2],
 		double t0 = util_now();
 
 		fill_chunk(r->pattern, r->seed, bufs[which], len, off);
+		/* The previous write from dev[which] was waited for one
+		 * round ago. */
+		if (r->dev[which] &&
+		    gpufile_memcpy(r->dev[which], bufs[which], len))
+			return util_error(cmd, "copying a chunk to GPU %d: %s",
+			                  r->target.device, gpufile_errmsg());
 		r->fill_seconds += util_now() - t0;
 		if (pending) {
 			ssize_t n = gpufile_future_wait(pending);
@@ -549,8 +562,10 @@ static int write_chunks(const char *cmd, gpufile_t *h, char *bufs[2],
 			if (n < 0)
 				return util_error(cmd, "%s", gpufile_errmsg());
 		}
-		if (gpufile_pwrite_async(h, bufs[which], len, (int64_t)off,
-		                         &pending))
+		if (gpufile_pwrite_async(h,
+		                         r->dev[which] ? r->dev[which]
+		                                       : bufs[which],
+		                         len, (int64_t)off, &pending))
 			return util_error(cmd, "%s", gpufile_errmsg());
 		off += len;
 		which ^= 1;
@@ -585,6 +600,14 @@ static void write_report(const struct write_result *r, int json)
 			json_key_u64(&j, "seed", r->seed);
 		json_key_u64(&j, "chunk", r->chunk);
 		json_key_bool(&j, "direct", r->direct);
+		if (r->target.device >= 0) {
+			char t[32];
+			snprintf(t, sizeof(t), "device:%d", r->target.device);
+			json_key_str(&j, "source", t);
+		} else {
+			json_key_str(&j, "source", "host");
+		}
+		json_key_str(&j, "source_reason", r->target.reason);
 		util_json_paths(&j, "paths", &r->before, &r->after, 1);
 		json_object_begin(&j, "path_info");
 		json_key_str(&j, "device_path",
@@ -597,6 +620,11 @@ static void write_report(const struct write_result *r, int json)
 		return;
 	}
 	printf("file:     %s\n", r->file);
+	if (r->target.device >= 0)
+		printf("source:   device memory of GPU %d (%s)\n",
+		       r->target.device, r->target.reason);
+	else
+		printf("source:   host memory (%s)\n", r->target.reason);
 	printf("wrote:    %" PRIu64 " bytes (%s), pattern %s", r->size,
 	       util_human_bytes(r->size, human, sizeof(human)),
 	       pattern_names[r->pattern]);
@@ -637,6 +665,8 @@ int cmd_write(int argc, char **argv)
 	    {"seed", required_argument, NULL, 'S'},
 	    {"chunk", required_argument, NULL, 'c'},
 	    {"direct", no_argument, NULL, 'D'},
+	    {"host", no_argument, NULL, 'H'},
+	    {"device", required_argument, NULL, 'd'},
 	    {"json", no_argument, NULL, 'j'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -644,6 +674,8 @@ int cmd_write(int argc, char **argv)
 	struct write_result r = {.chunk = 64u << 20};
 	char *bufs[2] = {NULL, NULL};
 	int have_size = 0, have_seed = 0, json = 0;
+	int want_host = 0, want_device = -1;
+	uint64_t devno;
 	gpufile_t *h = NULL;
 	double t0;
 	int c, rc;
@@ -685,6 +717,16 @@ int cmd_write(int argc, char **argv)
 		case 'D':
 			r.direct = 1;
 			break;
+		case 'H':
+			want_host = 1;
+			break;
+		case 'd':
+			rc = util_count_arg(cmd, "--device", optarg, 0, 1023,
+			                    &devno);
+			if (rc)
+				return rc;
+			want_device = (int)devno;
+			break;
 		case 'j':
 			json = 1;
 			break;
@@ -702,6 +744,9 @@ int cmd_write(int argc, char **argv)
 		                        argv[optind + 1]);
 	if (!have_size)
 		return util_usage_error(cmd, "--size is required");
+	if (want_host && want_device >= 0)
+		return util_usage_error(cmd, "--host and --device exclude "
+		                             "each other");
 	r.file = argv[optind];
 	if (!have_seed)
 		r.seed = splitmix64((uint64_t)time(NULL) ^
@@ -724,6 +769,21 @@ int cmd_write(int argc, char **argv)
 			goto out;
 		}
 		bufs[i] = p;
+	}
+	rc = choose_target(cmd, want_host, want_device, &r.target);
+	if (rc)
+		goto out;
+	for (int i = 0; i < 2 && r.target.device >= 0; i++) {
+		void *p;
+
+		if (gpufile_device_alloc(r.target.device, (size_t)r.chunk, &p)) {
+			rc = util_error(cmd, "allocating %" PRIu64
+			                     " bytes on GPU %d: %s",
+			                r.chunk, r.target.device,
+			                gpufile_errmsg());
+			goto out;
+		}
+		r.dev[i] = p;
 	}
 	if (gpufile_open(&h, r.file, "w")) {
 		rc = util_error(cmd, "%s", gpufile_errmsg());
@@ -762,6 +822,8 @@ out:
 	gpufile_close(h);
 	free(bufs[0]);
 	free(bufs[1]);
+	gpufile_device_free(r.dev[0]);
+	gpufile_device_free(r.dev[1]);
 	return rc;
 }
 
