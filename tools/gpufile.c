@@ -157,7 +157,7 @@ static int choose_target(const char *cmd, int want_host, int want_device,
 	if (n > 0) {
 		t->device = 0;
 		snprintf(t->reason, sizeof(t->reason),
-		         "%d usable GPU%s found; --host reads into host memory",
+		         "%d usable GPU%s found; --host uses host memory",
 		         n, n == 1 ? "" : "s");
 		return 0;
 	}
