@@ -47,11 +47,13 @@ int main(int argc, char **argv)
 	get_l3 = (status_t(*)(void *))dlsym(lib, "cuFileGetStatsL3");
 	if (argc > 2 && !strcmp(argv[2], "--early")) {
 		st = set_level(3);
-		printf("cuFileSetStatsLevel(3) before driver open: %d\n", st.err);
+		printf("cuFileSetStatsLevel(3) before driver open: %d\n",
+		       st.err);
 	}
 	gpufile_config_set("compat_mode", "off");
 	gpufile_config_set("cufile_stats", "3");
-	if (gpufile_device_alloc(0, size, &dev) || gpufile_open(&h, argv[1], "r")) {
+	if (gpufile_device_alloc(0, size, &dev) ||
+	    gpufile_open(&h, argv[1], "r")) {
 		fprintf(stderr, "setup: %s\n", gpufile_errmsg());
 		return 1;
 	}
@@ -74,8 +76,10 @@ int main(int argc, char **argv)
 	{
 		gpufile_cufile_info_t info;
 		gpufile_cufile_info(&info);
-		printf("gpufile_cufile_info: ngpus %d stats_level %d verified %d\n",
-		       info.ngpus, info.stats_level, info.stats_layout_verified);
+		printf("gpufile_cufile_info: ngpus %d stats_level %d verified "
+		       "%d\n",
+		       info.ngpus, info.stats_level,
+		       info.stats_layout_verified);
 		for (int g = 0; g < info.ngpus; g++)
 			printf("  gpu %d: nvfs %llu posix %llu p2p %llu\n", g,
 			       (unsigned long long)info.gpu[g].nvfs_reads,

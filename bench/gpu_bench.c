@@ -80,11 +80,12 @@ static double copy_ceiling(void *pinned, void *dev, int to_device)
 
 	for (int i = 0; i < reps; i++) {
 		double t0 = now();
-		CUresult rc = to_device
-		                      ? cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
-		                                     (CUdeviceptr)(uintptr_t)pinned, size)
-		                      : cu->cuMemcpy((CUdeviceptr)(uintptr_t)pinned,
-		                                     (CUdeviceptr)(uintptr_t)dev, size);
+		CUresult rc =
+		    to_device
+		        ? cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
+		                       (CUdeviceptr)(uintptr_t)pinned, size)
+		        : cu->cuMemcpy((CUdeviceptr)(uintptr_t)pinned,
+		                       (CUdeviceptr)(uintptr_t)dev, size);
 		double g;
 		if (rc)
 			die("cuMemcpy", rc);
@@ -107,13 +108,14 @@ static void *par_worker(void *p)
 {
 	struct par_arg *a = p;
 	int fd = open(a->path, (a->write ? O_WRONLY : O_RDONLY) |
-	                               (a->direct ? O_DIRECT : 0));
+	                           (a->direct ? O_DIRECT : 0));
 	if (fd < 0)
 		return (void *)1;
 	for (size_t pos = 0; pos < a->len; pos += a->bs) {
 		size_t n = a->len - pos < a->bs ? a->len - pos : a->bs;
-		ssize_t got = a->write ? pwrite(fd, a->buf, n, (off_t)(a->off + pos))
-		                       : pread(fd, a->buf, n, (off_t)(a->off + pos));
+		ssize_t got = a->write
+		                  ? pwrite(fd, a->buf, n, (off_t)(a->off + pos))
+		                  : pread(fd, a->buf, n, (off_t)(a->off + pos));
 		if (got != (ssize_t)n) {
 			close(fd);
 			return (void *)1;
@@ -134,8 +136,8 @@ static double parallel_io(const char *path, int nthreads, size_t bs, int write,
 	int bad = 0;
 
 	for (int i = 0; i < nthreads; i++) {
-		a[i] = (struct par_arg){path, write, direct, slice * (size_t)i,
-		                        slice, bs, NULL};
+		a[i] = (struct par_arg){path,  write, direct, slice * (size_t)i,
+		                        slice, bs,    NULL};
 		if (posix_memalign((void **)&a[i].buf, 4096, bs))
 			exit(1);
 		memset(a[i].buf, 0x5a, bs);
@@ -225,7 +227,8 @@ static void verify(void *dev, void *pinned)
 		size_t n = size - pos < (64u << 20) ? size - pos : 64u << 20;
 		if (pread(fd, host, n, (off_t)pos) != (ssize_t)n ||
 		    memcmp(host, (char *)pinned + pos, n)) {
-			fprintf(stderr, "gpu_bench: DATA MISMATCH near %zu\n", pos);
+			fprintf(stderr, "gpu_bench: DATA MISMATCH near %zu\n",
+			        pos);
 			exit(1);
 		}
 	}
@@ -239,15 +242,17 @@ static void verify(void *dev, void *pinned)
 static void register_experiment(void *dev)
 {
 	int fd = open(file, O_RDONLY);
-	void *map = mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	void *map =
+	    mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
 	double t0, t1, t2;
 	CUresult rc;
 
 	if (map == MAP_FAILED)
 		die("mmap", errno);
 	t0 = now();
-	rc = cu->cuMemHostRegister(map, size, CU_MEMHOSTREGISTER_PORTABLE |
-	                                              CU_MEMHOSTREGISTER_READ_ONLY);
+	rc = cu->cuMemHostRegister(map, size,
+	                           CU_MEMHOSTREGISTER_PORTABLE |
+	                               CU_MEMHOSTREGISTER_READ_ONLY);
 	t1 = now();
 	if (rc) {
 		printf("mmap+register: cuMemHostRegister failed (%d)\n", rc);
@@ -279,14 +284,19 @@ static void sweep(void *dev)
 			for (size_t c = 0; c < 2; c++)
 				for (size_t d = 0; d < 2; d++) {
 					double g;
-					gpufile_config_set("nthreads", nthreads[a]);
-					gpufile_config_set("bounce_buffer_size", bounce[b]);
-					gpufile_config_set("bounce_buffers", nbufs[c]);
-					gpufile_config_set("task_size", tasks[d]);
+					gpufile_config_set("nthreads",
+					                   nthreads[a]);
+					gpufile_config_set("bounce_buffer_size",
+					                   bounce[b]);
+					gpufile_config_set("bounce_buffers",
+					                   nbufs[c]);
+					gpufile_config_set("task_size",
+					                   tasks[d]);
 					gpufile_warmup();
 					g = gpufile_io(file, dev, 0, 3, NULL);
-					printf("sweep %s %s %s %s %.2f\n", nthreads[a],
-					       bounce[b], nbufs[c], tasks[d], g);
+					printf("sweep %s %s %s %s %.2f\n",
+					       nthreads[a], bounce[b], nbufs[c],
+					       tasks[d], g);
 				}
 	gpufile_release();
 	gpufile_config_reset();
@@ -298,7 +308,7 @@ int main(int argc, char **argv)
 	void *dev, *pinned;
 	char out_path[4096];
 	double h2d, d2h, readers16, writers16, naive, warm, warm_med, wr,
-		cold_g = 0, raw_best = 0, cold_buffered = 0;
+	    cold_g = 0, raw_best = 0, cold_buffered = 0;
 	CUcontext ctx;
 	CUdevice d0;
 
@@ -339,19 +349,23 @@ int main(int argc, char **argv)
 	warm_cache(file);
 	h2d = copy_ceiling(pinned, dev, 1);
 	d2h = copy_ceiling(pinned, dev, 0);
-	printf("ceiling: cuMemcpy pinned->device %.2f GB/s, device->pinned %.2f GB/s\n",
+	printf("ceiling: cuMemcpy pinned->device %.2f GB/s, device->pinned "
+	       "%.2f GB/s\n",
 	       h2d, d2h);
 	readers16 = parallel_io(file, 16, 16 << 20, 0, 0);
 	readers16 = fmax(readers16, parallel_io(file, 16, 16 << 20, 0, 0));
 	printf("page cache: 16 parallel readers %.2f GB/s\n", readers16);
 	naive = naive_read(pinned, dev, 4 << 20);
-	printf("naive: 1 thread pread+cuMemcpy 4 MiB chunks %.2f GB/s\n", naive);
+	printf("naive: 1 thread pread+cuMemcpy 4 MiB chunks %.2f GB/s\n",
+	       naive);
 
 	if (gpufile_warmup())
 		die("gpufile_warmup", 0);
-	printf("gpufile: nthreads/pinned bytes max %zu\n", gpufile_pinned_bytes_max());
+	printf("gpufile: nthreads/pinned bytes max %zu\n",
+	       gpufile_pinned_bytes_max());
 	warm = gpufile_io(file, dev, 0, reps, &warm_med);
-	printf("gpufile warm read: best %.2f GB/s, median %.2f GB/s\n", warm, warm_med);
+	printf("gpufile warm read: best %.2f GB/s, median %.2f GB/s\n", warm,
+	       warm_med);
 	verify(dev, pinned);
 
 	/* Writes: device -> page cache of a second file. */
@@ -375,8 +389,10 @@ int main(int argc, char **argv)
 		printf("cold: 16 buffered readers %.2f GB/s\n", cold_buffered);
 		for (size_t i = 0; i < 4; i++)
 			for (size_t j = 0; j < 2; j++) {
-				double g = parallel_io(file, qd[i], bs[j], 0, 1);
-				printf("cold: O_DIRECT %d threads x %zu KiB %.2f GB/s\n",
+				double g =
+				    parallel_io(file, qd[i], bs[j], 0, 1);
+				printf("cold: O_DIRECT %d threads x %zu KiB "
+				       "%.2f GB/s\n",
 				       qd[i], bs[j] >> 10, g);
 				if (g > raw_best)
 					raw_best = g;
@@ -398,16 +414,20 @@ int main(int argc, char **argv)
 	{
 		double ceiling = h2d < readers16 ? h2d : readers16;
 		double wceil = d2h < writers16 ? d2h : writers16;
-		printf("\n%-44s %8s %8s %6s\n", "measurement", "GB/s", "ratio", "target");
-		printf("%-44s %8.2f %8.2f %6s\n", "warm read / min(H2D, 16 readers)", warm,
-		       warm / ceiling, ">=0.90");
-		printf("%-44s %8.2f %8.2f %6s\n", "warm read / naive 1-thread", warm,
-		       warm / naive, ">=6");
-		printf("%-44s %8.2f %8.2f %6s\n", "write / min(D2H, 16 writers)", wr,
-		       wr / wceil, ">=0.80");
+		printf("\n%-44s %8s %8s %6s\n", "measurement", "GB/s", "ratio",
+		       "target");
+		printf("%-44s %8.2f %8.2f %6s\n",
+		       "warm read / min(H2D, 16 readers)", warm, warm / ceiling,
+		       ">=0.90");
+		printf("%-44s %8.2f %8.2f %6s\n", "warm read / naive 1-thread",
+		       warm, warm / naive, ">=6");
+		printf("%-44s %8.2f %8.2f %6s\n",
+		       "write / min(D2H, 16 writers)", wr, wr / wceil,
+		       ">=0.80");
 		if (cold)
-			printf("%-44s %8.2f %8.2f %6s\n", "cold read / best O_DIRECT raw",
-			       cold_g, cold_g / raw_best, ">=0.95");
+			printf("%-44s %8.2f %8.2f %6s\n",
+			       "cold read / best O_DIRECT raw", cold_g,
+			       cold_g / raw_best, ">=0.95");
 	}
 	unlink(out_path);
 	cu->cuMemFreeHost(pinned);

@@ -42,13 +42,13 @@ extern "C" {
 
 /* The library's own error codes, all below -4095 so they never collide
  * with -errno. X(name, value, description). */
-#define GPUFILE_ERRORS(X)                                                   \
-	X(GPUFILE_ECONFIG, -5001, "invalid setting")                        \
-	X(GPUFILE_ENOCUDA, -5002, "CUDA driver not available")              \
-	X(GPUFILE_ECUDA, -5003, "CUDA driver call failed")                  \
-	X(GPUFILE_ENOCUFILE, -5004, "cuFile library not available")         \
-	X(GPUFILE_ECUFILE, -5005, "cuFile call failed")                     \
-	X(GPUFILE_EBADPTR, -5006, "buffer is not memory gpufile can use")   \
+#define GPUFILE_ERRORS(X)                                                      \
+	X(GPUFILE_ECONFIG, -5001, "invalid setting")                           \
+	X(GPUFILE_ENOCUDA, -5002, "CUDA driver not available")                 \
+	X(GPUFILE_ECUDA, -5003, "CUDA driver call failed")                     \
+	X(GPUFILE_ENOCUFILE, -5004, "cuFile library not available")            \
+	X(GPUFILE_ECUFILE, -5005, "cuFile call failed")                        \
+	X(GPUFILE_EBADPTR, -5006, "buffer is not memory gpufile can use")      \
 	X(GPUFILE_EFLAGS, -5007, "invalid open flags")
 
 enum gpufile_error {
@@ -95,7 +95,7 @@ typedef enum gpufile_source {
 	GPUFILE_SOURCE_DEFAULT = 0,
 	GPUFILE_SOURCE_ENV = 1,        /* GPUFILE_<NAME> */
 	GPUFILE_SOURCE_KVIKIO_ENV = 2, /* KVIKIO_<NAME> */
-	GPUFILE_SOURCE_SETTER = 3,     /* gpufile_config_set() or a typed setter */
+	GPUFILE_SOURCE_SETTER = 3, /* gpufile_config_set() or a typed setter */
 } gpufile_source_t;
 
 /* "default", "environment" (GPUFILE_<NAME>), "kvikio-environment"
@@ -234,8 +234,8 @@ typedef struct gpufile_future gpufile_future_t;
 GPUFILE_API int gpufile_pread_async(gpufile_t *h, void *buf, size_t size,
                                     int64_t file_offset,
                                     gpufile_future_t **out);
-GPUFILE_API int gpufile_pwrite_async(gpufile_t *h, const void *buf,
-                                     size_t size, int64_t file_offset,
+GPUFILE_API int gpufile_pwrite_async(gpufile_t *h, const void *buf, size_t size,
+                                     int64_t file_offset,
                                      gpufile_future_t **out);
 
 /* 1 when every task of f has ended, else 0. Never blocks. */
@@ -260,8 +260,9 @@ GPUFILE_API void gpufile_future_free(gpufile_future_t *f);
 
 /* The data paths gpufile counts. */
 typedef enum gpufile_path {
-	GPUFILE_PATH_HOST = 0,   /* host buffer, read/written directly */
-	GPUFILE_PATH_POSIX = 1,  /* device buffer through pinned bounce buffers */
+	GPUFILE_PATH_HOST = 0, /* host buffer, read/written directly */
+	GPUFILE_PATH_POSIX =
+	    1, /* device buffer through pinned bounce buffers */
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
 	GPUFILE_PATH_COUNT = 4,
@@ -289,9 +290,9 @@ typedef struct gpufile_counter {
 	uint64_t errors; /* requests that failed */
 } gpufile_counter_t;
 
-#define GPUFILE_HIST_BUCKETS 48
-#define GPUFILE_MAX_GPUS 16
-#define GPUFILE_MAX_SETTINGS 24
+#define GPUFILE_HIST_BUCKETS   48
+#define GPUFILE_MAX_GPUS       16
+#define GPUFILE_MAX_SETTINGS   24
 #define GPUFILE_MAX_FILE_STATS 64
 
 /* cuFile's counters for one GPU (cuFileGetStatsL3). */
@@ -305,7 +306,8 @@ typedef struct gpufile_cufile_gpu {
 typedef struct gpufile_setting_value {
 	char name[32];
 	char value[96];
-	char source[40]; /* "default", or the variable that set it, or "setter" */
+	char source[40]; /* "default", or the variable that set it, or "setter"
+	                  */
 } gpufile_setting_value_t;
 
 typedef struct gpufile_stats {
@@ -314,9 +316,9 @@ typedef struct gpufile_stats {
 	uint64_t direct_io_fallbacks; /* files where O_DIRECT was refused */
 
 	/* Fields below were added with the shared-memory segment (stats.c). */
-	int32_t pid;          /* the process counted */
-	uint32_t uid;         /* its owner */
-	char command[64];     /* its command name (/proc/PID/comm) */
+	int32_t pid;            /* the process counted */
+	uint32_t uid;           /* its owner */
+	char command[64];       /* its command name (/proc/PID/comm) */
 	uint64_t start_time_ns; /* CLOCK_REALTIME when counting began */
 	uint64_t files_opened;  /* handles recorded by gpufile_open() */
 	/* Histograms, [path][0 = read, 1 = write][bucket]: bucket i counts
@@ -367,8 +369,7 @@ typedef struct gpufile_file_stat {
 /* Copies up to max of process pid's most recently opened handles (oldest
  * first) into out. Returns how many were copied, or an error as
  * gpufile_stats_read. Only the last GPUFILE_MAX_FILE_STATS are kept. */
-GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out,
-                                    int max);
+GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max);
 
 /* A process with a gpufile segment. */
 typedef struct gpufile_process {
@@ -408,7 +409,7 @@ typedef struct gpufile_cufile_info {
 	int stats_level;   /* level given to cuFileSetStatsLevel (0: none) */
 	int stats_layout_verified; /* 1: per-GPU offsets checked for this
 	                              version (1.14, 1.15) */
-	int ngpus;         /* entries of gpu[] filled (stats level 3 only) */
+	int ngpus; /* entries of gpu[] filled (stats level 3 only) */
 	gpufile_cufile_gpu_t gpu[GPUFILE_MAX_GPUS];
 	char library[256]; /* the library loaded or tried */
 	char message[256]; /* why cuFile is not usable, or "" */
@@ -448,31 +449,36 @@ GPUFILE_API int gpufile_buf_deregister(const void *buf);
 /* The cufile.json values gpufile models. Each has gpufile's model of the
  * cuFile 1.15 default, used when the file or the key is absent. */
 typedef enum gpufile_cufile_key {
-	GPUFILE_CUFILE_PARALLEL_IO = 0,          /* execution.parallel_io */
-	GPUFILE_CUFILE_MAX_IO_THREADS,           /* execution.max_io_threads */
-	GPUFILE_CUFILE_MAX_REQUEST_PARALLELISM,  /* execution.max_request_parallelism */
-	GPUFILE_CUFILE_MIN_IO_THRESHOLD_SIZE_KB, /* execution.min_io_threshold_size_kb */
-	GPUFILE_CUFILE_MAX_IO_QUEUE_DEPTH,       /* execution.max_io_queue_depth */
-	GPUFILE_CUFILE_MAX_DIRECT_IO_SIZE_KB,    /* properties.max_direct_io_size_kb */
-	GPUFILE_CUFILE_MAX_DEVICE_CACHE_SIZE_KB, /* properties.max_device_cache_size_kb */
-	GPUFILE_CUFILE_ALLOW_COMPAT_MODE,        /* properties.allow_compat_mode */
-	GPUFILE_CUFILE_USE_POLL_MODE,            /* properties.use_poll_mode */
-	GPUFILE_CUFILE_POLL_MODE_MAX_SIZE_KB,    /* properties.poll_mode_max_size_kb */
+	GPUFILE_CUFILE_PARALLEL_IO = 0,         /* execution.parallel_io */
+	GPUFILE_CUFILE_MAX_IO_THREADS,          /* execution.max_io_threads */
+	GPUFILE_CUFILE_MAX_REQUEST_PARALLELISM, /* execution.max_request_parallelism
+	                                         */
+	GPUFILE_CUFILE_MIN_IO_THRESHOLD_SIZE_KB, /* execution.min_io_threshold_size_kb
+	                                          */
+	GPUFILE_CUFILE_MAX_IO_QUEUE_DEPTH,    /* execution.max_io_queue_depth */
+	GPUFILE_CUFILE_MAX_DIRECT_IO_SIZE_KB, /* properties.max_direct_io_size_kb
+	                                       */
+	GPUFILE_CUFILE_MAX_DEVICE_CACHE_SIZE_KB, /* properties.max_device_cache_size_kb
+	                                          */
+	GPUFILE_CUFILE_ALLOW_COMPAT_MODE,     /* properties.allow_compat_mode */
+	GPUFILE_CUFILE_USE_POLL_MODE,         /* properties.use_poll_mode */
+	GPUFILE_CUFILE_POLL_MODE_MAX_SIZE_KB, /* properties.poll_mode_max_size_kb
+	                                       */
 	GPUFILE_CUFILE_NKEYS
 } gpufile_cufile_key_t;
 
 typedef struct gpufile_cufile_value {
-	const char *key;  /* "execution.parallel_io"; static */
-	int64_t value;    /* booleans are 0 or 1 */
+	const char *key; /* "execution.parallel_io"; static */
+	int64_t value;   /* booleans are 0 or 1 */
 	int is_bool;
-	int from_file;    /* 1: read from the file; 0: gpufile's default */
+	int from_file; /* 1: read from the file; 0: gpufile's default */
 } gpufile_cufile_value_t;
 
 typedef struct gpufile_cufile_config {
-	char path[1024];     /* the file read, or "" when none was */
+	char path[1024];      /* the file read, or "" when none was */
 	char path_source[64]; /* "CUFILE_ENV_PATH_JSON", "/etc/cufile.json",
 	                       * "argument" or "none" */
-	int parsed;          /* 1 when a file was read and parsed */
+	int parsed;           /* 1 when a file was read and parsed */
 	gpufile_cufile_value_t v[GPUFILE_CUFILE_NKEYS];
 	/* denylist.filesystems, space separated */
 	char denied_filesystems[256];
@@ -501,16 +507,16 @@ typedef struct gpufile_plan_entry {
 	uint64_t part_size;    /* bytes per part (the last may be shorter) */
 	uint64_t max_transfer; /* largest single nvidia-fs transfer */
 	uint64_t transfers_per_part;
-	char why[256];         /* which rule decided parts */
+	char why[256]; /* which rule decided parts */
 } gpufile_plan_entry_t;
 
 typedef struct gpufile_plan {
 	uint64_t size, offset, task_size, gds_threshold;
-	int registered;         /* planned for a buffer registered with cuFile */
-	uint64_t tasks;         /* requests gpufile makes */
+	int registered; /* planned for a buffer registered with cuFile */
+	uint64_t tasks; /* requests gpufile makes */
 	uint64_t cufile_requests; /* how many of them reach cuFile */
-	int below_threshold;    /* the whole read is below gds_threshold:
-	                         * every task takes the "small" POSIX path */
+	int below_threshold;      /* the whole read is below gds_threshold:
+	                           * every task takes the "small" POSIX path */
 	/* Distinct task sizes, in file order (head, middle, tail). */
 	int ntask_sizes;
 	uint64_t task_sizes[3], task_counts[3];
@@ -519,9 +525,9 @@ typedef struct gpufile_plan {
 	/* A task size at which cuFile receives the read whole, in one
 	 * request (the smallest such when offset is 0). */
 	uint64_t whole_task_size;
-	unsigned nthreads;         /* gpufile workers issuing requests */
-	uint64_t parts_in_flight;  /* at most, with nthreads requests at once;
-	                            * compare execution.max_io_queue_depth */
+	unsigned nthreads;        /* gpufile workers issuing requests */
+	uint64_t parts_in_flight; /* at most, with nthreads requests at once;
+	                           * compare execution.max_io_queue_depth */
 	gpufile_cufile_config_t cufile; /* the configuration planned with */
 	char model_note[256];
 } gpufile_plan_t;
@@ -550,7 +556,7 @@ typedef enum gpufile_check_status {
 GPUFILE_API const char *gpufile_check_status_name(gpufile_check_status_t s);
 
 typedef struct gpufile_check_item {
-	char name[48];   /* "libcufile", "nvidia-fs", "file.o_direct", ... */
+	char name[48]; /* "libcufile", "nvidia-fs", "file.o_direct", ... */
 	gpufile_check_status_t status;
 	char value[256]; /* what was found */
 	char why[512];   /* why this status */

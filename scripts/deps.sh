@@ -8,6 +8,7 @@ packages=(
 	liburing-dev libcjson-dev      # io_uring backend, JSON
 	fio                            # bench/run_host_bench.sh
 	clang libclang-rt-14-dev       # sanitizer runtimes for clang builds
+	clang-format                   # the format check of scripts/test.sh
 	python3 python3-pytest python3-numpy  # python/ binding tests
 )
 

@@ -182,6 +182,16 @@ fi
 
 pytest_stage
 
+# Every C file follows .clang-format: one check, counted as one test.
+step "format: clang-format --dry-run --Werror on every C file"
+if (cd "$root" && git ls-files -z '*.c' '*.h' |
+	xargs -0 clang-format --dry-run --Werror) >"$logs/format" 2>&1; then
+	record format 1 0 0
+else
+	head -40 "$logs/format"
+	record format 0 1 0
+fi
+
 step "summary"
 printf '%s\n' "${summary[@]}"
 echo "$passed passed, $failed failed${skipped:+, $skipped skipped}"

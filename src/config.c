@@ -33,12 +33,30 @@ struct setting {
 	char text[512]; /* KIND_STRING: the value */
 };
 
-static uint64_t default_mode_auto(void) { return GPUFILE_COMPAT_AUTO; }
-static uint64_t default_task_size(void) { return 4u << 20; }
-static uint64_t default_gds_threshold(void) { return 16u << 10; }
-static uint64_t default_bounce_buffer_size(void) { return 4u << 20; }
-static uint64_t default_bounce_buffers(void) { return 2; }
-static uint64_t default_max_inflight(void) { return 4096; }
+static uint64_t default_mode_auto(void)
+{
+	return GPUFILE_COMPAT_AUTO;
+}
+static uint64_t default_task_size(void)
+{
+	return 4u << 20;
+}
+static uint64_t default_gds_threshold(void)
+{
+	return 16u << 10;
+}
+static uint64_t default_bounce_buffer_size(void)
+{
+	return 4u << 20;
+}
+static uint64_t default_bounce_buffers(void)
+{
+	return 2;
+}
+static uint64_t default_max_inflight(void)
+{
+	return 4096;
+}
 
 /* cuFile 1.15 itself ignores CUFILE_STATS_LEVEL (only cufile.json's
  * profile.cufile_stats counts), but NVIDIA's tutorials set it: honour it
@@ -72,38 +90,59 @@ static uint64_t default_nthreads(void)
 #define GiB (1ull << 30)
 
 /* Entries are found by position (the S_* values below). */
-#define SETTING(n, k, lo, hi, def, text) \
-	{.name = n, .kind = k, .min = lo, .max = hi, .default_value = def, .help = text}
+#define SETTING(n, k, lo, hi, def, text)                                       \
+	{                                                                      \
+		.name = n, .kind = k, .min = lo, .max = hi,                    \
+		.default_value = def, .help = text                             \
+	}
 
 static struct setting settings[] = {
-	SETTING("compat_mode", KIND_MODE, 0, 2, default_mode_auto,
-	 "auto: try cuFile, fall back with a reason; on: never cuFile; off: cuFile or error"),
-	SETTING("task_size", KIND_SIZE, 1, 1ull << 40, default_task_size,
-	 "bytes per task; requests are split at multiples of it in the file"),
-	SETTING("gds_threshold", KIND_SIZE, 0, 1ull << 40, default_gds_threshold,
-	 "device requests smaller than this take the POSIX path"),
-	SETTING("nthreads", KIND_COUNT, 1, 1024, default_nthreads,
-	 "worker threads"),
-	SETTING("bounce_buffer_size", KIND_SIZE, 64 * KiB, GiB, default_bounce_buffer_size,
-	 "bytes per pinned bounce buffer (rounded down to 4 KiB)"),
-	SETTING("bounce_buffers", KIND_COUNT, 2, 64, default_bounce_buffers,
-	 "pinned bounce buffers per worker (pipeline depth)"),
-	SETTING("direct_io", KIND_MODE, 0, 2, default_mode_auto,
-	 "O_DIRECT reads: auto (ranges of 256 KiB or more not in the page cache), on, off"),
-	SETTING("max_inflight", KIND_COUNT, 1, 1u << 20, default_max_inflight,
-	 "requests in flight before submitting blocks"),
-	{.name = "cufile_library", .kind = KIND_STRING,
-	 .default_text = "libcufile.so.0",
-	 .help = "the cuFile library dlopen()ed on first need (a name or a path)"},
-	SETTING("cufile_stats", KIND_COUNT, 0, 3, default_cufile_stats,
-	 "cuFile stats level set through cuFileSetStatsLevel (default: CUFILE_STATS_LEVEL, else 0); 3 adds per-GPU nvfs/posix/p2p counts"),
-	SETTING("cufile_accel_only", KIND_MODE, 0, 2, default_mode_auto,
-	 "compat_mode=auto hands files to cuFile only where it can take an accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's compat path"),
+    SETTING("compat_mode", KIND_MODE, 0, 2, default_mode_auto,
+            "auto: try cuFile, fall back with a reason; on: never cuFile; off: "
+            "cuFile or error"),
+    SETTING(
+        "task_size", KIND_SIZE, 1, 1ull << 40, default_task_size,
+        "bytes per task; requests are split at multiples of it in the file"),
+    SETTING("gds_threshold", KIND_SIZE, 0, 1ull << 40, default_gds_threshold,
+            "device requests smaller than this take the POSIX path"),
+    SETTING("nthreads", KIND_COUNT, 1, 1024, default_nthreads,
+            "worker threads"),
+    SETTING("bounce_buffer_size", KIND_SIZE, 64 * KiB, GiB,
+            default_bounce_buffer_size,
+            "bytes per pinned bounce buffer (rounded down to 4 KiB)"),
+    SETTING("bounce_buffers", KIND_COUNT, 2, 64, default_bounce_buffers,
+            "pinned bounce buffers per worker (pipeline depth)"),
+    SETTING("direct_io", KIND_MODE, 0, 2, default_mode_auto,
+            "O_DIRECT reads: auto (ranges of 256 KiB or more not in the page "
+            "cache), on, off"),
+    SETTING("max_inflight", KIND_COUNT, 1, 1u << 20, default_max_inflight,
+            "requests in flight before submitting blocks"),
+    {.name = "cufile_library",
+     .kind = KIND_STRING,
+     .default_text = "libcufile.so.0",
+     .help = "the cuFile library dlopen()ed on first need (a name or a path)"},
+    SETTING(
+        "cufile_stats", KIND_COUNT, 0, 3, default_cufile_stats,
+        "cuFile stats level set through cuFileSetStatsLevel (default: "
+        "CUFILE_STATS_LEVEL, else 0); 3 adds per-GPU nvfs/posix/p2p counts"),
+    SETTING("cufile_accel_only", KIND_MODE, 0, 2, default_mode_auto,
+            "compat_mode=auto hands files to cuFile only where it can take an "
+            "accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's "
+            "compat path"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
-	S_COMPAT, S_TASK, S_THRESH, S_NTHREADS, S_BOUNCE, S_NBOUNCE, S_DIRECT,
-	S_INFLIGHT, S_CUFILE_LIBRARY, S_CUFILE_STATS, S_CUFILE_ACCEL
+	S_COMPAT,
+	S_TASK,
+	S_THRESH,
+	S_NTHREADS,
+	S_BOUNCE,
+	S_NBOUNCE,
+	S_DIRECT,
+	S_INFLIGHT,
+	S_CUFILE_LIBRARY,
+	S_CUFILE_STATS,
+	S_CUFILE_ACCEL
 };
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -141,9 +180,9 @@ int gpufile__parse_size(const char *text, uint64_t *out)
 		const char *suffix;
 		unsigned shift;
 	} units[] = {
-		{"", 0},     {"b", 0},    {"k", 10},   {"kb", 10}, {"kib", 10},
-		{"m", 20},   {"mb", 20},  {"mib", 20}, {"g", 30},  {"gb", 30},
-		{"gib", 30}, {"t", 40},   {"tb", 40},  {"tib", 40},
+	    {"", 0},     {"b", 0},   {"k", 10},   {"kb", 10},  {"kib", 10},
+	    {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30},
+	    {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40},
 	};
 	const char *s = skip_space(text);
 	char unit[8];
@@ -169,7 +208,8 @@ int gpufile__parse_size(const char *text, uint64_t *out)
 		return -EINVAL;
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		if (strcmp(unit, units[i].suffix) == 0) {
-			if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
+			if (units[i].shift &&
+			    v > (UINT64_MAX >> units[i].shift))
 				return -ERANGE;
 			*out = v << units[i].shift;
 			return 0;
@@ -184,8 +224,8 @@ int gpufile__parse_mode(const char *text, int *out)
 		const char *word;
 		int mode;
 	} words[] = {
-		{"auto", 0}, {"on", 1},  {"true", 1},  {"yes", 1}, {"1", 1},
-		{"off", 2},  {"false", 2}, {"no", 2},  {"0", 2},
+	    {"auto", 0}, {"on", 1},    {"true", 1}, {"yes", 1}, {"1", 1},
+	    {"off", 2},  {"false", 2}, {"no", 2},   {"0", 2},
 	};
 	const char *s = skip_space(text);
 	char word[8];
@@ -222,7 +262,8 @@ static int parse_value(const struct setting *st, const char *text,
 		*out = 0;
 		rc = 0;
 		if (!*skip_space(text)) {
-			snprintf(msg, msg_len, "%s=\"%s\": empty", origin, text);
+			snprintf(msg, msg_len, "%s=\"%s\": empty", origin,
+			         text);
 			rc = -EINVAL;
 		} else if (strlen(text) >= sizeof(st->text)) {
 			snprintf(msg, msg_len, "%s: value too long", origin);
@@ -242,7 +283,8 @@ static int parse_value(const struct setting *st, const char *text,
 	case KIND_SIZE:
 		rc = gpufile__parse_size(text, out);
 		if (rc == -ERANGE)
-			snprintf(msg, msg_len, "%s=\"%s\": too large", origin, text);
+			snprintf(msg, msg_len, "%s=\"%s\": too large", origin,
+			         text);
 		else if (rc)
 			snprintf(msg, msg_len,
 			         "%s=\"%s\": not a size; use bytes or a number "
@@ -252,16 +294,17 @@ static int parse_value(const struct setting *st, const char *text,
 	default:
 		rc = gpufile__parse_count(text, out);
 		if (rc == -ERANGE)
-			snprintf(msg, msg_len, "%s=\"%s\": too large", origin, text);
+			snprintf(msg, msg_len, "%s=\"%s\": too large", origin,
+			         text);
 		else if (rc)
-			snprintf(msg, msg_len,
-			         "%s=\"%s\": not a whole number", origin, text);
+			snprintf(msg, msg_len, "%s=\"%s\": not a whole number",
+			         origin, text);
 		break;
 	}
 	if (rc == 0 && (*out < st->min || *out > st->max)) {
-		snprintf(msg, msg_len,
-		         "%s=\"%s\": out of range [%llu, %llu]", origin, text,
-		         (unsigned long long)st->min, (unsigned long long)st->max);
+		snprintf(msg, msg_len, "%s=\"%s\": out of range [%llu, %llu]",
+		         origin, text, (unsigned long long)st->min,
+		         (unsigned long long)st->max);
 		rc = -ERANGE;
 	}
 	return rc;
@@ -346,7 +389,8 @@ int gpufile__settings(struct gpufile__settings *s)
 	ensure_loaded();
 	rc = first_bad();
 	if (rc == 0) {
-		s->compat_mode = (gpufile_compat_mode_t)settings[S_COMPAT].value;
+		s->compat_mode =
+		    (gpufile_compat_mode_t)settings[S_COMPAT].value;
 		s->task_size = (size_t)settings[S_TASK].value;
 		s->gds_threshold = (size_t)settings[S_THRESH].value;
 		s->nthreads = (unsigned)settings[S_NTHREADS].value;
@@ -354,9 +398,10 @@ int gpufile__settings(struct gpufile__settings *s)
 		                        ~(size_t)(GPUFILE_ALIGN - 1);
 		s->bounce_buffers = (unsigned)settings[S_NBOUNCE].value;
 		/* Setting values are stored as 0 auto, 1 on, 2 off. */
-		s->direct_io = settings[S_DIRECT].value == 0   ? GPUFILE__DIRECT_AUTO
-		               : settings[S_DIRECT].value == 1 ? GPUFILE__DIRECT_ON
-		                                               : GPUFILE__DIRECT_OFF;
+		s->direct_io =
+		    settings[S_DIRECT].value == 0   ? GPUFILE__DIRECT_AUTO
+		    : settings[S_DIRECT].value == 1 ? GPUFILE__DIRECT_ON
+		                                    : GPUFILE__DIRECT_OFF;
 		s->max_inflight = (unsigned)settings[S_INFLIGHT].value;
 		s->cufile_stats = (unsigned)settings[S_CUFILE_STATS].value;
 		s->cufile_accel_only = settings[S_CUFILE_ACCEL].value != 2;
@@ -449,11 +494,10 @@ static int set_number(struct setting *st, uint64_t v)
 	int rc = 0;
 
 	if (v < st->min || v > st->max)
-		return gpufile__fail(GPUFILE_ECONFIG,
-		                     "%s=%llu: out of range [%llu, %llu]",
-		                     st->name, (unsigned long long)v,
-		                     (unsigned long long)st->min,
-		                     (unsigned long long)st->max);
+		return gpufile__fail(
+		    GPUFILE_ECONFIG, "%s=%llu: out of range [%llu, %llu]",
+		    st->name, (unsigned long long)v,
+		    (unsigned long long)st->min, (unsigned long long)st->max);
 	pthread_mutex_lock(&config_lock);
 	ensure_loaded();
 	st->value = v;
@@ -531,18 +575,18 @@ int gpufile_get_compat_mode(gpufile_compat_mode_t *mode)
 	return rc;
 }
 
-#define SIZE_ACCESSORS(fn, index, type)                   \
-	int gpufile_set_##fn(type v)                      \
-	{                                                 \
-		return set_number(&settings[index], v);   \
-	}                                                 \
-	int gpufile_get_##fn(type *out)                   \
-	{                                                 \
-		uint64_t v = 0;                           \
-		int rc = get_number(index, &v);           \
-		if (rc == 0)                              \
-			*out = (type)v;                   \
-		return rc;                                \
+#define SIZE_ACCESSORS(fn, index, type)                                        \
+	int gpufile_set_##fn(type v)                                           \
+	{                                                                      \
+		return set_number(&settings[index], v);                        \
+	}                                                                      \
+	int gpufile_get_##fn(type *out)                                        \
+	{                                                                      \
+		uint64_t v = 0;                                                \
+		int rc = get_number(index, &v);                                \
+		if (rc == 0)                                                   \
+			*out = (type)v;                                        \
+		return rc;                                                     \
 	}
 
 SIZE_ACCESSORS(task_size, S_TASK, size_t)

@@ -26,32 +26,35 @@ static const struct {
 	const char *symbol;
 	size_t offset;
 } symbols[] = {
-#define SYM(field, name) {name, offsetof(struct gpufile__cuda, field)}
-	SYM(cuInit, "cuInit"),
-	SYM(cuDriverGetVersion, "cuDriverGetVersion"),
-	SYM(cuDeviceGetCount, "cuDeviceGetCount"),
-	SYM(cuDeviceGet, "cuDeviceGet"),
-	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
-	SYM(cuCtxGetCurrent, "cuCtxGetCurrent"),
-	SYM(cuCtxSetCurrent, "cuCtxSetCurrent"),
-	SYM(cuPointerGetAttributes, "cuPointerGetAttributes"),
-	SYM(cuMemAlloc, "cuMemAlloc_v2"),
-	SYM(cuMemFree, "cuMemFree_v2"),
-	SYM(cuMemHostAlloc, "cuMemHostAlloc"),
-	SYM(cuMemFreeHost, "cuMemFreeHost"),
-	SYM(cuMemHostRegister, "cuMemHostRegister_v2"),
-	SYM(cuMemHostUnregister, "cuMemHostUnregister"),
-	SYM(cuMemcpy, "cuMemcpy"),
-	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
-	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
-	SYM(cuStreamCreate, "cuStreamCreate"),
-	SYM(cuStreamDestroy, "cuStreamDestroy_v2"),
-	SYM(cuStreamSynchronize, "cuStreamSynchronize"),
-	SYM(cuEventCreate, "cuEventCreate"),
-	SYM(cuEventDestroy, "cuEventDestroy_v2"),
-	SYM(cuEventRecord, "cuEventRecord"),
-	SYM(cuEventSynchronize, "cuEventSynchronize"),
-	SYM(cuGetErrorName, "cuGetErrorName"),
+#define SYM(field, name)                                                       \
+	{                                                                      \
+		name, offsetof(struct gpufile__cuda, field)                    \
+	}
+    SYM(cuInit, "cuInit"),
+    SYM(cuDriverGetVersion, "cuDriverGetVersion"),
+    SYM(cuDeviceGetCount, "cuDeviceGetCount"),
+    SYM(cuDeviceGet, "cuDeviceGet"),
+    SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    SYM(cuCtxGetCurrent, "cuCtxGetCurrent"),
+    SYM(cuCtxSetCurrent, "cuCtxSetCurrent"),
+    SYM(cuPointerGetAttributes, "cuPointerGetAttributes"),
+    SYM(cuMemAlloc, "cuMemAlloc_v2"),
+    SYM(cuMemFree, "cuMemFree_v2"),
+    SYM(cuMemHostAlloc, "cuMemHostAlloc"),
+    SYM(cuMemFreeHost, "cuMemFreeHost"),
+    SYM(cuMemHostRegister, "cuMemHostRegister_v2"),
+    SYM(cuMemHostUnregister, "cuMemHostUnregister"),
+    SYM(cuMemcpy, "cuMemcpy"),
+    SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+    SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+    SYM(cuStreamCreate, "cuStreamCreate"),
+    SYM(cuStreamDestroy, "cuStreamDestroy_v2"),
+    SYM(cuStreamSynchronize, "cuStreamSynchronize"),
+    SYM(cuEventCreate, "cuEventCreate"),
+    SYM(cuEventDestroy, "cuEventDestroy_v2"),
+    SYM(cuEventRecord, "cuEventRecord"),
+    SYM(cuEventSynchronize, "cuEventSynchronize"),
+    SYM(cuGetErrorName, "cuGetErrorName"),
 #undef SYM
 };
 
@@ -141,8 +144,8 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 	 * objects has moved since the last miss. */
 	adds = 0;
 	dl_iterate_phdr(count_loads, &adds);
-	if (adds == atomic_load_explicit(&adds_at_last_miss,
-	                                 memory_order_relaxed))
+	if (adds ==
+	    atomic_load_explicit(&adds_at_last_miss, memory_order_relaxed))
 		return NULL;
 	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 	if (!lib) {
@@ -159,8 +162,8 @@ void gpufile__cuda_override(const struct gpufile__cuda *table)
 	atomic_store(&override, table);
 }
 
-int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len,
-                       const char *fmt, ...)
+int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len, const char *fmt,
+                       ...)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	const char *name = NULL;
@@ -201,7 +204,8 @@ int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
 		*ctx = NULL;
 	if (!t)
 		return 0;
-	rc = t->cuPointerGetAttributes(4, attrs, data, (CUdeviceptr)(uintptr_t)ptr);
+	rc = t->cuPointerGetAttributes(4, attrs, data,
+	                               (CUdeviceptr)(uintptr_t)ptr);
 	if (rc == CUDA_ERROR_INVALID_VALUE)
 		return 0; /* memory CUDA does not know: pageable host */
 	if (rc != CUDA_SUCCESS)
@@ -274,8 +278,8 @@ static int use_device(const struct gpufile__cuda *t, int ordinal)
 	if (rc == CUDA_SUCCESS)
 		rc = t->cuCtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS)
-		return gpufile__cuda_fail(rc, NULL, 0,
-		                          "activating device %d", ordinal);
+		return gpufile__cuda_fail(rc, NULL, 0, "activating device %d",
+		                          ordinal);
 	return 0;
 }
 
@@ -293,7 +297,8 @@ static int use_context_of(const struct gpufile__cuda *t, const void *ptr)
 	if (ctx) {
 		CUresult cr = t->cuCtxSetCurrent((CUcontext)ctx);
 		if (cr != CUDA_SUCCESS)
-			return gpufile__cuda_fail(cr, NULL, 0, "cuCtxSetCurrent");
+			return gpufile__cuda_fail(cr, NULL, 0,
+			                          "cuCtxSetCurrent");
 		return 0;
 	}
 	return use_device(t, dev >= 0 ? dev : 0);
@@ -314,9 +319,9 @@ int gpufile_device_alloc(int device, size_t size, void **out)
 		return err;
 	rc = t->cuMemAlloc(&p, size ? size : 1);
 	if (rc != CUDA_SUCCESS)
-		return gpufile__cuda_fail(rc, NULL, 0,
-		                          "cuMemAlloc of %zu bytes on device %d",
-		                          size, device);
+		return gpufile__cuda_fail(
+		    rc, NULL, 0, "cuMemAlloc of %zu bytes on device %d", size,
+		    device);
 	*out = (void *)(uintptr_t)p;
 	return 0;
 }

@@ -15,23 +15,23 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_SUCCESS               0
+#define CUDA_ERROR_INVALID_VALUE   1
 #define CUDA_ERROR_NOT_INITIALIZED 3
-#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_NOT_READY       600
 
-#define CU_POINTER_ATTRIBUTE_CONTEXT 1
-#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
-#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_POINTER_ATTRIBUTE_CONTEXT        1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE    2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED     8
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_MEMORYTYPE_HOST 1
-#define CU_MEMORYTYPE_DEVICE 2
-#define CU_MEMORYTYPE_UNIFIED 4
-#define CU_MEMHOSTALLOC_PORTABLE 0x01
-#define CU_MEMHOSTREGISTER_PORTABLE 0x01
-#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
-#define CU_STREAM_NON_BLOCKING 0x1
-#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_MEMORYTYPE_HOST                  1
+#define CU_MEMORYTYPE_DEVICE                2
+#define CU_MEMORYTYPE_UNIFIED               4
+#define CU_MEMHOSTALLOC_PORTABLE            0x01
+#define CU_MEMHOSTREGISTER_PORTABLE         0x01
+#define CU_MEMHOSTREGISTER_READ_ONLY        0x08
+#define CU_STREAM_NON_BLOCKING              0x1
+#define CU_EVENT_DISABLE_TIMING             0x2
 
 /* Every driver call gpufile makes, so that tests can replace the table
  * (gpufile__cuda_override) to inject failures or run the staging logic
@@ -77,8 +77,7 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void);
 void gpufile__cuda_override(const struct gpufile__cuda *table);
 /* Formats "what: NAME (code)" as the thread's message (and into msg when
  * msg is not NULL) and returns GPUFILE_ECUDA. */
-int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len,
-                       const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -9,8 +9,8 @@ static _Thread_local char last_message[1024];
 const char *gpufile_strerror(int err)
 {
 	switch (err) {
-#define GPUFILE_X_CASE(name, value, text) \
-	case name:                        \
+#define GPUFILE_X_CASE(name, value, text)                                      \
+	case name:                                                             \
 		return text;
 		GPUFILE_ERRORS(GPUFILE_X_CASE)
 #undef GPUFILE_X_CASE

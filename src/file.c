@@ -49,11 +49,11 @@ static int parse_flags(const char *flags, int *oflags, int *readable,
 		const char *text;
 		int oflags, readable, writable, append;
 	} modes[] = {
-		{"r", O_RDONLY, 1, 0, 0},
-		{"r+", O_RDWR, 1, 1, 0},
-		{"w", O_WRONLY | O_CREAT | O_TRUNC, 0, 1, 0},
-		{"w+", O_RDWR | O_CREAT | O_TRUNC, 1, 1, 0},
-		{"a", O_WRONLY | O_CREAT, 0, 1, 1},
+	    {"r", O_RDONLY, 1, 0, 0},
+	    {"r+", O_RDWR, 1, 1, 0},
+	    {"w", O_WRONLY | O_CREAT | O_TRUNC, 0, 1, 0},
+	    {"w+", O_RDWR | O_CREAT | O_TRUNC, 1, 1, 0},
+	    {"a", O_WRONLY | O_CREAT, 0, 1, 1},
 	};
 
 	for (size_t i = 0; flags && i < sizeof(modes) / sizeof(modes[0]); i++) {
@@ -82,11 +82,13 @@ static void open_direct(struct gpufile *h, int oflags, int direct_mode)
 	}
 	if (gpufile__sys.fstatfs(h->fd, &sfs) == 0)
 		fs = fs_name((long)sfs.f_type);
-	h->direct_fd = gpufile__sys.open(h->path, access | O_DIRECT | O_CLOEXEC, 0);
+	h->direct_fd =
+	    gpufile__sys.open(h->path, access | O_DIRECT | O_CLOEXEC, 0);
 	if (h->direct_fd < 0) {
 		int e = errno;
 		snprintf(h->direct_reason, sizeof(h->direct_reason),
-		         "O_DIRECT refused by %s (%s): reading through the page cache",
+		         "O_DIRECT refused by %s (%s): reading through the "
+		         "page cache",
 		         fs, strerror(e));
 		h->direct_fd = -1;
 		gpufile__stats_direct_fallback();
@@ -116,7 +118,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h = calloc(1, sizeof(*h));
 	if (!h || !(h->path = strdup(path))) {
 		free(h);
-		return gpufile__fail(-ENOMEM, "opening %s: out of memory", path);
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     path);
 	}
 	h->fd = gpufile__sys.open(path, oflags | O_CLOEXEC, 0644);
 	if (h->fd < 0) {
@@ -217,14 +220,14 @@ static ssize_t host_task(struct gpufile__request *r, char *buf, size_t len,
                          int64_t off, char *msg, size_t msg_len)
 {
 	char *scratch = r->cfg.direct_io == GPUFILE__DIRECT_OFF
-	                        ? NULL
-	                        : gpufile__thread_scratch();
+	                    ? NULL
+	                    : gpufile__thread_scratch();
 
 	(void)msg;
 	(void)msg_len;
 	if (r->is_write)
-		return gpufile__file_write(r->h, r->cfg.direct_io, buf, len, off,
-		                           scratch, GPUFILE__SCRATCH);
+		return gpufile__file_write(r->h, r->cfg.direct_io, buf, len,
+		                           off, scratch, GPUFILE__SCRATCH);
 	return gpufile__file_read(r->h, r->cfg.direct_io, buf, len, off,
 	                          scratch, GPUFILE__SCRATCH);
 }
@@ -257,8 +260,8 @@ static void cufile_establish(struct gpufile *h, void *ctx)
 	 * better served by gpufile's own path. */
 	h->cufile_fd = h->direct_fd;
 	if (h->cufile_fd < 0) {
-		h->cufile_fd = gpufile__sys.open(h->path,
-		                                 access | O_DIRECT | O_CLOEXEC, 0);
+		h->cufile_fd = gpufile__sys.open(
+		    h->path, access | O_DIRECT | O_CLOEXEC, 0);
 		if (h->cufile_fd < 0) {
 			struct statfs sfs;
 			const char *fs = "this file system";
@@ -314,7 +317,8 @@ static int cufile_choose(struct gpufile *h, const struct gpufile__settings *cfg,
 
 	*path = GPUFILE_PATH_POSIX;
 	if (cfg->compat_mode == GPUFILE_COMPAT_ON) {
-		snprintf(reason, len, "posix: compat_mode=on, cuFile is not used");
+		snprintf(reason, len,
+		         "posix: compat_mode=on, cuFile is not used");
 		return 0;
 	}
 	pthread_mutex_lock(&h->lock);
@@ -328,29 +332,33 @@ static int cufile_choose(struct gpufile *h, const struct gpufile__settings *cfg,
 	if (state != GPUFILE__CUFILE_REGISTERED) {
 		snprintf(reason, len, "posix: cuFile fallback: %s", why);
 		if (first)
-			gpufile__stats_file(h->path, GPUFILE_PATH_POSIX, reason);
+			gpufile__stats_file(h->path, GPUFILE_PATH_POSIX,
+			                    reason);
 		if (cfg->compat_mode == GPUFILE_COMPAT_OFF) {
 			*path = GPUFILE_PATH_CUFILE;
-			return gpufile__fail(error ? error : GPUFILE_ECUFILE,
-			                     "%s: compat_mode=off requires cuFile: %s",
-			                     h->path, why);
+			return gpufile__fail(
+			    error ? error : GPUFILE_ECUFILE,
+			    "%s: compat_mode=off requires cuFile: %s", h->path,
+			    why);
 		}
 		return 0;
 	}
 	if (cfg->compat_mode == GPUFILE_COMPAT_OFF) {
 		*path = GPUFILE_PATH_CUFILE;
-		snprintf(reason, len, "cufile: compat_mode=off, file registered");
+		snprintf(reason, len,
+		         "cufile: compat_mode=off, file registered");
 	} else if (!gpufile__cufile_accelerated(why, sizeof(why)) &&
 	           cfg->cufile_accel_only) {
-		snprintf(reason, len,
-		         "posix: cuFile registered the file but would only use "
-		         "its slower compatibility path (%s; cufile_accel_only=off "
-		         "hands it to cuFile anyway)",
-		         why);
+		snprintf(
+		    reason, len,
+		    "posix: cuFile registered the file but would only use "
+		    "its slower compatibility path (%s; cufile_accel_only=off "
+		    "hands it to cuFile anyway)",
+		    why);
 	} else {
 		*path = GPUFILE_PATH_CUFILE;
-		snprintf(reason, len, "cufile: compat_mode=auto, file registered, %s",
-		         why);
+		snprintf(reason, len,
+		         "cufile: compat_mode=auto, file registered, %s", why);
 	}
 	if (first)
 		gpufile__stats_file(h->path, *path, reason);
@@ -393,9 +401,9 @@ static int decide_path(struct gpufile__request *r)
 		if (cr == CUDA_SUCCESS)
 			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
 		if (cr != CUDA_SUCCESS)
-			return gpufile__cuda_fail(cr, NULL, 0,
-			                          "retaining device %d's context",
-			                          device);
+			return gpufile__cuda_fail(
+			    cr, NULL, 0, "retaining device %d's context",
+			    device);
 		ctx = primary;
 	}
 	r->device = device;
@@ -434,12 +442,13 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 		                     is_write ? "writing" : "reading", h->path);
 	if (offset < 0 || size > (size_t)INT64_MAX ||
 	    (int64_t)size > INT64_MAX - offset)
-		return gpufile__fail(-EINVAL,
-		                     "%s %s: offset %lld with size %zu is out of range",
-		                     is_write ? "writing" : "reading", h->path,
-		                     (long long)offset, size);
+		return gpufile__fail(
+		    -EINVAL, "%s %s: offset %lld with size %zu is out of range",
+		    is_write ? "writing" : "reading", h->path,
+		    (long long)offset, size);
 	if (is_write ? !h->writable : !h->readable)
-		return gpufile__fail(-EBADF, "%s %s: the file was not opened for %s",
+		return gpufile__fail(-EBADF,
+		                     "%s %s: the file was not opened for %s",
 		                     is_write ? "writing" : "reading", h->path,
 		                     is_write ? "writing" : "reading");
 	rc = gpufile__settings(&r->cfg);
@@ -452,8 +461,8 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	r->device = -1;
 	r->cuda_ctx = NULL;
 	r->offset = is_write && h->append
-	                    ? atomic_fetch_add(&h->append_pos, (int64_t)size)
-	                    : offset;
+	                ? atomic_fetch_add(&h->append_pos, (int64_t)size)
+	                : offset;
 	rc = decide_path(r);
 	if (rc)
 		return rc;
@@ -461,8 +470,8 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	return 0;
 }
 
-static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size,
-                           int64_t offset, int is_write)
+static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
+                           int is_write)
 {
 	struct gpufile__request r;
 	ssize_t result;
@@ -609,7 +618,8 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 				if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
 					cu->cuDevicePrimaryCtxRetain(&ctx, dev);
 			}
-			rc = cufile_choose(h, &cfg, ctx, &path, why, sizeof(why));
+			rc = cufile_choose(h, &cfg, ctx, &path, why,
+			                   sizeof(why));
 			if (device_path)
 				*device_path = path;
 			if (rc)
@@ -628,9 +638,11 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 		if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused))
 			snprintf(direct, sizeof(direct),
 			         "O_DIRECT available (direct_io=%s)",
-			         cfg.direct_io == GPUFILE__DIRECT_ON ? "on" : "auto");
+			         cfg.direct_io == GPUFILE__DIRECT_ON ? "on"
+			                                             : "auto");
 		else
-			snprintf(direct, sizeof(direct), "%s", h->direct_reason);
+			snprintf(direct, sizeof(direct), "%s",
+			         h->direct_reason);
 		pthread_mutex_unlock(&h->lock);
 		if (used < len)
 			snprintf(reason + used, len - used, "; %s", direct);

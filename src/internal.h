@@ -27,7 +27,7 @@
 
 /* Formats the thread's error message and returns err. */
 int gpufile__fail(int err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 /* Sets the thread's error message to msg verbatim and returns err. */
 int gpufile__fail_msg(int err, const char *msg);
 /* Clears the thread's error message. */
@@ -42,14 +42,18 @@ struct gpufile__settings {
 	size_t gds_threshold;
 	unsigned nthreads;
 	size_t bounce_buffer_size;
-	unsigned bounce_buffers;     /* per worker, >= 2 */
-	int direct_io;               /* GPUFILE__DIRECT_* */
-	unsigned max_inflight;       /* requests in flight before submit blocks */
-	unsigned cufile_stats;       /* cuFile stats level to request, 0-3 */
-	int cufile_accel_only;       /* auto: cuFile only where accelerated */
+	unsigned bounce_buffers; /* per worker, >= 2 */
+	int direct_io;           /* GPUFILE__DIRECT_* */
+	unsigned max_inflight;   /* requests in flight before submit blocks */
+	unsigned cufile_stats;   /* cuFile stats level to request, 0-3 */
+	int cufile_accel_only;   /* auto: cuFile only where accelerated */
 };
 
-enum { GPUFILE__DIRECT_OFF = 0, GPUFILE__DIRECT_ON = 1, GPUFILE__DIRECT_AUTO = 2 };
+enum {
+	GPUFILE__DIRECT_OFF = 0,
+	GPUFILE__DIRECT_ON = 1,
+	GPUFILE__DIRECT_AUTO = 2
+};
 
 /* Fills *s. Returns 0, or GPUFILE_ECONFIG with the thread's message naming
  * the first bad variable and value. */
@@ -110,8 +114,7 @@ void gpufile__stats_direct_fallback(void);
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
-void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
-                           int ngpus);
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
 /* Reads the segment file path as gpufile stats would (owner uid, mode,
@@ -125,8 +128,8 @@ int gpufile__stats_read_file(const char *path, unsigned uid,
 /* ---- file handles (file.c) ---- */
 
 struct gpufile {
-	int fd;               /* buffered descriptor */
-	int direct_fd;        /* O_DIRECT descriptor, or -1 */
+	int fd;        /* buffered descriptor */
+	int direct_fd; /* O_DIRECT descriptor, or -1 */
 	int readable, writable, append;
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	_Atomic int64_t append_pos;
@@ -142,12 +145,12 @@ struct gpufile {
 	/* cuFile state, decided under lock at the first device request at
 	 * or above gds_threshold that compat_mode lets reach cuFile (or by
 	 * gpufile_path_info): registered, or why not (file.c). */
-	int cufile_state;        /* GPUFILE__CUFILE_* */
-	void *cufile_handle;     /* CUfileHandle_t when registered */
-	int cufile_fd;           /* the O_DIRECT descriptor registered, or -1 */
-	int cufile_fd_owned;     /* cufile_fd is not direct_fd: close it */
-	int cufile_error;        /* gpufile error a compat_mode=off request gets */
-	int cufile_status;       /* cuFile status of the failure, or 0 */
+	int cufile_state;    /* GPUFILE__CUFILE_* */
+	void *cufile_handle; /* CUfileHandle_t when registered */
+	int cufile_fd;       /* the O_DIRECT descriptor registered, or -1 */
+	int cufile_fd_owned; /* cufile_fd is not direct_fd: close it */
+	int cufile_error;    /* gpufile error a compat_mode=off request gets */
+	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
 };
 enum {
@@ -186,9 +189,9 @@ int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
 
 /* Writes [off, off+len) from host memory buf; O_DIRECT for the aligned
  * middle when direct_mode is ON. Returns len or -errno. */
-ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
-                            const char *buf, size_t len, int64_t off,
-                            char *scratch, size_t scratch_len);
+ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
+                            size_t len, int64_t off, char *scratch,
+                            size_t scratch_len);
 
 /* A per-thread aligned scratch buffer of GPUFILE__SCRATCH bytes, or NULL
  * when it cannot be allocated. Freed when the thread exits. */
@@ -217,27 +220,27 @@ struct gpufile__request {
 	gpufile_path_t path;
 	struct gpufile__settings cfg;
 	uint64_t ntasks;
-	int device;              /* CUDA ordinal of buf for device paths */
-	void *cuda_ctx;          /* context that owns buf */
-	void *cufile_handle;     /* the cufile path: h's registered handle */
-	char *cufile_base;       /* registered buffer holding buf, or buf */
+	int device;          /* CUDA ordinal of buf for device paths */
+	void *cuda_ctx;      /* context that owns buf */
+	void *cufile_handle; /* the cufile path: h's registered handle */
+	char *cufile_base;   /* registered buffer holding buf, or buf */
 
 	/* Guarded by the pool lock. */
-	uint64_t next_task;      /* next task to claim */
+	uint64_t next_task; /* next task to claim */
 	struct gpufile__request *qnext, *qprev;
 	int queued;
 
-	uint64_t start_ns;           /* when the request was initialised */
+	uint64_t start_ns; /* when the request was initialised */
 	atomic_uint_fast64_t tasks_ended;
 	atomic_uint_fast64_t bytes;
-	atomic_int failed;           /* stop starting tasks */
-	_Atomic int64_t eof_at;      /* lowest offset where a read hit EOF */
+	atomic_int failed;      /* stop starting tasks */
+	_Atomic int64_t eof_at; /* lowest offset where a read hit EOF */
 
-	pthread_mutex_t lock;        /* guards everything below */
+	pthread_mutex_t lock; /* guards everything below */
 	pthread_cond_t cond;
 	int done;
 	ssize_t result;
-	int64_t error_offset;        /* offset of the task whose error is kept */
+	int64_t error_offset; /* offset of the task whose error is kept */
 	char errmsg[512];
 };
 
@@ -278,9 +281,8 @@ int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
                       void **ctx);
 
 /* Task functions for device buffers (staging.c). */
-ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
-                             size_t len, int64_t off, char *msg,
-                             size_t msg_len);
+ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
+                             int64_t off, char *msg, size_t msg_len);
 /* Waits for the copies this worker thread left running, ends their tasks
  * and gives its bounce buffers back (staging.c). */
 void gpufile__staging_flush(void);

@@ -35,15 +35,15 @@ static struct {
 	pthread_cond_t space;  /* a request ended: room for one more */
 	pthread_cond_t exited; /* a worker exited */
 	struct gpufile__request *head, *tail;
-	unsigned nworkers;     /* running and taking tasks */
-	unsigned exiting;      /* left the count, still flushing */
-	unsigned target;       /* wanted */
-	unsigned inflight;     /* submitted, not yet ended */
+	unsigned nworkers; /* running and taking tasks */
+	unsigned exiting;  /* left the count, still flushing */
+	unsigned target;   /* wanted */
+	unsigned inflight; /* submitted, not yet ended */
 } pool = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.work = PTHREAD_COND_INITIALIZER,
-	.space = PTHREAD_COND_INITIALIZER,
-	.exited = PTHREAD_COND_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .work = PTHREAD_COND_INITIALIZER,
+    .space = PTHREAD_COND_INITIALIZER,
+    .exited = PTHREAD_COND_INITIALIZER,
 };
 
 static _Thread_local int is_worker;
@@ -114,13 +114,14 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 			 * allocation failed): name it and the offset. */
 			snprintf(r->errmsg, sizeof(r->errmsg),
 			         "%s %s at offset %lld (%zu bytes): %s",
-			         r->is_write ? "writing" : "reading", r->h->path,
-			         (long long)off, len, msg);
+			         r->is_write ? "writing" : "reading",
+			         r->h->path, (long long)off, len, msg);
 		else
 			snprintf(r->errmsg, sizeof(r->errmsg),
 			         "%s %s at offset %lld (%zu bytes): %s",
-			         r->is_write ? "writing" : "reading", r->h->path,
-			         (long long)off, len, gpufile_strerror((int)err));
+			         r->is_write ? "writing" : "reading",
+			         r->h->path, (long long)off, len,
+			         gpufile_strerror((int)err));
 	}
 	pthread_mutex_unlock(&r->lock);
 }
@@ -165,8 +166,8 @@ void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
 		if ((size_t)n < len) {
 			int64_t eof = off + n;
 			int64_t cur = atomic_load(&r->eof_at);
-			while (eof < cur &&
-			       !atomic_compare_exchange_weak(&r->eof_at, &cur, eof))
+			while (eof < cur && !atomic_compare_exchange_weak(
+			                        &r->eof_at, &cur, eof))
 				;
 		}
 	}
@@ -195,8 +196,8 @@ static void run_task(struct gpufile__request *r, uint64_t index)
 		tend = end;
 	msg[0] = '\0';
 	if (!atomic_load_explicit(&r->failed, memory_order_relaxed)) {
-		n = r->run(r, r->buf + (toff - r->offset), (size_t)(tend - toff),
-		           toff, msg, sizeof(msg));
+		n = r->run(r, r->buf + (toff - r->offset),
+		           (size_t)(tend - toff), toff, msg, sizeof(msg));
 		if (n == GPUFILE__TASK_DEFERRED)
 			return; /* the task function ends it later */
 	} else {
@@ -247,7 +248,8 @@ static void *worker_main(void *arg)
 		}
 		r = pool.head;
 		if (atomic_load_explicit(&r->failed, memory_order_relaxed)) {
-			/* End the unclaimed tasks of a failed request at once. */
+			/* End the unclaimed tasks of a failed request at once.
+			 */
 			uint64_t left = r->ntasks - r->next_task;
 			r->next_task = r->ntasks;
 			dequeue(r);
@@ -284,9 +286,9 @@ static int spawn_workers(void)
 		pthread_attr_destroy(&attr);
 		if (rc) {
 			if (pool.nworkers == 0)
-				return gpufile__fail(-rc,
-				                     "cannot start a worker thread: %s",
-				                     strerror(rc));
+				return gpufile__fail(
+				    -rc, "cannot start a worker thread: %s",
+				    strerror(rc));
 			break; /* run with the workers we have */
 		}
 		pool.nworkers++;

@@ -53,12 +53,14 @@ ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off)
 	int again = 0;
 
 	while (done < len) {
-		ssize_t n = gpufile__sys.pwrite(fd, (const char *)buf + done,
-		                                len - done, (off_t)(off + done));
+		ssize_t n =
+		    gpufile__sys.pwrite(fd, (const char *)buf + done,
+		                        len - done, (off_t)(off + done));
 		if (n > 0) {
 			done += (size_t)n;
 		} else if (n == 0) {
-			/* No progress and no error: the device takes no more. */
+			/* No progress and no error: the device takes no more.
+			 */
 			return -EIO;
 		} else if (errno == EINTR) {
 			continue;
@@ -152,10 +154,10 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 
 			n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
 			/* O_DIRECT moves whole blocks: a read of the block that
-			 * holds end-of-file zero-fills the rest of that block in
-			 * dst (ext4 does), beyond the count it returns, where the
-			 * caller's bytes must stay as they were. That block goes
-			 * through scratch instead. */
+			 * holds end-of-file zero-fills the rest of that block
+			 * in dst (ext4 does), beyond the count it returns,
+			 * where the caller's bytes must stay as they were. That
+			 * block goes through scratch instead. */
 			if (gpufile__sys.fstat(h->direct_fd, &st) == 0 &&
 			    pos + (int64_t)n > (int64_t)st.st_size) {
 				int64_t whole = (int64_t)st.st_size &
@@ -185,10 +187,12 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 				wl = scratch_len;
 			/* When buf is congruent with the file offset, only this
 			 * partial block needs the scratch buffer. */
-			if ((((uintptr_t)dst - (uint64_t)pos) & (GPUFILE_ALIGN - 1)) == 0 &&
+			if ((((uintptr_t)dst - (uint64_t)pos) &
+			     (GPUFILE_ALIGN - 1)) == 0 &&
 			    wl > GPUFILE_ALIGN)
 				wl = GPUFILE_ALIGN;
-			got = gpufile__direct_pread(h->direct_fd, scratch, wl, ws);
+			got = gpufile__direct_pread(h->direct_fd, scratch, wl,
+			                            ws);
 			if (got == -EINVAL)
 				goto buffered;
 			if (got < 0)
@@ -278,9 +282,9 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
 	return direct_range(h, buf, len, off, scratch, scratch_len);
 }
 
-ssize_t gpufile__file_write(struct gpufile *h, int direct_mode,
-                            const char *buf, size_t len, int64_t off,
-                            char *scratch, size_t scratch_len)
+ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
+                            size_t len, int64_t off, char *scratch,
+                            size_t scratch_len)
 {
 	const int64_t end = off + (int64_t)len;
 	int64_t mid_start, mid_end, pos;

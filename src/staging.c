@@ -37,10 +37,10 @@ static int uring_queue_init(unsigned entries, struct io_uring *ring,
 	return io_uring_queue_init(entries, ring, flags);
 }
 
-#define REAL_URING                                                        \
-	{                                                                 \
-		.queue_init = uring_queue_init, .submit = io_uring_submit, \
-		.wait_cqe = io_uring_wait_cqe,                            \
+#define REAL_URING                                                             \
+	{                                                                      \
+		.queue_init = uring_queue_init, .submit = io_uring_submit,     \
+		.wait_cqe = io_uring_wait_cqe,                                 \
 	}
 static const struct gpufile__uring_ops real_uring = REAL_URING;
 struct gpufile__uring_ops gpufile__uring = REAL_URING;
@@ -57,10 +57,10 @@ void gpufile__uring_reset(void)
 
 struct stager {
 	struct stager *next;
-	CUcontext ctx;         /* context the stream and events belong to */
+	CUcontext ctx; /* context the stream and events belong to */
 	CUstream stream;
 	unsigned nbufs;
-	size_t buf_size;       /* usable bytes per buffer */
+	size_t buf_size; /* usable bytes per buffer */
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
@@ -76,7 +76,7 @@ struct stager {
 		int active;
 	} deferred;
 #ifdef GPUFILE_HAVE_LIBURING
-	struct io_uring ring;     /* cold reads, one per buffer in flight */
+	struct io_uring ring; /* cold reads, one per buffer in flight */
 	int ring_ok;
 	int ring_broken; /* a submit failed: close the ring after this task */
 #endif
@@ -88,8 +88,8 @@ static struct {
 	struct stager *free_list;
 	unsigned count; /* stagers in existence */
 } stagers = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.freed = PTHREAD_COND_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .freed = PTHREAD_COND_INITIALIZER,
 };
 
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
@@ -157,9 +157,9 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 			s->buf[i] = NULL;
 			stager_free_buffers(t, s);
 			return gpufile__cuda_fail(
-				rc, msg, msg_len,
-				"cuMemHostAlloc of a %zu-byte bounce buffer",
-				cfg->bounce_buffer_size + GPUFILE_ALIGN);
+			    rc, msg, msg_len,
+			    "cuMemHostAlloc of a %zu-byte bounce buffer",
+			    cfg->bounce_buffer_size + GPUFILE_ALIGN);
 		}
 		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
 		if (rc != CUDA_SUCCESS) {
@@ -174,7 +174,7 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 	/* Without a ring (old kernel, seccomp) cold reads use the
 	 * synchronous loop: one request in flight per worker. */
 	s->ring_ok =
-		gpufile__uring.queue_init(cfg->bounce_buffers, &s->ring, 0) == 0;
+	    gpufile__uring.queue_init(cfg->bounce_buffers, &s->ring, 0) == 0;
 #endif
 	return 0;
 }
@@ -254,8 +254,9 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
 	s->pending[i] = 0;
 	rc = t->cuEventSynchronize(s->event[i]);
 	if (rc != CUDA_SUCCESS)
-		return gpufile__cuda_fail(rc, msg, msg_len,
-		                          "waiting for a copy between host and GPU");
+		return gpufile__cuda_fail(
+		    rc, msg, msg_len,
+		    "waiting for a copy between host and GPU");
 	return 0;
 }
 
@@ -288,8 +289,8 @@ static void drain(const struct gpufile__cuda *t, struct stager *s)
 		s->pending[i] = 0;
 }
 
-static int wait_all(const struct gpufile__cuda *t, struct stager *s,
-                    char *msg, size_t msg_len)
+static int wait_all(const struct gpufile__cuda *t, struct stager *s, char *msg,
+                    size_t msg_len)
 {
 	int err = 0;
 
@@ -303,7 +304,8 @@ static int64_t chunk_end(int64_t pos, int64_t end, size_t chunk)
 {
 	const int64_t start = pos - (int64_t)((uint64_t)pos % chunk);
 	/* Compared before adding: start + chunk may overflow near INT64_MAX. */
-	int64_t next = end - start > (int64_t)chunk ? start + (int64_t)chunk : end;
+	int64_t next =
+	    end - start > (int64_t)chunk ? start + (int64_t)chunk : end;
 
 	return next < end ? next : end;
 }
@@ -325,8 +327,9 @@ static int before_eof(struct gpufile *h, int64_t off)
 }
 
 struct cold_chunk {
-	int64_t pos, end, ws; /* data range, and where the aligned read starts */
-	size_t wl;            /* aligned read length */
+	int64_t pos, end,
+	    ws;    /* data range, and where the aligned read starts */
+	size_t wl; /* aligned read length */
 	int done;
 	int res;
 };
@@ -434,11 +437,12 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
 			err = (int)got;
 			goto fail;
 		}
-		if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 && got > 0) {
+		if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 &&
+		    got > 0) {
 			/* A short read that is not end-of-file: finish it. */
 			ssize_t more = gpufile__direct_pread(
-				r->h->direct_fd, s->buf[b] + got, c->wl - (size_t)got,
-				c->ws + got);
+			    r->h->direct_fd, s->buf[b] + got,
+			    c->wl - (size_t)got, c->ws + got);
 			if (more < 0) {
 				err = (int)more;
 				goto fail;
@@ -455,8 +459,8 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
 			 * systems return any count): finish through the page
 			 * cache. */
 			ssize_t more = gpufile__pread_full(
-				r->h->fd, s->buf[b] + skip + valid, want - valid,
-				c->pos + (int64_t)valid);
+			    r->h->fd, s->buf[b] + skip + valid, want - valid,
+			    c->pos + (int64_t)valid);
 			if (more < 0) {
 				err = (int)more;
 				goto fail;
@@ -464,16 +468,17 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
 			valid += (size_t)more;
 		}
 		if (valid) {
-			rc = t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(c->pos - off),
-			                          s->buf[b] + skip, valid, s->stream);
+			rc = t->cuMemcpyHtoDAsync(
+			    dst + (CUdeviceptr)(c->pos - off), s->buf[b] + skip,
+			    valid, s->stream);
 			if (rc == CUDA_SUCCESS)
 				rc = t->cuEventRecord(s->event[b], s->stream);
 			if (rc != CUDA_SUCCESS) {
 				err = gpufile__cuda_fail(
-					rc, msg, msg_len,
-					"copying %zu bytes of %s at offset %lld to "
-					"device memory",
-					valid, r->h->path, (long long)c->pos);
+				    rc, msg, msg_len,
+				    "copying %zu bytes of %s at offset %lld to "
+				    "device memory",
+				    valid, r->h->path, (long long)c->pos);
 				goto fail;
 			}
 			s->pending[b] = 1;
@@ -550,8 +555,7 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		if (err)
 			goto fail;
 		n = gpufile__file_read(r->h, r->cfg.direct_io, bounce, want,
-		                       pos, scratch,
-		                       GPUFILE__SCRATCH);
+		                       pos, scratch, GPUFILE__SCRATCH);
 		if (n < 0) {
 			err = (int)n;
 			goto fail;
@@ -559,17 +563,20 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		/* The previous task's last copy ran while we read. */
 		settle_deferred(t, s);
 		if (n > 0) {
-			rc = t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(pos - off),
-			                          bounce, (size_t)n, s->stream);
+			rc =
+			    t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(pos - off),
+			                         bounce, (size_t)n, s->stream);
 			if (rc == CUDA_SUCCESS)
 				rc = t->cuEventRecord(s->event[b], s->stream);
 			if (rc != CUDA_SUCCESS) {
 				err = gpufile__cuda_fail(
-					rc, msg, msg_len,
-					"copying %zd bytes of %s at offset %lld "
-					"to device memory %p",
-					n, r->h->path, (long long)pos,
-					(void *)(uintptr_t)(dst + (CUdeviceptr)(pos - off)));
+				    rc, msg, msg_len,
+				    "copying %zd bytes of %s at offset %lld "
+				    "to device memory %p",
+				    n, r->h->path, (long long)pos,
+				    (void *)(uintptr_t)(dst +
+				                        (CUdeviceptr)(pos -
+				                                      off)));
 				goto fail;
 			}
 			s->pending[b] = 1;
@@ -621,7 +628,8 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 			return n;
 		/* Continue where O_DIRECT was refused, through the cache. */
 		msg[0] = '\0';
-		n = staged_read_warm(t, s, r, dst + (CUdeviceptr)(stopped - off),
+		n = staged_read_warm(t, s, r,
+		                     dst + (CUdeviceptr)(stopped - off),
 		                     len - (size_t)(stopped - off), stopped,
 		                     scratch, msg, msg_len, 0);
 		return n < 0 ? n : (stopped - off) + n;
@@ -651,19 +659,21 @@ static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
 			const unsigned b = k_fetch++ % s->nbufs;
 			const int64_t cend = chunk_end(fetch, end, s->buf_size);
 
-			rc = t->cuMemcpyDtoHAsync(s->buf[b],
-			                          src + (CUdeviceptr)(fetch - off),
-			                          (size_t)(cend - fetch), s->stream);
+			rc = t->cuMemcpyDtoHAsync(
+			    s->buf[b], src + (CUdeviceptr)(fetch - off),
+			    (size_t)(cend - fetch), s->stream);
 			if (rc == CUDA_SUCCESS)
 				rc = t->cuEventRecord(s->event[b], s->stream);
 			if (rc != CUDA_SUCCESS) {
 				err = gpufile__cuda_fail(
-					rc, msg, msg_len,
-					"copying %lld bytes from device memory %p "
-					"for %s at offset %lld",
-					(long long)(cend - fetch),
-					(void *)(uintptr_t)(src + (CUdeviceptr)(fetch - off)),
-					r->h->path, (long long)fetch);
+				    rc, msg, msg_len,
+				    "copying %lld bytes from device memory %p "
+				    "for %s at offset %lld",
+				    (long long)(cend - fetch),
+				    (void *)(uintptr_t)(src +
+				                        (CUdeviceptr)(fetch -
+				                                      off)),
+				    r->h->path, (long long)fetch);
 				goto fail;
 			}
 			s->pending[b] = 1;
@@ -677,9 +687,9 @@ static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
 			err = wait_buffer(t, s, b, msg, msg_len);
 			if (err)
 				goto fail;
-			n = gpufile__file_write(r->h, r->cfg.direct_io, s->buf[b],
-			                        (size_t)(cend - pos), pos, scratch,
-			                        GPUFILE__SCRATCH);
+			n = gpufile__file_write(r->h, r->cfg.direct_io,
+			                        s->buf[b], (size_t)(cend - pos),
+			                        pos, scratch, GPUFILE__SCRATCH);
 			if (n < 0) {
 				err = (int)n;
 				goto fail;
@@ -707,9 +717,8 @@ static void put_back(const struct gpufile__cuda *t, struct stager *s)
 	stager_return(t, s);
 }
 
-ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
-                             size_t len, int64_t off, char *msg,
-                             size_t msg_len)
+ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
+                             int64_t off, char *msg, size_t msg_len)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
@@ -727,8 +736,8 @@ ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf,
 		snprintf(msg, msg_len, "out of memory for a bounce-buffer set");
 		return -ENOMEM;
 	}
-	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, &r->cfg, msg,
-	                     msg_len);
+	err =
+	    stager_prepare(t, s, (CUcontext)r->cuda_ctx, &r->cfg, msg, msg_len);
 	if (err) {
 		put_back(t, s);
 		return err;
@@ -776,8 +785,8 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 		CUdevice dev;
 		if (t->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
 		    t->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-			return gpufile__fail(GPUFILE_ECUDA,
-			                     "cannot retain device 0's context");
+			return gpufile__fail(
+			    GPUFILE_ECUDA, "cannot retain device 0's context");
 	}
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
 		struct stager *s = stager_acquire(t, cfg->nthreads);

@@ -440,8 +440,7 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 	pthread_mutex_unlock(&seg_lock);
 }
 
-void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
-                           int ngpus)
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 {
 	struct stats_seg *s = get_segment();
 
@@ -483,8 +482,7 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 	(void)reason;
 }
 
-void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu,
-                           int ngpus)
+void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 {
 	(void)per_gpu;
 	(void)ngpus;

@@ -18,11 +18,11 @@ static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
 
 /* A macro, not a copy of real_syscalls: C (clang) wants a constant
  * initializer for gpufile__sys. */
-#define REAL_SYSCALLS                                                     \
-	{                                                                 \
-		.open = sys_open, .close = close, .pread = pread,         \
-		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat, \
-		.fstatfs = fstatfs, .fdatasync = fdatasync,               \
+#define REAL_SYSCALLS                                                          \
+	{                                                                      \
+		.open = sys_open, .close = close, .pread = pread,              \
+		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat,      \
+		.fstatfs = fstatfs, .fdatasync = fdatasync,                    \
 	}
 
 static const struct gpufile__syscalls real_syscalls = REAL_SYSCALLS;

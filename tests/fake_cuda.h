@@ -1,9 +1,9 @@
 /*
  * A fake CUDA driver table for tests without a GPU (test_staging_fake.c,
- * test_stress_soak.c, test_fault_matrix.c): a host region (dev_base, DEV_SIZE bytes) stands in
- * for device memory of GPU 0; asynchronous copies run only when the library
- * synchronises with the stream or an event recorded after them, as on a
- * GPU. It counts pinned memory, streams and events, and fails
+ * test_stress_soak.c, test_fault_matrix.c): a host region (dev_base, DEV_SIZE
+ * bytes) stands in for device memory of GPU 0; asynchronous copies run only
+ * when the library synchronises with the stream or an event recorded after
+ * them, as on a GPU. It counts pinned memory, streams and events, and fails
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
  * fail_dtoh: the next N calls). Install with gpufile__cuda_override(&fake)
  * after pointing dev_base at DEV_SIZE bytes. Include once per program.
@@ -21,7 +21,7 @@
 #define DEV_SIZE (40u << 20)
 #endif
 #define CUDA_ERROR_OUT_OF_MEMORY 2
-#define CUDA_ERROR_FAKE_COPY 999
+#define CUDA_ERROR_FAKE_COPY     999
 
 static unsigned char *dev_base; /* the "device memory" */
 static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
@@ -306,7 +306,8 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	rc = enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
+	rc =
+	    enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -326,7 +327,8 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 static CUresult f_stream_sync(CUstream s)
 {
 	if (!s)
-		return CUDA_SUCCESS; /* the default stream: f_memcpy is synchronous */
+		return CUDA_SUCCESS; /* the default stream: f_memcpy is
+		                        synchronous */
 	pthread_mutex_lock(&fake_lock);
 	run_ops(s, s->nops);
 	pthread_mutex_unlock(&fake_lock);
@@ -414,31 +416,31 @@ static CUresult f_error_name(CUresult rc, const char **name)
 }
 
 static const struct gpufile__cuda fake = {
-	.cuInit = f_init,
-	.cuDriverGetVersion = f_driver_version,
-	.cuDeviceGetCount = f_device_count,
-	.cuDeviceGet = f_device_get,
-	.cuDevicePrimaryCtxRetain = f_primary_retain,
-	.cuCtxGetCurrent = f_ctx_get,
-	.cuCtxSetCurrent = f_ctx_set,
-	.cuPointerGetAttributes = f_pointer_attrs,
-	.cuMemAlloc = f_mem_alloc,
-	.cuMemFree = f_mem_free,
-	.cuMemHostAlloc = f_host_alloc,
-	.cuMemFreeHost = f_free_host,
-	.cuMemHostRegister = f_host_register,
-	.cuMemHostUnregister = f_host_unregister,
-	.cuMemcpy = f_memcpy,
-	.cuMemcpyHtoDAsync = f_htod,
-	.cuMemcpyDtoHAsync = f_dtoh,
-	.cuStreamCreate = f_stream_create,
-	.cuStreamDestroy = f_stream_destroy,
-	.cuStreamSynchronize = f_stream_sync,
-	.cuEventCreate = f_event_create,
-	.cuEventDestroy = f_event_destroy,
-	.cuEventRecord = f_event_record,
-	.cuEventSynchronize = f_event_sync,
-	.cuGetErrorName = f_error_name,
+    .cuInit = f_init,
+    .cuDriverGetVersion = f_driver_version,
+    .cuDeviceGetCount = f_device_count,
+    .cuDeviceGet = f_device_get,
+    .cuDevicePrimaryCtxRetain = f_primary_retain,
+    .cuCtxGetCurrent = f_ctx_get,
+    .cuCtxSetCurrent = f_ctx_set,
+    .cuPointerGetAttributes = f_pointer_attrs,
+    .cuMemAlloc = f_mem_alloc,
+    .cuMemFree = f_mem_free,
+    .cuMemHostAlloc = f_host_alloc,
+    .cuMemFreeHost = f_free_host,
+    .cuMemHostRegister = f_host_register,
+    .cuMemHostUnregister = f_host_unregister,
+    .cuMemcpy = f_memcpy,
+    .cuMemcpyHtoDAsync = f_htod,
+    .cuMemcpyDtoHAsync = f_dtoh,
+    .cuStreamCreate = f_stream_create,
+    .cuStreamDestroy = f_stream_destroy,
+    .cuStreamSynchronize = f_stream_sync,
+    .cuEventCreate = f_event_create,
+    .cuEventDestroy = f_event_destroy,
+    .cuEventRecord = f_event_record,
+    .cuEventSynchronize = f_event_sync,
+    .cuGetErrorName = f_error_name,
 };
 
 #endif

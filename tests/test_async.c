@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NTHREADS 8
-#define REGION (1u << 20)     /* bytes per thread */
-#define NREQ 32               /* requests per thread per round */
-#define ROUNDS 3
+#define NTHREADS  8
+#define REGION    (1u << 20) /* bytes per thread */
+#define NREQ      32         /* requests per thread per round */
+#define ROUNDS    3
 #define FILE_SIZE (NTHREADS * REGION)
 
 static gpufile_t *shared_handle;
@@ -76,8 +76,9 @@ static void *worker(void *arg)
 		test_fill(src + base, REGION, seed, base);
 		for (int i = 0; i < NREQ; i++) {
 			size_t off = base + cut(i), size = cut(i + 1) - cut(i);
-			int rc = gpufile_pwrite_async(shared_handle, src + off,
-			                              size, (int64_t)off, &f[i]);
+			int rc =
+			    gpufile_pwrite_async(shared_handle, src + off, size,
+			                         (int64_t)off, &f[i]);
 			CHECK_EQ(rc, 0);
 		}
 		for (int i = 0; i < NREQ; i++) {
@@ -96,9 +97,9 @@ static void *worker(void *arg)
 		for (int i = 0; i < NREQ; i++) {
 			size_t size = cut(i + 1) - cut(i);
 			if (f[i])
-				CHECK_EQ(finish(f[i], i + round + 1,
-				                (ssize_t)size),
-				         (ssize_t)size);
+				CHECK_EQ(
+				    finish(f[i], i + round + 1, (ssize_t)size),
+				    (ssize_t)size);
 		}
 		CHECK_EQ(test_mismatch(dst + base, REGION, seed, base), -1);
 		pthread_barrier_wait(&barrier);
@@ -274,7 +275,7 @@ static void test_pending(void)
 /* ---- back-pressure ---- */
 
 #define BP_REQUESTS 200
-#define BP_SIZE 4096
+#define BP_SIZE     4096
 
 static gpufile_t *bp_handle;
 
@@ -336,7 +337,8 @@ static void test_back_pressure(void)
 	/* Eight threads at once, max_inflight 4, one worker. */
 	CHECK_EQ(gpufile_set_nthreads(1), 0);
 	for (int t = 0; t < 8; t++)
-		pthread_create(&threads[t], NULL, bp_thread, (void *)(intptr_t)t);
+		pthread_create(&threads[t], NULL, bp_thread,
+		               (void *)(intptr_t)t);
 	for (int t = 0; t < 8; t++)
 		pthread_join(threads[t], NULL);
 
@@ -350,9 +352,9 @@ static void test_back_pressure(void)
 			                       BP_SIZE, (int64_t)i * BP_SIZE),
 			         BP_SIZE);
 		else
-			CHECK_EQ(gpufile_pread_async(bp_handle,
-			                             buf + i * BP_SIZE, BP_SIZE,
-			                             (int64_t)i * BP_SIZE, &f[i]),
+			CHECK_EQ(gpufile_pread_async(
+			             bp_handle, buf + i * BP_SIZE, BP_SIZE,
+			             (int64_t)i * BP_SIZE, &f[i]),
 			         0);
 	}
 	for (int i = 0; i < BP_REQUESTS; i += 2) {
@@ -369,7 +371,7 @@ static void test_back_pressure(void)
 
 /* ---- nthreads changed between requests ---- */
 
-#define NT_REQ 16
+#define NT_REQ  16
 #define NT_SIZE (256u << 10)
 
 static void batch(gpufile_t *h, unsigned char *buf, int is_write,
@@ -479,7 +481,8 @@ static void test_shrink_keeps_a_worker(void)
 		CHECK_EQ(gpufile_pread_async(h, buf, sizeof(buf), 0, &f), 0);
 		if (!f)
 			break;
-		CHECK_EQ(gpufile_future_wait_for(f, 10000), (ssize_t)sizeof(buf));
+		CHECK_EQ(gpufile_future_wait_for(f, 10000),
+		         (ssize_t)sizeof(buf));
 		gpufile_future_free(f);
 	}
 	CHECK_EQ(gpufile_close(h), 0);

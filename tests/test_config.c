@@ -48,7 +48,8 @@ static const char *get(const char *name, gpufile_source_t *source,
 	                        variable_len);
 	CHECK_EQ(rc, 0);
 	if (rc)
-		fprintf(stderr, "  config_get(%s): %s\n", name, gpufile_errmsg());
+		fprintf(stderr, "  config_get(%s): %s\n", name,
+		        gpufile_errmsg());
 	return value;
 }
 
@@ -57,13 +58,10 @@ static void test_defaults(void)
 	static const struct {
 		const char *name, *value;
 	} defaults[] = {
-		{"compat_mode", "auto"},
-		{"task_size", "4194304"},
-		{"gds_threshold", "16384"},
-		{"bounce_buffer_size", "4194304"},
-		{"bounce_buffers", "2"},
-		{"direct_io", "auto"},
-		{"max_inflight", "4096"},
+	    {"compat_mode", "auto"},    {"task_size", "4194304"},
+	    {"gds_threshold", "16384"}, {"bounce_buffer_size", "4194304"},
+	    {"bounce_buffers", "2"},    {"direct_io", "auto"},
+	    {"max_inflight", "4096"},
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned nthreads_want = ncpu < 4 ? 4 : ncpu > 16 ? 16 : (unsigned)ncpu;
@@ -92,8 +90,8 @@ static void test_defaults(void)
 	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
 		src = (gpufile_source_t)-1;
 		strcpy(variable, "junk");
-		const char *v = get(defaults[i].name, &src, variable,
-		                    sizeof(variable));
+		const char *v =
+		    get(defaults[i].name, &src, variable, sizeof(variable));
 		if (strcmp(v, defaults[i].value) != 0) {
 			fprintf(stderr, "default of %s: \"%s\", want \"%s\"\n",
 			        defaults[i].name, v, defaults[i].value);
@@ -132,8 +130,10 @@ static void test_defaults(void)
 	         (size_t)nthreads_want * 2 * ((4u << 20) + 4096));
 
 	/* Source names are distinct words. */
-	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_DEFAULT), "default") == 0);
-	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_SETTER), "setter") == 0);
+	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_DEFAULT), "default") ==
+	      0);
+	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_SETTER), "setter") ==
+	      0);
 	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_ENV),
 	             gpufile_source_name(GPUFILE_SOURCE_KVIKIO_ENV)) != 0);
 	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_ENV), "?") != 0);
@@ -142,9 +142,8 @@ static void test_defaults(void)
 
 /* Sets variable=text, rereads, and checks that setting name reads back
  * as want from source. */
-static void expect_env(const char *variable, const char *text,
-                       const char *name, const char *want,
-                       gpufile_source_t want_source)
+static void expect_env(const char *variable, const char *text, const char *name,
+                       const char *want, gpufile_source_t want_source)
 {
 	gpufile_source_t src = (gpufile_source_t)-1;
 	char var[64];
@@ -174,29 +173,28 @@ static void test_environment(void)
 	static const struct {
 		const char *text, *want;
 	} sizes[] = {
-		{"4096", "4096"},
-		{"4k", "4096"},
-		{"4K", "4096"},
-		{"4KiB", "4096"},
-		{"4kb", "4096"},
-		{"4 MiB", "4194304"},
-		{" 4 MiB ", "4194304"},
-		{"4m", "4194304"},
-		{"1g", "1073741824"},
-		{"1GiB", "1073741824"},
-		{"2GB", "2147483648"},
-		{"1t", "1099511627776"},
-		{"7", "7"},
+	    {"4096", "4096"},
+	    {"4k", "4096"},
+	    {"4K", "4096"},
+	    {"4KiB", "4096"},
+	    {"4kb", "4096"},
+	    {"4 MiB", "4194304"},
+	    {" 4 MiB ", "4194304"},
+	    {"4m", "4194304"},
+	    {"1g", "1073741824"},
+	    {"1GiB", "1073741824"},
+	    {"2GB", "2147483648"},
+	    {"1t", "1099511627776"},
+	    {"7", "7"},
 	};
 	static const struct {
 		const char *text, *want;
 	} modes[] = {
-		{"on", "on"},     {"ON", "on"},       {"On", "on"},
-		{"off", "off"},   {"OFF", "off"},     {"auto", "auto"},
-		{"AUTO", "auto"}, {"true", "on"},     {"TRUE", "on"},
-		{"false", "off"}, {"False", "off"},   {"yes", "on"},
-		{"YES", "on"},    {"no", "off"},      {"No", "off"},
-		{"1", "on"},      {"0", "off"},       {" on ", "on"},
+	    {"on", "on"},   {"ON", "on"},     {"On", "on"},     {"off", "off"},
+	    {"OFF", "off"}, {"auto", "auto"}, {"AUTO", "auto"}, {"true", "on"},
+	    {"TRUE", "on"}, {"false", "off"}, {"False", "off"}, {"yes", "on"},
+	    {"YES", "on"},  {"no", "off"},    {"No", "off"},    {"1", "on"},
+	    {"0", "off"},   {" on ", "on"},
 	};
 	gpufile_source_t src;
 	char var[64];
@@ -220,7 +218,8 @@ static void test_environment(void)
 	           GPUFILE_SOURCE_ENV);
 	expect_env("KVIKIO_GDS_THRESHOLD", "0", "gds_threshold", "0",
 	           GPUFILE_SOURCE_KVIKIO_ENV);
-	expect_env("GPUFILE_NTHREADS", "3", "nthreads", "3", GPUFILE_SOURCE_ENV);
+	expect_env("GPUFILE_NTHREADS", "3", "nthreads", "3",
+	           GPUFILE_SOURCE_ENV);
 	expect_env("KVIKIO_NTHREADS", "5", "nthreads", "5",
 	           GPUFILE_SOURCE_KVIKIO_ENV);
 	expect_env("GPUFILE_BOUNCE_BUFFER_SIZE", "64KiB", "bounce_buffer_size",
@@ -280,8 +279,8 @@ static void test_environment(void)
 
 /* variable=text must make every call that needs settings fail with
  * GPUFILE_ECONFIG and a message naming variable and text. */
-static void expect_bad(const char *variable, const char *text,
-                       const char *name, const char *good)
+static void expect_bad(const char *variable, const char *text, const char *name,
+                       const char *good)
 {
 	char value[64];
 	gpufile_t *h = NULL;
@@ -293,16 +292,16 @@ static void expect_bad(const char *variable, const char *text,
 	setenv(variable, text, 1);
 	gpufile_config_reset();
 
-#define EXPECT_MSG(what)                                                      \
-	do {                                                                  \
-		if (!strstr(gpufile_errmsg(), variable) ||                    \
-		    !strstr(gpufile_errmsg(), text)) {                        \
-			fprintf(stderr,                                       \
+#define EXPECT_MSG(what)                                                       \
+	do {                                                                   \
+		if (!strstr(gpufile_errmsg(), variable) ||                     \
+		    !strstr(gpufile_errmsg(), text)) {                         \
+			fprintf(stderr,                                        \
 			        "%s=\"%s\": %s message \"%s\" lacks the "      \
-			        "variable or the value\n",                    \
-			        variable, text, what, gpufile_errmsg());      \
-			test_failures++;                                      \
-		}                                                             \
+			        "variable or the value\n",                     \
+			        variable, text, what, gpufile_errmsg());       \
+			test_failures++;                                       \
+		}                                                              \
 	} while (0)
 
 	rc = gpufile_config_check();
@@ -356,8 +355,9 @@ static void expect_bad(const char *variable, const char *text,
 static void test_bad_values(void)
 {
 	static const char *const bad_sizes[] = {
-		"banana", "0", "-5", "99999999999999999999", "", "4 XB",
-		"4.5k",   "0x10", "4 k b", "k", "4kk", "18014398509481984k",
+	    "banana", "0",    "-5",   "99999999999999999999",
+	    "",       "4 XB", "4.5k", "0x10",
+	    "4 k b",  "k",    "4kk",  "18014398509481984k",
 	};
 
 	CHECK_EQ(test_make_file(test_path("config-file"), 10, 1), 0);
@@ -378,8 +378,8 @@ static void test_bad_values(void)
 
 	/* Modes: the good setter value is a mode, not "4096". */
 	{
-		static const char *const bad_modes[] = {"maybe", "", "2",
-		                                        "onn", "disabled"};
+		static const char *const bad_modes[] = {"maybe", "", "2", "onn",
+		                                        "disabled"};
 		for (size_t i = 0; i < sizeof(bad_modes) / sizeof(bad_modes[0]);
 		     i++) {
 			clear_env();
@@ -393,7 +393,8 @@ static void test_bad_values(void)
 			         GPUFILE_ECONFIG);
 			CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
 			CHECK_EQ(gpufile_config_check(), 0);
-			CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
+			CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") ==
+			      0);
 		}
 		unsetenv("GPUFILE_DIRECT_IO");
 	}
@@ -492,68 +493,80 @@ static void test_parsers(void)
 		int rc;
 		uint64_t value;
 	} sizes[] = {
-		{"0", 0, 0},
-		{"4096", 0, 4096},
-		{"4k", 0, 4096},
-		{"4KiB", 0, 4096},
-		{"4 MiB", 0, 4u << 20},
-		{"1g", 0, 1u << 30},
-		{"2GB", 0, 2ull << 30},
-		{"3b", 0, 3},
-		{"1TiB", 0, 1ull << 40},
-		{"  12  ", 0, 12},
-		{"18446744073709551615", 0, UINT64_MAX},
-		{"18446744073709551616", -ERANGE, 0},
-		{"99999999999999999999", -ERANGE, 0},
-		{"17179869183g", 0, 17179869183ull << 30},
-		{"17179869184g", -ERANGE, 0},
-		{"16777216t", -ERANGE, 0},
-		{"", -EINVAL, 0},
-		{"   ", -EINVAL, 0},
-		{"banana", -EINVAL, 0},
-		{"-5", -EINVAL, 0},
-		{"+5", -EINVAL, 0},
-		{"4 XB", -EINVAL, 0},
-		{"4.5k", -EINVAL, 0},
-		{"4 k b", -EINVAL, 0},
-		{"4kibibytes", -EINVAL, 0},
+	    {"0", 0, 0},
+	    {"4096", 0, 4096},
+	    {"4k", 0, 4096},
+	    {"4KiB", 0, 4096},
+	    {"4 MiB", 0, 4u << 20},
+	    {"1g", 0, 1u << 30},
+	    {"2GB", 0, 2ull << 30},
+	    {"3b", 0, 3},
+	    {"1TiB", 0, 1ull << 40},
+	    {"  12  ", 0, 12},
+	    {"18446744073709551615", 0, UINT64_MAX},
+	    {"18446744073709551616", -ERANGE, 0},
+	    {"99999999999999999999", -ERANGE, 0},
+	    {"17179869183g", 0, 17179869183ull << 30},
+	    {"17179869184g", -ERANGE, 0},
+	    {"16777216t", -ERANGE, 0},
+	    {"", -EINVAL, 0},
+	    {"   ", -EINVAL, 0},
+	    {"banana", -EINVAL, 0},
+	    {"-5", -EINVAL, 0},
+	    {"+5", -EINVAL, 0},
+	    {"4 XB", -EINVAL, 0},
+	    {"4.5k", -EINVAL, 0},
+	    {"4 k b", -EINVAL, 0},
+	    {"4kibibytes", -EINVAL, 0},
 	};
 	static const struct {
 		const char *text;
 		int rc, mode;
 	} modes[] = {
-		{"auto", 0, 0}, {"AuTo", 0, 0},  {"on", 0, 1},     {"true", 0, 1},
-		{"yes", 0, 1},  {"1", 0, 1},     {"off", 0, 2},    {"FALSE", 0, 2},
-		{"no", 0, 2},   {"0", 0, 2},     {" no\t", 0, 2},  {"", -EINVAL, 0},
-		{"2", -EINVAL, 0}, {"o n", -EINVAL, 0}, {"enabled", -EINVAL, 0},
-		{"a-very-long-word", -EINVAL, 0},
+	    {"auto", 0, 0},
+	    {"AuTo", 0, 0},
+	    {"on", 0, 1},
+	    {"true", 0, 1},
+	    {"yes", 0, 1},
+	    {"1", 0, 1},
+	    {"off", 0, 2},
+	    {"FALSE", 0, 2},
+	    {"no", 0, 2},
+	    {"0", 0, 2},
+	    {" no\t", 0, 2},
+	    {"", -EINVAL, 0},
+	    {"2", -EINVAL, 0},
+	    {"o n", -EINVAL, 0},
+	    {"enabled", -EINVAL, 0},
+	    {"a-very-long-word", -EINVAL, 0},
 	};
 	static const struct {
 		const char *text;
 		int rc;
 		uint64_t value;
 	} counts[] = {
-		{"0", 0, 0},
-		{"8", 0, 8},
-		{" 16 ", 0, 16},
-		{"18446744073709551615", 0, UINT64_MAX},
-		{"18446744073709551616", -ERANGE, 0},
-		{"99999999999999999999999", -ERANGE, 0},
-		{"", -EINVAL, 0},
-		{"-1", -EINVAL, 0},
-		{"4k", -EINVAL, 0},
-		{"1.0", -EINVAL, 0},
-		{"eight", -EINVAL, 0},
+	    {"0", 0, 0},
+	    {"8", 0, 8},
+	    {" 16 ", 0, 16},
+	    {"18446744073709551615", 0, UINT64_MAX},
+	    {"18446744073709551616", -ERANGE, 0},
+	    {"99999999999999999999999", -ERANGE, 0},
+	    {"", -EINVAL, 0},
+	    {"-1", -EINVAL, 0},
+	    {"4k", -EINVAL, 0},
+	    {"1.0", -EINVAL, 0},
+	    {"eight", -EINVAL, 0},
 	};
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		uint64_t v = 12345;
 		int rc = gpufile__parse_size(sizes[i].text, &v);
 		if (rc != sizes[i].rc || (rc == 0 && v != sizes[i].value)) {
-			fprintf(stderr,
-			        "parse_size(\"%s\") = %d, %llu; want %d, %llu\n",
-			        sizes[i].text, rc, (unsigned long long)v,
-			        sizes[i].rc, (unsigned long long)sizes[i].value);
+			fprintf(
+			    stderr,
+			    "parse_size(\"%s\") = %d, %llu; want %d, %llu\n",
+			    sizes[i].text, rc, (unsigned long long)v,
+			    sizes[i].rc, (unsigned long long)sizes[i].value);
 			test_failures++;
 		}
 		if (rc != 0 && v != 12345) {
@@ -566,8 +579,10 @@ static void test_parsers(void)
 		int m = -7;
 		int rc = gpufile__parse_mode(modes[i].text, &m);
 		if (rc != modes[i].rc || (rc == 0 && m != modes[i].mode)) {
-			fprintf(stderr, "parse_mode(\"%s\") = %d, %d; want %d, %d\n",
-			        modes[i].text, rc, m, modes[i].rc, modes[i].mode);
+			fprintf(stderr,
+			        "parse_mode(\"%s\") = %d, %d; want %d, %d\n",
+			        modes[i].text, rc, m, modes[i].rc,
+			        modes[i].mode);
 			test_failures++;
 		}
 	}
@@ -575,10 +590,11 @@ static void test_parsers(void)
 		uint64_t v = 12345;
 		int rc = gpufile__parse_count(counts[i].text, &v);
 		if (rc != counts[i].rc || (rc == 0 && v != counts[i].value)) {
-			fprintf(stderr,
-			        "parse_count(\"%s\") = %d, %llu; want %d, %llu\n",
-			        counts[i].text, rc, (unsigned long long)v,
-			        counts[i].rc, (unsigned long long)counts[i].value);
+			fprintf(
+			    stderr,
+			    "parse_count(\"%s\") = %d, %llu; want %d, %llu\n",
+			    counts[i].text, rc, (unsigned long long)v,
+			    counts[i].rc, (unsigned long long)counts[i].value);
 			test_failures++;
 		}
 	}

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SEED_A 3
-#define SEED_B 4
-#define CANARY 0xC3
+#define SEED_A    3
+#define SEED_B    4
+#define CANARY    0xC3
 #define FILE_SIZE ((4u << 20) + 1234)
 
 static atomic_int direct_reads, direct_writes, buffered_reads;
@@ -42,7 +42,8 @@ static ssize_t counting_pread(int fd, void *buf, size_t len, off_t off)
 		/* What the kernel demands of O_DIRECT (4 KiB covers every
 		 * logical block size in use). */
 		if (((uintptr_t)buf | (uint64_t)off | len) & 511) {
-			fprintf(stderr, "unaligned O_DIRECT pread(%p, %zu, %lld)\n",
+			fprintf(stderr,
+			        "unaligned O_DIRECT pread(%p, %zu, %lld)\n",
 			        buf, len, (long long)off);
 			test_failures++;
 		}
@@ -61,7 +62,8 @@ static ssize_t counting_pwrite(int fd, const void *buf, size_t len, off_t off)
 			return -1;
 		}
 		if (((uintptr_t)buf | (uint64_t)off | len) & 511) {
-			fprintf(stderr, "unaligned O_DIRECT pwrite(%p, %zu, %lld)\n",
+			fprintf(stderr,
+			        "unaligned O_DIRECT pwrite(%p, %zu, %lld)\n",
 			        buf, len, (long long)off);
 			test_failures++;
 		}
@@ -98,8 +100,8 @@ static unsigned char *aligned_buffer(size_t len)
 }
 
 static const int64_t offsets[] = {0, 1, 511, 4095, 4096, 4097, 8191, 65553};
-static const size_t sizes[] = {1,    511,   4095,      4096, 4097,
-                               3 * 4096, 12345, (256 << 10) + 3};
+static const size_t sizes[] = {1,    511,      4095,  4096,
+                               4097, 3 * 4096, 12345, (256 << 10) + 3};
 static const size_t misaligns[] = {0, 1, 512, 4095};
 
 /* Reads every offset x size x buffer misalignment with direct_io=on and
@@ -119,7 +121,8 @@ static void test_reads(const char *path, size_t ts, int expect_direct)
 	counting_install();
 	for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]); o++) {
 		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-			for (size_t m = 0; m < sizeof(misaligns) / sizeof(misaligns[0]);
+			for (size_t m = 0;
+			     m < sizeof(misaligns) / sizeof(misaligns[0]);
 			     m++) {
 				unsigned char *buf = base + misaligns[m];
 				ssize_t n;
@@ -132,12 +135,13 @@ static void test_reads(const char *path, size_t ts, int expect_direct)
 				                  (uint64_t)offsets[o]) != -1 ||
 				    test_mismatch_byte(buf + sizes[s], 64,
 				                       CANARY) != -1) {
-					fprintf(stderr,
-					        "  direct read ts=%zu off=%lld "
-					        "size=%zu misalign=%zu: %zd %s\n",
-					        ts, (long long)offsets[o], sizes[s],
-					        misaligns[m], n,
-					        n < 0 ? gpufile_errmsg() : "");
+					fprintf(
+					    stderr,
+					    "  direct read ts=%zu off=%lld "
+					    "size=%zu misalign=%zu: %zd %s\n",
+					    ts, (long long)offsets[o], sizes[s],
+					    misaligns[m], n,
+					    n < 0 ? gpufile_errmsg() : "");
 					test_failures++;
 				}
 			}
@@ -159,22 +163,28 @@ static void test_reads(const char *path, size_t ts, int expect_direct)
 			int64_t back; /* offset = FILE_SIZE - back */
 			size_t size;
 		} cross[] = {
-			{100, 4096},  {5000, 10000}, {1, 1},      {1, 2},
-			{1234, 1235}, {1235, 4096},  {4096, 8192}, {0, 10},
-			{(1 << 20) + 3, 2u << 20},
-			/* Aligned offset, size and buffer: the block holding
-			 * end-of-file must not be read straight into buf. */
-			{1234, 4096},         {1234 + 8192, 3 * 4096},
-			{1234 + 8192, 4u << 20},
+		    {100, 4096},
+		    {5000, 10000},
+		    {1, 1},
+		    {1, 2},
+		    {1234, 1235},
+		    {1235, 4096},
+		    {4096, 8192},
+		    {0, 10},
+		    {(1 << 20) + 3, 2u << 20},
+		    /* Aligned offset, size and buffer: the block holding
+		     * end-of-file must not be read straight into buf. */
+		    {1234, 4096},
+		    {1234 + 8192, 3 * 4096},
+		    {1234 + 8192, 4u << 20},
 		};
 		for (size_t i = 0; i < sizeof(cross) / sizeof(cross[0]); i++) {
 			for (size_t m = 0; m < 2; m++) {
 				const int64_t off = FILE_SIZE - cross[i].back;
 				const size_t size = cross[i].size;
-				const size_t want =
-					(size_t)cross[i].back < size
-						? (size_t)cross[i].back
-						: size;
+				const size_t want = (size_t)cross[i].back < size
+				                        ? (size_t)cross[i].back
+				                        : size;
 				unsigned char *buf = base + misaligns[m * 3];
 				ssize_t n;
 
@@ -225,7 +235,8 @@ static void test_writes(const char *path, size_t ts, int expect_direct)
 	for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]); o++) {
 		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 			const size_t m = misaligns[(o + s) % 4];
-			const int64_t off = offsets[o] * 37 % (FILE_SIZE - sizes[s]);
+			const int64_t off =
+			    offsets[o] * 37 % (FILE_SIZE - sizes[s]);
 			const uint64_t seed = 100 + (uint64_t)k++;
 			unsigned char *buf = base + m;
 			ssize_t n;
@@ -236,7 +247,8 @@ static void test_writes(const char *path, size_t ts, int expect_direct)
 			memcpy(model + off, buf, sizes[s]);
 			if (n != (ssize_t)sizes[s])
 				fprintf(stderr, "  direct write %zu@%lld: %s\n",
-				        sizes[s], (long long)off, gpufile_errmsg());
+				        sizes[s], (long long)off,
+				        gpufile_errmsg());
 		}
 		/* Check the file after each row. */
 		{
@@ -261,7 +273,8 @@ static void test_writes(const char *path, size_t ts, int expect_direct)
 		model_len = (size_t)off + size;
 		CHECK_EQ(gpufile_size(h), (int64_t)model_len);
 		data = test_read_file(path, &len);
-		CHECK(data && len == model_len && memcmp(data, model, len) == 0);
+		CHECK(data && len == model_len &&
+		      memcmp(data, model, len) == 0);
 		free(data);
 		/* And read back through O_DIRECT. */
 		{
@@ -416,7 +429,8 @@ static void test_refused_at_io(const char *path, int is_write)
 		         (ssize_t)FILE_SIZE);
 	} else {
 		memset(buf, 0, FILE_SIZE);
-		CHECK_EQ(gpufile_pread(h, buf, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+		CHECK_EQ(gpufile_pread(h, buf, FILE_SIZE, 0),
+		         (ssize_t)FILE_SIZE);
 		CHECK_EQ(test_mismatch(buf, FILE_SIZE, SEED_A, 0), -1);
 	}
 	CHECK(atomic_load(&direct_reads) + atomic_load(&direct_writes) > 0);
@@ -474,10 +488,13 @@ int main(void)
 
 	snprintf(shm, sizeof(shm), "%s/direct", shm_dir);
 	if (!disk_direct)
-		fprintf(stderr, "note: %s refuses O_DIRECT; testing the "
-		                "fallback there\n", test_dir());
+		fprintf(stderr,
+		        "note: %s refuses O_DIRECT; testing the "
+		        "fallback there\n",
+		        test_dir());
 	CHECK_EQ(test_make_file(disk, FILE_SIZE, SEED_A), 0);
-	for (size_t t = 0; t < sizeof(task_sizes) / sizeof(task_sizes[0]); t++) {
+	for (size_t t = 0; t < sizeof(task_sizes) / sizeof(task_sizes[0]);
+	     t++) {
 		test_reads(disk, task_sizes[t], disk_direct);
 		test_writes(disk, task_sizes[t], disk_direct);
 		CHECK_EQ(test_make_file(disk, FILE_SIZE, SEED_A), 0);

@@ -19,10 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TS (64u << 10)       /* task size for multi-task requests */
+#define TS     (64u << 10) /* task size for multi-task requests */
 #define NTASKS 16
-#define FSIZE (NTASKS * TS)  /* the test file */
-#define SEED 21
+#define FSIZE  (NTASKS * TS) /* the test file */
+#define SEED   21
 #define CANARY 0x5A
 
 /* ------------------------------------------------------------------ */
@@ -32,8 +32,8 @@
 struct fault {
 	int64_t at, len; /* a call whose range meets [at, at+len) fails */
 	int err;
-	long delay_ms;   /* sleep before failing */
-	int partial;     /* the call starting at at moves half, once */
+	long delay_ms; /* sleep before failing */
+	int partial;   /* the call starting at at moves half, once */
 	int partial_done;
 };
 
@@ -41,10 +41,10 @@ static struct {
 	pthread_mutex_t lock;
 	struct fault f[2];
 	int nfaults;
-	int eintr;        /* every first attempt fails with EINTR */
-	int eagain;       /* every first attempt fails with EAGAIN */
-	size_t max_len;   /* a call moves at most this many bytes; 0: all */
-	long slow_ms;     /* calls that do not fail sleep this long first */
+	int eintr;      /* every first attempt fails with EINTR */
+	int eagain;     /* every first attempt fails with EAGAIN */
+	size_t max_len; /* a call moves at most this many bytes; 0: all */
+	long slow_ms;   /* calls that do not fail sleep this long first */
 } inj = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static atomic_int calls, eintrs, fails;
@@ -214,11 +214,12 @@ static void test_arguments(void)
 	CHECK_EQ(gpufile_open(&h, test_dir(), "r+"), -EISDIR);
 	CHECK_EQ(gpufile_open(&h, test_dir(), "w"), -EISDIR);
 	{
-		static const char *const bad[] = {"rw", "x", "", "rb", "r+w",
+		static const char *const bad[] = {"rw", "x",  "",  "rb", "r+w",
 		                                  "wa", " r", "R", "a+"};
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 			h = (gpufile_t *)buf;
-			CHECK_EQ(gpufile_open(&h, path, bad[i]), GPUFILE_EFLAGS);
+			CHECK_EQ(gpufile_open(&h, path, bad[i]),
+			         GPUFILE_EFLAGS);
 			CHECK(h == NULL);
 			CHECK_CONTAINS(gpufile_errmsg(), path);
 		}
@@ -227,7 +228,8 @@ static void test_arguments(void)
 		CHECK_EQ(gpufile_open(&h, missing, "x"), GPUFILE_EFLAGS);
 		CHECK(access(missing, F_OK) != 0);
 	}
-	CHECK(strcmp(gpufile_strerror(GPUFILE_EFLAGS), "invalid open flags") == 0);
+	CHECK(strcmp(gpufile_strerror(GPUFILE_EFLAGS), "invalid open flags") ==
+	      0);
 	CHECK(strcmp(gpufile_strerror(-ENOENT), strerror(ENOENT)) == 0);
 	CHECK(gpufile_strerror(-999999) != NULL);
 	CHECK_EQ(gpufile_open(NULL, path, "r"), -EINVAL);
@@ -367,9 +369,9 @@ static void test_truncation(void)
 	n = gpufile_pread(h, buf, FSIZE, 0);
 	CHECK_EQ(n, new_size);
 	CHECK_EQ(test_mismatch(buf, (size_t)new_size, SEED, 0), -1);
-	CHECK_EQ(test_mismatch_byte(buf + new_size, FSIZE - new_size + 64,
-	                            CANARY),
-	         -1);
+	CHECK_EQ(
+	    test_mismatch_byte(buf + new_size, FSIZE - new_size + 64, CANARY),
+	    -1);
 	CHECK_EQ(gpufile_pread(h, buf, TS, 2 * new_size), 0);
 	CHECK_EQ(gpufile_size(h), new_size);
 	/* Asynchronously too. */
@@ -451,7 +453,8 @@ static void expect_ok(gpufile_t *h, int is_write, size_t size, int64_t off,
 		inject_reset();
 		CHECK_EQ(n, (ssize_t)size);
 	}
-	if (n != (ssize_t)size || test_mismatch(buf, size, SEED, (uint64_t)off) != -1) {
+	if (n != (ssize_t)size ||
+	    test_mismatch(buf, size, SEED, (uint64_t)off) != -1) {
 		fprintf(stderr, "  %s %s %zu@%lld: %zd (%s)\n", what,
 		        is_write ? "write" : "read", size, (long long)off, n,
 		        n < 0 ? gpufile_errmsg() : "data differs");
@@ -466,7 +469,7 @@ static void test_retries(gpufile_t *h, int direct_on)
 		size_t size;
 		int64_t off;
 	} shapes[] = {
-		{1, 0}, {4095, 1}, {TS, 0}, {3 * TS + 17, 5}, {FSIZE, 0},
+	    {1, 0}, {4095, 1}, {TS, 0}, {3 * TS + 17, 5}, {FSIZE, 0},
 	};
 
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
@@ -474,7 +477,8 @@ static void test_retries(gpufile_t *h, int direct_on)
 			inj.eintr = 1;
 			expect_ok(h, w, shapes[i].size, shapes[i].off, "EINTR");
 			inj.eagain = 1;
-			expect_ok(h, w, shapes[i].size, shapes[i].off, "EAGAIN");
+			expect_ok(h, w, shapes[i].size, shapes[i].off,
+			          "EAGAIN");
 			if (direct_on) {
 				/* O_DIRECT moves whole blocks, or stops at
 				 * end-of-file. */
@@ -560,7 +564,8 @@ static void test_task_faults(gpufile_t *h, const char *path)
 		expect_fail(h, path, 0, FSIZE, 0, -EIO, at, "EIO read");
 		/* The failing byte in the middle of the task. */
 		add_fault(at + TS / 2, 1, EIO, 0, 0);
-		expect_fail(h, path, 0, FSIZE, 0, -EIO, at, "EIO mid-task read");
+		expect_fail(h, path, 0, FSIZE, 0, -EIO, at,
+		            "EIO mid-task read");
 		/* Unaligned request: the first task starts at its offset. */
 		add_fault(at, TS, EIO, 0, 0);
 		expect_fail(h, path, 0, FSIZE - 3, 3, -EIO, at ? at : 3,
@@ -590,10 +595,12 @@ static void test_task_faults(gpufile_t *h, const char *path)
 	 * comes last. */
 	add_fault(2 * TS, 1, EIO, 150, 0);
 	add_fault(12 * TS, 1, ENXIO, 0, 0);
-	expect_fail(h, path, 0, FSIZE, 0, -EIO, 2 * TS, "two faults, lower last");
+	expect_fail(h, path, 0, FSIZE, 0, -EIO, 2 * TS,
+	            "two faults, lower last");
 	add_fault(12 * TS, 1, ENXIO, 150, 0);
 	add_fault(2 * TS, 1, EIO, 0, 0);
-	expect_fail(h, path, 0, FSIZE, 0, -EIO, 2 * TS, "two faults, lower first");
+	expect_fail(h, path, 0, FSIZE, 0, -EIO, 2 * TS,
+	            "two faults, lower first");
 	add_fault(5 * TS, 1, ENOSPC, 150, 0);
 	add_fault(9 * TS, 1, EDQUOT, 0, 0);
 	expect_fail(h, path, 1, FSIZE, 0, -ENOSPC, 5 * TS, "two write faults");
@@ -651,8 +658,9 @@ static void test_canary(gpufile_t *h)
 			inj.slow_ms = 60;
 			inject_install();
 			if (async) {
-				CHECK_EQ(gpufile_pread_async(h, buf, FSIZE, 0, &f),
-				         0);
+				CHECK_EQ(
+				    gpufile_pread_async(h, buf, FSIZE, 0, &f),
+				    0);
 				n = gpufile_future_wait(f);
 			} else {
 				n = gpufile_pread(h, buf, FSIZE, 0);

@@ -32,15 +32,15 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-	{0, 1, 0},
-	{0, 4096, 0},
-	{1, 4095, 1},
-	{4095, 8193, 3},
-	{0, (3 << 20) + 17, 0},
-	{4096, 1 << 20, 0},
-	{12345, (9 << 20) + 1, 5},
-	{(4 << 20) - 1, (4 << 20) + 2, 0},
-	{(1 << 20) + 512, 5 << 20, 512},
+    {0, 1, 0},
+    {0, 4096, 0},
+    {1, 4095, 1},
+    {4095, 8193, 3},
+    {0, (3 << 20) + 17, 0},
+    {4096, 1 << 20, 0},
+    {12345, (9 << 20) + 1, 5},
+    {(4 << 20) - 1, (4 << 20) + 2, 0},
+    {(1 << 20) + 512, 5 << 20, 512},
 };
 
 /* An open() that refuses O_DIRECT the way tmpfs did before Linux 6.6. */
@@ -94,7 +94,8 @@ static void roundtrip(const char *path, const char *backend, size_t ts)
 		memset(db, 0xEE, s->size + 32);
 		n = gpufile_pread(h, db, s->size, s->off);
 		CHECK_EQ(n, (ssize_t)s->size);
-		CHECK_EQ(test_mismatch(db, s->size, seed, (uint64_t)s->off), -1);
+		CHECK_EQ(test_mismatch(db, s->size, seed, (uint64_t)s->off),
+		         -1);
 		CHECK_EQ(test_mismatch_byte(db + s->size, 32, 0xEE), -1);
 
 		/* The same bytes through a fresh handle (after an fsync, so an
@@ -118,7 +119,8 @@ static void roundtrip(const char *path, const char *backend, size_t ts)
 		CHECK(data != NULL);
 		if (data) {
 			CHECK_EQ(len, (size_t)s->off + s->size);
-			CHECK_EQ(test_mismatch_byte(data, (size_t)s->off, 0), -1);
+			CHECK_EQ(test_mismatch_byte(data, (size_t)s->off, 0),
+			         -1);
 			CHECK_EQ(test_mismatch(data + s->off, s->size, seed,
 			                       (uint64_t)s->off),
 			         -1);
@@ -170,17 +172,17 @@ static void tmpfs_reason(int refuse)
 		CHECK(p < GPUFILE_PATH_COUNT);
 		if (strcmp(backends[b], "off") == 0) {
 			CHECK_EQ(after.direct_io_fallbacks -
-			                 before.direct_io_fallbacks,
+			             before.direct_io_fallbacks,
 			         0);
 			CHECK_CONTAINS(reason, "direct_io=off");
 		} else if (accepts) {
 			CHECK_EQ(after.direct_io_fallbacks -
-			                 before.direct_io_fallbacks,
+			             before.direct_io_fallbacks,
 			         0);
 			CHECK_CONTAINS(reason, "O_DIRECT available");
 		} else {
 			CHECK_EQ(after.direct_io_fallbacks -
-			                 before.direct_io_fallbacks,
+			             before.direct_io_fallbacks,
 			         1);
 			CHECK_CONTAINS(reason, "O_DIRECT refused");
 			CHECK_CONTAINS(reason, "tmpfs");
@@ -268,13 +270,13 @@ static void test_one_gib(void)
 	CHECK(memcmp(src, dst, size) == 0);
 	/* 1 GiB at 4 MiB is 256 tasks each way. */
 	CHECK_EQ(after.path[GPUFILE_PATH_HOST][1].tasks -
-	                 before.path[GPUFILE_PATH_HOST][1].tasks,
+	             before.path[GPUFILE_PATH_HOST][1].tasks,
 	         256);
 	CHECK_EQ(after.path[GPUFILE_PATH_HOST][0].tasks -
-	                 before.path[GPUFILE_PATH_HOST][0].tasks,
+	             before.path[GPUFILE_PATH_HOST][0].tasks,
 	         256);
 	CHECK_EQ(after.path[GPUFILE_PATH_HOST][0].bytes -
-	                 before.path[GPUFILE_PATH_HOST][0].bytes,
+	             before.path[GPUFILE_PATH_HOST][0].bytes,
 	         size);
 
 	/* Read it again through O_DIRECT, at an unaligned offset. */
@@ -398,7 +400,8 @@ static void test_open_modes(const char *dir_kind)
 	{
 		unsigned char back[sizeof(b)];
 		CHECK_EQ(gpufile_pread(h, back, sizeof(back), 0), 0);
-		CHECK_EQ(gpufile_pwrite(h, b, sizeof(b), 7), (ssize_t)sizeof(b));
+		CHECK_EQ(gpufile_pwrite(h, b, sizeof(b), 7),
+		         (ssize_t)sizeof(b));
 		CHECK_EQ(gpufile_pread(h, back, sizeof(back), 7),
 		         (ssize_t)sizeof(b));
 		CHECK(memcmp(back, b, sizeof(b)) == 0);

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SEED_FILE 11
+#define SEED_FILE  11
 #define SEED_WRITE 29
-#define CANARY 0xA5
+#define CANARY     0xA5
 
 static const char *const backends[] = {"off", "on", "auto"};
 
@@ -58,8 +58,7 @@ static ssize_t recording_pread(int fd, void *buf, size_t len, off_t off)
 	return pread(fd, buf, len, off);
 }
 
-static ssize_t recording_pwrite(int fd, const void *buf, size_t len,
-                                off_t off)
+static ssize_t recording_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
 	pthread_mutex_lock(&calls_lock);
 	if (ncalls < MAX_CALLS) {
@@ -86,7 +85,8 @@ static void check_calls(int64_t off, size_t size, size_t ts, const char *what)
 	const int64_t end = off + (int64_t)size;
 
 	if ((uint64_t)ncalls != want || ncalls > MAX_CALLS) {
-		fprintf(stderr, "%s off=%lld size=%zu ts=%zu: %d calls, want %llu\n",
+		fprintf(stderr,
+		        "%s off=%lld size=%zu ts=%zu: %d calls, want %llu\n",
 		        what, (long long)off, size, ts, ncalls,
 		        (unsigned long long)want);
 		test_failures++;
@@ -98,9 +98,11 @@ static void check_calls(int64_t off, size_t size, size_t ts, const char *what)
 
 		if (tend > end)
 			tend = end;
-		if (calls[i].off != pos || (int64_t)calls[i].len != tend - pos) {
+		if (calls[i].off != pos ||
+		    (int64_t)calls[i].len != tend - pos) {
 			fprintf(stderr,
-			        "%s off=%lld size=%zu ts=%zu: task %d is [%lld, +%zu), "
+			        "%s off=%lld size=%zu ts=%zu: task %d is "
+			        "[%lld, +%zu), "
 			        "want [%lld, +%lld)\n",
 			        what, (long long)off, size, ts, i,
 			        (long long)calls[i].off, calls[i].len,
@@ -183,8 +185,9 @@ static void test_reads(const char *backend, size_t ts)
 		CHECK_EQ(after.ops - before.ops, 1);
 		CHECK_EQ(after.bytes - before.bytes, r->size);
 		CHECK_EQ(after.errors - before.errors, 0);
-		CHECK_EQ(test_mismatch(buf, r->size, SEED_FILE, (uint64_t)r->off),
-		         -1);
+		CHECK_EQ(
+		    test_mismatch(buf, r->size, SEED_FILE, (uint64_t)r->off),
+		    -1);
 		CHECK_EQ(test_mismatch_byte(buf + r->size, 64, CANARY), -1);
 		if (strcmp(backend, "off") == 0)
 			check_calls(r->off, r->size, ts, "read");
@@ -197,11 +200,12 @@ static void test_reads(const char *backend, size_t ts)
 			size_t tasks;         /* request size in tasks */
 			size_t extra;
 		} cross[] = {
-			{1, 0, 1},   {1, 0, 2},  {1, 1, 0},     {123, 0, 124},
-			{123, 1, 0}, {124, 1, 0}, {5000, 3, 17}, {0, 0, 0},
+		    {1, 0, 1},   {1, 0, 2},   {1, 1, 0},     {123, 0, 124},
+		    {123, 1, 0}, {124, 1, 0}, {5000, 3, 17}, {0, 0, 0},
 		};
 		for (size_t i = 0; i < sizeof(cross) / sizeof(cross[0]); i++) {
-			int64_t off = (int64_t)file_size - cross[i].off_from_end;
+			int64_t off =
+			    (int64_t)file_size - cross[i].off_from_end;
 			size_t size = cross[i].tasks * ts + cross[i].extra;
 			size_t want;
 			gpufile_counter_t before, after;
@@ -210,28 +214,28 @@ static void test_reads(const char *backend, size_t ts)
 			if (off < 0)
 				continue;
 			want = off + (int64_t)size > (int64_t)file_size
-			               ? file_size - (size_t)off
-			               : size;
+			           ? file_size - (size_t)off
+			           : size;
 			memset(buf, CANARY, size + 64);
 			before = host_counter(0);
 			n = gpufile_pread(h, buf, size, off);
 			after = host_counter(0);
 			CHECK_EQ(n, (ssize_t)want);
-			CHECK_EQ(test_mismatch(buf, want, SEED_FILE,
-			                       (uint64_t)off),
-			         -1);
+			CHECK_EQ(
+			    test_mismatch(buf, want, SEED_FILE, (uint64_t)off),
+			    -1);
 			if (test_mismatch_byte(buf + want, size - want + 64,
 			                       CANARY) != -1) {
-				fprintf(stderr,
-				        "direct_io=%s ts=%zu: read of %zu at %lld "
-				        "(EOF at %zu) wrote past EOF: byte %lld "
-				        "after the %zu returned changed\n",
-				        backend, ts, size, (long long)off,
-				        file_size,
-				        test_mismatch_byte(buf + want,
-				                           size - want + 64,
-				                           CANARY),
-				        want);
+				fprintf(
+				    stderr,
+				    "direct_io=%s ts=%zu: read of %zu at %lld "
+				    "(EOF at %zu) wrote past EOF: byte %lld "
+				    "after the %zu returned changed\n",
+				    backend, ts, size, (long long)off,
+				    file_size,
+				    test_mismatch_byte(
+				        buf + want, size - want + 64, CANARY),
+				    want);
 				test_failures++;
 			}
 			CHECK_EQ(after.bytes - before.bytes, want);
@@ -264,7 +268,8 @@ static void test_reads(const char *backend, size_t ts)
 		CHECK_EQ(gpufile_future_wait(f), (ssize_t)(5 * ts));
 		gpufile_future_free(f);
 		after = host_counter(0);
-		CHECK_EQ(after.tasks - before.tasks, expected_tasks(3, 5 * ts, ts));
+		CHECK_EQ(after.tasks - before.tasks,
+		         expected_tasks(3, 5 * ts, ts));
 		CHECK_EQ(test_mismatch(buf, 5 * ts, SEED_FILE, 3), -1);
 		CHECK_EQ(test_mismatch_byte(buf + 5 * ts, 64, CANARY), -1);
 
@@ -354,7 +359,8 @@ static void test_writes(const char *backend, size_t ts)
 		CHECK(data != NULL);
 		if (data) {
 			CHECK_EQ(len, (size_t)off + size);
-			CHECK_EQ(test_mismatch(data, file_size, SEED_FILE, 0), -1);
+			CHECK_EQ(test_mismatch(data, file_size, SEED_FILE, 0),
+			         -1);
 			CHECK_EQ(test_mismatch_byte(data + file_size,
 			                            (size_t)off - file_size, 0),
 			         -1);
@@ -372,8 +378,8 @@ int main(void)
 	static const size_t task_sizes[] = {4096, 64 << 10, 1000};
 
 	for (size_t b = 0; b < sizeof(backends) / sizeof(backends[0]); b++) {
-		for (size_t t = 0; t < sizeof(task_sizes) / sizeof(task_sizes[0]);
-		     t++) {
+		for (size_t t = 0;
+		     t < sizeof(task_sizes) / sizeof(task_sizes[0]); t++) {
 			test_reads(backends[b], task_sizes[t]);
 			test_writes(backends[b], task_sizes[t]);
 		}

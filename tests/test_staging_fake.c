@@ -18,11 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEV_SIZE (40u << 20)
+#define DEV_SIZE  (40u << 20)
 #define FILE_SIZE ((24u << 20) + 123)
 #define SEED_FILE 41
-#define SEED_DEV 42
-#define CANARY 0x3C
+#define SEED_DEV  42
+#define CANARY    0x3C
 #include "fake_cuda.h"
 
 /* ---- helpers ---- */
@@ -103,7 +103,7 @@ static void roundtrip_one(gpufile_t *rh, const char *wpath, size_t size,
                           int64_t off, size_t mis, size_t threshold)
 {
 	const gpufile_path_t want_path =
-		size < threshold ? GPUFILE_PATH_SMALL : GPUFILE_PATH_POSIX;
+	    size < threshold ? GPUFILE_PATH_SMALL : GPUFILE_PATH_POSIX;
 	unsigned char *dev = dev_base + mis;
 	gpufile_stats_t a, b;
 	gpufile_t *wh = NULL;
@@ -139,8 +139,9 @@ static void roundtrip_one(gpufile_t *rh, const char *wpath, size_t size,
 	b = stats();
 	CHECK_EQ(n, (ssize_t)size);
 	if (n < 0)
-		fprintf(stderr, "  device write size=%zu off=%lld mis=%zu: %s\n",
-		        size, (long long)off, mis, gpufile_errmsg());
+		fprintf(stderr,
+		        "  device write size=%zu off=%lld mis=%zu: %s\n", size,
+		        (long long)off, mis, gpufile_errmsg());
 	CHECK_EQ(ops_delta(&a, &b, want_path, 1), 1);
 	CHECK_EQ(gpufile_close(wh), 0);
 	{
@@ -171,10 +172,10 @@ static void test_roundtrips(const char *rpath, const char *wpath,
 	CHECK_EQ(gpufile_get_nthreads(&nthreads), 0);
 	CHECK_EQ(gpufile_get_bounce_buffer_size(&bbs), 0);
 	{
-		const size_t sizes[] = {1,           4095,        4096,
-		                        (16 << 10) - 1, 16 << 10, (16 << 10) + 1,
-		                        ts - 1,      ts,          ts + 1,
-		                        (7u << 20) + 3};
+		const size_t sizes[] = {
+		    1,        4095,           4096,   (16 << 10) - 1,
+		    16 << 10, (16 << 10) + 1, ts - 1, ts,
+		    ts + 1,   (7u << 20) + 3};
 		const int64_t offsets[] = {0, 1, 4097, (int64_t)ts - 5};
 		const size_t mis[] = {0, 1, 3};
 
@@ -183,8 +184,8 @@ static void test_roundtrips(const char *rpath, const char *wpath,
 			return;
 		peak_reset();
 		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-			for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]);
-			     o++)
+			for (size_t o = 0;
+			     o < sizeof(offsets) / sizeof(offsets[0]); o++)
 				roundtrip_one(h, wpath, sizes[s], offsets[o],
 				              mis[(s + o) % 3], threshold);
 	}
@@ -203,11 +204,12 @@ static void test_roundtrips(const char *rpath, const char *wpath,
 		memset(dev_base, CANARY, size + 16);
 		n = gpufile_pread(h, dev_base + 1, size, off);
 		CHECK_EQ(n, 1000);
-		CHECK_EQ(test_mismatch(dev_base + 1, 1000, SEED_FILE,
-		                       (uint64_t)off),
-		         -1);
-		CHECK_EQ(test_mismatch_byte(dev_base + 1001, size - 1000, CANARY),
-		         -1);
+		CHECK_EQ(
+		    test_mismatch(dev_base + 1, 1000, SEED_FILE, (uint64_t)off),
+		    -1);
+		CHECK_EQ(
+		    test_mismatch_byte(dev_base + 1001, size - 1000, CANARY),
+		    -1);
 		CHECK_EQ(gpufile_pread(h, dev_base, size, FILE_SIZE + 5), 0);
 	}
 	/* The whole file, with many tasks in flight. */
@@ -224,9 +226,10 @@ static void test_roundtrips(const char *rpath, const char *wpath,
 
 		memset(dev_base, 0, FILE_SIZE);
 		for (int i = 0; i < 6; i++)
-			CHECK_EQ(gpufile_pread_async(h, dev_base + i * piece, piece,
-			                             (int64_t)(i * piece), &f[i]),
-			         0);
+			CHECK_EQ(
+			    gpufile_pread_async(h, dev_base + i * piece, piece,
+			                        (int64_t)(i * piece), &f[i]),
+			    0);
 		for (int i = 5; i >= 0; i--) {
 			CHECK_EQ(gpufile_future_wait(f[i]), (ssize_t)piece);
 			gpufile_future_free(f[i]);
@@ -270,8 +273,9 @@ static void test_pipeline(const char *rpath, const char *wpath)
 		static const size_t sizes[] = {(64 << 10) - 1, (64 << 10) + 1,
 		                               (1 << 20) + 1, (3 << 20) + 4097};
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-			roundtrip_one(h, wpath, sizes[i], (int64_t)(i * 65535 + 1),
-			              i % 3, 16 << 10);
+			roundtrip_one(h, wpath, sizes[i],
+			              (int64_t)(i * 65535 + 1), i % 3,
+			              16 << 10);
 	}
 	CHECK(peak() <= gpufile_pinned_bytes_max());
 	CHECK_EQ(gpufile_close(h), 0);
@@ -305,7 +309,7 @@ static void test_driver_failures(const char *rpath, const char *wpath)
 	CHECK_CONTAINS(gpufile_errmsg(), "cuMemHostAlloc");
 	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_OUT_OF_MEMORY");
 	CHECK_EQ(b.path[GPUFILE_PATH_POSIX][0].errors -
-	                 a.path[GPUFILE_PATH_POSIX][0].errors,
+	             a.path[GPUFILE_PATH_POSIX][0].errors,
 	         1);
 	n = gpufile_pwrite(wh, dev_base, size, 0);
 	CHECK_EQ(n, GPUFILE_ECUDA);
@@ -389,10 +393,11 @@ static void test_bound_after_shrink(const char *rpath)
 	CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
 	live = peak_reset();
 	if (live > gpufile_pinned_bytes_max()) {
-		fprintf(stderr,
-		        "pinned memory held (%zu bytes) exceeds "
-		        "gpufile_pinned_bytes_max() (%zu) after nthreads 8 -> 2\n",
-		        live, gpufile_pinned_bytes_max());
+		fprintf(
+		    stderr,
+		    "pinned memory held (%zu bytes) exceeds "
+		    "gpufile_pinned_bytes_max() (%zu) after nthreads 8 -> 2\n",
+		    live, gpufile_pinned_bytes_max());
 		test_failures++;
 	}
 	CHECK_EQ(gpufile_close(h), 0);

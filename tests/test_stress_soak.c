@@ -52,7 +52,7 @@ static double seconds;
 static gpufile_t *handles[NHANDLES];
 static int real_gpu;
 static const struct gpufile__cuda *cu; /* real driver when real_gpu */
-static CUcontext gpu_ctx;               /* device 0's primary context */
+static CUcontext gpu_ctx;              /* device 0's primary context */
 static atomic_ullong ops, bytes_verified, bytes_written, async_ops, dev_ops;
 static atomic_int stop;
 

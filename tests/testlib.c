@@ -99,7 +99,8 @@ int test_finish(const char *name)
 {
 	test_cleanup();
 	if (test_failures) {
-		fprintf(stderr, "%s: %d check(s) failed\n", name, test_failures);
+		fprintf(stderr, "%s: %d check(s) failed\n", name,
+		        test_failures);
 		return 1;
 	}
 	printf("%s: ok\n", name);

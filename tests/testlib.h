@@ -14,23 +14,24 @@
 extern int test_failures;
 
 /* Records a failure (with file and line) when cond is false. */
-#define CHECK(cond)                                                       \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n",      \
-			        __FILE__, __LINE__, #cond);               \
-			test_failures++;                                  \
-		}                                                         \
+#define CHECK(cond)                                                            \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
+			        __LINE__, #cond);                              \
+			test_failures++;                                       \
+		}                                                              \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                    \
-	do {                                                              \
-		long long _a = (long long)(a), _b = (long long)(b);       \
-		if (_a != _b) {                                           \
-			fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", \
-			        __FILE__, __LINE__, #a, #b, _a, _b);      \
-			test_failures++;                                  \
-		}                                                         \
+#define CHECK_EQ(a, b)                                                         \
+	do {                                                                   \
+		long long _a = (long long)(a), _b = (long long)(b);            \
+		if (_a != _b) {                                                \
+			fprintf(stderr,                                        \
+			        "%s:%d: %s == %s failed: %lld != %lld\n",      \
+			        __FILE__, __LINE__, #a, #b, _a, _b);           \
+			test_failures++;                                       \
+		}                                                              \
 	} while (0)
 
 /* A fresh directory for the test's files (GPUFILE_TEST_DIR or /tmp),
@@ -48,16 +49,16 @@ void test_cleanup(void);
 int test_finish(const char *name);
 
 /* Records a failure when the string hay does not contain needle. */
-#define CHECK_CONTAINS(hay, needle)                                       \
-	do {                                                              \
-		const char *_h = (hay), *_n = (needle);                   \
-		if (!_h || !_n || !strstr(_h, _n)) {                      \
-			fprintf(stderr,                                   \
-			        "%s:%d: \"%s\" does not contain \"%s\"\n",  \
-			        __FILE__, __LINE__, _h ? _h : "(null)",   \
-			        _n ? _n : "(null)");                      \
-			test_failures++;                                  \
-		}                                                         \
+#define CHECK_CONTAINS(hay, needle)                                            \
+	do {                                                                   \
+		const char *_h = (hay), *_n = (needle);                        \
+		if (!_h || !_n || !strstr(_h, _n)) {                           \
+			fprintf(stderr,                                        \
+			        "%s:%d: \"%s\" does not contain \"%s\"\n",     \
+			        __FILE__, __LINE__, _h ? _h : "(null)",        \
+			        _n ? _n : "(null)");                           \
+			test_failures++;                                       \
+		}                                                              \
 	} while (0)
 
 /* Index of the first byte of buf that differs from the pattern test_fill

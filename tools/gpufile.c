@@ -157,8 +157,8 @@ static int choose_target(const char *cmd, int want_host, int want_device,
 	if (n > 0) {
 		t->device = 0;
 		snprintf(t->reason, sizeof(t->reason),
-		         "%d usable GPU%s found; --host uses host memory",
-		         n, n == 1 ? "" : "s");
+		         "%d usable GPU%s found; --host uses host memory", n,
+		         n == 1 ? "" : "s");
 		return 0;
 	}
 	snprintf(t->reason, sizeof(t->reason), "no usable GPU: %s",
@@ -562,10 +562,9 @@ static int write_chunks(const char *cmd, gpufile_t *h, char *bufs[2],
 			if (n < 0)
 				return util_error(cmd, "%s", gpufile_errmsg());
 		}
-		if (gpufile_pwrite_async(h,
-		                         r->dev[which] ? r->dev[which]
-		                                       : bufs[which],
-		                         len, (int64_t)off, &pending))
+		if (gpufile_pwrite_async(
+		        h, r->dev[which] ? r->dev[which] : bufs[which], len,
+		        (int64_t)off, &pending))
 			return util_error(cmd, "%s", gpufile_errmsg());
 		off += len;
 		which ^= 1;
@@ -776,11 +775,11 @@ int cmd_write(int argc, char **argv)
 	for (int i = 0; i < 2 && r.target.device >= 0; i++) {
 		void *p;
 
-		if (gpufile_device_alloc(r.target.device, (size_t)r.chunk, &p)) {
-			rc = util_error(cmd, "allocating %" PRIu64
-			                     " bytes on GPU %d: %s",
-			                r.chunk, r.target.device,
-			                gpufile_errmsg());
+		if (gpufile_device_alloc(r.target.device, (size_t)r.chunk,
+		                         &p)) {
+			rc = util_error(
+			    cmd, "allocating %" PRIu64 " bytes on GPU %d: %s",
+			    r.chunk, r.target.device, gpufile_errmsg());
 			goto out;
 		}
 		r.dev[i] = p;
