@@ -32,9 +32,24 @@ extern "C" {
 #define GPUFILE_API
 #endif
 
+/* The version: the one place it is written. CMakeLists.txt reads these
+ * three lines for project(VERSION), from which the library's SONAME,
+ * gpufile.pc, the CMake package and the Python package's version are made;
+ * gpufile_version() returns GPUFILE_VERSION_STRING. */
 #define GPUFILE_VERSION_MAJOR 0
 #define GPUFILE_VERSION_MINOR 1
 #define GPUFILE_VERSION_PATCH 0
+#define GPUFILE__STR(x)       #x
+#define GPUFILE__XSTR(x)      GPUFILE__STR(x)
+/* "MAJOR.MINOR.PATCH" of this header. */
+#define GPUFILE_VERSION_STRING                                                 \
+	GPUFILE__XSTR(GPUFILE_VERSION_MAJOR)                                   \
+	"." GPUFILE__XSTR(GPUFILE_VERSION_MINOR) "." GPUFILE__XSTR(            \
+	    GPUFILE_VERSION_PATCH)
+/* One number to compare: >= 10200 means 1.2.0 or later. */
+#define GPUFILE_VERSION_NUMBER                                                 \
+	(GPUFILE_VERSION_MAJOR * 10000 + GPUFILE_VERSION_MINOR * 100 +         \
+	 GPUFILE_VERSION_PATCH)
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
@@ -69,8 +84,20 @@ GPUFILE_API const char *gpufile_errmsg(void);
 /* The library version as "MAJOR.MINOR.PATCH". */
 GPUFILE_API const char *gpufile_version(void);
 
-/* What was compiled in and found at run time, as a space-separated list
- * of words such as "liburing cuda-dlopen cufile-dlopen". Never NULL. */
+/* What this library can use now, as a space-separated list of these words,
+ * in this order, each present only when true:
+ *   liburing  built with liburing, and the kernel lets this process set up
+ *             an io_uring (else cold device reads use pread);
+ *   cjson     cufile.json parsing compiled in (cJSON);
+ *   stats     the shared-memory counters compiled in (not GPUFILE_NO_STATS);
+ *   cuda      the CUDA driver, libcuda.so.1, can be loaded;
+ *   cufile    the cuFile library (the cufile_library setting) is loaded or
+ *             can be loaded.
+ * CUDA and cuFile are always reached through dlopen, never linked. This
+ * call may load (never initialize) libcuda and libcufile; whether a GPU is
+ * usable is gpufile_cuda_device_count()'s answer, whether cuFile's driver
+ * opens is gpufile_check()'s. Never NULL; the string is valid until the
+ * next gpufile_features() call in the same thread. */
 GPUFILE_API const char *gpufile_features(void);
 
 /* ------------------------------------------------------------------ */
@@ -134,19 +161,6 @@ GPUFILE_API int gpufile_config_get(const char *name, char *value, size_t len,
  * invalid; then nothing changes. Settings that shape the worker pool or the
  * bounce buffers take effect for requests submitted after the call. */
 GPUFILE_API int gpufile_config_set(const char *name, const char *value);
-
-/* Parses text as a size the way settings are parsed: plain bytes or a
- * number with k/m/g/t, KiB/MiB/GiB/TiB or KB/MB/GB/TB (all binary), spaces
- * allowed around the number and the unit. Returns 0 with *out set, -EINVAL
- * for anything else, -ERANGE when it does not fit 64 bits. */
-GPUFILE_API int gpufile_parse_size(const char *text, uint64_t *out);
-
-/* Parses text as a whole number (digits, spaces around). Returns 0,
- * -EINVAL or -ERANGE as gpufile_parse_size(). */
-GPUFILE_API int gpufile_parse_count(const char *text, uint64_t *out);
-
-/* Forgets every setter and rereads the environment. For tests and tools. */
-GPUFILE_API void gpufile_config_reset(void);
 
 /* Typed access to the core settings. Getters return 0 or GPUFILE_ECONFIG;
  * setters return 0 or GPUFILE_ECONFIG for an out-of-range value. */
@@ -386,10 +400,6 @@ GPUFILE_API int gpufile_stats_list(gpufile_process_t *out, int max);
 
 /* Removes this user's stale segments. Returns how many were removed. */
 GPUFILE_API int gpufile_stats_clean(void);
-
-/* The segment path used for pid (0: this process), written into buf (len
- * bytes). Returns 0 or -ENAMETOOLONG. For tests and tools. */
-GPUFILE_API int gpufile_stats_segment_path(int pid, char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */

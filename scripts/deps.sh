@@ -10,6 +10,7 @@ packages=(
 	clang libclang-rt-14-dev       # sanitizer runtimes for clang builds
 	clang-format                   # the format check of scripts/test.sh
 	python3 python3-pytest python3-numpy  # python/ binding tests
+	groff-base man-db              # man page checks (tests/pkg/check_man.py)
 )
 
 missing=()

@@ -650,15 +650,6 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 	return 0;
 }
 
-const char *gpufile_features(void)
-{
-#ifdef GPUFILE_HAVE_LIBURING
-	return "cuda-dlopen cufile-dlopen liburing";
-#else
-	return "cuda-dlopen cufile-dlopen";
-#endif
-}
-
 int gpufile_warmup(void)
 {
 	struct gpufile__settings cfg;

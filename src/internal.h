@@ -7,6 +7,7 @@
 #define GPUFILE_INTERNAL_H
 
 #include "gpufile.h"
+#include "gpufile_private.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -3,6 +3,9 @@
 #ifndef GPUFILE_TESTLIB_H
 #define GPUFILE_TESTLIB_H
 
+/* Tests may use the unstable helpers (gpufile_config_reset, ...). */
+#include "gpufile_private.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

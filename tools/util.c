@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "util.h"
 #include "gpufile.h"
+/* gpufile_parse_size/count: sizes parse as the settings do. */
+#include "gpufile_private.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -21,7 +21,14 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
                     cuda_device_count, cufile_info, explain, features,
                     processes, registered, release, stats, version, warmup)
 
-__version__ = "0.1.0"
+try:
+    # Written by CMake from include/gpufile.h, the one place the version is.
+    from ._version import __version__
+except ImportError:  # a source tree CMake has not configured yet
+    def __getattr__(name):
+        if name == "__version__":
+            return version()  # the loaded C library's
+        raise AttributeError("module 'gpufile' has no attribute %r" % name)
 
 __all__ = [
     "File", "Future", "PathInfo", "defaults", "CompatMode",
