@@ -60,9 +60,7 @@ def render_warnings(path):
     out = []
     for cmd in cmds:
         if not shutil.which(cmd[0]):
-            out.append("%s is not installed (scripts/deps.sh installs it)"
-                       % cmd[0])
-            continue
+            continue  # main() says so, and skips when nothing else failed
         env = dict(os.environ, MANWIDTH="80", MAN_KEEP_FORMATTING="0")
         r = subprocess.run(cmd, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, universal_newlines=True,
@@ -172,6 +170,9 @@ def selftest(src):
            "gpufile_open: exported but in the NAME section of no page")
     expect("unknown command", check(pages, symbols, ["frobnicate"],
                                     render=lambda p: []), "'frobnicate'")
+    if not shutil.which("groff"):
+        print("groff is not installed: rendering not tested; skipped")
+        return 77 if ok else 1
     bad = os.path.join(os.environ.get("TMPDIR", "/tmp"),
                        "gpufile_check_man_%d.3" % os.getpid())
     with open(bad, "w") as f:
@@ -198,7 +199,15 @@ def main():
         print("MAN: " + p)
     print("%d pages, %d exported symbols, %d problem(s)"
           % (len(pages), len(symbols), len(problems)))
-    return 1 if problems else 0
+    if problems:
+        return 1
+    if not shutil.which("groff"):
+        # A machine without groff (the GPU machine, where nothing can be
+        # installed) checks the coverage only: skipped, not passed.
+        print("groff is not installed (scripts/deps.sh installs groff-base): "
+              "pages not rendered; skipped")
+        return 77
+    return 0
 
 
 if __name__ == "__main__":
