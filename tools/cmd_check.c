@@ -5,9 +5,9 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
 #include "util.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,34 +30,19 @@ static const char *const usage =
 
 int cmd_check(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *cmd = "check", *path = NULL;
 	gpufile_check_item_t *items;
-	int as_json = 0, c, n, counts[3] = {0}, file_failed = 0;
+	int as_json = 0, n, counts[3] = {0}, file_failed = 0, rc, first;
+	const struct opt opts[] = {
+	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	};
+	const struct opt_spec spec = {cmd, usage, opts, 1, "PATH", 0, 1};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'j':
-			as_json = 1;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
-	if (optind < argc)
-		path = argv[optind++];
-	if (optind < argc)
-		return util_usage_error(cmd, "unexpected argument \"%s\"",
-		                        argv[optind]);
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
+	if (first < argc)
+		path = argv[first];
 	items = calloc(MAX_ITEMS, sizeof(*items));
 	if (!items)
 		return util_error(cmd, "out of memory");
