@@ -25,14 +25,15 @@ static const char *const usage =
     "O_DIRECT opens, and the path a device read of it takes at each\n"
     "layer (gpufile: cufile or posix; cuFile: nvfs or posix), with the\n"
     "reason. Each check says pass, fail or unknown, and why.\n"
-    "Exit status: 0 when the checks ran (whatever they found), 1 when\n"
-    "PATH cannot be examined, 2 for a usage error.\n";
+    "Exit status: 0 when the checks ran (whatever the platform lacks),\n"
+    "1 when PATH cannot be examined or read by this user, or when the\n"
+    "cufile.json in effect is malformed; 2 for a usage error.\n";
 
 int cmd_check(int argc, char **argv)
 {
 	const char *cmd = "check", *path = NULL;
 	gpufile_check_item_t *items;
-	int as_json = 0, n, counts[3] = {0}, file_failed = 0, rc, first;
+	int as_json = 0, n, counts[3] = {0}, input_failed = 0, rc, first;
 	const struct opt opts[] = {
 	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
 	};
@@ -56,9 +57,13 @@ int cmd_check(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		if ((unsigned)items[i].status < 3)
 			counts[items[i].status]++;
-		if (strcmp(items[i].name, "file") == 0 &&
+		/* A file gpufile cannot read and a cufile.json cuFile
+		 * will reject are errors of the user's input, not facts of
+		 * the platform: scripts must see them. */
+		if ((strcmp(items[i].name, "file") == 0 ||
+		     strcmp(items[i].name, "cufile.json") == 0) &&
 		    items[i].status == GPUFILE_CHECK_FAIL)
-			file_failed = 1;
+			input_failed = 1;
 	}
 	if (as_json) {
 		struct json j;
@@ -99,5 +104,5 @@ int cmd_check(int argc, char **argv)
 		       counts[2]);
 	}
 	free(items);
-	return file_failed ? EXIT_RUNTIME : EXIT_OK;
+	return input_failed ? EXIT_RUNTIME : EXIT_OK;
 }
