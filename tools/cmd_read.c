@@ -188,12 +188,17 @@ static int read_once(gpufile_t *h, const struct target *t,
 static int run_reads(gpufile_t *h, const struct target *t,
                      const struct read_options *o, struct read_result *r)
 {
+	/* What the repeats will read: the end of the file cuts --size. */
+	uint64_t avail = (uint64_t)r->file_size - o->offset;
+	uint64_t once = o->size < avail ? o->size : avail;
+	uint64_t expected =
+	    once > UINT64_MAX / o->repeat ? UINT64_MAX : once * o->repeat;
+	uint64_t base = 0;
 	struct progress p;
 	double total = 0;
-	uint64_t base = 0;
 
 	gpufile_stats_self(&r->before);
-	progress_start(&p, "read", o->size * o->repeat, !o->json && !o->quiet);
+	progress_start(&p, "read", expected, !o->json && !o->quiet);
 	for (uint64_t i = 0; i < o->repeat; i++) {
 		double t0 = util_now(), dt;
 
