@@ -172,8 +172,10 @@ static int read_once(gpufile_t *h, const struct target *t,
 		ssize_t n =
 		    gpufile_pread(h, t->buf, len, (int64_t)(o->offset + done));
 
-		if (n < 0)
+		if (n < 0) {
+			progress_end(p); /* the message on a line of its own */
 			return util_error("read", "%s", gpufile_errmsg());
+		}
 		calls++;
 		done += (uint64_t)n;
 		progress_update(p, base + done);
@@ -202,10 +204,8 @@ static int run_reads(gpufile_t *h, const struct target *t,
 	for (uint64_t i = 0; i < o->repeat; i++) {
 		double t0 = util_now(), dt;
 
-		if (read_once(h, t, o, r, &p, base)) {
-			progress_end(&p);
+		if (read_once(h, t, o, r, &p, base))
 			return EXIT_RUNTIME;
-		}
 		dt = util_now() - t0;
 		base += r->bytes;
 		if (i == 0 || dt < r->best)

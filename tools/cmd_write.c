@@ -185,15 +185,13 @@ static ssize_t wait_write(gpufile_future_t **pending)
 /* Writes o->size bytes in chunks, filling one buffer while the other is
  * being written. */
 static int write_chunks(gpufile_t *h, const struct write_options *o,
-                        struct write_result *r)
+                        struct write_result *r, struct progress *p)
 {
 	gpufile_future_t *pending = NULL;
-	uint64_t off = 0, written = 0;
-	struct progress p;
+	uint64_t off = 0;
 	int which = 0;
 	ssize_t n;
 
-	progress_start(&p, "wrote", o->size, !o->json && !o->quiet);
 	while (off < o->size) {
 		size_t len = (size_t)(o->size - off < o->chunk ? o->size - off
 		                                               : o->chunk);
@@ -205,6 +203,7 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 		 * round ago. */
 		if (r->dev[which] &&
 		    gpufile_memcpy(r->dev[which], r->bufs[which], len)) {
+			progress_end(p);
 			util_error("write", "copying a chunk to GPU %d: %s",
 			           r->target.device, gpufile_errmsg());
 			goto fail;
@@ -212,8 +211,7 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 		r->fill_seconds += util_now() - t0;
 		if (pending && (n = wait_write(&pending)) < 0)
 			goto fail_io;
-		written = off;
-		progress_update(&p, written);
+		progress_update(p, off); /* all before off is written */
 		if (gpufile_pwrite_async(
 		        h, r->dev[which] ? r->dev[which] : r->bufs[which], len,
 		        (int64_t)off, &pending))
@@ -223,15 +221,14 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 	}
 	if (pending && wait_write(&pending) < 0)
 		goto fail_io;
-	progress_update(&p, o->size);
-	progress_end(&p);
+	progress_update(p, o->size);
 	return 0;
 fail_io:
+	progress_end(p); /* the message goes on a line of its own */
 	util_error("write", "%s", gpufile_errmsg());
 fail:
 	if (pending)
 		wait_write(&pending);
-	progress_end(&p);
 	return EXIT_RUNTIME;
 }
 
@@ -326,18 +323,30 @@ static int alloc_chunks(const struct write_options *o, struct write_result *r)
 static int write_file(gpufile_t *h, const struct write_options *o,
                       struct write_result *r)
 {
+	struct progress p;
 	double t0, t_sync;
+	int rc;
 
 	if (gpufile_warmup())
 		return util_error("write", "warmup: %s", gpufile_errmsg());
 	gpufile_stats_self(&r->before);
 	t0 = util_now();
-	if (write_chunks(h, o, r))
-		return EXIT_RUNTIME;
-	t_sync = util_now();
-	if (gpufile_sync(h))
-		return util_error("write", "%s", gpufile_errmsg());
-	r->sync_seconds = util_now() - t_sync;
+	progress_start(&p, "wrote", o->size, !o->json && !o->quiet);
+	rc = write_chunks(h, o, r, &p);
+	if (rc == 0) {
+		/* A sync of gigabytes of dirty pages takes seconds: say what
+		 * the wait is for. */
+		progress_note(&p, "syncing to storage");
+		t_sync = util_now();
+		if (gpufile_sync(h)) {
+			progress_end(&p);
+			rc = util_error("write", "%s", gpufile_errmsg());
+		}
+		r->sync_seconds = util_now() - t_sync;
+	}
+	progress_end(&p);
+	if (rc)
+		return rc;
 	r->seconds = util_now() - t0;
 	gpufile_stats_self(&r->after);
 	if (gpufile_path_info(h, &r->device_path, r->path_reason,

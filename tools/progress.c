@@ -27,6 +27,8 @@ static void draw(struct progress *p, double now, int final)
 	        rate / 1e9);
 	if (final)
 		fprintf(stderr, "  in %.1f s\033[K\n", elapsed);
+	else if (p->note)
+		fprintf(stderr, "  %s\033[K", p->note);
 	else if (rate > 0 && p->done < p->total)
 		fprintf(stderr, "  ETA %.1f s\033[K",
 		        (double)(p->total - p->done) / rate);
@@ -41,6 +43,7 @@ void progress_start(struct progress *p, const char *verb, uint64_t total,
 {
 	p->on = wanted && total >= PROGRESS_MIN_BYTES && isatty(STDERR_FILENO);
 	p->verb = verb;
+	p->note = NULL;
 	p->total = total;
 	p->done = 0;
 	p->start = util_now();
@@ -59,6 +62,13 @@ void progress_update(struct progress *p, uint64_t done)
 	now = util_now();
 	if (now - p->last_draw >= REDRAW_SECONDS)
 		draw(p, now, 0);
+}
+
+void progress_note(struct progress *p, const char *note)
+{
+	p->note = note;
+	if (p->on)
+		draw(p, util_now(), 0);
 }
 
 void progress_end(struct progress *p)

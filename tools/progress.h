@@ -16,6 +16,7 @@
 struct progress {
 	int on;
 	const char *verb; /* "read", "wrote" */
+	const char *note; /* shown instead of the ETA, e.g. "syncing" */
 	uint64_t total, done;
 	double start, last_draw;
 };
@@ -29,6 +30,10 @@ void progress_start(struct progress *p, const char *verb, uint64_t total,
 /* Records that done bytes (of total) are finished; redraws at most every
  * quarter second. */
 void progress_update(struct progress *p, uint64_t done);
+
+/* Shows note in place of the ETA from now on (a step after the bytes,
+ * such as the sync of a write), drawn at once. */
+void progress_note(struct progress *p, const char *note);
 
 /* Draws the final line and ends it with a newline. */
 void progress_end(struct progress *p);
