@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "testlib.h"
+#include "gpufile.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -133,6 +134,32 @@ static void test_bounded_memory(void)
 	unlink(big);
 }
 
+/* The same window into device memory of GPU 0, where there is one (the
+ * GPU machine): every byte read, the window on the GPU. */
+static void test_device_window(const char *file, size_t size)
+{
+	char want[128];
+
+	if (gpufile_cuda_device_count() <= 0) {
+		fprintf(stderr, "no usable GPU: device window part skipped\n");
+		return;
+	}
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --device 0 --window 64k --size 4m "
+	                      "--json 2>/dev/null",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "\"target\": \"device:0\"");
+	CHECK_CONTAINS(out, "\"window\": 65536");
+	snprintf(want, sizeof(want), "\"windows\": %zu",
+	         (size + 65535) / 65536 + (size % 65536 == 0));
+	CHECK_CONTAINS(out, want);
+	snprintf(want, sizeof(want), "\"bytes\": %zu", size);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"short\": true");
+	fprintf(stderr, "device window:\n%s\n", out);
+}
+
 int main(void)
 {
 	const char *file = test_path("f");
@@ -145,6 +172,7 @@ int main(void)
 	CHECK_EQ(test_make_file(file, size, 7), 0);
 	test_short(file, size);
 	test_window(file, size);
+	test_device_window(file, size);
 	test_bounded_memory();
 	test_cleanup();
 	return test_finish("test_cli_read");
