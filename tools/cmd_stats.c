@@ -6,10 +6,10 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
 #include "util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -324,63 +324,34 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 
 int cmd_stats(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"json", no_argument, NULL, 'j'},
-	    {"watch", required_argument, NULL, 'w'},
-	    {"clean", no_argument, NULL, 'c'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *cmd = "stats";
-	int as_json = 0, clean = 0, c, rc;
+	int as_json = 0, clean = 0, rc, first;
 	double watch = 0;
 	uint64_t pid = 0;
 	gpufile_stats_t *a, *b;
+	const struct opt opts[] = {
+	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	    {.name = "watch",
+	     .kind = OPT_SECONDS,
+	     .dest = &watch,
+	     .max = 86400},
+	    {.name = "clean", .kind = OPT_FLAG, .dest = &clean},
+	};
+	const struct opt_spec spec = {
+	    cmd, usage, opts, sizeof(opts) / sizeof(opts[0]), "PID", 0, 1};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'j':
-			as_json = 1;
-			break;
-		case 'w': {
-			char *end;
-			watch = strtod(optarg, &end);
-			if (end == optarg || *end || !(watch > 0) ||
-			    watch > 86400)
-				return util_usage_error(cmd,
-				                        "--watch \"%s\": not a "
-				                        "number of seconds in "
-				                        "(0, 86400]",
-				                        optarg);
-			break;
-		}
-		case 'c':
-			clean = 1;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
 	if (clean) {
 		rc = gpufile_stats_clean();
 		printf("removed %d stale segment%s\n", rc, rc == 1 ? "" : "s");
 		return EXIT_OK;
 	}
-	if (optind < argc) {
-		if (util_parse_count(argv[optind], &pid) || pid == 0 ||
-		    pid > 0x7fffffff)
-			return util_usage_error(cmd, "\"%s\" is not a PID",
-			                        argv[optind]);
-		optind++;
-	}
-	if (optind < argc)
-		return util_usage_error(cmd, "unexpected argument \"%s\"",
-		                        argv[optind]);
+	if (first < argc && (util_parse_count(argv[first], &pid) || pid == 0 ||
+	                     pid > 0x7fffffff))
+		return util_usage_error(cmd, "\"%s\" is not a PID",
+		                        argv[first]);
 	if (!pid)
 		return list_processes(as_json);
 

@@ -328,3 +328,43 @@ void util_json_paths(struct json *j, const char *key,
 	}
 	json_object_end(j);
 }
+
+/* ---- gpufile-specific text pieces ---- */
+
+void util_print_paths(const struct gpufile_stats *before,
+                      const struct gpufile_stats *after, int dir)
+{
+	int shown = 0;
+
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		const gpufile_counter_t *a = &after->path[p][dir];
+		const gpufile_counter_t *b = &before->path[p][dir];
+
+		if (a->ops == b->ops)
+			continue;
+		printf("  %-8s %" PRIu64 " ops, %" PRIu64 " tasks, %" PRIu64
+		       " bytes, %" PRIu64 " errors\n",
+		       gpufile_path_name((gpufile_path_t)p), a->ops - b->ops,
+		       a->tasks - b->tasks, a->bytes - b->bytes,
+		       a->errors - b->errors);
+		shown = 1;
+	}
+	if (!shown)
+		printf("  (no requests)\n");
+}
+
+void util_print_settings_line(void)
+{
+	static const char *const names[] = {"nthreads", "task_size",
+	                                    "direct_io", "compat_mode"};
+
+	printf("settings:");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char value[64];
+
+		if (gpufile_config_get(names[i], value, sizeof(value), NULL,
+		                       NULL, 0) == 0)
+			printf(" %s=%s", names[i], value);
+	}
+	printf("  (all: gpufile config)\n");
+}

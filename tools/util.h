@@ -113,4 +113,14 @@ void util_json_paths(struct json *j, const char *key,
                      const struct gpufile_stats *before,
                      const struct gpufile_stats *after, int dir);
 
+/* ---- gpufile-specific text pieces, on the public API ---- */
+
+/* Prints one line per path that served requests in direction dir (0
+ * read, 1 write) between before and after, or "(no requests)". */
+void util_print_paths(const struct gpufile_stats *before,
+                      const struct gpufile_stats *after, int dir);
+
+/* Prints the settings that shape a request's split, in one line. */
+void util_print_settings_line(void);
+
 #endif
