@@ -16,6 +16,8 @@ lives, so that e.g. a bytearray cannot be resized under a running request.
 
 import ctypes
 
+from . import _args
+
 _PyBUF_WRITABLE = 0x0001
 _PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0010 | 0x0008  # with PyBUF_STRIDES
 
@@ -170,24 +172,14 @@ def as_buffer(obj, writable, what="buffer"):
 
 def check_range(buf, size, file_offset, what):
     """The size to move: buf.nbytes when size is None; raises ValueError for
-    a negative size or offset, or a size larger than the buffer."""
+    a negative size or offset or a size larger than the buffer, and
+    OverflowError for values beyond the C types (see _args)."""
     if size is None:
         size = buf.nbytes
-    size = _index(size, "size", what)
-    file_offset = _index(file_offset, "file_offset", what)
-    if size < 0:
-        raise ValueError("%s: size %d is negative" % (what, size))
-    if file_offset < 0:
-        raise ValueError("%s: file_offset %d is negative" % (what, file_offset))
+    size = _args.size(size, what)
+    file_offset = _args.offset(file_offset, what)
     if size > buf.nbytes:
         raise ValueError("%s: buffer too small: size is %d bytes but the buffer "
                          "holds %d" % (what, size, buf.nbytes))
+    _args.span(size, file_offset, what)
     return size, file_offset
-
-
-def _index(value, name, what):
-    try:
-        return value.__index__()
-    except AttributeError:
-        raise TypeError("%s: %s must be an integer, not %s"
-                        % (what, name, type(value).__name__)) from None
