@@ -135,7 +135,11 @@ def _from_cai(obj, cai, writable, what):
     stream = cai.get("stream")
     if stream:
         _stream_sync(stream)
-    return Buffer(int(ptr or 0), nbytes, True, obj)
+    ptr = int(ptr or 0)
+    if not 0 <= ptr < 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
+        raise ValueError("%s: %s has a __cuda_array_interface__ data pointer %#x "
+                         "that is no address" % (what, _describe(obj), ptr))
+    return Buffer(ptr, nbytes, True, obj)
 
 
 def _from_buffer_protocol(obj, writable, what):
