@@ -97,13 +97,14 @@ def _f_contiguous(shape, strides, itemsize):
     return True
 
 
-def _stream_sync(stream):
+def _stream_sync(stream, ptr):
     """Waits for the producer's stream, as version 3 of the CUDA Array
     Interface asks of a consumer (1: legacy default stream, 2: per-thread
-    default stream, else a CUstream handle)."""
+    default stream, else a CUstream handle), with the buffer's context
+    current (see _cuda)."""
     from . import _cuda
 
-    _cuda.stream_synchronize(stream)
+    _cuda.stream_synchronize(stream, ptr)
 
 
 def _from_cai(obj, cai, writable, what):
@@ -132,13 +133,13 @@ def _from_cai(obj, cai, writable, what):
     if cai.get("mask") is not None:
         raise ValueError("%s: %s has a mask; masked arrays are not supported"
                          % (what, _describe(obj)))
-    stream = cai.get("stream")
-    if stream:
-        _stream_sync(stream)
     ptr = int(ptr or 0)
     if not 0 <= ptr < 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
         raise ValueError("%s: %s has a __cuda_array_interface__ data pointer %#x "
                          "that is no address" % (what, _describe(obj), ptr))
+    stream = cai.get("stream")
+    if stream and ptr:  # no memory (an empty array): nothing to wait for
+        _stream_sync(stream, ptr)
     return Buffer(ptr, nbytes, True, obj)
 
 
