@@ -10,6 +10,7 @@ packages=(
 	clang libclang-rt-14-dev       # sanitizer runtimes for clang builds
 	clang-format                   # the format check of scripts/test.sh
 	python3 python3-pytest python3-numpy  # python/ binding tests
+	python3-venv python3-setuptools python3-wheel  # python/README.md install route
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #   3. build-asan/  ASan + UBSan; all ctest tests
 #   4. build-tsan/  TSan; the tests about the pool, requests and async I/O
 #   5. python/tests with pytest, when that folder exists
+#   6. python-install: the Python package installed as python/README.md says
 # Prints a summary and a final line "N passed, M failed" (skipped tests, such
 # as GPU tests on a machine without a GPU, are counted apart); exits non-zero
 # when anything failed, a build included.
@@ -181,6 +182,39 @@ if build tsan "$TSAN_DIR" "${san_flags[@]}" -DGPUFILE_SANITIZE=thread; then
 fi
 
 pytest_stage
+
+# ---- python-install: the install route of python/README.md, on Debian's
+# own python and packages only (no index): a fresh venv that sees the
+# system's setuptools and wheel, pip without build isolation, then an
+# import of the installed copy (not the checkout's) and a tiny read.
+python_install_stage() {
+	local venv="$logs/venv" src="$logs/pysrc" log="$logs/python-install"
+	step "python-install: venv --system-site-packages + pip install --no-build-isolation --no-index ./python"
+	mkdir -p "$src" && cp -r python/pyproject.toml python/README.md python/gpufile "$src"/ &&
+		rm -rf "$src/gpufile/__pycache__"
+	if /usr/bin/python3 -m venv --system-site-packages "$venv" >"$log" 2>&1 &&
+		"$venv/bin/pip" install --no-build-isolation --no-index "$src" >>"$log" 2>&1 &&
+		(cd "$logs" && env -u PYTHONPATH GPUFILE_LIBRARY="$root/$BUILD_DIR/libgpufile.so" \
+			"$venv/bin/python" -c '
+import os, sys, gpufile
+assert gpufile.__file__.startswith(sys.prefix), gpufile.__file__
+data = os.urandom(100000)
+with open("tiny.bin", "wb") as f:
+    f.write(data)
+buf = bytearray(len(data))
+with gpufile.File("tiny.bin") as f:
+    assert f.read(buf) == len(data) and buf == data
+print("installed", gpufile.__file__, "read", len(data), "bytes: ok")
+') >>"$log" 2>&1; then
+		tail -3 "$log"
+		record python-install 1 0 0
+	else
+		tail -30 "$log"
+		echo "python-install: FAILED"
+		record python-install 0 1 0
+	fi
+}
+python_install_stage
 
 # Every C file follows .clang-format: one check, counted as one test.
 step "format: clang-format --dry-run --Werror on every C file"

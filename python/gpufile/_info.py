@@ -290,10 +290,27 @@ def explain(size, offset=0, task_size=None, registered=False, cufile_json=None):
 
 # ---- the command-line tool ----
 
+def _near_library(lib_path):
+    """Where the tool sits relative to the library: in the same folder (a
+    build folder), or in bin/ beside the lib/ of an installed prefix
+    (PREFIX/lib, PREFIX/lib64 or PREFIX/lib/<multiarch triplet>)."""
+    lib_dir = os.path.dirname(lib_path)
+    out = [os.path.join(lib_dir, "gpufile")]
+    d = lib_dir
+    for _ in range(2):  # lib/ or lib/x86_64-linux-gnu/
+        parent, base = os.path.split(d)
+        if base in ("lib", "lib64", "lib32"):
+            out.append(os.path.join(parent, "bin", "gpufile"))
+            break
+        d = parent
+    return out
+
+
 def cli_path():
-    """The gpufile tool: $GPUFILE_CLI, else next to the loaded library,
-    else on PATH, else the checkout's build folder. FileNotFoundError
-    naming each place when none is found."""
+    """The gpufile tool: $GPUFILE_CLI, else next to the loaded library (in
+    its folder, or in bin/ beside its lib/ when installed), else on PATH,
+    else the checkout's build folder. FileNotFoundError naming each place
+    when none is found."""
     tried = []
     env = os.environ.get("GPUFILE_CLI")
     if env:
@@ -302,13 +319,13 @@ def cli_path():
         raise FileNotFoundError(errno.ENOENT, "$GPUFILE_CLI is not an executable "
                                 "file", env)
     try:
-        near = os.path.join(os.path.dirname(_lib.library_path()), "gpufile")
+        near = _near_library(_lib.library_path())
     except OSError:
-        near = None
-    if near:
-        if os.access(near, os.X_OK) and os.path.isfile(near):
-            return near
-        tried.append("next to the library: " + near)
+        near = []
+    for path in near:
+        if os.access(path, os.X_OK) and os.path.isfile(path):
+            return path
+        tried.append("next to the library: " + path)
     found = shutil.which("gpufile")
     if found:
         return found
