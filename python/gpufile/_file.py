@@ -5,6 +5,7 @@ import ctypes
 import errno
 import os
 import threading
+import weakref
 
 from . import _args
 from . import _buffers
@@ -200,6 +201,23 @@ class _Handle:
                 self.cond.notify_all()
 
 
+_handles = weakref.WeakSet()  # every open _Handle, for _after_fork_in_child
+
+
+def _after_fork_in_child():
+    """In a forked child only the forking thread exists, and it was in no
+    call (it was running os.fork): counts of calls in flight of the other
+    threads would make close() wait forever, and a lock one of them held
+    would never be released. Start both afresh."""
+    for h in list(_handles):
+        h.cond = threading.Condition(threading.Lock())
+        h.users = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class File:
     """A file opened for I/O into host or GPU memory.
 
@@ -227,6 +245,7 @@ class File:
         rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
         _lib.check(rc, filename=self.name)
         self._h = _Handle(handle.value, self.name)
+        _handles.add(self._h)
 
     # ---- lifetime ----
 

@@ -152,3 +152,39 @@ def test_get_from_many_threads(data_file):
         assert not t.is_alive()
     assert got == [1 << 20] * 4
     assert np.array_equal(out, data[:1 << 20])
+
+
+def test_forked_child_can_close_a_file_another_thread_was_using(data_file):
+    """A thread of the parent had a call in flight at fork(); the child has
+    no such thread, so its close() must not wait for it."""
+    import os
+
+    path, _ = data_file
+    f = gpufile.File(path)
+    entered, leave = threading.Event(), threading.Event()
+
+    def user():  # holds a use of the handle as a read in flight does
+        f._h.enter()
+        entered.set()
+        leave.wait(WATCHDOG_S)
+        f._h.leave()
+
+    t = threading.Thread(target=user, daemon=True)
+    t.start()
+    assert entered.wait(WATCHDOG_S)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when close() returned
+        code = 1
+        try:
+            import faulthandler
+            faulthandler.dump_traceback_later(60, exit=True)
+            assert f.size() == len(_)
+            f.close()
+            code = 0 if f.closed else 2
+        finally:
+            os._exit(code)
+    leave.set()
+    t.join(WATCHDOG_S)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    f.close()
