@@ -156,6 +156,15 @@ class _Handle:
         self.state = _OPEN
         self.users = {}  # thread ident -> calls of that thread in flight
 
+    def __call__(self):
+        """The raw handle, for code written against the former File._h()
+        method. It is not held open: a close() in another thread may free
+        it during the call; use File._call(fn, ...) instead."""
+        with self.cond:
+            if self.state != _OPEN:
+                raise ValueError("I/O operation on closed file %r" % self.name)
+            return self.ptr
+
     def enter(self):
         me = threading.get_ident()
         with self.cond:
