@@ -86,6 +86,16 @@ class Future:
         # _file goes with this frame: File.__del__ may run here, with no
         # lock held.
 
+    def _finish(self):
+        """Waits for the request, for an owner that does so in its close();
+        lets go as get() does, after releasing the lock."""
+        held = None
+        with self._lock:
+            if self._cfuture is not None:
+                held = self._finish_locked(None)
+        if held is not None:
+            self._let_go(held)
+
     def get(self, timeout=None):
         """Waits for the request and returns the number of bytes moved, or
         raises its error (OSError). With timeout (seconds), raises
