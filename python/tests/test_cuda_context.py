@@ -32,7 +32,8 @@ class FakeDriver:
 
     def _log(self, *e):
         with self.lock:
-            self.events.append((threading.get_ident(),) + e)
+            # The thread object, not its ident: idents are reused.
+            self.events.append((threading.current_thread(),) + e)
 
     def cuPointerGetAttribute(self, attribute, ptr):
         dev, ctx = self.memory[ptr]
@@ -118,7 +119,7 @@ def _in_new_thread(fn):
     assert not t.is_alive()
     if "error" in out:
         raise out["error"]
-    return out["value"], t.ident
+    return out["value"], t
 
 
 needs_no_gpu = pytest.mark.skipif(
@@ -148,7 +149,7 @@ def test_threads_without_a_context_push_the_buffers_context(data_file, fake):
         assert np.array_equal(a, data[:1 << 20])
     # Per thread: push the buffer's own context, sync with it, pop it.
     for d, t in enumerate(threads):
-        mine = [e[1:] for e in drv.events if e[0] == t.ident]
+        mine = [e[1:] for e in drv.events if e[0] is t]
         assert mine == [("push", CTX[d]), ("sync", 1, CTX[d]), ("pop", CTX[d])], mine
 
 
@@ -162,9 +163,9 @@ def test_memory_without_a_context_uses_the_primary_context(data_file, fake):
         with gpufile.File(path) as f:
             return f.read(FakeDeviceArray(host, stream=0x5EED))
 
-    n, ident = _in_new_thread(read)
+    n, thread = _in_new_thread(read)
     assert n == 4096 and host.tobytes() == data[:4096].tobytes()
-    mine = [e[1:] for e in drv.events if e[0] == ident]
+    mine = [e[1:] for e in drv.events if e[0] is thread]
     assert mine == [("push", PRIMARY[1]), ("sync", 0x5EED, PRIMARY[1]),
                     ("pop", PRIMARY[1])]
     assert drv.retained == {1: 0}  # retained for the call, then released
