@@ -122,12 +122,6 @@ def _in_new_thread(fn):
     return out["value"], t
 
 
-needs_no_gpu = pytest.mark.skipif(
-    gpufile.cuda_device_count() > 0,
-    reason="the fake device arrays are host memory, which a real driver knows")
-
-
-@needs_no_gpu
 def test_threads_without_a_context_push_the_buffers_context(data_file, fake):
     path, data = data_file
     arrays = [np.zeros(1 << 20, dtype=np.uint8) for _ in CTX]
@@ -153,7 +147,6 @@ def test_threads_without_a_context_push_the_buffers_context(data_file, fake):
         assert mine == [("push", CTX[d]), ("sync", 1, CTX[d]), ("pop", CTX[d])], mine
 
 
-@needs_no_gpu
 def test_memory_without_a_context_uses_the_primary_context(data_file, fake):
     path, data = data_file
     host = np.zeros(4096, dtype=np.uint8)
@@ -171,7 +164,6 @@ def test_memory_without_a_context_uses_the_primary_context(data_file, fake):
     assert drv.retained == {1: 0}  # retained for the call, then released
 
 
-@needs_no_gpu
 def test_stream_failure_is_a_clear_error(data_file, fake):
     path, _ = data_file
     host = np.zeros(64, dtype=np.uint8)
