@@ -29,6 +29,7 @@ packages=(
 	clang-format                   # the format check of scripts/test.sh
 	python3 python3-pytest python3-numpy  # python/ binding tests
 	groff-base man-db              # man page checks (tests/pkg/check_man.py)
+	python3-venv python3-setuptools python3-wheel  # python/README.md install route
 )
 
 missing=()
