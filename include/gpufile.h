@@ -620,6 +620,43 @@ GPUFILE_API size_t gpufile_pinned_bytes_max(void);
  * operating system reclaims the pinned memory. */
 GPUFILE_API void gpufile_release(void);
 
+/* ------------------------------------------------------------------ */
+/* Page cache (page_cache.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How much of a file range the page cache holds. Give exactly one of h
+ * (an open handle) and path (opened read-only for the call). The range
+ * is [offset, offset+size) clipped to the file's end; size 0 means to the
+ * end. *total_bytes receives the clipped range's length, *cached_bytes the
+ * bytes of it that lie in cached pages (a page at either end counts only
+ * its part inside the range). Counted with cachestat(2) where the kernel
+ * has it (Linux 6.5), else with mincore(2) over a mapping of the range;
+ * both give the same numbers. Starts no I/O. Returns 0 or an error (-EINVAL
+ * for a negative offset or both/neither of h and path; -errno naming the
+ * file when it cannot be opened). KvikIO counts pages; gpufile counts
+ * bytes, so a partial last page does not inflate the total.
+ */
+GPUFILE_API int gpufile_page_cache_info(gpufile_t *h, const char *path,
+                                        int64_t offset, size_t size,
+                                        uint64_t *cached_bytes,
+                                        uint64_t *total_bytes);
+
+/* Flushes h's dirty pages (fdatasync) and then asks the kernel to drop
+ * the range's pages from the page cache (posix_fadvise DONTNEED); size 0
+ * means to the end of the file. Needs no privilege. Pages another process
+ * has mapped or locked may stay. Returns 0 or -errno naming the file. */
+GPUFILE_API int gpufile_drop_page_cache(gpufile_t *h, int64_t offset,
+                                        size_t size);
+
+/* Drops the whole system's clean page cache (and, when reclaim_inodes is
+ * nonzero, dentries and inodes too) by writing 1 (or 3) to
+ * /proc/sys/vm/drop_caches, after sync(). Needs root: any other effective
+ * uid gets -EPERM, with a message saying so, without trying; a root that
+ * the kernel still refuses (a container) gets the -errno of the open, its
+ * message naming the file. Returns 0 or that error. */
+GPUFILE_API int gpufile_drop_system_page_cache(int reclaim_inodes);
+
 #ifdef __cplusplus
 }
 #endif

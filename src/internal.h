@@ -290,4 +290,15 @@ void gpufile__staging_flush(void);
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);
 
+/* ---- parity with KvikIO: page cache, mmap, cuFile driver, fds ---- */
+
+/* How gpufile_page_cache_info() counts (page_cache.c): cachestat(2) with a
+ * fallback to mincore(2) when the kernel lacks it, or one of them only.
+ * Tests set it to run both. */
+enum { GPUFILE__PC_AUTO = 0, GPUFILE__PC_CACHESTAT, GPUFILE__PC_MINCORE };
+extern int gpufile__page_cache_method;
+/* The file gpufile_drop_system_page_cache() writes; tests point it at a
+ * file of their own so that they never drop the machine's caches. */
+extern const char *gpufile__drop_caches_path;
+
 #endif

@@ -21,6 +21,10 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
                     cuda_device_count, cufile_info, explain, features,
                     processes, registered, release, stats, version, warmup)
 
+# KvikIO parity (issue 13): page cache.
+from ._page_cache import (drop_file_page_cache, drop_system_page_cache,
+                          page_cache_info)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -31,3 +35,4 @@ __all__ = [
     "library_path", "cli_path",
     "Error", "ConfigError", "LibraryNotFoundError",
 ]
+__all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache"]
