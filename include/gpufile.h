@@ -657,6 +657,28 @@ GPUFILE_API int gpufile_drop_page_cache(gpufile_t *h, int64_t offset,
  * message naming the file. Returns 0 or that error. */
 GPUFILE_API int gpufile_drop_system_page_cache(int reclaim_inodes);
 
+/* ------------------------------------------------------------------ */
+/* Descriptors and bounce buffers (controls.c)                         */
+/* ------------------------------------------------------------------ */
+
+/* The file descriptor of h: the buffered one (direct 0) or the O_DIRECT
+ * one (direct nonzero). It stays owned by h: do not close it, and do not
+ * use it after gpufile_close(h). Returns the descriptor, -EINVAL for a
+ * NULL h, or -ENOENT when h has no O_DIRECT descriptor (direct_io=off, or
+ * the file system refused O_DIRECT; the message says which). Unlike
+ * KvikIO, which opens the O_DIRECT descriptor lazily, gpufile opens it at
+ * gpufile_open() when direct_io allows. */
+GPUFILE_API int gpufile_fd(gpufile_t *h, int direct);
+
+/* Frees every pinned bounce buffer (with its stream and events) and
+ * returns how many bytes of pinned memory that gave back; the worker pool
+ * keeps running, and the next device request allocates buffers again
+ * (tens of milliseconds). Buffers that device requests running at the call
+ * still use are freed, and counted, when those requests end: the call
+ * waits for them. Returns 0 when none were held. Unlike
+ * gpufile_release(), it may be called while requests are in flight. */
+GPUFILE_API size_t gpufile_bounce_buffer_free(void);
+
 #ifdef __cplusplus
 }
 #endif

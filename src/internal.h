@@ -300,5 +300,9 @@ extern int gpufile__page_cache_method;
 /* The file gpufile_drop_system_page_cache() writes; tests point it at a
  * file of their own so that they never drop the machine's caches. */
 extern const char *gpufile__drop_caches_path;
+/* Frees the pinned bounce buffers, streams and events, waiting for those
+ * that device requests running at the call still use; the pool keeps
+ * running. Returns the pinned bytes freed (staging.c). */
+size_t gpufile__staging_free(void);
 
 #endif

@@ -22,8 +22,8 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
                     processes, registered, release, stats, version, warmup)
 
 # KvikIO parity (issue 13): page cache.
-from ._page_cache import (drop_file_page_cache, drop_system_page_cache,
-                          page_cache_info)
+from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
+                          drop_system_page_cache, page_cache_info)
 
 __version__ = "0.1.0"
 
@@ -35,4 +35,5 @@ __all__ = [
     "library_path", "cli_path",
     "Error", "ConfigError", "LibraryNotFoundError",
 ]
-__all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache"]
+__all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
+            "bounce_buffer_free"]

@@ -13,6 +13,8 @@ _DECLS = {
                                         POINTER(c_uint64), POINTER(c_uint64)]),
     "gpufile_drop_page_cache": (c_int, [c_void_p, c_int64, c_size_t]),
     "gpufile_drop_system_page_cache": (c_int, [c_int]),
+    "gpufile_fd": (c_int, [c_void_p, c_int]),
+    "gpufile_bounce_buffer_free": (c_size_t, []),
 }
 
 
@@ -65,3 +67,10 @@ def drop_system_page_cache(reclaim_inodes=True):
     inodes), after a sync. Needs root: PermissionError otherwise, saying
     why."""
     _lib.check(fn("gpufile_drop_system_page_cache")(1 if reclaim_inodes else 0))
+
+
+def bounce_buffer_free():
+    """Frees every pinned bounce buffer (waiting for those that running
+    device requests use) and returns the bytes freed; the worker pool keeps
+    running."""
+    return fn("gpufile_bounce_buffer_free")()
