@@ -265,10 +265,11 @@ typedef enum gpufile_path {
 	    1, /* device buffer through pinned bounce buffers */
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
-	GPUFILE_PATH_COUNT = 4,
+	GPUFILE_PATH_MMAP = 4,   /* a memory-mapped handle (gpufile_mmap_*) */
+	GPUFILE_PATH_COUNT = 5,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile" or "small"; "?" when out of range. */
+/* "host", "posix", "cufile", "small" or "mmap"; "?" when out of range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
 /* Which path a device-memory request of at least gds_threshold bytes on h
@@ -678,6 +679,63 @@ GPUFILE_API int gpufile_fd(gpufile_t *h, int direct);
  * waits for them. Returns 0 when none were held. Unlike
  * gpufile_release(), it may be called while requests are in flight. */
 GPUFILE_API size_t gpufile_bounce_buffer_free(void);
+
+/* ------------------------------------------------------------------ */
+/* Memory-mapped handles (mmap.c)                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct gpufile_mmap gpufile_mmap_t;
+
+/*
+ * Maps [offset, offset+size) of path read-only (size 0: to the end of the
+ * file), like KvikIO's MmapHandle. flags must be "r": anything else fails
+ * with GPUFILE_EFLAGS naming the flag (KvikIO does not implement writable
+ * maps either). A range that does not lie inside the file is -EINVAL; a
+ * missing file is -ENOENT; both name the file. Pages are mapped lazily.
+ * On success *out owns a handle that gpufile_mmap_close() frees.
+ */
+GPUFILE_API int gpufile_mmap_open(gpufile_mmap_t **out, const char *path,
+                                  const char *flags, int64_t offset,
+                                  size_t size);
+
+/* Waits for every request on m, unmaps and closes it. Accepts NULL
+ * (returns 0). Returns 0 or the -errno of close(2); m is freed either
+ * way, and using it afterwards is undefined (the Python binding turns
+ * that into an error). */
+GPUFILE_API int gpufile_mmap_close(gpufile_mmap_t *m);
+
+/* The file's current size in bytes, or -errno. */
+GPUFILE_API int64_t gpufile_mmap_file_size(gpufile_mmap_t *m);
+
+/* The mapped range given at open (size resolved). Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset,
+                                   size_t *size);
+
+/*
+ * Reads size bytes at file_offset (a file offset, not one inside the map)
+ * into buf, host or device memory. The range must lie inside the mapped
+ * range: otherwise -EINVAL naming both ranges (never a short read). Split
+ * into tasks at multiples of task_size and run on the worker pool, and
+ * counted as path GPUFILE_PATH_MMAP. Host buffers are copied from the
+ * mapping; device buffers go through the pinned bounce buffers (see
+ * gpufile_mmap_path_info for why). Returns size or an error; -EIO when
+ * the file shrank below the mapped range (a host read of lost pages
+ * faults instead, as any access to the mapping would).
+ */
+GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
+                                       size_t size, int64_t file_offset);
+
+/* As gpufile_mmap_pread, but returns at once with *out owning a future
+ * (the gpufile_future_* functions apply). buf must stay valid and m open
+ * until it has completed. Returns 0 or an error found before any I/O. */
+GPUFILE_API int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf,
+                                         size_t size, int64_t file_offset,
+                                         gpufile_future_t **out);
+
+/* Writes why reads of m take the paths they take into reason (len bytes,
+ * may be NULL) and returns GPUFILE_PATH_MMAP, or -EINVAL. */
+GPUFILE_API int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason,
+                                       size_t len);
 
 #ifdef __cplusplus
 }

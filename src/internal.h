@@ -304,5 +304,10 @@ extern const char *gpufile__drop_caches_path;
  * that device requests running at the call still use; the pool keeps
  * running. Returns the pinned bytes freed (staging.c). */
 size_t gpufile__staging_free(void);
+/* Allocates a future around a copy of prepared (a request another source,
+ * mmap.c, filled in but did not initialise), initialises and submits it.
+ * Returns 0 with *out set, or an error (then *out is NULL) (file.c). */
+int gpufile__future_submit(const struct gpufile__request *prepared,
+                           gpufile_future_t **out);
 
 #endif

@@ -24,6 +24,7 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
 # KvikIO parity (issue 13): page cache.
 from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
                           drop_system_page_cache, page_cache_info)
+from ._mmap import Mmap
 
 __version__ = "0.1.0"
 
@@ -36,4 +37,4 @@ __all__ = [
     "Error", "ConfigError", "LibraryNotFoundError",
 ]
 __all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
-            "bounce_buffer_free"]
+            "bounce_buffer_free", "Mmap"]
