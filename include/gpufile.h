@@ -737,6 +737,51 @@ GPUFILE_API int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf,
 GPUFILE_API int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason,
                                        size_t len);
 
+/* ------------------------------------------------------------------ */
+/* The cuFile driver (cufile_shim.c)                                   */
+/* ------------------------------------------------------------------ */
+
+/* Loads libcufile (the cufile_library setting) and opens its driver now,
+ * rather than at the first device request that needs it, in the calling
+ * thread's CUDA context (else device 0's primary one). Opening an open
+ * driver does nothing. Returns 0, GPUFILE_ENOCUFILE (library missing or
+ * unusable) or GPUFILE_ECUFILE (cuFileDriverOpen failed: the message names
+ * the cuFile status). A failure is remembered, as for implicit opens. */
+GPUFILE_API int gpufile_cufile_driver_open(void);
+
+/* Closes the cuFile driver (it is also closed at exit). Refused with
+ * -EBUSY, naming how many, while files or buffers are registered with
+ * cuFile (close those files and deregister the buffers first); a later
+ * request that needs cuFile opens it again. Returns 0 (also when it was
+ * not open) or that error, or GPUFILE_ECUFILE when cuFileDriverClose
+ * fails. */
+GPUFILE_API int gpufile_cufile_driver_close(void);
+
+/*
+ * cuFile's driver properties, by name (as KvikIO's cufile_driver module):
+ *   read-write: poll_mode (0/1), poll_thresh_size, max_direct_io_size,
+ *     max_device_cache_size, max_pinned_memory_size (sizes in KiB);
+ *   read-only: major_version, minor_version (nvidia-fs), is_gds_available
+ *     (nvidia-fs reported a version), p2pdma (PCI P2PDMA support),
+ *     allow_compat_mode, per_buffer_cache_size, max_batch_io_size,
+ *     max_batch_io_timeout_msecs, status_flags (nvfs.dstatusflags),
+ *     feature_flags (fflags).
+ * Both open the driver first when it is not open. get reads the value
+ * through cuFileDriverGetProperties. set calls cuFile's setter
+ * (cuFileDriverSetPollMode, ...SetMaxDirectIOSize, ...SetMaxCacheSize,
+ * ...SetMaxPinnedMemSize). Return 0, or: -ENOENT an unknown name; -EPERM
+ * setting a read-only one; -EINVAL poll_mode not 0 or 1; -ENOTSUP the
+ * library lacks the entry point; GPUFILE_ECUFILE cuFile refused (the
+ * message names the property, the value and the cuFile status); or the
+ * error of gpufile_cufile_driver_open(). */
+GPUFILE_API int gpufile_cufile_driver_get(const char *name, uint64_t *value);
+GPUFILE_API int gpufile_cufile_driver_set(const char *name, uint64_t value);
+
+/* The name of driver property index (0, 1, ... until NULL) and, when
+ * writable is not NULL, whether it can be set. */
+GPUFILE_API const char *gpufile_cufile_driver_prop_name(int index,
+                                                        int *writable);
+
 #ifdef __cplusplus
 }
 #endif

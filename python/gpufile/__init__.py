@@ -25,6 +25,7 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
 from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
                           drop_system_page_cache, page_cache_info)
 from ._mmap import Mmap
+from . import cufile_driver
 
 __version__ = "0.1.0"
 
@@ -37,4 +38,4 @@ __all__ = [
     "Error", "ConfigError", "LibraryNotFoundError",
 ]
 __all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
-            "bounce_buffer_free", "Mmap"]
+            "bounce_buffer_free", "Mmap", "cufile_driver"]
