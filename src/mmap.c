@@ -91,7 +91,8 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 		return gpufile__fail(-EINVAL,
 		                     "mapping %s: offset %lld is negative",
 		                     path, (long long)offset);
-	fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
 	if (fd < 0)
 		return gpufile__fail(-errno, "opening %s: %s", path,
 		                     strerror(errno));
@@ -100,6 +101,11 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 		                   strerror(errno));
 		gpufile__sys.close(fd);
 		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		gpufile__sys.close(fd);
+		return gpufile__fail(-EINVAL, "mapping %s: not a regular file",
+		                     path);
 	}
 	if (offset > st.st_size ||
 	    (size && (uint64_t)size > (uint64_t)(st.st_size - offset))) {

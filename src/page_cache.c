@@ -171,7 +171,9 @@ int gpufile_page_cache_info(gpufile_t *h, const char *path, int64_t offset,
 	if (h) {
 		fd = h->fd;
 	} else {
-		fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC, 0);
+		/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+		fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+		                       0);
 		if (fd < 0)
 			return gpufile__fail(-errno, "opening %s: %s", path,
 			                     strerror(errno));
@@ -179,6 +181,11 @@ int gpufile_page_cache_info(gpufile_t *h, const char *path, int64_t offset,
 	if (gpufile__sys.fstat(fd, &st) < 0) {
 		rc = gpufile__fail(-errno, "fstat %s: %s", name,
 		                   strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = gpufile__fail(
+		    -EINVAL, "page cache of %s: not a regular file", name);
 		goto out;
 	}
 	/* size 0 means "to the end of the file", as for posix_fadvise(). */

@@ -11,6 +11,7 @@
 #include "cuda_shim.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DEV_SIZE  (16u << 20)
@@ -116,6 +117,11 @@ static void test_open_errors(const char *path)
 		CHECK_CONTAINS(gpufile_errmsg(), want);
 	}
 	CHECK_EQ(gpufile_mmap_open(&m, path, NULL, 0, 0), GPUFILE_EFLAGS);
+	/* Not regular files: a clear error, and no wait for a FIFO writer. */
+	CHECK_EQ(mkfifo(test_path("fifo"), 0600), 0);
+	CHECK_EQ(gpufile_mmap_open(&m, test_path("fifo"), "r", 0, 0), -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "not a regular file");
+	CHECK_EQ(gpufile_mmap_open(&m, test_dir(), "r", 0, 0), -EINVAL);
 	CHECK_EQ(gpufile_mmap_open(&m, test_path("absent.bin"), "r", 0, 0),
 	         -ENOENT);
 	CHECK_CONTAINS(gpufile_errmsg(), "absent.bin");

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -115,6 +116,13 @@ static void test_errors(void)
 	const char *missing = test_path("missing.bin");
 
 	CHECK_EQ(gpufile_page_cache_info(NULL, NULL, 0, 0, &c, &t), -EINVAL);
+	/* Not regular files: a clear error, and no wait for a FIFO writer. */
+	CHECK_EQ(mkfifo(test_path("fifo"), 0600), 0);
+	CHECK_EQ(gpufile_page_cache_info(NULL, test_path("fifo"), 0, 0, &c, &t),
+	         -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "not a regular file");
+	CHECK_EQ(gpufile_page_cache_info(NULL, test_dir(), 0, 0, &c, &t),
+	         -EINVAL);
 	CHECK_EQ(gpufile_page_cache_info(NULL, missing, 0, 0, &c, &t), -ENOENT);
 	CHECK_CONTAINS(gpufile_errmsg(), "missing.bin");
 	CHECK_EQ(test_make_file(test_path("e.bin"), 4096, 1), 0);
