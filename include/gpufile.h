@@ -727,7 +727,9 @@ GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
 
 /* As gpufile_mmap_pread, but returns at once with *out owning a future
  * (the gpufile_future_* functions apply). buf must stay valid and m open
- * until it has completed. Returns 0 or an error found before any I/O. */
+ * until it has completed. Returns 0 or an error found before any I/O.
+ * Where the blocking call reports a file that shrank as -EIO, the future
+ * gives the shorter count instead: check it against size. */
 GPUFILE_API int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf,
                                          size_t size, int64_t file_offset,
                                          gpufile_future_t **out);

@@ -21,7 +21,7 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
                     cuda_device_count, cufile_info, explain, features,
                     processes, registered, release, stats, version, warmup)
 
-# KvikIO parity (issue 13): page cache.
+# KvikIO parity (issue 13): page cache, bounce buffers, mmap, cuFile driver.
 from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
                           drop_system_page_cache, page_cache_info)
 from ._mmap import Mmap
