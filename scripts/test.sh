@@ -100,7 +100,7 @@ cli_smoke() {
 	check "help" 0 'Commands:' "$g" --help
 	check "no command" 2 'Usage' "$g"
 	check "unknown command" 2 'unknown command' "$g" frobnicate
-	for c in read write config stats check explain; do
+	for c in read write config stats check explain cache; do
 		check "$c --help" 0 "Usage: gpufile $c" "$g" "$c" --help
 	done
 	check "write" 0 'wrote: +3000001 bytes' \
@@ -110,7 +110,7 @@ cli_smoke() {
 		"'$g' read '$f' --host --offset 1k --size 1m --json |
 		python3 -c 'import json,sys; d=json.load(sys.stdin);
 assert d[\"bytes\"] == 1048576 and d[\"target\"] == \"host\", d;
-assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\"};
+assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\",\"mmap\"};
 assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
 assert \"task_size\" in d[\"settings\"]'"
 	check "config --json" 0 '' bash -c \

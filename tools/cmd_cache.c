@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 static const char *const usage =
-    "usage: gpufile cache FILE [--offset N] [--size N] [--drop] [--json]\n"
+    "Usage: gpufile cache FILE [--offset N] [--size N] [--drop] [--json]\n"
     "\n"
     "Prints how many bytes of FILE (or of [offset, offset+size); size 0\n"
     "or none: to the end) are in the page cache. With --drop, flushes the\n"
