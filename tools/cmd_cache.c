@@ -30,8 +30,8 @@ static void print_count(const char *what, const struct count *c)
 {
 	char a[32], b[32];
 
-	printf("%-8s %s of %s cached (%.1f%%; %llu of %llu bytes)\n", what,
-	       util_human_bytes(c->cached, a, sizeof(a)),
+	printf("%-7s %s of %s in the page cache (%.1f%%; %llu of %llu bytes)\n",
+	       what, util_human_bytes(c->cached, a, sizeof(a)),
 	       util_human_bytes(c->total, b, sizeof(b)),
 	       c->total ? 100.0 * (double)c->cached / (double)c->total : 0.0,
 	       (unsigned long long)c->cached, (unsigned long long)c->total);
@@ -132,7 +132,7 @@ int cmd_cache(int argc, char **argv)
 		json_object_end(&j);
 	} else {
 		printf("%s\n", path);
-		print_count(drop ? "before" : "cached", &before);
+		print_count(drop ? "before" : "now", &before);
 		if (drop)
 			print_count("after", &after);
 	}
