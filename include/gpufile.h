@@ -279,10 +279,11 @@ typedef enum gpufile_path {
 	    1, /* device buffer through pinned bounce buffers */
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
-	GPUFILE_PATH_COUNT = 4,
+	GPUFILE_PATH_MMAP = 4,   /* a memory-mapped handle (gpufile_mmap_*) */
+	GPUFILE_PATH_COUNT = 5,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile" or "small"; "?" when out of range. */
+/* "host", "posix", "cufile", "small" or "mmap"; "?" when out of range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
 /* Which path a device-memory request of at least gds_threshold bytes on h
@@ -629,6 +630,169 @@ GPUFILE_API size_t gpufile_pinned_bytes_max(void);
  * is freed explicitly: the CUDA contexts may already be gone, and the
  * operating system reclaims the pinned memory. */
 GPUFILE_API void gpufile_release(void);
+
+/* ------------------------------------------------------------------ */
+/* Page cache (page_cache.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How much of a file range the page cache holds. Give exactly one of h
+ * (an open handle) and path (opened read-only for the call). The range
+ * is [offset, offset+size) clipped to the file's end; size 0 means to the
+ * end. *total_bytes receives the clipped range's length, *cached_bytes the
+ * bytes of it that lie in cached pages (a page at either end counts only
+ * its part inside the range). Counted with cachestat(2) where the kernel
+ * has it (Linux 6.5), else with mincore(2) over a mapping of the range;
+ * both give the same numbers. Starts no I/O. Returns 0 or an error (-EINVAL
+ * for a negative offset or both/neither of h and path; -errno naming the
+ * file when it cannot be opened). KvikIO counts pages; gpufile counts
+ * bytes, so a partial last page does not inflate the total.
+ */
+GPUFILE_API int gpufile_page_cache_info(gpufile_t *h, const char *path,
+                                        int64_t offset, size_t size,
+                                        uint64_t *cached_bytes,
+                                        uint64_t *total_bytes);
+
+/* Flushes h's dirty pages (fdatasync) and then asks the kernel to drop
+ * the range's pages from the page cache (posix_fadvise DONTNEED); size 0
+ * means to the end of the file. Needs no privilege. Pages another process
+ * has mapped or locked may stay. Returns 0 or -errno naming the file. */
+GPUFILE_API int gpufile_drop_page_cache(gpufile_t *h, int64_t offset,
+                                        size_t size);
+
+/* Drops the whole system's clean page cache (and, when reclaim_inodes is
+ * nonzero, dentries and inodes too) by writing 1 (or 3) to
+ * /proc/sys/vm/drop_caches, after sync(). Needs root: any other effective
+ * uid gets -EPERM, with a message saying so, without trying; a root that
+ * the kernel still refuses (a container) gets the -errno of the open, its
+ * message naming the file. Returns 0 or that error. */
+GPUFILE_API int gpufile_drop_system_page_cache(int reclaim_inodes);
+
+/* ------------------------------------------------------------------ */
+/* Descriptors and bounce buffers (controls.c)                         */
+/* ------------------------------------------------------------------ */
+
+/* The file descriptor of h: the buffered one (direct 0) or the O_DIRECT
+ * one (direct nonzero). It stays owned by h: do not close it, and do not
+ * use it after gpufile_close(h). Returns the descriptor, -EINVAL for a
+ * NULL h, or -ENOENT when h has no O_DIRECT descriptor (direct_io=off, or
+ * the file system refused O_DIRECT; the message says which). Unlike
+ * KvikIO, which opens the O_DIRECT descriptor lazily, gpufile opens it at
+ * gpufile_open() when direct_io allows. */
+GPUFILE_API int gpufile_fd(gpufile_t *h, int direct);
+
+/* Frees every pinned bounce buffer (with its stream and events) and
+ * returns how many bytes of pinned memory that gave back; the worker pool
+ * keeps running, and the next device request allocates buffers again
+ * (tens of milliseconds). Buffers that device requests running at the call
+ * still use are freed, and counted, when those requests end: the call
+ * waits for them. Returns 0 when none were held. Unlike
+ * gpufile_release(), it may be called while requests are in flight. */
+GPUFILE_API size_t gpufile_bounce_buffer_free(void);
+
+/* ------------------------------------------------------------------ */
+/* Memory-mapped handles (mmap.c)                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct gpufile_mmap gpufile_mmap_t;
+
+/*
+ * Maps [offset, offset+size) of path read-only (size 0: to the end of the
+ * file), like KvikIO's MmapHandle. flags must be "r": anything else fails
+ * with GPUFILE_EFLAGS naming the flag (KvikIO does not implement writable
+ * maps either). A range that does not lie inside the file is -EINVAL; a
+ * missing file is -ENOENT; both name the file. Pages are mapped lazily.
+ * On success *out owns a handle that gpufile_mmap_close() frees.
+ */
+GPUFILE_API int gpufile_mmap_open(gpufile_mmap_t **out, const char *path,
+                                  const char *flags, int64_t offset,
+                                  size_t size);
+
+/* Waits for every request on m, unmaps and closes it. Accepts NULL
+ * (returns 0). Returns 0 or the -errno of close(2); m is freed either
+ * way, and using it afterwards is undefined (the Python binding turns
+ * that into an error). */
+GPUFILE_API int gpufile_mmap_close(gpufile_mmap_t *m);
+
+/* The file's current size in bytes, or -errno. */
+GPUFILE_API int64_t gpufile_mmap_file_size(gpufile_mmap_t *m);
+
+/* The mapped range given at open (size resolved). Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset,
+                                   size_t *size);
+
+/*
+ * Reads size bytes at file_offset (a file offset, not one inside the map)
+ * into buf, host or device memory. The range must lie inside the mapped
+ * range: otherwise -EINVAL naming both ranges (never a short read). Split
+ * into tasks at multiples of task_size and run on the worker pool, and
+ * counted as path GPUFILE_PATH_MMAP. Host buffers are copied from the
+ * mapping; device buffers go through the pinned bounce buffers (see
+ * gpufile_mmap_path_info for why). Returns size or an error; -EIO when
+ * the file shrank below the mapped range (a host read of lost pages
+ * faults instead, as any access to the mapping would).
+ */
+GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
+                                       size_t size, int64_t file_offset);
+
+/* As gpufile_mmap_pread, but returns at once with *out owning a future
+ * (the gpufile_future_* functions apply). buf must stay valid and m open
+ * until it has completed. Returns 0 or an error found before any I/O.
+ * Where the blocking call reports a file that shrank as -EIO, the future
+ * gives the shorter count instead: check it against size. */
+GPUFILE_API int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf,
+                                         size_t size, int64_t file_offset,
+                                         gpufile_future_t **out);
+
+/* Writes why reads of m take the paths they take into reason (len bytes,
+ * may be NULL) and returns GPUFILE_PATH_MMAP, or -EINVAL. */
+GPUFILE_API int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason,
+                                       size_t len);
+
+/* ------------------------------------------------------------------ */
+/* The cuFile driver (cufile_shim.c)                                   */
+/* ------------------------------------------------------------------ */
+
+/* Loads libcufile (the cufile_library setting) and opens its driver now,
+ * rather than at the first device request that needs it, in the calling
+ * thread's CUDA context (else device 0's primary one). Opening an open
+ * driver does nothing. Returns 0, GPUFILE_ENOCUFILE (library missing or
+ * unusable) or GPUFILE_ECUFILE (cuFileDriverOpen failed: the message names
+ * the cuFile status). A failure is remembered, as for implicit opens. */
+GPUFILE_API int gpufile_cufile_driver_open(void);
+
+/* Closes the cuFile driver (it is also closed at exit). Refused with
+ * -EBUSY, naming how many, while files or buffers are registered with
+ * cuFile (close those files and deregister the buffers first); a later
+ * request that needs cuFile opens it again. Returns 0 (also when it was
+ * not open) or that error, or GPUFILE_ECUFILE when cuFileDriverClose
+ * fails. */
+GPUFILE_API int gpufile_cufile_driver_close(void);
+
+/*
+ * cuFile's driver properties, by name (as KvikIO's cufile_driver module):
+ *   read-write: poll_mode (0/1), poll_thresh_size, max_direct_io_size,
+ *     max_device_cache_size, max_pinned_memory_size (sizes in KiB);
+ *   read-only: major_version, minor_version (nvidia-fs), is_gds_available
+ *     (nvidia-fs reported a version), p2pdma (PCI P2PDMA support),
+ *     allow_compat_mode, per_buffer_cache_size, max_batch_io_size,
+ *     max_batch_io_timeout_msecs, status_flags (nvfs.dstatusflags),
+ *     feature_flags (fflags).
+ * Both open the driver first when it is not open. get reads the value
+ * through cuFileDriverGetProperties. set calls cuFile's setter
+ * (cuFileDriverSetPollMode, ...SetMaxDirectIOSize, ...SetMaxCacheSize,
+ * ...SetMaxPinnedMemSize). Return 0, or: -ENOENT an unknown name; -EPERM
+ * setting a read-only one; -EINVAL poll_mode not 0 or 1; -ENOTSUP the
+ * library lacks the entry point; GPUFILE_ECUFILE cuFile refused (the
+ * message names the property, the value and the cuFile status); or the
+ * error of gpufile_cufile_driver_open(). */
+GPUFILE_API int gpufile_cufile_driver_get(const char *name, uint64_t *value);
+GPUFILE_API int gpufile_cufile_driver_set(const char *name, uint64_t value);
+
+/* The name of driver property index (0, 1, ... until NULL) and, when
+ * writable is not NULL, whether it can be set. */
+GPUFILE_API const char *gpufile_cufile_driver_prop_name(int index,
+                                                        int *writable);
 
 #ifdef __cplusplus
 }

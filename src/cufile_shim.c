@@ -47,6 +47,7 @@ static char library[256];
 static char message[512];
 static struct registration *registrations;
 static unsigned char *l3_buffer; /* GPUFILE__CUFILE_L3_BUFFER bytes */
+static atomic_int handles_live;  /* files registered with cuFile now */
 
 static const struct {
 	const char *symbol;
@@ -327,6 +328,8 @@ int gpufile__cufile_handle_register(void *ctx, int fd, CUfileHandle_t *fh,
 		*fh = NULL;
 		return GPUFILE_ECUFILE;
 	}
+	atomic_fetch_add(&handles_live,
+	                 1); /* see gpufile_cufile_driver_close */
 	return 0;
 }
 
@@ -334,8 +337,10 @@ void gpufile__cufile_handle_deregister(CUfileHandle_t fh)
 {
 	const struct gpufile__cufile *t = atomic_load(&active);
 
-	if (t && fh)
+	if (t && fh) {
 		t->cuFileHandleDeregister(fh);
+		atomic_fetch_sub(&handles_live, 1);
+	}
 }
 
 char *gpufile__cufile_buf_base(const void *buf, size_t size)
@@ -631,4 +636,283 @@ void gpufile__cufile_reset(void)
 	memset(&table, 0, sizeof(table));
 	atomic_store(&active, NULL);
 	pthread_mutex_unlock(&cufile_lock);
+}
+
+/* ---- explicit driver control and properties (gpufile_cufile_driver_*) ----
+ *
+ * The driver opens on first need as above; these let a program open it
+ * early, close it, and read or tune its properties the way KvikIO's
+ * cufile_driver module does. Property sizes are in KiB, as cuFile's. */
+
+enum {
+	PROP_MAJOR,
+	PROP_MINOR,
+	PROP_GDS,
+	PROP_P2PDMA,
+	PROP_COMPAT,
+	PROP_POLL_MODE,
+	PROP_POLL_THRESH,
+	PROP_MAX_DIRECT_IO,
+	PROP_MAX_CACHE,
+	PROP_PER_BUFFER_CACHE,
+	PROP_MAX_PINNED,
+	PROP_MAX_BATCH_IO,
+	PROP_BATCH_TIMEOUT,
+	PROP_STATUS_FLAGS,
+	PROP_FEATURE_FLAGS,
+	NPROPS
+};
+
+static const struct {
+	const char *name;
+	const char *setter; /* cuFile entry point, or NULL: read-only */
+} driver_props[NPROPS] = {
+    [PROP_MAJOR] = {"major_version", NULL},
+    [PROP_MINOR] = {"minor_version", NULL},
+    [PROP_GDS] = {"is_gds_available", NULL},
+    [PROP_P2PDMA] = {"p2pdma", NULL},
+    [PROP_COMPAT] = {"allow_compat_mode", NULL},
+    [PROP_POLL_MODE] = {"poll_mode", "cuFileDriverSetPollMode"},
+    [PROP_POLL_THRESH] = {"poll_thresh_size", "cuFileDriverSetPollMode"},
+    [PROP_MAX_DIRECT_IO] = {"max_direct_io_size",
+                            "cuFileDriverSetMaxDirectIOSize"},
+    [PROP_MAX_CACHE] = {"max_device_cache_size", "cuFileDriverSetMaxCacheSize"},
+    [PROP_PER_BUFFER_CACHE] = {"per_buffer_cache_size", NULL},
+    [PROP_MAX_PINNED] = {"max_pinned_memory_size",
+                         "cuFileDriverSetMaxPinnedMemSize"},
+    [PROP_MAX_BATCH_IO] = {"max_batch_io_size", NULL},
+    [PROP_BATCH_TIMEOUT] = {"max_batch_io_timeout_msecs", NULL},
+    [PROP_STATUS_FLAGS] = {"status_flags", NULL},
+    [PROP_FEATURE_FLAGS] = {"feature_flags", NULL},
+};
+
+static uint64_t prop_value(const CUfileDrvProps_t *p, int i)
+{
+	switch (i) {
+	case PROP_MAJOR:
+		return p->nvfs.major_version;
+	case PROP_MINOR:
+		return p->nvfs.minor_version;
+	case PROP_GDS:
+		/* nvidia-fs reports its version only when it is loaded. */
+		return p->nvfs.major_version || p->nvfs.minor_version;
+	case PROP_P2PDMA:
+		return !!(p->fflags & (1u << CU_FILE_P2P_SUPPORTED));
+	case PROP_COMPAT:
+		return !!(p->nvfs.dcontrolflags &
+		          (1u << CU_FILE_ALLOW_COMPAT_MODE));
+	case PROP_POLL_MODE:
+		return !!(p->nvfs.dcontrolflags &
+		          (1u << CU_FILE_USE_POLL_MODE));
+	case PROP_POLL_THRESH:
+		return p->nvfs.poll_thresh_size;
+	case PROP_MAX_DIRECT_IO:
+		return p->nvfs.max_direct_io_size;
+	case PROP_MAX_CACHE:
+		return p->max_device_cache_size;
+	case PROP_PER_BUFFER_CACHE:
+		return p->per_buffer_cache_size;
+	case PROP_MAX_PINNED:
+		return p->max_device_pinned_mem_size;
+	case PROP_MAX_BATCH_IO:
+		return p->max_batch_io_size;
+	case PROP_BATCH_TIMEOUT:
+		return p->max_batch_io_timeout_msecs;
+	case PROP_STATUS_FLAGS:
+		return p->nvfs.dstatusflags;
+	default:
+		return p->fflags;
+	}
+}
+
+static int find_prop(const char *name)
+{
+	for (int i = 0; name && i < NPROPS; i++)
+		if (strcmp(name, driver_props[i].name) == 0)
+			return i;
+	return gpufile__fail(-ENOENT,
+	                     "\"%s\" is not a cuFile driver property "
+	                     "(gpufile_cufile_driver_prop_name lists them)",
+	                     name ? name : "(null)");
+}
+
+const char *gpufile_cufile_driver_prop_name(int index, int *writable)
+{
+	if (index < 0 || index >= NPROPS)
+		return NULL;
+	if (writable)
+		*writable = driver_props[index].setter != NULL;
+	return driver_props[index].name;
+}
+
+int gpufile_cufile_driver_open(void)
+{
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	CUcontext ctx = NULL;
+	int err, status;
+
+	/* cuFileDriverOpen sets up per-GPU state in the current context:
+	 * the caller's, else device 0's primary one. */
+	if (!cu && gpufile_cuda_device_count() > 0)
+		cu = gpufile__cuda_if_loaded();
+	if (cu && (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) {
+		CUdevice dev;
+
+		ctx = NULL;
+		if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
+			cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+	}
+	gpufile__clear_error();
+	if (!gpufile__cufile_open(ctx, &err, &status))
+		return err; /* the message names the library or the status */
+	return 0;
+}
+
+int gpufile_cufile_driver_close(void)
+{
+	int nregs = 0, nhandles;
+	CUfileError_t e;
+	char what[96];
+
+	pthread_mutex_lock(&cufile_lock);
+	if (driver_state != 1) {
+		pthread_mutex_unlock(&cufile_lock);
+		return 0;
+	}
+	for (struct registration *g = registrations; g; g = g->next)
+		nregs++;
+	nhandles = atomic_load(&handles_live);
+	if (nhandles || nregs) {
+		pthread_mutex_unlock(&cufile_lock);
+		return gpufile__fail(
+		    -EBUSY,
+		    "cannot close the cuFile driver: %d file handle(s) and %d "
+		    "buffer(s) are registered with it (close those files and "
+		    "call gpufile_buf_deregister first)",
+		    nhandles, nregs);
+	}
+	e = table.cuFileDriverClose();
+	driver_state = 0;
+	have_props = 0;
+	atomic_store(&active, NULL);
+	pthread_mutex_unlock(&cufile_lock);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, what, sizeof(what));
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileDriverClose failed: %s", what);
+	}
+	return 0;
+}
+
+/* Caller holds cufile_lock, driver open. Reads the properties into props
+ * (which gpufile__cufile_accelerated also reads). */
+static int read_props_locked(void)
+{
+	CUfileError_t e;
+	char what[96];
+
+	if (!table.cuFileDriverGetProperties)
+		return gpufile__fail(
+		    -ENOTSUP, "%s lacks cuFileDriverGetProperties", library);
+	e = table.cuFileDriverGetProperties(&props);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, what, sizeof(what));
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileDriverGetProperties failed: %s",
+		                     what);
+	}
+	have_props = 1;
+	return 0;
+}
+
+int gpufile_cufile_driver_get(const char *name, uint64_t *value)
+{
+	int i = find_prop(name), rc;
+
+	if (i < 0)
+		return i;
+	if (!value)
+		return gpufile__fail(
+		    -EINVAL, "gpufile_cufile_driver_get: value is NULL");
+	rc = gpufile_cufile_driver_open();
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&cufile_lock);
+	rc = driver_state == 1 ? read_props_locked()
+	                       : gpufile__fail(GPUFILE_ECUFILE,
+	                                       "the cuFile driver was closed");
+	if (rc == 0)
+		*value = prop_value(&props, i);
+	pthread_mutex_unlock(&cufile_lock);
+	return rc;
+}
+
+/* Caller holds cufile_lock, props fresh. Calls the setter of property i. */
+static CUfileError_t call_setter(void *fn, int i, uint64_t value)
+{
+	switch (i) {
+	case PROP_POLL_MODE:
+		return ((cuFileDriverSetPollMode_fn)fn)(
+		    value != 0, props.nvfs.poll_thresh_size);
+	case PROP_POLL_THRESH:
+		return ((cuFileDriverSetPollMode_fn)fn)(
+		    (props.nvfs.dcontrolflags &
+		     (1u << CU_FILE_USE_POLL_MODE)) != 0,
+		    (size_t)value);
+	case PROP_MAX_DIRECT_IO:
+		return ((cuFileDriverSetMaxDirectIOSize_fn)fn)((size_t)value);
+	case PROP_MAX_CACHE:
+		return ((cuFileDriverSetMaxCacheSize_fn)fn)((size_t)value);
+	default:
+		return ((cuFileDriverSetMaxPinnedMemSize_fn)fn)((size_t)value);
+	}
+}
+
+int gpufile_cufile_driver_set(const char *name, uint64_t value)
+{
+	int i = find_prop(name), rc;
+	CUfileError_t e;
+	char what[96];
+	void *fn;
+
+	if (i < 0)
+		return i;
+	if (!driver_props[i].setter)
+		return gpufile__fail(
+		    -EPERM, "cuFile driver property %s is read-only", name);
+	if (i == PROP_POLL_MODE && value > 1)
+		return gpufile__fail(
+		    -EINVAL,
+		    "cuFile driver property poll_mode: %llu is "
+		    "not 0 or 1",
+		    (unsigned long long)value);
+	rc = gpufile_cufile_driver_open();
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&cufile_lock);
+	fn = lib ? dlsym(lib, driver_props[i].setter) : NULL;
+	if (driver_state != 1)
+		rc = gpufile__fail(GPUFILE_ECUFILE,
+		                   "the cuFile driver was closed");
+	else if (!fn)
+		rc = gpufile__fail(-ENOTSUP, "cannot set %s: %s lacks %s", name,
+		                   library, driver_props[i].setter);
+	else
+		rc = read_props_locked();
+	if (rc == 0) {
+		e = call_setter(fn, i, value);
+		if (e.err != CU_FILE_SUCCESS) {
+			describe(e, what, sizeof(what));
+			rc = gpufile__fail(GPUFILE_ECUFILE,
+			                   "cuFile refused %s=%llu (%s): %s",
+			                   name, (unsigned long long)value,
+			                   driver_props[i].setter, what);
+		}
+		/* What cuFile holds now, right or wrong. */
+		read_props_locked();
+		if (rc == 0)
+			gpufile__clear_error();
+	}
+	pthread_mutex_unlock(&cufile_lock);
+	return rc;
 }

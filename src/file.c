@@ -532,6 +532,27 @@ static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	return 0;
 }
 
+int gpufile__future_submit(const struct gpufile__request *prepared,
+                           gpufile_future_t **out)
+{
+	struct gpufile_future *f = malloc(sizeof(*f));
+	int rc;
+
+	*out = NULL;
+	if (!f)
+		return gpufile__fail(-ENOMEM, "out of memory for a request");
+	memcpy(&f->r, prepared, sizeof(f->r));
+	gpufile__request_init(&f->r);
+	rc = gpufile__request_submit(&f->r);
+	if (rc) {
+		gpufile__request_destroy(&f->r);
+		free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
 int gpufile_pread_async(gpufile_t *h, void *buf, size_t size, int64_t offset,
                         gpufile_future_t **out)
 {

@@ -291,4 +291,24 @@ void gpufile__staging_flush(void);
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);
 
+/* ---- parity with KvikIO: page cache, mmap, cuFile driver, fds ---- */
+
+/* How gpufile_page_cache_info() counts (page_cache.c): cachestat(2) with a
+ * fallback to mincore(2) when the kernel lacks it, or one of them only.
+ * Tests set it to run both. */
+enum { GPUFILE__PC_AUTO = 0, GPUFILE__PC_CACHESTAT, GPUFILE__PC_MINCORE };
+extern int gpufile__page_cache_method;
+/* The file gpufile_drop_system_page_cache() writes; tests point it at a
+ * file of their own so that they never drop the machine's caches. */
+extern const char *gpufile__drop_caches_path;
+/* Frees the pinned bounce buffers, streams and events, waiting for those
+ * that device requests running at the call still use; the pool keeps
+ * running. Returns the pinned bytes freed (staging.c). */
+size_t gpufile__staging_free(void);
+/* Allocates a future around a copy of prepared (a request another source,
+ * mmap.c, filled in but did not initialise), initialises and submits it.
+ * Returns 0 with *out set, or an error (then *out is NULL) (file.c). */
+int gpufile__future_submit(const struct gpufile__request *prepared,
+                           gpufile_future_t **out);
+
 #endif

@@ -65,6 +65,7 @@ struct stager {
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
 	unsigned next_buf;        /* rotates across tasks */
+	unsigned gen;             /* bfree.gen when acquired */
 	/* A worker's task whose last copy to the GPU may still run; it ends
 	 * once that copy has (see settle_deferred). */
 	struct {
@@ -91,6 +92,23 @@ static struct {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .freed = PTHREAD_COND_INITIALIZER,
 };
+
+/* gpufile_bounce_buffer_free(): each call starts a generation; stagers
+ * acquired before it and still in use are freed when they come back, and
+ * the call waits for them. Fields after serial are guarded by stagers.lock;
+ * serial (taken before stagers.lock) lets one call run at a time. */
+static struct {
+	pthread_mutex_t serial;
+	pthread_cond_t back;
+	unsigned gen;
+	unsigned old_out; /* stagers of an older generation still in use */
+	size_t old_bytes; /* pinned bytes of those that have come back */
+} bfree = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static size_t stager_bytes(const struct stager *s)
+{
+	return (size_t)s->nbufs * (s->buf_size + GPUFILE_ALIGN);
+}
 
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
 
@@ -204,6 +222,8 @@ static struct stager *stager_acquire(const struct gpufile__cuda *t,
 		if (s)
 			stagers.count++;
 	}
+	if (s)
+		s->gen = bfree.gen;
 	pthread_mutex_unlock(&stagers.lock);
 	while (surplus) {
 		struct stager *x = surplus;
@@ -228,6 +248,12 @@ static void stager_return(const struct gpufile__cuda *t, struct stager *s)
 	             (s->nbufs && (s->nbufs != cfg.bounce_buffers ||
 	                           s->buf_size != cfg.bounce_buffer_size))))
 		keep = 0;
+	if (s->gen != bfree.gen) { /* a bounce_buffer_free() waits for it */
+		keep = 0;
+		bfree.old_out--;
+		bfree.old_bytes += stager_bytes(s);
+		pthread_cond_broadcast(&bfree.back);
+	}
 	if (keep) {
 		s->next = stagers.free_list;
 		stagers.free_list = s;
@@ -818,4 +844,40 @@ void gpufile__staging_release(void)
 		stagers.count--;
 	}
 	pthread_mutex_unlock(&stagers.lock);
+}
+
+/* ---- gpufile_bounce_buffer_free() ---- */
+
+size_t gpufile__staging_free(void)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	struct stager *idle;
+	size_t bytes = 0;
+
+	pthread_mutex_lock(&bfree.serial);
+	pthread_mutex_lock(&stagers.lock);
+	idle = stagers.free_list;
+	stagers.free_list = NULL;
+	for (struct stager *s = idle; s; s = s->next)
+		stagers.count--;
+	bfree.gen++;
+	bfree.old_out = stagers.count; /* every other stager is in use */
+	bfree.old_bytes = 0;
+	pthread_mutex_unlock(&stagers.lock);
+	while (idle) {
+		struct stager *s = idle;
+
+		idle = s->next;
+		bytes += stager_bytes(s);
+		if (t)
+			stager_free_buffers(t, s);
+		free(s);
+	}
+	pthread_mutex_lock(&stagers.lock);
+	while (bfree.old_out)
+		pthread_cond_wait(&bfree.back, &stagers.lock);
+	bytes += bfree.old_bytes;
+	pthread_mutex_unlock(&stagers.lock);
+	pthread_mutex_unlock(&bfree.serial);
+	return bytes;
 }

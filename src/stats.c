@@ -47,7 +47,8 @@ uint64_t gpufile__now_ns(void)
 
 const char *gpufile_path_name(gpufile_path_t path)
 {
-	static const char *const names[] = {"host", "posix", "cufile", "small"};
+	static const char *const names[] = {"host", "posix", "cufile", "small",
+	                                    "mmap"};
 
 	return (unsigned)path < GPUFILE_PATH_COUNT ? names[path] : "?";
 }

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define STATS_SEG_MAGIC   0x5441545346555047ull /* "GPUFSTAT" little-endian */
-#define STATS_SEG_VERSION 2u
+#define STATS_SEG_VERSION 3u                    /* 3: the mmap path */
 #define STATS_SEG_PREFIX  "gpufile-"
 #define STATS_SEG_DIR     "/dev/shm"
 

@@ -21,6 +21,7 @@ static const struct command {
     {"stats", cmd_stats, "print the path counters of a running process"},
     {"check", cmd_check, "check the platform and predict a file's path"},
     {"explain", cmd_explain, "print the split plan of a request"},
+    {"cache", cmd_cache, "show or drop a file's pages in the page cache"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 

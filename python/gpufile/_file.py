@@ -387,6 +387,26 @@ class File:
         """Flushes the file's data to storage (fdatasync)."""
         _lib.check(self._call(_lib.lib().gpufile_sync), filename=self.name)
 
+    # ---- descriptors (KvikIO parity, issue 13) ----
+
+    def fd(self, direct=False):
+        """The buffered descriptor, or with direct=True the O_DIRECT one
+        (FileNotFoundError saying why when there is none). Owned by the
+        File: do not close it."""
+        from ._page_cache import fn
+        return _lib.check(fn("gpufile_fd")(self._h(), 1 if direct else 0),
+                          filename=self.name)
+
+    def fileno(self):
+        """The buffered descriptor, as io objects have (os.fstat(f) works)."""
+        return self.fd(False)
+
+    def open_flags(self):
+        """The status flags of the buffered descriptor (fcntl F_GETFL), as
+        KvikIO's CuFile.open_flags(): test them with os.O_RDONLY, ..."""
+        import fcntl
+        return fcntl.fcntl(self.fileno(), fcntl.F_GETFL)
+
     def path_info(self):
         """PathInfo(path, reason): the path a device request of at least
         gds_threshold bytes takes on this file ("cufile", "posix", ...) and
