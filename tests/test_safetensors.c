@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define DEV_SIZE (8u << 20)
@@ -455,6 +456,55 @@ static void test_device_load(void)
 	gpufile_safetensors_close(st);
 }
 
+/* Runs the CLI's load subcommand (GPUFILE_CLI) with args; returns its
+ * exit status and its stdout and stderr, spaces removed, in out. */
+static int cli_load(const char *args, char *out, size_t len)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char cmd[2048];
+	size_t n = 0;
+	int c, status;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s load %s 2>&1", cli, args);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF)
+		if (c != ' ' && c != '\n' && n + 1 < len)
+			out[n++] = (char)c;
+	out[n] = '\0';
+	status = pclose(f);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli(const char *good)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char args[1024], out[16384];
+
+	if (!cli || access(cli, X_OK) != 0) {
+		fprintf(stderr, "no CLI (GPUFILE_CLI): CLI part skipped\n");
+		return;
+	}
+	snprintf(args, sizeof(args), "'%s' '%s' --host --json", good, good);
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "\"target\":\"host\"");
+	CHECK_CONTAINS(out, "\"tensors\":14,\"bytes\":128,");
+	CHECK_CONTAINS(out, "\"tensors\":7,\"bytes\":64,");
+	snprintf(args, sizeof(args), "'%s' --host", good);
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "7tensors,64bytes");
+	CHECK_CONTAINS(out, "GB/s");
+	/* A malformed file: exit 1 and the library's message. */
+	snprintf(args, sizeof(args), "'%s' --host", test_path("overlap"));
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 1);
+	CHECK_CONTAINS(out, "tensor\"b\":data_offsets[2,6]overlap");
+	CHECK_EQ(cli_load("", out, sizeof(out)), 2);
+	CHECK_CONTAINS(out, "noFILEgiven");
+	CHECK_EQ(cli_load("x --host --device 0", out, sizeof(out)), 2);
+}
+
 int main(void)
 {
 	const char *good;
@@ -466,6 +516,7 @@ int main(void)
 	test_host_loads(good);
 	test_truncated_after_open();
 	test_empty_file();
+	test_cli(good);
 
 	if (posix_memalign(&mem, 4096, DEV_SIZE))
 		return 1;

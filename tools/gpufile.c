@@ -30,6 +30,7 @@ static const struct command {
     {"stats", cmd_stats, "print the path counters of a running process"},
     {"check", cmd_check, "check the platform and predict a file's path"},
     {"explain", cmd_explain, "print the split plan of a request"},
+    {"load", cmd_load, "load safetensors checkpoints into GPU memory, timed"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
