@@ -26,6 +26,7 @@ Differences from safetensors.torch.load_file, on purpose:
 """
 
 import concurrent.futures
+import contextlib
 import json
 import os
 
@@ -37,13 +38,23 @@ __all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoi
 
 
 def _set_current(fw, device):
-    """Makes device current in this thread for the framework's allocator."""
+    """Makes device current in this (worker) thread for the framework."""
     if device is None:
         return
     if fw.name == "pt":
         fw.torch.cuda.set_device(device)
     elif fw.name == "cupy":
         fw.cp.cuda.Device(device).use()
+
+
+def _on_device(fw, device):
+    """A context manager making device current in the caller's thread for
+    its duration only (the caller's own current device is restored)."""
+    if device is None or fw.name not in ("pt", "cupy"):
+        return contextlib.nullcontext()
+    if fw.name == "pt":
+        return fw.torch.cuda.device(device)
+    return fw.cp.cuda.Device(device)
 
 
 def _load_header(header, fw, device, device_map, parallel=True):
@@ -56,8 +67,8 @@ def _load_header(header, fw, device, device_map, parallel=True):
     if len(groups) <= 1 or not parallel:
         out = {}
         for dev, infos in groups.items():
-            _set_current(fw, dev)
-            out.update(_core.load_group(header, infos, fw, dev))
+            with _on_device(fw, dev):
+                out.update(_core.load_group(header, infos, fw, dev))
         return out
     return _run_per_device(
         [(dev, lambda dev=dev, infos=infos: _core.load_group(header, infos, fw, dev))
@@ -139,8 +150,8 @@ class safe_open:
 
     def get_tensor(self, name):
         info = self._h.info(name)
-        _set_current(self._fw, self._device)
-        return _core.load_group(self._h, [info], self._fw, self._device)[name]
+        with _on_device(self._fw, self._device):
+            return _core.load_group(self._h, [info], self._fw, self._device)[name]
 
     def tensor_info(self, name):
         """dtype, shape and data_offsets of tensor name, without reading it."""
@@ -260,8 +271,8 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
         if not parallel:
             out = {}
             for dev, fn in jobs:
-                _set_current(fw, dev)
-                out.update(fn())
+                with _on_device(fw, dev):
+                    out.update(fn())
             return out
         return _run_per_device(jobs, fw)
     finally:

@@ -222,6 +222,7 @@ class _Torch:
             if hasattr(t, attr):
                 self.dtypes[st_name] = getattr(t, attr)
         self.names = {v: k for k, v in self.dtypes.items()}
+        self.itemsize = {v: t.empty((), dtype=v).element_size() for v in self.dtypes.values()}
 
     def dtype(self, info, path):
         d = self.dtypes.get(info.dtype)
@@ -252,8 +253,7 @@ class _Torch:
         if info.nbytes == 0:
             return t.empty(info.shape, dtype=dtype, device=buf.device)
         raw = buf[off:off + info.nbytes]
-        item = t.empty((), dtype=dtype).element_size()
-        if (buf.data_ptr() + off) % item != 0:
+        if (buf.data_ptr() + off) % self.itemsize[dtype] != 0:
             raw = raw.clone()
         return raw.view(dtype).view(info.shape)
 
