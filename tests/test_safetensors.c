@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -456,6 +457,80 @@ static void test_device_load(void)
 	gpufile_safetensors_close(st);
 }
 
+/* On a machine with GPUs: the data section into device memory of every
+ * GPU, all GPUs at once (one thread each, so several contexts are in use
+ * in one process), compared byte for byte after copying back. */
+struct gpu_job {
+	const gpufile_safetensors_t *st;
+	int device;
+	ssize_t got;
+	long long mismatch;
+	char msg[256];
+};
+
+static void *gpu_job_run(void *arg)
+{
+	struct gpu_job *j = arg;
+	size_t len = (size_t)gpufile_safetensors_data_size(j->st);
+	unsigned char *host = test_malloc(len);
+	void *dev = NULL;
+
+	j->mismatch = -2;
+	if (gpufile_device_alloc(j->device, len, &dev) != 0) {
+		snprintf(j->msg, sizeof(j->msg), "%s", gpufile_errmsg());
+		j->got = -1;
+		free(host);
+		return NULL;
+	}
+	j->got = gpufile_safetensors_load(j->st, dev, len);
+	if (j->got < 0)
+		snprintf(j->msg, sizeof(j->msg), "%s", gpufile_errmsg());
+	else if (gpufile_memcpy(host, dev, len) == 0)
+		j->mismatch = test_mismatch(host, len, SEED, 0);
+	gpufile_device_free(dev);
+	free(host);
+	return NULL;
+}
+
+static int test_real_gpus(void)
+{
+	size_t big = 24u << 20;
+	char json[256];
+	gpufile_safetensors_t *st = NULL;
+	int n = gpufile_cuda_device_count();
+	struct gpu_job jobs[GPUFILE_MAX_GPUS];
+	pthread_t th[GPUFILE_MAX_GPUS];
+	const char *p;
+
+	if (n <= 0)
+		return 0;
+	if (n > GPUFILE_MAX_GPUS)
+		n = GPUFILE_MAX_GPUS;
+	snprintf(json, sizeof(json),
+	         "{\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],"
+	         "\"data_offsets\":[0,%zu]}}",
+	         big / 2, big);
+	p = write_st("gpu", json, big);
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return n;
+	for (int i = 0; i < n; i++) {
+		jobs[i] = (struct gpu_job){.st = st, .device = i};
+		CHECK_EQ(pthread_create(&th[i], NULL, gpu_job_run, &jobs[i]),
+		         0);
+	}
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		if (jobs[i].got != (ssize_t)big)
+			fprintf(stderr, "GPU %d: %s\n", i, jobs[i].msg);
+		CHECK_EQ(jobs[i].got, big);
+		CHECK_EQ(jobs[i].mismatch, -1);
+	}
+	fprintf(stderr, "real GPUs: loaded on %d GPU(s) at once\n", n);
+	gpufile_safetensors_close(st);
+	return n;
+}
+
 /* Runs the CLI's load subcommand (GPUFILE_CLI) with args; returns its
  * exit status and its stdout and stderr, spaces removed, in out. */
 static int cli_load(const char *args, char *out, size_t len)
@@ -517,17 +592,20 @@ int main(void)
 	test_truncated_after_open();
 	test_empty_file();
 	test_cli(good);
-
-	if (posix_memalign(&mem, 4096, DEV_SIZE))
-		return 1;
-	dev_base = mem;
-	gpufile__cuda_override(&fake);
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
-	test_device_load();
-	gpufile_release();
-	gpufile__cuda_override(NULL);
-	gpufile_config_reset();
-	free(mem);
+	/* Real GPUs (the GPU machine) or the fake driver, not both in one
+	 * process: the fake would meet the real driver's contexts. */
+	if (test_real_gpus() == 0) {
+		if (posix_memalign(&mem, 4096, DEV_SIZE))
+			return 1;
+		dev_base = mem;
+		gpufile__cuda_override(&fake);
+		CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+		test_device_load();
+		gpufile_release();
+		gpufile__cuda_override(NULL);
+		gpufile_config_reset();
+		free(mem);
+	}
 	test_cleanup();
 	return test_finish("test_safetensors");
 }
