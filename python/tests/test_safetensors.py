@@ -108,6 +108,21 @@ def test_load_matches_reference_parser(tmp_path):
         f.get_tensor("w.f32")
 
 
+def test_load_places_data_congruent_to_file_offsets(tmp_path):
+    # Runs of tensors start at addresses congruent to their file offsets
+    # modulo 4096, so that page-aligned file ranges land page-aligned.
+    d = {"a": np.arange(1000, dtype=np.float32), "b": np.arange(7, dtype=np.int16)}
+    p = str(tmp_path / "c.safetensors")
+    stn.save_file(d, p)
+    got = stn.load_file(p)
+    with st.safe_open(p, "numpy") as f:
+        for k in d:
+            info = f.tensor_info(k)
+            assert got[k].ctypes.data % 4096 == (f._h.data_offset + info.begin) % 4096
+            assert f.get_tensor(k).ctypes.data % 4096 == \
+                (f._h.data_offset + info.begin) % 4096
+
+
 def test_loads_count_on_host_path(tmp_path):
     import gpufile
 
