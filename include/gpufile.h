@@ -650,7 +650,8 @@ typedef struct gpufile_safetensors_tensor {
  * parses its header. The header must be at most 100,000,000 bytes and
  * inside the file, valid UTF-8, a JSON object; every tensor entry must
  * have a known dtype (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16,
- * BF16, F32, F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3, F6_E3M2, F4),
+ * BF16, F32, F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ,
+ * F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4),
  * a shape of integers, and data_offsets [begin, end] with
  * prod(shape) * bits / 8 == end - begin (no overflow); sorted by offset
  * the tensors must cover the data section exactly (no overlap, gap or

@@ -46,10 +46,12 @@ static const struct {
 	const char *name;
 	unsigned bits;
 } st_dtypes[] = {
-    {"BOOL", 8}, {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
-    {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"I16", 16},
-    {"U16", 16}, {"F16", 16},    {"BF16", 16},   {"I32", 32},    {"U32", 32},
-    {"F32", 32}, {"C64", 64},    {"F64", 64},    {"I64", 64},    {"U64", 64},
+    {"BOOL", 8},    {"F4", 4},          {"F6_E2M3", 6},     {"F6_E3M2", 6},
+    {"U8", 8},      {"I8", 8},          {"F8_E5M2", 8},     {"F8_E4M3", 8},
+    {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
+    {"U16", 16},    {"F16", 16},        {"BF16", 16},       {"I32", 32},
+    {"U32", 32},    {"F32", 32},        {"C64", 64},        {"F64", 64},
+    {"I64", 64},    {"U64", 64},
 };
 #define ST_NDTYPES ((int)(sizeof(st_dtypes) / sizeof(st_dtypes[0])))
 
@@ -240,8 +242,8 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 		    -EBADMSG,
 		    "%s: tensor \"%s\": dtype \"%s\" is unknown (known: BOOL, "
 		    "U8, I8, I16, U16, I32, U32, I64, U64, F16, BF16, F32, "
-		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3, F6_E3M2, "
-		    "F4)",
+		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, "
+		    "F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4)",
 		    st->path, t->name, dtype->valuestring);
 
 	if (!cJSON_IsArray(shape))

@@ -147,7 +147,7 @@ def test_save_file_layout(tmp_path):
     assert text == text.rstrip(b" ") + b" " * (n - len(text.rstrip(b" ")))
     # Keys in layout order: __metadata__ (keys sorted), then dtype order
     # descending, then name.
-    order = {k: i for i, k in enumerate(_core.DTYPE_ORDER)}
+    order = {k: i for i, k in enumerate(st.dtype_order())}
     names = sorted(d, key=lambda k: (-order[NAMES[d[k].dtype]], k))
     expected = ['"__metadata__":{"a":"\u00e9\\"\\n","z":"1"}']
     at = 0
@@ -163,6 +163,15 @@ def test_save_file_layout(tmp_path):
     assert meta == {"z": "1", "a": "\u00e9\"\n"}
     for k in d:
         assert back[k].tobytes() == d[k].tobytes()
+
+
+def test_dtype_order():
+    # safetensors' Dtype enum order (safetensors/src/tensor.rs), which
+    # save_file's layout follows.
+    assert st.dtype_order() == [
+        "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
+        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
+        "I32", "U32", "F32", "C64", "F64", "I64", "U64"]
 
 
 def test_save_file_bytes_as_safetensors_tests(tmp_path):

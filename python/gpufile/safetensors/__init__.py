@@ -31,10 +31,10 @@ import json
 import os
 
 from . import _core
-from ._core import DTYPE_ORDER, TensorInfo
+from ._core import TensorInfo, dtype_order
 
 __all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoint",
-           "TensorInfo", "DTYPE_ORDER"]
+           "TensorInfo", "dtype_order"]
 
 
 def _set_current(fw, device):

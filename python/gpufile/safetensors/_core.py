@@ -49,6 +49,7 @@ def _c():
             "gpufile_safetensors_metadata_count": (i, [vp]),
             "gpufile_safetensors_metadata": (i, [vp, i, ctypes.POINTER(cp), ctypes.POINTER(cp)]),
             "gpufile_safetensors_data_offset": (u64, [vp]),
+            "gpufile_safetensors_dtype_name": (cp, [i]),
             "gpufile_safetensors_data_size": (u64, [vp]),
             "gpufile_safetensors_load": (ctypes.c_ssize_t, [vp, vp, ctypes.c_size_t]),
             "gpufile_safetensors_load_tensors": (ctypes.c_ssize_t,
@@ -434,11 +435,19 @@ def device_for(name, device_map, default):
 
 # ---- saving --------------------------------------------------------------
 
-# The format's dtype order (safetensors' Dtype enum): save_file lays tensors
-# out by it, descending, then by name.
-DTYPE_ORDER = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
-               "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
-               "I32", "U32", "F32", "C64", "F64", "I64", "U64"]
+def dtype_order():
+    """The format's dtype names in its order (safetensors' Dtype enum; save_file
+    lays tensors out by it, descending, then by name), as the library knows
+    them (gpufile_safetensors_dtype_name), so that the rule lives in one
+    place."""
+    lib = _c()
+    names, k = [], 0
+    while True:
+        n = lib.gpufile_safetensors_dtype_name(k)
+        if n is None:
+            return names
+        names.append(n.decode())
+        k += 1
 
 
 def build_header(entries, metadata):
@@ -447,7 +456,7 @@ def build_header(entries, metadata):
     save_file writes them: tensors sorted by dtype order descending, then
     name; JSON compact, __metadata__ first, then tensors in layout order.
     Returns (header bytes, [(name, begin, end)] in layout order)."""
-    order = {d: k for k, d in enumerate(DTYPE_ORDER)}
+    order = {d: k for k, d in enumerate(dtype_order())}
     for name, dtype, _, _ in entries:
         if not isinstance(name, str):
             raise TypeError("tensor names must be str, not %s" % type(name).__name__)
@@ -506,4 +515,4 @@ def save(tensors, path, metadata):
 
 
 __all__ = ["Header", "TensorInfo", "framework", "load_group", "device_for",
-           "build_header", "save", "DTYPE_ORDER"]
+           "build_header", "save", "dtype_order"]
