@@ -722,9 +722,14 @@ GPUFILE_API int gpufile_safetensors_dtype_bits(const char *dtype);
  * gpufile_safetensors_data_size()), so that tensor i lies at buf +
  * begin(i). One request split into task_size tasks across the worker
  * pool, on the paths gpufile_pread() takes (counted in the statistics).
- * Returns the bytes read (the data size), -EINVAL when buf is too small,
- * -EIO when the file has shrunk since it was opened, or the error of
- * gpufile_pread(). Nothing writes into buf after the call has returned.
+ * For full speed place buf at an address congruent to
+ * gpufile_safetensors_data_offset() modulo 4096: then every task's
+ * page-aligned file range lands page-aligned in memory, as O_DIRECT and
+ * cuFile's direct path want (other addresses work, at the cost of
+ * bounces). Returns the bytes read (the data size), -EINVAL when buf is
+ * too small, -EIO when the file has shrunk since it was opened, or the
+ * error of gpufile_pread(). Nothing writes into buf after the call has
+ * returned.
  */
 GPUFILE_API ssize_t gpufile_safetensors_load(const gpufile_safetensors_t *st,
                                              void *buf, size_t size);

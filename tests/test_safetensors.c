@@ -307,6 +307,8 @@ static void test_accessors(const char *p)
 
 	CHECK_EQ(gpufile_safetensors_dtype_bits("F8_E5M2"), 8);
 	CHECK_EQ(gpufile_safetensors_dtype_bits("C64"), 64);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("F8_E4M3FNUZ"), 8);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("F6_E3M2"), 6);
 	CHECK_EQ(gpufile_safetensors_dtype_bits("X"), -ENOENT);
 	CHECK(gpufile_safetensors_dtype_name(0) &&
 	      strcmp(gpufile_safetensors_dtype_name(0), "BOOL") == 0);
