@@ -793,6 +793,130 @@ GPUFILE_API int gpufile_cufile_driver_set(const char *name, uint64_t value);
  * writable is not NULL, whether it can be set. */
 GPUFILE_API const char *gpufile_cufile_driver_prop_name(int index,
                                                         int *writable);
+/* safetensors checkpoints (safetensors.c)                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A safetensors file (8-byte little-endian header length, JSON header,
+ * data section) with its header parsed and validated. Immutable once
+ * open: accessors and loads may run from several threads at once.
+ */
+typedef struct gpufile_safetensors gpufile_safetensors_t;
+
+/* One tensor, as the header describes it. Pointers stay valid until
+ * gpufile_safetensors_close(). */
+typedef struct gpufile_safetensors_tensor {
+	const char *name;
+	const char *dtype;     /* "BF16", "F8_E4M3", ... (static) */
+	unsigned dtype_bits;   /* bits per element: 16; 4 for F4, 6 for F6 */
+	int dtype_order;       /* rank in the format's dtype order (the
+	                        * order save_file lays tensors out by) */
+	int ndim;              /* 0 for a scalar */
+	const uint64_t *shape; /* ndim entries */
+	uint64_t begin, end;   /* byte offsets within the data section */
+	uint64_t file_offset;  /* begin's offset in the file */
+} gpufile_safetensors_tensor_t;
+
+/*
+ * Opens path read-only (a gpufile handle, settings as gpufile_open) and
+ * parses its header. The header must be at most 100,000,000 bytes and
+ * inside the file, valid UTF-8, a JSON object; every tensor entry must
+ * have a known dtype (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16,
+ * BF16, F32, F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ,
+ * F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4),
+ * a shape of integers, and data_offsets [begin, end] with
+ * prod(shape) * bits / 8 == end - begin (no overflow); sorted by offset
+ * the tensors must cover the data section exactly (no overlap, gap or
+ * trailing bytes, as the reference reader requires); no name twice;
+ * __metadata__, when present, maps strings to strings. Tensors are
+ * indexed in offset order.
+ * Returns 0 with *out owning the object, or: -errno from opening or
+ * reading; -EBADMSG for a malformed header, the message naming the file,
+ * the tensor and the field at fault; -ENOTSUP when gpufile was built
+ * without cJSON.
+ */
+GPUFILE_API int gpufile_safetensors_open(gpufile_safetensors_t **out,
+                                         const char *path);
+
+/* Closes the file and frees st. Accepts NULL (returns 0). Returns 0 or
+ * the error of gpufile_close(); st is freed either way. No load may be
+ * running on st. */
+GPUFILE_API int gpufile_safetensors_close(gpufile_safetensors_t *st);
+
+/* The number of tensors, or -EINVAL for NULL. */
+GPUFILE_API int gpufile_safetensors_count(const gpufile_safetensors_t *st);
+
+/* Describes tensor index (0..count-1, in offset order) into *out.
+ * Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_safetensors_tensor(const gpufile_safetensors_t *st,
+                                           int index,
+                                           gpufile_safetensors_tensor_t *out);
+
+/* The index of the tensor called name, or -ENOENT (message names the file
+ * and the tensor). O(log count). */
+GPUFILE_API int gpufile_safetensors_find(const gpufile_safetensors_t *st,
+                                         const char *name);
+
+/* The number of __metadata__ entries (0 when there is none). */
+GPUFILE_API int
+gpufile_safetensors_metadata_count(const gpufile_safetensors_t *st);
+
+/* Entry index of __metadata__, in header order: *key and *value (either
+ * may be NULL) stay valid until close. Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_safetensors_metadata(const gpufile_safetensors_t *st,
+                                             int index, const char **key,
+                                             const char **value);
+
+/* The __metadata__ value of key, or NULL when absent. */
+GPUFILE_API const char *
+gpufile_safetensors_metadata_get(const gpufile_safetensors_t *st,
+                                 const char *key);
+
+/* Where the data section starts in the file (8 + header length), and its
+ * size in bytes. 0 for NULL. */
+GPUFILE_API uint64_t
+gpufile_safetensors_data_offset(const gpufile_safetensors_t *st);
+GPUFILE_API uint64_t
+gpufile_safetensors_data_size(const gpufile_safetensors_t *st);
+
+/* The gpufile handle the loads read through (for gpufile_path_info).
+ * Owned by st. */
+GPUFILE_API gpufile_t *
+gpufile_safetensors_handle(const gpufile_safetensors_t *st);
+
+/* The dtype at rank order of the format's dtype order ("BOOL" is 0), or
+ * NULL past the last; and the bits per element of dtype, or -ENOENT. */
+GPUFILE_API const char *gpufile_safetensors_dtype_name(int order);
+GPUFILE_API int gpufile_safetensors_dtype_bits(const char *dtype);
+
+/*
+ * Reads the whole data section into buf (host or device memory, size >=
+ * gpufile_safetensors_data_size()), so that tensor i lies at buf +
+ * begin(i). One request split into task_size tasks across the worker
+ * pool, on the paths gpufile_pread() takes (counted in the statistics).
+ * For full speed place buf at an address congruent to
+ * gpufile_safetensors_data_offset() modulo 4096: then every task's
+ * page-aligned file range lands page-aligned in memory, as O_DIRECT and
+ * cuFile's direct path want (other addresses work, at the cost of
+ * bounces). Returns the bytes read (the data size), -EINVAL when buf is
+ * too small, -EIO when the file has shrunk since it was opened, or the
+ * error of gpufile_pread(). Nothing writes into buf after the call has
+ * returned.
+ */
+GPUFILE_API ssize_t gpufile_safetensors_load(const gpufile_safetensors_t *st,
+                                             void *buf, size_t size);
+
+/*
+ * Reads n tensors: tensor indices[i] into dsts[i] (host or device memory
+ * of end - begin bytes; may be NULL for an empty tensor). Tensors next to
+ * each other both in the file and in memory are read as one request; all
+ * requests run at once (asynchronously) and every one has ended when the
+ * call returns. Returns the bytes read, -EINVAL for a bad index or a NULL
+ * destination, or the error of the lowest-offset read that failed.
+ */
+GPUFILE_API ssize_t
+gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
+                                 const int *indices, void *const *dsts);
 
 #ifdef __cplusplus
 }

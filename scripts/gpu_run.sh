@@ -7,6 +7,9 @@
 #                              Python tests and tutorial, the cuFile scenarios
 #   scripts/gpu_run.sh soak    the soak test for minutes, the tutorial read
 #                              observed from a second process, cuFile scenarios
+#   scripts/gpu_run.sh st      safetensors: its C and Python tests (against
+#                              safetensors.torch) and bench/st_bench.py;
+#                              on nvidia-h200-x2 also the two-GPU runs
 #   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
 #                              settings sweep), fio references, host-read
 #                              benchmark, cuFile benchmark, binding overhead
@@ -39,6 +42,7 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"
 	{ cat "$OUT/cmake.log"; exit 1; }
 target=all
 [ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
+[ "$mode" = st ] && target="gpufile gpufile_cli test_safetensors"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
@@ -132,6 +136,25 @@ bench)
 	log "cuFile benchmark"
 	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |
 		tee "$OUT/cufile_bench.log" | grep -v '^PASS' | tail -30
+	;;
+st)
+	log "safetensors: C test"
+	GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -5
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile
+	export PYTHONPATH=$root/python
+	log "safetensors: Python tests (GPU ones against safetensors.torch)"
+	python3 -m pytest -q -rs python/tests/test_safetensors.py \
+		python/tests/test_safetensors_gpu.py 2>&1 | tail -15
+	log "safetensors: gpufile load"
+	python3 bench/st_bench.py --dir $data --rounds 1 --no-cold --only big 2>&1 | tail -3
+	$B/gpufile load $data/big.safetensors
+	log "safetensors: benchmark (warm and cold)"
+	python3 bench/st_bench.py --dir $data --rounds ${ST_ROUNDS:-3} 2>&1 | tee "$OUT/st_bench.log"
+	if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+		log "safetensors: two GPUs"
+		python3 bench/st_bench.py --dir $data --two-gpus --rounds ${ST_ROUNDS:-3} 2>&1 |
+			tee "$OUT/st_bench_2gpu.log"
+	fi
 	;;
 esac
 log done

@@ -14,5 +14,6 @@ int cmd_stats(int argc, char **argv);   /* tools/cmd_stats.c */
 int cmd_check(int argc, char **argv);   /* tools/cmd_check.c */
 int cmd_explain(int argc, char **argv); /* tools/cmd_explain.c */
 int cmd_cache(int argc, char **argv);   /* tools/cmd_cache.c */
+int cmd_load(int argc, char **argv);    /* tools/cmd_load.c */
 
 #endif

@@ -22,6 +22,7 @@ static const struct command {
     {"check", cmd_check, "check the platform and predict a file's path"},
     {"explain", cmd_explain, "print the split plan of a request"},
     {"cache", cmd_cache, "show or drop a file's pages in the page cache"},
+    {"load", cmd_load, "load safetensors checkpoints into GPU memory, timed"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
