@@ -159,6 +159,25 @@ enum {
 	GPUFILE__CUFILE_UNAVAILABLE = 2,
 };
 
+/* What kind of file mode is, when gpufile refuses it ("a FIFO (named
+ * pipe)", "a socket", "a character device", "a directory", ...), or NULL
+ * for a regular file or a block device: the only files that can be read
+ * at any offset, in parallel, without waiting on another process. */
+static inline const char *gpufile__special_kind(mode_t mode)
+{
+	if (S_ISREG(mode) || S_ISBLK(mode))
+		return NULL;
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO (named pipe)";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	return "not a regular file";
+}
+
 /* ---- plain I/O loops (posix_io.c) ---- */
 
 /* Reads len bytes at off into host memory buf through descriptor fd,
