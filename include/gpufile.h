@@ -605,13 +605,15 @@ GPUFILE_API int gpufile_cuda_device_count(void);
 
 /* Classifies ptr; *device receives the ordinal of the GPU that owns device
  * or managed memory, else -1. Without a CUDA driver every pointer is
- * GPUFILE_MEM_HOST. Returns 0 or an error. */
+ * GPUFILE_MEM_HOST. device may be NULL; kind may not (-EINVAL). Returns
+ * 0 or an error. */
 GPUFILE_API int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind,
                                  int *device);
 
 /* Allocates size bytes of device memory on GPU device in its primary
  * context, for tools and tests that do not link CUDA themselves. Returns 0
- * or an error; free with gpufile_device_free(). */
+ * or an error (-EINVAL when out is NULL); free with gpufile_device_free().
+ */
 GPUFILE_API int gpufile_device_alloc(int device, size_t size, void **out);
 GPUFILE_API int gpufile_device_free(void *ptr);
 
