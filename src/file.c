@@ -512,13 +512,15 @@ static int decide_path(struct gpufile__request *r)
 }
 
 /*
- * The offset of an append of size bytes to h. When no request on h is in
- * flight (an "a" handle only writes, so none is an append), it starts at
- * the file's real end (fstat): an append that failed (EFAULT, ENOSPC:
- * nothing or only part of it reached the file), or one by another process,
- * leaves no hole before the next. Appends in flight together are placed
- * one after another in the order they were prepared, as reserved.
- * h->inflight drops when a request has ended (pool.c), after its writes.
+ * The offset of an append of size bytes to h. When no append on h is in
+ * flight (none placed and not yet submitted, and no request running: an
+ * "a" handle only writes), it starts at the file's real end (fstat): an
+ * append that failed (EFAULT, ENOSPC: nothing or only part of it reached
+ * the file), or one by another process, leaves no hole before the next.
+ * Appends in flight together are placed one after another in the order
+ * they were prepared, as reserved. h->inflight counts a request from its
+ * submission until it has ended, after its writes (pool.c); before that,
+ * h->append_pending counts it, until append_submitted().
  */
 static int append_begin(struct gpufile *h, size_t size, int64_t *offset)
 {
@@ -528,7 +530,7 @@ static int append_begin(struct gpufile *h, size_t size, int64_t *offset)
 
 	pthread_mutex_lock(&h->lock);
 	pos = atomic_load(&h->append_pos);
-	if (atomic_load(&h->inflight) == 0) {
+	if (h->append_pending == 0 && atomic_load(&h->inflight) == 0) {
 		if (gpufile__sys.fstat(h->fd, &st) == 0)
 			pos = (int64_t)st.st_size;
 		else
@@ -543,9 +545,19 @@ static int append_begin(struct gpufile *h, size_t size, int64_t *offset)
 	if (rc == 0) {
 		*offset = pos;
 		atomic_store(&h->append_pos, pos + (int64_t)size);
+		h->append_pending++;
 	}
 	pthread_mutex_unlock(&h->lock);
 	return rc;
+}
+
+/* The append placed by append_begin() was submitted (h->inflight counts
+ * it now), or will never be. */
+static void append_submitted(struct gpufile *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->append_pending--;
+	pthread_mutex_unlock(&h->lock);
 }
 
 /* Validates and prepares r; returns 0 or an error with the message set. */
@@ -586,8 +598,11 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 			return rc;
 	}
 	rc = decide_path(r);
-	if (rc)
+	if (rc) {
+		if (is_write && h->append)
+			append_submitted(h);
 		return rc;
+	}
 	gpufile__request_init(r);
 	return 0;
 }
@@ -605,10 +620,12 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		gpufile__request_run_inline(&r);
 	} else {
 		rc = gpufile__request_submit(&r);
-		if (rc) {
-			gpufile__request_destroy(&r);
-			return rc;
-		}
+	}
+	if (is_write && h->append)
+		append_submitted(h);
+	if (rc) {
+		gpufile__request_destroy(&r);
+		return rc;
 	}
 	result = gpufile__request_wait(&r, -1);
 	gpufile__request_destroy(&r);
@@ -643,6 +660,8 @@ static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	rc = prepare(&f->r, h, buf, size, offset, is_write);
 	if (rc == 0) {
 		rc = gpufile__request_submit(&f->r);
+		if (is_write && h->append)
+			append_submitted(h);
 		if (rc)
 			gpufile__request_destroy(&f->r);
 	}

@@ -133,6 +133,7 @@ struct gpufile {
 	int readable, writable, append;
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	_Atomic int64_t append_pos;
+	unsigned append_pending; /* appends placed, not yet submitted (lock) */
 	char *path;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */

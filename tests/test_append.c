@@ -159,6 +159,71 @@ static void appends_in_flight(const char *path)
 	free(data);
 }
 
+/* Threads appending at once on one handle: every record lands whole, in
+ * its own place, none lost (two appends placed at the same end would
+ * overwrite each other). */
+enum { THREADS = 4, RECORDS = 200, RECORD = 512 };
+static gpufile_t *shared_h;
+
+static void *appender(void *arg)
+{
+	const int id = (int)(intptr_t)arg;
+	unsigned char rec[RECORD];
+
+	for (int i = 0; i < RECORDS; i++) {
+		memset(rec, 'a' + id, sizeof(rec));
+		memcpy(rec, &i, sizeof(i));
+		if (gpufile_pwrite(shared_h, rec, RECORD, 0) != RECORD)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void appends_from_threads(const char *path)
+{
+	pthread_t t[THREADS];
+	int seen[THREADS][RECORDS] = {{0}};
+	unsigned char *data;
+	size_t len = 0;
+	int bad = 0;
+
+	unlink(path);
+	CHECK_EQ(gpufile_open(&shared_h, path, "a"), 0);
+	if (!shared_h)
+		return;
+	for (int i = 0; i < THREADS; i++)
+		CHECK_EQ(
+		    pthread_create(&t[i], NULL, appender, (void *)(intptr_t)i),
+		    0);
+	for (int i = 0; i < THREADS; i++) {
+		void *ret = NULL;
+		pthread_join(t[i], &ret);
+		CHECK(ret == NULL);
+	}
+	CHECK_EQ(gpufile_close(shared_h), 0);
+	data = test_read_file(path, &len);
+	CHECK_EQ(len, (size_t)THREADS * RECORDS * RECORD);
+	for (size_t off = 0; data && off + RECORD <= len; off += RECORD) {
+		const unsigned char *rec = data + off;
+		int id = rec[RECORD - 1] - 'a', i;
+
+		memcpy(&i, rec, sizeof(i));
+		if (id < 0 || id >= THREADS || i < 0 || i >= RECORDS ||
+		    test_mismatch_byte(rec + sizeof(i), RECORD - sizeof(i),
+		                       rec[RECORD - 1]) != -1) {
+			bad++;
+			continue;
+		}
+		seen[id][i]++;
+	}
+	for (int id = 0; id < THREADS; id++)
+		for (int i = 0; i < RECORDS; i++)
+			if (seen[id][i] != 1)
+				bad++;
+	CHECK_EQ(bad, 0);
+	free(data);
+}
+
 int main(void)
 {
 	const char *path = test_path("append.bin");
@@ -176,6 +241,7 @@ int main(void)
 	append_after_fault(path, 1u << 20, 1000 + (500 << 10), EDQUOT);
 	append_after_other_writer(path);
 	appends_in_flight(path);
+	appends_from_threads(path);
 
 	gpufile__sys_reset();
 	gpufile_config_reset();
