@@ -187,15 +187,28 @@ typedef struct gpufile gpufile_t;
  *   "r+"  read and write; the file must exist; not truncated.
  *   "w"   write only; created (mode 0644 less umask) or truncated to 0.
  *   "w+"  read and write; created or truncated to 0.
- *   "a"   write only; created if missing, never truncated; every write
- *         request is placed at the end of the file as this handle knows it
- *         (file_offset is ignored), requests in the order they were
- *         submitted. Appends from other handles or processes are not
+ *   "a"   write only; created if missing, never truncated; file_offset
+ *         is ignored. A write request made while no other is in flight on
+ *         the handle starts at the file's real end, so after a failed
+ *         append (nothing or part of it written) or another process's
+ *         append, the next lands right after what the file holds. Requests
+ *         in flight together are placed one after another in the order
+ *         they were submitted; if one of them fails, the range it reserved
+ *         may stay a hole. Appends from other handles are not otherwise
  *         coordinated.
  * Anything else fails with GPUFILE_EFLAGS. On success *out owns a handle
  * that gpufile_close() frees. Whether O_DIRECT is used follows the
  * direct_io setting; a file system that refuses O_DIRECT (tmpfs) is read
  * through the page cache and the reason is recorded (gpufile_path_info).
+ * The O_DIRECT descriptor (and cuFile's) is opened on the same file as the
+ * first, never by name again, so a rename racing with the open cannot put
+ * two files behind one handle.
+ * Only regular files and block devices are opened: gpufile reads at
+ * offsets, in parallel, which a FIFO, socket or character device cannot
+ * serve (and a read of one could wait forever on another process). The
+ * open itself never blocks on them. A directory fails with -EISDIR, a FIFO
+ * or socket with -ESPIPE, a character device with -ENODEV; the message
+ * names the path and its kind.
  */
 GPUFILE_API int gpufile_open(gpufile_t **out, const char *path,
                              const char *flags);
@@ -497,7 +510,10 @@ typedef struct gpufile_cufile_config {
 
 /* Fills *out with cuFile's configuration: from path when not NULL, else
  * from $CUFILE_ENV_PATH_JSON, else /etc/cufile.json; a missing default
- * file is not an error (every value is then the default). Returns 0;
+ * file is not an error (every value is then the default). The file must
+ * be a regular file (cuFile reads it again itself): a FIFO, socket or
+ * device fails at once, without blocking, with -EINVAL (a directory with
+ * -EISDIR) and a message naming the path and its kind. Returns 0;
  * -errno when the file cannot be read; GPUFILE_ECONFIG when it is not
  * valid JSON or a value has the wrong type or range (the message names the
  * file and line, or the key); -ENOTSUP when a file exists but this build
@@ -600,13 +616,15 @@ GPUFILE_API int gpufile_cuda_device_count(void);
 
 /* Classifies ptr; *device receives the ordinal of the GPU that owns device
  * or managed memory, else -1. Without a CUDA driver every pointer is
- * GPUFILE_MEM_HOST. Returns 0 or an error. */
+ * GPUFILE_MEM_HOST. device may be NULL; kind may not (-EINVAL). Returns
+ * 0 or an error. */
 GPUFILE_API int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind,
                                  int *device);
 
 /* Allocates size bytes of device memory on GPU device in its primary
  * context, for tools and tests that do not link CUDA themselves. Returns 0
- * or an error; free with gpufile_device_free(). */
+ * or an error (-EINVAL when out is NULL); free with gpufile_device_free().
+ */
 GPUFILE_API int gpufile_device_alloc(int device, size_t size, void **out);
 GPUFILE_API int gpufile_device_free(void *ptr);
 

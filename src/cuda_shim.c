@@ -235,9 +235,11 @@ const char *gpufile_mem_name(gpufile_mem_t kind)
 
 int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind, int *device)
 {
-	int dev;
-	int rc = gpufile__classify(ptr, kind, &dev, NULL);
+	int dev, rc;
 
+	if (!kind)
+		return gpufile__fail(-EINVAL, "gpufile_mem_kind: kind is NULL");
+	rc = gpufile__classify(ptr, kind, &dev, NULL);
 	if (rc == 0 && device)
 		*device = dev;
 	return rc;
@@ -311,6 +313,9 @@ int gpufile_device_alloc(int device, size_t size, void **out)
 	CUresult rc;
 	int err;
 
+	if (!out)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_device_alloc: out is NULL");
 	*out = NULL;
 	if (!t)
 		return GPUFILE_ENOCUDA;

@@ -134,6 +134,7 @@ struct gpufile {
 	int readable, writable, append;
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	_Atomic int64_t append_pos;
+	unsigned append_pending; /* appends placed, not yet submitted (lock) */
 	char *path;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
@@ -159,6 +160,25 @@ enum {
 	GPUFILE__CUFILE_REGISTERED = 1,
 	GPUFILE__CUFILE_UNAVAILABLE = 2,
 };
+
+/* What kind of file mode is, when gpufile refuses it ("a FIFO (named
+ * pipe)", "a socket", "a character device", "a directory", ...), or NULL
+ * for a regular file or a block device: the only files that can be read
+ * at any offset, in parallel, without waiting on another process. */
+static inline const char *gpufile__special_kind(mode_t mode)
+{
+	if (S_ISREG(mode) || S_ISBLK(mode))
+		return NULL;
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO (named pipe)";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	return "not a regular file";
+}
 
 /* ---- plain I/O loops (posix_io.c) ---- */
 
