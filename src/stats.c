@@ -160,7 +160,9 @@ static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct stats_seg *) seg; /* NULL until the first update */
 static struct stats_seg *seg_map;       /* the shared mapping, if any */
 static int seg_fd = -1;                 /* its memfd, kept for readers */
-static struct stats_seg private_seg;    /* when no memfd can be made */
+static dev_t seg_dev;                   /* and its identity, to know it */
+static ino_t seg_ino;
+static struct stats_seg private_seg; /* when no memfd can be made */
 static int atfork_done;
 
 /* Slots of exited threads, to be handed to new threads. Guarded by
@@ -240,9 +242,19 @@ static struct stats_seg *create_shared(char *why, size_t len)
 	const size_t size = sizeof(struct stats_seg);
 	const char *step = "memfd_create";
 	void *m = MAP_FAILED;
-	int fd =
-	    memfd_create(STATS_MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int fd = -1;
+	struct stat st;
 
+#ifdef MFD_NOEXEC_SEAL
+	/* Linux 6.3 and later: with vm.memfd_noexec=2 a memfd that could be
+	 * executable is refused; ours never needs to be. Older kernels
+	 * refuse the flag (EINVAL): then without it. */
+	fd = memfd_create(STATS_MEMFD_NAME,
+	                  MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+	if (fd < 0 && errno == EINVAL)
+#endif
+		fd = memfd_create(STATS_MEMFD_NAME,
+		                  MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		goto fail;
 	/* memfd_create's mode depends on the kernel (0777 less umask); the
@@ -264,9 +276,14 @@ static struct stats_seg *create_shared(char *why, size_t len)
 		goto fail;
 	step = "mmap";
 	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED)
+	if (m == MAP_FAILED || fstat(fd, &st) < 0) {
+		if (m != MAP_FAILED)
+			munmap(m, size);
 		goto fail;
+	}
 	seg_fd = fd;
+	seg_dev = st.st_dev;
+	seg_ino = st.st_ino;
 	snprintf(why, len,
 	         "shared: memfd %s (descriptor %d), readable by gpufile stats "
 	         "%d",
@@ -293,8 +310,14 @@ static void atfork_child(void)
 	if (seg_map)
 		munmap(seg_map, sizeof(*seg_map));
 	seg_map = NULL;
-	if (seg_fd >= 0)
-		close(seg_fd);
+	/* The inherited descriptor is closed, unless the program closed it
+	 * and its number now names a file of the program's own. */
+	if (seg_fd >= 0) {
+		struct stat st;
+		if (fstat(seg_fd, &st) == 0 && st.st_dev == seg_dev &&
+		    st.st_ino == seg_ino)
+			close(seg_fd);
+	}
 	seg_fd = -1;
 	memset(&private_seg, 0, sizeof(private_seg));
 	atomic_store(&seg, NULL);
