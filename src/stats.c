@@ -219,7 +219,7 @@ static void init_header(struct stats_seg *s)
 	s->version = STATS_SEG_VERSION;
 	s->size = (uint32_t)sizeof(*s);
 	s->pid = (int32_t)getpid();
-	s->uid = (uint32_t)getuid();
+	s->uid = (uint32_t)geteuid(); /* the memfd's owner */
 	s->proc_start = proc_start_time(s->pid);
 	s->start_time_ns =
 	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
