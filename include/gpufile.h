@@ -352,17 +352,20 @@ GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
  * refuse one that is not sealed against shrinking, and check its magic
  * number, layout version, size, mode and owner. When the segment cannot
  * be made (memory limit, no memfd) the process counts in private memory
- * and gpufile_stats_backing() says why. A forked child counts in a
- * segment of its own. A build with -DGPUFILE_NO_STATS keeps no counters;
- * then the readers return -ENOTSUP. */
+ * and gpufile_stats_backing() says why (so does gpufile_stats_read()
+ * from another process: an empty memfd's name carries the reason). A
+ * forked child counts in a segment of its own. A build with
+ * -DGPUFILE_NO_STATS keeps no counters; then the readers return
+ * -ENOTSUP. */
 
 /* Reads the counters of process pid (0 or getpid(): this process).
  * Returns 0 (all counters 0 for a process that loaded gpufile but has
  * done no I/O yet), or: -EINVAL out is NULL; -ESRCH no such process;
  * -EACCES the process belongs to another user (or is not dumpable);
- * -ENOENT the process does not use gpufile; -ESTALE the PID is gone and
- * an older gpufile left a /dev/shm segment for it; -EPROTO the segment
- * is not one this version can read (magic, version, size, mode or seal).
+ * -ENOENT the process does not use gpufile, or counts in private memory
+ * (the message says why); -ESTALE the PID is gone and an older gpufile
+ * left a /dev/shm segment for it; -EPROTO the segment is not one this
+ * version can read (magic, version, size, mode or seal).
  * The thread's gpufile_errmsg() says which, naming the PID. */
 GPUFILE_API int gpufile_stats_read(int pid, gpufile_stats_t *out);
 

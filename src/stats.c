@@ -299,6 +299,33 @@ fail:
 	return NULL;
 }
 
+/* Counting privately: an empty memfd whose name carries why (a name
+ * costs no memory), so that gpufile stats PID can say so rather than "no
+ * I/O yet". Kept in seg_fd. */
+static void mark_private(const char *why)
+{
+	char name[STATS_PRIVATE_NAME_MAX];
+	struct stat st;
+	size_t n =
+	    (size_t)snprintf(name, sizeof(name), "%s%s", STATS_PRIVATE_PREFIX,
+	                     strncmp(why, "private: ", 9) == 0 ? why + 9 : why);
+	int fd;
+
+	for (size_t i = 0; i < n && i < sizeof(name); i++)
+		if (name[i] == '/') /* not allowed in a memfd name */
+			name[i] = '|';
+	fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return;
+	}
+	seg_fd = fd;
+	seg_dev = st.st_dev;
+	seg_ino = st.st_ino;
+}
+
 static void atfork_child(void)
 {
 	/* The child is a new process: it must not count into its parent's
@@ -378,8 +405,10 @@ static struct stats_seg *create_segment(void)
 		atfork_done = 1;
 	}
 	s = seg_map = create_shared(why, sizeof(why));
-	if (!s)
+	if (!s) {
 		s = &private_seg;
+		mark_private(why);
+	}
 	init_header(s);
 	copy_text(s->backing, why, sizeof(s->backing));
 	snapshot_settings(s);
@@ -778,7 +807,8 @@ static void release_view(struct view *v)
 static int find_segment(int pid, uid_t uid, struct view *v)
 {
 	static const char want[] = "/memfd:" STATS_MEMFD_NAME " (deleted)";
-	char dir[64], label[64 + 256], link[sizeof(want) + 1];
+	static const char priv[] = "/memfd:" STATS_PRIVATE_PREFIX;
+	char dir[64], label[64 + 256], link[512], why[256] = "";
 	struct dirent *e;
 	int rc = -ENOENT;
 	DIR *d;
@@ -803,6 +833,20 @@ static int find_segment(int pid, uid_t uid, struct view *v)
 		if (e->d_name[0] == '.')
 			continue;
 		n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+		if (n > 0 && strncmp(link, priv, strlen(priv)) == 0) {
+			/* Text of another process: printable ASCII only. */
+			size_t k = 0;
+			for (ssize_t i = (ssize_t)strlen(priv);
+			     i < n && k + 1 < sizeof(why); i++) {
+				unsigned char c = (unsigned char)link[i];
+				why[k++] =
+				    c >= 0x20 && c < 0x7f ? (char)c : '?';
+			}
+			why[k] = '\0';
+			if (k > 10 && !strcmp(why + k - 10, " (deleted)"))
+				why[k - 10] = '\0';
+			continue;
+		}
 		if (n != (ssize_t)strlen(want) || memcmp(link, want, (size_t)n))
 			continue;
 		/* The descriptor may have been replaced since readlink:
@@ -828,6 +872,14 @@ static int find_segment(int pid, uid_t uid, struct view *v)
 			break;
 	}
 	closedir(d);
+	if (rc == -ENOENT && why[0])
+		return gpufile__fail(
+		    -ENOENT,
+		    "PID %d counts in private memory, invisible "
+		    "to other processes: %s",
+		    pid, why);
+	if (rc == -ENOENT)
+		gpufile__clear_error(); /* none: the caller tells why */
 	return rc;
 }
 
@@ -929,7 +981,7 @@ static int open_view(int pid, struct view *v)
 		                     pid, (unsigned)uid);
 	proc_command(pid, comm, sizeof(comm));
 	rc = find_segment(pid, uid, v);
-	if (rc == -ENOENT) {
+	if (rc == -ENOENT && !gpufile_errmsg()[0]) {
 		if (maps_gpufile(pid)) {
 			gpufile__clear_error();
 			return 1;

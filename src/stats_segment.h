@@ -27,6 +27,10 @@
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
+/* A process counting privately holds an empty memfd named this prefix
+ * and why (no segment to read; the name is the message). */
+#define STATS_PRIVATE_PREFIX   "gpufile-stats-private: "
+#define STATS_PRIVATE_NAME_MAX 240 /* memfd names: 249 bytes at most */
 /* Segments of gpufile before version 3 were files named
  * /dev/shm/gpufile-UID-PID, left behind by killed processes; only
  * gpufile stats --clean still looks there. */

@@ -413,12 +413,19 @@ static int run_threads(void)
  * counters stay in the child. */
 static void test_no_space(void)
 {
-	pid_t pid = fork();
-	int status;
+	int p[2], q[2], status;
+	pid_t pid;
+	char c;
 
+	CHECK_EQ(pipe(p), 0);
+	CHECK_EQ(pipe(q), 0);
+	pid = fork();
 	if (pid == 0) {
 		char why[256];
 		int rc;
+
+		close(p[1]);
+		close(q[0]);
 
 		gpufile__stats_fallocate = fallocate_enospc;
 		rc = run_threads();
@@ -432,8 +439,32 @@ static void test_no_space(void)
 			_exit(21);
 		if (own_segment_refs() != 0)
 			_exit(22); /* the half-made memfd was closed */
+		/* Observed from outside, then done. */
+		if (write(q[1], "r", 1) != 1 || read(p[0], &c, 1) != 0)
+			_exit(23);
 		_exit(0);
 	}
+	close(p[0]);
+	close(q[1]);
+	if (read(q[0], &c, 1) == 1) {
+		gpufile_stats_t s;
+		char cmd[512], out[4096];
+
+		/* Another process learns why, not "no I/O yet". */
+		CHECK_EQ(gpufile_stats_read(pid, &s), -ENOENT);
+		CHECK_CONTAINS(gpufile_errmsg(), "counts in private memory");
+		CHECK_CONTAINS(gpufile_errmsg(), "fallocate");
+		if (cli()) {
+			snprintf(cmd, sizeof(cmd), "%s stats %d 2>&1", cli(),
+			         (int)pid);
+			CHECK_EQ(run(cmd, out, sizeof(out)), 1);
+			CHECK_CONTAINS(out, "private memory");
+			fprintf(stderr, "$ gpufile stats %d\n%s", (int)pid,
+			        out);
+		}
+	}
+	close(p[1]);
+	close(q[0]);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status));
 	CHECK_EQ(WEXITSTATUS(status), 0);

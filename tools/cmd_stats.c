@@ -261,9 +261,7 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	printf("PID %d (%s)\n", s->pid, util_text(s->command, t1, sizeof(t1)));
 	if (!ops && !s->files_opened)
 		printf("no I/O yet: gpufile is loaded; its counters start at "
-		       "its first gpufile_open or request (a process that "
-		       "could not make its shared segment counts privately; "
-		       "gpufile_stats_backing() in it says why)\n");
+		       "its first gpufile_open or request\n");
 	print_layers(s, 0);
 	print_layers(s, 1);
 	printf("%-6s %-6s %12s %12s %16s %8s", "dir", "path", "requests",
