@@ -1186,7 +1186,7 @@ int gpufile_stats_list(gpufile_process_t *out, int max)
 		struct view v;
 		char *end;
 		long pid = strtol(e->d_name, &end, 10);
-		uid_t uid;
+		uid_t uid = 0;
 
 		if (*end || pid <= 0 || pid > 0x7fffffff ||
 		    proc_owner((int)pid, &uid) ||
