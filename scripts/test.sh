@@ -116,6 +116,8 @@ assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
 assert \"task_size\" in d[\"settings\"]'"
 	check "config --json" 0 '' bash -c \
 		"'$g' config --json | python3 -c 'import json,sys; json.load(sys.stdin)'"
+	check "stats --json" 0 '' bash -c \
+		"'$g' stats --json | python3 -c 'import json,sys; json.load(sys.stdin)'"
 	check "missing file" 1 '/nonexistent/file' \
 		"$g" read /nonexistent/file
 	check "bad option" 2 'unknown option --frob' "$g" read "$f" --frob

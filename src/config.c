@@ -69,7 +69,7 @@ static uint64_t default_cufile_stats(void)
 
 	if (text && gpufile__parse_count(text, &v) == 0 && v <= 3)
 		return v;
-	return 0;
+	return 3; /* cuFile's per-GPU layer without preparation */
 }
 
 /* Page-cache reads scale with cores up to memory bandwidth, and cold reads
@@ -121,10 +121,11 @@ static struct setting settings[] = {
      .kind = KIND_STRING,
      .default_text = "libcufile.so.0",
      .help = "the cuFile library dlopen()ed on first need (a name or a path)"},
-    SETTING(
-        "cufile_stats", KIND_COUNT, 0, 3, default_cufile_stats,
-        "cuFile stats level set through cuFileSetStatsLevel (default: "
-        "CUFILE_STATS_LEVEL, else 0); 3 adds per-GPU nvfs/posix/p2p counts"),
+    SETTING("cufile_stats", KIND_COUNT, 0, 3, default_cufile_stats,
+            "cuFile stats level set through cuFileSetStatsLevel before the "
+            "driver opens (default: CUFILE_STATS_LEVEL, else a nonzero "
+            "cufile.json profile.cufile_stats, else 3: per-GPU nvfs/posix/p2p "
+            "counts); 0 turns cuFile's counting off"),
     SETTING("cufile_accel_only", KIND_MODE, 0, 2, default_mode_auto,
             "compat_mode=auto hands files to cuFile only where it can take an "
             "accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's "

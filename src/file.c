@@ -222,6 +222,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		open_direct(h, oflags, cfg.direct_io);
 	else
 		h->direct_fd = -1;
+	gpufile__stats_file_open(h->path);
 	*out = h;
 	return 0;
 fail:

@@ -118,13 +118,20 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
-/* Reads the segment file path as gpufile stats would (owner uid, mode,
- * size, magic and version checked): counters into *out, up to max file
- * records into files. Returns the records copied or a negative error with
- * the message set. For tests and the segment-reader fuzzer. */
-int gpufile__stats_read_file(const char *path, unsigned uid,
-                             gpufile_stats_t *out, gpufile_file_stat_t *files,
-                             int max);
+/* Reads the segment behind descriptor fd as gpufile stats would (owner
+ * uid, mode, F_SEAL_SHRINK, size, magic and version checked): counters
+ * into *out, up to max file records into files. Returns the records
+ * copied or a negative error with the message set. For tests and the
+ * segment-reader fuzzer. */
+int gpufile__stats_read_fd(int fd, unsigned uid, gpufile_stats_t *out,
+                           gpufile_file_stat_t *files, int max);
+/* A handle of path was opened (gpufile_open): recorded at once, so that
+ * host-only users are listed too; the device path decision, when one
+ * comes, completes the same record (gpufile__stats_file). */
+void gpufile__stats_file_open(const char *path);
+/* fallocate(fd, 0, offset, len) of the segment's memory; tests replace it
+ * to simulate a full tmpfs or memory cgroup. */
+extern int (*gpufile__stats_fallocate)(int fd, off_t offset, off_t len);
 
 /* ---- file handles (file.c) ---- */
 
