@@ -621,3 +621,20 @@ int gpufile_parse_count(const char *text, uint64_t *out)
 {
 	return text && out ? gpufile__parse_count(text, out) : -EINVAL;
 }
+
+/* fork() (see fork.c): the settings are plain memory; only the lock
+ * needs care. */
+void gpufile__config_atfork_prepare(void)
+{
+	pthread_mutex_lock(&config_lock);
+}
+
+void gpufile__config_atfork_parent(void)
+{
+	pthread_mutex_unlock(&config_lock);
+}
+
+void gpufile__config_atfork_child(void)
+{
+	pthread_mutex_unlock(&config_lock);
+}
