@@ -115,10 +115,12 @@ static void dequeue(struct gpufile__request *r)
 	r->queued = 0;
 }
 
-/* Caller holds pool.lock. Counts r as in flight. */
+/* Caller holds pool.lock. Counts r as in flight, in the pool and on its
+ * handle (both under pool.lock, so that a fork sees the two agree). */
 static void activate(struct gpufile__request *r)
 {
 	pool.inflight++;
+	atomic_fetch_add(&r->h->inflight, 1);
 	r->aprev = NULL;
 	r->anext = pool.active;
 	if (pool.active)
@@ -130,6 +132,7 @@ static void activate(struct gpufile__request *r)
 static void deactivate(struct gpufile__request *r)
 {
 	pool.inflight--;
+	atomic_fetch_sub(&r->h->inflight, 1);
 	if (r->aprev)
 		r->aprev->anext = r->anext;
 	else
@@ -174,7 +177,6 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 static void complete(struct gpufile__request *r)
 {
 	const int64_t end = r->offset + (int64_t)r->size;
-	struct gpufile *h = r->h;
 	ssize_t result;
 
 	pthread_mutex_lock(&r->lock);
@@ -193,7 +195,6 @@ static void complete(struct gpufile__request *r)
 	pthread_mutex_lock(&pool.lock);
 	deactivate(r);
 	pthread_cond_signal(&pool.space);
-	atomic_fetch_sub(&h->inflight, 1);
 	pthread_mutex_lock(&r->lock);
 	r->done = 1;
 	pthread_cond_broadcast(&r->cond);
@@ -375,7 +376,6 @@ int gpufile__request_submit(struct gpufile__request *r)
 {
 	int rc;
 
-	atomic_fetch_add(&r->h->inflight, 1);
 	if (r->ntasks == 0) {
 		pthread_mutex_lock(&pool.lock);
 		activate(r);
@@ -391,7 +391,6 @@ int gpufile__request_submit(struct gpufile__request *r)
 	rc = spawn_workers();
 	if (rc) {
 		pthread_mutex_unlock(&pool.lock);
-		atomic_fetch_sub(&r->h->inflight, 1);
 		return rc;
 	}
 	while (pool.inflight >= r->cfg.max_inflight)
@@ -414,7 +413,6 @@ int gpufile__request_submit(struct gpufile__request *r)
 
 void gpufile__request_run_inline(struct gpufile__request *r)
 {
-	atomic_fetch_add(&r->h->inflight, 1);
 	pthread_mutex_lock(&pool.lock);
 	activate(r);
 	pthread_mutex_unlock(&pool.lock);
