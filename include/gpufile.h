@@ -148,6 +148,22 @@ GPUFILE_API int gpufile_parse_count(const char *text, uint64_t *out);
 /* Forgets every setter and rereads the environment. For tests and tools. */
 GPUFILE_API void gpufile_config_reset(void);
 
+/* What the environment got wrong or was not used as given, one line each:
+ * a value clamped to what gpufile can use (KVIKIO_BOUNCE_BUFFER_SIZE=32768
+ * runs with 64 KiB buffers; the line says so and why), a GPUFILE_ or
+ * KVIKIO_ variable that is no setting (naming the closest one, by edit
+ * distance: GPUFILE_TASKSIZE -> GPUFILE_TASK_SIZE), a KvikIO variable
+ * accepted but unused (remote I/O, logging), a variable naming code to
+ * load that a privileged (setuid) process ignores. The first request of a
+ * process prints them once to stderr; `gpufile config` lists them.
+ * gpufile_config_warning_count() returns how many there are;
+ * gpufile_config_warning() copies line index (0-based) into out (len
+ * bytes, NUL-terminated) and returns 0, -ENOENT past the last one, or
+ * -EINVAL for a NULL out. Thread-safe; the list changes only with the
+ * settings (gpufile_config_reset, a setter that clamps). */
+GPUFILE_API int gpufile_config_warning_count(void);
+GPUFILE_API int gpufile_config_warning(int index, char *out, size_t len);
+
 /* Typed access to the core settings. Getters return 0 or GPUFILE_ECONFIG;
  * setters return 0 or GPUFILE_ECONFIG for an out-of-range value. */
 GPUFILE_API int gpufile_set_compat_mode(gpufile_compat_mode_t mode);
