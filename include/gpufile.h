@@ -36,6 +36,31 @@ extern "C" {
 #define GPUFILE_VERSION_MINOR 1
 #define GPUFILE_VERSION_PATCH 0
 
+/*
+ * fork(): the library stays usable in a child made by fork() (Python's
+ * multiprocessing does this by default on Linux), whatever other threads
+ * of the parent were doing in gpufile at that moment:
+ *   - handles opened in the parent work in the child (they share the
+ *     parent's descriptors, as any fork does); settings carry over;
+ *   - the worker pool starts again in the child on its first request;
+ *   - a request that was in flight at the fork is the parent's: in the
+ *     child its future completes with -ECANCELED (the message says the
+ *     request crossed a fork) and nothing more arrives in the child's
+ *     copy of the buffer; the parent's request goes on unaffected. Wait
+ *     for requests before forking to keep their bytes in both;
+ *   - CUDA does not support use in a child of a process that initialised
+ *     it: in such a child gpufile makes no CUDA or cuFile call (it
+ *     forgets the parent's context, pinned bounce buffers, streams and
+ *     cuFile driver without freeing them), device allocations and device
+ *     requests fail with GPUFILE_ENOCUDA naming fork, and host memory
+ *     works as before. A child of a process that never initialised CUDA
+ *     loads it on first need, as any process. Use exec (Python:
+ *     multiprocessing's "spawn" or "forkserver") for GPU work in children.
+ * The library's atfork handlers hold its locks across fork() in the lock
+ * order written in src/fork.c; statistics segments follow stats.c's own
+ * handler.
+ */
+
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
 /* ------------------------------------------------------------------ */
