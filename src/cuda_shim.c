@@ -23,7 +23,7 @@ static int load_failed;
 static char load_error[256];
 /* This process is a forked child of one that had initialised CUDA (or
  * had a test's driver installed): see gpufile__cuda_atfork_child. */
-static int forked_after_init;
+static atomic_int forked_after_init;
 
 static const struct {
 	const char *symbol;

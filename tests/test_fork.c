@@ -30,8 +30,9 @@
 
 #if defined(__SANITIZE_THREAD__)
 /* TSan refuses to start threads in a child of a multi-threaded process
- * unless told to: the child here starts the pool's workers again. */
-const char *__tsan_default_options(void)
+ * unless told to: the child here starts the pool's workers again. (GCC's
+ * libtsan.so looks the function up dynamically: default visibility.) */
+__attribute__((visibility("default"))) const char *__tsan_default_options(void)
 {
 	return "die_after_fork=0";
 }
