@@ -182,6 +182,11 @@ void gpufile__cuda_override(const struct gpufile__cuda *table)
  * memory works as before. A child of a process that never initialised
  * CUDA loads it on first need like any process.
  */
+int gpufile__cuda_forked(void)
+{
+	return atomic_load(&forked_after_init);
+}
+
 void gpufile__cuda_atfork_prepare(void)
 {
 	pthread_mutex_lock(&cuda_lock);

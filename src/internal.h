@@ -312,6 +312,10 @@ void gpufile__cufile_atfork_child(void);
 void gpufile__config_atfork_prepare(void);
 void gpufile__config_atfork_parent(void);
 void gpufile__config_atfork_child(void);
+/* 1 in a forked child of a process that had initialised CUDA: no CUDA
+ * call is made, every pointer counts as host memory, and an -EFAULT names
+ * this as the likely cause (a device pointer of the parent). */
+int gpufile__cuda_forked(void);
 
 /* ---- CUDA (cuda_shim.c) and staging (staging.c) ---- */
 

@@ -170,6 +170,17 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 			         r->is_write ? "writing" : "reading",
 			         r->h->path, (long long)off, len,
 			         gpufile_strerror((int)err));
+		if (err == -EFAULT && gpufile__cuda_forked()) {
+			/* No CUDA call can tell a device pointer of the
+			 * parent from bad host memory here: say which is
+			 * likely. */
+			size_t n = strlen(r->errmsg);
+			snprintf(r->errmsg + n, sizeof(r->errmsg) - n,
+			         " (this process was forked after CUDA was "
+			         "initialised: device memory cannot be used "
+			         "here, and every pointer is taken as host "
+			         "memory)");
+		}
 	}
 	pthread_mutex_unlock(&r->lock);
 }

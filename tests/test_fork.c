@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,6 +140,20 @@ static void child_main(gpufile_future_t *inherited, unsigned char *ibuf)
 
 	CHECK_EQ(gpufile_device_alloc(0, 4096, &dev), GPUFILE_ENOCUDA);
 	CHECK_CONTAINS(gpufile_errmsg(), "fork");
+	/* Memory the child cannot touch (as a parent's device pointer would
+	 * be): an error naming fork, not a crash. */
+	{
+		size_t len = 1u << 20;
+		void *none = mmap(NULL, len, PROT_NONE,
+		                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(none != MAP_FAILED);
+		if (none != MAP_FAILED) {
+			CHECK_EQ(gpufile_pread(shared_h, none, len, 0),
+			         -EFAULT);
+			CHECK_CONTAINS(gpufile_errmsg(), "forked after CUDA");
+			munmap(none, len);
+		}
+	}
 
 	CHECK_EQ(gpufile_close(shared_h), 0);
 	free(buf);
