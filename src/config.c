@@ -408,6 +408,25 @@ static void take(struct setting *st, const char *var, const char *text,
 
 	snprintf(st->variable, sizeof(st->variable), "%s", var);
 	st->source = source;
+	if (source == GPUFILE_SOURCE_KVIKIO_ENV &&
+	    (st->kind == KIND_SIZE || st->kind == KIND_COUNT) &&
+	    (st->kind == KIND_SIZE ? gpufile__parse_size(text, &v)
+	                           : gpufile__parse_count(text, &v)) == 0 &&
+	    v > 0 && (v < st->min || v > st->max)) {
+		/* KvikIO takes any positive number here (KVIKIO_NTHREADS=2000,
+		 * KVIKIO_TASK_SIZE of 2 TiB): a KvikIO user's value must not
+		 * make gpufile fail, so it moves into gpufile's range, with a
+		 * note. GPUFILE_ variables keep their strict range. */
+		uint64_t to = v < st->min ? st->min : st->max;
+		snprintf(st->note, sizeof(st->note),
+		         "%s=%llu: using %llu (gpufile's range for %s is "
+		         "[%llu, %llu])",
+		         var, (unsigned long long)v, (unsigned long long)to,
+		         st->name, (unsigned long long)st->min,
+		         (unsigned long long)st->max);
+		st->value = to;
+		return;
+	}
 	if (parse_value(st, text, var, &v, st->bad_message,
 	                sizeof(st->bad_message))) {
 		st->bad = 1;
@@ -427,14 +446,13 @@ static int load_kvikio_nthreads(struct setting *st)
 	const char *a = getenv("KVIKIO_NTHREADS");
 	const char *b = getenv("KVIKIO_NUM_THREADS");
 	uint64_t va, vb;
-	char msg[256];
 
 	if (!a && !b)
 		return 0;
-	if (a && b &&
-	    (parse_value(st, a, "KVIKIO_NTHREADS", &va, msg, sizeof(msg)) ||
-	     parse_value(st, b, "KVIKIO_NUM_THREADS", &vb, msg, sizeof(msg)) ||
-	     va != vb)) {
+	/* Compared as numbers (" 8" and "8" agree); a value that is no
+	 * number is reported by take() below. */
+	if (a && b && gpufile__parse_count(a, &va) == 0 &&
+	    gpufile__parse_count(b, &vb) == 0 && va != vb) {
 		snprintf(st->variable, sizeof(st->variable), "KVIKIO_NTHREADS");
 		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
 		snprintf(st->bad_message, sizeof(st->bad_message),

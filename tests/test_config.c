@@ -701,6 +701,32 @@ static void test_kvikio_values(void)
 	CHECK_EQ(gpufile_get_nthreads(&n), 0);
 	CHECK_EQ(n, 5);
 
+	/* Any positive count or size KvikIO takes is moved into range,
+	 * with a note; GPUFILE_ variables stay strict. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_NTHREADS", "5000", 1);
+	setenv("KVIKIO_TASK_SIZE", "2t", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK_EQ(gpufile_get_nthreads(&n), 0);
+	CHECK_EQ(n, 1024);
+	CHECK(find_warning("KVIKIO_NTHREADS=5000: using 1024") >= 0);
+	CHECK(find_warning("KVIKIO_TASK_SIZE=2199023255552: using "
+	                   "1099511627776") >= 0);
+	setenv("KVIKIO_NUM_THREADS", "5000", 1); /* agrees */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	unsetenv("KVIKIO_NUM_THREADS");
+	setenv("KVIKIO_NTHREADS", "0", 1); /* KvikIO refuses 0 too */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_NTHREADS=\"0\"");
+	unsetenv("KVIKIO_TASK_SIZE");
+	setenv("GPUFILE_NTHREADS", "5000", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	unsetenv("GPUFILE_NTHREADS");
+
 	/* KVIKIO_AUTO_DIRECT_IO_READ/WRITE onto direct_io. */
 	clear_kvikio_extra();
 	setenv("KVIKIO_AUTO_DIRECT_IO_READ", "1", 1);
