@@ -1001,3 +1001,41 @@ int gpufile_cufile_driver_set(const char *name, uint64_t value)
 	pthread_mutex_unlock(&cufile_lock);
 	return rc;
 }
+
+/*
+ * fork() (see fork.c). cuFile's driver state lives in the parent's CUDA
+ * context, which a child cannot use: a child of a process that opened the
+ * driver forgets it without a call into cuFile (its registrations are the
+ * parent's; the exit handler finds the driver not open and does nothing),
+ * and reports cuFile unavailable with the reason.
+ */
+void gpufile__cufile_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_child(void)
+{
+	if (driver_state == 1) {
+		while (registrations) {
+			struct registration *g = registrations;
+			registrations = g->next;
+			free(g);
+		}
+		driver_state = -1;
+		failure_err = GPUFILE_ENOCUFILE;
+		failure_status = 0;
+		snprintf(
+		    message, sizeof(message),
+		    "cuFile's driver was opened in the parent before "
+		    "fork(): a forked child cannot use it (it lives in the "
+		    "parent's CUDA context)");
+		atomic_store(&active, NULL);
+	}
+	pthread_mutex_unlock(&cufile_lock);
+}
