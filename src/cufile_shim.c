@@ -993,8 +993,19 @@ int gpufile_cufile_driver_set(const char *name, uint64_t value)
 			                   name, (unsigned long long)value,
 			                   driver_props[i].setter, what);
 		}
-		/* What cuFile holds now, right or wrong. */
-		read_props_locked();
+		/* What cuFile holds now, right or wrong. cuFile 1.15 without
+		 * nvidia-fs returns success from cuFileDriverSetPollMode yet
+		 * keeps reporting poll mode off (seen on the H200 machine):
+		 * a value that did not take is a refusal too. */
+		if (read_props_locked() == 0 && rc == 0 &&
+		    prop_value(&props, i) != value)
+			rc = gpufile__fail(
+			    GPUFILE_ECUFILE,
+			    "cuFile accepted %s=%llu (%s) but still reports "
+			    "%llu",
+			    name, (unsigned long long)value,
+			    driver_props[i].setter,
+			    (unsigned long long)prop_value(&props, i));
 		if (rc == 0)
 			gpufile__clear_error();
 	}
