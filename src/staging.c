@@ -142,6 +142,13 @@ static void lane_destroy(const struct gpufile__cuda *t, struct lane *l,
 
 static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 {
+	/* The streams and events are destroyed in their own contexts; the
+	 * calling thread's current context is put back after, or a
+	 * gpufile_release() would move the caller to another device (the
+	 * CUDA runtime takes the current context as its current device). */
+	CUcontext caller = NULL;
+	int restore = t->cuCtxGetCurrent(&caller) == CUDA_SUCCESS;
+
 	for (unsigned k = 0; k < MAX_LANES; k++)
 		if (s->lanes[k].ctx)
 			lane_destroy(t, &s->lanes[k], s->nbufs);
@@ -169,6 +176,8 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	s->nbufs = 0;
 	s->buf_size = 0;
 	s->next_buf = 0;
+	if (restore)
+		t->cuCtxSetCurrent(caller);
 }
 
 /* Makes ctx's stream and events the current ones of s (whose copies have

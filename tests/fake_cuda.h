@@ -7,6 +7,19 @@
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
  * fail_dtoh: the next N calls). Install with gpufile__cuda_override(&fake)
  * after pointing dev_base at DEV_SIZE bytes. Include once per program.
+ *
+ * More than one device (test_multi_device.c): set fake_ndev (at most
+ * FAKE_MAX_DEV) and point fake_dev_mem[1..] at DEV_SIZE bytes each before
+ * use. Device d then has one primary context, fake_ctx_of(d); the current
+ * context is per thread and starts as none, as with the real driver; each
+ * stream and event belongs to the context current when it was made, and a
+ * copy on a stream of a context that is not current, or an event recorded
+ * on another context's stream, fails (CUDA_ERROR_INVALID_CONTEXT /
+ * CUDA_ERROR_INVALID_HANDLE) and counts in ctx_mismatches. cuMemAlloc
+ * carves device memory from the current context's device, and
+ * cuPointerGetAttributes reports that device and its context. With one
+ * device (the default) everything behaves as before: fake_ctx is always
+ * current and cuMemAlloc fails.
  */
 #ifndef GPUFILE_TEST_FAKE_CUDA_H
 #define GPUFILE_TEST_FAKE_CUDA_H
@@ -20,11 +33,47 @@
 #ifndef DEV_SIZE
 #define DEV_SIZE (40u << 20)
 #endif
-#define CUDA_ERROR_OUT_OF_MEMORY 2
-#define CUDA_ERROR_FAKE_COPY     999
+#define CUDA_ERROR_OUT_OF_MEMORY   2
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE  400
+#define CUDA_ERROR_FAKE_COPY       999
+#define FAKE_MAX_DEV               8
 
-static unsigned char *dev_base; /* the "device memory" */
+static unsigned char *dev_base; /* the "device memory" of device 0 */
 static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
+
+/* ---- more than one device (see the top) ---- */
+static int fake_ndev = 1;
+static unsigned char *fake_dev_mem[FAKE_MAX_DEV]; /* [0]: dev_base */
+static size_t fake_dev_used[FAKE_MAX_DEV];        /* cuMemAlloc's bump */
+static _Thread_local struct CUctx_st *fake_cur;   /* when fake_ndev > 1 */
+
+/* Device d's primary context: fake_ctx for device 0. */
+static struct CUctx_st *fake_ctx_of(int d)
+{
+	return (struct CUctx_st *)(uintptr_t)(0x1000 + 0x100 * (uintptr_t)d);
+}
+
+/* The device whose context ctx is, or -1. */
+static int fake_ctx_device(const struct CUctx_st *ctx)
+{
+	uintptr_t v = (uintptr_t)ctx;
+
+	if (v < 0x1000 || (v - 0x1000) % 0x100 ||
+	    (v - 0x1000) / 0x100 >= (uintptr_t)fake_ndev)
+		return -1;
+	return (int)((v - 0x1000) / 0x100);
+}
+
+static struct CUctx_st *fake_current(void)
+{
+	return fake_ndev > 1 ? fake_cur : fake_ctx;
+}
+
+static unsigned char *fake_dev_base(int d)
+{
+	return d == 0 ? dev_base : fake_dev_mem[d];
+}
 
 /* ---- fake driver state, all under fake_lock ---- */
 
@@ -36,12 +85,14 @@ struct op {
 };
 
 struct CUstream_st {
+	struct CUctx_st *ctx; /* current when it was made */
 	struct op *ops;
 	size_t nops, cap;
 	size_t done; /* ops[0, done) have run */
 };
 
 struct CUevent_st {
+	struct CUctx_st *ctx;       /* current when it was made */
 	struct CUstream_st *stream; /* where last recorded, or NULL */
 	size_t seq;                 /* ops of stream before the record */
 };
@@ -51,32 +102,71 @@ static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	void *ptr;
 	size_t size;
+	struct CUctx_st *ctx; /* current at cuMemHostAlloc */
+	unsigned flags;
 } pinned[MAX_PINNED];
 static size_t pinned_live, pinned_peak;
 static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
 static long htod_calls, dtoh_calls, hostalloc_calls;
 static int bad_copies; /* copies touching memory they should not */
+/* More than one device: streams and events ever made; calls refused
+ * because a stream or event belongs to a context that is not current;
+ * copies to a device other than the current context's (a peer copy on a
+ * real GPU); copies through pinned memory of another context that was not
+ * allocated CU_MEMHOSTALLOC_PORTABLE (pageable, synchronous there). */
+static long streams_created, events_created;
+static int ctx_mismatches, cross_device_copies, nonportable_copies;
 
-static int in_dev(const void *p, size_t size)
+/* The device whose memory holds [p, p + size), or -1. */
+static int dev_of(const void *p, size_t size)
 {
 	const unsigned char *c = p;
 
-	return c >= dev_base && size <= DEV_SIZE &&
-	       c <= dev_base + DEV_SIZE - size;
+	for (int d = 0; d < fake_ndev && d < FAKE_MAX_DEV; d++) {
+		const unsigned char *b = fake_dev_base(d);
+		if (b && c >= b && size <= DEV_SIZE && c <= b + DEV_SIZE - size)
+			return d;
+	}
+	return -1;
 }
 
-/* Caller holds fake_lock. */
+static int in_dev(const void *p, size_t size)
+{
+	return dev_of(p, size) >= 0;
+}
+
+/* Caller holds fake_lock. Counts a use from another context of pinned
+ * memory that is not portable. */
 static int in_pinned(const void *p, size_t size)
 {
 	const unsigned char *c = p;
 
 	for (int i = 0; i < MAX_PINNED; i++) {
 		const unsigned char *b = pinned[i].ptr;
-		if (b && c >= b && c + size <= b + pinned[i].size)
+		if (b && c >= b && c + size <= b + pinned[i].size) {
+			if (!(pinned[i].flags & CU_MEMHOSTALLOC_PORTABLE) &&
+			    pinned[i].ctx != fake_current())
+				nonportable_copies++;
 			return 1;
+		}
 	}
 	return 0;
+}
+
+/* Caller holds fake_lock. 0, or why a copy on s (to or from device memory
+ * at dev) is refused: s belongs to a context that is not current. */
+static CUresult check_stream_ctx(const struct CUstream_st *s, const void *dev)
+{
+	int d = dev_of(dev, 1);
+
+	if (s && s->ctx != fake_current()) {
+		ctx_mismatches++;
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	if (d >= 0 && fake_ctx_of(d) != fake_current())
+		cross_device_copies++;
+	return CUDA_SUCCESS;
 }
 
 /* Caller holds fake_lock. Runs s's ops up to (not including) upto. */
@@ -119,41 +209,46 @@ static CUresult f_driver_version(int *v)
 
 static CUresult f_device_count(int *n)
 {
-	*n = 1;
+	*n = fake_ndev;
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_device_get(CUdevice *d, int ordinal)
 {
-	if (ordinal != 0)
+	if (ordinal < 0 || ordinal >= fake_ndev)
 		return CUDA_ERROR_INVALID_VALUE;
-	*d = 0;
+	*d = ordinal;
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_primary_retain(CUcontext *ctx, CUdevice d)
 {
-	(void)d;
-	*ctx = fake_ctx;
+	if (d < 0 || d >= fake_ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*ctx = fake_ctx_of(d);
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_ctx_get(CUcontext *ctx)
 {
-	*ctx = fake_ctx;
+	*ctx = fake_current();
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_ctx_set(CUcontext ctx)
 {
-	return ctx == fake_ctx || ctx == NULL ? CUDA_SUCCESS
-	                                      : CUDA_ERROR_INVALID_VALUE;
+	if (ctx != NULL && fake_ctx_device(ctx) < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	fake_cur = ctx;
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
                                 CUdeviceptr ptr)
 {
-	if (!in_dev((void *)(uintptr_t)ptr, 1))
+	const int dev = dev_of((void *)(uintptr_t)ptr, 1);
+
+	if (dev < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned i = 0; i < n; i++) {
 		switch (attrs[i]) {
@@ -161,10 +256,10 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 			*(unsigned *)data[i] = CU_MEMORYTYPE_DEVICE;
 			break;
 		case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-			*(int *)data[i] = 0;
+			*(int *)data[i] = dev;
 			break;
 		case CU_POINTER_ATTRIBUTE_CONTEXT:
-			*(CUcontext *)data[i] = fake_ctx;
+			*(CUcontext *)data[i] = fake_ctx_of(dev);
 			break;
 		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
 			*(unsigned char *)data[i] = 0; /* a bool */
@@ -176,11 +271,28 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 	return CUDA_SUCCESS;
 }
 
+/* One device: fails, as before. More: bump allocation in the current
+ * context's device memory, never freed. */
 static CUresult f_mem_alloc(CUdeviceptr *p, size_t size)
 {
-	(void)p;
-	(void)size;
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+	int d;
+
+	if (fake_ndev <= 1)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	d = fake_ctx_device(fake_current());
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	size = (size + 4095) & ~(size_t)4095;
+	pthread_mutex_lock(&fake_lock);
+	if (fake_dev_base(d) && size <= DEV_SIZE - fake_dev_used[d]) {
+		*p = (CUdeviceptr)(uintptr_t)(fake_dev_base(d) +
+		                              fake_dev_used[d]);
+		fake_dev_used[d] += size;
+		rc = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
 }
 
 static CUresult f_mem_free(CUdeviceptr p)
@@ -194,7 +306,6 @@ static CUresult f_host_alloc(void **p, size_t size, unsigned flags)
 	CUresult rc = CUDA_SUCCESS;
 	void *mem;
 
-	(void)flags;
 	pthread_mutex_lock(&fake_lock);
 	hostalloc_calls++;
 	if (fail_hostalloc > 0) {
@@ -212,6 +323,8 @@ static CUresult f_host_alloc(void **p, size_t size, unsigned flags)
 		if (!pinned[i].ptr) {
 			pinned[i].ptr = mem;
 			pinned[i].size = size;
+			pinned[i].ctx = fake_current();
+			pinned[i].flags = flags;
 			pinned_live += size;
 			pinned_count++;
 			if (pinned_live > pinned_peak)
@@ -285,6 +398,11 @@ static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	rc = check_stream_ctx(s, (void *)(uintptr_t)dst);
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&fake_lock);
+		return rc;
+	}
 	rc = enqueue(s, (struct op){0, (void *)(uintptr_t)dst, src, size});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
@@ -306,6 +424,11 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	rc = check_stream_ctx(s, (void *)(uintptr_t)src);
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&fake_lock);
+		return rc;
+	}
 	rc =
 	    enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
 	pthread_mutex_unlock(&fake_lock);
@@ -315,11 +438,15 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 static CUresult f_stream_create(CUstream *s, unsigned flags)
 {
 	(void)flags;
+	if (!fake_current())
+		return CUDA_ERROR_INVALID_CONTEXT;
 	*s = calloc(1, sizeof(**s));
 	if (!*s)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	(*s)->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	streams_live++;
+	streams_created++;
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
@@ -351,11 +478,15 @@ static CUresult f_stream_destroy(CUstream s)
 static CUresult f_event_create(CUevent *e, unsigned flags)
 {
 	(void)flags;
+	if (!fake_current())
+		return CUDA_ERROR_INVALID_CONTEXT;
 	*e = calloc(1, sizeof(**e));
 	if (!*e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	(*e)->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
 	events_live++;
+	events_created++;
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
@@ -378,6 +509,16 @@ static CUresult f_event_record(CUevent e, CUstream s)
 	if (!e || !s)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (e->ctx != s->ctx) { /* the real driver refuses this too */
+		ctx_mismatches++;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	rc = check_stream_ctx(s, NULL);
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&fake_lock);
+		return rc;
+	}
 	rc = enqueue(s, (struct op){1, NULL, NULL, 0});
 	e->stream = s;
 	e->seq = s->nops;
@@ -407,6 +548,12 @@ static CUresult f_error_name(CUresult rc, const char **name)
 		break;
 	case CUDA_ERROR_FAKE_COPY:
 		*name = "CUDA_ERROR_FAKE_COPY";
+		break;
+	case CUDA_ERROR_INVALID_CONTEXT:
+		*name = "CUDA_ERROR_INVALID_CONTEXT";
+		break;
+	case CUDA_ERROR_INVALID_HANDLE:
+		*name = "CUDA_ERROR_INVALID_HANDLE";
 		break;
 	default:
 		*name = "CUDA_ERROR_UNKNOWN";
