@@ -55,8 +55,11 @@ void gpufile__uring_reset(void)
 #endif
 }
 
-/* Contexts (devices) whose streams one stager keeps at a time. */
-#define MAX_LANES 4
+/* Contexts (devices) whose streams one stager keeps besides its current
+ * one: enough for one process feeding every GPU of an 8-GPU machine
+ * without remaking streams (a lane costs a stream and bounce_buffers
+ * events, no pinned memory). */
+#define MAX_LANES 8
 
 struct stager {
 	struct stager *next;
@@ -73,7 +76,9 @@ struct stager {
 		CUcontext ctx; /* NULL: slot unused */
 		CUstream stream;
 		CUevent event[MAX_BUFFERS];
+		unsigned long last; /* lane_clock when it was last current */
 	} lanes[MAX_LANES];
+	unsigned long lane_clock;
 	unsigned nbufs;
 	size_t buf_size; /* usable bytes per buffer */
 	char *buf[MAX_BUFFERS];
@@ -186,15 +191,21 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
                          CUcontext ctx, char *msg, size_t msg_len)
 {
-	struct lane cur = {s->ctx, s->stream, {0}}, *slot = NULL;
+	struct lane cur = {s->ctx, s->stream, {0}, ++s->lane_clock},
+	            *slot = NULL;
 	CUresult rc;
 
 	memcpy(cur.event, s->event, sizeof(cur.event));
 	for (unsigned k = 0; k < MAX_LANES && !slot; k++)
 		if (!s->lanes[k].ctx)
 			slot = &s->lanes[k];
-	if (!slot) { /* more devices than lanes: the oldest goes */
+	if (!slot) { /* more devices than lanes: the least recently used
+		      * goes (always the same slot would drop the device
+		      * just left, and keep ones long unused) */
 		slot = &s->lanes[0];
+		for (unsigned k = 1; k < MAX_LANES; k++)
+			if (s->lanes[k].last < slot->last)
+				slot = &s->lanes[k];
 		lane_destroy(t, slot, s->nbufs);
 	}
 	*slot = cur;

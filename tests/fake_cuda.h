@@ -37,7 +37,7 @@
 #define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_INVALID_HANDLE  400
 #define CUDA_ERROR_FAKE_COPY       999
-#define FAKE_MAX_DEV               8
+#define FAKE_MAX_DEV               16
 
 static unsigned char *dev_base; /* the "device memory" of device 0 */
 static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;

@@ -26,7 +26,7 @@
 
 #define DEV_SIZE  (6u << 20)
 #define FILE_SIZE ((4u << 20) + 333)
-#define NDEV      7 /* more than a stager keeps streams for */
+#define NDEV      12 /* more than a stager keeps streams for */
 #define SEED      23
 #define NBUFS     4
 #include "fake_cuda.h"
@@ -192,11 +192,13 @@ static void test_concurrent(void)
 
 /* One worker cycling through every device, more than it keeps streams
  * for: each read still lands, the pinned buffers stay, and the streams
- * and events it holds stay fewer than the devices (one was dropped). */
+ * and events it holds stay fewer than the devices (one was dropped). The
+ * streams dropped are the least recently used: the device before last
+ * keeps its stream. */
 static void test_many_devices(void)
 {
 	gpufile_t *h = NULL;
-	long allocs = 0;
+	long allocs = 0, streams;
 
 	gpufile_release();
 	CHECK_EQ(gpufile_set_nthreads(1), 0);
@@ -213,6 +215,10 @@ static void test_many_devices(void)
 	CHECK_EQ(get(&hostalloc_calls), allocs);
 	CHECK(get_int(&streams_live) > 0);
 	CHECK(get_int(&streams_live) < NDEV);
+	streams = get(&streams_created);
+	CHECK_EQ(read_check(h, NDEV - 3, 4096, 0, 0), 0);
+	CHECK_EQ(read_check(h, NDEV - 2, 4096, 0, 0), 0);
+	CHECK_EQ(get(&streams_created), streams);
 	CHECK_EQ(get_int(&events_live), get_int(&streams_live) * NBUFS);
 	gpufile_close(h);
 }
