@@ -221,8 +221,12 @@ static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
 		}
 	}
 	rc = t->cuCtxSetCurrent(ctx);
-	if (rc != CUDA_SUCCESS)
+	if (rc != CUDA_SUCCESS) {
+		/* s->ctx is ctx already, maybe without a stream or events:
+		 * kept so, the next task on ctx would use none. */
+		stager_free_buffers(t, s);
 		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
+	}
 	if (s->stream)
 		return 0;
 	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);

@@ -117,6 +117,7 @@ static int bad_copies; /* copies touching memory they should not */
  * allocated CU_MEMHOSTALLOC_PORTABLE (pageable, synchronous there). */
 static long streams_created, events_created;
 static int ctx_mismatches, cross_device_copies, nonportable_copies;
+static int fail_ctxset; /* fail the next N cuCtxSetCurrent(non-NULL) */
 
 /* The device whose memory holds [p, p + size), or -1. */
 static int dev_of(const void *p, size_t size)
@@ -239,6 +240,14 @@ static CUresult f_ctx_set(CUcontext ctx)
 {
 	if (ctx != NULL && fake_ctx_device(ctx) < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx != NULL) {
+		pthread_mutex_lock(&fake_lock);
+		int fail = fail_ctxset > 0;
+		fail_ctxset -= fail;
+		pthread_mutex_unlock(&fake_lock);
+		if (fail)
+			return CUDA_ERROR_INVALID_CONTEXT;
+	}
 	fake_cur = ctx;
 	return CUDA_SUCCESS;
 }

@@ -137,6 +137,32 @@ static void test_alternate(void)
 	gpufile_close(h);
 }
 
+/* A worker whose move to another device fails half-way (the context
+ * cannot be made current) is left usable: the next read into that device
+ * works. */
+static void test_switch_failure(void)
+{
+	unsigned char *dst = fake_dev_base(1) + 512;
+	gpufile_t *h = NULL;
+
+	gpufile_release();
+	CHECK_EQ(gpufile_set_nthreads(1), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	if (!h)
+		return;
+	CHECK_EQ(read_check(h, 0, FILE_SIZE, 0, 0), 0);
+	pthread_mutex_lock(&fake_lock);
+	fail_ctxset = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK(gpufile_pread(h, dst, 1u << 20, 0) < 0);
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_INVALID_CONTEXT");
+	CHECK_EQ(get_int(&fail_ctxset), 0);
+	CHECK_EQ(read_check(h, 1, FILE_SIZE, 0, 0), 0);
+	CHECK_EQ(read_check(h, 0, FILE_SIZE, 0, 1), 0);
+	CHECK_EQ(read_check(h, 1, FILE_SIZE, 0, 1), 0);
+	gpufile_close(h);
+}
+
 struct reader {
 	int dev;
 	int failures;
@@ -285,6 +311,7 @@ int main(void)
 	test_alternate();
 	test_concurrent();
 	test_many_devices();
+	test_switch_failure();
 	test_free();
 
 	CHECK_EQ(get_int(&bad_copies), 0);
