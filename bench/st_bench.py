@@ -129,7 +129,7 @@ def bench(files, rounds, cold, contenders):
     return times
 
 
-def report(times, sizes, mode):
+def report(times, sizes, mode, counts=None):
     res = {}
     for (label, name), ts in sorted(times.items()):
         med, best = statistics.median(ts), min(ts)
@@ -145,6 +145,9 @@ def report(times, sizes, mode):
             print("%-5s %-6s gpufile vs safetensors.torch: %.2fx faster" % (mode, label, s / g))
         if g and r:
             print("%-5s %-6s gpufile vs gpufile raw read:  %.2fx of raw speed" % (mode, label, r / g))
+            if counts and counts.get(label):
+                print("%-5s %-6s gpufile - raw read: %.1f us per tensor (%d tensors)"
+                      % (mode, label, (g - r) / counts[label] * 1e6, counts[label]))
 
 
 def two_gpus(args):
@@ -226,6 +229,10 @@ def main():
         make_file(p, 2000, (512, 1024))
         files.append(("many", p))
     sizes = {label: data_bytes(p) for label, p in files}
+    counts = {}
+    for label, p in files:
+        with gst.safe_open(p, framework="pt") as f:
+            counts[label] = len(f.keys())
     contenders = [("gpufile", run_gpufile), ("raw", run_raw)]
     if sttorch is not None:
         contenders.insert(1, ("safetensors", run_safetensors))
@@ -237,11 +244,11 @@ def main():
     with gpufile.File(files[0][1]) as f:
         print("device path of %s: %s" % (files[0][1], f.path_info()))
     warm = bench(files, args.rounds, False, contenders)
-    report(warm, sizes, "warm")
+    report(warm, sizes, "warm", counts)
     if args.cold:
         cold = bench(files, args.rounds, True, contenders)
-        report(warm, sizes, "warm")
-        report(cold, sizes, "cold")
+        report(warm, sizes, "warm", counts)
+        report(cold, sizes, "cold", counts)
     return 0
 
 
