@@ -175,15 +175,6 @@ class Header:
         rc = _c().gpufile_safetensors_load_tensors(self._handle(), n, idx, dst)
         return _lib.check(rc, filename=self.path)
 
-    def load_ranges(self, tensors, ptrs):
-        """Reads each tensor into the pointer beside it (the C library
-        coalesces neighbours in file and memory). Returns bytes read."""
-        n = len(tensors)
-        idx = (ctypes.c_int * max(n, 1))(*[t.index for t in tensors])
-        dst = (ctypes.c_void_p * max(n, 1))(*ptrs)
-        rc = _c().gpufile_safetensors_load_tensors(self._handle(), n, idx, dst)
-        return _lib.check(rc, filename=self.path)
-
 
 # ---- frameworks ----------------------------------------------------------
 
