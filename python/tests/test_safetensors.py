@@ -345,9 +345,8 @@ def test_many_mixed_and_misaligned_tensors(tmp_path):
         assert g.dtype == np.dtype(NP[dt]) and g.shape == tuple(shape), name
         assert g.tobytes() == blob == ref[name].tobytes(), name
         assert g.ctypes.data % g.dtype.alignment == 0, name
-        if g.nbytes and g.base is not None and g.base.base is None and g.base.dtype == np.uint8 \
-                and g.base.nbytes > 1000:
-            bufs.add(id(g.base))
+        if g.nbytes and _owner(g).nbytes > 1000:
+            bufs.add(id(_owner(g)))
             shared += 1
         elif g.nbytes:
             misaligned += 1
@@ -357,6 +356,62 @@ def test_many_mixed_and_misaligned_tensors(tmp_path):
             t = f.get_tensor(name)
             assert t.dtype == np.dtype(NP[dt]) and t.shape == tuple(shape)
             assert t.tobytes() == blob
+
+
+def _owner(a):
+    while a.base is not None:
+        a = a.base
+    return a
+
+
+@pytest.mark.parametrize("lead", [0, 1, 2])
+def test_runs_of_same_shaped_tensors(tmp_path, lead):
+    # Runs of tensors of one dtype and shape back to back (the views of a
+    # run are made in one call) next to runs broken by a dtype, a shape or
+    # a gap, scalars and empty tensors: each tensor has its own bytes,
+    # dtype and shape, is C-contiguous and aligned, and overlaps no other.
+    # lead: bytes of U8 first, so that with 1 and 2 every run is at an
+    # offset that is not a multiple of its itemsize.
+    rng = np.random.default_rng(lead)
+    spec = [("F32", (4, 3))] * 7 + [("F32", (3, 4))] * 3 + [("I64", ())] * 5 + \
+        [("F16", (0, 2))] * 3 + [("F16", (5,))] * 4 + [("F64", (2, 1, 2))] * 6 + \
+        [("BOOL", (9,))] * 2 + [("I16", (1,))] * 3 + [("U8", (3,))] * 4
+    entries = []
+    if lead:
+        entries.append(("lead", "U8", (lead,), bytes(range(lead))))
+    for i, (dt, shape) in enumerate(spec):
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(NP[dt]).itemsize
+        blob = rng.integers(0, 256, n, dtype=np.uint8)
+        if dt == "BOOL":
+            blob &= 1
+        entries.append(("r.%03d" % i, dt, shape, blob.tobytes()))
+    p = str(tmp_path / "runs.safetensors")
+    ref_write(p, entries)
+    got = stn.load_file(p)
+    assert list(got) == [e[0] for e in entries]
+    for name, dt, shape, blob in entries:
+        g = got[name]
+        assert isinstance(g, np.ndarray), name
+        assert g.dtype == np.dtype(NP[dt]) and g.shape == tuple(shape), name
+        assert g.tobytes() == blob, name
+        assert g.flags.c_contiguous and g.ctypes.data % g.dtype.alignment == 0, name
+    arrays = [got[e[0]] for e in entries if e[3]]
+    for a, b in zip(arrays, arrays[1:]):
+        assert not np.shares_memory(a, b)
+    if lead == 0:  # aligned: all of them views of the one buffer
+        assert len({id(_owner(a)) for a in arrays}) == 1
+
+
+def test_runs():
+    T = _core.TensorInfo
+    a = [T(0, "a", "F32", 32, 0, (2,), 0, 8), T(1, "b", "F32", 32, 0, (2,), 8, 16),
+         T(2, "c", "F32", 32, 0, (1, 2), 16, 24), T(3, "d", "F32", 32, 0, (1, 2), 24, 32),
+         T(4, "e", "I32", 32, 0, (1, 2), 32, 40), T(5, "f", "I32", 32, 0, (0,), 40, 40),
+         T(6, "g", "I32", 32, 0, (0,), 40, 40), T(7, "h", "I32", 32, 0, (1, 2), 40, 48),
+         T(8, "i", "I32", 32, 0, (1, 2), 48, 56)]
+    offs = [0, 8, 16, 24, 32, 40, 40, 40, 4096 + 48]  # a gap before "i"
+    assert _core._runs(a, offs) == [(0, 2), (2, 2), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
+    assert _core._runs([], []) == []
 
 
 def test_tensor_table_matches_per_index_accessor(tmp_path):

@@ -222,6 +222,52 @@ def test_many_mixed_tensors(tmp_path, device, misalign):
         _same_bytes(got[k], ref[k], k)
 
 
+@pytest.mark.parametrize("lead", [0, 1])
+@pytest.mark.parametrize("device", ["cuda:0", "cpu"])
+def test_runs_of_same_shaped_tensors(tmp_path, device, lead):
+    # Runs of tensors of one dtype and shape back to back (their views are
+    # made by one as_strided(...).unbind(0)), broken by dtype, shape,
+    # scalars and empty tensors; lead=1 puts every run at an odd offset.
+    # Each tensor: its own bytes, dtype, shape, device; contiguous, aligned,
+    # overlapping no other; writing one leaves its neighbours as they were.
+    g = torch.Generator().manual_seed(3)
+    spec = [("F32", torch.float32, (4, 3))] * 7 + [("F32", torch.float32, (3, 4))] * 3 + \
+        [("I64", torch.int64, ())] * 5 + [("F16", torch.float16, (0, 2))] * 3 + \
+        [("BF16", torch.bfloat16, (5,))] * 4 + [("F64", torch.float64, (2, 1, 2))] * 6 + \
+        [("BOOL", torch.bool, (9,))] * 2 + [("I16", torch.int16, (1,))] * 3 + \
+        [("U8", torch.uint8, (3,))] * 4
+    entries = [("lead", "U8", (1,), b"\x07", torch.uint8)] if lead else []
+    for i, (st_dt, dt, shape) in enumerate(spec):
+        n = torch.empty(shape, dtype=dt).numel() * torch.empty((), dtype=dt).element_size()
+        blob = torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
+        if st_dt == "BOOL":
+            blob &= 1
+        entries.append(("r.%03d" % i, st_dt, shape, blob.numpy().tobytes(), dt))
+    p = str(tmp_path / "runs.safetensors")
+    _write_raw(p, [e[:4] for e in entries])
+    got = gst.load_file(p, device=device)
+    dev = torch.device(device)
+    assert list(got) == [e[0] for e in entries]
+    for name, _, shape, blob, dt in entries:
+        t = got[name]
+        assert t.dtype == dt and t.shape == torch.Size(shape) and t.device == dev, name
+        assert t.is_contiguous() and t.data_ptr() % t.element_size() == 0, name
+        assert _bytes(t).numpy().tobytes() == blob, name
+    live = [got[e[0]] for e in entries if e[3]]
+    for a, b in zip(live, live[1:]):
+        assert a.data_ptr() + a.numel() * a.element_size() <= b.data_ptr() or \
+            b.data_ptr() + b.numel() * b.element_size() <= a.data_ptr()
+    r0, r1 = got["r.000"], got["r.001"]
+    before = _bytes(r1).clone()
+    r0.fill_(1.5)
+    assert torch.equal(_bytes(r1), before)
+    if not lead:
+        ref = safetensors_torch.load_file(p, device=device)
+        for k in ref:
+            if k != "r.000":
+                _same_bytes(got[k], ref[k], k)
+
+
 def test_many_mixed_tensors_cupy(tmp_path):
     cupy = pytest.importorskip("cupy")
     import gpufile.safetensors.cupy as gcp

@@ -218,6 +218,31 @@ def _current_cuda():
         return 0
 
 
+def _runs(infos, offs):
+    """Splits infos (at byte offsets offs of one buffer) into runs of
+    tensors of one dtype and shape that lie back to back in the buffer, as
+    [(first, count)]: a framework makes the views of a run in one call
+    (thousands of same-shaped tensors are common). An empty tensor is a
+    run of its own. Within a run every tensor has the same alignment for
+    its dtype as the first (the stride is a whole number of elements)."""
+    runs, n, i = [], len(infos), 0
+    while i < n:
+        t = infos[i]
+        j = i + 1
+        nb = t.end - t.begin
+        if nb:
+            dt, sh, nxt = t.dtype, t.shape, offs[i] + nb
+            while j < n:
+                u = infos[j]
+                if offs[j] != nxt or u.dtype != dt or u.shape != sh:
+                    break
+                nxt += nb
+                j += 1
+        runs.append((i, j - i))
+        i = j
+    return runs
+
+
 def _contiguous_strides(shape):
     """The strides (in elements) of a C-contiguous tensor of shape, as
     torch computes them (a dimension of size 0 counts as 1)."""
@@ -288,23 +313,30 @@ class _Torch:
         a tensor whose address does not suit its dtype goes the copying
         way of view()."""
         dtypes, sizes = self.dtypes, self.itemsize
-        typed, strides, out = {}, {}, {}
-        for info, off in zip(infos, offs):
+        typed, out = {}, {}
+        for i, k in _runs(infos, offs):
+            info, off = infos[i], offs[i]
             dtype = dtypes.get(info.dtype)
             if dtype is None:
                 dtype = self.dtype(info, path)  # raises
             isz = sizes[dtype]
             if info.end == info.begin or (base + off) % isz:
-                out[info.name] = self.view(buf, off, info, path)
+                for m in range(i, i + k):
+                    out[infos[m].name] = self.view(buf, offs[m], infos[m], path)
                 continue
             tv = typed.get(dtype)
             if tv is None:
                 tv = typed[dtype] = buf.view(dtype)  # len(buf) % 8 == 0
-            shape = info.shape
-            st = strides.get(shape)
-            if st is None:
-                st = strides[shape] = _contiguous_strides(shape)
-            out[info.name] = tv.as_strided(shape, st, off // isz)
+            shape, st = info.shape, _contiguous_strides(info.shape)
+            if k == 1:
+                out[info.name] = tv.as_strided(shape, st, off // isz)
+                continue
+            # k tensors back to back: one (k, *shape) view, unbound into
+            # k views in one call.
+            numel = (info.end - info.begin) // isz
+            run = tv.as_strided((k,) + shape, (numel,) + st, off // isz).unbind(0)
+            for m, v in zip(range(i, i + k), run):
+                out[infos[m].name] = v
         return out
 
     def describe(self, obj):
@@ -365,14 +397,24 @@ class _Numpy:
         its dtype goes the copying way of view()."""
         dtypes, nd = self.dtypes, self.np.ndarray
         out = {}
-        for info, off in zip(infos, offs):
+        for i, k in _runs(infos, offs):
+            info, off = infos[i], offs[i]
             dtype = dtypes.get(info.dtype)
             if dtype is None:
                 dtype = self.dtype(info, path)  # raises
             if info.end == info.begin or (base + off) % dtype.alignment:
-                out[info.name] = self.view(buf, off, info, path)
+                for m in range(i, i + k):
+                    out[infos[m].name] = self.view(buf, offs[m], infos[m], path)
+            elif k == 1 or not info.shape:  # a scalar run would iterate to scalars
+                nb = info.end - info.begin
+                for m in range(i, i + k):
+                    out[infos[m].name] = nd(info.shape, dtype, buf, off + (m - i) * nb)
             else:
-                out[info.name] = nd(info.shape, dtype, buf, off)
+                # k arrays back to back: one (k, *shape) array, iterated
+                # into k views in one call.
+                run = nd((k,) + info.shape, dtype, buf, off)
+                for m, v in zip(range(i, i + k), run):
+                    out[infos[m].name] = v
         return out
 
     def describe(self, obj):
