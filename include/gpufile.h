@@ -935,6 +935,14 @@ GPUFILE_API int gpufile_safetensors_tensor(const gpufile_safetensors_t *st,
                                            int index,
                                            gpufile_safetensors_tensor_t *out);
 
+/* Describes tensors first, first+1, ... into out[0..n-1], stopping at the
+ * last tensor: the whole table in one call. Returns the number filled
+ * (0 when first == count), or -EINVAL for NULL, a negative first or n,
+ * or first > count. */
+GPUFILE_API int gpufile_safetensors_tensors(const gpufile_safetensors_t *st,
+                                            int first, int n,
+                                            gpufile_safetensors_tensor_t *out);
+
 /* The index of the tensor called name, or -ENOENT (message names the file
  * and the tensor). O(log count). */
 GPUFILE_API int gpufile_safetensors_find(const gpufile_safetensors_t *st,
