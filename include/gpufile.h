@@ -265,10 +265,12 @@ typedef enum gpufile_path {
 	    1, /* device buffer through pinned bounce buffers */
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
-	GPUFILE_PATH_COUNT = 4,
+	GPUFILE_PATH_REMOTE = 4, /* a remote object (HTTP, S3) over libcurl */
+	GPUFILE_PATH_COUNT = 5,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile" or "small"; "?" when out of range. */
+/* "host", "posix", "cufile", "small" or "remote"; "?" when out of
+ * range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
 /* Which path a device-memory request of at least gds_threshold bytes on h
@@ -390,6 +392,37 @@ GPUFILE_API int gpufile_stats_clean(void);
 /* The segment path used for pid (0: this process), written into buf (len
  * bytes). Returns 0 or -ENAMETOOLONG. For tests and tools. */
 GPUFILE_API int gpufile_stats_segment_path(int pid, char *buf, size_t len);
+
+/* ---- remote sources (remote.c) ----
+ *
+ * gpufile_open() also takes http://, https:// and s3://BUCKET/KEY URLs
+ * (and presigned S3 URLs), read-only ("r"): see docs/man/man3 and the
+ * README's "Remote objects". Their requests count under
+ * GPUFILE_PATH_REMOTE; these counters add what HTTP did. */
+
+#define GPUFILE_REMOTE_STATUS_CLASSES 6
+typedef struct gpufile_remote_stats {
+	uint64_t requests; /* HTTP requests sent, retries included */
+	uint64_t ranges;   /* ranges that arrived whole */
+	uint64_t bytes;    /* bytes of those ranges */
+	uint64_t retries;  /* attempts repeated after a retryable failure */
+	uint64_t failures; /* ranges that failed after every attempt */
+	/* responses by class: [0] none (a curl error), [1..5] 1xx..5xx */
+	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+} gpufile_remote_stats_t;
+
+/* Reads process pid's remote counters (0: this process) into *out.
+ * Returns 0 or an error as gpufile_stats_read(). */
+GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
+
+/* Checks url the way gpufile_open() would and writes a report into out
+ * (len bytes, lines "key: value"): the endpoint (redacted: no user
+ * information, no query), the kind (http, s3, presigned URL), whether
+ * credentials are present (never their values), the region (S3), the
+ * HEAD (or GET bytes 0-0) result and the size. Returns 0, or the error
+ * gpufile_open() would return (the report then says what failed);
+ * -ENOTSUP when built without libcurl. */
+GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */

@@ -110,7 +110,7 @@ cli_smoke() {
 		"'$g' read '$f' --host --offset 1k --size 1m --json |
 		python3 -c 'import json,sys; d=json.load(sys.stdin);
 assert d[\"bytes\"] == 1048576 and d[\"target\"] == \"host\", d;
-assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\"};
+assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\",\"remote\"};
 assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
 assert \"task_size\" in d[\"settings\"]'"
 	check "config --json" 0 '' bash -c \

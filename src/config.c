@@ -86,6 +86,19 @@ static uint64_t default_nthreads(void)
 	return (uint64_t)n;
 }
 
+static uint64_t default_http_attempts(void)
+{
+	return 3;
+}
+static uint64_t default_http_timeout(void)
+{
+	return 60;
+}
+static uint64_t default_remote_connections(void)
+{
+	return 16;
+}
+
 #define KiB (1ull << 10)
 #define GiB (1ull << 30)
 
@@ -129,6 +142,18 @@ static struct setting settings[] = {
             "compat_mode=auto hands files to cuFile only where it can take an "
             "accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's "
             "compat path"),
+    /* Remote sources (remote.c); KvikIO's names and defaults. */
+    SETTING("http_max_attempts", KIND_COUNT, 1, 100, default_http_attempts,
+            "attempts per HTTP range before it fails (remote objects)"),
+    SETTING("http_timeout", KIND_COUNT, 1, 86400, default_http_timeout,
+            "seconds an HTTP range may take (or stall) before it is retried"),
+    {.name = "http_status_codes",
+     .kind = KIND_STRING,
+     .default_text = "429,500,502,503,504",
+     .help = "HTTP statuses that are retried (comma-separated)"},
+    SETTING("remote_connections", KIND_COUNT, 1, 1024,
+            default_remote_connections,
+            "HTTP connections per remote handle, reused between ranges"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {

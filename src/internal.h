@@ -115,6 +115,11 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
+/* Remote sources (remote.c): one HTTP response (status 0: none, a curl
+ * error), one retry, one range delivered (bytes) or failed. */
+void gpufile__stats_remote_response(long status);
+void gpufile__stats_remote_retry(void);
+void gpufile__stats_remote_range(uint64_t bytes, int failed);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
 /* Reads the segment file path as gpufile stats would (owner uid, mode,
@@ -152,6 +157,8 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
+	struct gpufile__remote
+	    *remote; /* a remote object (remote.c), or NULL */
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define STATS_SEG_MAGIC   0x5441545346555047ull /* "GPUFSTAT" little-endian */
-#define STATS_SEG_VERSION 2u
+#define STATS_SEG_VERSION 3u
 #define STATS_SEG_PREFIX  "gpufile-"
 #define STATS_SEG_DIR     "/dev/shm"
 
@@ -79,6 +79,12 @@ struct stats_seg {
 		int32_t n;
 		gpufile_setting_value_t v[GPUFILE_MAX_SETTINGS];
 	} settings;
+
+	/* Remote sources (remote.c): gpufile_remote_stats_t, as atomics. */
+	struct stats_seg_remote {
+		_Atomic uint64_t requests, ranges, bytes, retries, failures;
+		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+	} remote;
 
 	struct stats_seg_slot shared;
 	/* Last, so that the pages of slots never handed out are never
