@@ -601,6 +601,8 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "handle is NULL");
+	if (h->remote) /* remote.c: one path for every buffer */
+		return gpufile__remote_path_info(h, device_path, reason, len);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;

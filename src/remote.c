@@ -462,7 +462,7 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 		const char *detail =
 		    errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
 		*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
-		snprintf(why, why_len, "curl error %d (%s%s%s)", (int)cc,
+		snprintf(why, why_len, "curl error %d (%s%s%.160s)", (int)cc,
 		         curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
 		switch (cc) {
 		case CURLE_OPERATION_TIMEDOUT:
@@ -967,6 +967,21 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 	if (n < 0 && n != GPUFILE__TASK_DEFERRED && !msg[0])
 		snprintf(msg, msg_len, "%s", gpufile_errmsg());
 	return n;
+}
+
+int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
+                              char *reason, size_t len)
+{
+	(void)h;
+	if (device_path)
+		*device_path = GPUFILE_PATH_REMOTE;
+	if (reason && len)
+		snprintf(reason, len,
+		         "remote: HTTP range requests, one per task (and per "
+		         "bounce buffer for device memory, copied to the GPU "
+		         "while the next range arrives); cuFile reads local "
+		         "files only");
+	return 0;
 }
 
 int gpufile__remote_route(struct gpufile__request *r)

@@ -48,9 +48,9 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
  * copied to the GPU. Routes r (sets r->path and r->run). */
 int gpufile__remote_route(struct gpufile__request *r);
 
-/* `gpufile check URL`: writes a report (endpoint, whether credentials are
- * present, HEAD result, size) into out. Returns 0 or an error. */
-int gpufile__remote_check(const char *url, char *out, size_t len);
+/* gpufile_path_info() of a remote handle. Returns 0. */
+int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
+                              char *reason, size_t len);
 
 /* Copies url into out (len bytes) with credentials and query strings
  * removed, for messages, statistics and logs. */

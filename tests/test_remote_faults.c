@@ -253,7 +253,7 @@ static void test_settings(void)
 int main(void)
 {
 	char size[32];
-	char server[4096];
+	char server[4200];
 	pid_t pid;
 
 	if (!strstr(gpufile_features(), "remote")) {

@@ -20,7 +20,7 @@ static int port;
 
 static pid_t start(const char *token)
 {
-	char server[4096], size[32];
+	char server[4200], size[32];
 	pid_t pid;
 
 	snprintf(server, sizeof(server), "%s/s3_server.py", remote_dir());

@@ -27,14 +27,15 @@ static inline const char *remote_dir(void)
 	return dir;
 }
 
-/* Runs argv with its stdout on a pipe and reads its first line, "PORT n".
- * Returns the child's pid (port set) or -1 when it did not start. */
-static inline pid_t server_start(char *const argv[], int *port)
+/* Runs argv with its stdout on a pipe and reads its first line (which
+ * starts "PORT n") into line (len bytes). Returns the child's pid or -1
+ * when it did not start. */
+static inline pid_t server_start_line(char *const argv[], char *line,
+                                      size_t len)
 {
 	int fds[2];
 	pid_t pid;
 	FILE *f;
-	char line[128];
 
 	if (pipe(fds) < 0)
 		return -1;
@@ -50,8 +51,7 @@ static inline pid_t server_start(char *const argv[], int *port)
 	}
 	close(fds[1]);
 	f = fdopen(fds[0], "r");
-	if (!f || !fgets(line, sizeof(line), f) ||
-	    sscanf(line, "PORT %d", port) != 1) {
+	if (!f || !fgets(line, (int)len, f) || strncmp(line, "PORT ", 5)) {
 		if (f)
 			fclose(f);
 		kill(pid, SIGKILL);
@@ -59,6 +59,20 @@ static inline pid_t server_start(char *const argv[], int *port)
 		return -1;
 	}
 	fclose(f);
+	return pid;
+}
+
+/* server_start_line() for a server whose line is "PORT n". */
+static inline pid_t server_start(char *const argv[], int *port)
+{
+	char line[256];
+	pid_t pid = server_start_line(argv, line, sizeof(line));
+
+	if (pid > 0 && sscanf(line, "PORT %d", port) != 1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
 	return pid;
 }
 
