@@ -250,6 +250,61 @@ static void test_settings(void)
 	         0);
 }
 
+/* Runs the CLI (GPUFILE_CLI) with args; returns its exit status and its
+ * output (stdout and stderr) in out. */
+static int cli(const char *args, char *out, size_t len)
+{
+	const char *g = getenv("GPUFILE_CLI");
+	char cmd[2048];
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	out[0] = '\0';
+	if (!g)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", g, args);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (n + 1 < len && fgets(out + n, (int)(len - n), p))
+		n += strlen(out + n);
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* gpufile check URL and gpufile read URL, as a user runs them. */
+static void test_cli(void)
+{
+	static char out[65536];
+	char args[1024];
+	int rc;
+
+	if (!getenv("GPUFILE_CLI"))
+		return;
+	snprintf(
+	    args, sizeof(args),
+	    "check 'http://127.0.0.1:%d/e404/o.bin?X-Amz-Signature=SECRET'",
+	    port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 1);
+	CHECK_CONTAINS(out, "remote.get_0_0");
+	CHECK_CONTAINS(out, "HTTP 404, not retried");
+	CHECK(!strstr(out, "SECRET"));
+	snprintf(args, sizeof(args), "check http://127.0.0.1:%d/ok/o.bin",
+	         port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "remote.head");
+	CHECK_CONTAINS(out, "HTTP 200");
+	CHECK_CONTAINS(out, "1052673 bytes");
+	snprintf(args, sizeof(args),
+	         "read http://127.0.0.1:%d/ok/o.bin --host --json", port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "\"remote\": {\n      \"ops\": 1,");
+}
+
 int main(void)
 {
 	char size[32];
@@ -277,6 +332,7 @@ int main(void)
 	test_failed();
 	test_handles();
 	test_settings();
+	test_cli();
 	server_stop(pid);
 	return test_finish("test_remote_faults");
 }
