@@ -10,6 +10,8 @@ packages=(
 	clang libclang-rt-14-dev       # sanitizer runtimes for clang builds
 	clang-format                   # the format check of scripts/test.sh
 	python3 python3-pytest python3-numpy  # python/ binding tests
+	libcurl4-openssl-dev libssl-dev  # remote sources: HTTP(S) and S3 SigV4
+	nginx-light python3-botocore curl  # remote tests: nginx, S3 signature check
 )
 
 missing=()

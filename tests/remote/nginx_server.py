@@ -7,11 +7,12 @@ nginx.conf into a temporary prefix, starts nginx in the foreground, waits
 until both ports accept connections and prints one line:
     PORT <http-port> <https-port> <ca-file>
 then runs until SIGTERM/SIGINT, when it stops nginx and removes the
-prefix. The nginx binary is $NGINX, else `nginx` on PATH, else
+prefix. The nginx binary is $GPUFILE_NGINX, else `nginx` on PATH, else
 /usr/sbin/nginx (a carried copy may need LD_LIBRARY_PATH).
 Usage: nginx_server.py FOLDER [WORKERS]
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,7 +23,7 @@ import time
 
 root = os.path.abspath(sys.argv[1])
 workers = sys.argv[2] if len(sys.argv) > 2 else "2"
-nginx = os.environ.get("NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
+nginx = os.environ.get("GPUFILE_NGINX") or shutil.which("nginx") or "/usr/sbin/nginx"
 prefix = tempfile.mkdtemp(prefix="gpufile-nginx-")
 
 
@@ -47,8 +48,13 @@ r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
 if r.returncode:
     fail("openssl: " + r.stderr.decode(errors="replace"))
 http_port, https_port = free_port(), free_port()
-temp = "".join("%s_temp_path %s/%s;\n" % (t, prefix, t)
-               for t in ("client_body", "proxy"))
+# Every temporary folder this nginx was built with, moved into the prefix
+# (its defaults, /var/lib/nginx/..., may not exist on a carried copy).
+v = subprocess.run([nginx, "-V"], capture_output=True, text=True)
+if v.returncode:
+    fail("%s -V: %s" % (nginx, v.stderr))
+temp = "".join("%s_temp_path %s/%s;\n" % (t.replace("-", "_"), prefix, t)
+               for t in re.findall(r"--http-([a-z-]+)-temp-path=", v.stderr))
 conf = os.path.join(prefix, "nginx.conf")
 with open(conf, "w") as f:
     f.write("""%(user)s
