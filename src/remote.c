@@ -817,7 +817,7 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	snprintf(h->direct_reason, sizeof(h->direct_reason),
 	         "a remote object: no O_DIRECT");
 	gpufile__stats_file(h->path, GPUFILE_PATH_REMOTE,
-	                    "remote: HTTP range requests through libcurl");
+	                    "HTTP range requests through libcurl");
 	*out = h;
 	return 0;
 }
