@@ -125,8 +125,15 @@ class File:
         handle = ctypes.c_void_p()
         rc = lib.gpufile_open(ctypes.byref(handle), os.fsencode(path),
                               flags.encode())
-        _lib.check(rc, filename=self.name)
+        # A URL may carry secrets (a presigned query, user:password): the
+        # library's messages and its gpufile_filename() are redacted.
+        remote = "://" in self.name
+        _lib.check(rc, filename=None if remote else self.name)
         self._handle = handle.value
+        if remote:
+            name = lib.gpufile_filename
+            name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+            self.name = name(self._handle).decode("utf-8", "replace")
 
     # ---- lifetime ----
 
