@@ -182,6 +182,8 @@ typedef struct gpufile gpufile_t;
  * that gpufile_close() frees. Whether O_DIRECT is used follows the
  * direct_io setting; a file system that refuses O_DIRECT (tmpfs) is read
  * through the page cache and the reason is recorded (gpufile_path_info).
+ * An http://, https:// or s3:// URL opens a read-only remote object ("r"
+ * only, else -EROFS): see gpufile_remote_info() below.
  */
 GPUFILE_API int gpufile_open(gpufile_t **out, const char *path,
                              const char *flags);
@@ -193,7 +195,8 @@ GPUFILE_API int gpufile_close(gpufile_t *h);
 /* The file's current size in bytes, or -errno. */
 GPUFILE_API int64_t gpufile_size(gpufile_t *h);
 
-/* The path h was opened with. Valid until gpufile_close(h). */
+/* The path h was opened with (for a URL: without user information and
+ * query, as in messages). Valid until gpufile_close(h). */
 GPUFILE_API const char *gpufile_filename(gpufile_t *h);
 
 /*
@@ -221,7 +224,8 @@ GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
 GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                                    int64_t file_offset);
 
-/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno. */
+/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno
+ * (0 at once for a remote object, which is read-only). */
 GPUFILE_API int gpufile_sync(gpufile_t *h);
 
 /* An asynchronous request. */

@@ -216,6 +216,8 @@ int gpufile_sync(gpufile_t *h)
 {
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_sync: handle is NULL");
+	if (h->remote)
+		return 0; /* read-only: nothing to flush */
 	if (gpufile__sys.fdatasync(h->fd) < 0)
 		return gpufile__fail(-errno, "fdatasync %s: %s", h->path,
 		                     strerror(errno));

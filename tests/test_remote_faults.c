@@ -212,6 +212,7 @@ static void test_handles(void)
 		memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
 		CHECK_EQ(gpufile_pread_async(h, d, SIZE - 5, 5, &f), 0);
 		CHECK_EQ(gpufile_future_wait(f), SIZE - 5);
+		CHECK_EQ(gpufile_sync(h), 0);
 		gpufile_future_free(f);
 		CHECK_EQ(dest_bad(d, SIZE - 5, 5, 1), 0);
 		gpufile_close(h);
