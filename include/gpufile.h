@@ -411,6 +411,7 @@ typedef struct gpufile_remote_stats {
 	uint64_t bytes;    /* bytes of those ranges */
 	uint64_t retries;  /* attempts repeated after a retryable failure */
 	uint64_t failures; /* ranges that failed after every attempt */
+	uint64_t connects; /* connections opened (the rest were reused) */
 	/* responses by class: [0] none (a curl error), [1..5] 1xx..5xx */
 	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
 } gpufile_remote_stats_t;

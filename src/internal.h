@@ -116,8 +116,9 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 /* cuFile's own per-GPU counters (second layer), as last read. */
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 /* Remote sources (remote.c): one HTTP response (status 0: none, a curl
- * error), one retry, one range delivered (bytes) or failed. */
-void gpufile__stats_remote_response(long status);
+ * error) and the connections opened for it, one retry, one range
+ * delivered (bytes) or failed. */
+void gpufile__stats_remote_response(long status, long connects);
 void gpufile__stats_remote_retry(void);
 void gpufile__stats_remote_range(uint64_t bytes, int failed);
 /* Monotonic clock in nanoseconds. */

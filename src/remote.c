@@ -83,6 +83,7 @@ struct gpufile__remote {
 	pthread_cond_t freed;
 	CURL **idle;
 	unsigned nidle, nopen, max_conns;
+	pid_t owner; /* the process whose connections idle holds */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -192,6 +193,17 @@ static CURL *conn_get(struct gpufile__remote *rm)
 	CURL *c = NULL;
 
 	pthread_mutex_lock(&rm->lock);
+	if (rm->owner != getpid()) {
+		/* A forked child: the idle connections' sockets (and TLS
+		 * states) are its parent's too, and one stream used by two
+		 * processes breaks. They are dropped, not closed (a TLS
+		 * close would end the parent's session), at the cost of
+		 * their memory in the child. Transfers of the parent's other
+		 * threads do not exist here. */
+		rm->nidle = 0;
+		rm->nopen = 0;
+		rm->owner = getpid();
+	}
 	while (rm->nidle == 0 && rm->nopen >= rm->max_conns)
 		pthread_cond_wait(&rm->freed, &rm->lock);
 	if (rm->nidle) {
@@ -434,7 +446,11 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
 	curl_slist_free_all(list);
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
-	gpufile__stats_remote_response(s->status);
+	{
+		long connects = 0;
+		curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &connects);
+		gpufile__stats_remote_response(s->status, connects);
+	}
 
 	if (s->range_mismatch) {
 		*err = -EIO;
@@ -734,6 +750,7 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
 	pthread_mutex_init(&rm->lock, NULL);
 	pthread_cond_init(&rm->freed, NULL);
+	rm->owner = getpid();
 	gpufile__remote_redact(url, shown, sizeof(shown));
 	rm->shown = strdup(shown);
 	rc = load_settings(rm);

@@ -460,12 +460,14 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 
 /* ---- remote sources (remote.c) ---- */
 
-void gpufile__stats_remote_response(long status)
+void gpufile__stats_remote_response(long status, long connects)
 {
 	struct stats_seg *s = get_segment();
 	const long cls = status / 100;
 
 	ADD(s->remote.requests, 1);
+	if (connects > 0)
+		ADD(s->remote.connects, (uint64_t)connects);
 	ADD(s->remote.status[cls >= 1 && cls <= 5 ? cls : 0], 1);
 }
 
@@ -517,9 +519,10 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 	(void)ngpus;
 }
 
-void gpufile__stats_remote_response(long status)
+void gpufile__stats_remote_response(long status, long connects)
 {
 	(void)status;
+	(void)connects;
 }
 
 void gpufile__stats_remote_retry(void)
@@ -890,6 +893,7 @@ int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out)
 		out->bytes = LOAD(r->bytes);
 		out->retries = LOAD(r->retries);
 		out->failures = LOAD(r->failures);
+		out->connects = LOAD(r->connects);
 		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 			out->status[i] = LOAD(r->status[i]);
 	}

@@ -83,6 +83,7 @@ struct stats_seg {
 	/* Remote sources (remote.c): gpufile_remote_stats_t, as atomics. */
 	struct stats_seg_remote {
 		_Atomic uint64_t requests, ranges, bytes, retries, failures;
+		_Atomic uint64_t connects;
 		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
 	} remote;
 

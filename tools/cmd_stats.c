@@ -127,8 +127,10 @@ static void remote_counters(struct json *j, int pid)
 	if (!j) {
 		printf("remote HTTP: requests=%" PRIu64 " ranges=%" PRIu64
 		       " bytes=%" PRIu64 " retries=%" PRIu64
-		       " failed_ranges=%" PRIu64 " status:",
-		       r.requests, r.ranges, r.bytes, r.retries, r.failures);
+		       " failed_ranges=%" PRIu64 " connects=%" PRIu64
+		       " status:",
+		       r.requests, r.ranges, r.bytes, r.retries, r.failures,
+		       r.connects);
 		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 			printf(" %s=%" PRIu64, cls[i], r.status[i]);
 		printf("\n");
@@ -140,6 +142,7 @@ static void remote_counters(struct json *j, int pid)
 	json_key_u64(j, "bytes", r.bytes);
 	json_key_u64(j, "retries", r.retries);
 	json_key_u64(j, "failed_ranges", r.failures);
+	json_key_u64(j, "connects", r.connects);
 	json_object_begin(j, "status");
 	for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 		json_key_u64(j, cls[i], r.status[i]);
