@@ -347,7 +347,7 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 {
 	struct gpufile__sigv4_header hd[5];
 	struct gpufile__sigv4_request rq = {0};
-	char date[20], auth[512], line[1024];
+	char date[20], auth[512], line[4096];
 	time_t now = time(NULL);
 	struct tm tm;
 	int n = 0, rc;
@@ -378,10 +378,20 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 	if (rc)
 		return rc;
 	for (int i = 0; i < n; i++) {
+		struct curl_slist *more;
+		int len;
+
 		if (strcmp(hd[i].name, "range") == 0)
 			continue; /* added by the caller */
-		snprintf(line, sizeof(line), "%s: %s", hd[i].name, hd[i].value);
-		*list = curl_slist_append(*list, line);
+		/* A session token runs to a few KiB: never cut it. */
+		len = snprintf(line, sizeof(line), "%s: %s", hd[i].name,
+		               hd[i].value);
+		if (len < 0 || (size_t)len >= sizeof(line))
+			return -ENAMETOOLONG;
+		more = curl_slist_append(*list, line);
+		if (!more)
+			return -ENOMEM;
+		*list = more;
 	}
 	snprintf(line, sizeof(line), "Authorization: %s", auth);
 	*list = curl_slist_append(*list, line);
@@ -710,6 +720,18 @@ static int learn_size(struct gpufile__remote *rm)
 		curl_off_t cl = -1;
 
 		rc = with_retries(rm, &s, 1, "opening (HEAD)");
+		/* A URL signed for GET only (presigned without the usual
+		 * query names) or a server without HEAD: ask for byte 0. */
+		if (rc && !rm->s3_signed &&
+		    (s.status == 403 || s.status == 405 || s.status == 501)) {
+			curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+			conn_put(rm, s.c);
+			rm->presigned = 1;
+			rc = learn_size(rm);
+			if (rc)
+				rm->presigned = 0;
+			return rc;
+		}
 		if (rc == 0) {
 			curl_easy_getinfo(
 			    s.c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
@@ -853,6 +875,15 @@ int64_t gpufile__remote_size(struct gpufile *h)
 	return h->remote->size;
 }
 
+/* 1 when url's authority holds user information (user:password@). */
+static int has_userinfo(const char *url)
+{
+	const char *a = strstr(url, "://");
+
+	a = a ? a + 3 : url;
+	return memchr(a, '@', strcspn(a, "/?#")) != NULL;
+}
+
 int gpufile_remote_info(const char *url, char *out, size_t len)
 {
 	struct gpufile__remote *rm;
@@ -883,7 +914,10 @@ int gpufile_remote_info(const char *url, char *out, size_t len)
 		                         : "http",
 		         !rm->s3 ? (rm->presigned ? "in the URL's query "
 		                                    "(redacted)"
-		                                  : "none needed")
+		                    : has_userinfo(rm->url)
+		                        ? "user information in the URL "
+		                          "(redacted)"
+		                        : "none needed")
 		         : rm->s3_signed
 		             ? (rm->session_token
 		                    ? "AWS_ACCESS_KEY_ID, "
