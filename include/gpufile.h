@@ -32,9 +32,49 @@ extern "C" {
 #define GPUFILE_API
 #endif
 
+/* The version: the one place it is written. CMakeLists.txt reads these
+ * three lines for project(VERSION), from which the library's SONAME,
+ * gpufile.pc, the CMake package and the Python package's version are made;
+ * gpufile_version() returns GPUFILE_VERSION_STRING. */
 #define GPUFILE_VERSION_MAJOR 0
 #define GPUFILE_VERSION_MINOR 1
 #define GPUFILE_VERSION_PATCH 0
+#define GPUFILE__STR(x)       #x
+#define GPUFILE__XSTR(x)      GPUFILE__STR(x)
+/* "MAJOR.MINOR.PATCH" of this header. */
+#define GPUFILE_VERSION_STRING                                                 \
+	GPUFILE__XSTR(GPUFILE_VERSION_MAJOR)                                   \
+	"." GPUFILE__XSTR(GPUFILE_VERSION_MINOR) "." GPUFILE__XSTR(            \
+	    GPUFILE_VERSION_PATCH)
+/* One number to compare: >= 10200 means 1.2.0 or later. */
+#define GPUFILE_VERSION_NUMBER                                                 \
+	(GPUFILE_VERSION_MAJOR * 10000 + GPUFILE_VERSION_MINOR * 100 +         \
+	 GPUFILE_VERSION_PATCH)
+
+/*
+ * fork(): the library stays usable in a child made by fork() (Python's
+ * multiprocessing does this by default on Linux), whatever other threads
+ * of the parent were doing in gpufile at that moment:
+ *   - handles opened in the parent work in the child (they share the
+ *     parent's descriptors, as any fork does); settings carry over;
+ *   - the worker pool starts again in the child on its first request;
+ *   - a request that was in flight at the fork is the parent's: in the
+ *     child its future completes with -ECANCELED (the message says the
+ *     request crossed a fork) and nothing more arrives in the child's
+ *     copy of the buffer; the parent's request goes on unaffected. Wait
+ *     for requests before forking to keep their bytes in both;
+ *   - CUDA does not support use in a child of a process that initialised
+ *     it: in such a child gpufile makes no CUDA or cuFile call (it
+ *     forgets the parent's context, pinned bounce buffers, streams and
+ *     cuFile driver without freeing them), device allocations and device
+ *     requests fail with GPUFILE_ENOCUDA naming fork, and host memory
+ *     works as before. A child of a process that never initialised CUDA
+ *     loads it on first need, as any process. Use exec (Python:
+ *     multiprocessing's "spawn" or "forkserver") for GPU work in children.
+ * The library's atfork handlers hold its locks across fork() in the lock
+ * order written in src/fork.c; statistics segments follow stats.c's own
+ * handler.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
@@ -69,8 +109,22 @@ GPUFILE_API const char *gpufile_errmsg(void);
 /* The library version as "MAJOR.MINOR.PATCH". */
 GPUFILE_API const char *gpufile_version(void);
 
-/* What was compiled in and found at run time, as a space-separated list
- * of words such as "liburing cuda-dlopen cufile-dlopen". Never NULL. */
+/* What this library can use now, as a space-separated list of these words,
+ * in this order, each present only when true:
+ *   liburing  built with liburing, and the kernel lets this process set up
+ *             an io_uring (else cold device reads use pread);
+ *   cjson     cufile.json parsing compiled in (cJSON);
+ *   stats     the shared-memory counters compiled in (not GPUFILE_NO_STATS);
+ *   cuda      the CUDA driver, libcuda.so.1, can be loaded;
+ *   cufile    the cuFile library (the cufile_library setting) is loaded or
+ *             can be loaded.
+ *   remote    built with libcurl: http://, https:// and s3:// URLs open;
+ *   sigv4     built with libcrypto: S3 requests are signed (SigV4).
+ * CUDA and cuFile are always reached through dlopen, never linked. This
+ * call may load (never initialize) libcuda and libcufile; whether a GPU is
+ * usable is gpufile_cuda_device_count()'s answer, whether cuFile's driver
+ * opens is gpufile_check()'s. Never NULL; the string is valid until the
+ * next gpufile_features() call in the same thread. */
 GPUFILE_API const char *gpufile_features(void);
 
 /* ------------------------------------------------------------------ */
@@ -135,18 +189,21 @@ GPUFILE_API int gpufile_config_get(const char *name, char *value, size_t len,
  * bounce buffers take effect for requests submitted after the call. */
 GPUFILE_API int gpufile_config_set(const char *name, const char *value);
 
-/* Parses text as a size the way settings are parsed: plain bytes or a
- * number with k/m/g/t, KiB/MiB/GiB/TiB or KB/MB/GB/TB (all binary), spaces
- * allowed around the number and the unit. Returns 0 with *out set, -EINVAL
- * for anything else, -ERANGE when it does not fit 64 bits. */
-GPUFILE_API int gpufile_parse_size(const char *text, uint64_t *out);
-
-/* Parses text as a whole number (digits, spaces around). Returns 0,
- * -EINVAL or -ERANGE as gpufile_parse_size(). */
-GPUFILE_API int gpufile_parse_count(const char *text, uint64_t *out);
-
-/* Forgets every setter and rereads the environment. For tests and tools. */
-GPUFILE_API void gpufile_config_reset(void);
+/* What the environment got wrong or was not used as given, one line each:
+ * a value clamped to what gpufile can use (KVIKIO_BOUNCE_BUFFER_SIZE=32768
+ * runs with 64 KiB buffers; the line says so and why), a GPUFILE_ or
+ * KVIKIO_ variable that is no setting (naming the closest one, by edit
+ * distance: GPUFILE_TASKSIZE -> GPUFILE_TASK_SIZE), a KvikIO variable
+ * accepted but unused (remote I/O, logging), a variable naming code to
+ * load that a privileged (setuid) process ignores. The first request of a
+ * process prints them once to stderr; `gpufile config` lists them.
+ * gpufile_config_warning_count() returns how many there are;
+ * gpufile_config_warning() copies line index (0-based) into out (len
+ * bytes, NUL-terminated) and returns 0, -ENOENT past the last one, or
+ * -EINVAL for a NULL out. Thread-safe; the list changes only with the
+ * settings (gpufile_config_reset, a setter that clamps). */
+GPUFILE_API int gpufile_config_warning_count(void);
+GPUFILE_API int gpufile_config_warning(int index, char *out, size_t len);
 
 /* Typed access to the core settings. Getters return 0 or GPUFILE_ECONFIG;
  * setters return 0 or GPUFILE_ECONFIG for an out-of-range value. */
@@ -173,15 +230,28 @@ typedef struct gpufile gpufile_t;
  *   "r+"  read and write; the file must exist; not truncated.
  *   "w"   write only; created (mode 0644 less umask) or truncated to 0.
  *   "w+"  read and write; created or truncated to 0.
- *   "a"   write only; created if missing, never truncated; every write
- *         request is placed at the end of the file as this handle knows it
- *         (file_offset is ignored), requests in the order they were
- *         submitted. Appends from other handles or processes are not
+ *   "a"   write only; created if missing, never truncated; file_offset
+ *         is ignored. A write request made while no other is in flight on
+ *         the handle starts at the file's real end, so after a failed
+ *         append (nothing or part of it written) or another process's
+ *         append, the next lands right after what the file holds. Requests
+ *         in flight together are placed one after another in the order
+ *         they were submitted; if one of them fails, the range it reserved
+ *         may stay a hole. Appends from other handles are not otherwise
  *         coordinated.
  * Anything else fails with GPUFILE_EFLAGS. On success *out owns a handle
  * that gpufile_close() frees. Whether O_DIRECT is used follows the
  * direct_io setting; a file system that refuses O_DIRECT (tmpfs) is read
  * through the page cache and the reason is recorded (gpufile_path_info).
+ * The O_DIRECT descriptor (and cuFile's) is opened on the same file as the
+ * first, never by name again, so a rename racing with the open cannot put
+ * two files behind one handle.
+ * Only regular files and block devices are opened: gpufile reads at
+ * offsets, in parallel, which a FIFO, socket or character device cannot
+ * serve (and a read of one could wait forever on another process). The
+ * open itself never blocks on them. A directory fails with -EISDIR, a FIFO
+ * or socket with -ESPIPE, a character device with -ENODEV; the message
+ * names the path and its kind.
  * An http://, https:// or s3:// URL opens a read-only remote object ("r"
  * only, else -EROFS): see gpufile_remote_info() below.
  */
@@ -269,11 +339,12 @@ typedef enum gpufile_path {
 	    1, /* device buffer through pinned bounce buffers */
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
-	GPUFILE_PATH_REMOTE = 4, /* a remote object (HTTP, S3) over libcurl */
-	GPUFILE_PATH_COUNT = 5,
+	GPUFILE_PATH_MMAP = 4,   /* a memory-mapped handle (gpufile_mmap_*) */
+	GPUFILE_PATH_REMOTE = 5, /* a remote object (HTTP, S3) over libcurl */
+	GPUFILE_PATH_COUNT = 6,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile", "small" or "remote"; "?" when out of
+/* "host", "posix", "cufile", "small", "mmap" or "remote"; "?" when out of
  * range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
@@ -343,29 +414,41 @@ typedef struct gpufile_stats {
 	gpufile_setting_value_t settings[GPUFILE_MAX_SETTINGS];
 } gpufile_stats_t;
 
-/* A snapshot of this process's counters since it started. Returns 0.
- * Before the first I/O every counter is 0. */
+/* A snapshot of this process's counters since it started. Returns 0, or
+ * -EINVAL when out is NULL. Before the first I/O every counter is 0. */
 GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
 
 /* ---- live statistics of other processes (stats.c) ----
  *
- * From its first I/O a process keeps its counters in a shared-memory
- * segment, /dev/shm/gpufile-UID-PID, mode 0600, removed at normal exit.
- * Readers check its magic number, layout version, size and owner, and
- * that the process that wrote it is still alive (the same process, not a
- * reused PID). A build with -DGPUFILE_NO_STATS keeps no counters; then the
- * readers return -ENOTSUP. */
+ * From its first gpufile_open() or request a process keeps its counters
+ * in a shared-memory segment: an unlinked memfd named "gpufile-stats",
+ * mode 0600, its memory reserved when made and sealed against shrinking
+ * and growing. It has no name in any file system and goes with the
+ * process, however the process ends. Readers find it through
+ * /proc/PID/fd (which the kernel opens only for the same user, or root),
+ * refuse one that is not sealed against shrinking, and check its magic
+ * number, layout version, size, mode and owner. When the segment cannot
+ * be made (memory limit, no memfd) the process counts in private memory
+ * and gpufile_stats_backing() says why (so does gpufile_stats_read()
+ * from another process: an empty memfd's name carries the reason). A
+ * forked child counts in a segment of its own. A build with
+ * -DGPUFILE_NO_STATS keeps no counters; then the readers return
+ * -ENOTSUP. */
 
 /* Reads the counters of process pid (0 or getpid(): this process).
- * Returns 0, or: -ESRCH no such process; -EACCES the process belongs to
- * another user; -ENOENT the process does not use gpufile (no segment);
- * -ESTALE the segment was left by a dead process; -EPROTO the segment is
- * not one this version can read (magic, version, size or mode). The
- * thread's gpufile_errmsg() says which, naming the PID and the file. */
+ * Returns 0 (all counters 0 for a process that loaded gpufile but has
+ * done no I/O yet), or: -EINVAL out is NULL; -ESRCH no such process;
+ * -EACCES the process belongs to another user (or is not dumpable);
+ * -ENOENT the process does not use gpufile, or counts in private memory
+ * (the message says why); -ESTALE the PID is gone and an older gpufile
+ * left a /dev/shm segment for it; -EPROTO the segment is not one this
+ * version can read (magic, version, size, mode or seal).
+ * The thread's gpufile_errmsg() says which, naming the PID. */
 GPUFILE_API int gpufile_stats_read(int pid, gpufile_stats_t *out);
 
 /* One file handle a process opened: the path its device requests take,
- * and why (e.g. why cuFile was not used). */
+ * and why (e.g. why cuFile was not used). A handle used only with host
+ * memory says so ("host", device path not decided yet). */
 typedef struct gpufile_file_stat {
 	char path[256];
 	gpufile_path_t chosen;
@@ -373,8 +456,9 @@ typedef struct gpufile_file_stat {
 } gpufile_file_stat_t;
 
 /* Copies up to max of process pid's most recently opened handles (oldest
- * first) into out. Returns how many were copied, or an error as
- * gpufile_stats_read. Only the last GPUFILE_MAX_FILE_STATS are kept. */
+ * first) into out. Returns how many were copied, -EINVAL when out is NULL
+ * and max > 0, or an error as gpufile_stats_read. Only the last
+ * GPUFILE_MAX_FILE_STATS are kept. */
 GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max);
 
 /* A process with a gpufile segment. */
@@ -382,20 +466,27 @@ typedef struct gpufile_process {
 	int32_t pid;
 	char command[64];
 	uint64_t bytes; /* bytes moved on every path, both directions */
-	int stale;      /* 1: the process is gone; the segment can be cleaned */
+	int stale;      /* 1: the process is gone, and an older gpufile left a
+	                   /dev/shm segment for it (gpufile_stats_clean) */
 } gpufile_process_t;
 
-/* Lists the segments of this user's processes, up to max of them into out
- * (out may be NULL when max is 0). Returns the number found (which may
- * exceed max) or -errno. */
+/* Lists this user's processes with a segment (every user's for root), up
+ * to max of them into out (out may be NULL when max is 0; -EINVAL when it
+ * is NULL and max > 0). Returns the number found (which may exceed max)
+ * or -errno. */
 GPUFILE_API int gpufile_stats_list(gpufile_process_t *out, int max);
 
-/* Removes this user's stale segments. Returns how many were removed. */
+/* Removes this user's segments left in /dev/shm by gpufile versions
+ * before the memfd segment (named gpufile-UID-PID) whose process is
+ * gone. The current segment needs no cleaning. Returns how many were
+ * removed. */
 GPUFILE_API int gpufile_stats_clean(void);
 
-/* The segment path used for pid (0: this process), written into buf (len
- * bytes). Returns 0 or -ENAMETOOLONG. For tests and tools. */
-GPUFILE_API int gpufile_stats_segment_path(int pid, char *buf, size_t len);
+/* Where this process's counters live, made now if they were not yet:
+ * writes "shared: ..." or "private: <why the shared segment could not be
+ * made>" into buf (len bytes, truncated to fit). Returns 1 shared
+ * (gpufile stats PID sees them), 0 private, or -EINVAL (buf NULL, len 0). */
+GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
 
 /* ---- remote sources (remote.c) ----
  *
@@ -524,7 +615,10 @@ typedef struct gpufile_cufile_config {
 
 /* Fills *out with cuFile's configuration: from path when not NULL, else
  * from $CUFILE_ENV_PATH_JSON, else /etc/cufile.json; a missing default
- * file is not an error (every value is then the default). Returns 0;
+ * file is not an error (every value is then the default). The file must
+ * be a regular file (cuFile reads it again itself): a FIFO, socket or
+ * device fails at once, without blocking, with -EINVAL (a directory with
+ * -EISDIR) and a message naming the path and its kind. Returns 0;
  * -errno when the file cannot be read; GPUFILE_ECONFIG when it is not
  * valid JSON or a value has the wrong type or range (the message names the
  * file and line, or the key); -ENOTSUP when a file exists but this build
@@ -627,13 +721,15 @@ GPUFILE_API int gpufile_cuda_device_count(void);
 
 /* Classifies ptr; *device receives the ordinal of the GPU that owns device
  * or managed memory, else -1. Without a CUDA driver every pointer is
- * GPUFILE_MEM_HOST. Returns 0 or an error. */
+ * GPUFILE_MEM_HOST. device may be NULL; kind may not (-EINVAL). Returns
+ * 0 or an error. */
 GPUFILE_API int gpufile_mem_kind(const void *ptr, gpufile_mem_t *kind,
                                  int *device);
 
 /* Allocates size bytes of device memory on GPU device in its primary
  * context, for tools and tests that do not link CUDA themselves. Returns 0
- * or an error; free with gpufile_device_free(). */
+ * or an error (-EINVAL when out is NULL); free with gpufile_device_free().
+ */
 GPUFILE_API int gpufile_device_alloc(int device, size_t size, void **out);
 GPUFILE_API int gpufile_device_free(void *ptr);
 
@@ -657,6 +753,293 @@ GPUFILE_API size_t gpufile_pinned_bytes_max(void);
  * is freed explicitly: the CUDA contexts may already be gone, and the
  * operating system reclaims the pinned memory. */
 GPUFILE_API void gpufile_release(void);
+
+/* ------------------------------------------------------------------ */
+/* Page cache (page_cache.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How much of a file range the page cache holds. Give exactly one of h
+ * (an open handle) and path (opened read-only for the call). The range
+ * is [offset, offset+size) clipped to the file's end; size 0 means to the
+ * end. *total_bytes receives the clipped range's length, *cached_bytes the
+ * bytes of it that lie in cached pages (a page at either end counts only
+ * its part inside the range). Counted with cachestat(2) where the kernel
+ * has it (Linux 6.5), else with mincore(2) over a mapping of the range;
+ * both give the same numbers. Starts no I/O. Returns 0 or an error (-EINVAL
+ * for a negative offset or both/neither of h and path; -errno naming the
+ * file when it cannot be opened). KvikIO counts pages; gpufile counts
+ * bytes, so a partial last page does not inflate the total.
+ */
+GPUFILE_API int gpufile_page_cache_info(gpufile_t *h, const char *path,
+                                        int64_t offset, size_t size,
+                                        uint64_t *cached_bytes,
+                                        uint64_t *total_bytes);
+
+/* Flushes h's dirty pages (fdatasync) and then asks the kernel to drop
+ * the range's pages from the page cache (posix_fadvise DONTNEED); size 0
+ * means to the end of the file. Needs no privilege. Pages another process
+ * has mapped or locked may stay. Returns 0 or -errno naming the file. */
+GPUFILE_API int gpufile_drop_page_cache(gpufile_t *h, int64_t offset,
+                                        size_t size);
+
+/* Drops the whole system's clean page cache (and, when reclaim_inodes is
+ * nonzero, dentries and inodes too) by writing 1 (or 3) to
+ * /proc/sys/vm/drop_caches, after sync(). Needs root: any other effective
+ * uid gets -EPERM, with a message saying so, without trying; a root that
+ * the kernel still refuses (a container) gets the -errno of the open, its
+ * message naming the file. Returns 0 or that error. */
+GPUFILE_API int gpufile_drop_system_page_cache(int reclaim_inodes);
+
+/* ------------------------------------------------------------------ */
+/* Descriptors and bounce buffers (controls.c)                         */
+/* ------------------------------------------------------------------ */
+
+/* The file descriptor of h: the buffered one (direct 0) or the O_DIRECT
+ * one (direct nonzero). It stays owned by h: do not close it, and do not
+ * use it after gpufile_close(h). Returns the descriptor, -EINVAL for a
+ * NULL h, or -ENOENT when h has no O_DIRECT descriptor (direct_io=off, or
+ * the file system refused O_DIRECT; the message says which). Unlike
+ * KvikIO, which opens the O_DIRECT descriptor lazily, gpufile opens it at
+ * gpufile_open() when direct_io allows. */
+GPUFILE_API int gpufile_fd(gpufile_t *h, int direct);
+
+/* Frees every pinned bounce buffer (with its stream and events) and
+ * returns how many bytes of pinned memory that gave back; the worker pool
+ * keeps running, and the next device request allocates buffers again
+ * (tens of milliseconds). Buffers that device requests running at the call
+ * still use are freed, and counted, when those requests end: the call
+ * waits for them. Returns 0 when none were held. Unlike
+ * gpufile_release(), it may be called while requests are in flight. */
+GPUFILE_API size_t gpufile_bounce_buffer_free(void);
+
+/* ------------------------------------------------------------------ */
+/* Memory-mapped handles (mmap.c)                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct gpufile_mmap gpufile_mmap_t;
+
+/*
+ * Maps [offset, offset+size) of path read-only (size 0: to the end of the
+ * file), like KvikIO's MmapHandle. flags must be "r": anything else fails
+ * with GPUFILE_EFLAGS naming the flag (KvikIO does not implement writable
+ * maps either). A range that does not lie inside the file is -EINVAL; a
+ * missing file is -ENOENT; both name the file. Pages are mapped lazily.
+ * On success *out owns a handle that gpufile_mmap_close() frees.
+ */
+GPUFILE_API int gpufile_mmap_open(gpufile_mmap_t **out, const char *path,
+                                  const char *flags, int64_t offset,
+                                  size_t size);
+
+/* Waits for every request on m, unmaps and closes it. Accepts NULL
+ * (returns 0). Returns 0 or the -errno of close(2); m is freed either
+ * way, and using it afterwards is undefined (the Python binding turns
+ * that into an error). */
+GPUFILE_API int gpufile_mmap_close(gpufile_mmap_t *m);
+
+/* The file's current size in bytes, or -errno. */
+GPUFILE_API int64_t gpufile_mmap_file_size(gpufile_mmap_t *m);
+
+/* The mapped range given at open (size resolved). Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset,
+                                   size_t *size);
+
+/*
+ * Reads size bytes at file_offset (a file offset, not one inside the map)
+ * into buf, host or device memory. The range must lie inside the mapped
+ * range: otherwise -EINVAL naming both ranges (never a short read). Split
+ * into tasks at multiples of task_size and run on the worker pool, and
+ * counted as path GPUFILE_PATH_MMAP. Host buffers are copied from the
+ * mapping; device buffers go through the pinned bounce buffers (see
+ * gpufile_mmap_path_info for why). Returns size or an error; -EIO when
+ * the file shrank below the mapped range (a host read of lost pages
+ * faults instead, as any access to the mapping would).
+ */
+GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
+                                       size_t size, int64_t file_offset);
+
+/* As gpufile_mmap_pread, but returns at once with *out owning a future
+ * (the gpufile_future_* functions apply). buf must stay valid and m open
+ * until it has completed. Returns 0 or an error found before any I/O.
+ * Where the blocking call reports a file that shrank as -EIO, the future
+ * gives the shorter count instead: check it against size. */
+GPUFILE_API int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf,
+                                         size_t size, int64_t file_offset,
+                                         gpufile_future_t **out);
+
+/* Writes why reads of m take the paths they take into reason (len bytes,
+ * may be NULL) and returns GPUFILE_PATH_MMAP, or -EINVAL. */
+GPUFILE_API int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason,
+                                       size_t len);
+
+/* ------------------------------------------------------------------ */
+/* The cuFile driver (cufile_shim.c)                                   */
+/* ------------------------------------------------------------------ */
+
+/* Loads libcufile (the cufile_library setting) and opens its driver now,
+ * rather than at the first device request that needs it, in the calling
+ * thread's CUDA context (else device 0's primary one). Opening an open
+ * driver does nothing. Returns 0, GPUFILE_ENOCUFILE (library missing or
+ * unusable) or GPUFILE_ECUFILE (cuFileDriverOpen failed: the message names
+ * the cuFile status). A failure is remembered, as for implicit opens. */
+GPUFILE_API int gpufile_cufile_driver_open(void);
+
+/* Closes the cuFile driver (it is also closed at exit). Refused with
+ * -EBUSY, naming how many, while files or buffers are registered with
+ * cuFile (close those files and deregister the buffers first); a later
+ * request that needs cuFile opens it again. Returns 0 (also when it was
+ * not open) or that error, or GPUFILE_ECUFILE when cuFileDriverClose
+ * fails. */
+GPUFILE_API int gpufile_cufile_driver_close(void);
+
+/*
+ * cuFile's driver properties, by name (as KvikIO's cufile_driver module):
+ *   read-write: poll_mode (0/1), poll_thresh_size, max_direct_io_size,
+ *     max_device_cache_size, max_pinned_memory_size (sizes in KiB);
+ *   read-only: major_version, minor_version (nvidia-fs), is_gds_available
+ *     (nvidia-fs reported a version), p2pdma (PCI P2PDMA support),
+ *     allow_compat_mode, per_buffer_cache_size, max_batch_io_size,
+ *     max_batch_io_timeout_msecs, status_flags (nvfs.dstatusflags),
+ *     feature_flags (fflags).
+ * Both open the driver first when it is not open. get reads the value
+ * through cuFileDriverGetProperties. set calls cuFile's setter
+ * (cuFileDriverSetPollMode, ...SetMaxDirectIOSize, ...SetMaxCacheSize,
+ * ...SetMaxPinnedMemSize). Return 0, or: -ENOENT an unknown name; -EPERM
+ * setting a read-only one; -EINVAL poll_mode not 0 or 1; -ENOTSUP the
+ * library lacks the entry point; GPUFILE_ECUFILE cuFile refused (the
+ * message names the property, the value and the cuFile status); or the
+ * error of gpufile_cufile_driver_open(). */
+GPUFILE_API int gpufile_cufile_driver_get(const char *name, uint64_t *value);
+GPUFILE_API int gpufile_cufile_driver_set(const char *name, uint64_t value);
+
+/* The name of driver property index (0, 1, ... until NULL) and, when
+ * writable is not NULL, whether it can be set. */
+GPUFILE_API const char *gpufile_cufile_driver_prop_name(int index,
+                                                        int *writable);
+/* safetensors checkpoints (safetensors.c)                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A safetensors file (8-byte little-endian header length, JSON header,
+ * data section) with its header parsed and validated. Immutable once
+ * open: accessors and loads may run from several threads at once.
+ */
+typedef struct gpufile_safetensors gpufile_safetensors_t;
+
+/* One tensor, as the header describes it. Pointers stay valid until
+ * gpufile_safetensors_close(). */
+typedef struct gpufile_safetensors_tensor {
+	const char *name;
+	const char *dtype;     /* "BF16", "F8_E4M3", ... (static) */
+	unsigned dtype_bits;   /* bits per element: 16; 4 for F4, 6 for F6 */
+	int dtype_order;       /* rank in the format's dtype order (the
+	                        * order save_file lays tensors out by) */
+	int ndim;              /* 0 for a scalar */
+	const uint64_t *shape; /* ndim entries */
+	uint64_t begin, end;   /* byte offsets within the data section */
+	uint64_t file_offset;  /* begin's offset in the file */
+} gpufile_safetensors_tensor_t;
+
+/*
+ * Opens path read-only (a gpufile handle, settings as gpufile_open) and
+ * parses its header. The header must be at most 100,000,000 bytes and
+ * inside the file, valid UTF-8, a JSON object; every tensor entry must
+ * have a known dtype (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16,
+ * BF16, F32, F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ,
+ * F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4),
+ * a shape of integers, and data_offsets [begin, end] with
+ * prod(shape) * bits / 8 == end - begin (no overflow); sorted by offset
+ * the tensors must cover the data section exactly (no overlap, gap or
+ * trailing bytes, as the reference reader requires); no name twice;
+ * __metadata__, when present, maps strings to strings. Tensors are
+ * indexed in offset order.
+ * Returns 0 with *out owning the object, or: -errno from opening or
+ * reading; -EBADMSG for a malformed header, the message naming the file,
+ * the tensor and the field at fault; -ENOTSUP when gpufile was built
+ * without cJSON.
+ */
+GPUFILE_API int gpufile_safetensors_open(gpufile_safetensors_t **out,
+                                         const char *path);
+
+/* Closes the file and frees st. Accepts NULL (returns 0). Returns 0 or
+ * the error of gpufile_close(); st is freed either way. No load may be
+ * running on st. */
+GPUFILE_API int gpufile_safetensors_close(gpufile_safetensors_t *st);
+
+/* The number of tensors, or -EINVAL for NULL. */
+GPUFILE_API int gpufile_safetensors_count(const gpufile_safetensors_t *st);
+
+/* Describes tensor index (0..count-1, in offset order) into *out.
+ * Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_safetensors_tensor(const gpufile_safetensors_t *st,
+                                           int index,
+                                           gpufile_safetensors_tensor_t *out);
+
+/* The index of the tensor called name, or -ENOENT (message names the file
+ * and the tensor). O(log count). */
+GPUFILE_API int gpufile_safetensors_find(const gpufile_safetensors_t *st,
+                                         const char *name);
+
+/* The number of __metadata__ entries (0 when there is none). */
+GPUFILE_API int
+gpufile_safetensors_metadata_count(const gpufile_safetensors_t *st);
+
+/* Entry index of __metadata__, in header order: *key and *value (either
+ * may be NULL) stay valid until close. Returns 0 or -EINVAL. */
+GPUFILE_API int gpufile_safetensors_metadata(const gpufile_safetensors_t *st,
+                                             int index, const char **key,
+                                             const char **value);
+
+/* The __metadata__ value of key, or NULL when absent. */
+GPUFILE_API const char *
+gpufile_safetensors_metadata_get(const gpufile_safetensors_t *st,
+                                 const char *key);
+
+/* Where the data section starts in the file (8 + header length), and its
+ * size in bytes. 0 for NULL. */
+GPUFILE_API uint64_t
+gpufile_safetensors_data_offset(const gpufile_safetensors_t *st);
+GPUFILE_API uint64_t
+gpufile_safetensors_data_size(const gpufile_safetensors_t *st);
+
+/* The gpufile handle the loads read through (for gpufile_path_info).
+ * Owned by st. */
+GPUFILE_API gpufile_t *
+gpufile_safetensors_handle(const gpufile_safetensors_t *st);
+
+/* The dtype at rank order of the format's dtype order ("BOOL" is 0), or
+ * NULL past the last; and the bits per element of dtype, or -ENOENT. */
+GPUFILE_API const char *gpufile_safetensors_dtype_name(int order);
+GPUFILE_API int gpufile_safetensors_dtype_bits(const char *dtype);
+
+/*
+ * Reads the whole data section into buf (host or device memory, size >=
+ * gpufile_safetensors_data_size()), so that tensor i lies at buf +
+ * begin(i). One request split into task_size tasks across the worker
+ * pool, on the paths gpufile_pread() takes (counted in the statistics).
+ * For full speed place buf at an address congruent to
+ * gpufile_safetensors_data_offset() modulo 4096: then every task's
+ * page-aligned file range lands page-aligned in memory, as O_DIRECT and
+ * cuFile's direct path want (other addresses work, at the cost of
+ * bounces). Returns the bytes read (the data size), -EINVAL when buf is
+ * too small, -EIO when the file has shrunk since it was opened, or the
+ * error of gpufile_pread(). Nothing writes into buf after the call has
+ * returned.
+ */
+GPUFILE_API ssize_t gpufile_safetensors_load(const gpufile_safetensors_t *st,
+                                             void *buf, size_t size);
+
+/*
+ * Reads n tensors: tensor indices[i] into dsts[i] (host or device memory
+ * of end - begin bytes; may be NULL for an empty tensor). Tensors next to
+ * each other both in the file and in memory are read as one request; all
+ * requests run at once (asynchronously) and every one has ended when the
+ * call returns. Returns the bytes read, -EINVAL for a bad index or a NULL
+ * destination, or the error of the lowest-offset read that failed.
+ */
+GPUFILE_API ssize_t
+gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
+                                 const int *indices, void *const *dsts);
 
 #ifdef __cplusplus
 }

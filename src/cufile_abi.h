@@ -210,4 +210,27 @@ typedef CUfileError_t (*cuFileGetVersion_fn)(int *version);
 typedef CUfileError_t (*cuFileSetStatsLevel_fn)(int level);
 typedef CUfileError_t (*cuFileGetStatsL3_fn)(void *stats);
 
+/* The driver's tunables (cufile.h, cuFile 1.0 on; sizes in KiB), found
+ * with dlsym when gpufile_cufile_driver_set() needs one. cuFile declares
+ * the poll flag as C++/C99 bool. */
+typedef CUfileError_t (*cuFileDriverSetPollMode_fn)(_Bool poll,
+                                                    size_t poll_threshold_size);
+typedef CUfileError_t (*cuFileDriverSetMaxDirectIOSize_fn)(size_t kb);
+typedef CUfileError_t (*cuFileDriverSetMaxCacheSize_fn)(size_t kb);
+typedef CUfileError_t (*cuFileDriverSetMaxPinnedMemSize_fn)(size_t kb);
+/* CUfileDriverControlFlags_t: bit numbers in nvfs.dcontrolflags (with
+ * CU_FILE_ALLOW_COMPAT_MODE above). */
+#define CU_FILE_USE_POLL_MODE 0
+_Static_assert(offsetof(CUfileDrvProps_t, nvfs.poll_thresh_size) == 8,
+               "poll_thresh_size at 8");
+_Static_assert(offsetof(CUfileDrvProps_t, nvfs.max_direct_io_size) == 16,
+               "max_direct_io_size at 16");
+_Static_assert(offsetof(CUfileDrvProps_t, nvfs.dstatusflags) == 24,
+               "dstatusflags at 24");
+_Static_assert(offsetof(CUfileDrvProps_t, max_device_cache_size) == 36,
+               "max_device_cache_size at 36");
+_Static_assert(offsetof(CUfileDrvProps_t, max_device_pinned_mem_size) == 44,
+               "max_device_pinned_mem_size at 44");
+_Static_assert(sizeof(_Bool) == 1, "cuFile's bool is one byte");
+
 #endif

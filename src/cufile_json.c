@@ -315,14 +315,31 @@ int gpufile__cufile_json_parse(const char *text, size_t len, const char *name,
 #endif
 
 /* Reads path (at most CUFILE_JSON_MAX bytes) into a new buffer. */
-static int slurp(const char *path, char **text, size_t *len)
+static int slurp(const char *path, char **text, size_t *len, const char **kind)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not make the open wait for a writer. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	size_t cap = 65536, n = 0;
+	struct stat st;
 	char *buf;
 
 	if (fd < 0)
 		return -errno;
+	/* Only a regular file: cuFile reads the file again itself at
+	 * cuFileDriverOpen, and would find a FIFO's bytes gone (or wait on
+	 * it); a device or directory is no configuration. */
+	if (fstat(fd, &st) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		*kind = gpufile__special_kind(st.st_mode);
+		if (!*kind)
+			*kind = "a block device";
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	}
 	buf = malloc(cap);
 	if (!buf) {
 		close(fd);
@@ -368,8 +385,9 @@ static int slurp(const char *path, char **text, size_t *len)
 
 int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
 {
-	const char *env = getenv("CUFILE_ENV_PATH_JSON");
-	const char *source;
+	/* A path to read: ignored by a privileged (setuid) process. */
+	const char *env = secure_getenv("CUFILE_ENV_PATH_JSON");
+	const char *source, *kind = NULL;
 	char *text = NULL;
 	size_t len = 0;
 	int rc;
@@ -387,11 +405,17 @@ int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
 		path = "/etc/cufile.json";
 		source = "/etc/cufile.json";
 	}
-	rc = slurp(path, &text, &len);
+	rc = slurp(path, &text, &len, &kind);
 	if (rc == -ENOENT && strcmp(source, "/etc/cufile.json") == 0)
 		return 0; /* no file: cuFile's defaults */
 	snprintf(out->path, sizeof(out->path), "%s", path);
 	snprintf(out->path_source, sizeof(out->path_source), "%s", source);
+	if (rc && kind)
+		return gpufile__fail(rc,
+		                     "reading %s (%s): it is %s, not a regular "
+		                     "file; cufile.json must be a regular file "
+		                     "(cuFile reads it again itself)",
+		                     path, source, kind);
 	if (rc)
 		return gpufile__fail(rc, "reading %s (%s): %s", path, source,
 		                     rc == -EFBIG ? "larger than 4 MiB, "

@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ static char library[256];
 static char message[512];
 static struct registration *registrations;
 static unsigned char *l3_buffer; /* GPUFILE__CUFILE_L3_BUFFER bytes */
+static atomic_int handles_live;  /* files registered with cuFile now */
 
 static const struct {
 	const char *symbol;
@@ -192,6 +194,85 @@ static void apply_stats_level(unsigned level)
 		stats_level = (int)level;
 }
 
+/* profile.cufile_stats of the cufile.json cuFile reads
+ * (CUFILE_ENV_PATH_JSON, else /etc/cufile.json), or -1 when absent or
+ * unreadable. A scan for the key outside comments and strings, not a
+ * parse: cufile_json.c judges the file; this only asks one number. */
+static int json_stats_level(void)
+{
+	const char *path = secure_getenv("CUFILE_ENV_PATH_JSON");
+	char text[65536];
+	ssize_t n;
+	int fd, level = -1;
+
+	if (!path || !*path)
+		path = "/etc/cufile.json";
+	/* O_NONBLOCK: a FIFO named there must not hang the first read. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return -1;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	text[n] = '\0';
+	for (const char *p = text; *p; p++) {
+		if (p[0] == '/' && p[1] == '/') {
+			p += strcspn(p, "\n");
+			if (!*p)
+				break;
+		} else if (p[0] == '/' && p[1] == '*') {
+			const char *e = strstr(p + 2, "*/");
+			if (!e)
+				break;
+			p = e + 1;
+		} else if (*p == '"') {
+			const char *e = strchr(p + 1, '"');
+			if (!e)
+				break;
+			if (e - p == 13 &&
+			    strncmp(p, "\"cufile_stats\"", 14) == 0) {
+				const char *v =
+				    e + 1 + strspn(e + 1, " \t\r\n");
+				if (*v == ':')
+					level = (int)strtol(v + 1, NULL, 10);
+			}
+			p = e;
+		}
+	}
+	return level >= 0 && level <= 3 ? level : -1;
+}
+
+/* The level to ask cuFile for, or -1 to leave cuFile's own. The user's
+ * choice wins: the cufile_stats setting (GPUFILE_CUFILE_STATS or a
+ * setter), then CUFILE_STATS_LEVEL (the setting's default), then a
+ * nonzero profile.cufile_stats of cufile.json. Otherwise level 3, so that
+ * cuFile's per-GPU nvfs/posix counts (the second layer) are there
+ * without preparation. NVIDIA's shipped cufile.json says
+ * "cufile_stats": 0, so 0 there is not taken as a choice; set
+ * GPUFILE_CUFILE_STATS=0 (or CUFILE_STATS_LEVEL=0) to turn counting
+ * off. */
+static int wanted_stats_level(const struct gpufile__settings *cfg)
+{
+	char value[32], var[64];
+	gpufile_source_t src = GPUFILE_SOURCE_DEFAULT;
+	const char *env = getenv("CUFILE_STATS_LEVEL");
+	int json;
+
+	if (gpufile_config_get("cufile_stats", value, sizeof(value), &src, var,
+	                       sizeof(var)) == 0 &&
+	    src != GPUFILE_SOURCE_DEFAULT)
+		return (int)cfg->cufile_stats;
+	if (env && *env)
+		return (int)cfg->cufile_stats; /* the default follows it */
+	json = json_stats_level();
+	if (json > 0) {
+		stats_level = json; /* cuFile applies it itself */
+		return -1;
+	}
+	return (int)cfg->cufile_stats;
+}
+
 static void close_at_exit(void)
 {
 	pthread_mutex_lock(&cufile_lock);
@@ -238,6 +319,7 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 	CUcontext old;
 	CUfileError_t e;
 	char what[96];
+	int level;
 
 	*err = 0;
 	*status = 0;
@@ -251,7 +333,9 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 		/* cuFile 1.15 fills the per-GPU counters of level 3 only when
 		 * the level was set before the driver opened (seen on an H200:
 		 * set afterwards, num_gpus stays 0 while read_ops counts). */
-		apply_stats_level(cfg.cufile_stats);
+		level = wanted_stats_level(&cfg);
+		if (level >= 0)
+			apply_stats_level((unsigned)level);
 		e = table.cuFileDriverOpen();
 		if (e.err == CU_FILE_SUCCESS) {
 			driver_state = 1;
@@ -272,7 +356,9 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 		pop_context(ctx, old);
 	}
 	if (driver_state == 1) {
-		apply_stats_level(cfg.cufile_stats);
+		level = wanted_stats_level(&cfg);
+		if (level >= 0)
+			apply_stats_level((unsigned)level);
 		t = &table;
 		atomic_store(&active, t);
 	} else {
@@ -327,6 +413,8 @@ int gpufile__cufile_handle_register(void *ctx, int fd, CUfileHandle_t *fh,
 		*fh = NULL;
 		return GPUFILE_ECUFILE;
 	}
+	atomic_fetch_add(&handles_live,
+	                 1); /* see gpufile_cufile_driver_close */
 	return 0;
 }
 
@@ -334,8 +422,10 @@ void gpufile__cufile_handle_deregister(CUfileHandle_t fh)
 {
 	const struct gpufile__cufile *t = atomic_load(&active);
 
-	if (t && fh)
+	if (t && fh) {
 		t->cuFileHandleDeregister(fh);
+		atomic_fetch_sub(&handles_live, 1);
+	}
 }
 
 char *gpufile__cufile_buf_base(const void *buf, size_t size)
@@ -630,5 +720,333 @@ void gpufile__cufile_reset(void)
 	message[0] = '\0';
 	memset(&table, 0, sizeof(table));
 	atomic_store(&active, NULL);
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+/* ---- explicit driver control and properties (gpufile_cufile_driver_*) ----
+ *
+ * The driver opens on first need as above; these let a program open it
+ * early, close it, and read or tune its properties the way KvikIO's
+ * cufile_driver module does. Property sizes are in KiB, as cuFile's. */
+
+enum {
+	PROP_MAJOR,
+	PROP_MINOR,
+	PROP_GDS,
+	PROP_P2PDMA,
+	PROP_COMPAT,
+	PROP_POLL_MODE,
+	PROP_POLL_THRESH,
+	PROP_MAX_DIRECT_IO,
+	PROP_MAX_CACHE,
+	PROP_PER_BUFFER_CACHE,
+	PROP_MAX_PINNED,
+	PROP_MAX_BATCH_IO,
+	PROP_BATCH_TIMEOUT,
+	PROP_STATUS_FLAGS,
+	PROP_FEATURE_FLAGS,
+	NPROPS
+};
+
+static const struct {
+	const char *name;
+	const char *setter; /* cuFile entry point, or NULL: read-only */
+} driver_props[NPROPS] = {
+    [PROP_MAJOR] = {"major_version", NULL},
+    [PROP_MINOR] = {"minor_version", NULL},
+    [PROP_GDS] = {"is_gds_available", NULL},
+    [PROP_P2PDMA] = {"p2pdma", NULL},
+    [PROP_COMPAT] = {"allow_compat_mode", NULL},
+    [PROP_POLL_MODE] = {"poll_mode", "cuFileDriverSetPollMode"},
+    [PROP_POLL_THRESH] = {"poll_thresh_size", "cuFileDriverSetPollMode"},
+    [PROP_MAX_DIRECT_IO] = {"max_direct_io_size",
+                            "cuFileDriverSetMaxDirectIOSize"},
+    [PROP_MAX_CACHE] = {"max_device_cache_size", "cuFileDriverSetMaxCacheSize"},
+    [PROP_PER_BUFFER_CACHE] = {"per_buffer_cache_size", NULL},
+    [PROP_MAX_PINNED] = {"max_pinned_memory_size",
+                         "cuFileDriverSetMaxPinnedMemSize"},
+    [PROP_MAX_BATCH_IO] = {"max_batch_io_size", NULL},
+    [PROP_BATCH_TIMEOUT] = {"max_batch_io_timeout_msecs", NULL},
+    [PROP_STATUS_FLAGS] = {"status_flags", NULL},
+    [PROP_FEATURE_FLAGS] = {"feature_flags", NULL},
+};
+
+static uint64_t prop_value(const CUfileDrvProps_t *p, int i)
+{
+	switch (i) {
+	case PROP_MAJOR:
+		return p->nvfs.major_version;
+	case PROP_MINOR:
+		return p->nvfs.minor_version;
+	case PROP_GDS:
+		/* nvidia-fs reports its version only when it is loaded. */
+		return p->nvfs.major_version || p->nvfs.minor_version;
+	case PROP_P2PDMA:
+		return !!(p->fflags & (1u << CU_FILE_P2P_SUPPORTED));
+	case PROP_COMPAT:
+		return !!(p->nvfs.dcontrolflags &
+		          (1u << CU_FILE_ALLOW_COMPAT_MODE));
+	case PROP_POLL_MODE:
+		return !!(p->nvfs.dcontrolflags &
+		          (1u << CU_FILE_USE_POLL_MODE));
+	case PROP_POLL_THRESH:
+		return p->nvfs.poll_thresh_size;
+	case PROP_MAX_DIRECT_IO:
+		return p->nvfs.max_direct_io_size;
+	case PROP_MAX_CACHE:
+		return p->max_device_cache_size;
+	case PROP_PER_BUFFER_CACHE:
+		return p->per_buffer_cache_size;
+	case PROP_MAX_PINNED:
+		return p->max_device_pinned_mem_size;
+	case PROP_MAX_BATCH_IO:
+		return p->max_batch_io_size;
+	case PROP_BATCH_TIMEOUT:
+		return p->max_batch_io_timeout_msecs;
+	case PROP_STATUS_FLAGS:
+		return p->nvfs.dstatusflags;
+	default:
+		return p->fflags;
+	}
+}
+
+static int find_prop(const char *name)
+{
+	for (int i = 0; name && i < NPROPS; i++)
+		if (strcmp(name, driver_props[i].name) == 0)
+			return i;
+	return gpufile__fail(-ENOENT,
+	                     "\"%s\" is not a cuFile driver property "
+	                     "(gpufile_cufile_driver_prop_name lists them)",
+	                     name ? name : "(null)");
+}
+
+const char *gpufile_cufile_driver_prop_name(int index, int *writable)
+{
+	if (index < 0 || index >= NPROPS)
+		return NULL;
+	if (writable)
+		*writable = driver_props[index].setter != NULL;
+	return driver_props[index].name;
+}
+
+int gpufile_cufile_driver_open(void)
+{
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	CUcontext ctx = NULL;
+	int err, status;
+
+	/* cuFileDriverOpen sets up per-GPU state in the current context:
+	 * the caller's, else device 0's primary one. */
+	if (!cu && gpufile_cuda_device_count() > 0)
+		cu = gpufile__cuda_if_loaded();
+	if (cu && (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) {
+		CUdevice dev;
+
+		ctx = NULL;
+		if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
+			cu->cuDevicePrimaryCtxRetain(&ctx, dev);
+	}
+	gpufile__clear_error();
+	if (!gpufile__cufile_open(ctx, &err, &status))
+		return err; /* the message names the library or the status */
+	return 0;
+}
+
+int gpufile_cufile_driver_close(void)
+{
+	int nregs = 0, nhandles;
+	CUfileError_t e;
+	char what[96];
+
+	pthread_mutex_lock(&cufile_lock);
+	if (driver_state != 1) {
+		pthread_mutex_unlock(&cufile_lock);
+		return 0;
+	}
+	for (struct registration *g = registrations; g; g = g->next)
+		nregs++;
+	nhandles = atomic_load(&handles_live);
+	if (nhandles || nregs) {
+		pthread_mutex_unlock(&cufile_lock);
+		return gpufile__fail(
+		    -EBUSY,
+		    "cannot close the cuFile driver: %d file handle(s) and %d "
+		    "buffer(s) are registered with it (close those files and "
+		    "call gpufile_buf_deregister first)",
+		    nhandles, nregs);
+	}
+	e = table.cuFileDriverClose();
+	driver_state = 0;
+	have_props = 0;
+	atomic_store(&active, NULL);
+	pthread_mutex_unlock(&cufile_lock);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, what, sizeof(what));
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileDriverClose failed: %s", what);
+	}
+	return 0;
+}
+
+/* Caller holds cufile_lock, driver open. Reads the properties into props
+ * (which gpufile__cufile_accelerated also reads). */
+static int read_props_locked(void)
+{
+	CUfileError_t e;
+	char what[96];
+
+	if (!table.cuFileDriverGetProperties)
+		return gpufile__fail(
+		    -ENOTSUP, "%s lacks cuFileDriverGetProperties", library);
+	e = table.cuFileDriverGetProperties(&props);
+	if (e.err != CU_FILE_SUCCESS) {
+		describe(e, what, sizeof(what));
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "cuFileDriverGetProperties failed: %s",
+		                     what);
+	}
+	have_props = 1;
+	return 0;
+}
+
+int gpufile_cufile_driver_get(const char *name, uint64_t *value)
+{
+	int i = find_prop(name), rc;
+
+	if (i < 0)
+		return i;
+	if (!value)
+		return gpufile__fail(
+		    -EINVAL, "gpufile_cufile_driver_get: value is NULL");
+	rc = gpufile_cufile_driver_open();
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&cufile_lock);
+	rc = driver_state == 1 ? read_props_locked()
+	                       : gpufile__fail(GPUFILE_ECUFILE,
+	                                       "the cuFile driver was closed");
+	if (rc == 0)
+		*value = prop_value(&props, i);
+	pthread_mutex_unlock(&cufile_lock);
+	return rc;
+}
+
+/* Caller holds cufile_lock, props fresh. Calls the setter of property i. */
+static CUfileError_t call_setter(void *fn, int i, uint64_t value)
+{
+	switch (i) {
+	case PROP_POLL_MODE:
+		return ((cuFileDriverSetPollMode_fn)fn)(
+		    value != 0, props.nvfs.poll_thresh_size);
+	case PROP_POLL_THRESH:
+		return ((cuFileDriverSetPollMode_fn)fn)(
+		    (props.nvfs.dcontrolflags &
+		     (1u << CU_FILE_USE_POLL_MODE)) != 0,
+		    (size_t)value);
+	case PROP_MAX_DIRECT_IO:
+		return ((cuFileDriverSetMaxDirectIOSize_fn)fn)((size_t)value);
+	case PROP_MAX_CACHE:
+		return ((cuFileDriverSetMaxCacheSize_fn)fn)((size_t)value);
+	default:
+		return ((cuFileDriverSetMaxPinnedMemSize_fn)fn)((size_t)value);
+	}
+}
+
+int gpufile_cufile_driver_set(const char *name, uint64_t value)
+{
+	int i = find_prop(name), rc;
+	CUfileError_t e;
+	char what[96];
+	void *fn;
+
+	if (i < 0)
+		return i;
+	if (!driver_props[i].setter)
+		return gpufile__fail(
+		    -EPERM, "cuFile driver property %s is read-only", name);
+	if (i == PROP_POLL_MODE && value > 1)
+		return gpufile__fail(
+		    -EINVAL,
+		    "cuFile driver property poll_mode: %llu is "
+		    "not 0 or 1",
+		    (unsigned long long)value);
+	rc = gpufile_cufile_driver_open();
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&cufile_lock);
+	fn = lib ? dlsym(lib, driver_props[i].setter) : NULL;
+	if (driver_state != 1)
+		rc = gpufile__fail(GPUFILE_ECUFILE,
+		                   "the cuFile driver was closed");
+	else if (!fn)
+		rc = gpufile__fail(-ENOTSUP, "cannot set %s: %s lacks %s", name,
+		                   library, driver_props[i].setter);
+	else
+		rc = read_props_locked();
+	if (rc == 0) {
+		e = call_setter(fn, i, value);
+		if (e.err != CU_FILE_SUCCESS) {
+			describe(e, what, sizeof(what));
+			rc = gpufile__fail(GPUFILE_ECUFILE,
+			                   "cuFile refused %s=%llu (%s): %s",
+			                   name, (unsigned long long)value,
+			                   driver_props[i].setter, what);
+		}
+		/* What cuFile holds now, right or wrong. cuFile 1.15 without
+		 * nvidia-fs returns success from cuFileDriverSetPollMode yet
+		 * keeps reporting poll mode off (seen on the H200 machine):
+		 * a value that did not take is a refusal too. */
+		if (read_props_locked() == 0 && rc == 0 &&
+		    prop_value(&props, i) != value)
+			rc = gpufile__fail(
+			    GPUFILE_ECUFILE,
+			    "cuFile accepted %s=%llu (%s) but still reports "
+			    "%llu",
+			    name, (unsigned long long)value,
+			    driver_props[i].setter,
+			    (unsigned long long)prop_value(&props, i));
+		if (rc == 0)
+			gpufile__clear_error();
+	}
+	pthread_mutex_unlock(&cufile_lock);
+	return rc;
+}
+
+/*
+ * fork() (see fork.c). cuFile's driver state lives in the parent's CUDA
+ * context, which a child cannot use: a child of a process that opened the
+ * driver forgets it without a call into cuFile (its registrations are the
+ * parent's; the exit handler finds the driver not open and does nothing),
+ * and reports cuFile unavailable with the reason.
+ */
+void gpufile__cufile_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_child(void)
+{
+	if (driver_state == 1) {
+		while (registrations) {
+			struct registration *g = registrations;
+			registrations = g->next;
+			free(g);
+		}
+		driver_state = -1;
+		failure_err = GPUFILE_ENOCUFILE;
+		failure_status = 0;
+		snprintf(
+		    message, sizeof(message),
+		    "cuFile's driver was opened in the parent before "
+		    "fork(): a forked child cannot use it (it lives in the "
+		    "parent's CUDA context)");
+		atomic_store(&active, NULL);
+	}
 	pthread_mutex_unlock(&cufile_lock);
 }

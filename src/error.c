@@ -49,8 +49,3 @@ void gpufile__clear_error(void)
 {
 	last_message[0] = '\0';
 }
-
-const char *gpufile_version(void)
-{
-	return "0.1.0";
-}

@@ -7,6 +7,7 @@
 #define GPUFILE_INTERNAL_H
 
 #include "gpufile.h"
+#include "gpufile_private.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -123,13 +124,20 @@ void gpufile__stats_remote_retry(void);
 void gpufile__stats_remote_range(uint64_t bytes, int failed);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
-/* Reads the segment file path as gpufile stats would (owner uid, mode,
- * size, magic and version checked): counters into *out, up to max file
- * records into files. Returns the records copied or a negative error with
- * the message set. For tests and the segment-reader fuzzer. */
-int gpufile__stats_read_file(const char *path, unsigned uid,
-                             gpufile_stats_t *out, gpufile_file_stat_t *files,
-                             int max);
+/* Reads the segment behind descriptor fd as gpufile stats would (owner
+ * uid, mode, F_SEAL_SHRINK, size, magic and version checked): counters
+ * into *out, up to max file records into files. Returns the records
+ * copied or a negative error with the message set. For tests and the
+ * segment-reader fuzzer. */
+int gpufile__stats_read_fd(int fd, unsigned uid, gpufile_stats_t *out,
+                           gpufile_file_stat_t *files, int max);
+/* A handle of path was opened (gpufile_open): recorded at once, so that
+ * host-only users are listed too; the device path decision, when one
+ * comes, completes the same record (gpufile__stats_file). */
+void gpufile__stats_file_open(const char *path);
+/* fallocate(fd, 0, offset, len) of the segment's memory; tests replace it
+ * to simulate a full tmpfs or memory cgroup. */
+extern int (*gpufile__stats_fallocate)(int fd, off_t offset, off_t len);
 
 /* ---- file handles (file.c) ---- */
 
@@ -139,6 +147,7 @@ struct gpufile {
 	int readable, writable, append;
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	_Atomic int64_t append_pos;
+	unsigned append_pending; /* appends placed, not yet submitted (lock) */
 	char *path;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
@@ -158,6 +167,9 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
+	/* On the list of open handles (fork.c), whose locks the fork
+	 * handlers take. Guarded by that list's lock. */
+	struct gpufile *fnext, *fprev;
 	struct gpufile__remote
 	    *remote; /* a remote object (remote.c), or NULL */
 };
@@ -166,6 +178,25 @@ enum {
 	GPUFILE__CUFILE_REGISTERED = 1,
 	GPUFILE__CUFILE_UNAVAILABLE = 2,
 };
+
+/* What kind of file mode is, when gpufile refuses it ("a FIFO (named
+ * pipe)", "a socket", "a character device", "a directory", ...), or NULL
+ * for a regular file or a block device: the only files that can be read
+ * at any offset, in parallel, without waiting on another process. */
+static inline const char *gpufile__special_kind(mode_t mode)
+{
+	if (S_ISREG(mode) || S_ISBLK(mode))
+		return NULL;
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO (named pipe)";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	return "not a regular file";
+}
 
 /* ---- plain I/O loops (posix_io.c) ---- */
 
@@ -237,11 +268,18 @@ struct gpufile__request {
 	uint64_t next_task; /* next task to claim */
 	struct gpufile__request *qnext, *qprev;
 	int queued;
+	/* On the pool's list of requests in flight (submitted, not yet
+	 * completed), which a forked child cancels (pool.c). */
+	struct gpufile__request *anext, *aprev;
 
 	uint64_t start_ns; /* when the request was initialised */
 	atomic_uint_fast64_t tasks_ended;
 	atomic_uint_fast64_t bytes;
-	atomic_int failed;      /* stop starting tasks */
+	atomic_int failed; /* stop starting tasks */
+	/* Lowest offset of a task that failed: tasks from there on are
+	 * skipped, tasks below it still run, so the error returned is the
+	 * lowest-offset one whatever order the threads run in. */
+	_Atomic int64_t fail_at;
 	_Atomic int64_t eof_at; /* lowest offset where a read hit EOF */
 
 	pthread_mutex_t lock; /* guards everything below */
@@ -281,6 +319,40 @@ void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
 
+/* Test seam: when set, called by the thread that is about to run the task
+ * of r at file offset off, before it decides whether to skip the task
+ * (tests make that thread wait to order threads deterministically). */
+extern void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
+
+/* ---- fork (fork.c and each module's handlers) ---- */
+
+/* Adds a new handle to, and removes a closing one from, the list of open
+ * handles whose locks the fork handlers hold across fork(). */
+void gpufile__fork_track(struct gpufile *h);
+void gpufile__fork_untrack(struct gpufile *h);
+/* Each module's part of fork: prepare takes the module's locks (in the
+ * library's lock order, written in fork.c), parent releases them, child
+ * releases them and makes the module's state the child's own. */
+void gpufile__pool_atfork_prepare(void);
+void gpufile__pool_atfork_parent(void);
+void gpufile__pool_atfork_child(void);
+void gpufile__staging_atfork_prepare(void);
+void gpufile__staging_atfork_parent(void);
+void gpufile__staging_atfork_child(void);
+void gpufile__cuda_atfork_prepare(void);
+void gpufile__cuda_atfork_parent(void);
+void gpufile__cuda_atfork_child(void);
+void gpufile__cufile_atfork_prepare(void);
+void gpufile__cufile_atfork_parent(void);
+void gpufile__cufile_atfork_child(void);
+void gpufile__config_atfork_prepare(void);
+void gpufile__config_atfork_parent(void);
+void gpufile__config_atfork_child(void);
+/* 1 in a forked child of a process that had initialised CUDA: no CUDA
+ * call is made, every pointer counts as host memory, and an -EFAULT names
+ * this as the likely cause (a device pointer of the parent). */
+int gpufile__cuda_forked(void);
+
 /* ---- CUDA (cuda_shim.c) and staging (staging.c) ---- */
 
 /* Classifies ptr without loading CUDA into a process that has not loaded
@@ -297,5 +369,25 @@ void gpufile__staging_flush(void);
 /* Frees every pinned bounce buffer (staging.c). */
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);
+
+/* ---- parity with KvikIO: page cache, mmap, cuFile driver, fds ---- */
+
+/* How gpufile_page_cache_info() counts (page_cache.c): cachestat(2) with a
+ * fallback to mincore(2) when the kernel lacks it, or one of them only.
+ * Tests set it to run both. */
+enum { GPUFILE__PC_AUTO = 0, GPUFILE__PC_CACHESTAT, GPUFILE__PC_MINCORE };
+extern int gpufile__page_cache_method;
+/* The file gpufile_drop_system_page_cache() writes; tests point it at a
+ * file of their own so that they never drop the machine's caches. */
+extern const char *gpufile__drop_caches_path;
+/* Frees the pinned bounce buffers, streams and events, waiting for those
+ * that device requests running at the call still use; the pool keeps
+ * running. Returns the pinned bytes freed (staging.c). */
+size_t gpufile__staging_free(void);
+/* Allocates a future around a copy of prepared (a request another source,
+ * mmap.c, filled in but did not initialise), initialises and submits it.
+ * Returns 0 with *out set, or an error (then *out is NULL) (file.c). */
+int gpufile__future_submit(const struct gpufile__request *prepared,
+                           gpufile_future_t **out);
 
 #endif

@@ -127,6 +127,50 @@ void gpufile__refuse_direct(struct gpufile *h, int64_t off)
 	gpufile__stats_direct_fallback();
 }
 
+/* MADV_POPULATE_READ/WRITE (Linux 5.14) fault a range in as a read or
+ * write would, but fail (EFAULT, EINVAL, ENOMEM) where that access would
+ * raise SIGSEGV or SIGBUS. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ  22
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static int populate_works = -1; /* set once by probe_populate */
+static pthread_once_t populate_once = PTHREAD_ONCE_INIT;
+
+static void probe_populate(void)
+{
+	static char page[1 << 16] __attribute__((aligned(1 << 16)));
+
+	populate_works = madvise(page, sizeof(page), MADV_POPULATE_WRITE) == 0;
+}
+
+/*
+ * 1 when the caller's n bytes at p can be written (write=1) or read
+ * (write=0) by memcpy without a signal; 0 when they cannot, or when the
+ * kernel cannot tell (memory it does not fault in, such as a device
+ * mapping). On 0 the caller lets the kernel move the bytes instead (a
+ * system call on the buffered descriptor), which fails with EFAULT where
+ * memcpy would have raised SIGSEGV: a read into PROT_READ memory or a
+ * write from PROT_NONE memory must be an error, not a crash. Kernels
+ * before 5.14 cannot check; there the copy goes ahead as before.
+ */
+static int user_range_ok(const void *p, size_t n, int write)
+{
+	const uintptr_t page = GPUFILE_ALIGN;
+	uintptr_t a, e;
+
+	if (n == 0)
+		return 1;
+	pthread_once(&populate_once, probe_populate);
+	if (!populate_works)
+		return 1;
+	a = (uintptr_t)p & ~(page - 1);
+	e = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+	return madvise((void *)a, e - a,
+	               write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
+}
+
 /* 1 when off is before the end of h's file. */
 static int before_eof(struct gpufile *h, int64_t off)
 {
@@ -203,7 +247,20 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 			take = (size_t)got - skip;
 			if (take > (size_t)(end - pos))
 				take = (size_t)(end - pos);
-			memcpy(dst, scratch + skip, take);
+			if (user_range_ok(dst, take, 1)) {
+				memcpy(dst, scratch + skip, take);
+			} else {
+				/* The kernel copies, from the page cache:
+				 * -EFAULT where memcpy would crash. */
+				ssize_t k =
+				    gpufile__pread_full(h->fd, dst, take, pos);
+				if (k < 0)
+					return k;
+				if ((size_t)k < take) {
+					pos += k;
+					break;
+				}
+			}
 			pos += (int64_t)take;
 			if ((size_t)got < wl) {
 				if (pos < end && before_eof(h, pos))
@@ -315,6 +372,15 @@ ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
 		if (!is_aligned((uintptr_t)src)) {
 			if (n > scratch_len)
 				n = scratch_len;
+			if (!user_range_ok(src, n, 0)) {
+				/* The kernel copies, through the page cache:
+				 * -EFAULT where memcpy would crash. */
+				rc = gpufile__pwrite_full(h->fd, src, n, pos);
+				if (rc < 0)
+					return rc;
+				pos += (int64_t)n;
+				continue;
+			}
 			memcpy(scratch, src, n);
 			src = scratch;
 		}

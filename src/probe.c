@@ -644,184 +644,254 @@ static void block_device(dev_t dev, char *name, size_t name_len, char *pci,
 	snprintf(pci, pci_len, "%s", rp);
 }
 
-static void check_file(struct list *l, const char *path,
-                       const struct cufile_probe *cp, int nvfs_loaded,
-                       const gpufile_cufile_config_t *cfg,
-                       const struct gpufile__settings *s, int settings_ok,
-                       const struct pci_dev *gpus, int ngpus)
-{
-	char rp[PATH_MAX], value[512], dev_name[64], pci[PATH_MAX];
-	const char *fs_why = "", *gf_path, *gf_why, *cu_path, *cu_why;
-	gpufile_check_status_t gf_st, cu_st;
+/* What the checks of one file found, for the predictions. */
+struct file_facts {
 	struct stat st;
 	struct mount m;
-	int fs_ok = -1, direct_ok = 0, fd, denied = 0;
-	char direct_err[128] = "", cu_buf[384], gf_buf[512], accel_why[160];
-	int accel;
+	int fs_ok;     /* gds_fs_support(): 1, 0 or -1 (it depends) */
+	int denied;    /* fstype in cufile.json's denylist.filesystems */
+	int direct_ok; /* O_DIRECT open and an aligned read succeed */
+};
 
-	if (stat(path, &st) < 0) {
+/* One layer's predicted path, with the reason. */
+struct prediction {
+	gpufile_check_status_t status;
+	const char *path;
+	char why[512];
+};
+
+/* The file exists, is a regular file or block device, and this process
+ * can open it for reading (as gpufile_open will: root passes, a mode-000
+ * file or a directory without search permission does not). Returns 0 when
+ * the other checks can go on. */
+static int check_file_access(struct list *l, const char *path, struct stat *st)
+{
+	char rp[PATH_MAX], value[512];
+	int fd;
+
+	if (stat(path, st) < 0) {
 		add(l, "file", GPUFILE_CHECK_FAIL, path, "stat: %s",
 		    strerror(errno));
-		return;
+		return -1;
 	}
-	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) {
 		add(l, "file", GPUFILE_CHECK_FAIL, path,
 		    "not a regular file or block device");
-		return;
+		return -1;
 	}
+	/* stat() needs only search permission on the folders; reading
+	 * needs read permission on the file itself, which only open()
+	 * answers exactly (ACLs, LSMs, root's override). */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+
+		add(l, "file", GPUFILE_CHECK_FAIL, path,
+		    "cannot be read by this user (uid %u): open: %s",
+		    (unsigned)geteuid(), strerror(err));
+		return -1;
+	}
+	close(fd);
 	if (!realpath(path, rp))
 		snprintf(rp, sizeof(rp), "%s", path);
 	snprintf(value, sizeof(value), "%s (%lld bytes)", rp,
-	         (long long)st.st_size);
-	add(l, "file", GPUFILE_CHECK_PASS, value, "a regular file");
+	         (long long)st->st_size);
+	add(l, "file", GPUFILE_CHECK_PASS, value,
+	    "a regular file this user can read");
+	return 0;
+}
 
-	memset(&m, 0, sizeof(m));
-	if (find_mount(rp, st.st_dev, &m)) {
-		fs_ok = gds_fs_support(m.fstype, m.options, &fs_why);
-		if (cfg->denied_filesystems[0]) {
-			char list[260];
-			snprintf(list, sizeof(list), " %s ",
-			         cfg->denied_filesystems);
-			char needle[72];
-			snprintf(needle, sizeof(needle), " %s ", m.fstype);
-			if (strstr(list, needle)) {
-				fs_ok = 0;
-				denied = 1;
-				fs_why = "listed in cufile.json "
-				         "denylist.filesystems";
-			}
-		}
-		snprintf(value, sizeof(value), "%s on %s (mounted at %s)",
-		         m.fstype, m.source, m.point);
-		add(l, "file.fs",
-		    fs_ok > 0    ? GPUFILE_CHECK_PASS
-		    : fs_ok == 0 ? GPUFILE_CHECK_FAIL
-		                 : GPUFILE_CHECK_UNKNOWN,
-		    value, "%s", fs_why);
-	} else {
+/* Whether fstype is listed in cufile.json's denylist.filesystems. */
+static int fs_denied(const gpufile_cufile_config_t *cfg, const char *fstype)
+{
+	char list[260], needle[72];
+
+	if (!cfg->denied_filesystems[0])
+		return 0;
+	snprintf(list, sizeof(list), " %s ", cfg->denied_filesystems);
+	snprintf(needle, sizeof(needle), " %s ", fstype);
+	return strstr(list, needle) != NULL;
+}
+
+/* The file system holding path and whether GDS supports it. */
+static void check_file_fs(struct list *l, const char *path,
+                          const gpufile_cufile_config_t *cfg,
+                          struct file_facts *f)
+{
+	const char *why = "";
+	char rp[PATH_MAX], value[512];
+
+	f->fs_ok = -1;
+	memset(&f->m, 0, sizeof(f->m));
+	if (!realpath(path, rp))
+		snprintf(rp, sizeof(rp), "%s", path);
+	if (!find_mount(rp, f->st.st_dev, &f->m)) {
 		add(l, "file.fs", GPUFILE_CHECK_UNKNOWN, "?",
 		    "no entry in /proc/self/mountinfo for device %u:%u",
-		    major(st.st_dev), minor(st.st_dev));
+		    major(f->st.st_dev), minor(f->st.st_dev));
+		return;
 	}
+	f->fs_ok = gds_fs_support(f->m.fstype, f->m.options, &why);
+	if (fs_denied(cfg, f->m.fstype)) {
+		f->fs_ok = 0;
+		f->denied = 1;
+		why = "listed in cufile.json denylist.filesystems";
+	}
+	snprintf(value, sizeof(value), "%s on %s (mounted at %s)", f->m.fstype,
+	         f->m.source, f->m.point);
+	add(l, "file.fs",
+	    f->fs_ok > 0    ? GPUFILE_CHECK_PASS
+	    : f->fs_ok == 0 ? GPUFILE_CHECK_FAIL
+	                    : GPUFILE_CHECK_UNKNOWN,
+	    value, "%s", why);
+}
 
-	block_device(st.st_dev, dev_name, sizeof(dev_name), pci, sizeof(pci));
-	if (major(st.st_dev) == 0) {
+/* The block device under the file, and its PCIe placement against each
+ * GPU. */
+static void check_file_block_device(struct list *l, const struct stat *st,
+                                    const struct pci_dev *gpus, int ngpus)
+{
+	char value[512], dev_name[64], pci[PATH_MAX];
+	int nvme;
+
+	block_device(st->st_dev, dev_name, sizeof(dev_name), pci, sizeof(pci));
+	if (major(st->st_dev) == 0) {
 		add(l, "file.block_device", GPUFILE_CHECK_FAIL, "none",
 		    "device %u:%u is anonymous (tmpfs, overlay, network "
 		    "or FUSE): no block device for nvidia-fs to reach",
-		    major(st.st_dev), minor(st.st_dev));
-	} else if (!dev_name[0]) {
-		snprintf(value, sizeof(value), "%u:%u", major(st.st_dev),
-		         minor(st.st_dev));
+		    major(st->st_dev), minor(st->st_dev));
+		return;
+	}
+	if (!dev_name[0]) {
+		snprintf(value, sizeof(value), "%u:%u", major(st->st_dev),
+		         minor(st->st_dev));
 		add(l, "file.block_device", GPUFILE_CHECK_UNKNOWN, value,
 		    "not found under /sys/dev/block");
-	} else {
-		int nvme = strncmp(dev_name, "nvme", 4) == 0;
-		snprintf(value, sizeof(value), "%s (%u:%u)%s%s", dev_name,
-		         major(st.st_dev), minor(st.st_dev),
-		         pci[0] ? " at " : "",
-		         pci[0] ? strrchr(pci, '/') + 1 : "");
-		add(l, "file.block_device",
-		    nvme ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_UNKNOWN, value,
-		    "%s",
-		    nvme ? "an NVMe namespace: a device GDS reaches "
-		           "directly"
-		         : "not NVMe: GDS support depends on the "
-		           "driver (NVMe and NVMe-oF are supported)");
-		for (int g = 0; pci[0] && g < ngpus; g++) {
-			char name[48];
-			const char *rel = pcie_relation(gpus[g].path, pci);
-			snprintf(name, sizeof(name), "file.pcie %s",
-			         gpus[g].bdf);
-			add(l, name,
-			    rel[0] == 'P' && rel[1] != 'H' ? GPUFILE_CHECK_PASS
-			                                   : GPUFILE_CHECK_FAIL,
-			    rel, "placement of GPU %s relative to %s",
-			    gpus[g].bdf, dev_name);
-		}
+		return;
 	}
+	nvme = strncmp(dev_name, "nvme", 4) == 0;
+	snprintf(value, sizeof(value), "%s (%u:%u)%s%s", dev_name,
+	         major(st->st_dev), minor(st->st_dev), pci[0] ? " at " : "",
+	         pci[0] ? strrchr(pci, '/') + 1 : "");
+	add(l, "file.block_device",
+	    nvme ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_UNKNOWN, value, "%s",
+	    nvme ? "an NVMe namespace: a device GDS reaches directly"
+	         : "not NVMe: GDS support depends on the driver (NVMe and "
+	           "NVMe-oF are supported)");
+	for (int g = 0; pci[0] && g < ngpus; g++) {
+		char name[48];
+		const char *rel = pcie_relation(gpus[g].path, pci);
 
-	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+		snprintf(name, sizeof(name), "file.pcie %s", gpus[g].bdf);
+		add(l, name,
+		    rel[0] == 'P' && rel[1] != 'H' ? GPUFILE_CHECK_PASS
+		                                   : GPUFILE_CHECK_FAIL,
+		    rel, "placement of GPU %s relative to %s", gpus[g].bdf,
+		    dev_name);
+	}
+}
+
+/* Whether the file opens with O_DIRECT and an aligned 4 KiB read works,
+ * as cuFile's registration needs. Returns 1 or 0. */
+static int check_file_o_direct(struct list *l, const char *path,
+                               const struct stat *st)
+{
+	char err[128] = "";
+	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC), ok;
+
 	if (fd < 0) {
-		snprintf(direct_err, sizeof(direct_err), "open: %s",
-		         strerror(errno));
+		snprintf(err, sizeof(err), "open: %s", strerror(errno));
 	} else {
 		void *buf = NULL;
-		if (st.st_size >= 4096 &&
-		    posix_memalign(&buf, 4096, 4096) == 0) {
-			if (pread(fd, buf, 4096, 0) < 0)
-				snprintf(direct_err, sizeof(direct_err),
-				         "read: %s", strerror(errno));
-		}
+
+		if (st->st_size >= 4096 &&
+		    posix_memalign(&buf, 4096, 4096) == 0 &&
+		    pread(fd, buf, 4096, 0) < 0)
+			snprintf(err, sizeof(err), "read: %s", strerror(errno));
 		free(buf);
 		close(fd);
-		direct_ok = !direct_err[0];
 	}
-	add(l, "file.o_direct",
-	    direct_ok ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_FAIL,
-	    direct_ok ? "opens" : direct_err, "%s",
-	    direct_ok ? "O_DIRECT open and an aligned 4 KiB read succeed: "
-	                "cuFile can register the file"
-	              : "O_DIRECT refused: cuFile cannot register this file, "
-	                "and gpufile reads it through the page cache");
+	ok = !err[0];
+	add(l, "file.o_direct", ok ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_FAIL,
+	    ok ? "opens" : err, "%s",
+	    ok ? "O_DIRECT open and an aligned 4 KiB read succeed: cuFile "
+	         "can register the file"
+	       : "O_DIRECT refused: cuFile cannot register this file, and "
+	         "gpufile reads it through the page cache");
+	return ok;
+}
 
-	/* cuFile's layer, as if it receives the read. */
-	cu_why = cu_buf;
-	cu_st = GPUFILE_CHECK_FAIL;
-	cu_path = "posix";
-	accel = gpufile__cufile_accelerated(accel_why, sizeof(accel_why));
+/* cuFile's layer, as if it receives the read. Returns whether cuFile
+ * would accelerate it. */
+static int predict_cufile(const struct file_facts *f, int nvfs_loaded,
+                          const gpufile_cufile_config_t *cfg,
+                          struct prediction *p)
+{
+	const char *compat = cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
+	                         ? "cuFile's compatibility (posix) path"
+	                         : "allow_compat_mode is false, cuFile fails";
+	char accel_why[160];
+	int accel = gpufile__cufile_accelerated(accel_why, sizeof(accel_why));
+
+	p->status = GPUFILE_CHECK_FAIL;
+	p->path = "posix";
 	if (env_true(getenv("CUFILE_FORCE_COMPAT_MODE"))) {
-		snprintf(cu_buf, sizeof(cu_buf),
+		snprintf(p->why, sizeof(p->why),
 		         "CUFILE_FORCE_COMPAT_MODE=%s: cuFile's compatibility "
 		         "path",
 		         getenv("CUFILE_FORCE_COMPAT_MODE"));
-		accel = 0;
-	} else if (!accel) {
-		snprintf(cu_buf, sizeof(cu_buf), "%s: %s", accel_why,
-		         cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
-		             ? "cuFile's compatibility (posix) path"
-		             : "allow_compat_mode is false, cuFile fails");
-	} else if (fs_ok == 0) {
-		snprintf(cu_buf, sizeof(cu_buf), "%s%s: %s", m.fstype,
-		         denied ? " (denylisted)" : "",
-		         cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
-		             ? "cuFile's compatibility (posix) path"
-		             : "allow_compat_mode is false, cuFile fails");
-		accel = 0;
-	} else if (!nvfs_loaded) {
-		cu_st = GPUFILE_CHECK_PASS;
-		cu_path = "p2p";
-		snprintf(cu_buf, sizeof(cu_buf), "%s: PCI P2PDMA", accel_why);
-	} else if (fs_ok < 0) {
-		cu_st = GPUFILE_CHECK_UNKNOWN;
-		cu_path = "nvfs?";
-		snprintf(cu_buf, sizeof(cu_buf),
+		return 0;
+	}
+	if (!accel) {
+		snprintf(p->why, sizeof(p->why), "%s: %s", accel_why, compat);
+		return 0;
+	}
+	if (f->fs_ok == 0) {
+		snprintf(p->why, sizeof(p->why), "%s%s: %s", f->m.fstype,
+		         f->denied ? " (denylisted)" : "", compat);
+		return 0;
+	}
+	if (!nvfs_loaded) {
+		p->status = GPUFILE_CHECK_PASS;
+		p->path = "p2p";
+		snprintf(p->why, sizeof(p->why), "%s: PCI P2PDMA", accel_why);
+	} else if (f->fs_ok < 0) {
+		p->status = GPUFILE_CHECK_UNKNOWN;
+		p->path = "nvfs?";
+		snprintf(p->why, sizeof(p->why),
 		         "%s: nvfs when its RDMA client is configured, else "
 		         "posix; confirm with gpufile stats PID",
-		         m.fstype);
+		         f->m.fstype);
 	} else {
-		cu_st = GPUFILE_CHECK_PASS;
-		cu_path = "nvfs";
-		snprintf(cu_buf, sizeof(cu_buf),
+		p->status = GPUFILE_CHECK_PASS;
+		p->path = "nvfs";
+		snprintf(p->why, sizeof(p->why),
 		         "nvidia-fs is loaded and %s is supported: the GDS "
 		         "path; confirm with gpufile stats PID (cuFile's "
 		         "nvfs/posix counters)",
-		         m.fstype);
+		         f->m.fstype);
 	}
+	return 1;
+}
 
-	/* gpufile's layer (file.c's cufile_choose()). */
-	gf_st = GPUFILE_CHECK_FAIL;
-	gf_path = "posix";
-	gf_why = gf_buf;
+/* gpufile's layer (file.c's cufile_choose()), given cuFile's. */
+static void predict_gpufile(const struct cufile_probe *cp, int direct_ok,
+                            const struct gpufile__settings *s, int settings_ok,
+                            int accel, const struct prediction *cu,
+                            struct prediction *p)
+{
+	p->status = GPUFILE_CHECK_FAIL;
+	p->path = "posix";
 	if (!settings_ok) {
-		gf_st = GPUFILE_CHECK_UNKNOWN;
-		gf_path = "error";
-		gf_why = "a gpufile setting is invalid (see gpufile.*)";
+		p->status = GPUFILE_CHECK_UNKNOWN;
+		p->path = "error";
+		snprintf(p->why, sizeof(p->why),
+		         "a gpufile setting is invalid (see gpufile.*)");
 	} else if (s->compat_mode == GPUFILE_COMPAT_ON) {
-		snprintf(gf_buf, sizeof(gf_buf),
+		snprintf(p->why, sizeof(p->why),
 		         "compat_mode=on: gpufile never uses cuFile");
 	} else if (!cp->found || !cp->driver_ok || !direct_ok) {
-		snprintf(gf_buf, sizeof(gf_buf), "%s: %s",
+		snprintf(p->why, sizeof(p->why), "%s: %s",
 		         !cp->found       ? "libcufile not found"
 		         : !cp->driver_ok ? "cuFileDriverOpen() fails"
 		                          : "O_DIRECT refused, cuFile cannot "
@@ -831,40 +901,53 @@ static void check_file(struct list *l, const char *path,
 		             : "compat_mode=auto falls back to gpufile's "
 		               "POSIX path (pinned bounce buffers)");
 		if (s->compat_mode == GPUFILE_COMPAT_OFF)
-			gf_path = "error";
+			p->path = "error";
 	} else if (s->compat_mode == GPUFILE_COMPAT_AUTO &&
 	           s->cufile_accel_only && !accel) {
-		snprintf(gf_buf, sizeof(gf_buf),
+		snprintf(p->why, sizeof(p->why),
 		         "cuFile would only use its slower compatibility path "
 		         "(%s), so compat_mode=auto with cufile_accel_only "
 		         "takes gpufile's POSIX path (cufile_accel_only=off "
 		         "hands it to cuFile anyway)",
-		         cu_buf);
+		         cu->why);
 	} else {
-		gf_st = GPUFILE_CHECK_PASS;
-		gf_path = "cufile";
-		snprintf(gf_buf, sizeof(gf_buf),
+		p->status = GPUFILE_CHECK_PASS;
+		p->path = "cufile";
+		snprintf(p->why, sizeof(p->why),
 		         "libcufile loads, its driver opens and the file opens "
 		         "with O_DIRECT: device reads of at least "
 		         "gds_threshold (%zu bytes) go to cuFile; smaller ones "
 		         "take the \"small\" POSIX path",
 		         s->gds_threshold);
 	}
-	add(l, "predict.gpufile", gf_st, gf_path, "%s", gf_why);
+}
 
-	if (strcmp(gf_path, "cufile") != 0) {
-		char tmp[sizeof(cu_buf)];
+static void check_file(struct list *l, const char *path,
+                       const struct cufile_probe *cp, int nvfs_loaded,
+                       const gpufile_cufile_config_t *cfg,
+                       const struct gpufile__settings *s, int settings_ok,
+                       const struct pci_dev *gpus, int ngpus)
+{
+	struct file_facts f = {.fs_ok = -1};
+	struct prediction gf, cu;
+	int accel;
 
-		snprintf(tmp, sizeof(tmp),
-		         "cuFile does not receive the read (gpufile's layer "
-		         "does not choose it); if it did: %s: %s",
-		         cu_path, cu_why);
-		snprintf(cu_buf, sizeof(cu_buf), "%s", tmp);
-		cu_why = cu_buf;
-		cu_st = GPUFILE_CHECK_UNKNOWN;
-		cu_path = "none";
-	}
-	add(l, "predict.cufile", cu_st, cu_path, "%s", cu_why);
+	if (check_file_access(l, path, &f.st))
+		return;
+	check_file_fs(l, path, cfg, &f);
+	check_file_block_device(l, &f.st, gpus, ngpus);
+	f.direct_ok = check_file_o_direct(l, path, &f.st);
+
+	accel = predict_cufile(&f, nvfs_loaded, cfg, &cu);
+	predict_gpufile(cp, f.direct_ok, s, settings_ok, accel, &cu, &gf);
+	add(l, "predict.gpufile", gf.status, gf.path, "%s", gf.why);
+	if (strcmp(gf.path, "cufile") != 0)
+		add(l, "predict.cufile", GPUFILE_CHECK_UNKNOWN, "none",
+		    "cuFile does not receive the read (gpufile's layer does "
+		    "not choose it); if it did: %s: %s",
+		    cu.path, cu.why);
+	else
+		add(l, "predict.cufile", cu.status, cu.path, "%s", cu.why);
 }
 
 /* A URL (remote.c): endpoint, kind, credentials (present or not, never

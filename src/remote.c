@@ -19,7 +19,9 @@
  *   - a range succeeds only when every byte arrived; otherwise the task
  *     fails, naming the redacted URL, the range and the HTTP status or
  *     curl error.
- * Lock order: rm->lock is a leaf (held only to take or give a connection).
+ * Lock order: rm->lock (the handle's lock, h->lock, level 2 of fork.c's
+ * order) is held only to take or give a connection, and nothing is taken
+ * under it.
  */
 #define _GNU_SOURCE
 #include "remote.h"
@@ -79,7 +81,10 @@ struct gpufile__remote {
 	int retry_codes[32];
 	int nretry_codes;
 
-	pthread_mutex_t lock; /* guards the connection set */
+	/* Guards the connection set: the handle's lock once there is one
+	 * (fork.c holds it across fork()), own_lock before. */
+	pthread_mutex_t *lock;
+	pthread_mutex_t own_lock;
 	pthread_cond_t freed;
 	CURL **idle;
 	unsigned nidle, nopen, max_conns;
@@ -192,7 +197,7 @@ static CURL *conn_get(struct gpufile__remote *rm)
 {
 	CURL *c = NULL;
 
-	pthread_mutex_lock(&rm->lock);
+	pthread_mutex_lock(rm->lock);
 	if (rm->owner != getpid()) {
 		/* A forked child: the idle connections' sockets (and TLS
 		 * states) are its parent's too, and one stream used by two
@@ -205,20 +210,20 @@ static CURL *conn_get(struct gpufile__remote *rm)
 		rm->owner = getpid();
 	}
 	while (rm->nidle == 0 && rm->nopen >= rm->max_conns)
-		pthread_cond_wait(&rm->freed, &rm->lock);
+		pthread_cond_wait(&rm->freed, rm->lock);
 	if (rm->nidle) {
 		c = rm->idle[--rm->nidle];
 	} else {
 		rm->nopen++;
 	}
-	pthread_mutex_unlock(&rm->lock);
+	pthread_mutex_unlock(rm->lock);
 	if (!c) {
 		c = conn_new(rm);
 		if (!c) {
-			pthread_mutex_lock(&rm->lock);
+			pthread_mutex_lock(rm->lock);
 			rm->nopen--;
 			pthread_cond_signal(&rm->freed);
-			pthread_mutex_unlock(&rm->lock);
+			pthread_mutex_unlock(rm->lock);
 		}
 	}
 	return c;
@@ -226,10 +231,10 @@ static CURL *conn_get(struct gpufile__remote *rm)
 
 static void conn_put(struct gpufile__remote *rm, CURL *c)
 {
-	pthread_mutex_lock(&rm->lock);
+	pthread_mutex_lock(rm->lock);
 	rm->idle[rm->nidle++] = c;
 	pthread_cond_signal(&rm->freed);
-	pthread_mutex_unlock(&rm->lock);
+	pthread_mutex_unlock(rm->lock);
 }
 
 /* ---- one HTTP exchange ---- */
@@ -594,7 +599,7 @@ static void remote_free(struct gpufile__remote *rm)
 	for (unsigned i = 0; i < rm->nidle; i++)
 		curl_easy_cleanup(rm->idle[i]);
 	free(rm->idle);
-	pthread_mutex_destroy(&rm->lock);
+	pthread_mutex_destroy(&rm->own_lock);
 	pthread_cond_destroy(&rm->freed);
 	free(rm->url);
 	free(rm->shown);
@@ -770,7 +775,8 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 	*out = NULL;
 	if (!rm)
 		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
-	pthread_mutex_init(&rm->lock, NULL);
+	pthread_mutex_init(&rm->own_lock, NULL);
+	rm->lock = &rm->own_lock;
 	pthread_cond_init(&rm->freed, NULL);
 	rm->owner = getpid();
 	gpufile__remote_redact(url, shown, sizeof(shown));
@@ -850,6 +856,10 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	atomic_init(&h->direct_refused, 1);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
+	/* From now on the connection set is guarded by the handle's lock,
+	 * which fork.c's handlers hold across fork(). */
+	rm->lock = &h->lock;
+	gpufile__fork_track(h);
 	h->cufile_state = GPUFILE__CUFILE_UNAVAILABLE;
 	snprintf(h->cufile_reason, sizeof(h->cufile_reason),
 	         "a remote object: cuFile reads local files only");
@@ -1018,6 +1028,14 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 	if (n < 0 && n != GPUFILE__TASK_DEFERRED && !msg[0])
 		snprintf(msg, msg_len, "%s", gpufile_errmsg());
 	return n;
+}
+
+int gpufile__remote_no_fd(struct gpufile *h, const char *what)
+{
+	return gpufile__fail(-ENOTSUP,
+	                     "%s: %s is a remote object, read over HTTP; it "
+	                     "has no file descriptor or page cache",
+	                     what, h->path);
 }
 
 int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,

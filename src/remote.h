@@ -14,9 +14,9 @@ struct gpufile__remote;
 
 /* What gpufile_features() adds for remote sources. */
 #if GPUFILE_HAVE_CURL && GPUFILE_HAVE_SIGV4
-#define GPUFILE__REMOTE_FEATURES " remote curl sigv4"
+#define GPUFILE__REMOTE_FEATURES " remote sigv4"
 #elif GPUFILE_HAVE_CURL
-#define GPUFILE__REMOTE_FEATURES " remote curl"
+#define GPUFILE__REMOTE_FEATURES " remote"
 #else
 #define GPUFILE__REMOTE_FEATURES ""
 #endif
@@ -51,6 +51,10 @@ int gpufile__remote_route(struct gpufile__request *r);
 /* gpufile_path_info() of a remote handle. Returns 0. */
 int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
                               char *reason, size_t len);
+
+/* The error of a call that needs a file descriptor (gpufile_fd, the
+ * page-cache calls) on remote handle h: -ENOTSUP naming what and h. */
+int gpufile__remote_no_fd(struct gpufile *h, const char *what);
 
 /* Copies url into out (len bytes) with credentials and query strings
  * removed, for messages, statistics and logs. */

@@ -55,16 +55,32 @@ void gpufile__uring_reset(void)
 #endif
 }
 
+/* Contexts (devices) whose streams one stager keeps at a time. */
+#define MAX_LANES 4
+
 struct stager {
 	struct stager *next;
 	CUcontext ctx; /* context the stream and events belong to */
 	CUstream stream;
+	/* Streams and events this stager made in other contexts, kept for
+	 * when a request on that device comes back: the pinned buffers are
+	 * portable (CU_MEMHOSTALLOC_PORTABLE) and serve every context, so
+	 * moving between devices costs a stream switch, not new pinned
+	 * memory. Without this, two reads into GPUs 0 and 1 at once made
+	 * every worker reallocate its buffers at each task: 0.52x of one
+	 * GPU's throughput on the two-H200 machine. */
+	struct lane {
+		CUcontext ctx; /* NULL: slot unused */
+		CUstream stream;
+		CUevent event[MAX_BUFFERS];
+	} lanes[MAX_LANES];
 	unsigned nbufs;
 	size_t buf_size; /* usable bytes per buffer */
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
 	unsigned next_buf;        /* rotates across tasks */
+	unsigned gen;             /* bfree.gen when acquired */
 	/* A worker's task whose last copy to the GPU may still run; it ends
 	 * once that copy has (see settle_deferred). */
 	struct {
@@ -92,10 +108,43 @@ static struct {
     .freed = PTHREAD_COND_INITIALIZER,
 };
 
+/* gpufile_bounce_buffer_free(): each call starts a generation; stagers
+ * acquired before it and still in use are freed when they come back, and
+ * the call waits for them. Fields after serial are guarded by stagers.lock;
+ * serial (taken before stagers.lock) lets one call run at a time. */
+static struct {
+	pthread_mutex_t serial;
+	pthread_cond_t back;
+	unsigned gen;
+	unsigned old_out; /* stagers of an older generation still in use */
+	size_t old_bytes; /* pinned bytes of those that have come back */
+} bfree = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static size_t stager_bytes(const struct stager *s)
+{
+	return (size_t)s->nbufs * (s->buf_size + GPUFILE_ALIGN);
+}
+
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
+
+/* Destroys a stream and its events in their context. */
+static void lane_destroy(const struct gpufile__cuda *t, struct lane *l,
+                         unsigned nbufs)
+{
+	t->cuCtxSetCurrent(l->ctx);
+	for (unsigned i = 0; i < nbufs; i++)
+		if (l->event[i])
+			t->cuEventDestroy(l->event[i]);
+	if (l->stream)
+		t->cuStreamDestroy(l->stream);
+	memset(l, 0, sizeof(*l));
+}
 
 static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 {
+	for (unsigned k = 0; k < MAX_LANES; k++)
+		if (s->lanes[k].ctx)
+			lane_destroy(t, &s->lanes[k], s->nbufs);
 	if (s->ctx)
 		t->cuCtxSetCurrent(s->ctx);
 	for (unsigned i = 0; i < s->nbufs; i++) {
@@ -122,8 +171,61 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	s->next_buf = 0;
 }
 
+/* Makes ctx's stream and events the current ones of s (whose copies have
+ * all finished), keeping the pinned buffers: the current lane goes into
+ * the cache, and ctx's comes out of it or is made. */
+static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
+                         CUcontext ctx, char *msg, size_t msg_len)
+{
+	struct lane cur = {s->ctx, s->stream, {0}}, *slot = NULL;
+	CUresult rc;
+
+	memcpy(cur.event, s->event, sizeof(cur.event));
+	for (unsigned k = 0; k < MAX_LANES && !slot; k++)
+		if (!s->lanes[k].ctx)
+			slot = &s->lanes[k];
+	if (!slot) { /* more devices than lanes: the oldest goes */
+		slot = &s->lanes[0];
+		lane_destroy(t, slot, s->nbufs);
+	}
+	*slot = cur;
+	memset(s->event, 0, sizeof(s->event));
+	s->stream = NULL;
+	s->ctx = ctx;
+	for (unsigned k = 0; k < MAX_LANES; k++) {
+		if (s->lanes[k].ctx == ctx) {
+			s->stream = s->lanes[k].stream;
+			memcpy(s->event, s->lanes[k].event, sizeof(s->event));
+			memset(&s->lanes[k], 0, sizeof(s->lanes[k]));
+			break;
+		}
+	}
+	rc = t->cuCtxSetCurrent(ctx);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
+	if (s->stream)
+		return 0;
+	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	if (rc != CUDA_SUCCESS) {
+		s->stream = NULL;
+		stager_free_buffers(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
+	}
+	for (unsigned i = 0; i < s->nbufs; i++) {
+		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
+		if (rc != CUDA_SUCCESS) {
+			s->event[i] = NULL;
+			stager_free_buffers(t, s);
+			return gpufile__cuda_fail(rc, msg, msg_len,
+			                          "cuEventCreate");
+		}
+	}
+	return 0;
+}
+
 /* Gives s buffers, events and a stream in context ctx, matching the
- * settings. Reuses what s has when nothing changed. */
+ * settings. Reuses what s has when nothing changed, and its pinned
+ * buffers when only the context did. */
 static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
                           CUcontext ctx, const struct gpufile__settings *cfg,
                           char *msg, size_t msg_len)
@@ -137,6 +239,9 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 		t->cuStreamSynchronize(s->stream);
 		settle_deferred(t, s);
 	}
+	if (s->ctx && s->nbufs == cfg->bounce_buffers &&
+	    s->buf_size == cfg->bounce_buffer_size)
+		return stager_switch(t, s, ctx, msg, msg_len);
 	stager_free_buffers(t, s);
 	rc = t->cuCtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS)
@@ -204,6 +309,8 @@ static struct stager *stager_acquire(const struct gpufile__cuda *t,
 		if (s)
 			stagers.count++;
 	}
+	if (s)
+		s->gen = bfree.gen;
 	pthread_mutex_unlock(&stagers.lock);
 	while (surplus) {
 		struct stager *x = surplus;
@@ -228,6 +335,12 @@ static void stager_return(const struct gpufile__cuda *t, struct stager *s)
 	             (s->nbufs && (s->nbufs != cfg.bounce_buffers ||
 	                           s->buf_size != cfg.bounce_buffer_size))))
 		keep = 0;
+	if (s->gen != bfree.gen) { /* a bounce_buffer_free() waits for it */
+		keep = 0;
+		bfree.old_out--;
+		bfree.old_bytes += stager_bytes(s);
+		pthread_cond_broadcast(&bfree.back);
+	}
 	if (keep) {
 		s->next = stagers.free_list;
 		stagers.free_list = s;
@@ -310,6 +423,28 @@ static int64_t chunk_end(int64_t pos, int64_t end, size_t chunk)
 	return next < end ? next : end;
 }
 
+/* Queues the copy of n bytes at src (bounce buffer b, file offset pos) to
+ * device address dst, and records b's event after it, so that b is reused
+ * only once the copy ended. Shared by the warm and the cold reader. */
+static int copy_to_device(const struct gpufile__cuda *t, struct stager *s,
+                          struct gpufile__request *r, unsigned b,
+                          CUdeviceptr dst, const char *src, size_t n,
+                          int64_t pos, char *msg, size_t msg_len)
+{
+	CUresult rc = t->cuMemcpyHtoDAsync(dst, src, n, s->stream);
+
+	if (rc == CUDA_SUCCESS)
+		rc = t->cuEventRecord(s->event[b], s->stream);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, msg, msg_len,
+		                          "copying %zu bytes of %s at offset "
+		                          "%lld to device memory %p",
+		                          n, r->h->path, (long long)pos,
+		                          (void *)(uintptr_t)dst);
+	s->pending[b] = 1;
+	return 0;
+}
+
 #ifdef GPUFILE_HAVE_LIBURING
 /*
  * Cold ranges: every buffer of the stager has an O_DIRECT read in flight
@@ -330,21 +465,34 @@ struct cold_chunk {
 	int64_t pos, end,
 	    ws;    /* data range, and where the aligned read starts */
 	size_t wl; /* aligned read length */
-	int done;
+	int done;  /* its completion was reaped; res holds the result */
 	int res;
 };
 
+/* One cold range being read: chunk b lives in bounce buffer b. */
+struct cold_read {
+	struct cold_chunk chunk[MAX_BUFFERS];
+	int64_t next, end; /* next chunk to submit, end of the range */
+	/* Reads submitted whose completion is not reaped yet: exactly the
+	 * completions the ring still owes us. A completion reaped while
+	 * waiting for another chunk no longer counts, whether or not its
+	 * chunk was consumed (issue 10 item 1: counting it made the final
+	 * drain wait for a completion that never came). */
+	unsigned unreaped;
+};
+
+/* Submits the read of the next chunk of cr into buffer b. */
 static int uring_submit(struct stager *s, struct gpufile__request *r,
-                        struct cold_chunk *c, unsigned b, int64_t pos,
-                        int64_t end)
+                        struct cold_read *cr, unsigned b)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	struct cold_chunk *c = &cr->chunk[b];
 
 	if (!sqe)
 		return -EBUSY;
-	c->pos = pos;
-	c->end = chunk_end(pos, end, s->buf_size);
-	c->ws = pos & ~(int64_t)(GPUFILE_ALIGN - 1);
+	c->pos = cr->next;
+	c->end = chunk_end(c->pos, cr->end, s->buf_size);
+	c->ws = c->pos & ~(int64_t)(GPUFILE_ALIGN - 1);
 	c->wl = (size_t)((((uint64_t)c->end + GPUFILE_ALIGN - 1) &
 	                  ~(uint64_t)(GPUFILE_ALIGN - 1)) -
 	                 (uint64_t)c->ws);
@@ -354,8 +502,11 @@ static int uring_submit(struct stager *s, struct gpufile__request *r,
 	io_uring_sqe_set_data64(sqe, b);
 	for (int again = 0;; again++) {
 		int rc = gpufile__uring.submit(&s->ring);
-		if (rc == 1)
+		if (rc == 1) {
+			cr->unreaped++;
+			cr->next = c->end;
 			return 0;
+		}
 		if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) &&
 		    again < 1000)
 			continue;
@@ -366,10 +517,10 @@ static int uring_submit(struct stager *s, struct gpufile__request *r,
 	}
 }
 
-/* Waits until chunk b's read completed, recording others on the way. */
-static int uring_wait(struct stager *s, struct cold_chunk *chunks, unsigned b)
+/* Reaps one completion, whichever chunk it belongs to. */
+static int uring_reap(struct stager *s, struct cold_read *cr)
 {
-	while (!chunks[b].done) {
+	for (;;) {
 		struct io_uring_cqe *cqe;
 		int rc = gpufile__uring.wait_cqe(&s->ring, &cqe);
 		if (rc == -EINTR || rc == -EAGAIN)
@@ -377,11 +528,92 @@ static int uring_wait(struct stager *s, struct cold_chunk *chunks, unsigned b)
 		if (rc < 0)
 			return rc;
 		unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
-		chunks[i].res = cqe->res;
-		chunks[i].done = 1;
+		if (i < MAX_BUFFERS) {
+			cr->chunk[i].res = cqe->res;
+			cr->chunk[i].done = 1;
+		}
 		io_uring_cqe_seen(&s->ring, cqe);
+		cr->unreaped--;
+		return 0;
+	}
+}
+
+/* Waits until chunk b's read completed, recording others on the way. */
+static int uring_wait(struct stager *s, struct cold_read *cr, unsigned b)
+{
+	while (!cr->chunk[b].done) {
+		int rc = uring_reap(s, cr);
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
+}
+
+/* Reads still in flight target our buffers: let them end. When the ring
+ * fails while some are in flight, it is not used again. */
+static void uring_drain(struct stager *s, struct cold_read *cr)
+{
+	while (cr->unreaped > 0) {
+		if (uring_reap(s, cr) < 0) {
+			s->ring_broken = 1;
+			break;
+		}
+	}
+	if (s->ring_broken && cr->unreaped == 0) {
+		io_uring_queue_exit(&s->ring);
+		s->ring_ok = 0;
+		s->ring_broken = 0;
+	}
+}
+
+/* The data bytes chunk b's completed read gave (at most the chunk's
+ * length; fewer only at end-of-file), finishing transient failures and
+ * short counts that are not end-of-file synchronously; or -errno
+ * (-EINVAL: O_DIRECT refused, recorded on the handle). */
+static ssize_t cold_chunk_bytes(struct stager *s, struct gpufile__request *r,
+                                const struct cold_chunk *c, unsigned b)
+{
+	const size_t skip = (size_t)(c->pos - c->ws);
+	const size_t want = (size_t)(c->end - c->pos);
+	ssize_t got = c->res;
+	size_t valid;
+
+	if (got == -EINTR || got == -EAGAIN)
+		/* A transient failure of the whole read: redo it
+		 * synchronously (that loop retries both). */
+		got = gpufile__direct_pread(r->h->direct_fd, s->buf[b], c->wl,
+		                            c->ws);
+	if (got == -EINVAL) {
+		/* O_DIRECT refused at I/O time: the caller continues from
+		 * here through the page cache. */
+		gpufile__refuse_direct(r->h, c->pos);
+		return -EINVAL;
+	}
+	if (got < 0)
+		return got;
+	if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 && got > 0) {
+		/* A short read that is not end-of-file: finish it. */
+		ssize_t more =
+		    gpufile__direct_pread(r->h->direct_fd, s->buf[b] + got,
+		                          c->wl - (size_t)got, c->ws + got);
+		if (more < 0)
+			return more;
+		got += more;
+	}
+	valid = (size_t)got > skip ? (size_t)got - skip : 0;
+	if (valid > want)
+		valid = want;
+	if (valid < want && before_eof(r->h, c->pos + (int64_t)valid)) {
+		/* A short count that is not end-of-file (some file systems
+		 * return any count): finish through the page cache. */
+		ssize_t more =
+		    gpufile__pread_full(r->h->fd, s->buf[b] + skip + valid,
+		                        want - valid, c->pos + (int64_t)valid);
+		if (more < 0)
+			return more;
+		valid += (size_t)more;
+	}
+	return (ssize_t)valid;
 }
 
 static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
@@ -389,134 +621,64 @@ static ssize_t staged_read_cold(const struct gpufile__cuda *t, struct stager *s,
                                 size_t len, int64_t off, char *msg,
                                 size_t msg_len, int64_t *stopped_at)
 {
-	const int64_t end = off + (int64_t)len;
-	struct cold_chunk chunks[MAX_BUFFERS];
-	unsigned inflight = 0, k_next = 0, k;
-	int64_t next = off, done = off;
-	int err = 0;
+	struct cold_read cr;
+	unsigned k_next = 0, k;
+	int64_t done = off;
+	int err;
 	CUresult rc;
 
-	memset(chunks, 0, sizeof(chunks));
+	memset(&cr, 0, sizeof(cr));
+	cr.next = off;
+	cr.end = off + (int64_t)len;
 	/* The reads below land in every buffer: no earlier copy may still
 	 * be reading one. */
 	err = wait_all(t, s, msg, msg_len);
 	if (err)
 		return err;
-	while (k_next < s->nbufs && next < end) {
-		err = uring_submit(s, r, &chunks[k_next], k_next, next, end);
+	for (; k_next < s->nbufs && cr.next < cr.end; k_next++) {
+		err = uring_submit(s, r, &cr, k_next);
 		if (err)
-			goto fail;
-		next = chunks[k_next].end;
-		k_next++;
-		inflight++;
+			goto out;
 	}
 	for (k = 0; k < k_next; k++) {
 		const unsigned b = k % s->nbufs;
-		struct cold_chunk *c = &chunks[b];
-		size_t skip, want, valid;
-		ssize_t got;
+		const struct cold_chunk *c = &cr.chunk[b];
+		const size_t want = (size_t)(c->end - c->pos);
+		ssize_t valid;
 
-		err = uring_wait(s, chunks, b);
-		inflight--;
+		err = uring_wait(s, &cr, b);
 		if (err)
-			goto fail;
-		got = c->res;
-		if (got == -EINTR || got == -EAGAIN)
-			/* A transient failure of the whole read: redo it
-			 * synchronously (that loop retries both). */
-			got = gpufile__direct_pread(r->h->direct_fd, s->buf[b],
-			                            c->wl, c->ws);
-		if (got == -EINVAL) {
-			/* O_DIRECT refused at I/O time: the caller continues
-			 * from here through the page cache. */
-			gpufile__refuse_direct(r->h, c->pos);
-			err = -EINVAL;
-			goto fail;
-		}
-		if (got < 0) {
-			err = (int)got;
-			goto fail;
-		}
-		if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 &&
-		    got > 0) {
-			/* A short read that is not end-of-file: finish it. */
-			ssize_t more = gpufile__direct_pread(
-			    r->h->direct_fd, s->buf[b] + got,
-			    c->wl - (size_t)got, c->ws + got);
-			if (more < 0) {
-				err = (int)more;
-				goto fail;
-			}
-			got += more;
-		}
-		skip = (size_t)(c->pos - c->ws);
-		want = (size_t)(c->end - c->pos);
-		valid = (size_t)got > skip ? (size_t)got - skip : 0;
-		if (valid > want)
-			valid = want;
-		if (valid < want && before_eof(r->h, c->pos + (int64_t)valid)) {
-			/* A short count that is not end-of-file (some file
-			 * systems return any count): finish through the page
-			 * cache. */
-			ssize_t more = gpufile__pread_full(
-			    r->h->fd, s->buf[b] + skip + valid, want - valid,
-			    c->pos + (int64_t)valid);
-			if (more < 0) {
-				err = (int)more;
-				goto fail;
-			}
-			valid += (size_t)more;
+			goto out;
+		valid = cold_chunk_bytes(s, r, c, b);
+		if (valid < 0) {
+			err = (int)valid;
+			goto out;
 		}
 		if (valid) {
-			rc = t->cuMemcpyHtoDAsync(
-			    dst + (CUdeviceptr)(c->pos - off), s->buf[b] + skip,
-			    valid, s->stream);
-			if (rc == CUDA_SUCCESS)
-				rc = t->cuEventRecord(s->event[b], s->stream);
-			if (rc != CUDA_SUCCESS) {
-				err = gpufile__cuda_fail(
-				    rc, msg, msg_len,
-				    "copying %zu bytes of %s at offset %lld to "
-				    "device memory",
-				    valid, r->h->path, (long long)c->pos);
-				goto fail;
-			}
-			s->pending[b] = 1;
+			err = copy_to_device(
+			    t, s, r, b, dst + (CUdeviceptr)(c->pos - off),
+			    s->buf[b] + (c->pos - c->ws), (size_t)valid, c->pos,
+			    msg, msg_len);
+			if (err)
+				goto out;
 		}
-		done = c->pos + (int64_t)valid;
-		if (valid < want)
+		done = c->pos + valid;
+		if ((size_t)valid < want)
 			break; /* end of file */
-		if (next < end) {
+		if (cr.next < cr.end) {
 			err = wait_buffer(t, s, b, msg, msg_len);
 			if (!err)
-				err = uring_submit(s, r, c, b, next, end);
+				err = uring_submit(s, r, &cr, b);
 			if (err)
-				goto fail;
-			next = c->end;
+				goto out;
 			k_next++;
-			inflight++;
 		}
 	}
-fail:
-	/* Reads still in flight target our buffers: let them end. */
-	while (inflight > 0) {
-		struct io_uring_cqe *cqe;
-		int wrc = gpufile__uring.wait_cqe(&s->ring, &cqe);
-		if (wrc == -EINTR || wrc == -EAGAIN)
-			continue;
-		if (wrc < 0)
-			break;
-		io_uring_cqe_seen(&s->ring, cqe);
-		inflight--;
-	}
+out:
+	uring_drain(s, &cr);
 	rc = t->cuStreamSynchronize(s->stream);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		s->pending[i] = 0;
-	if (s->ring_broken && inflight == 0) {
-		io_uring_queue_exit(&s->ring);
-		s->ring_ok = 0;
-		s->ring_broken = 0;
-	}
 	*stopped_at = done;
 	if (err)
 		return err;
@@ -563,23 +725,11 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		/* The previous task's last copy ran while we read. */
 		settle_deferred(t, s);
 		if (n > 0) {
-			rc =
-			    t->cuMemcpyHtoDAsync(dst + (CUdeviceptr)(pos - off),
-			                         bounce, (size_t)n, s->stream);
-			if (rc == CUDA_SUCCESS)
-				rc = t->cuEventRecord(s->event[b], s->stream);
-			if (rc != CUDA_SUCCESS) {
-				err = gpufile__cuda_fail(
-				    rc, msg, msg_len,
-				    "copying %zd bytes of %s at offset %lld "
-				    "to device memory %p",
-				    n, r->h->path, (long long)pos,
-				    (void *)(uintptr_t)(dst +
-				                        (CUdeviceptr)(pos -
-				                                      off)));
+			err = copy_to_device(
+			    t, s, r, b, dst + (CUdeviceptr)(pos - off), bounce,
+			    (size_t)n, pos, msg, msg_len);
+			if (err)
 				goto fail;
-			}
-			s->pending[b] = 1;
 		}
 		pos += n;
 		if ((size_t)n < want)
@@ -817,5 +967,84 @@ void gpufile__staging_release(void)
 		free(s);
 		stagers.count--;
 	}
+	pthread_mutex_unlock(&stagers.lock);
+}
+
+/* ---- gpufile_bounce_buffer_free() ---- */
+
+size_t gpufile__staging_free(void)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	struct stager *idle;
+	size_t bytes = 0;
+
+	pthread_mutex_lock(&bfree.serial);
+	pthread_mutex_lock(&stagers.lock);
+	idle = stagers.free_list;
+	stagers.free_list = NULL;
+	for (struct stager *s = idle; s; s = s->next)
+		stagers.count--;
+	bfree.gen++;
+	bfree.old_out = stagers.count; /* every other stager is in use */
+	bfree.old_bytes = 0;
+	pthread_mutex_unlock(&stagers.lock);
+	while (idle) {
+		struct stager *s = idle;
+
+		idle = s->next;
+		bytes += stager_bytes(s);
+		if (t)
+			stager_free_buffers(t, s);
+		free(s);
+	}
+	pthread_mutex_lock(&stagers.lock);
+	while (bfree.old_out)
+		pthread_cond_wait(&bfree.back, &stagers.lock);
+	bytes += bfree.old_bytes;
+	pthread_mutex_unlock(&stagers.lock);
+	pthread_mutex_unlock(&bfree.serial);
+	return bytes;
+}
+
+/*
+ * fork() (see fork.c). A child cannot use the parent's CUDA context, so
+ * neither the pinned buffers, streams and events made in it: the child
+ * forgets every stager without a CUDA call (the pinned pages are not even
+ * mapped in the child: CUDA maps them with MADV_DONTFORK). Stagers in use
+ * at the fork belong to threads that do not exist in the child, so the
+ * count starts again at zero. A ring's descriptor and mappings are the
+ * child's own copies: closing them leaves the parent's ring alone.
+ */
+void gpufile__staging_atfork_prepare(void)
+{
+	pthread_mutex_lock(&stagers.lock);
+}
+
+void gpufile__staging_atfork_parent(void)
+{
+	pthread_mutex_unlock(&stagers.lock);
+}
+
+void gpufile__staging_atfork_child(void)
+{
+	while (stagers.free_list) {
+		struct stager *s = stagers.free_list;
+		stagers.free_list = s->next;
+#ifdef GPUFILE_HAVE_LIBURING
+		if (s->ring_ok)
+			io_uring_queue_exit(&s->ring);
+#endif
+		free(s);
+	}
+	stagers.count = 0;
+	/* A gpufile_bounce_buffer_free() of another parent thread may have
+	 * held serial or waited for stagers at the fork: neither exists in
+	 * the child. */
+	pthread_mutex_init(&bfree.serial, NULL);
+	pthread_cond_init(&bfree.back, NULL);
+	bfree.old_out = 0;
+	bfree.old_bytes = 0;
+	held = NULL; /* the forking thread is not a worker; be sure */
+	pthread_cond_init(&stagers.freed, NULL);
 	pthread_mutex_unlock(&stagers.lock);
 }

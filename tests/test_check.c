@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,6 +199,118 @@ static void test_cli(void)
 	CHECK_EQ(WEXITSTATUS(system(cmd)), 2);
 }
 
+/* Whether libgpufile was built with cJSON (cufile.json is parsed). */
+static int have_cjson(void)
+{
+	gpufile_cufile_config_t c;
+
+	gpufile__cufile_defaults(&c);
+	return gpufile__cufile_json_parse("{}", 2, "probe", &c) == 0;
+}
+
+/* Runs `$GPUFILE_CLI ARGS` with output discarded; returns its exit status,
+ * or -1 when there is no CLI to run. */
+static int cli_status(const char *args)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char cmd[1024];
+	int status;
+
+	if (!cli || access(cli, X_OK) != 0)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "%s %s >/dev/null 2>&1", cli, args);
+	status = system(cmd);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/*
+ * A file this user cannot read fails the "file" check (which says why and
+ * names the uid) and `gpufile check FILE` exits 1, as `gpufile read` would
+ * fail with EACCES. Root reads anything, so as root the checks run in a
+ * child that has become nobody (as `setpriv --reuid=nobody` would).
+ */
+static void test_unreadable(void)
+{
+	const char *path = test_path("unreadable");
+	char args[600];
+	int status;
+	pid_t pid;
+
+	CHECK_EQ(test_make_file(path, 8192, 3), 0);
+	CHECK_EQ(chmod(path, 0), 0);
+	/* nobody must reach the file to be refused by the file itself. */
+	CHECK_EQ(chmod(test_dir(), 0711), 0);
+	snprintf(args, sizeof(args), "check %s", path);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		const gpufile_check_item_t *it;
+		int n, rc;
+
+		if (geteuid() == 0 &&
+		    (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+		     setresuid(65534, 65534, 65534)))
+			_exit(77);
+		n = gpufile_check(path, items, MAX);
+		it = find(n, "file");
+		if (!it || it->status != GPUFILE_CHECK_FAIL ||
+		    !strstr(it->why, "Permission denied") ||
+		    !strstr(it->why, "cannot be read by this user")) {
+			fprintf(stderr, "unreadable: file: %s: %s\n",
+			        it ? gpufile_check_status_name(it->status)
+			           : "(none)",
+			        it ? it->why : "");
+			_exit(1);
+		}
+		/* No prediction for a file that cannot be read. */
+		if (find(n, "predict.gpufile"))
+			_exit(1);
+		rc = cli_status(args);
+		if (rc != -1 && rc != 1) {
+			fprintf(stderr, "unreadable: gpufile %s exits %d\n",
+			        args, rc);
+			_exit(1);
+		}
+		_exit(0);
+	}
+	CHECK(pid > 0);
+	CHECK(waitpid(pid, &status, 0) == pid);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+		fprintf(stderr, "cannot become nobody: unreadable part "
+		                "skipped\n");
+	else
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	chmod(path, 0600);
+}
+
+/* `gpufile check` exits 1 when the cufile.json in effect is malformed,
+ * and 0 when it parses. */
+static void test_cli_bad_json(void)
+{
+	const char *bad = test_path("bad-cli.json");
+	FILE *f;
+
+	if (!have_cjson() || cli_status("--version") != 0) {
+		fprintf(stderr, "no cJSON or no CLI: bad cufile.json CLI part "
+		                "skipped\n");
+		return;
+	}
+	f = fopen(bad, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fputs("{\"execution\": {\"max_io_threads\": }}\n", f);
+	fclose(f);
+	setenv("CUFILE_ENV_PATH_JSON", bad, 1);
+	CHECK_EQ(cli_status("check"), 1);
+	CHECK_EQ(cli_status("check --json"), 1);
+	f = fopen(bad, "w");
+	fputs("{\"execution\": {\"max_io_threads\": 2}}\n", f);
+	fclose(f);
+	CHECK_EQ(cli_status("check"), 0);
+	unsetenv("CUFILE_ENV_PATH_JSON");
+}
+
 int main(void)
 {
 	unsetenv("CUFILE_ENV_PATH_JSON");
@@ -204,6 +318,8 @@ int main(void)
 	test_file();
 	test_overrides();
 	test_cli();
+	test_unreadable();
+	test_cli_bad_json();
 	test_cleanup();
 	return test_finish("test_check");
 }

@@ -234,6 +234,16 @@ static void test_handles(void)
 		CHECK_EQ(gpufile_pread_async(h, d, SIZE - 5, 5, &f), 0);
 		CHECK_EQ(gpufile_future_wait(f), SIZE - 5);
 		CHECK_EQ(gpufile_sync(h), 0);
+		/* No descriptor, no page cache: a clear error, not -1. */
+		CHECK_EQ(gpufile_fd(h, 0), -ENOTSUP);
+		CHECK_CONTAINS(gpufile_errmsg(), "remote object");
+		{
+			uint64_t c = 0, t = 0;
+			CHECK_EQ(
+			    gpufile_page_cache_info(h, NULL, 0, 100, &c, &t),
+			    -ENOTSUP);
+			CHECK_EQ(gpufile_drop_page_cache(h, 0, 100), -ENOTSUP);
+		}
 		gpufile_future_free(f);
 		CHECK_EQ(dest_bad(d, SIZE - 5, 5, 1), 0);
 		gpufile_close(h);

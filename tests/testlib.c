@@ -2,10 +2,12 @@
 #include "testlib.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,4 +183,52 @@ void test_sleep_ms(long ms)
 
 	while (nanosleep(&ts, &ts) < 0)
 		;
+}
+
+/* ---- the gpufile tool ---- */
+
+const char *test_cli_path(void)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+
+	return cli && access(cli, X_OK) == 0 ? cli : NULL;
+}
+
+int test_cli_run(char *out, size_t len, const char *fmt, ...)
+{
+	const char *cli = test_cli_path();
+	char args[2048], cmd[4096];
+	size_t n = 0;
+	va_list ap;
+	FILE *p;
+	int status;
+
+	if (!cli || len == 0)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", cli, args);
+	fflush(NULL);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	/* Read to the end even past len, so the tool never blocks on a full
+	 * pipe. */
+	for (;;) {
+		char chunk[4096];
+		size_t got = fread(chunk, 1, sizeof(chunk), p);
+
+		if (got == 0)
+			break;
+		for (size_t i = 0; i < got && n + 1 < len; i++)
+			out[n++] = chunk[i];
+	}
+	out[n] = '\0';
+	status = pclose(p);
+	if (status < 0)
+		return -1;
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
 }

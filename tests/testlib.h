@@ -3,6 +3,9 @@
 #ifndef GPUFILE_TESTLIB_H
 #define GPUFILE_TESTLIB_H
 
+/* Tests may use the unstable helpers (gpufile_config_reset, ...). */
+#include "gpufile_private.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,5 +77,16 @@ void *test_malloc(size_t len);
 void *test_read_file(const char *path, size_t *len);
 /* Sleeps ms milliseconds. */
 void test_sleep_ms(long ms);
+
+/* ---- the gpufile tool ($GPUFILE_CLI, set by ctest) ---- */
+
+/* The path of the gpufile tool, or NULL when there is none to run. */
+const char *test_cli_path(void);
+/* Runs `gpufile ARGS` (ARGS as printf formats them, through /bin/sh) with
+ * stdout and stderr captured together in out (NUL-terminated, cut at
+ * len - 1). Returns its exit status, 128 + N for signal N, or -1 when
+ * there is no CLI or it cannot be started. */
+int test_cli_run(char *out, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

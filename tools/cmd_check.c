@@ -5,9 +5,9 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
 #include "util.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,39 +25,88 @@ static const char *const usage =
     "O_DIRECT opens, and the path a device read of it takes at each\n"
     "layer (gpufile: cufile or posix; cuFile: nvfs or posix), with the\n"
     "reason. Each check says pass, fail or unknown, and why.\n"
-    "Exit status: 0 when the checks ran (whatever they found), 1 when\n"
-    "PATH cannot be examined, 2 for a usage error.\n";
+    "Exit status: 0 when the checks ran (whatever the platform lacks),\n"
+    "1 when PATH cannot be examined or read by this user, or when the\n"
+    "cufile.json in effect is malformed; 2 for a usage error.\n";
+
+static void print_json(const char *path, const gpufile_check_item_t *items,
+                       int n, const int counts[3])
+{
+	struct json j;
+
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	if (path)
+		json_key_str(&j, "path", path);
+	else
+		json_key_null(&j, "path");
+	json_array_begin(&j, "checks");
+	for (int i = 0; i < n; i++) {
+		json_object_begin(&j, NULL);
+		json_key_str(&j, "name", items[i].name);
+		json_key_str(&j, "status",
+		             gpufile_check_status_name(items[i].status));
+		json_key_str(&j, "value", items[i].value);
+		json_key_str(&j, "why", items[i].why);
+		json_object_end(&j);
+	}
+	json_array_end(&j);
+	json_object_begin(&j, "summary");
+	json_key_u64(&j, "pass", (uint64_t)counts[0]);
+	json_key_u64(&j, "fail", (uint64_t)counts[1]);
+	json_key_u64(&j, "unknown", (uint64_t)counts[2]);
+	json_object_end(&j);
+	json_object_end(&j);
+}
+
+static void print_text(const gpufile_check_item_t *items, int n,
+                       const int counts[3])
+{
+	for (int i = 0; i < n; i++) {
+		printf("[%-7s] %-38s %s\n",
+		       gpufile_check_status_name(items[i].status),
+		       items[i].name, items[i].value);
+		if (items[i].why[0])
+			printf("          %s\n", items[i].why);
+	}
+	printf("%d pass, %d fail, %d unknown\n", counts[0], counts[1],
+	       counts[2]);
+}
+
+/* Counts the items per status. Returns 1 when an item about the user's
+ * input failed: a file gpufile cannot read and a cufile.json cuFile will
+ * reject are errors to fix, not facts of the platform, and scripts must
+ * see them in the exit status. */
+static int count_items(const gpufile_check_item_t *items, int n, int counts[3])
+{
+	int input_failed = 0;
+
+	for (int i = 0; i < n; i++) {
+		if ((unsigned)items[i].status < 3)
+			counts[items[i].status]++;
+		if ((strcmp(items[i].name, "file") == 0 ||
+		     strcmp(items[i].name, "cufile.json") == 0) &&
+		    items[i].status == GPUFILE_CHECK_FAIL)
+			input_failed = 1;
+	}
+	return input_failed;
+}
 
 int cmd_check(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *cmd = "check", *path = NULL;
 	gpufile_check_item_t *items;
-	int as_json = 0, c, n, counts[3] = {0}, file_failed = 0;
+	int as_json = 0, n, counts[3] = {0}, input_failed, rc, first;
+	const struct opt opts[] = {
+	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	};
+	const struct opt_spec spec = {cmd, usage, opts, 1, "PATH", 0, 1};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'j':
-			as_json = 1;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
-	if (optind < argc)
-		path = argv[optind++];
-	if (optind < argc)
-		return util_usage_error(cmd, "unexpected argument \"%s\"",
-		                        argv[optind]);
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
+	if (first < argc)
+		path = argv[first];
 	items = calloc(MAX_ITEMS, sizeof(*items));
 	if (!items)
 		return util_error(cmd, "out of memory");
@@ -68,51 +117,11 @@ int cmd_check(int argc, char **argv)
 	}
 	if (n > MAX_ITEMS)
 		n = MAX_ITEMS;
-	for (int i = 0; i < n; i++) {
-		if ((unsigned)items[i].status < 3)
-			counts[items[i].status]++;
-		if (strcmp(items[i].name, "file") == 0 &&
-		    items[i].status == GPUFILE_CHECK_FAIL)
-			file_failed = 1;
-	}
-	if (as_json) {
-		struct json j;
-
-		json_init(&j, stdout);
-		json_object_begin(&j, NULL);
-		if (path)
-			json_key_str(&j, "path", path);
-		else
-			json_key_null(&j, "path");
-		json_array_begin(&j, "checks");
-		for (int i = 0; i < n; i++) {
-			json_object_begin(&j, NULL);
-			json_key_str(&j, "name", items[i].name);
-			json_key_str(
-			    &j, "status",
-			    gpufile_check_status_name(items[i].status));
-			json_key_str(&j, "value", items[i].value);
-			json_key_str(&j, "why", items[i].why);
-			json_object_end(&j);
-		}
-		json_array_end(&j);
-		json_object_begin(&j, "summary");
-		json_key_u64(&j, "pass", (uint64_t)counts[0]);
-		json_key_u64(&j, "fail", (uint64_t)counts[1]);
-		json_key_u64(&j, "unknown", (uint64_t)counts[2]);
-		json_object_end(&j);
-		json_object_end(&j);
-	} else {
-		for (int i = 0; i < n; i++) {
-			printf("[%-7s] %-38s %s\n",
-			       gpufile_check_status_name(items[i].status),
-			       items[i].name, items[i].value);
-			if (items[i].why[0])
-				printf("          %s\n", items[i].why);
-		}
-		printf("%d pass, %d fail, %d unknown\n", counts[0], counts[1],
-		       counts[2]);
-	}
+	input_failed = count_items(items, n, counts);
+	if (as_json)
+		print_json(path, items, n, counts);
+	else
+		print_text(items, n, counts);
 	free(items);
-	return file_failed ? EXIT_RUNTIME : EXIT_OK;
+	return input_failed ? EXIT_RUNTIME : EXIT_OK;
 }

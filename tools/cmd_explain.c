@@ -4,10 +4,10 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
 #include "util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -203,63 +203,30 @@ static void print_json(const gpufile_plan_t *p, const char *ts_source)
 
 int cmd_explain(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"size", required_argument, NULL, 's'},
-	    {"task-size", required_argument, NULL, 't'},
-	    {"offset", required_argument, NULL, 'o'},
-	    {"registered", no_argument, NULL, 'r'},
-	    {"cufile-json", required_argument, NULL, 'c'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *cmd = "explain", *json_path = NULL;
 	uint64_t size = 0, task_size = 0, offset = 0;
-	int have_size = 0, registered = 0, as_json = 0, c, rc;
+	int have_size = 0, registered = 0, as_json = 0, rc;
 	gpufile_cufile_config_t cfg;
 	gpufile_plan_t plan;
+	const struct opt opts[] = {
+	    {.name = "size",
+	     .kind = OPT_SIZE,
+	     .dest = &size,
+	     .given = &have_size},
+	    {.name = "task-size",
+	     .kind = OPT_SIZE,
+	     .dest = &task_size,
+	     .min = 1},
+	    {.name = "offset", .kind = OPT_SIZE, .dest = &offset},
+	    {.name = "registered", .kind = OPT_FLAG, .dest = &registered},
+	    {.name = "cufile-json", .kind = OPT_STRING, .dest = &json_path},
+	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	};
+	const struct opt_spec spec = {
+	    cmd, usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0, 0};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			if ((rc = util_size_arg(cmd, "--size", optarg, &size)))
-				return rc;
-			have_size = 1;
-			break;
-		case 't':
-			if ((rc = util_size_arg(cmd, "--task-size", optarg,
-			                        &task_size)))
-				return rc;
-			if (task_size == 0)
-				return util_usage_error(cmd, "--task-size must "
-				                             "be at least 1");
-			break;
-		case 'o':
-			if ((rc = util_size_arg(cmd, "--offset", optarg,
-			                        &offset)))
-				return rc;
-			break;
-		case 'r':
-			registered = 1;
-			break;
-		case 'c':
-			json_path = optarg;
-			break;
-		case 'j':
-			as_json = 1;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
-	if (optind < argc)
-		return util_usage_error(cmd, "unexpected argument \"%s\"",
-		                        argv[optind]);
+	if (opt_parse(&spec, argc, argv, &rc) < 0)
+		return rc;
 	if (!have_size)
 		return util_usage_error(cmd, "--size is required");
 	rc = gpufile_cufile_config_load(json_path, &cfg);

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "util.h"
 #include "gpufile.h"
+/* gpufile_parse_size/count: sizes parse as the settings do. */
+#include "gpufile_private.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -133,6 +135,73 @@ double util_gbps(uint64_t bytes, double seconds)
 	return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
 }
 
+int util_utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	int n;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4;
+	else
+		return 0; /* ASCII, continuation byte, C0/C1 lead, F5-FF */
+	/* The second byte's range excludes overlong forms (E0, F0),
+	 * surrogates (ED) and values above U+10FFFF (F4). */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+const char *util_text(const char *s, char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t o = 0;
+
+	if (!len)
+		return buf;
+	while (*p) {
+		char piece[16];
+		size_t n;
+		int u = *p >= 0x80 ? util_utf8_len(p) : 0;
+
+		if (u && !(p[0] == 0xc2 && p[1] < 0xa0)) { /* not C1 */
+			memcpy(piece, p, (size_t)u);
+			n = (size_t)u;
+			p += u;
+		} else if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+			piece[0] = (char)*p++;
+			n = 1;
+		} else if (*p == '\\') {
+			memcpy(piece, "\\\\", 2);
+			n = 2;
+			p++;
+		} else {
+			n = (size_t)snprintf(piece, sizeof(piece), "\\x%02x",
+			                     *p++);
+		}
+		if (o + n >= len)
+			break;
+		memcpy(buf + o, piece, n);
+		o += n;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* ---- JSON ---- */
 
 void json_write_string(FILE *out, const char *s)
@@ -144,6 +213,13 @@ void json_write_string(FILE *out, const char *s)
 	fputc('"', out);
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
+		int u = c >= 0x80 ? util_utf8_len((const unsigned char *)s) : 0;
+
+		if (u) { /* valid UTF-8: as it is */
+			fwrite(s, 1, (size_t)u, out);
+			s += u - 1;
+			continue;
+		}
 
 		switch (c) {
 		case '"':
@@ -162,7 +238,7 @@ void json_write_string(FILE *out, const char *s)
 			fputs("\\t", out);
 			break;
 		default:
-			if (c < 0x20 || c == 0x7f)
+			if (c < 0x20 || c >= 0x7f)
 				fprintf(out, "\\u%04x", c);
 			else
 				fputc(c, out);
@@ -325,4 +401,44 @@ void util_json_paths(struct json *j, const char *key,
 		json_object_end(j);
 	}
 	json_object_end(j);
+}
+
+/* ---- gpufile-specific text pieces ---- */
+
+void util_print_paths(const struct gpufile_stats *before,
+                      const struct gpufile_stats *after, int dir)
+{
+	int shown = 0;
+
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		const gpufile_counter_t *a = &after->path[p][dir];
+		const gpufile_counter_t *b = &before->path[p][dir];
+
+		if (a->ops == b->ops)
+			continue;
+		printf("  %-8s %" PRIu64 " ops, %" PRIu64 " tasks, %" PRIu64
+		       " bytes, %" PRIu64 " errors\n",
+		       gpufile_path_name((gpufile_path_t)p), a->ops - b->ops,
+		       a->tasks - b->tasks, a->bytes - b->bytes,
+		       a->errors - b->errors);
+		shown = 1;
+	}
+	if (!shown)
+		printf("  (no requests)\n");
+}
+
+void util_print_settings_line(void)
+{
+	static const char *const names[] = {"nthreads", "task_size",
+	                                    "direct_io", "compat_mode"};
+
+	printf("settings:");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char value[64];
+
+		if (gpufile_config_get(names[i], value, sizeof(value), NULL,
+		                       NULL, 0) == 0)
+			printf(" %s=%s", names[i], value);
+	}
+	printf("  (all: gpufile config)\n");
 }

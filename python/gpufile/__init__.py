@@ -21,7 +21,20 @@ from ._info import (buf_deregister, buf_register, check, cli_path,
                     cuda_device_count, cufile_info, explain, features,
                     processes, registered, release, stats, version, warmup)
 
-__version__ = "0.1.0"
+# KvikIO parity (issue 13): page cache, bounce buffers, mmap, cuFile driver.
+from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
+                          drop_system_page_cache, page_cache_info)
+from ._mmap import Mmap
+from . import cufile_driver
+
+try:
+    # Written by CMake from include/gpufile.h, the one place the version is.
+    from ._version import __version__
+except ImportError:  # a source tree CMake has not configured yet
+    def __getattr__(name):
+        if name == "__version__":
+            return version()  # the loaded C library's
+        raise AttributeError("module 'gpufile' has no attribute %r" % name)
 
 __all__ = [
     "File", "Future", "PathInfo", "defaults", "CompatMode",
@@ -31,3 +44,5 @@ __all__ = [
     "library_path", "cli_path",
     "Error", "ConfigError", "LibraryNotFoundError",
 ]
+__all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
+            "bounce_buffer_free", "Mmap", "cufile_driver"]

@@ -16,6 +16,8 @@ lives, so that e.g. a bytearray cannot be resized under a running request.
 
 import ctypes
 
+from . import _args
+
 _PyBUF_WRITABLE = 0x0001
 _PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0010 | 0x0008  # with PyBUF_STRIDES
 
@@ -95,13 +97,14 @@ def _f_contiguous(shape, strides, itemsize):
     return True
 
 
-def _stream_sync(stream):
+def _stream_sync(stream, ptr):
     """Waits for the producer's stream, as version 3 of the CUDA Array
     Interface asks of a consumer (1: legacy default stream, 2: per-thread
-    default stream, else a CUstream handle)."""
+    default stream, else a CUstream handle), with the buffer's context
+    current (see _cuda)."""
     from . import _cuda
 
-    _cuda.stream_synchronize(stream)
+    _cuda.stream_synchronize(stream, ptr)
 
 
 def _from_cai(obj, cai, writable, what):
@@ -130,10 +133,14 @@ def _from_cai(obj, cai, writable, what):
     if cai.get("mask") is not None:
         raise ValueError("%s: %s has a mask; masked arrays are not supported"
                          % (what, _describe(obj)))
+    ptr = int(ptr or 0)
+    if not 0 <= ptr < 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
+        raise ValueError("%s: %s has a __cuda_array_interface__ data pointer %#x "
+                         "that is no address" % (what, _describe(obj), ptr))
     stream = cai.get("stream")
-    if stream:
-        _stream_sync(stream)
-    return Buffer(int(ptr or 0), nbytes, True, obj)
+    if stream and ptr:  # no memory (an empty array): nothing to wait for
+        _stream_sync(stream, ptr)
+    return Buffer(ptr, nbytes, True, obj)
 
 
 def _from_buffer_protocol(obj, writable, what):
@@ -170,24 +177,14 @@ def as_buffer(obj, writable, what="buffer"):
 
 def check_range(buf, size, file_offset, what):
     """The size to move: buf.nbytes when size is None; raises ValueError for
-    a negative size or offset, or a size larger than the buffer."""
+    a negative size or offset or a size larger than the buffer, and
+    OverflowError for values beyond the C types (see _args)."""
     if size is None:
         size = buf.nbytes
-    size = _index(size, "size", what)
-    file_offset = _index(file_offset, "file_offset", what)
-    if size < 0:
-        raise ValueError("%s: size %d is negative" % (what, size))
-    if file_offset < 0:
-        raise ValueError("%s: file_offset %d is negative" % (what, file_offset))
+    size = _args.size(size, what)
+    file_offset = _args.offset(file_offset, what)
     if size > buf.nbytes:
         raise ValueError("%s: buffer too small: size is %d bytes but the buffer "
                          "holds %d" % (what, size, buf.nbytes))
+    _args.span(size, file_offset, what)
     return size, file_offset
-
-
-def _index(value, name, what):
-    try:
-        return value.__index__()
-    except AttributeError:
-        raise TypeError("%s: %s must be an integer, not %s"
-                        % (what, name, type(value).__name__)) from None

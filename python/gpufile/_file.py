@@ -7,6 +7,7 @@ import os
 import threading
 import weakref
 
+from . import _args
 from . import _buffers
 from . import _lib
 from ._structs import PATH_NAMES, text
@@ -22,13 +23,22 @@ class Future:
     It holds the buffer until the request has ended, so that Python cannot
     free memory the library still writes: get() waits and then lets go;
     dropping an unfinished Future waits for the request in its finaliser.
+    It also holds its File, so that ``File(p).pread(a).get()`` works.
+
+    Lock design: _lock serialises the calls on the C future (wait, free).
+    Nothing that can run a finaliser happens under it: the buffer and the
+    File are let go only after it is released, because dropping the last
+    reference to the File runs File.__del__ -> close(), which may wait
+    (issue 10 item 7: it deadlocked when close() took this lock again).
+    close() never takes a Future's lock.
     """
 
     def __init__(self, cfuture, buf, file, what):
         self._lock = threading.Lock()
         self._cfuture = cfuture
         self._buf = buf
-        self._file = file  # the handle must outlive the request
+        self._file = file  # the File outlives the request
+        self._name = file.name
         self._what = what
         self._result = None
         self._error = None
@@ -45,38 +55,59 @@ class Future:
             self._lock.release()
 
     def _finish_locked(self, timeout):
+        """Waits, records the outcome and frees the C future. Returns what
+        the caller lets go of once it has released _lock."""
         lib = _lib.lib()
         if timeout is None:
             n = lib.gpufile_future_wait(self._cfuture)
         else:
             ms = max(0, int(timeout * 1000))
-            n = lib.gpufile_future_wait_for(self._cfuture, ms)
+            if ms >= _WAIT_FOREVER_MS:
+                n = lib.gpufile_future_wait(self._cfuture)
+            else:
+                n = lib.gpufile_future_wait_for(self._cfuture, ms)
             if n == -errno.ETIMEDOUT:
                 raise TimeoutError(errno.ETIMEDOUT, "%s: not done after %gs"
                                    % (self._what, timeout))
         if n < 0:
-            self._error = _lib.make_error(n, filename=self._file.name)
+            self._error = _lib.make_error(n, filename=self._name)
         else:
             self._result = int(n)
         lib.gpufile_future_free(self._cfuture)
         self._cfuture = None
-        buf, self._buf = self._buf, None
+        held = (self._buf, self._file)
+        self._buf = self._file = None
+        return held
+
+    @staticmethod
+    def _let_go(held):
+        buf, _file = held
         buf.release()
-        self._file = None
+        # _file goes with this frame: File.__del__ may run here, with no
+        # lock held.
 
     def _finish(self):
+        """Waits for the request, for an owner that does so in its close();
+        lets go as get() does, after releasing the lock."""
+        held = None
         with self._lock:
             if self._cfuture is not None:
-                self._finish_locked(None)
+                held = self._finish_locked(None)
+        if held is not None:
+            self._let_go(held)
 
     def get(self, timeout=None):
         """Waits for the request and returns the number of bytes moved, or
         raises its error (OSError). With timeout (seconds), raises
         TimeoutError when it has not ended by then (the request goes on).
-        May be called again; returns or raises the same."""
+        May be called again, from any thread; returns or raises the same."""
+        held = None
         with self._lock:
             if self._cfuture is not None:
-                self._finish_locked(timeout)
+                held = self._finish_locked(timeout)
+        if held is not None:
+            self._let_go(held)
+            held = None
         if self._error is not None:
             raise self._error
         return self._result
@@ -102,6 +133,110 @@ class Future:
         return "<gpufile.Future %s (%s)>" % (self._what, state)
 
 
+# A timeout this long (about 3 years) is waited for without one, so that the
+# milliseconds always fit the C long of gpufile_future_wait_for.
+_WAIT_FOREVER_MS = 1 << 40
+
+_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
+
+
+class _Handle:
+    """The C handle and the calls in flight on it.
+
+    Invariant: the handle is passed to the library only between enter() and
+    leave(), and close() frees it only when no call is between them; once
+    close() has begun, enter() raises ValueError. So no call ever uses a
+    freed handle (issue 10 item 6: a read racing close() used it after
+    free: a heap use-after-free under ASan, EBADF, or a reused descriptor
+    of another file).
+
+    Requests (Futures) need no count here: gpufile_close() waits for every
+    request on the handle (its contract in gpufile.h), and a C future does
+    not refer to its handle once its request has ended, so a Future can be
+    waited for and freed after close().
+
+    The lock of cond guards state and users only; it is never held across
+    a call into the library or anything that may run a finaliser.
+    """
+
+    def __init__(self, ptr, name):
+        self.ptr = ptr
+        self.name = name
+        self.cond = threading.Condition(threading.Lock())
+        self.state = _OPEN
+        self.users = {}  # thread ident -> calls of that thread in flight
+
+    def __call__(self):
+        """The raw handle, for code written against the former File._h()
+        method. It is not held open: a close() in another thread may free
+        it during the call; use File._call(fn, ...) instead."""
+        with self.cond:
+            if self.state != _OPEN:
+                raise ValueError("I/O operation on closed file %r" % self.name)
+            return self.ptr
+
+    def enter(self):
+        me = threading.get_ident()
+        with self.cond:
+            if self.state != _OPEN:
+                raise ValueError("I/O operation on closed file %r" % self.name)
+            self.users[me] = self.users.get(me, 0) + 1
+            return self.ptr
+
+    def leave(self):
+        me = threading.get_ident()
+        with self.cond:
+            n = self.users[me] - 1
+            if n:
+                self.users[me] = n
+            else:
+                del self.users[me]
+                if self.state == _CLOSING:
+                    self.cond.notify_all()
+
+    def close(self):
+        """Returns gpufile_close's code, 0 when closed already."""
+        me = threading.get_ident()
+        with self.cond:
+            if self.state == _CLOSED:
+                return 0
+            if self.state == _CLOSING:  # by another thread: wait for it
+                self.cond.wait_for(lambda: self.state == _CLOSED)
+                return 0
+            if self.users.get(me):
+                # Only a signal handler or a finaliser run in the middle of
+                # a call of this thread gets here; waiting would never end.
+                raise RuntimeError("close() of %r from within a call on it "
+                                   "in the same thread" % self.name)
+            self.state = _CLOSING
+            self.cond.wait_for(lambda: not self.users)
+            ptr = self.ptr
+        try:
+            return _lib.lib().gpufile_close(ptr)  # waits for its requests
+        finally:
+            with self.cond:
+                self.ptr = None
+                self.state = _CLOSED
+                self.cond.notify_all()
+
+
+_handles = weakref.WeakSet()  # every open _Handle, for _after_fork_in_child
+
+
+def _after_fork_in_child():
+    """In a forked child only the forking thread exists, and it was in no
+    call (it was running os.fork): counts of calls in flight of the other
+    threads would make close() wait forever, and a lock one of them held
+    would never be released. Start both afresh."""
+    for h in list(_handles):
+        h.cond = threading.Condition(threading.Lock())
+        h.users = {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class File:
     """A file opened for I/O into host or GPU memory.
 
@@ -110,50 +245,57 @@ class File:
     tensors, Numba device arrays (anything with __cuda_array_interface__),
     or host objects with the buffer protocol (NumPy arrays, bytearray,
     memoryview, bytes as a write source).
+
+    A File may be shared by threads: calls run concurrently, and close()
+    waits for the calls of other threads (see close()).
     """
 
     def __init__(self, path, flags="r"):
-        self._handle = None
-        self.name = os.fsdecode(path)
-        self.flags = flags
-        self._pending = weakref.WeakSet()
-        self._lock = threading.Lock()
+        self._h = None
         if not isinstance(flags, str):
             raise TypeError("flags must be a str such as \"r\" or \"w\", not %s"
                             % type(flags).__name__)
+        raw = _args.c_path(path, "File")
+        _args.c_text(flags, "flags", "File")
+        self.name = os.fsdecode(path)
+        self.flags = flags
         lib = _lib.lib()
         handle = ctypes.c_void_p()
-        rc = lib.gpufile_open(ctypes.byref(handle), os.fsencode(path),
-                              flags.encode())
+        rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
         # A URL may carry secrets (a presigned query, user:password): the
         # library's messages and its gpufile_filename() are redacted.
         remote = "://" in self.name
         _lib.check(rc, filename=None if remote else self.name)
-        self._handle = handle.value
         if remote:
             name = lib.gpufile_filename
             name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
-            self.name = name(self._handle).decode("utf-8", "replace")
+            self.name = name(handle.value).decode("utf-8", "replace")
+        self._h = _Handle(handle.value, self.name)
+        _handles.add(self._h)
 
     # ---- lifetime ----
 
     @property
     def closed(self):
-        return self._handle is None
+        return self._h is None or self._h.state != _OPEN
 
     def close(self):
-        """Waits for every request on the file (their Futures keep their
-        results), then closes it. Calling it again does nothing."""
-        with self._lock:
-            handle, self._handle = self._handle, None
-        if handle is None:
+        """Closes the file. Calls already running in other threads (read,
+        write, size, ...) are waited for, and so is every request (Future)
+        in flight; their Futures keep their results. A call that starts
+        once close() has begun, or after, raises ValueError("I/O operation
+        on closed file"), as Python's io does. Calling close() again does
+        nothing (from another thread while the first is closing: waits for
+        it). Raises RuntimeError when called from within a call on this
+        file in the same thread (a signal handler), which could never end.
+        """
+        if self._h is None:
             return
-        for fut in list(self._pending):
-            fut._finish()
-        _lib.check(_lib.lib().gpufile_close(handle), filename=self.name)
+        _lib.check(self._h.close(), filename=self.name)
 
     def __enter__(self):
-        self._h()
+        if self.closed:
+            raise ValueError("I/O operation on closed file %r" % self.name)
         return self
 
     def __exit__(self, *exc):
@@ -161,7 +303,9 @@ class File:
         return False
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
+        # No call can be in flight (they hold self); requests are waited
+        # for by gpufile_close. No lock of a Future is taken.
+        if getattr(self, "_h", None) is not None:
             try:
                 self.close()
             except Exception:
@@ -171,31 +315,36 @@ class File:
         return "<gpufile.File %r flags=%r%s>" % (self.name, self.flags,
                                                  " closed" if self.closed else "")
 
-    def _h(self):
-        h = self._handle
-        if h is None:
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the handle held open for the call."""
+        if self._h is None:
             raise ValueError("I/O operation on closed file %r" % self.name)
-        return h
+        h = self._h.enter()
+        try:
+            return fn(h, *args)
+        finally:
+            self._h.leave()
 
     # ---- I/O ----
 
     def _prepare(self, buf, size, file_offset, writable, what):
-        h = self._h()
+        if self.closed:  # before touching buf, as after close() below
+            raise ValueError("I/O operation on closed file %r" % self.name)
         b = _buffers.as_buffer(buf, writable, what)
         try:
             n, off = _buffers.check_range(b, size, file_offset, what)
         except BaseException:
             b.release()
             raise
-        return h, b, n, off
+        return b, n, off
 
     def read(self, buf, size=None, file_offset=0):
         """Reads up to size bytes (default: all of buf) at file_offset into
         buf. Returns the number of bytes read, fewer than size only at the
         end of the file."""
-        h, b, n, off = self._prepare(buf, size, file_offset, True, "read")
+        b, n, off = self._prepare(buf, size, file_offset, True, "read")
         try:
-            rc = _lib.lib().gpufile_pread(h, b.ptr, n, off)
+            rc = self._call(_lib.lib().gpufile_pread, b.ptr, n, off)
         finally:
             b.release()
         return _lib.check(rc, filename=self.name)
@@ -203,24 +352,26 @@ class File:
     def write(self, buf, size=None, file_offset=0):
         """Writes size bytes (default: all of buf) at file_offset. Returns
         the number of bytes written."""
-        h, b, n, off = self._prepare(buf, size, file_offset, False, "write")
+        b, n, off = self._prepare(buf, size, file_offset, False, "write")
         try:
-            rc = _lib.lib().gpufile_pwrite(h, b.ptr, n, off)
+            rc = self._call(_lib.lib().gpufile_pwrite, b.ptr, n, off)
         finally:
             b.release()
         return _lib.check(rc, filename=self.name)
 
     def _submit(self, fn, buf, size, file_offset, writable, what):
-        h, b, n, off = self._prepare(buf, size, file_offset, writable, what)
+        b, n, off = self._prepare(buf, size, file_offset, writable, what)
         out = ctypes.c_void_p()
-        rc = fn(h, b.ptr, n, off, ctypes.byref(out))
+        try:
+            rc = self._call(fn, b.ptr, n, off, ctypes.byref(out))
+        except BaseException:
+            b.release()
+            raise
         if rc < 0:
             b.release()
             _lib.check(rc, filename=self.name)
-        fut = Future(out.value, b, self, "%s of %d bytes at %d of %s"
-                     % (what, n, off, self.name))
-        self._pending.add(fut)
-        return fut
+        return Future(out.value, b, self, "%s of %d bytes at %d of %s"
+                      % (what, n, off, self.name))
 
     def pread(self, buf, size=None, file_offset=0):
         """As read(), but returns at once with a Future; buf is kept alive
@@ -235,13 +386,33 @@ class File:
 
     def size(self):
         """The file's current size in bytes."""
-        return _lib.check(_lib.lib().gpufile_size(self._h()), filename=self.name)
+        return _lib.check(self._call(_lib.lib().gpufile_size), filename=self.name)
 
     nbytes = size
 
     def sync(self):
         """Flushes the file's data to storage (fdatasync)."""
-        _lib.check(_lib.lib().gpufile_sync(self._h()), filename=self.name)
+        _lib.check(self._call(_lib.lib().gpufile_sync), filename=self.name)
+
+    # ---- descriptors (KvikIO parity, issue 13) ----
+
+    def fd(self, direct=False):
+        """The buffered descriptor, or with direct=True the O_DIRECT one
+        (FileNotFoundError saying why when there is none). Owned by the
+        File: do not close it."""
+        from ._page_cache import fn
+        return _lib.check(fn("gpufile_fd")(self._h(), 1 if direct else 0),
+                          filename=self.name)
+
+    def fileno(self):
+        """The buffered descriptor, as io objects have (os.fstat(f) works)."""
+        return self.fd(False)
+
+    def open_flags(self):
+        """The status flags of the buffered descriptor (fcntl F_GETFL), as
+        KvikIO's CuFile.open_flags(): test them with os.O_RDONLY, ..."""
+        import fcntl
+        return fcntl.fcntl(self.fileno(), fcntl.F_GETFL)
 
     def path_info(self):
         """PathInfo(path, reason): the path a device request of at least
@@ -250,8 +421,8 @@ class File:
         request would."""
         path = ctypes.c_int(0)
         reason = ctypes.create_string_buffer(1024)
-        rc = _lib.lib().gpufile_path_info(self._h(), ctypes.byref(path), reason,
-                                          len(reason))
+        rc = self._call(_lib.lib().gpufile_path_info, ctypes.byref(path), reason,
+                        len(reason))
         _lib.check(rc, filename=self.name)
         p = path.value
         return PathInfo(PATH_NAMES[p] if 0 <= p < len(PATH_NAMES) else str(p),

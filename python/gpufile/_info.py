@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import warnings
 
+from . import _args
 from . import _buffers
 from . import _lib
 from . import _structs as S
@@ -64,6 +65,8 @@ def buf_register(buf, flags=0):
     """Registers a device buffer with cuFile (cuFileBufRegister); a no-op
     where cuFile is not used. Pair with buf_deregister(), or use
     ``with gpufile.registered(buf):``."""
+    flags = _args.in_range(flags, "flags", "buf_register", _args.INT_MAX,
+                           "the largest C int")
     b = _buffers.as_buffer(buf, False, "buf_register")
     try:
         _lib.check(_need("gpufile_buf_register")(b.ptr, b.nbytes, int(flags)))
@@ -162,6 +165,9 @@ def stats(pid=None, histograms=False):
     PermissionError (another user's), FileNotFoundError (it does not use
     gpufile), or OSError ESTALE / EPROTO.
     """
+    if pid is not None:
+        # pid_t is a C int: 2**32 + pid would read another process.
+        pid = _args.in_range(pid, "pid", "stats", _args.INT_MAX, "the largest pid")
     lib = _lib.lib()
     st = S.Stats()
     self_ = not pid or pid == os.getpid()
@@ -227,17 +233,23 @@ def explain(size, offset=0, task_size=None, registered=False, cufile_json=None):
     ``gpufile explain --size SIZE [--task-size N] [--offset N]
     [--registered] [--cufile-json F] --json`` prints it (the same keys and
     values). task_size None uses the task_size setting."""
+    size = _args.size(size, "explain")
+    offset = _args.offset(offset, "explain", "offset")
+    _args.span(size, offset, "explain")
+    if task_size is not None:
+        task_size = _args.size(task_size, "explain", "task_size")
     cfg = S.CufileConfig()
     rc = _need("gpufile_cufile_config_load")(
-        os.fsencode(cufile_json) if cufile_json is not None else None, ctypes.byref(cfg))
+        _args.c_path(cufile_json, "explain: cufile_json") if cufile_json is not None
+        else None, ctypes.byref(cfg))
     if rc == -errno.ENOTSUP:
         warnings.warn("gpufile.explain: " + _lib.errmsg())
     else:
         _lib.check(rc)
-    if task_size is not None and int(task_size) < 1:
+    if task_size is not None and task_size < 1:
         raise ValueError("explain: task_size must be at least 1")
     plan = S.Plan()
-    _lib.check(_need("gpufile_explain")(int(size), int(offset), int(task_size or 0),
+    _lib.check(_need("gpufile_explain")(size, offset, task_size or 0,
                                         1 if registered else 0, ctypes.byref(cfg),
                                         ctypes.byref(plan)))
     c = plan.cufile
@@ -278,10 +290,27 @@ def explain(size, offset=0, task_size=None, registered=False, cufile_json=None):
 
 # ---- the command-line tool ----
 
+def _near_library(lib_path):
+    """Where the tool sits relative to the library: in the same folder (a
+    build folder), or in bin/ beside the lib/ of an installed prefix
+    (PREFIX/lib, PREFIX/lib64 or PREFIX/lib/<multiarch triplet>)."""
+    lib_dir = os.path.dirname(lib_path)
+    out = [os.path.join(lib_dir, "gpufile")]
+    d = lib_dir
+    for _ in range(2):  # lib/ or lib/x86_64-linux-gnu/
+        parent, base = os.path.split(d)
+        if base in ("lib", "lib64", "lib32"):
+            out.append(os.path.join(parent, "bin", "gpufile"))
+            break
+        d = parent
+    return out
+
+
 def cli_path():
-    """The gpufile tool: $GPUFILE_CLI, else next to the loaded library,
-    else on PATH, else the checkout's build folder. FileNotFoundError
-    naming each place when none is found."""
+    """The gpufile tool: $GPUFILE_CLI, else next to the loaded library (in
+    its folder, or in bin/ beside its lib/ when installed), else on PATH,
+    else the checkout's build folder. FileNotFoundError naming each place
+    when none is found."""
     tried = []
     env = os.environ.get("GPUFILE_CLI")
     if env:
@@ -290,13 +319,13 @@ def cli_path():
         raise FileNotFoundError(errno.ENOENT, "$GPUFILE_CLI is not an executable "
                                 "file", env)
     try:
-        near = os.path.join(os.path.dirname(_lib.library_path()), "gpufile")
+        near = _near_library(_lib.library_path())
     except OSError:
-        near = None
-    if near:
-        if os.access(near, os.X_OK) and os.path.isfile(near):
-            return near
-        tried.append("next to the library: " + near)
+        near = []
+    for path in near:
+        if os.access(path, os.X_OK) and os.path.isfile(path):
+            return path
+        tried.append("next to the library: " + path)
     found = shutil.which("gpufile")
     if found:
         return found
@@ -323,6 +352,8 @@ def _cli_env():
 def run_cli(*args):
     """Runs ``gpufile ARGS... --json`` and returns its parsed JSON. OSError
     with the tool's message when it prints no JSON."""
+    for a in args:
+        _args.c_path(a, "gpufile " + os.fsdecode(args[0]))  # NUL: ValueError
     argv = [cli_path()] + [os.fsdecode(a) for a in args] + ["--json"]
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=_cli_env())

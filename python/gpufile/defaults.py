@@ -98,6 +98,9 @@ def _text(value):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
+        if "\0" in value:
+            # A C string would end at the NUL: "4m\0junk" would set 4m.
+            raise ValueError("embedded null byte in setting value %r" % value)
         return value
     raise TypeError("a setting value is an int, bool or str, not %s"
                     % type(value).__name__)

@@ -64,3 +64,35 @@ def test_search_without_env_lists_every_place():
     if not p.stdout.startswith("loaded"):
         for where in ("next to the package", "the library path", "build folder"):
             assert where in p.stdout
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("libdir", ["lib", "lib64", "lib/x86_64-linux-gnu"])
+def test_cli_found_in_bin_beside_lib(tmp_path, libdir):
+    """The installed layout PREFIX/lib*/libgpufile.so + PREFIX/bin/gpufile:
+    check() finds the tool without $GPUFILE_CLI or PATH (issue 11 item 11)."""
+    import shutil
+
+    try:
+        cli = gpufile.cli_path()
+    except OSError:
+        pytest.skip("no gpufile tool built")
+    prefix = tmp_path / "prefix"
+    (prefix / libdir).mkdir(parents=True)
+    (prefix / "bin").mkdir()
+    lib = prefix / libdir / "libgpufile.so"
+    shutil.copy(os.path.realpath(gpufile.library_path()), lib)
+    shutil.copy(cli, prefix / "bin" / "gpufile")
+    env = {k: v for k, v in os.environ.items() if k != "GPUFILE_CLI"}
+    env.update(GPUFILE_LIBRARY=str(lib), PATH="/usr/bin:/bin", PYTHONPATH=PKG_ROOT)
+    p = subprocess.run([sys.executable, "-c",
+                        "import gpufile\n"
+                        "print(gpufile.cli_path())\n"
+                        "d = gpufile.check()\n"
+                        "assert isinstance(d, dict) and d, d\n"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == str(prefix / "bin" / "gpufile")

@@ -119,14 +119,77 @@ EXPORT CUfileError_t cuFileGetVersion(int *version)
 	return status(0);
 }
 
+/* The tunables the setters change, starting at cuFile 1.15's defaults
+ * (KiB); FAKE_CUFILE_NVFS=MAJOR.MINOR reports nvidia-fs loaded. */
+static struct {
+	int set; /* changed since load */
+	int poll;
+	size_t poll_thresh, max_direct_io, max_cache, max_pinned;
+} tun = {0, 0, 4, 16384, 131072, 33554432};
+
 EXPORT CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *p)
 {
+	const char *nvfs = getenv("FAKE_CUFILE_NVFS");
+
 	memset(p, 0, sizeof(*p));
-	p->nvfs.max_direct_io_size = 16u << 20;
+	pthread_mutex_lock(&lock);
+	/* Before any setter, the value the tests of the first layer know. */
+	p->nvfs.max_direct_io_size = tun.set ? tun.max_direct_io : 16u << 20;
+	p->nvfs.poll_thresh_size = tun.poll_thresh;
+	p->nvfs.dcontrolflags = (tun.poll ? 1u << CU_FILE_USE_POLL_MODE : 0) |
+	                        1u << CU_FILE_ALLOW_COMPAT_MODE;
+	p->max_device_cache_size = (unsigned)tun.max_cache;
+	p->per_buffer_cache_size = 1024;
+	p->max_device_pinned_mem_size = (unsigned)tun.max_pinned;
+	p->max_batch_io_size = 128;
+	p->max_batch_io_timeout_msecs = 5;
+	pthread_mutex_unlock(&lock);
+	if (nvfs && sscanf(nvfs, "%u.%u", &p->nvfs.major_version,
+	                   &p->nvfs.minor_version) != 2)
+		p->nvfs.major_version = p->nvfs.minor_version = 0;
 	if (env_status("FAKE_CUFILE_P2P"))
 		p->fflags |= 1u << CU_FILE_P2P_SUPPORTED;
 	return status(0);
 }
+
+/* FAKE_CUFILE_REFUSE=NAME makes setter NAME answer
+ * CU_FILE_DRIVER_UNSUPPORTED_LIMIT, as cuFile does for a value out of its
+ * range. */
+static int refused(const char *name)
+{
+	const char *v = getenv("FAKE_CUFILE_REFUSE");
+	return v && strcmp(v, name) == 0;
+}
+
+EXPORT CUfileError_t cuFileDriverSetPollMode(_Bool poll, size_t thresh)
+{
+	if (refused("cuFileDriverSetPollMode"))
+		return status(CU_FILE_DRIVER_UNSUPPORTED_LIMIT);
+	pthread_mutex_lock(&lock);
+	tun.set = 1;
+	tun.poll = poll;
+	tun.poll_thresh = thresh;
+	pthread_mutex_unlock(&lock);
+	return status(0);
+}
+
+#define FAKE_SETTER(fn, field)                                                 \
+	EXPORT CUfileError_t fn(size_t kb)                                     \
+	{                                                                      \
+		if (refused(#fn))                                              \
+			return status(CU_FILE_DRIVER_UNSUPPORTED_LIMIT);       \
+		pthread_mutex_lock(&lock);                                     \
+		if (!tun.set)                                                  \
+			tun.max_direct_io = 16384;                             \
+		tun.set = 1;                                                   \
+		tun.field = kb;                                                \
+		pthread_mutex_unlock(&lock);                                   \
+		return status(0);                                              \
+	}
+FAKE_SETTER(cuFileDriverSetMaxDirectIOSize, max_direct_io)
+FAKE_SETTER(cuFileDriverSetMaxCacheSize, max_cache)
+FAKE_SETTER(cuFileDriverSetMaxPinnedMemSize, max_pinned)
+#undef FAKE_SETTER
 
 EXPORT CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh,
                                           CUfileDescr_t *descr)

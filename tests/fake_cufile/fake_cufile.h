@@ -7,6 +7,9 @@
  *   FAKE_CUFILE_FAIL_OPEN=STATUS      cuFileDriverOpen returns STATUS
  *   FAKE_CUFILE_FAIL_REGISTER=STATUS  cuFileHandleRegister returns STATUS
  *   FAKE_CUFILE_P2P=1                 driver properties report P2PDMA
+ *   FAKE_CUFILE_NVFS=MAJOR.MINOR      driver properties report nvidia-fs
+ *   FAKE_CUFILE_REFUSE=ENTRYPOINT     that driver setter (cuFileDriverSet...)
+ *                                     answers CU_FILE_DRIVER_UNSUPPORTED_LIMIT
  * Its own per-GPU counters (cuFileGetStatsL3, cuFile 1.15 layout) count
  * every read and write as "posix", like cuFile without nvidia-fs.
  */

@@ -1,0 +1,182 @@
+"""gpufile.Mmap: a read-only memory-mapped file handle, as KvikIO's
+kvikio.Mmap, read into host or GPU memory by gpufile's pool and counted as
+the "mmap" path."""
+
+import ctypes
+import os
+import threading
+import weakref
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_void_p
+
+from . import _buffers
+from . import _lib
+from ._file import Future, PathInfo
+from ._page_cache import fn as _fn
+from ._structs import text
+
+_DECLS = {
+    "gpufile_mmap_open": (c_int, [POINTER(c_void_p), c_char_p, c_char_p,
+                                  c_int64, c_size_t]),
+    "gpufile_mmap_close": (c_int, [c_void_p]),
+    "gpufile_mmap_file_size": (c_int64, [c_void_p]),
+    "gpufile_mmap_range": (c_int, [c_void_p, POINTER(c_int64), POINTER(c_size_t)]),
+    "gpufile_mmap_pread": (c_ssize_t, [c_void_p, c_void_p, c_size_t, c_int64]),
+    "gpufile_mmap_pread_async": (c_int, [c_void_p, c_void_p, c_size_t, c_int64,
+                                         POINTER(c_void_p)]),
+    "gpufile_mmap_path_info": (c_int, [c_void_p, c_char_p, c_size_t]),
+}
+
+
+def _f(name):
+    return _fn(name, _DECLS)
+
+
+class Mmap:
+    """A read-only mapping of [initial_map_offset, initial_map_offset +
+    initial_map_size) of a file (initial_map_size None: to the end).
+
+    flags must be "r" (KvikIO does not implement writable maps either).
+    read()/pread() take file offsets inside the mapped range; a range
+    outside it is an error, never a short read. Buffers are those
+    gpufile.File takes (CuPy, PyTorch, NumPy, bytearray, ...).
+    """
+
+    def __init__(self, file_path, flags="r", initial_map_size=None,
+                 initial_map_offset=0):
+        self._handle = None
+        self.name = os.fsdecode(file_path)
+        self._pending = weakref.WeakSet()
+        self._lock = threading.Lock()
+        if not isinstance(flags, str):
+            raise TypeError("flags must be a str such as \"r\", not %s"
+                            % type(flags).__name__)
+        size = 0 if initial_map_size is None else _index(initial_map_size)
+        offset = _index(initial_map_offset)
+        if size < 0 or offset < 0 or (initial_map_size is not None and size == 0):
+            raise ValueError("Mmap %r: initial_map_size %r and "
+                             "initial_map_offset %r must be positive"
+                             % (self.name, initial_map_size, initial_map_offset))
+        handle = c_void_p()
+        rc = _f("gpufile_mmap_open")(ctypes.byref(handle), os.fsencode(file_path),
+                                     flags.encode(), offset, size)
+        _lib.check(rc, filename=self.name)
+        self._handle = handle.value
+        off, sz = c_int64(), c_size_t()
+        _f("gpufile_mmap_range")(self._handle, ctypes.byref(off), ctypes.byref(sz))
+        self._map_offset, self._map_size = off.value, sz.value
+
+    # ---- lifetime ----
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def close(self):
+        """Waits for every request on the map, then unmaps it. Calling it
+        again does nothing."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        for fut in list(self._pending):
+            fut._finish()
+        _lib.check(_f("gpufile_mmap_close")(handle), filename=self.name)
+
+    def __enter__(self):
+        self._h()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self):
+        return "<gpufile.Mmap %r [%d, %d)%s>" % (
+            self.name, self._map_offset, self._map_offset + self._map_size,
+            " closed" if self.closed else "")
+
+    def _h(self):
+        h = self._handle
+        if h is None:
+            raise ValueError("I/O operation on closed Mmap %r" % self.name)
+        return h
+
+    # ---- queries ----
+
+    def initial_map_size(self):
+        return self._map_size
+
+    def initial_map_offset(self):
+        return self._map_offset
+
+    def file_size(self):
+        """The file's current size in bytes."""
+        return _lib.check(_f("gpufile_mmap_file_size")(self._h()),
+                          filename=self.name)
+
+    nbytes = file_size
+
+    def path_info(self):
+        """PathInfo("mmap", reason): how host and device reads are done."""
+        reason = ctypes.create_string_buffer(1024)
+        rc = _f("gpufile_mmap_path_info")(self._h(), reason, len(reason))
+        _lib.check(rc, filename=self.name)
+        return PathInfo("mmap", text(reason.raw))
+
+    # ---- I/O ----
+
+    def _prepare(self, buf, size, offset, what):
+        h = self._h()
+        offset = _index(offset)
+        if size is None:
+            # To the end of the mapped range, as KvikIO; bounded by buf.
+            b = _buffers.as_buffer(buf, True, what)
+            size = max(0, min(b.nbytes,
+                              self._map_offset + self._map_size - offset))
+        else:
+            b = _buffers.as_buffer(buf, True, what)
+        try:
+            n, off = _buffers.check_range(b, size, offset, what)
+        except BaseException:
+            b.release()
+            raise
+        return h, b, n, off
+
+    def read(self, buf, size=None, offset=0):
+        """Reads size bytes (default: to the end of the mapped range, at
+        most the buffer's size) at file offset into buf. Returns size."""
+        h, b, n, off = self._prepare(buf, size, offset, "read")
+        try:
+            rc = _f("gpufile_mmap_pread")(h, b.ptr, n, off)
+        finally:
+            b.release()
+        return _lib.check(rc, filename=self.name)
+
+    def pread(self, buf, size=None, offset=0):
+        """As read(), but returns at once with a Future (get() gives the
+        bytes read); buf is kept alive until the request has ended."""
+        h, b, n, off = self._prepare(buf, size, offset, "pread")
+        out = c_void_p()
+        rc = _f("gpufile_mmap_pread_async")(h, b.ptr, n, off, ctypes.byref(out))
+        if rc < 0:
+            b.release()
+            _lib.check(rc, filename=self.name)
+        fut = Future(out.value, b, self, "pread of %d bytes at %d of mapped %s"
+                     % (n, off, self.name))
+        self._pending.add(fut)
+        return fut
+
+
+def _index(value):
+    try:
+        return value.__index__()
+    except AttributeError:
+        raise TypeError("expected an integer, not %s"
+                        % type(value).__name__) from None

@@ -1,0 +1,76 @@
+"""Page-cache controls: how much of a file the page cache holds, and
+dropping it for one file (no root needed) or for the whole system (root).
+"""
+
+import ctypes
+import os
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
+
+from . import _lib
+
+_DECLS = {
+    "gpufile_page_cache_info": (c_int, [c_void_p, c_char_p, c_int64, c_size_t,
+                                        POINTER(c_uint64), POINTER(c_uint64)]),
+    "gpufile_drop_page_cache": (c_int, [c_void_p, c_int64, c_size_t]),
+    "gpufile_drop_system_page_cache": (c_int, [c_int]),
+    "gpufile_fd": (c_int, [c_void_p, c_int]),
+    "gpufile_bounce_buffer_free": (c_size_t, []),
+}
+
+
+def fn(name, decls=_DECLS):
+    """The C function name with its prototype set; a clear error when the
+    loaded library is too old to have it."""
+    lib = _lib.lib()
+    f = getattr(lib, name, None)
+    if f is None:
+        raise _lib.Error(95, "%s is not in %s (an older libgpufile)"
+                         % (name, _lib.library_path()))
+    f.restype, f.argtypes = decls[name]
+    return f
+
+
+def _target(file):
+    """(handle, path bytes, name) for a gpufile.File or a path."""
+    from ._file import File
+    if isinstance(file, File):
+        return file._h(), None, file.name
+    return None, os.fsencode(file), os.fsdecode(file)
+
+
+def page_cache_info(file, offset=0, size=0):
+    """(cached_bytes, total_bytes) of [offset, offset+size) of file (a path
+    or an open gpufile.File), clipped to the file's end; size 0: to the
+    end. KvikIO's get_page_cache_info counts pages; this counts bytes."""
+    h, path, name = _target(file)
+    cached, total = c_uint64(), c_uint64()
+    rc = fn("gpufile_page_cache_info")(h, path, int(offset), int(size),
+                                       ctypes.byref(cached), ctypes.byref(total))
+    _lib.check(rc, filename=name)
+    return cached.value, total.value
+
+
+def drop_file_page_cache(file, offset=0, size=0):
+    """Flushes file's dirty pages and drops [offset, offset+size) (size 0:
+    to the end) from the page cache. No root needed."""
+    from ._file import File
+    if isinstance(file, File):
+        rc = fn("gpufile_drop_page_cache")(file._h(), int(offset), int(size))
+        _lib.check(rc, filename=file.name)
+        return
+    with File(file, "r") as f:
+        drop_file_page_cache(f, offset, size)
+
+
+def drop_system_page_cache(reclaim_inodes=True):
+    """Drops the whole system's page cache (and, by default, dentries and
+    inodes), after a sync. Needs root: PermissionError otherwise, saying
+    why."""
+    _lib.check(fn("gpufile_drop_system_page_cache")(1 if reclaim_inodes else 0))
+
+
+def bounce_buffer_free():
+    """Frees every pinned bounce buffer (waiting for those that running
+    device requests use) and returns the bytes freed; the worker pool keeps
+    running."""
+    return fn("gpufile_bounce_buffer_free")()

@@ -1,0 +1,280 @@
+"""safetensors checkpoints straight into GPU (or host) tensors, through
+gpufile: the header is parsed and validated by libgpufile (every error names
+the file, the tensor and the field) and the data section is read with large
+parallel reads on gpufile's paths, so gpufile.stats() counts every byte.
+
+    from gpufile.safetensors import load_file, safe_open, save_file
+    sd = load_file("model.safetensors", device="cuda:0")   # dict of torch tensors
+    with safe_open("model.safetensors", framework="pt", device="cuda:0") as f:
+        w = f.get_tensor(f.keys()[0])
+    sd = load_checkpoint("path/to/model_dir", device_map={"lm_head": "cuda:1"},
+                         device="cuda:0")
+
+Module layout mirrors the safetensors package: gpufile.safetensors.torch,
+.numpy and .cupy each have load_file / save_file for their framework;
+gpufile.safetensors.load_file is the torch one (framework="numpy"/"cupy"
+picks another). Torch, NumPy and CuPy are imported only when used.
+
+Differences from safetensors.torch.load_file, on purpose:
+  - device defaults to "cuda:0" (safetensors: "cpu").
+  - the tensors of one file (one device) are views of one allocation, read
+    as one request; a tensor whose offset does not suit its dtype's
+    alignment is copied out instead. Use safe_open(...).get_tensor() for a
+    tensor with memory of its own.
+  - save_file writes __metadata__ keys sorted (safetensors writes them in
+    hash order, so files with two or more metadata keys differ only there).
+"""
+
+import concurrent.futures
+import contextlib
+import json
+import os
+
+from . import _core
+from ._core import TensorInfo, dtype_order
+
+__all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoint",
+           "TensorInfo", "dtype_order"]
+
+
+def _set_current(fw, device):
+    """Makes device current in this (worker) thread for the framework."""
+    if device is None:
+        return
+    if fw.name == "pt":
+        fw.torch.cuda.set_device(device)
+    elif fw.name == "cupy":
+        fw.cp.cuda.Device(device).use()
+
+
+def _on_device(fw, device):
+    """A context manager making device current in the caller's thread for
+    its duration only (the caller's own current device is restored)."""
+    if device is None or fw.name not in ("pt", "cupy"):
+        return contextlib.nullcontext()
+    if fw.name == "pt":
+        return fw.torch.cuda.device(device)
+    return fw.cp.cuda.Device(device)
+
+
+def _load_header(header, fw, device, device_map, parallel=True):
+    """{name: tensor} of every tensor of an open Header, grouped by device."""
+    groups = {}
+    for t in header.tensors:
+        dev = _core.device_for(t.name, device_map, device)
+        dev = _core._parse_cuda_device(dev, header.path)
+        groups.setdefault(dev, []).append(t)
+    if len(groups) <= 1 or not parallel:
+        out = {}
+        for dev, infos in groups.items():
+            with _on_device(fw, dev):
+                out.update(_core.load_group(header, infos, fw, dev))
+        return out
+    return _run_per_device(
+        [(dev, lambda dev=dev, infos=infos: _core.load_group(header, infos, fw, dev))
+         for dev, infos in groups.items()], fw)
+
+
+def _run_per_device(jobs, fw):
+    """Runs [(device, fn)], one thread per device (jobs of one device in
+    order, devices at the same time, each thread with its device current);
+    merges the dicts they return. The first error is raised after every
+    thread has ended."""
+    by_dev = {}
+    for dev, fn in jobs:
+        by_dev.setdefault(dev, []).append(fn)
+
+    def run(dev, fns):
+        _set_current(fw, dev)
+        out = {}
+        for fn in fns:
+            out.update(fn())
+        return out
+
+    out = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(by_dev)) as ex:
+        futs = [ex.submit(run, dev, fns) for dev, fns in by_dev.items()]
+        concurrent.futures.wait(futs)
+        for f in futs:
+            out.update(f.result())
+    return out
+
+
+def load_file(filename, device="cuda:0", framework="pt", device_map=None):
+    """Every tensor of a safetensors file, as {name: tensor} with the names,
+    dtypes, shapes and bytes safetensors' own load_file gives. device:
+    "cuda", "cuda:N", an int, a torch.device or "cpu". device_map, when
+    given, maps a tensor name or dotted prefix ("model.layers.0") to a
+    device (the longest match wins; others go to device); the devices are
+    loaded at the same time, one thread each. Raises OSError (the library's
+    message names the file, the tensor and the field) for a malformed file,
+    ValueError for a dtype the framework lacks."""
+    fw = _core.framework(framework)
+    with _core.Header(filename) as h:
+        return _load_header(h, fw, device, device_map)
+
+
+def load(data, device="cpu", framework="pt"):
+    """safetensors' load(bytes): the tensors of a file's bytes. Written to a
+    temporary file and loaded from there (gpufile reads files)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as tmp:
+        tmp.write(bytes(data))
+        tmp.flush()
+        return load_file(tmp.name, device=device, framework=framework)
+
+
+class safe_open:
+    """A safetensors file opened for reading single tensors, like
+    safetensors.safe_open: keys(), get_tensor(name), metadata(); a context
+    manager. Each get_tensor() reads that tensor alone into memory of its
+    own on device."""
+
+    def __init__(self, filename, framework="pt", device="cpu"):
+        self._fw = _core.framework(framework)
+        self._device = _core._parse_cuda_device(device, os.fsdecode(filename))
+        self._h = _core.Header(filename)
+
+    def keys(self):
+        """Tensor names, sorted."""
+        return sorted(self._h.by_name)
+
+    def offset_keys(self):
+        """Tensor names in the order of their data in the file."""
+        return [t.name for t in self._h.tensors]
+
+    def metadata(self):
+        """The __metadata__ dict, or None when the file has none."""
+        return None if self._h.metadata is None else dict(self._h.metadata)
+
+    def get_tensor(self, name):
+        info = self._h.info(name)
+        with _on_device(self._fw, self._device):
+            return _core.load_group(self._h, [info], self._fw, self._device)[name]
+
+    def tensor_info(self, name):
+        """dtype, shape and data_offsets of tensor name, without reading it."""
+        return self._h.info(name)
+
+    def load_all(self):
+        """Every tensor, as load_file() would read them."""
+        return _load_header(self._h, self._fw, self._device, None)
+
+    def close(self):
+        self._h.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def save_file(tensors, filename, metadata=None):
+    """Writes {name: tensor} (torch tensors on any device, NumPy or CuPy
+    arrays; contiguous) as a safetensors file, through gpufile (device
+    memory is written from the GPU). The bytes are those of safetensors'
+    own save_file for the same input: tensors laid out by dtype (in the
+    format's dtype order, descending) then name, compact JSON header with
+    __metadata__ first, padded with spaces to a multiple of 8 bytes."""
+    _core.save(tensors, filename, metadata)
+
+
+def save(tensors, metadata=None):
+    """safetensors' save(): the file's bytes. Host and device tensors."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.safetensors")
+        save_file(tensors, p, metadata)
+        with open(p, "rb") as f:
+            return f.read()
+
+
+def _checkpoint_files(path):
+    """(index dict or None, folder, [shard files]) for an index .json, a
+    folder holding model.safetensors.index.json or *.safetensors, or one
+    .safetensors file."""
+    path = os.fsdecode(path)
+    if os.path.isdir(path):
+        idx = [n for n in sorted(os.listdir(path)) if n.endswith(".safetensors.index.json")]
+        if len(idx) > 1:
+            raise ValueError("%s: several index files (%s); name the one to load"
+                             % (path, ", ".join(idx)))
+        if idx:
+            path = os.path.join(path, idx[0])
+        else:
+            shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+            if not shards:
+                raise FileNotFoundError(2, "%s: no *.safetensors.index.json and no "
+                                        "*.safetensors file in the folder" % path, path)
+            return None, path, [os.path.join(path, n) for n in shards]
+    if not path.endswith(".json"):
+        return None, os.path.dirname(path), [path]
+    with open(path, "rb") as f:
+        try:
+            index = json.load(f)
+        except ValueError as e:
+            raise ValueError("%s: not a valid JSON index: %s" % (path, e)) from None
+    wm = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise ValueError("%s: no \"weight_map\" object of tensor name -> shard file"
+                         % path)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    for v in wm.values():
+        if os.path.isabs(v) or ".." in v.split("/"):
+            raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
+        if v not in shards:
+            shards.append(v)
+    return index, folder, [os.path.join(folder, s) for s in shards]
+
+
+def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framework="pt",
+                    parallel=True):
+    """Every tensor of a sharded checkpoint (model.safetensors.index.json,
+    or the folder that holds it, or a folder of .safetensors files) as one
+    {name: tensor}. device_map as for load_file. With parallel (default),
+    the loads for different devices run at the same time, one thread per
+    device with that device current; shards of one device load in turn.
+    Raises ValueError when the index names a tensor its shard lacks, or a
+    name is in two shards."""
+    fw = _core.framework(framework)
+    index, folder, shards = _checkpoint_files(index_json_or_dir)
+    headers = [_core.Header(p) for p in shards]
+    try:
+        owner = {}
+        for h in headers:
+            for name in h.by_name:
+                if name in owner:
+                    raise ValueError("tensor %r is in both %s and %s"
+                                     % (name, owner[name], h.path))
+                owner[name] = h.path
+        if index is not None:
+            for name, shard in index["weight_map"].items():
+                p = os.path.join(folder, shard)
+                if owner.get(name) != p:
+                    raise ValueError("%s: weight_map puts tensor %r in %s, which has "
+                                     "no such tensor" % (index_json_or_dir, name, p))
+        jobs = []
+        for h in headers:
+            groups = {}
+            for t in h.tensors:
+                dev = _core._parse_cuda_device(
+                    _core.device_for(t.name, device_map, device), h.path)
+                groups.setdefault(dev, []).append(t)
+            for dev, infos in groups.items():
+                jobs.append((dev, lambda h=h, infos=infos, dev=dev:
+                             _core.load_group(h, infos, fw, dev)))
+        if not parallel:
+            out = {}
+            for dev, fn in jobs:
+                with _on_device(fw, dev):
+                    out.update(fn())
+            return out
+        return _run_per_device(jobs, fw)
+    finally:
+        for h in headers:
+            h.close()

@@ -1,0 +1,102 @@
+"""Integers and strings are checked against the C types they become, before
+any I/O (issue 10 item 12): ctypes wraps ints modulo 2**64 and a C string
+ends at its first NUL, so f.read(b, 16, 2**64 + 100) read offset 100,
+f.write(x, 16, 2**64) overwrote the first bytes, and File("/tmp/x\\0junk")
+opened /tmp/x."""
+import os
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+def test_offsets_beyond_off_t(data_file):
+    path, data = data_file
+    b = bytearray(16)
+    with gpufile.File(path) as f:
+        for off in (2 ** 64 + 100, 2 ** 64, 2 ** 63, 2 ** 200):
+            with pytest.raises(OverflowError, match="file_offset %d" % off):
+                f.read(b, 16, off)
+            with pytest.raises(OverflowError, match="file_offset"):
+                f.pread(b, 16, off)
+        assert b == bytearray(16)  # nothing was read
+        with pytest.raises(ValueError, match="negative"):
+            f.read(b, 16, -2 ** 64 + 100)
+        # The largest offset is accepted (and is past the end: 0 bytes).
+        assert f.read(b, 0, 2 ** 63 - 1) == 0
+        # A range that ends past the largest offset is refused.
+        with pytest.raises(OverflowError, match="ends beyond"):
+            f.read(b, 16, 2 ** 63 - 8)
+
+
+def test_write_beyond_off_t_writes_nothing(tmp_path):
+    path = str(tmp_path / "w.bin")
+    with open(path, "wb") as out:
+        out.write(b"A" * 32)
+    with gpufile.File(path, "r+") as f:
+        with pytest.raises(OverflowError):
+            f.write(b"B" * 16, 16, 2 ** 64)
+        with pytest.raises(OverflowError):
+            f.pwrite(b"B" * 16, 16, 2 ** 64 + 4).get()
+    assert open(path, "rb").read() == b"A" * 32
+
+
+def test_sizes_beyond_the_c_types(data_file):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        for size in (2 ** 64 + 4, 2 ** 63):
+            with pytest.raises(OverflowError, match="size %d" % size):
+                f.read(bytearray(8), size)
+        with pytest.raises(ValueError, match="negative"):
+            f.read(bytearray(8), -(2 ** 64) + 4)
+        with pytest.raises(TypeError, match="integer"):
+            f.read(bytearray(8), 4.0)
+        with pytest.raises(TypeError, match="integer"):
+            f.read(bytearray(8), 4, "0")
+        # numpy integers are integers.
+        assert f.read(bytearray(8), np.uint64(8), np.int64(1)) == 8
+
+
+def test_embedded_nul_in_path_and_flags(tmp_path):
+    real = tmp_path / "x"
+    real.write_bytes(b"hello")
+    for p in (str(real) + "\0junk", os.fsencode(str(real)) + b"\0junk"):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            gpufile.File(p)
+        with pytest.raises(ValueError):
+            open(p)  # the same kind of error as Python's own
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gpufile.File(str(real), "r\0w")
+    with pytest.raises(TypeError, match="path"):
+        gpufile.File(12.5)
+    with gpufile.File(real) as f:  # os.PathLike still works
+        assert f.size() == 5
+
+
+def test_future_timeout_out_of_range(data_file):
+    path, data = data_file
+    out = bytearray(4096)
+    with gpufile.File(path) as f:
+        # Would wrap the C long of milliseconds into a negative timeout.
+        assert f.pread(out).get(timeout=1e30) == 4096
+    assert out == data[:4096].tobytes()
+
+
+def test_settings_and_info_arguments(tmp_path):
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gpufile.defaults.set(task_size="4m\0junk")
+    with pytest.raises(OverflowError, match="pid"):
+        gpufile.stats(2 ** 32 + os.getpid())
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.stats(-1)
+    with pytest.raises(OverflowError, match="size"):
+        gpufile.explain(2 ** 64 + 1)
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.explain(1 << 20, offset=-1)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gpufile.explain(1 << 20, cufile_json=str(tmp_path / "c.json") + "\0x")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gpufile.check(str(tmp_path) + "\0x")
+    with pytest.raises(OverflowError, match="flags"):
+        gpufile.buf_register(bytearray(8), 2 ** 32)

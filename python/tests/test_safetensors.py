@@ -1,0 +1,305 @@
+"""gpufile.safetensors on a machine without a GPU: NumPy loads compared with
+a reference parser written here, save_file bytes against the layout the
+format prescribes (and the byte strings of safetensors' own serializer
+tests), malformed files, safe_open, load_checkpoint and device_map."""
+import errno
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpufile.safetensors as st
+import gpufile.safetensors.numpy as stn
+from gpufile.safetensors import _core
+
+NP = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16,
+      "U16": np.uint16, "F16": np.float16, "I32": np.int32, "U32": np.uint32,
+      "F32": np.float32, "F64": np.float64, "I64": np.int64, "U64": np.uint64}
+NAMES = {np.dtype(v): k for k, v in NP.items()}
+
+
+def ref_parse(path):
+    """A reader of the format written from its description: header length,
+    JSON, data section; returns (metadata, {name: ndarray})."""
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    meta = hdr.pop("__metadata__", None)
+    out = {}
+    for name, e in hdr.items():
+        b, end = e["data_offsets"]
+        out[name] = np.frombuffer(data[b:end], dtype=NP[e["dtype"]]).reshape(e["shape"])
+    return meta, out
+
+
+def ref_write(path, entries, metadata=None, order=None):
+    """Writes entries [(name, dtype, shape, bytes)] in the given order (as
+    listed when order is None), header keys in that order."""
+    parts, blobs, at = [], [], 0
+    if metadata is not None:
+        parts.append('"__metadata__":' + json.dumps(metadata, separators=(",", ":")))
+    for name, dtype, shape, blob in entries:
+        parts.append('"%s":{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}'
+                     % (name, dtype, json.dumps(list(shape), separators=(",", ":")),
+                        at, at + len(blob)))
+        blobs.append(blob)
+        at += len(blob)
+    hdr = ("{" + ",".join(parts) + "}").encode()
+    hdr += b" " * ((8 - len(hdr) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr + b"".join(blobs))
+
+
+def sample(rng):
+    return {
+        "w.f32": rng.standard_normal((3, 5)).astype(np.float32),
+        "w.f16": rng.standard_normal((7,)).astype(np.float16),
+        "w.f64": rng.standard_normal((2, 2, 2)).astype(np.float64),
+        "i.i64": rng.integers(-2**40, 2**40, (4,)).astype(np.int64),
+        "i.u8": rng.integers(0, 256, (9,)).astype(np.uint8),
+        "i.i16": rng.integers(-300, 300, (3, 3)).astype(np.int16),
+        "m.bool": rng.integers(0, 2, (5,)).astype(np.bool_),
+        "s.scalar": np.array(3.5, dtype=np.float32),
+        "e.empty": np.zeros((0, 3), dtype=np.float16),
+        "big": rng.integers(0, 256, (3 << 20,)).astype(np.uint8),  # several tasks
+    }
+
+
+def test_import_is_lazy():
+    code = ("import sys, gpufile.safetensors, gpufile.safetensors.torch, "
+            "gpufile.safetensors.numpy, gpufile.safetensors.cupy; "
+            "print(sorted(m for m in ('torch', 'numpy', 'cupy') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(st.__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_load_matches_reference_parser(tmp_path):
+    rng = np.random.default_rng(1)
+    d = sample(rng)
+    p = str(tmp_path / "a.safetensors")
+    # Written by the test's own writer, in an order save_file would not use.
+    ref_write(p, [(k, NAMES[v.dtype], v.shape, v.tobytes()) for k, v in d.items()],
+              metadata={"format": "np"})
+    meta, ref = ref_parse(p)
+    got = stn.load_file(p)
+    assert set(got) == set(ref)
+    for k in ref:
+        assert got[k].dtype == ref[k].dtype, k
+        assert got[k].shape == ref[k].shape, k
+        assert got[k].tobytes() == ref[k].tobytes(), k
+    with st.safe_open(p, framework="numpy") as f:
+        assert f.keys() == sorted(d)
+        assert f.offset_keys() == list(d)
+        assert f.metadata() == meta == {"format": "np"}
+        for k in d:
+            t = f.get_tensor(k)
+            assert t.dtype == d[k].dtype and t.shape == d[k].shape
+            assert t.tobytes() == d[k].tobytes()
+        with pytest.raises(KeyError, match="nope"):
+            f.get_tensor("nope")
+    with pytest.raises(ValueError, match="closed"):
+        f.get_tensor("w.f32")
+
+
+def test_load_places_data_congruent_to_file_offsets(tmp_path):
+    # Runs of tensors start at addresses congruent to their file offsets
+    # modulo 4096, so that page-aligned file ranges land page-aligned.
+    d = {"a": np.arange(1000, dtype=np.float32), "b": np.arange(7, dtype=np.int16)}
+    p = str(tmp_path / "c.safetensors")
+    stn.save_file(d, p)
+    got = stn.load_file(p)
+    with st.safe_open(p, "numpy") as f:
+        for k in d:
+            info = f.tensor_info(k)
+            assert got[k].ctypes.data % 4096 == (f._h.data_offset + info.begin) % 4096
+            assert f.get_tensor(k).ctypes.data % 4096 == \
+                (f._h.data_offset + info.begin) % 4096
+
+
+def test_loads_count_on_host_path(tmp_path):
+    import gpufile
+
+    d = {"x": np.arange(1 << 20, dtype=np.float32)}
+    p = str(tmp_path / "h.safetensors")
+    stn.save_file(d, p)
+    before = gpufile.stats()["gpufile"]["read"]["host"]["bytes"]
+    stn.load_file(p)
+    after = gpufile.stats()["gpufile"]["read"]["host"]["bytes"]
+    assert after - before >= 4 << 20
+
+
+def test_save_file_layout(tmp_path):
+    rng = np.random.default_rng(2)
+    d = sample(rng)
+    p = str(tmp_path / "s.safetensors")
+    stn.save_file(d, p, metadata={"z": "1", "a": "\u00e9\"\n"})
+    raw = open(p, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0
+    text = raw[8:8 + n]
+    assert text == text.rstrip(b" ") + b" " * (n - len(text.rstrip(b" ")))
+    # Keys in layout order: __metadata__ (keys sorted), then dtype order
+    # descending, then name.
+    order = {k: i for i, k in enumerate(st.dtype_order())}
+    names = sorted(d, key=lambda k: (-order[NAMES[d[k].dtype]], k))
+    expected = ['"__metadata__":{"a":"\u00e9\\"\\n","z":"1"}']
+    at = 0
+    for k in names:
+        nb = d[k].nbytes
+        expected.append('"%s":{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}'
+                        % (k, NAMES[d[k].dtype], json.dumps(list(d[k].shape)).replace(" ", ""),
+                           at, at + nb))
+        at += nb
+    assert text.rstrip(b" ").decode() == "{" + ",".join(expected) + "}"
+    assert raw[8 + n:] == b"".join(d[k].tobytes() for k in names)
+    meta, back = ref_parse(p)
+    assert meta == {"z": "1", "a": "\u00e9\"\n"}
+    for k in d:
+        assert back[k].tobytes() == d[k].tobytes()
+
+
+def test_dtype_order():
+    # safetensors' Dtype enum order (safetensors/src/tensor.rs), which
+    # save_file's layout follows.
+    assert st.dtype_order() == [
+        "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
+        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
+        "I32", "U32", "F32", "C64", "F64", "I64", "U64"]
+
+
+def test_save_file_bytes_as_safetensors_tests(tmp_path):
+    # The byte strings safetensors' own serializer tests expect
+    # (safetensors/src/tensor.rs: test_serialization, test_empty).
+    p = str(tmp_path / "one.safetensors")
+    stn.save_file({"attn.0": np.arange(6, dtype=np.float32).reshape(1, 2, 3)}, p)
+    hdr = b'{"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}}'
+    assert len(hdr) == 64
+    assert open(p, "rb").read() == struct.pack("<Q", 64) + hdr + \
+        np.arange(6, dtype="<f4").tobytes()
+    stn.save_file({}, p)
+    assert open(p, "rb").read() == bytes([8, 0, 0, 0, 0, 0, 0, 0]) + b"{}      "
+    stn.save_file({}, p, metadata={"framework": "pt"})
+    assert open(p, "rb").read() == bytes([40, 0, 0, 0, 0, 0, 0, 0]) + \
+        b'{"__metadata__":{"framework":"pt"}}     '
+    assert st.save({}, metadata={"framework": "pt"}) == open(p, "rb").read()
+
+
+def test_save_file_rejects(tmp_path):
+    p = str(tmp_path / "bad.safetensors")
+    with pytest.raises(ValueError, match="'x'.*not C-contiguous"):
+        stn.save_file({"x": np.zeros((4, 4), np.float32)[:, 1]}, p)
+    with pytest.raises(TypeError, match="metadata"):
+        stn.save_file({"x": np.zeros(2)}, p, metadata={"a": 1})
+    with pytest.raises(ValueError, match="'x'.*dtype"):
+        stn.save_file({"x": np.zeros(2, dtype=np.complex128)}, p)
+
+
+@pytest.mark.parametrize("header, ndata, field", [
+    ('{"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}}', 1, 'tensor "w": dtype "Q7"'),
+    ('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', 4, 'tensor "w": shape [2] of F32'),
+    ('{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,9]}}', 1,
+     'tensor "w": data_offsets [0, 9] reach past the data section'),
+    ('{"__metadata__":{"a":1}}', 0, '__metadata__ key "a"'),
+])
+def test_malformed_names_file_tensor_field(tmp_path, header, ndata, field):
+    p = str(tmp_path / "bad.safetensors")
+    h = header.encode()
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"\0" * ndata)
+    for call in (lambda: stn.load_file(p), lambda: st.safe_open(p, "numpy")):
+        with pytest.raises(OSError) as ei:
+            call()
+        assert ei.value.errno == errno.EBADMSG
+        assert p in str(ei.value) and field in str(ei.value)
+
+
+def test_framework_and_device_errors(tmp_path):
+    p = str(tmp_path / "d.safetensors")
+    stn.save_file({"x": np.zeros(3, np.float32)}, p)
+    with pytest.raises(ValueError, match="framework 'tf'"):
+        st.load_file(p, framework="tf")
+    with pytest.raises(ValueError, match="host memory"):
+        st.load_file(p, framework="numpy", device="cuda:0")
+    with pytest.raises(ValueError, match="device 'gpu7'"):
+        st.load_file(p, framework="numpy", device="gpu7")
+    # BF16 has no NumPy dtype: a clear error naming the tensor.
+    ref_write(p, [("b", "BF16", (2,), b"\0" * 4)])
+    with pytest.raises(ValueError, match="'b'.*BF16"):
+        stn.load_file(p)
+
+
+def test_device_for():
+    m = {"model.layers.0": 1, "model": 2, "lm_head.weight": 3, "": 4}
+    assert _core.device_for("model.layers.0.w", m, 0) == 1
+    assert _core.device_for("model.layers.01.w", m, 0) == 2  # not a prefix at a dot
+    assert _core.device_for("lm_head.weight", m, 0) == 3
+    assert _core.device_for("other", m, 0) == 4
+    assert _core.device_for("other", {"model": 1}, "cpu") == "cpu"
+    assert _core.device_for("x", None, 5) == 5
+
+
+def _make_checkpoint(folder, rng):
+    tensors = {"model.a": rng.standard_normal((4, 4)).astype(np.float32),
+               "model.b": np.arange(10, dtype=np.int64),
+               "lm_head.w": rng.standard_normal((3,)).astype(np.float16)}
+    stn.save_file({k: tensors[k] for k in ("model.a", "model.b")},
+                  os.path.join(folder, "model-00001-of-00002.safetensors"))
+    stn.save_file({"lm_head.w": tensors["lm_head.w"]},
+                  os.path.join(folder, "model-00002-of-00002.safetensors"))
+    index = {"metadata": {"total_size": 0},
+             "weight_map": {"model.a": "model-00001-of-00002.safetensors",
+                            "model.b": "model-00001-of-00002.safetensors",
+                            "lm_head.w": "model-00002-of-00002.safetensors"}}
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    return tensors, index
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_load_checkpoint(tmp_path, parallel):
+    tensors, index = _make_checkpoint(str(tmp_path), np.random.default_rng(3))
+    for where in (str(tmp_path), str(tmp_path / "model.safetensors.index.json")):
+        got = stn.load_checkpoint(where, parallel=parallel)
+        assert set(got) == set(tensors)
+        for k in tensors:
+            assert got[k].tobytes() == tensors[k].tobytes()
+    # The index names a tensor its shard lacks.
+    index["weight_map"]["ghost"] = "model-00002-of-00002.safetensors"
+    bad = tmp_path / "bad.safetensors.index.json"
+    bad.write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="'ghost'"):
+        stn.load_checkpoint(str(bad))
+    index["weight_map"]["ghost"] = "../elsewhere.safetensors"
+    bad.write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="outside the folder"):
+        stn.load_checkpoint(str(bad))
+
+
+def test_load_checkpoint_folder_without_index(tmp_path):
+    stn.save_file({"a": np.ones(2, np.float32)}, str(tmp_path / "x.safetensors"))
+    stn.save_file({"b": np.ones(3, np.float32)}, str(tmp_path / "y.safetensors"))
+    got = stn.load_checkpoint(str(tmp_path))
+    assert sorted(got) == ["a", "b"]
+    stn.save_file({"a": np.ones(2, np.float32)}, str(tmp_path / "z.safetensors"))
+    with pytest.raises(ValueError, match="'a' is in both"):
+        stn.load_checkpoint(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        stn.load_checkpoint(str(tmp_path / "nothing-here"))
+
+
+def test_misaligned_tensor_is_copied(tmp_path):
+    # A U8 tensor of 3 bytes puts the F32 tensor after it at offset 3:
+    # the view would be misaligned, so it is copied, with the same bytes.
+    p = str(tmp_path / "m.safetensors")
+    f = np.arange(4, dtype=np.float32)
+    ref_write(p, [("a", "U8", (3,), b"\1\2\3"), ("b", "F32", (4,), f.tobytes())])
+    got = stn.load_file(p)
+    assert got["b"].tobytes() == f.tobytes()
+    assert got["b"].ctypes.data % 4 == 0

@@ -1,0 +1,190 @@
+"""File and Future across threads: close() while other threads read, a
+Future that outlives its File, and calls after close. Every loop is bounded
+and every wait has a watchdog that fails the test instead of hanging it."""
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import gpufile
+
+WATCHDOG_S = 120  # a deadlock fails here; a pass takes well under a second
+
+
+def _run_in_thread(fn):
+    """Runs fn in a daemon thread; fails the test when it does not end
+    within WATCHDOG_S (a deadlock), re-raises what it raised."""
+    out = {}
+
+    def body():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: B902 - handed to the test thread
+            out["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(WATCHDOG_S)
+    assert not t.is_alive(), "deadlock: %r did not return in %ds" % (fn, WATCHDOG_S)
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_close_while_other_threads_read(data_file):
+    """Every read either completes with the right bytes or raises the
+    closed-file ValueError; never EBADF, never a use-after-free (run under
+    ASan by scripts/test.sh), and close() returns only after the readers'
+    calls have left the library."""
+    path, data = data_file
+    want = data[:1 << 20]
+    for _ in range(40):
+        f = gpufile.File(path)
+        started = threading.Barrier(3)
+        results = []
+
+        def reader():
+            out = np.zeros(1 << 20, dtype=np.uint8)
+            started.wait()
+            for _ in range(10000):  # bounded; ends at the first closed error
+                try:
+                    n = f.read(out)
+                except ValueError as e:
+                    results.append(("closed", str(e)))
+                    return
+                except BaseException as e:  # noqa: B902 - reported below
+                    results.append(("error", repr(e)))
+                    return
+                if n != out.size or not np.array_equal(out, want):
+                    results.append(("bytes", n))
+                    return
+            results.append(("never closed", None))
+
+        threads = [threading.Thread(target=reader, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        started.wait()
+        _run_in_thread(f.close)
+        for t in threads:
+            t.join(WATCHDOG_S)
+            assert not t.is_alive()
+        assert f.closed
+        for kind, detail in results:
+            assert kind == "closed", (kind, detail)
+            assert "I/O operation on closed file" in detail
+
+
+def test_calls_after_close_raise_value_error(data_file, tmp_path):
+    path, _ = data_file
+    f = gpufile.File(path)
+    f.close()
+    for call in (lambda: f.read(bytearray(8)), lambda: f.pread(bytearray(8)),
+                 lambda: f.write(b"x"), lambda: f.pwrite(b"x"),
+                 f.size, f.sync, f.path_info):
+        with pytest.raises(ValueError, match="I/O operation on closed file"):
+            call()
+    f.close()  # again: nothing
+
+
+def test_close_waits_for_futures_in_flight(data_file):
+    path, data = data_file
+    f = gpufile.File(path)
+    outs = [np.zeros(1 << 20, dtype=np.uint8) for _ in range(4)]
+    futs = [f.pread(o, file_offset=i << 20) for i, o in enumerate(outs)]
+    _run_in_thread(f.close)
+    # The requests ended before close() returned: the bytes are there
+    # before any get(), and the Futures still hand out their results.
+    for i, o in enumerate(outs):
+        assert np.array_equal(o, data[i << 20:(i + 1) << 20])
+    assert [fu.get() for fu in futs] == [1 << 20] * 4
+
+
+def test_future_outlives_its_file(data_file):
+    """gpufile.File(p).pread(a, 10, 0).get(): the Future holds the last
+    reference to the File; dropping it must not deadlock (issue 10 item 7)."""
+    path, data = data_file
+    a = bytearray(10)
+    assert _run_in_thread(lambda: gpufile.File(path, "r").pread(a, 10, 0).get()) == 10
+    assert a == data[:10].tobytes()
+    # done() first, then get(); and a Future dropped without get().
+    b = bytearray(10)
+
+    def done_then_get():
+        fut = gpufile.File(path).pread(b, 10, 5)
+        while not fut.done():  # bounded by the read's end
+            pass
+        return fut.get()
+
+    assert _run_in_thread(done_then_get) == 10
+    assert b == data[5:15].tobytes()
+    _run_in_thread(lambda: gpufile.File(path).pread(bytearray(10)) and None)
+    gc.collect()
+
+
+def test_future_and_file_in_a_garbage_cycle(data_file):
+    """A cycle File -> list -> Future -> File, collected by the GC with the
+    request still in flight or done: no deadlock, no crash."""
+    path, _ = data_file
+
+    def make_cycles():
+        for _ in range(20):
+            f = gpufile.File(path)
+            keep = [f.pread(np.zeros(1 << 20, dtype=np.uint8))]
+            f.cycle = keep
+            keep.append(f)
+        gc.collect()
+
+    _run_in_thread(make_cycles)
+
+
+def test_get_from_many_threads(data_file):
+    path, data = data_file
+    out = np.zeros(1 << 20, dtype=np.uint8)
+    fut = gpufile.File(path).pread(out)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(fut.get()), daemon=True)
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WATCHDOG_S)
+        assert not t.is_alive()
+    assert got == [1 << 20] * 4
+    assert np.array_equal(out, data[:1 << 20])
+
+
+def test_forked_child_can_close_a_file_another_thread_was_using(data_file):
+    """A thread of the parent had a call in flight at fork(); the child has
+    no such thread, so its close() must not wait for it."""
+    import os
+
+    path, _ = data_file
+    f = gpufile.File(path)
+    entered, leave = threading.Event(), threading.Event()
+
+    def user():  # holds a use of the handle as a read in flight does
+        f._h.enter()
+        entered.set()
+        leave.wait(WATCHDOG_S)
+        f._h.leave()
+
+    t = threading.Thread(target=user, daemon=True)
+    t.start()
+    assert entered.wait(WATCHDOG_S)
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when close() returned
+        code = 1
+        try:
+            import faulthandler
+            faulthandler.dump_traceback_later(60, exit=True)
+            assert f.size() == len(_)
+            f.close()
+            code = 0 if f.closed else 2
+        finally:
+            os._exit(code)
+    leave.set()
+    t.join(WATCHDOG_S)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    f.close()

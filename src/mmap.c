@@ -1,0 +1,322 @@
+/*
+ * Memory-mapped handles: a read-only mapping of a file range, read into
+ * host or device memory by the same pool, split into tasks like file
+ * reads, and counted as the "mmap" path.
+ *
+ * A handle embeds a struct gpufile describing its descriptor, so that the
+ * pool (which names r->h->path in messages and counts r->h->inflight) and
+ * the staging path (which reads r->h->fd) serve it unchanged.
+ *
+ * Host targets are copied from the map (memcpy), one task per task_size
+ * piece, in parallel. Device targets go through the pinned bounce-buffer
+ * pipeline, whose reads take the same page-cache pages the map shows
+ * (pread of the mapped range on the handle's descriptor), rather than a
+ * cuMemcpyHtoD from the mapping: a copy from pageable memory is staged by
+ * the CUDA driver through its own small pinned buffer and does not overlap
+ * the next chunk's fetch, where the pipeline keeps the DMA busy while the
+ * next chunk is read. A direct copy from pageable memory would only win
+ * where the GPU reads host page tables (HMM/ATS systems), which gpufile
+ * does not assume. A file that shrinks below the mapped range after
+ * gpufile_mmap_open() makes host reads of the lost pages fault (SIGBUS, as
+ * for any mapping) and device reads fail with -EIO.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cuda_shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+struct gpufile_mmap {
+	struct gpufile file; /* what the pool and the staging path see */
+	char *base;          /* the mapping (page aligned), or NULL if empty */
+	size_t base_len;
+	char *data; /* the byte at file offset map_offset */
+	int64_t map_offset;
+	size_t map_size;
+};
+
+static const char mmap_reason[] =
+    "mmap: host targets are copied from the mapping by parallel tasks; "
+    "device targets go through the pinned bounce-buffer pipeline, reading "
+    "the mapped range's page-cache pages (a cuMemcpyHtoD from pageable "
+    "memory is staged by the driver and does not overlap the next chunk's "
+    "fetch)";
+
+static struct gpufile_mmap *of(struct gpufile__request *r)
+{
+	return (struct gpufile_mmap *)((char *)r->h -
+	                               offsetof(struct gpufile_mmap, file));
+}
+
+static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
+                              int64_t off, char *msg, size_t msg_len)
+{
+	struct gpufile_mmap *m = of(r);
+
+	(void)msg;
+	(void)msg_len;
+	memcpy(buf, m->data + (off - m->map_offset), len);
+	return (ssize_t)len;
+}
+
+int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
+                      int64_t offset, size_t size)
+{
+	struct gpufile_mmap *m;
+	struct stat st;
+	int64_t aligned;
+	int rc, fd;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_mmap_open: out is NULL");
+	*out = NULL;
+	if (!path)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_mmap_open: path is NULL");
+	if (!flags || strcmp(flags, "r") != 0)
+		return gpufile__fail(
+		    GPUFILE_EFLAGS,
+		    "mapping %s: flags \"%s\": a memory-mapped "
+		    "handle is read-only; only \"r\" is accepted",
+		    path, flags ? flags : "(null)");
+	if (offset < 0)
+		return gpufile__fail(-EINVAL,
+		                     "mapping %s: offset %lld is negative",
+		                     path, (long long)offset);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
+	if (fd < 0)
+		return gpufile__fail(-errno, "opening %s: %s", path,
+		                     strerror(errno));
+	if (gpufile__sys.fstat(fd, &st) < 0) {
+		rc = gpufile__fail(-errno, "fstat %s: %s", path,
+		                   strerror(errno));
+		gpufile__sys.close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		gpufile__sys.close(fd);
+		return gpufile__fail(-EINVAL, "mapping %s: not a regular file",
+		                     path);
+	}
+	if (offset > st.st_size ||
+	    (size && (uint64_t)size > (uint64_t)(st.st_size - offset))) {
+		gpufile__sys.close(fd);
+		return gpufile__fail(
+		    -EINVAL,
+		    "mapping %s: the range at offset %lld of %zu bytes "
+		    "does not lie inside the file (%lld bytes)",
+		    path, (long long)offset, size, (long long)st.st_size);
+	}
+	if (!size)
+		size = (size_t)(st.st_size - offset);
+	m = calloc(1, sizeof(*m));
+	if (!m || !(m->file.path = strdup(path))) {
+		free(m);
+		gpufile__sys.close(fd);
+		return gpufile__fail(-ENOMEM, "out of memory mapping %s", path);
+	}
+	aligned = offset - offset % sysconf(_SC_PAGESIZE);
+	m->base_len = size + (size_t)(offset - aligned);
+	if (size) {
+		m->base = mmap(NULL, m->base_len, PROT_READ, MAP_SHARED, fd,
+		               (off_t)aligned);
+		if (m->base == MAP_FAILED) {
+			rc = gpufile__fail(-errno, "mmap of %s: %s", path,
+			                   strerror(errno));
+			free(m->file.path);
+			free(m);
+			gpufile__sys.close(fd);
+			return rc;
+		}
+		m->data = m->base + (offset - aligned);
+	}
+	m->map_offset = offset;
+	m->map_size = size;
+	m->file.fd = fd;
+	m->file.direct_fd = -1;
+	m->file.cufile_fd = -1;
+	m->file.readable = 1;
+	snprintf(m->file.direct_reason, sizeof(m->file.direct_reason),
+	         "memory-mapped handle: page cache only");
+	pthread_mutex_init(&m->file.lock, NULL);
+	gpufile__stats_file(path, GPUFILE_PATH_MMAP, mmap_reason);
+	*out = m;
+	return 0;
+}
+
+int gpufile_mmap_close(gpufile_mmap_t *m)
+{
+	int rc = 0;
+
+	if (!m)
+		return 0;
+	/* Futures the caller has not waited for may still be running. */
+	while (atomic_load(&m->file.inflight) > 0) {
+		struct timespec ts = {0, 100 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (m->base)
+		munmap(m->base, m->base_len);
+	if (gpufile__sys.close(m->file.fd) < 0)
+		rc = gpufile__fail(-errno, "closing %s: %s", m->file.path,
+		                   strerror(errno));
+	pthread_mutex_destroy(&m->file.lock);
+	free(m->file.path);
+	free(m);
+	return rc;
+}
+
+int64_t gpufile_mmap_file_size(gpufile_mmap_t *m)
+{
+	if (!m)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_mmap_file_size: handle is NULL");
+	return gpufile_size(&m->file);
+}
+
+int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset, size_t *size)
+{
+	if (!m)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_mmap_range: handle is NULL");
+	if (offset)
+		*offset = m->map_offset;
+	if (size)
+		*size = m->map_size;
+	return 0;
+}
+
+int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason, size_t len)
+{
+	if (!m)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_mmap_path_info: handle is NULL");
+	if (reason && len)
+		snprintf(reason, len, "%s", mmap_reason);
+	return GPUFILE_PATH_MMAP;
+}
+
+/* Validates a read and prepares r (not yet initialised for the pool). */
+static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
+                   void *buf, size_t size, int64_t offset)
+{
+	gpufile_mem_t kind;
+	void *ctx;
+	int device, rc;
+
+	if (!m)
+		return gpufile__fail(-EINVAL, "memory-mapped handle is NULL");
+	if (!buf && size)
+		return gpufile__fail(-EFAULT, "reading %s: buffer is NULL",
+		                     m->file.path);
+	if (offset < m->map_offset || size > m->map_size ||
+	    offset - m->map_offset > (int64_t)(m->map_size - size))
+		return gpufile__fail(
+		    -EINVAL,
+		    "reading %s: %zu bytes at offset %lld reach outside the "
+		    "mapped range [%lld, %lld)",
+		    m->file.path, size, (long long)offset,
+		    (long long)m->map_offset,
+		    (long long)(m->map_offset + (int64_t)m->map_size));
+	memset(r, 0, sizeof(*r));
+	rc = gpufile__settings(&r->cfg);
+	if (rc)
+		return rc;
+	rc = gpufile__classify(buf, &kind, &device, &ctx);
+	if (rc)
+		return rc;
+	r->h = &m->file;
+	r->buf = buf;
+	r->size = size;
+	r->offset = offset;
+	r->device = -1;
+	r->path = GPUFILE_PATH_MMAP;
+	r->run = mmap_host_task;
+	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED)
+		return 0;
+	if (!ctx) {
+		/* Memory mapped with cuMemMap reports no context: use the
+		 * device's primary context. */
+		const struct gpufile__cuda *t = gpufile__cuda();
+		CUdevice dev;
+		CUcontext primary = NULL;
+		CUresult cr;
+
+		if (!t)
+			return GPUFILE_ENOCUDA;
+		cr = t->cuDeviceGet(&dev, device);
+		if (cr == CUDA_SUCCESS)
+			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
+		ctx = primary;
+		if (cr != CUDA_SUCCESS)
+			return gpufile__cuda_fail(
+			    cr, NULL, 0, "retaining device %d's context",
+			    device);
+	}
+	r->device = device;
+	r->cuda_ctx = ctx;
+	r->run = gpufile__staged_task;
+	r->cfg.direct_io = GPUFILE__DIRECT_OFF; /* the map's pages */
+	return 0;
+}
+
+/* A device read that came back short: the file shrank under the map. */
+static ssize_t check_short(struct gpufile_mmap *m, ssize_t n, size_t size,
+                           int64_t offset)
+{
+	if (n >= 0 && (size_t)n < size)
+		return gpufile__fail(
+		    -EIO,
+		    "reading %s: the file ends at %lld, inside "
+		    "the range mapped at open (it shrank)",
+		    m->file.path, (long long)(offset + n));
+	return n;
+}
+
+ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf, size_t size,
+                           int64_t offset)
+{
+	struct gpufile__request r;
+	ssize_t result;
+	int rc = prepare(&r, m, buf, size, offset);
+
+	if (rc)
+		return rc;
+	gpufile__request_init(&r);
+	if (r.run == mmap_host_task && r.ntasks <= 1) {
+		gpufile__request_run_inline(&r);
+	} else {
+		rc = gpufile__request_submit(&r);
+		if (rc) {
+			gpufile__request_destroy(&r);
+			return rc;
+		}
+	}
+	result = gpufile__request_wait(&r, -1);
+	gpufile__request_destroy(&r);
+	return check_short(m, result, size, offset);
+}
+
+int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf, size_t size,
+                             int64_t offset, gpufile_future_t **out)
+{
+	struct gpufile__request r;
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "future pointer is NULL");
+	*out = NULL;
+	rc = prepare(&r, m, buf, size, offset);
+	if (rc)
+		return rc;
+	return gpufile__future_submit(&r, out);
+}

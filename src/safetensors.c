@@ -1,0 +1,841 @@
+/*
+ * safetensors checkpoints: the header parsed and validated (cJSON), the
+ * data section read through an ordinary gpufile handle, so that every byte
+ * is counted on its path and the handle's path reason applies.
+ *
+ * The format (huggingface/safetensors, safetensors/src/tensor.rs): an
+ * 8-byte little-endian header length N, N bytes of UTF-8 JSON (an object:
+ * tensor name -> {"dtype", "shape", "data_offsets": [begin, end]}, and an
+ * optional "__metadata__" object of string -> string), then the data
+ * section. Offsets are relative to the data section.
+ *
+ * Validation follows the reference reader, so that a file accepted here is
+ * one the reference accepts too: header at most 100,000,000 bytes, the
+ * tensors, sorted by offsets, cover the data section exactly (no overlap,
+ * no gap, nothing after the last one), and prod(shape) * dtype bits / 8 ==
+ * end - begin, computed without overflow. Where the reference stops at the
+ * first problem with a bare code (InvalidOffset, TensorInvalidInfo), this
+ * file names the file, the tensor and the field.
+ *
+ * After gpufile_safetensors_open() returns, the object is immutable: any
+ * number of threads may read accessors and run loads at once.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if GPUFILE_HAVE_CJSON
+#include <cJSON.h>
+#endif
+
+/* The reference's MAX_HEADER_SIZE: a larger length is taken as a corrupt
+ * or hostile file, not a header worth allocating for. */
+#define ST_MAX_HEADER 100000000ull
+/* cJSON keeps numbers as doubles: integers above 2^53 would be rounded,
+ * so they are refused rather than silently changed. */
+#define ST_MAX_EXACT (1ull << 53)
+
+/* Every dtype the format lists, in the reference's enum order (save_file
+ * lays tensors out by this order, descending, then by name), with its
+ * size in bits (F4 and F6 are packed below a byte). */
+static const struct {
+	const char *name;
+	unsigned bits;
+} st_dtypes[] = {
+    {"BOOL", 8},    {"F4", 4},          {"F6_E2M3", 6},     {"F6_E3M2", 6},
+    {"U8", 8},      {"I8", 8},          {"F8_E5M2", 8},     {"F8_E4M3", 8},
+    {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
+    {"U16", 16},    {"F16", 16},        {"BF16", 16},       {"I32", 32},
+    {"U32", 32},    {"F32", 32},        {"C64", 64},        {"F64", 64},
+    {"I64", 64},    {"U64", 64},
+};
+#define ST_NDTYPES ((int)(sizeof(st_dtypes) / sizeof(st_dtypes[0])))
+
+struct st_tensor {
+	char *name;
+	int dtype; /* index into st_dtypes */
+	int ndim;
+	uint64_t *shape;
+	uint64_t begin, end; /* in the data section */
+};
+
+struct gpufile_safetensors {
+	gpufile_t *h;
+	char *path;
+	uint64_t header_len;
+	uint64_t data_offset; /* 8 + header_len */
+	uint64_t data_size;
+	int ntensors;
+	struct st_tensor *t; /* sorted by (begin, end) */
+	int *by_name;        /* indices into t, sorted by name */
+	int nmeta;
+	char **meta_key, **meta_value; /* in header order */
+};
+
+static void st_free(gpufile_safetensors_t *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < st->ntensors; i++) {
+		free(st->t[i].name);
+		free(st->t[i].shape);
+	}
+	for (int i = 0; i < st->nmeta; i++) {
+		free(st->meta_key[i]);
+		free(st->meta_value[i]);
+	}
+	free(st->t);
+	free(st->by_name);
+	free(st->meta_key);
+	free(st->meta_value);
+	free(st->path);
+	free(st);
+}
+
+int gpufile_safetensors_close(gpufile_safetensors_t *st)
+{
+	int rc;
+
+	if (!st)
+		return 0;
+	rc = gpufile_close(st->h);
+	st_free(st);
+	return rc;
+}
+
+/* Index of the first byte that is not part of valid UTF-8 (overlong
+ * forms, surrogates and code points above U+10FFFF are invalid, as for
+ * Rust's str::from_utf8), or -1 when all of text is valid. */
+static long long utf8_invalid_at(const unsigned char *s, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned c = s[i], n, cp, min;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			n = 1, cp = c & 0x1f, min = 0x80;
+		else if (c >= 0xe0 && c <= 0xef)
+			n = 2, cp = c & 0x0f, min = 0x800;
+		else if (c >= 0xf0 && c <= 0xf4)
+			n = 3, cp = c & 0x07, min = 0x10000;
+		else
+			return (long long)i;
+		if (len - i <= n)
+			return (long long)i;
+		for (unsigned k = 1; k <= n; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return (long long)i;
+			cp = (cp << 6) | (s[i + k] & 0x3f);
+		}
+		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return (long long)i;
+		i += n + 1;
+	}
+	return -1;
+}
+
+#if GPUFILE_HAVE_CJSON
+
+/* A JSON number that is a non-negative integer cJSON holds exactly. */
+static int json_u64(const cJSON *v, uint64_t *out)
+{
+	double d;
+
+	if (!cJSON_IsNumber(v))
+		return -1;
+	d = v->valuedouble;
+	if (!(d >= 0) || d > (double)ST_MAX_EXACT || d != (double)(uint64_t)d)
+		return -1;
+	*out = (uint64_t)d;
+	return 0;
+}
+
+/* The JSON text of v, for messages ("-3", "\"x\"", "[1,2]"); into buf. */
+static const char *json_text(const cJSON *v, char *buf, size_t len)
+{
+	char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+
+	snprintf(buf, len, "%s", s ? s : "(missing)");
+	if (s && strlen(s) >= len && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+	cJSON_free(s);
+	return buf;
+}
+
+static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
+{
+	int n = 0;
+	const cJSON *kv;
+	char text[96];
+
+	if (cJSON_IsNull(meta))
+		return 0;
+	if (!cJSON_IsObject(meta))
+		return gpufile__fail(-EBADMSG,
+		                     "%s: __metadata__ is %s, not an object of "
+		                     "strings",
+		                     st->path,
+		                     json_text(meta, text, sizeof(text)));
+	cJSON_ArrayForEach(kv, meta) n++;
+	st->meta_key = calloc((size_t)n + 1, sizeof(char *));
+	st->meta_value = calloc((size_t)n + 1, sizeof(char *));
+	if (!st->meta_key || !st->meta_value)
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	cJSON_ArrayForEach(kv, meta)
+	{
+		if (!cJSON_IsString(kv))
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: __metadata__ key \"%s\": value %s is not a "
+			    "string",
+			    st->path, kv->string,
+			    json_text(kv, text, sizeof(text)));
+		st->meta_key[st->nmeta] = strdup(kv->string);
+		st->meta_value[st->nmeta] = strdup(kv->valuestring);
+		st->nmeta++;
+		if (!st->meta_key[st->nmeta - 1] ||
+		    !st->meta_value[st->nmeta - 1])
+			return gpufile__fail(-ENOMEM, "%s: out of memory",
+			                     st->path);
+	}
+	return 0;
+}
+
+/* Fills t from the header entry v (name already set). */
+static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
+                        const cJSON *v)
+{
+	const cJSON *dtype, *shape, *offs, *d;
+	char text[96];
+	uint64_t nelem = 1, nbits, dim;
+	int i = 0;
+
+	if (!cJSON_IsObject(v))
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": entry %s is not an "
+		    "object with dtype, shape and data_offsets",
+		    st->path, t->name, json_text(v, text, sizeof(text)));
+	dtype = cJSON_GetObjectItemCaseSensitive(v, "dtype");
+	shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
+	offs = cJSON_GetObjectItemCaseSensitive(v, "data_offsets");
+
+	if (!cJSON_IsString(dtype))
+		return gpufile__fail(
+		    -EBADMSG, "%s: tensor \"%s\": dtype %s is not a string",
+		    st->path, t->name, json_text(dtype, text, sizeof(text)));
+	t->dtype = -1;
+	for (int k = 0; k < ST_NDTYPES; k++)
+		if (strcmp(dtype->valuestring, st_dtypes[k].name) == 0)
+			t->dtype = k;
+	if (t->dtype < 0)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": dtype \"%s\" is unknown (known: BOOL, "
+		    "U8, I8, I16, U16, I32, U32, I64, U64, F16, BF16, F32, "
+		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, "
+		    "F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4)",
+		    st->path, t->name, dtype->valuestring);
+
+	if (!cJSON_IsArray(shape))
+		return gpufile__fail(
+		    -EBADMSG, "%s: tensor \"%s\": shape %s is not an array",
+		    st->path, t->name, json_text(shape, text, sizeof(text)));
+	t->ndim = cJSON_GetArraySize(shape);
+	t->shape = calloc((size_t)t->ndim + 1, sizeof(uint64_t));
+	if (!t->shape)
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	cJSON_ArrayForEach(d, shape)
+	{
+		if (json_u64(d, &dim) != 0)
+			return gpufile__fail(-EBADMSG,
+			                     "%s: tensor \"%s\": shape[%d] is "
+			                     "%s, not an integer "
+			                     "in [0, 2^53]",
+			                     st->path, t->name, i,
+			                     json_text(d, text, sizeof(text)));
+		t->shape[i++] = dim;
+		if (__builtin_mul_overflow(nelem, dim, &nelem))
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: tensor \"%s\": shape %s has more elements "
+			    "than "
+			    "64 bits can count",
+			    st->path, t->name,
+			    json_text(shape, text, sizeof(text)));
+	}
+
+	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+	    json_u64(cJSON_GetArrayItem(offs, 0), &t->begin) != 0 ||
+	    json_u64(cJSON_GetArrayItem(offs, 1), &t->end) != 0)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": data_offsets %s is not [begin, end] "
+		    "of two integers in [0, 2^53]",
+		    st->path, t->name, json_text(offs, text, sizeof(text)));
+	if (t->end < t->begin)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
+		                     ", %" PRIu64 "] end before begin",
+		                     st->path, t->name, t->begin, t->end);
+	if (t->end > st->data_size)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
+		                     ", %" PRIu64
+		                     "] reach past the data section (%" PRIu64
+		                     " bytes, from file offset %" PRIu64 ")",
+		                     st->path, t->name, t->begin, t->end,
+		                     st->data_size, st->data_offset);
+
+	if (__builtin_mul_overflow(nelem, (uint64_t)st_dtypes[t->dtype].bits,
+	                           &nbits))
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": shape %s of %s is more bytes than 64 "
+		    "bits can count",
+		    st->path, t->name, json_text(shape, text, sizeof(text)),
+		    st_dtypes[t->dtype].name);
+	if (nbits % 8 != 0 || nbits / 8 != t->end - t->begin)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": shape %s of %s is %" PRIu64
+		    " bits (%s%" PRIu64 " bytes) but data_offsets [%" PRIu64
+		    ", %" PRIu64 "] span %" PRIu64 " bytes",
+		    st->path, t->name, json_text(shape, text, sizeof(text)),
+		    st_dtypes[t->dtype].name, nbits,
+		    nbits % 8 ? "not a whole number of bytes, " : "", nbits / 8,
+		    t->begin, t->end, t->end - t->begin);
+	return 0;
+}
+
+static int cmp_offsets(const void *a, const void *b)
+{
+	const struct st_tensor *x = a, *y = b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	if (x->end != y->end)
+		return x->end < y->end ? -1 : 1;
+	return 0;
+}
+
+struct st_name {
+	const char *name;
+	int index;
+};
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(((const struct st_name *)a)->name,
+	              ((const struct st_name *)b)->name);
+}
+
+/* Sorts by offsets, checks that the tensors tile the data section, and
+ * builds the name index (refusing a name given twice). */
+static int check_layout(gpufile_safetensors_t *st)
+{
+	uint64_t at = 0;
+	struct st_name *names;
+	int rc = 0;
+
+	qsort(st->t, (size_t)st->ntensors, sizeof(st->t[0]), cmp_offsets);
+	for (int i = 0; i < st->ntensors; i++) {
+		const struct st_tensor *t = &st->t[i];
+
+		if (t->begin < at)
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: tensor \"%s\": data_offsets [%" PRIu64
+			    ", %" PRIu64 "] overlap tensor \"%s\" [%" PRIu64
+			    ", %" PRIu64 "]",
+			    st->path, t->name, t->begin, t->end,
+			    st->t[i - 1].name, st->t[i - 1].begin,
+			    st->t[i - 1].end);
+		if (t->begin > at)
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: tensor \"%s\": data_offsets [%" PRIu64
+			    ", %" PRIu64 "] leave bytes [%" PRIu64 ", %" PRIu64
+			    ") of the data section to no tensor",
+			    st->path, t->name, t->begin, t->end, at, t->begin);
+		at = t->end;
+	}
+	if (at != st->data_size)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: the data section is %" PRIu64
+		    " bytes but its tensors end at %" PRIu64
+		    " (bytes after the last one belong to no tensor)",
+		    st->path, st->data_size, at);
+
+	st->by_name = malloc(((size_t)st->ntensors + 1) * sizeof(int));
+	names = malloc(((size_t)st->ntensors + 1) * sizeof(*names));
+	if (!st->by_name || !names) {
+		free(names);
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	}
+	for (int i = 0; i < st->ntensors; i++) {
+		names[i].name = st->t[i].name;
+		names[i].index = i;
+	}
+	qsort(names, (size_t)st->ntensors, sizeof(*names), cmp_names);
+	for (int i = 0; i < st->ntensors; i++)
+		st->by_name[i] = names[i].index;
+	free(names);
+	for (int i = 1; i < st->ntensors && rc == 0; i++)
+		if (strcmp(st->t[st->by_name[i]].name,
+		           st->t[st->by_name[i - 1]].name) == 0)
+			rc =
+			    gpufile__fail(-EBADMSG,
+			                  "%s: tensor \"%s\" is named twice in "
+			                  "the header",
+			                  st->path, st->t[st->by_name[i]].name);
+	return rc;
+}
+
+/* Parses the NUL-terminated header text (len bytes) into st. */
+static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
+{
+	const char *nul = memchr(text, '\0', len);
+	const char *end = NULL;
+	long long bad = utf8_invalid_at((const unsigned char *)text, len);
+	cJSON *root, *v;
+	int n = 0, rc = 0;
+
+	if (bad >= 0)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header is not valid UTF-8 (byte %lld "
+		                     "of the header, file offset %lld)",
+		                     st->path, bad, bad + 8);
+	if (nul)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: header holds a NUL byte at header byte "
+		    "%td: not a JSON text",
+		    st->path, nul - text);
+	root = cJSON_ParseWithOpts(text, &end, 1);
+	if (!root) {
+		size_t pos = end && end >= text && end <= text + len
+		                 ? (size_t)(end - text)
+		                 : len;
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header is not valid JSON (at header "
+		                     "byte %zu of %zu)",
+		                     st->path, pos, len);
+	}
+	if (!cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header is JSON but not an object of "
+		                     "tensors",
+		                     st->path);
+	}
+	cJSON_ArrayForEach(v, root) n++;
+	st->t = calloc((size_t)n + 1, sizeof(st->t[0]));
+	if (!st->t)
+		rc = gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	cJSON_ArrayForEach(v, root)
+	{
+		struct st_tensor *t;
+
+		if (rc != 0)
+			break;
+		if (strcmp(v->string, "__metadata__") == 0) {
+			if (st->meta_key)
+				rc = gpufile__fail(
+				    -EBADMSG, "%s: __metadata__ appears twice",
+				    st->path);
+			else
+				rc = parse_metadata(st, v);
+			continue;
+		}
+		t = &st->t[st->ntensors++];
+		t->name = strdup(v->string);
+		if (!t->name)
+			rc = gpufile__fail(-ENOMEM, "%s: out of memory",
+			                   st->path);
+		else
+			rc = parse_tensor(st, t, v);
+	}
+	cJSON_Delete(root);
+	return rc ? rc : check_layout(st);
+}
+
+int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
+{
+	gpufile_safetensors_t *st;
+	unsigned char len8[8];
+	int64_t size;
+	ssize_t n;
+	char *text;
+	int rc;
+
+	if (!out || !path)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_safetensors_open: %s is "
+		                     "NULL",
+		                     out ? "path" : "out");
+	*out = NULL;
+	st = calloc(1, sizeof(*st));
+	if (!st || !(st->path = strdup(path))) {
+		free(st);
+		return gpufile__fail(-ENOMEM, "%s: out of memory", path);
+	}
+	rc = gpufile_open(&st->h, path, "r");
+	if (rc != 0) {
+		st_free(st);
+		return rc; /* the message names the file */
+	}
+	size = gpufile_size(st->h);
+	if (size < 0) {
+		rc = (int)size;
+		goto fail;
+	}
+	if (size < 8) {
+		rc = gpufile__fail(-EBADMSG,
+		                   "%s: %" PRId64 " bytes, too short for a "
+		                   "safetensors file (it starts with an 8-byte "
+		                   "header length)",
+		                   path, size);
+		goto fail;
+	}
+	n = gpufile_pread(st->h, len8, 8, 0);
+	if (n != 8) {
+		rc = n < 0 ? (int)n
+		           : gpufile__fail(-EIO, "%s: header length unreadable",
+		                           path);
+		goto fail;
+	}
+	for (int i = 7; i >= 0; i--)
+		st->header_len = (st->header_len << 8) | len8[i];
+	if (st->header_len > ST_MAX_HEADER) {
+		rc = gpufile__fail(-EBADMSG,
+		                   "%s: header length %" PRIu64
+		                   " is above the limit of %llu bytes "
+		                   "(the safetensors reference's bound)",
+		                   path, st->header_len, ST_MAX_HEADER);
+		goto fail;
+	}
+	if (st->header_len > (uint64_t)size - 8) {
+		rc = gpufile__fail(-EBADMSG,
+		                   "%s: header length %" PRIu64
+		                   " runs past the end of the file (%" PRId64
+		                   " bytes)",
+		                   path, st->header_len, size);
+		goto fail;
+	}
+	st->data_offset = 8 + st->header_len;
+	st->data_size = (uint64_t)size - st->data_offset;
+	text = malloc(st->header_len + 1);
+	if (!text) {
+		rc = gpufile__fail(-ENOMEM, "%s: out of memory", path);
+		goto fail;
+	}
+	n = gpufile_pread(st->h, text, st->header_len, 8);
+	if (n != (ssize_t)st->header_len) {
+		rc = n < 0 ? (int)n
+		           : gpufile__fail(-EIO,
+		                           "%s: file ended inside the header",
+		                           path);
+		free(text);
+		goto fail;
+	}
+	text[st->header_len] = '\0';
+	rc = parse_header(st, text, st->header_len);
+	free(text);
+	if (rc != 0)
+		goto fail;
+	gpufile__clear_error();
+	*out = st;
+	return 0;
+fail:
+	gpufile_close(st->h);
+	st_free(st);
+	return rc;
+}
+
+#else /* !GPUFILE_HAVE_CJSON */
+
+int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
+{
+	if (out)
+		*out = NULL;
+	(void)utf8_invalid_at;
+	return gpufile__fail(-ENOTSUP,
+	                     "%s: safetensors header parsing not compiled in "
+	                     "(gpufile was built without cJSON: install "
+	                     "libcjson-dev and rebuild)",
+	                     path ? path : "(null)");
+}
+
+#endif
+
+int gpufile_safetensors_count(const gpufile_safetensors_t *st)
+{
+	return st ? st->ntensors : -EINVAL;
+}
+
+int gpufile_safetensors_tensor(const gpufile_safetensors_t *st, int index,
+                               gpufile_safetensors_tensor_t *out)
+{
+	const struct st_tensor *t;
+
+	if (!st || !out)
+		return gpufile__fail(-EINVAL, "gpufile_safetensors_tensor: "
+		                              "NULL argument");
+	if (index < 0 || index >= st->ntensors)
+		return gpufile__fail(-EINVAL,
+		                     "%s: tensor index %d out of range (%d "
+		                     "tensors)",
+		                     st->path, index, st->ntensors);
+	t = &st->t[index];
+	out->name = t->name;
+	out->dtype = st_dtypes[t->dtype].name;
+	out->dtype_bits = st_dtypes[t->dtype].bits;
+	out->dtype_order = t->dtype;
+	out->ndim = t->ndim;
+	out->shape = t->shape;
+	out->begin = t->begin;
+	out->end = t->end;
+	out->file_offset = st->data_offset + t->begin;
+	return 0;
+}
+
+int gpufile_safetensors_find(const gpufile_safetensors_t *st, const char *name)
+{
+	int lo = 0, hi;
+
+	if (!st || !name)
+		return gpufile__fail(-EINVAL, "gpufile_safetensors_find: "
+		                              "NULL argument");
+	hi = st->ntensors - 1;
+	while (lo <= hi) {
+		int mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, st->t[st->by_name[mid]].name);
+
+		if (c == 0)
+			return st->by_name[mid];
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return gpufile__fail(-ENOENT, "%s: no tensor named \"%s\"", st->path,
+	                     name);
+}
+
+int gpufile_safetensors_metadata_count(const gpufile_safetensors_t *st)
+{
+	return st ? st->nmeta : -EINVAL;
+}
+
+int gpufile_safetensors_metadata(const gpufile_safetensors_t *st, int index,
+                                 const char **key, const char **value)
+{
+	if (!st || index < 0 || index >= st->nmeta)
+		return gpufile__fail(-EINVAL,
+		                     "%s: metadata index %d out of range",
+		                     st ? st->path : "(null)", index);
+	if (key)
+		*key = st->meta_key[index];
+	if (value)
+		*value = st->meta_value[index];
+	return 0;
+}
+
+const char *gpufile_safetensors_metadata_get(const gpufile_safetensors_t *st,
+                                             const char *key)
+{
+	for (int i = 0; st && key && i < st->nmeta; i++)
+		if (strcmp(st->meta_key[i], key) == 0)
+			return st->meta_value[i];
+	return NULL;
+}
+
+uint64_t gpufile_safetensors_data_offset(const gpufile_safetensors_t *st)
+{
+	return st ? st->data_offset : 0;
+}
+
+uint64_t gpufile_safetensors_data_size(const gpufile_safetensors_t *st)
+{
+	return st ? st->data_size : 0;
+}
+
+gpufile_t *gpufile_safetensors_handle(const gpufile_safetensors_t *st)
+{
+	return st ? st->h : NULL;
+}
+
+const char *gpufile_safetensors_dtype_name(int order)
+{
+	return order >= 0 && order < ST_NDTYPES ? st_dtypes[order].name : NULL;
+}
+
+int gpufile_safetensors_dtype_bits(const char *dtype)
+{
+	for (int k = 0; dtype && k < ST_NDTYPES; k++)
+		if (strcmp(dtype, st_dtypes[k].name) == 0)
+			return (int)st_dtypes[k].bits;
+	return -ENOENT;
+}
+
+/* One read of the data section: [begin, end) into dst. */
+struct st_range {
+	uint64_t begin, end;
+	char *dst;
+};
+
+static int cmp_ranges(const void *a, const void *b)
+{
+	const struct st_range *x = a, *y = b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+/* Reads every range (in the data section) at once, as asynchronous
+ * requests, and waits for all of them; the error returned is the one of
+ * the lowest-offset range that failed. Returns the bytes read. */
+static ssize_t read_ranges(const gpufile_safetensors_t *st,
+                           const struct st_range *r, int n)
+{
+	gpufile_future_t **f = calloc((size_t)n + 1, sizeof(*f));
+	char first_msg[512] = "";
+	ssize_t total = 0, rc = 0;
+
+	if (!f)
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	for (int i = 0; i < n; i++) {
+		int s = gpufile_pread_async(
+		    st->h, r[i].dst, r[i].end - r[i].begin,
+		    (int64_t)(st->data_offset + r[i].begin), &f[i]);
+		if (s != 0) {
+			rc = s;
+			snprintf(first_msg, sizeof(first_msg), "%s",
+			         gpufile_errmsg());
+			break; /* later ranges are not submitted */
+		}
+	}
+	/* Every submitted request ends before this returns: none may write
+	 * into the caller's memory afterwards. */
+	for (int i = 0; i < n && f[i]; i++) {
+		ssize_t got = gpufile_future_wait(f[i]);
+		uint64_t want = r[i].end - r[i].begin;
+
+		if (rc == 0 && got < 0) {
+			rc = got;
+			snprintf(first_msg, sizeof(first_msg), "%s",
+			         gpufile_errmsg());
+		} else if (rc == 0 && (uint64_t)got != want) {
+			rc = -EIO;
+			snprintf(
+			    first_msg, sizeof(first_msg),
+			    "%s: file ended %zd bytes into a read of %" PRIu64
+			    " at file offset %" PRIu64
+			    " (truncated since it was opened?)",
+			    st->path, got, want, st->data_offset + r[i].begin);
+		}
+		if (got > 0)
+			total += got;
+		gpufile_future_free(f[i]);
+	}
+	free(f);
+	if (rc != 0)
+		return gpufile__fail_msg((int)rc, first_msg);
+	gpufile__clear_error();
+	return total;
+}
+
+ssize_t gpufile_safetensors_load(const gpufile_safetensors_t *st, void *buf,
+                                 size_t size)
+{
+	struct st_range r;
+
+	if (!st || (!buf && st->data_size))
+		return gpufile__fail(-EINVAL, "gpufile_safetensors_load: NULL "
+		                              "argument");
+	if (size < st->data_size)
+		return gpufile__fail(
+		    -EINVAL,
+		    "%s: buffer of %zu bytes is smaller than the "
+		    "data section (%" PRIu64 " bytes)",
+		    st->path, size, st->data_size);
+	if (st->data_size == 0)
+		return 0;
+	/* One request: gpufile_pread splits it into task_size tasks run by
+	 * the whole pool, which is as parallel as the library gets. */
+	r.begin = 0;
+	r.end = st->data_size;
+	r.dst = buf;
+	return read_ranges(st, &r, 1);
+}
+
+ssize_t gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
+                                         const int *indices, void *const *dsts)
+{
+	struct st_range *r;
+	int nr = 0, m = 0;
+	ssize_t rc;
+
+	if (!st || n < 0 || (n > 0 && (!indices || !dsts)))
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_safetensors_load_tensors: "
+		                     "NULL argument or negative count");
+	r = calloc((size_t)n + 1, sizeof(*r));
+	if (!r)
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	for (int i = 0; i < n; i++) {
+		const struct st_tensor *t;
+
+		if (indices[i] < 0 || indices[i] >= st->ntensors) {
+			free(r);
+			return gpufile__fail(
+			    -EINVAL,
+			    "%s: tensor index %d (entry %d) out "
+			    "of range (%d tensors)",
+			    st->path, indices[i], i, st->ntensors);
+		}
+		t = &st->t[indices[i]];
+		if (t->end == t->begin)
+			continue;
+		if (!dsts[i]) {
+			free(r);
+			return gpufile__fail(
+			    -EINVAL,
+			    "%s: tensor \"%s\": destination is "
+			    "NULL",
+			    st->path, t->name);
+		}
+		r[nr].begin = t->begin;
+		r[nr].end = t->end;
+		r[nr].dst = dsts[i];
+		nr++;
+	}
+	/* Tensors next to each other in the file and in memory become one
+	 * read: 2,000 tensors of 1 MiB in one allocation are one request,
+	 * not 2,000. */
+	qsort(r, (size_t)nr, sizeof(*r), cmp_ranges);
+	for (int i = 0; i < nr; i++) {
+		if (m > 0 && r[m - 1].end == r[i].begin &&
+		    r[m - 1].dst + (r[m - 1].end - r[m - 1].begin) ==
+		        r[i].dst) {
+			r[m - 1].end = r[i].end;
+			continue;
+		}
+		r[m++] = r[i];
+	}
+	rc = m ? read_ranges(st, r, m) : 0;
+	free(r);
+	return rc;
+}

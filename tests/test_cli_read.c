@@ -1,0 +1,179 @@
+/*
+ * gpufile read: a --size beyond the end of the file is reported as a
+ * short read (requested and read, text and JSON, exit 0); a read larger
+ * than --window goes through the window one piece at a time, reads every
+ * byte, and holds no more memory than the window, so files larger than
+ * host or GPU memory can be read.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "gpufile.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char out[1 << 16];
+
+static void test_short(const char *file, size_t size)
+{
+	char want[128];
+
+	/* JSON: requested and read, and the flag. */
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --host --size 4m "
+	                      "--json 2>/dev/null",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "\"requested\": 4194304");
+	snprintf(want, sizeof(want), "\"bytes\": %zu", size);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"short\": true");
+
+	/* Text: one line that says so, with both numbers. */
+	CHECK_EQ(
+	    test_cli_run(out, sizeof(out), "read %s --host --size 4m", file),
+	    0);
+	snprintf(want, sizeof(want),
+	         "short:    4194304 bytes requested, %zu read", size);
+	CHECK_CONTAINS(out, want);
+
+	/* From an offset, to exactly the end: not short. */
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --host --offset 4096 --size %zu --json",
+	                      file, size - 4096),
+	         0);
+	CHECK_CONTAINS(out, "\"short\": false");
+	CHECK(!strstr(out, "short:"));
+
+	/* At the very end nothing is left: short, 0 bytes. */
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --host --offset %zu --size 1 --json",
+	                      file, size),
+	         0);
+	CHECK_CONTAINS(out, "\"bytes\": 0");
+	CHECK_CONTAINS(out, "\"short\": true");
+}
+
+static void test_window(const char *file, size_t size)
+{
+	char want[128];
+
+	/* 64 KiB windows over size bytes: every byte read, by
+	 * ceil(size / 64 KiB) requests per repeat, in both repeats. */
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --host --window 64k --repeat 2 --json",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "\"window\": 65536");
+	snprintf(want, sizeof(want), "\"windows\": %zu",
+	         (size + 65535) / 65536);
+	CHECK_CONTAINS(out, want);
+	snprintf(want, sizeof(want), "\"bytes\": %zu", size);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"short\": false");
+	/* The host path's counter has both repeats' bytes. */
+	snprintf(want, sizeof(want), "\"host\": {\n      \"ops\": %zu,",
+	         2 * ((size + 65535) / 65536));
+	CHECK_CONTAINS(out, want);
+	snprintf(want, sizeof(want), "\"bytes\": %zu,", 2 * size);
+	CHECK_CONTAINS(out, want);
+
+	/* Text says how the read was cut. */
+	CHECK_EQ(
+	    test_cli_run(out, sizeof(out), "read %s --host --window 64k", file),
+	    0);
+	CHECK_CONTAINS(out, "window:   65536 bytes (64 KiB)");
+	CHECK_CONTAINS(out, "(--window given)");
+
+	/* A window never exceeds what there is to read. */
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host --json", file),
+	         0);
+	snprintf(want, sizeof(want), "\"window\": %zu", size);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"windows\": 1");
+}
+
+/* A 1 GiB file (sparse: no disk) read through a 16 MiB window: the tool
+ * reads it all while its peak resident memory stays far below the file
+ * (a whole-file buffer is touched before timing, so it would be >= 1 GiB
+ * resident). Runs in a child so that RUSAGE_CHILDREN sees this read
+ * only. */
+static void test_bounded_memory(void)
+{
+	const char *big = test_path("big");
+	int fd = open(big, O_CREAT | O_TRUNC | O_WRONLY, 0600), status;
+	pid_t pid;
+
+	CHECK(fd >= 0 && ftruncate(fd, 1ll << 30) == 0);
+	if (fd >= 0)
+		close(fd);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct rusage ru;
+		int rc =
+		    test_cli_run(out, sizeof(out),
+		                 "read %s --host --window 16m --json", big);
+
+		if (rc != 0 || !strstr(out, "\"bytes\": 1073741824") ||
+		    !strstr(out, "\"windows\": 64")) {
+			fprintf(stderr, "bounded: exit %d:\n%s\n", rc, out);
+			_exit(1);
+		}
+		getrusage(RUSAGE_CHILDREN, &ru);
+		fprintf(stderr, "bounded: peak RSS %ld KiB reading 1 GiB\n",
+		        ru.ru_maxrss);
+		_exit(ru.ru_maxrss < 512 * 1024 ? 0 : 2);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(big);
+}
+
+/* The same window into device memory of GPU 0, where there is one (the
+ * GPU machine): every byte read, the window on the GPU. */
+static void test_device_window(const char *file, size_t size)
+{
+	char want[128];
+
+	if (gpufile_cuda_device_count() <= 0) {
+		fprintf(stderr, "no usable GPU: device window part skipped\n");
+		return;
+	}
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --device 0 --window 64k --size 4m "
+	                      "--json 2>/dev/null",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "\"target\": \"device:0\"");
+	CHECK_CONTAINS(out, "\"window\": 65536");
+	snprintf(want, sizeof(want), "\"windows\": %zu",
+	         (size + 65535) / 65536 + (size % 65536 == 0));
+	CHECK_CONTAINS(out, want);
+	snprintf(want, sizeof(want), "\"bytes\": %zu", size);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"short\": true");
+	fprintf(stderr, "device window:\n%s\n", out);
+}
+
+int main(void)
+{
+	const char *file = test_path("f");
+	size_t size = (1u << 20) + 100;
+
+	if (!test_cli_path()) {
+		fprintf(stderr, "no CLI (GPUFILE_CLI): skipped\n");
+		return TEST_SKIP;
+	}
+	CHECK_EQ(test_make_file(file, size, 7), 0);
+	test_short(file, size);
+	test_window(file, size);
+	test_device_window(file, size);
+	test_bounded_memory();
+	test_cleanup();
+	return test_finish("test_cli_read");
+}

@@ -1,0 +1,613 @@
+/*
+ * safetensors checkpoints (src/safetensors.c): every malformed header is an
+ * error naming the file, the tensor and the field; well-formed files (written
+ * here, following the format) load byte for byte into host memory and, with
+ * the fake CUDA driver, into "device" memory through the posix path; tensors
+ * adjacent in file and memory are read as one request.
+ */
+#include "testlib.h"
+
+#include "gpufile.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEV_SIZE (8u << 20)
+#include "fake_cuda.h"
+
+#define SEED 77
+
+/* Writes an 8-byte length (hdr_len, or strlen(json) when ~0), the header
+ * json, and data_len pattern bytes (SEED, offset within the data). */
+static const char *write_st_len(const char *name, uint64_t hdr_len,
+                                const char *json, size_t json_len,
+                                size_t data_len)
+{
+	const char *path = test_path(name);
+	FILE *f = fopen(path, "wb");
+	unsigned char len8[8];
+	unsigned char *data = test_malloc(data_len + 1);
+
+	for (int i = 0; i < 8; i++)
+		len8[i] = (unsigned char)(hdr_len >> (8 * i));
+	test_fill(data, data_len, SEED, 0);
+	if (!f || fwrite(len8, 1, 8, f) != 8 ||
+	    fwrite(json, 1, json_len, f) != json_len ||
+	    fwrite(data, 1, data_len, f) != data_len || fclose(f) != 0) {
+		fprintf(stderr, "cannot write %s\n", path);
+		exit(1);
+	}
+	free(data);
+	return path;
+}
+
+static const char *write_st(const char *name, const char *json, size_t data_len)
+{
+	return write_st_len(name, strlen(json), json, strlen(json), data_len);
+}
+
+/* Opening path fails with err, and the message holds the file's name and
+ * each of the given fragments. */
+static void expect_bad(const char *path, int err, const char *frag1,
+                       const char *frag2, const char *frag3)
+{
+	gpufile_safetensors_t *st = (gpufile_safetensors_t *)0x1;
+	int rc = gpufile_safetensors_open(&st, path);
+
+	CHECK_EQ(rc, err);
+	CHECK(st == NULL);
+	CHECK_CONTAINS(gpufile_errmsg(), path);
+	if (frag1)
+		CHECK_CONTAINS(gpufile_errmsg(), frag1);
+	if (frag2)
+		CHECK_CONTAINS(gpufile_errmsg(), frag2);
+	if (frag3)
+		CHECK_CONTAINS(gpufile_errmsg(), frag3);
+	if (rc == 0)
+		gpufile_safetensors_close(st);
+}
+
+static void test_malformed(void)
+{
+	const char *p;
+
+	/* The file and the header length. */
+	p = test_path("short");
+	CHECK_EQ(test_make_file(p, 3, SEED), 0);
+	expect_bad(p, -EBADMSG, "too short", NULL, NULL);
+	p = write_st_len("hdr-huge", 100000001ull, "{}", 2, 0);
+	expect_bad(p, -EBADMSG, "header length 100000001", "limit", NULL);
+	p = write_st_len("hdr-u64", UINT64_MAX, "{}", 2, 0);
+	expect_bad(p, -EBADMSG, "header length 18446744073709551615", "limit",
+	           NULL);
+	p = write_st_len("hdr-eof", 100, "{}", 2, 10);
+	expect_bad(p, -EBADMSG, "header length 100", "past the end", NULL);
+
+	/* The header text. */
+	p = write_st_len("utf8", 6, "{\"\xff\":1}", 6, 0);
+	expect_bad(p, -EBADMSG, "not valid UTF-8", "byte 2", NULL);
+	p = write_st_len("utf8-surrogate", 8, "{\"\xed\xa0\x80\":1}", 8, 0);
+	expect_bad(p, -EBADMSG, "not valid UTF-8", NULL, NULL);
+	p = write_st_len("nul", 4, "{}\0 ", 4, 0);
+	expect_bad(p, -EBADMSG, "NUL byte", NULL, NULL);
+	p = write_st("badjson", "{\"a\": {\"dtype\": ", 0);
+	expect_bad(p, -EBADMSG, "not valid JSON", NULL, NULL);
+	p = write_st("array", "[1, 2]", 0);
+	expect_bad(p, -EBADMSG, "not an object", NULL, NULL);
+	p = write_st("entry", "{\"w\": 5}", 0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "not an object", NULL);
+
+	/* dtype. */
+	p = write_st("nodtype",
+	             "{\"w\":{\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "dtype", "(missing)");
+	p = write_st(
+	    "dtype-num",
+	    "{\"w\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "dtype 4", "not a string");
+	p = write_st("dtype-unknown",
+	             "{\"w\":{\"dtype\":\"Q7\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "dtype \"Q7\"", "unknown");
+	p = write_st("dtype-case",
+	             "{\"w\":{\"dtype\":\"bf16\",\"shape\":[1],"
+	             "\"data_offsets\":[0,2]}}",
+	             2);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "dtype \"bf16\"", "unknown");
+
+	/* shape. */
+	p = write_st("shape-obj",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":{},"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape", "not an array");
+	p = write_st("shape-neg",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[2,-3],"
+	             "\"data_offsets\":[0,6]}}",
+	             6);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape[1] is -3", NULL);
+	p = write_st("shape-frac",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1.5],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape[0] is 1.5", NULL);
+	p = write_st("shape-str",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[\"2\"],"
+	             "\"data_offsets\":[0,2]}}",
+	             2);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape[0] is \"2\"", NULL);
+	p = write_st("shape-size",
+	             "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+	             "\"data_offsets\":[0,20]}}",
+	             20);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape [2,3] of F32",
+	           "span 20 bytes");
+	/* 2^32 * 2^32 elements: the count itself overflows. */
+	p = write_st(
+	    "overflow-elems",
+	    "{\"w\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],"
+	    "\"data_offsets\":[0,0]}}",
+	    0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape", "64 bits");
+	/* 2^60 elements fit, their 2^64 bits do not. */
+	p = write_st("overflow-bits",
+	             "{\"w\":{\"dtype\":\"BF16\",\"shape\":[1099511627776,"
+	             "1048576],\"data_offsets\":[0,0]}}",
+	             0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "of BF16", "64 bits");
+	/* Above 2^53 a double cannot hold the integer exactly. */
+	p = write_st("shape-2p53",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[18014398509481984],"
+	             "\"data_offsets\":[0,0]}}",
+	             0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape[0]", "2^53");
+	/* 3 F4 elements are 12 bits: not a whole number of bytes. */
+	p = write_st("f4-odd",
+	             "{\"w\":{\"dtype\":\"F4\",\"shape\":[3],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "12 bits", "whole number");
+
+	/* data_offsets. */
+	p = write_st("offs-missing", "{\"w\":{\"dtype\":\"U8\",\"shape\":[1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "data_offsets", "(missing)");
+	p = write_st("offs-three",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1,2]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "data_offsets [0,1,2]", NULL);
+	p = write_st("offs-reversed",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],"
+	             "\"data_offsets\":[4,2]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "end before begin", NULL);
+	p = write_st("offs-outside",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[8],"
+	             "\"data_offsets\":[0,8]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "data_offsets [0, 8]",
+	           "past the data section (4 bytes");
+	p = write_st(
+	    "overlap",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"b\":{\"dtype\":\"U8\",\"shape\":[4],"
+	    "\"data_offsets\":[2,6]}}",
+	    6);
+	expect_bad(p, -EBADMSG, "tensor \"b\"", "overlap tensor \"a\"",
+	           "[2, 6]");
+	p = write_st(
+	    "gap",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"b\":{\"dtype\":\"U8\",\"shape\":[2],"
+	    "\"data_offsets\":[6,8]}}",
+	    8);
+	expect_bad(p, -EBADMSG, "tensor \"b\"", "bytes [4, 6)", "no tensor");
+	p = write_st("trailing",
+	             "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],"
+	             "\"data_offsets\":[0,4]}}",
+	             9);
+	expect_bad(p, -EBADMSG, "data section is 9 bytes", "end at 4", NULL);
+	p = write_st(
+	    "twice",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"a\":{\"dtype\":\"U8\",\"shape\":[4],"
+	    "\"data_offsets\":[4,8]}}",
+	    8);
+	expect_bad(p, -EBADMSG, "tensor \"a\"", "named twice", NULL);
+
+	/* __metadata__. */
+	p = write_st("meta-num",
+	             "{\"__metadata__\":{\"format\":\"pt\",\"n\":3}}", 0);
+	expect_bad(p, -EBADMSG, "__metadata__ key \"n\"", "value 3",
+	           "not a string");
+	p = write_st("meta-list", "{\"__metadata__\":[\"pt\"]}", 0);
+	expect_bad(p, -EBADMSG, "__metadata__", "not an object", NULL);
+
+	/* A missing file: the error of opening it, naming it. */
+	expect_bad(test_path("no-such-file"), -ENOENT, "no-such-file", NULL,
+	           NULL);
+}
+
+/* The header of the well-formed file below: a scalar, an empty tensor,
+ * tensors of several dtypes, in no particular key order; data 0..63. */
+static const char good_json[] =
+    "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"h\\u00e9\"},"
+    "\"w.f32\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,32]},"
+    "\"b.bf16\":{\"dtype\":\"BF16\",\"shape\":[3,2],\"data_offsets\":[32,44]},"
+    "\"empty\":{\"dtype\":\"F16\",\"shape\":[0,5],\"data_offsets\":[44,44]},"
+    "\"s.i64\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[44,52]},"
+    "\"m.bool\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[52,55]},"
+    "\"e.f8\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,1],"
+    "\"data_offsets\":[55,56]},"
+    "\"q.f4\":{\"dtype\":\"F4\",\"shape\":[4,4],\"data_offsets\":[56,64]}}"
+    "      ";
+#define GOOD_DATA 64
+
+static void test_accessors(const char *p)
+{
+	gpufile_safetensors_t *st = NULL;
+	gpufile_safetensors_tensor_t t;
+	const char *k, *v;
+	int i;
+
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return;
+	CHECK_EQ(gpufile_safetensors_count(st), 7);
+	CHECK_EQ(gpufile_safetensors_data_offset(st), 8 + strlen(good_json));
+	CHECK_EQ(gpufile_safetensors_data_size(st), GOOD_DATA);
+	CHECK(gpufile_safetensors_handle(st) != NULL);
+
+	/* Indexed in offset order: w.f32 first, q.f4 last. */
+	CHECK_EQ(gpufile_safetensors_tensor(st, 0, &t), 0);
+	CHECK(strcmp(t.name, "w.f32") == 0);
+	CHECK_EQ(gpufile_safetensors_tensor(st, 6, &t), 0);
+	CHECK(strcmp(t.name, "q.f4") == 0);
+	CHECK_EQ(t.dtype_bits, 4);
+
+	i = gpufile_safetensors_find(st, "b.bf16");
+	CHECK(i >= 0);
+	CHECK_EQ(gpufile_safetensors_tensor(st, i, &t), 0);
+	CHECK(strcmp(t.dtype, "BF16") == 0);
+	CHECK_EQ(t.ndim, 2);
+	CHECK_EQ(t.shape[0], 3);
+	CHECK_EQ(t.shape[1], 2);
+	CHECK_EQ(t.begin, 32);
+	CHECK_EQ(t.end, 44);
+	CHECK_EQ(t.file_offset, 8 + strlen(good_json) + 32);
+	CHECK(strcmp(gpufile_safetensors_dtype_name(t.dtype_order), "BF16") ==
+	      0);
+
+	i = gpufile_safetensors_find(st, "s.i64");
+	CHECK_EQ(gpufile_safetensors_tensor(st, i, &t), 0);
+	CHECK_EQ(t.ndim, 0);
+	CHECK_EQ(t.end - t.begin, 8);
+
+	CHECK_EQ(gpufile_safetensors_find(st, "nope"), -ENOENT);
+	CHECK_CONTAINS(gpufile_errmsg(), "\"nope\"");
+	CHECK_CONTAINS(gpufile_errmsg(), p);
+	CHECK_EQ(gpufile_safetensors_tensor(st, 7, &t), -EINVAL);
+	CHECK_EQ(gpufile_safetensors_tensor(st, -1, &t), -EINVAL);
+
+	CHECK_EQ(gpufile_safetensors_metadata_count(st), 2);
+	CHECK_EQ(gpufile_safetensors_metadata(st, 1, &k, &v), 0);
+	CHECK(strcmp(k, "note") == 0 && strcmp(v, "h\xc3\xa9") == 0);
+	CHECK(strcmp(gpufile_safetensors_metadata_get(st, "format"), "pt") ==
+	      0);
+	CHECK(gpufile_safetensors_metadata_get(st, "absent") == NULL);
+	CHECK_EQ(gpufile_safetensors_metadata(st, 2, &k, &v), -EINVAL);
+
+	CHECK_EQ(gpufile_safetensors_dtype_bits("F8_E5M2"), 8);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("C64"), 64);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("F8_E4M3FNUZ"), 8);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("F6_E3M2"), 6);
+	CHECK_EQ(gpufile_safetensors_dtype_bits("X"), -ENOENT);
+	CHECK(gpufile_safetensors_dtype_name(0) &&
+	      strcmp(gpufile_safetensors_dtype_name(0), "BOOL") == 0);
+	CHECK(gpufile_safetensors_dtype_name(100) == NULL);
+	CHECK_EQ(gpufile_safetensors_close(st), 0);
+	CHECK_EQ(gpufile_safetensors_close(NULL), 0);
+}
+
+static uint64_t host_ops(void)
+{
+	gpufile_stats_t s;
+
+	gpufile_stats_self(&s);
+	return s.path[GPUFILE_PATH_HOST][0].ops;
+}
+
+static void test_host_loads(const char *p)
+{
+	gpufile_safetensors_t *st = NULL;
+	unsigned char buf[GOOD_DATA + 16];
+	unsigned char *sep[7];
+	void *dsts[7];
+	int idx[7];
+	uint64_t ops;
+
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return;
+	/* The whole data section, byte for byte, in one request. */
+	memset(buf, 0xee, sizeof(buf));
+	ops = host_ops();
+	CHECK_EQ(gpufile_safetensors_load(st, buf, sizeof(buf)), GOOD_DATA);
+	CHECK_EQ(host_ops() - ops, 1);
+	CHECK_EQ(test_mismatch(buf, GOOD_DATA, SEED, 0), -1);
+	CHECK_EQ(test_mismatch_byte(buf + GOOD_DATA, 16, 0xee), -1);
+	CHECK_EQ(gpufile_safetensors_load(st, buf, GOOD_DATA - 1), -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "smaller than the data section");
+
+	/* Each tensor into its own buffer: one read per non-empty tensor,
+	 * whatever the order of the request. */
+	for (int i = 0; i < 7; i++) {
+		gpufile_safetensors_tensor_t t;
+
+		idx[i] = 6 - i;
+		gpufile_safetensors_tensor(st, idx[i], &t);
+		sep[i] = test_malloc(t.end - t.begin + 1);
+		dsts[i] = t.end > t.begin ? sep[i] : NULL;
+	}
+	ops = host_ops();
+	CHECK_EQ(gpufile_safetensors_load_tensors(st, 7, idx, dsts), GOOD_DATA);
+	CHECK_EQ(host_ops() - ops, 6);
+	for (int i = 0; i < 7; i++) {
+		gpufile_safetensors_tensor_t t;
+
+		gpufile_safetensors_tensor(st, idx[i], &t);
+		CHECK_EQ(test_mismatch(sep[i], t.end - t.begin, SEED, t.begin),
+		         -1);
+	}
+
+	/* Destinations laid out as in the file: coalesced into one read. */
+	memset(buf, 0, sizeof(buf));
+	for (int i = 0; i < 7; i++) {
+		gpufile_safetensors_tensor_t t;
+
+		gpufile_safetensors_tensor(st, i, &t);
+		idx[i] = i;
+		dsts[i] = buf + t.begin;
+	}
+	ops = host_ops();
+	CHECK_EQ(gpufile_safetensors_load_tensors(st, 7, idx, dsts), GOOD_DATA);
+	CHECK_EQ(host_ops() - ops, 1);
+	CHECK_EQ(test_mismatch(buf, GOOD_DATA, SEED, 0), -1);
+
+	/* Bad requests name what is wrong. */
+	idx[0] = 7;
+	CHECK_EQ(gpufile_safetensors_load_tensors(st, 1, idx, dsts), -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "tensor index 7");
+	idx[0] = 0;
+	dsts[0] = NULL;
+	CHECK_EQ(gpufile_safetensors_load_tensors(st, 1, idx, dsts), -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "tensor \"w.f32\"");
+	CHECK_EQ(gpufile_safetensors_load_tensors(st, 0, idx, dsts), 0);
+	for (int i = 0; i < 7; i++)
+		free(sep[i]);
+	CHECK_EQ(gpufile_safetensors_close(st), 0);
+}
+
+/* A file cut short after it was opened: an error, not garbage. */
+static void test_truncated_after_open(void)
+{
+	const char *p = write_st("cut", good_json, GOOD_DATA);
+	gpufile_safetensors_t *st = NULL;
+	unsigned char buf[GOOD_DATA];
+	ssize_t n;
+
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return;
+	CHECK_EQ(truncate(p, (off_t)(8 + strlen(good_json) + 10)), 0);
+	n = gpufile_safetensors_load(st, buf, sizeof(buf));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(gpufile_errmsg(), p);
+	CHECK_CONTAINS(gpufile_errmsg(), "truncated");
+	gpufile_safetensors_close(st);
+}
+
+/* An empty header ("{}") is a valid file with no tensors. */
+static void test_empty_file(void)
+{
+	const char *p = write_st("empty", "{}      ", 0);
+	gpufile_safetensors_t *st = NULL;
+
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	CHECK_EQ(gpufile_safetensors_count(st), 0);
+	CHECK_EQ(gpufile_safetensors_metadata_count(st), 0);
+	CHECK_EQ(gpufile_safetensors_load(st, NULL, 0), 0);
+	gpufile_safetensors_close(st);
+}
+
+/* Into fake device memory: through the bounce buffers, counted there. */
+static void test_device_load(void)
+{
+	/* One 6 MiB tensor (several tasks) and a small one. */
+	char json[256];
+	const char *p;
+	gpufile_safetensors_t *st = NULL;
+	gpufile_stats_t before, after;
+	size_t big = 6u << 20;
+
+	snprintf(json, sizeof(json),
+	         "{\"big\":{\"dtype\":\"U16\",\"shape\":[%zu],"
+	         "\"data_offsets\":[0,%zu]},\"tail\":{\"dtype\":\"U8\","
+	         "\"shape\":[5],\"data_offsets\":[%zu,%zu]}}",
+	         big / 2, big, big, big + 5);
+	p = write_st("device", json, big + 5);
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return;
+	memset(dev_base, 0, DEV_SIZE);
+	gpufile_stats_self(&before);
+	CHECK_EQ(gpufile_safetensors_load(st, dev_base, DEV_SIZE), big + 5);
+	gpufile_stats_self(&after);
+	CHECK_EQ(test_mismatch(dev_base, big + 5, SEED, 0), -1);
+	CHECK_EQ(after.path[GPUFILE_PATH_POSIX][0].bytes -
+	             before.path[GPUFILE_PATH_POSIX][0].bytes,
+	         big + 5);
+	CHECK_EQ(bad_copies, 0);
+	gpufile_safetensors_close(st);
+}
+
+/* On a machine with GPUs: the data section into device memory of every
+ * GPU, all GPUs at once (one thread each, so several contexts are in use
+ * in one process), compared byte for byte after copying back. */
+struct gpu_job {
+	const gpufile_safetensors_t *st;
+	int device;
+	ssize_t got;
+	long long mismatch;
+	char msg[256];
+};
+
+static void *gpu_job_run(void *arg)
+{
+	struct gpu_job *j = arg;
+	size_t len = (size_t)gpufile_safetensors_data_size(j->st);
+	unsigned char *host = test_malloc(len);
+	void *dev = NULL;
+
+	j->mismatch = -2;
+	if (gpufile_device_alloc(j->device, len, &dev) != 0) {
+		snprintf(j->msg, sizeof(j->msg), "%s", gpufile_errmsg());
+		j->got = -1;
+		free(host);
+		return NULL;
+	}
+	j->got = gpufile_safetensors_load(j->st, dev, len);
+	if (j->got < 0)
+		snprintf(j->msg, sizeof(j->msg), "%s", gpufile_errmsg());
+	else if (gpufile_memcpy(host, dev, len) == 0)
+		j->mismatch = test_mismatch(host, len, SEED, 0);
+	gpufile_device_free(dev);
+	free(host);
+	return NULL;
+}
+
+static int test_real_gpus(void)
+{
+	size_t big = 24u << 20;
+	char json[256];
+	gpufile_safetensors_t *st = NULL;
+	int n = gpufile_cuda_device_count();
+	struct gpu_job jobs[GPUFILE_MAX_GPUS];
+	pthread_t th[GPUFILE_MAX_GPUS];
+	const char *p;
+
+	if (n <= 0)
+		return 0;
+	if (n > GPUFILE_MAX_GPUS)
+		n = GPUFILE_MAX_GPUS;
+	snprintf(json, sizeof(json),
+	         "{\"w\":{\"dtype\":\"BF16\",\"shape\":[%zu],"
+	         "\"data_offsets\":[0,%zu]}}",
+	         big / 2, big);
+	p = write_st("gpu", json, big);
+	CHECK_EQ(gpufile_safetensors_open(&st, p), 0);
+	if (!st)
+		return n;
+	for (int i = 0; i < n; i++) {
+		jobs[i] = (struct gpu_job){.st = st, .device = i};
+		CHECK_EQ(pthread_create(&th[i], NULL, gpu_job_run, &jobs[i]),
+		         0);
+	}
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		if (jobs[i].got != (ssize_t)big)
+			fprintf(stderr, "GPU %d: %s\n", i, jobs[i].msg);
+		CHECK_EQ(jobs[i].got, big);
+		CHECK_EQ(jobs[i].mismatch, -1);
+	}
+	fprintf(stderr, "real GPUs: loaded on %d GPU(s) at once\n", n);
+	gpufile_safetensors_close(st);
+	return n;
+}
+
+/* Runs the CLI's load subcommand (GPUFILE_CLI) with args; returns its
+ * exit status and its stdout and stderr, spaces removed, in out. */
+static int cli_load(const char *args, char *out, size_t len)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char cmd[2048];
+	size_t n = 0;
+	int c, status;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s load %s 2>&1", cli, args);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	while ((c = fgetc(f)) != EOF)
+		if (c != ' ' && c != '\n' && n + 1 < len)
+			out[n++] = (char)c;
+	out[n] = '\0';
+	status = pclose(f);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli(const char *good)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char args[1024], out[16384];
+
+	if (!cli || access(cli, X_OK) != 0) {
+		fprintf(stderr, "no CLI (GPUFILE_CLI): CLI part skipped\n");
+		return;
+	}
+	snprintf(args, sizeof(args), "'%s' '%s' --host --json", good, good);
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "\"target\":\"host\"");
+	CHECK_CONTAINS(out, "\"tensors\":14,\"bytes\":128,");
+	CHECK_CONTAINS(out, "\"tensors\":7,\"bytes\":64,");
+	snprintf(args, sizeof(args), "'%s' --host", good);
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 0);
+	CHECK_CONTAINS(out, "7tensors,64bytes");
+	CHECK_CONTAINS(out, "GB/s");
+	/* A malformed file: exit 1 and the library's message. */
+	snprintf(args, sizeof(args), "'%s' --host", test_path("overlap"));
+	CHECK_EQ(cli_load(args, out, sizeof(out)), 1);
+	CHECK_CONTAINS(out, "tensor\"b\":data_offsets[2,6]overlap");
+	CHECK_EQ(cli_load("", out, sizeof(out)), 2);
+	CHECK_CONTAINS(out, "noFILEgiven");
+	CHECK_EQ(cli_load("x --host --device 0", out, sizeof(out)), 2);
+}
+
+int main(void)
+{
+	const char *good;
+	void *mem = NULL;
+
+	test_malformed();
+	good = write_st("good", good_json, GOOD_DATA);
+	test_accessors(good);
+	test_host_loads(good);
+	test_truncated_after_open();
+	test_empty_file();
+	test_cli(good);
+	/* Real GPUs (the GPU machine) or the fake driver, not both in one
+	 * process: the fake would meet the real driver's contexts. */
+	if (test_real_gpus() == 0) {
+		if (posix_memalign(&mem, 4096, DEV_SIZE))
+			return 1;
+		dev_base = mem;
+		gpufile__cuda_override(&fake);
+		CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+		test_device_load();
+		gpufile_release();
+		gpufile__cuda_override(NULL);
+		gpufile_config_reset();
+		free(mem);
+	}
+	test_cleanup();
+	return test_finish("test_safetensors");
+}

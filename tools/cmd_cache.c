@@ -1,0 +1,140 @@
+/*
+ * gpufile cache FILE [--offset N] [--size N] [--drop] [--json]: how much
+ * of FILE the page cache holds (gpufile_page_cache_info()) and, with
+ * --drop, the same after flushing and dropping it
+ * (gpufile_drop_page_cache()).
+ */
+#include "commands.h"
+#include "gpufile.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const char *const usage =
+    "Usage: gpufile cache FILE [--offset N] [--size N] [--drop] [--json]\n"
+    "\n"
+    "Prints how many bytes of FILE (or of [offset, offset+size); size 0\n"
+    "or none: to the end) are in the page cache. With --drop, flushes the\n"
+    "file's dirty pages, drops the range from the page cache (no root\n"
+    "needed) and prints the count again. Sizes accept KiB/MiB/GiB.\n"
+    "Exit status: 0 ok, 1 when FILE cannot be examined or dropped, 2 for\n"
+    "a usage error.\n";
+
+struct count {
+	uint64_t cached, total;
+};
+
+static void print_count(const char *what, const struct count *c)
+{
+	char a[32], b[32];
+
+	printf("%-7s %s of %s in the page cache (%.1f%%; %llu of %llu bytes)\n",
+	       what, util_human_bytes(c->cached, a, sizeof(a)),
+	       util_human_bytes(c->total, b, sizeof(b)),
+	       c->total ? 100.0 * (double)c->cached / (double)c->total : 0.0,
+	       (unsigned long long)c->cached, (unsigned long long)c->total);
+}
+
+static void json_count(struct json *j, const char *key, const struct count *c)
+{
+	json_object_begin(j, key);
+	json_key_u64(j, "cached_bytes", c->cached);
+	json_key_u64(j, "total_bytes", c->total);
+	json_object_end(j);
+}
+
+int cmd_cache(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"offset", required_argument, NULL, 'o'},
+	    {"size", required_argument, NULL, 's'},
+	    {"drop", no_argument, NULL, 'D'},
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *cmd = "cache", *path;
+	uint64_t offset = 0, size = 0;
+	struct count before, after;
+	int as_json = 0, drop = 0, c, rc;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			if ((rc = util_size_arg(cmd, "--offset", optarg,
+			                        &offset)))
+				return rc;
+			if (offset > INT64_MAX)
+				return util_usage_error(
+				    cmd, "--offset \"%s\": too large", optarg);
+			break;
+		case 's':
+			if ((rc = util_size_arg(cmd, "--size", optarg, &size)))
+				return rc;
+			break;
+		case 'D':
+			drop = 1;
+			break;
+		case 'j':
+			as_json = 1;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return EXIT_OK;
+		default:
+			return util_getopt_error(cmd, c, argv);
+		}
+	}
+	if (optind >= argc)
+		return util_usage_error(cmd, "FILE is missing");
+	path = argv[optind++];
+	if (optind < argc)
+		return util_usage_error(cmd, "unexpected argument \"%s\"",
+		                        argv[optind]);
+	if (gpufile_page_cache_info(NULL, path, (int64_t)offset, (size_t)size,
+	                            &before.cached, &before.total) < 0)
+		return util_error(cmd, "%s", gpufile_errmsg());
+	if (drop) {
+		gpufile_t *h;
+
+		/* Read-only is enough: fdatasync and fadvise need no
+		 * write access. */
+		if (gpufile_open(&h, path, "r") < 0)
+			return util_error(cmd, "%s", gpufile_errmsg());
+		rc = gpufile_drop_page_cache(h, (int64_t)offset, (size_t)size);
+		if (rc == 0)
+			rc = gpufile_page_cache_info(
+			    h, NULL, (int64_t)offset, (size_t)size,
+			    &after.cached, &after.total);
+		if (rc < 0) {
+			util_error(cmd, "%s", gpufile_errmsg());
+			gpufile_close(h);
+			return EXIT_RUNTIME;
+		}
+		gpufile_close(h);
+	}
+	if (as_json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_key_str(&j, "path", path);
+		json_key_u64(&j, "offset", offset);
+		json_count(&j, "before", &before);
+		if (drop)
+			json_count(&j, "after_drop", &after);
+		else
+			json_key_null(&j, "after_drop");
+		json_object_end(&j);
+	} else {
+		printf("%s\n", path);
+		print_count(drop ? "before" : "now", &before);
+		if (drop)
+			print_count("after", &after);
+	}
+	return EXIT_OK;
+}

@@ -1,0 +1,366 @@
+/*
+ * gpufile read FILE: reads a file (or a range of it) into GPU or host
+ * memory through a bounded window, timed, and reports which data path
+ * carried the bytes.
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "gpufile.h"
+#include "options.h"
+#include "progress.h"
+#include "target.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * The default window. A file larger than host or GPU memory cannot be
+ * read into one buffer, so a read goes through a window read again and
+ * again. 1 GiB is large enough that the extra calls cost nothing
+ * measurable (at 25 GB/s one window takes 40 ms, against microseconds to
+ * start a request, and it is hundreds of tasks of the default task_size,
+ * so the worker pool stays full) and small enough to fit beside other
+ * work on any GPU and host this runs on. Host windows are further capped
+ * at half the memory the kernel reports available, so that the read
+ * never pushes the machine into swap.
+ */
+#define DEFAULT_WINDOW (1ull << 30)
+#define MIN_WINDOW     4096ull
+
+static const char usage[] =
+    "Usage: gpufile read FILE [--host | --device N] [--offset B] "
+    "[--size B]\n"
+    "                         [--window B] [--repeat K] [--json]\n"
+    "                         [--no-progress]\n"
+    "\n"
+    "Reads SIZE bytes of FILE at OFFSET into a fresh buffer, K times, and\n"
+    "reports the time, the throughput (GB/s, 1 GB = 1e9 bytes) of the best\n"
+    "and the mean repeat, and which data path carried the bytes.\n"
+    "\n"
+    "The buffer is device memory of GPU 0 when a GPU is usable, else host\n"
+    "memory (4096-byte aligned, touched before timing); the report says\n"
+    "which and why. The worker pool and bounce buffers are started before\n"
+    "timing (gpufile_warmup). A read larger than the window goes through\n"
+    "it one window at a time, so files larger than memory can be read.\n"
+    "\n"
+    "  --host         read into host memory even when a GPU is usable\n"
+    "  --device N     read into device memory of GPU N (error if unusable)\n"
+    "  --offset B     file offset to start at (default 0)\n"
+    "  --size B       bytes to read (default: to the end of the file); a\n"
+    "                 size beyond the end is reported as a short read\n"
+    "  --window B     largest buffer to read into (default 1 GiB, for host\n"
+    "                 memory at most half of the available memory)\n"
+    "  --repeat K     read K times (default 1)\n"
+    "  --json         print one JSON object instead of text\n"
+    "  --no-progress  no progress line (it is shown on stderr only when\n"
+    "                 stderr is a terminal and the read is >= 64 MiB)\n"
+    "  --help         print this help\n"
+    "\n"
+    "Sizes accept bytes or a number with k, m, g (also KiB, MiB, GiB or\n"
+    "KB, MB, GB; all binary). Settings come from GPUFILE_* variables (see\n"
+    "gpufile config).\n"
+    "Exit status: 0 ok (a short read included), 1 I/O or runtime error,\n"
+    "2 usage error.\n";
+
+struct read_options {
+	const char *file;
+	uint64_t offset, size, window, repeat;
+	int have_size, have_window, want_host, want_device, json, quiet;
+};
+
+struct read_result {
+	int64_t file_size;
+	uint64_t bytes;   /* read by each repeat */
+	uint64_t window;  /* buffer size used */
+	uint64_t windows; /* pread calls per repeat */
+	double best, mean, *seconds;
+	gpufile_stats_t before, after;
+	gpufile_path_t device_path;
+	char path_reason[512];
+	const char *window_why;
+};
+
+static int parse(int argc, char **argv, struct read_options *o)
+{
+	const struct opt opts[] = {
+	    {.name = "host", .kind = OPT_FLAG, .dest = &o->want_host},
+	    {.name = "device", .kind = OPT_DEVICE, .dest = &o->want_device},
+	    {.name = "offset",
+	     .kind = OPT_SIZE,
+	     .dest = &o->offset,
+	     .max = INT64_MAX},
+	    {.name = "size",
+	     .kind = OPT_SIZE,
+	     .dest = &o->size,
+	     .given = &o->have_size,
+	     .max = INT64_MAX},
+	    {.name = "window",
+	     .kind = OPT_SIZE,
+	     .dest = &o->window,
+	     .given = &o->have_window,
+	     .min = MIN_WINDOW,
+	     .max = SIZE_MAX / 2},
+	    {.name = "repeat",
+	     .kind = OPT_COUNT,
+	     .dest = &o->repeat,
+	     .min = 1,
+	     .max = 1000000},
+	    {.name = "json", .kind = OPT_FLAG, .dest = &o->json},
+	    {.name = "no-progress", .kind = OPT_FLAG, .dest = &o->quiet},
+	};
+	const struct opt_spec spec = {
+	    "read", usage, opts, sizeof(opts) / sizeof(opts[0]), "FILE", 1, 1};
+	int rc, first = opt_parse(&spec, argc, argv, &rc);
+
+	if (first < 0)
+		return rc;
+	if (o->want_host && o->want_device >= 0)
+		return util_usage_error("read", "--host and --device exclude "
+		                                "each other");
+	o->file = argv[first];
+	return 0;
+}
+
+/* The window: what --window says, else DEFAULT_WINDOW capped for host
+ * memory; never more than the read needs. */
+static uint64_t choose_window(const struct read_options *o,
+                              const struct target *t, uint64_t available,
+                              const char **why)
+{
+	uint64_t w = o->window;
+
+	*why = "--window given";
+	if (!o->have_window) {
+		long pages = sysconf(_SC_AVPHYS_PAGES);
+		long page = sysconf(_SC_PAGESIZE);
+		uint64_t half = pages > 0 && page > 0
+		                    ? (uint64_t)pages * (uint64_t)page / 2
+		                    : DEFAULT_WINDOW;
+
+		w = DEFAULT_WINDOW;
+		*why = "default";
+		if (t->device < 0 && half < w) {
+			w = half > MIN_WINDOW ? half & ~(MIN_WINDOW - 1)
+			                      : MIN_WINDOW;
+			*why = "default, capped at half the available memory";
+		}
+	}
+	/* Past the end of the file nothing is read: a window larger than
+	 * what is there would only be allocated and touched. */
+	if (w > o->size)
+		w = o->size;
+	if (w > available)
+		w = available;
+	return w ? w : 1;
+}
+
+/* Reads [offset, offset + size) once, a window at a time. Stops early
+ * at the end of the file. Returns 0 or EXIT_RUNTIME. */
+static int read_once(gpufile_t *h, const struct target *t,
+                     const struct read_options *o, struct read_result *r,
+                     struct progress *p, uint64_t base)
+{
+	uint64_t done = 0, calls = 0;
+
+	do {
+		size_t len =
+		    (size_t)(o->size - done < r->window ? o->size - done
+		                                        : r->window);
+		ssize_t n =
+		    gpufile_pread(h, t->buf, len, (int64_t)(o->offset + done));
+
+		if (n < 0) {
+			progress_end(p); /* the message on a line of its own */
+			return util_error("read", "%s", gpufile_errmsg());
+		}
+		calls++;
+		done += (uint64_t)n;
+		progress_update(p, base + done);
+		if ((size_t)n < len)
+			break; /* the end of the file */
+	} while (done < o->size);
+	r->bytes = done;
+	r->windows = calls;
+	return 0;
+}
+
+static int run_reads(gpufile_t *h, const struct target *t,
+                     const struct read_options *o, struct read_result *r)
+{
+	/* What the repeats will read: the end of the file cuts --size. */
+	uint64_t avail = (uint64_t)r->file_size - o->offset;
+	uint64_t once = o->size < avail ? o->size : avail;
+	uint64_t expected =
+	    once > UINT64_MAX / o->repeat ? UINT64_MAX : once * o->repeat;
+	uint64_t base = 0;
+	struct progress p;
+	double total = 0;
+
+	gpufile_stats_self(&r->before);
+	progress_start(&p, "read", expected, !o->json && !o->quiet);
+	for (uint64_t i = 0; i < o->repeat; i++) {
+		double t0 = util_now(), dt;
+
+		if (read_once(h, t, o, r, &p, base))
+			return EXIT_RUNTIME;
+		dt = util_now() - t0;
+		base += r->bytes;
+		if (i == 0 || dt < r->best)
+			r->best = dt;
+		r->seconds[i] = dt;
+		total += dt;
+	}
+	progress_end(&p);
+	gpufile_stats_self(&r->after);
+	r->mean = total / (double)o->repeat;
+	return 0;
+}
+
+static void report_text(const struct read_options *o,
+                        const struct read_result *r, const struct target *t)
+{
+	char human[32], target[32];
+
+	printf("file:     %s (%" PRId64 " bytes)\n", o->file, r->file_size);
+	printf("target:   %s: %s\n", target_name(t, 0, target, sizeof(target)),
+	       t->reason);
+	printf("read:     %" PRIu64 " bytes (%s) at offset %" PRIu64
+	       ", %" PRIu64 " time%s\n",
+	       r->bytes, util_human_bytes(r->bytes, human, sizeof(human)),
+	       o->offset, o->repeat, o->repeat == 1 ? "" : "s");
+	if (r->bytes < o->size)
+		printf("short:    %" PRIu64 " bytes requested, %" PRIu64
+		       " read: the file ends at %" PRId64 "\n",
+		       o->size, r->bytes, r->file_size);
+	if (r->window < o->size &&
+	    r->window < (uint64_t)r->file_size - o->offset)
+		printf("window:   %" PRIu64 " bytes (%s), %" PRIu64
+		       " reads per repeat (%s)\n",
+		       r->window,
+		       util_human_bytes(r->window, human, sizeof(human)),
+		       r->windows, r->window_why);
+	printf("best:     %.6f s  %.3f GB/s\n", r->best,
+	       util_gbps(r->bytes, r->best));
+	printf("mean:     %.6f s  %.3f GB/s\n", r->mean,
+	       util_gbps(r->bytes, r->mean));
+	printf("paths (this command's reads, all repeats):\n");
+	util_print_paths(&r->before, &r->after, 0);
+	printf("device buffers: %s\n", r->path_reason);
+	util_print_settings_line();
+}
+
+static void report_json(const struct read_options *o,
+                        const struct read_result *r, const struct target *t)
+{
+	struct json j;
+	char target[32];
+
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	json_key_str(&j, "file", o->file);
+	json_key_i64(&j, "file_size", r->file_size);
+	json_key_u64(&j, "offset", o->offset);
+	json_key_u64(&j, "requested", o->size);
+	json_key_u64(&j, "bytes", r->bytes);
+	json_key_bool(&j, "short", r->bytes < o->size);
+	json_key_u64(&j, "window", r->window);
+	json_key_u64(&j, "windows", r->windows);
+	json_key_double(&j, "seconds", r->best);
+	json_key_double(&j, "gbps", util_gbps(r->bytes, r->best));
+	json_key_double(&j, "seconds_mean", r->mean);
+	json_key_double(&j, "gbps_mean", util_gbps(r->bytes, r->mean));
+	json_key_u64(&j, "repeat", o->repeat);
+	json_array_begin(&j, "seconds_each");
+	for (uint64_t i = 0; i < o->repeat; i++)
+		json_key_double(&j, NULL, r->seconds[i]);
+	json_array_end(&j);
+	json_key_str(&j, "target", target_name(t, 1, target, sizeof(target)));
+	json_key_str(&j, "target_reason", t->reason);
+	util_json_paths(&j, "paths", &r->before, &r->after, 0);
+	json_object_begin(&j, "path_info");
+	json_key_str(&j, "device_path", gpufile_path_name(r->device_path));
+	json_key_str(&j, "reason", r->path_reason);
+	json_object_end(&j);
+	util_json_settings(&j, "settings");
+	json_key_str(&j, "version", gpufile_version());
+	json_key_str(&j, "features", gpufile_features());
+	json_object_end(&j);
+}
+
+/* Checks the range against the file and sets the size when not given.
+ * Returns 0 or EXIT_RUNTIME. */
+static int fit_range(struct read_options *o, int64_t file_size)
+{
+	if (o->offset > (uint64_t)file_size)
+		return util_error("read",
+		                  "%s: --offset %" PRIu64
+		                  " is past the end of the file (%" PRId64
+		                  " bytes)",
+		                  o->file, o->offset, file_size);
+	if (!o->have_size)
+		o->size = (uint64_t)file_size - o->offset;
+	if (o->size > INT64_MAX - o->offset)
+		return util_error("read",
+		                  "--offset %" PRIu64 " + --size %" PRIu64
+		                  ": beyond the largest file offset",
+		                  o->offset, o->size);
+	return 0;
+}
+
+/* Everything between opening the file and the report. */
+static int read_file(gpufile_t *h, struct read_options *o,
+                     struct read_result *r, struct target *t)
+{
+	r->file_size = gpufile_size(h);
+	if (r->file_size < 0)
+		return util_error("read", "%s", gpufile_errmsg());
+	if (fit_range(o, r->file_size))
+		return EXIT_RUNTIME;
+	r->seconds = calloc(o->repeat, sizeof(*r->seconds));
+	if (!r->seconds)
+		return util_error("read", "out of memory");
+	if (target_choose("read", o->want_host, o->want_device, t))
+		return EXIT_RUNTIME;
+	r->window = choose_window(o, t, (uint64_t)r->file_size - o->offset,
+	                          &r->window_why);
+	if (target_alloc("read", t, (size_t)r->window,
+	                 "the read window (a smaller --window needs less)"))
+		return EXIT_RUNTIME;
+	if (gpufile_warmup())
+		return util_error("read", "warmup: %s", gpufile_errmsg());
+	if (run_reads(h, t, o, r))
+		return EXIT_RUNTIME;
+	if (gpufile_path_info(h, &r->device_path, r->path_reason,
+	                      sizeof(r->path_reason)))
+		return util_error("read", "%s", gpufile_errmsg());
+	return 0;
+}
+
+int cmd_read(int argc, char **argv)
+{
+	struct read_options o = {.repeat = 1, .want_device = -1};
+	struct read_result r = {0};
+	struct target t = {.device = -1};
+	gpufile_t *h = NULL;
+	int rc = parse(argc, argv, &o);
+
+	if (rc || !o.file)
+		return rc;
+	if (gpufile_config_check())
+		return util_error("read", "%s", gpufile_errmsg());
+	if (gpufile_open(&h, o.file, "r"))
+		return util_error("read", "%s", gpufile_errmsg());
+	rc = read_file(h, &o, &r, &t);
+	if (rc == 0 && o.json)
+		report_json(&o, &r, &t);
+	else if (rc == 0)
+		report_text(&o, &r, &t);
+	target_free(&t);
+	free(r.seconds);
+	if (gpufile_close(h) && rc == EXIT_OK)
+		rc = util_error("read", "%s", gpufile_errmsg());
+	return rc;
+}

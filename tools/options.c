@@ -1,0 +1,209 @@
+/*
+ * The table-driven option parser of the gpufile tool (see options.h).
+ */
+#define _GNU_SOURCE
+#include "options.h"
+#include "util.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* GPU numbers above this are typing errors, not devices. */
+#define OPT_DEVICE_MAX 1023
+
+static int size_value(const char *cmd, const struct opt *o, const char *text)
+{
+	char lo[32], hi[32];
+	uint64_t v;
+	int rc = util_parse_size(text, &v);
+
+	if (rc == -EINVAL)
+		return util_usage_error(cmd,
+		                        "--%s \"%s\": not a size; use bytes or "
+		                        "a number with k, m, g (KiB, MiB, GiB)",
+		                        o->name, text);
+	if (rc == 0 && v >= o->min && (!o->max || v <= o->max)) {
+		*(uint64_t *)o->dest = v;
+		return 0;
+	}
+	/* Beyond 64 bits (-ERANGE) and beyond max get the same message, so
+	 * that 2^64-1 and 2^64 read alike. */
+	if (o->min == 0)
+		return util_usage_error(cmd,
+		                        "--%s \"%s\": too large (at most "
+		                        "%" PRIu64 " bytes)",
+		                        o->name, text, o->max);
+	if (!o->max)
+		return util_usage_error(
+		    cmd, "--%s \"%s\": must be at least %s", o->name, text,
+		    util_human_bytes(o->min, lo, sizeof(lo)));
+	return util_usage_error(cmd, "--%s \"%s\": use %s to %s", o->name, text,
+	                        util_human_bytes(o->min, lo, sizeof(lo)),
+	                        util_human_bytes(o->max, hi, sizeof(hi)));
+}
+
+static int device_value(const char *cmd, const struct opt *o, const char *text)
+{
+	uint64_t v;
+
+	/* "-1" must not read as "not a whole number": what is wrong is that
+	 * it names no GPU. */
+	if (util_parse_count(text, &v) || v > OPT_DEVICE_MAX)
+		return util_usage_error(
+		    cmd,
+		    "--%s \"%s\": not a device number (GPUs "
+		    "are numbered 0, 1, ...; at most %d)",
+		    o->name, text, OPT_DEVICE_MAX);
+	*(int *)o->dest = (int)v;
+	return 0;
+}
+
+static int seconds_value(const char *cmd, const struct opt *o, const char *text)
+{
+	double max = o->max ? (double)o->max : 86400.0, v;
+	char *end;
+
+	errno = 0;
+	v = strtod(text, &end);
+	if (end == text || *end || errno || !(v > 0) || v > max)
+		return util_usage_error(cmd,
+		                        "--%s \"%s\": not a number of seconds "
+		                        "in (0, %g]",
+		                        o->name, text, max);
+	*(double *)o->dest = v;
+	return 0;
+}
+
+static int choice_value(const char *cmd, const struct opt *o, const char *text)
+{
+	char list[256] = "";
+	size_t n = 0, len = 0;
+
+	for (n = 0; o->choices[n]; n++) {
+		if (strcasecmp(text, o->choices[n]) == 0) {
+			*(int *)o->dest = (int)n;
+			return 0;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(
+		    list + len, len < sizeof(list) ? sizeof(list) - len : 0,
+		    "%s%s",
+		    i == 0       ? ""
+		    : i + 1 == n ? " or "
+		                 : ", ",
+		    o->choices[i]);
+	return util_usage_error(cmd, "--%s \"%s\": use %s", o->name, text,
+	                        list);
+}
+
+/* Stores the value of option o given as text. Returns 0 or EXIT_USAGE
+ * (after the message). */
+static int store(const char *cmd, const struct opt *o, const char *text)
+{
+	char name[64];
+	uint64_t v;
+	int rc = 0;
+
+	snprintf(name, sizeof(name), "--%s", o->name);
+	switch (o->kind) {
+	case OPT_FLAG:
+		*(int *)o->dest = 1;
+		break;
+	case OPT_SIZE:
+		rc = size_value(cmd, o, text);
+		break;
+	case OPT_COUNT:
+		rc = util_count_arg(cmd, name, text, o->min,
+		                    o->max ? o->max : UINT64_MAX, &v);
+		if (rc == 0)
+			*(uint64_t *)o->dest = v;
+		break;
+	case OPT_DEVICE:
+		rc = device_value(cmd, o, text);
+		break;
+	case OPT_SECONDS:
+		rc = seconds_value(cmd, o, text);
+		break;
+	case OPT_STRING:
+		*(const char **)o->dest = text;
+		break;
+	case OPT_CHOICE:
+		rc = choice_value(cmd, o, text);
+		break;
+	}
+	if (rc == 0 && o->given)
+		*o->given = 1;
+	return rc;
+}
+
+/* Checks the number of positional arguments argv[first..argc). */
+static int check_args(const struct opt_spec *spec, int first, int argc,
+                      char **argv)
+{
+	int n = argc - first;
+
+	if (n < spec->min_args)
+		return util_usage_error(spec->cmd, "no %s given",
+		                        spec->arg_name ? spec->arg_name
+		                                       : "argument");
+	if (n <= spec->max_args)
+		return 0;
+	if (spec->max_args == 1 && spec->min_args == 1)
+		return util_usage_error(spec->cmd,
+		                        "one %s only (got \"%s\" too)",
+		                        spec->arg_name, argv[first + 1]);
+	return util_usage_error(spec->cmd, "unexpected argument \"%s\"",
+	                        argv[first + spec->max_args]);
+}
+
+int opt_parse(const struct opt_spec *spec, int argc, char **argv,
+              int *exit_code)
+{
+	struct option longopts[OPT_MAX + 2];
+	int n = spec->nopts, c, rc;
+
+	assert(n >= 0 && n <= OPT_MAX);
+
+	for (int i = 0; i < n; i++) {
+		longopts[i].name = spec->opts[i].name;
+		longopts[i].has_arg = spec->opts[i].kind == OPT_FLAG
+		                          ? no_argument
+		                          : required_argument;
+		longopts[i].flag = NULL;
+		longopts[i].val = 256 + i;
+	}
+	longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+	longopts[n + 1] = (struct option){NULL, 0, NULL, 0};
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == 'h') {
+			fputs(spec->usage, stdout);
+			*exit_code = EXIT_OK;
+			return -1;
+		}
+		if (c < 256 || c >= 256 + n) {
+			*exit_code = util_getopt_error(spec->cmd, c, argv);
+			return -1;
+		}
+		rc = store(spec->cmd, &spec->opts[c - 256], optarg);
+		if (rc) {
+			*exit_code = rc;
+			return -1;
+		}
+	}
+	rc = check_args(spec, optind, argc, argv);
+	if (rc) {
+		*exit_code = rc;
+		return -1;
+	}
+	return optind;
+}

@@ -1,0 +1,36 @@
+/*
+ * Where `gpufile read` puts bytes and `gpufile write` takes them from:
+ * device memory of a GPU when one is usable (or asked for), else host
+ * memory, with the reason in words for the report.
+ */
+#ifndef GPUFILE_TOOLS_TARGET_H
+#define GPUFILE_TOOLS_TARGET_H
+
+#include <stddef.h>
+
+struct target {
+	int device; /* -1: host memory */
+	char reason[512];
+	void *buf;
+};
+
+/* Picks the memory as --host (want_host) and --device (want_device >= 0)
+ * ask, and says why in t->reason. Returns 0, or EXIT_RUNTIME after a
+ * message when the GPU asked for is not usable. */
+int target_choose(const char *cmd, int want_host, int want_device,
+                  struct target *t);
+
+/* Allocates size bytes (at least 1) of t's memory in t->buf; host memory
+ * is 4096-byte aligned and touched. what names the buffer in the error
+ * message ("the read window"). Returns 0 or EXIT_RUNTIME. */
+int target_alloc(const char *cmd, struct target *t, size_t size,
+                 const char *what);
+
+/* Frees t->buf; a target without a buffer is left alone. */
+void target_free(struct target *t);
+
+/* "GPU 0 memory" / "host memory" (text) or "device:0" / "host" (JSON). */
+const char *target_name(const struct target *t, int for_json, char *buf,
+                        size_t len);
+
+#endif
