@@ -526,9 +526,12 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		return gpufile__fail(-EINVAL, "%s %s: n_out is NULL", what,
 		                     h->path);
 	t = gpufile__cuda();
-	if (!t)
+	if (!t) {
+		/* The message is formatted into the buffer it comes from. */
+		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
 		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
-		                     h->path, gpufile_errmsg());
+		                     h->path, why);
+	}
 	rc = validate(&r, &prepared, h, buf, size, offset, is_write);
 	if (rc)
 		return rc;
