@@ -103,6 +103,7 @@ def test_read_async_cupy_orders_both_ways(data_file):
     path, data = data_file
     dev = cp.zeros(data.size, dtype=cp.uint8)
     s = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.Device().synchronize()  # zeros ran on another stream
     with gpufile.File(path) as f:
         print(f.stream_info(dev))
         _spin_fill(cp, dev, 0xAB, s)          # work before: slow, then scribbles
@@ -122,6 +123,7 @@ def test_read_async_past_eof_and_error(data_file):
     path, data = data_file
     dev = cp.zeros(8192, dtype=cp.uint8)
     s = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.Device().synchronize()
     with gpufile.File(path) as f:
         assert f.read_async(dev, s, file_offset=data.size - 100).get() == 100
         assert np.array_equal(cp.asnumpy(dev[:100]), data[-100:])
@@ -140,6 +142,7 @@ def test_write_async_writes_what_the_stream_produced(data_file, tmp_path):
     src = cp.asarray(data)
     dev = cp.zeros(data.size, dtype=cp.uint8)
     s = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.Device().synchronize()
     with gpufile.File(out, "w") as f:
         _spin_fill(cp, dev, 0, s)             # slow...
         with s:
@@ -159,6 +162,7 @@ def test_read_async_torch_stream(data_file):
     path, data = data_file
     t = torch.zeros(data.size, dtype=torch.uint8, device="cuda")
     s = torch.cuda.Stream()
+    torch.cuda.synchronize()  # zeros ran on the default stream
     with gpufile.File(path) as f:
         with torch.cuda.stream(s):
             torch.cuda._sleep(SPIN_CYCLES)
