@@ -8,7 +8,8 @@
  * and a cuMemsetD8Async (it must not reach the file). Also the plain
  * variant with a cuMemsetD8Async before, end-of-file, and both paths
  * (compat_mode on: the pipelined bounce buffers; auto: cuFile where the
- * machine has it). Skips (77) without a GPU.
+ * machine accelerates it; off: cuFile's cuFileReadAsync/WriteAsync, or a
+ * line saying why not). Skips (77) without a GPU.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -199,15 +200,43 @@ static void run(const char *compat)
 	char reason[512];
 	gpufile_t *h = NULL;
 	CUstream s = NULL;
+	int rc;
 
 	CHECK_EQ(gpufile_config_set("compat_mode", compat), 0);
 	CHECK_EQ(gpufile_open(&h, src_path, "r"), 0);
 	if (!h)
 		return;
-	CHECK_EQ(
-	    gpufile_stream_info(h, dev, FILE_SIZE, 0, reason, sizeof(reason)),
-	    0);
+	rc = gpufile_stream_info(h, dev, FILE_SIZE, 0, reason, sizeof(reason));
+	if (rc && strcmp(compat, "off") == 0) {
+		/* compat_mode=off needs cuFile for this file. */
+		printf("compat_mode=off: skipped: %s\n", gpufile_errmsg());
+		gpufile_close(h);
+		return;
+	}
+	CHECK_EQ(rc, 0);
 	printf("compat_mode=%s: %s\n", compat, reason);
+	if (strcmp(compat, "off") == 0) {
+		/* cuFile's own stream calls: it may refuse to queue (a
+		 * compat-mode cuFile without stream support). */
+		ssize_t n = -777;
+
+		CHECK_EQ(cu.cuStreamCreate(&s, 1), 0);
+		rc = gpufile_read_async(h, dev, 1u << 20, 0, s, &n);
+		CHECK_EQ(cu.cuStreamSynchronize(s), 0);
+		if (rc == GPUFILE_ECUFILE) {
+			printf("compat_mode=off: cuFile refused to queue: "
+			       "%s\n",
+			       gpufile_errmsg());
+			CHECK_EQ(n, -777);
+			CHECK_EQ(cu.cuStreamDestroy(s), 0);
+			gpufile_close(h);
+			return;
+		}
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(n, 1 << 20);
+		CHECK_EQ(cu.cuStreamDestroy(s), 0);
+		s = NULL;
+	}
 	CHECK(strncmp(reason, "wait-value:", 11) == 0 ||
 	      strncmp(reason, "cufile:", 7) == 0);
 	CHECK_EQ(cu.cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), 0);
@@ -256,6 +285,7 @@ int main(void)
 
 	run("on");
 	run("auto");
+	run("off");
 
 	cu.cuMemFreeHost(pinned);
 	CHECK_EQ(gpufile_device_free(dev), 0);
