@@ -1024,7 +1024,9 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * (then *n_out is untouched and the stream is unchanged): bad handle,
  * buffer, range or open mode as gpufile_pread, GPUFILE_ENOCUDA without a
  * driver, GPUFILE_ECUDA when the driver refuses the event or the wait,
- * and with compat_mode=off the error cuFile gives.
+ * -EINVAL when the stream is capturing a CUDA graph (a graph cannot
+ * replay a host-side read), and with compat_mode=off the error cuFile
+ * gives.
  *
  * How the order is kept (gpufile_stream_info() says which, and why):
  * where the file's device requests take cuFile and libcufile has

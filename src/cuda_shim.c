@@ -71,6 +71,7 @@ static const struct {
     OPT(cuLaunchHostFunc, "cuLaunchHostFunc"),
     OPT(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     OPT(cuStreamGetCtx, "cuStreamGetCtx"),
+    OPT(cuStreamIsCapturing, "cuStreamIsCapturing"),
 #undef OPT
 #undef SYM
 };

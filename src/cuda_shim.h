@@ -80,6 +80,8 @@ struct gpufile__cuda {
 	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *dptr, void *p,
 	                                      unsigned flags);
 	CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext *ctx);
+	/* *status: 0 not capturing, 1 capturing, 2 capture invalidated. */
+	CUresult (*cuStreamIsCapturing)(CUstream stream, int *status);
 };
 
 /* The driver, loaded (dlopen + cuInit) on first call; NULL with the

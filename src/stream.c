@@ -532,6 +532,22 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
 		                     h->path, why);
 	}
+	if (t->cuStreamIsCapturing) {
+		/* A stream capturing a CUDA graph records work instead of
+		 * running it: the event gpufile would wait for never
+		 * completes, and a graph cannot replay a host read. */
+		int capturing = 0;
+
+		if (t->cuStreamIsCapturing(stream, &capturing) ==
+		        CUDA_SUCCESS &&
+		    capturing)
+			return gpufile__fail(
+			    -EINVAL,
+			    "%s %s: the stream is capturing a "
+			    "CUDA graph; stream-ordered requests "
+			    "cannot be captured",
+			    what, h->path);
+	}
 	rc = validate(&r, &prepared, h, buf, size, offset, is_write);
 	if (rc)
 		return rc;

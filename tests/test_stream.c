@@ -244,6 +244,13 @@ static ssize_t failing_preadv2(int fd, const struct iovec *iov, int n,
 	return -1;
 }
 
+static CUresult capturing(CUstream s, int *status)
+{
+	(void)s;
+	*status = 1; /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+	return CUDA_SUCCESS;
+}
+
 static CUresult refuse_record(CUevent e, CUstream s)
 {
 	(void)e;
@@ -296,6 +303,19 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 		CHECK_EQ(gpufile_read_async(h, dev, 4096, 0, s, &n),
 		         GPUFILE_ECUDA);
 		CHECK_CONTAINS(gpufile_errmsg(), "cuEventRecord");
+		CHECK_EQ(n, -777);
+		CHECK_EQ(queued(s), before);
+		gpufile__cuda_override(&fake);
+	}
+	/* A stream capturing a graph: refused, naming it. */
+	{
+		static struct gpufile__cuda graph;
+		graph = fake;
+		graph.cuStreamIsCapturing = capturing;
+		gpufile__cuda_override(&graph);
+		before = queued(s);
+		CHECK_EQ(gpufile_read_async(h, dev, 4096, 0, s, &n), -EINVAL);
+		CHECK_CONTAINS(gpufile_errmsg(), "capturing a CUDA graph");
 		CHECK_EQ(n, -777);
 		CHECK_EQ(queued(s), before);
 		gpufile__cuda_override(&fake);
