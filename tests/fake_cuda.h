@@ -146,7 +146,7 @@ static void run_ops(struct CUstream_st *s, size_t upto)
 
 static CUresult enqueue(struct CUstream_st *s, struct op o)
 {
-	if (!s)
+	if ((uintptr_t)s <= 2) /* the default streams: not faked */
 		return CUDA_ERROR_INVALID_VALUE;
 	if (s->nops == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
@@ -386,9 +386,11 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 
 static CUresult f_stream_sync(CUstream s)
 {
-	if (!s)
-		return CUDA_SUCCESS; /* the default stream: f_memcpy is
-		                        synchronous */
+	/* The default stream (NULL, or CU_STREAM_LEGACY 0x1 and
+	 * CU_STREAM_PER_THREAD 0x2 as CUDA Array Interface producers name
+	 * it): f_memcpy is synchronous, nothing is queued there. */
+	if ((uintptr_t)s <= 2)
+		return CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
 	run_ops(s, s->nops);
 	pthread_mutex_unlock(&fake_lock);
@@ -435,7 +437,7 @@ static CUresult f_event_record(CUevent e, CUstream s)
 {
 	CUresult rc;
 
-	if (!e || !s)
+	if (!e || (uintptr_t)s <= 2)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
 	rc = enqueue(

@@ -1,8 +1,10 @@
 """Stream-ordered requests: File.read_async / File.write_async.
 
 Without a GPU: the stream argument (CuPy, PyTorch, __cuda_stream__, int),
-errors found before anything is queued, and the clear error without a CUDA
-driver. With CuPy (or PyTorch) and a GPU: a kernel queued BEFORE the
+errors found before anything is queued, the clear error without a CUDA
+driver, and the ordering both ways in a child process whose libcuda.so.1
+is the fake driver (tests/fake_libcuda: streams are queues run when
+synchronised; the "kernels" are host functions on the stream). With CuPy (or PyTorch) and a GPU: a kernel queued BEFORE the
 request that spins and then scribbles over the buffer must not overwrite
 the bytes read (the read waits for it), and work queued AFTER must see the
 file's bytes (the stream waits for the read); writes write the bytes the
@@ -71,6 +73,133 @@ def test_no_cuda_is_a_clear_error(data_file):
     assert "libcuda.so.1" in str(e.value)  # says what is missing
     assert "read_async" in str(e.value) or "gpufile_read_async" in str(e.value)
     assert path in str(e.value)
+
+
+# ---- the fake driver, in a child process ----
+
+FAKE_CHILD = r'''
+import ctypes, json, os, sys, time
+import gpufile
+
+cuda = ctypes.CDLL("libcuda.so.1")
+assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
+lib = gpufile._lib.lib()
+lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+cuda.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+cuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_void_p]
+cuda.fake_cuda_wait_ops.restype = ctypes.c_long
+HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+path, out, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = open(path, "rb").read()
+ptr = ctypes.c_void_p()
+assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
+ptr = ptr.value
+
+
+class Dev:  # a device buffer as CuPy shows one, on the legacy stream
+    __cuda_array_interface__ = {"data": (ptr, False), "shape": (size,),
+                                "typestr": "|u1", "version": 3,
+                                "strides": None, "stream": 1}
+
+
+s = ctypes.c_void_p()
+assert cuda.cuStreamCreate(ctypes.byref(s), 1) == 0
+stream = s.value
+res = {"info": None, "read": {}, "write": {}}
+keep = []
+
+
+def launch(fn):
+    cb = HOSTFN(fn)
+    keep.append(cb)
+    assert cuda.cuLaunchHostFunc(stream, ctypes.cast(cb, ctypes.c_void_p),
+                                 None) == 0
+
+
+with gpufile.File(path) as f:
+    res["info"] = f.stream_info(Dev())
+    ctypes.memset(ptr, 0x11, size)
+    r = res["read"]
+
+    def before(_):
+        r["before_saw_untouched"] = ctypes.string_at(ptr, size) == b"\x11" * size
+        ctypes.memset(ptr, 0xAB, size)
+
+    def after(_):
+        r["after_saw_file"] = ctypes.string_at(ptr, size) == data[:size]
+        r["after_n"] = fut.n_out()
+        ctypes.memset(ptr, 0xCD, size)
+
+    launch(before)
+    fut = f.read_async(Dev(), stream)
+    launch(after)
+    # gpufile's thread runs the kernel before (it waits for it) and only
+    # then reads; a read that did not wait would end here first.
+    while "before_saw_untouched" not in r and fut.n_out() == 0:
+        time.sleep(0.001)
+    r["n"] = fut.get()
+    r["final_is_after"] = ctypes.string_at(ptr, size) == b"\xcd" * size
+
+with gpufile.File(out, "w") as f:
+    w = res["write"]
+    pattern = bytes((i * 7) % 251 for i in range(size))
+
+    def produce(_):
+        ctypes.memmove(ptr, pattern, size)
+
+    def scribble(_):
+        w["after_n"] = wfut.n_out()
+        ctypes.memset(ptr, 0xEE, size)
+
+    launch(produce)
+    wfut = f.write_async(Dev(), stream)
+    launch(scribble)
+    w["n"] = wfut.get()
+w["file_is_pattern"] = open(out, "rb").read() == pattern
+res["wait_ops"] = cuda.fake_cuda_wait_ops()
+print(json.dumps(res))
+'''
+
+
+def _fake_libcuda_dir():
+    import os
+    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
+                     "fake_libcuda", "lib")
+    return d if os.path.exists(os.path.join(d, "libcuda.so.1")) else None
+
+
+def test_ordering_with_the_fake_driver(data_file, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    d = _fake_libcuda_dir()
+    if d is None:
+        pytest.skip("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+    path, data = data_file
+    size = (3 << 20) + 77
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    env["GPUFILE_COMPAT_MODE"] = "on"   # never hand fake memory to cuFile
+    env["GPUFILE_TASK_SIZE"] = "1MiB"   # several tasks, bounce buffers
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    p = subprocess.run([sys.executable, "-c", FAKE_CHILD, path,
+                        str(tmp_path / "out.bin"), str(size)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["info"].startswith("wait-value:"), res["info"]
+    r = res["read"]
+    assert r == {"before_saw_untouched": True, "after_saw_file": True,
+                 "after_n": size, "n": size, "final_is_after": True}, r
+    w = res["write"]
+    assert w == {"after_n": size, "n": size, "file_is_pattern": True}, w
+    assert res["wait_ops"] == 2
 
 
 # ---- on the GPU ----
