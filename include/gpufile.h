@@ -1016,11 +1016,13 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  *   - *n_out (host memory owned by the caller, valid until the stream has
  *     reached that point) then holds the bytes moved, as gpufile_pread or
  *     gpufile_pwrite would have returned them, or a negative code (-errno
- *     or GPUFILE_E*) when the request failed. The stream is released on
- *     failure too: an error never leaves it waiting. The detailed message
- *     of such a failure is not available (it happened in another thread).
- * buf may be device memory or host memory. The call itself returns 0 when
- * the request is queued, or an error found before anything was queued
+ *     or GPUFILE_E*) when the request failed. It is written once, with an
+ *     atomic store, so peeking earlier sees the old value or the final
+ *     one. The stream is released on failure too: an error never leaves
+ *     it waiting. The detailed message of such a failure is not available
+ *     (it happened in another thread).
+ * buf may be device memory or host memory. The call itself returns 0
+ * when the request is queued, or an error found before anything was queued
  * (then *n_out is untouched and the stream is unchanged): bad handle,
  * buffer, range or open mode as gpufile_pread, GPUFILE_ENOCUDA without a
  * driver, GPUFILE_ECUDA when the driver refuses the event or the wait,

@@ -33,6 +33,7 @@ typedef struct CUevent_st *CUevent;
 #define CU_STREAM_NON_BLOCKING              0x1
 #define CU_EVENT_DISABLE_TIMING             0x2
 #define CU_MEMHOSTALLOC_DEVICEMAP           0x02
+#define CU_EVENT_BLOCKING_SYNC              0x1
 #define CU_STREAM_WAIT_VALUE_GEQ            0x0
 #define CUDA_ERROR_NOT_SUPPORTED            801
 

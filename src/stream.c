@@ -211,7 +211,10 @@ static void job_run(struct job *j)
 		n = gpufile_pread(j->h, j->buf, j->size, j->offset);
 	t->cuEventDestroy(j->before);
 	t->cuCtxSetCurrent(old);
-	*j->n_out = n;
+	/* Atomic: a caller may peek at *n_out before the stream gets
+	 * there (StreamFuture.n_out() in Python); it then sees the old
+	 * value or the final one. */
+	__atomic_store_n(j->n_out, n, __ATOMIC_RELEASE);
 	atomic_fetch_sub(&j->h->inflight, 1); /* h may be closed from here */
 
 	if (j->mech == MECH_WAIT_VALUE) {
@@ -471,7 +474,10 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 	CUresult cr;
 	int rc;
 
-	cr = t->cuEventCreate(&j->before, CU_EVENT_DISABLE_TIMING);
+	/* Blocking sync: the thread waiting for the work before sleeps
+	 * instead of spinning a core the I/O needs. */
+	cr = t->cuEventCreate(&j->before,
+	                      CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
 	if (cr != CUDA_SUCCESS)
 		return gpufile__cuda_fail(cr, NULL, 0, "cuEventCreate");
 	cr = t->cuEventRecord(j->before, stream);
