@@ -1049,6 +1049,72 @@ GPUFILE_API ssize_t
 gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
                                  const int *indices, void *const *dsts);
 
+/* ------------------------------------------------------------------ */
+/* Stream-ordered reads and writes                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Places a read (or write) of size bytes at file_offset into (from) buf on
+ * the CUDA stream stream (a CUstream or cudaStream_t; NULL is the legacy
+ * default stream of the current context) and returns at once:
+ *   - work queued on stream before the call has finished before gpufile
+ *     touches buf (a kernel that fills buf before a write is written);
+ *   - work queued on stream after the call starts only once the request
+ *     has ended: it sees the file's bytes in buf, and *n_out;
+ *   - *n_out (host memory owned by the caller, valid until the stream has
+ *     reached that point) then holds the bytes moved, as gpufile_pread or
+ *     gpufile_pwrite would have returned them, or a negative code (-errno
+ *     or GPUFILE_E*) when the request failed. It is written once, with an
+ *     atomic store, so peeking earlier sees the old value or the final
+ *     one. The stream is released on failure too: an error never leaves
+ *     it waiting. The detailed message of such a failure is not available
+ *     (it happened in another thread).
+ * buf may be device memory or host memory. The call itself returns 0
+ * when the request is queued, or an error found before anything was queued
+ * (then *n_out is untouched and the stream is unchanged): bad handle,
+ * buffer, range or open mode as gpufile_pread, GPUFILE_ENOCUDA without a
+ * driver, GPUFILE_ECUDA when the driver refuses the event or the wait,
+ * -EINVAL when the stream is capturing a CUDA graph (a graph cannot
+ * replay a host-side read), and with compat_mode=off the error cuFile
+ * gives.
+ *
+ * How the order is kept (gpufile_stream_info() says which, and why):
+ * where the file's device requests take cuFile and libcufile has
+ * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
+ * stream ("cufile"). Otherwise the stream waits (cuStreamWaitValue32)
+ * for a flag that gpufile sets once the request has run through its
+ * usual path, the pipelined bounce buffers for device memory
+ * ("wait-value"); where the driver refuses stream memory operations, a
+ * host function holds the stream instead ("host-func"); a driver with
+ * neither makes the call synchronise the stream and run the request
+ * before returning ("blocking").
+ *
+ * Where gpufile differs from KvikIO's FileHandle::read_async and from
+ * cuFileReadAsync on purpose: size and offsets are values read at the
+ * call, not pointers read when the stream reaches the request (the
+ * posix path starts reading before then); there is no separate buffer
+ * offset (pass buf + offset); no future object is returned (the stream
+ * is the future: synchronise it, then read *n_out). The stream is not
+ * registered with cuFileStreamRegister: gpufile cannot know when the
+ * caller destroys it. A handle must not be closed before the stream has
+ * reached the request (gpufile_close waits for it).
+ */
+GPUFILE_API int gpufile_read_async(gpufile_t *h, void *buf, size_t size,
+                                   int64_t file_offset, void *stream,
+                                   ssize_t *n_out);
+GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
+                                    int64_t file_offset, void *stream,
+                                    ssize_t *n_out);
+
+/* How a stream-ordered read (is_write 0) or write (1) of size bytes
+ * into/from buf on h would keep its order, as a sentence starting with
+ * "cufile:", "wait-value:", "host-func:" or "blocking:" written into
+ * reason (len bytes, NUL-terminated; may be NULL). Queues nothing; may
+ * load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
+ * the error gpufile_read_async() would return for these arguments. */
+GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
+                                    int is_write, char *reason, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -390,4 +390,15 @@ size_t gpufile__staging_free(void);
 int gpufile__future_submit(const struct gpufile__request *prepared,
                            gpufile_future_t **out);
 
+/* ---- stream-ordered requests (stream.c) ---- */
+
+/* Validates a request and decides its path as gpufile_pread/pwrite would
+ * (r->path, r->cufile_handle, r->cufile_base, r->cuda_ctx), leaving r
+ * initialised but not submitted: the caller ends it with
+ * gpufile__request_destroy(). Not for writes to an "a" handle (their
+ * offset is placed at submission). Returns 0 or an error (file.c). */
+int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
+                             void *buf, size_t size, int64_t offset,
+                             int is_write);
+
 #endif
