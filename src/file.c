@@ -607,6 +607,12 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	return 0;
 }
 
+int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
+                             void *buf, size_t size, int64_t offset)
+{
+	return prepare(r, h, buf, size, offset, 0);
+}
+
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
                            int is_write)
 {

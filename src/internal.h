@@ -331,4 +331,17 @@ size_t gpufile__staging_free(void);
 int gpufile__future_submit(const struct gpufile__request *prepared,
                            gpufile_future_t **out);
 
+
+/* ---- batches (batch.c) ---- */
+
+/* Validates a read of size bytes at offset of h into buf and makes the
+ * path decision for it, as gpufile_pread would, without queuing it: r is
+ * initialised (gpufile__request_destroy it). Returns 0 or an error with
+ * the message set (file.c). batch.c reads r->path and r->cuda_ctx. */
+int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
+                             void *buf, size_t size, int64_t offset);
+/* batch.c's io_uring reads carry the entry's index in the batch as their
+ * user_data, so that tests replacing gpufile__uring.wait_cqe can fail one
+ * entry. */
+
 #endif
