@@ -51,6 +51,31 @@ extern "C" {
 	(GPUFILE_VERSION_MAJOR * 10000 + GPUFILE_VERSION_MINOR * 100 +         \
 	 GPUFILE_VERSION_PATCH)
 
+/*
+ * fork(): the library stays usable in a child made by fork() (Python's
+ * multiprocessing does this by default on Linux), whatever other threads
+ * of the parent were doing in gpufile at that moment:
+ *   - handles opened in the parent work in the child (they share the
+ *     parent's descriptors, as any fork does); settings carry over;
+ *   - the worker pool starts again in the child on its first request;
+ *   - a request that was in flight at the fork is the parent's: in the
+ *     child its future completes with -ECANCELED (the message says the
+ *     request crossed a fork) and nothing more arrives in the child's
+ *     copy of the buffer; the parent's request goes on unaffected. Wait
+ *     for requests before forking to keep their bytes in both;
+ *   - CUDA does not support use in a child of a process that initialised
+ *     it: in such a child gpufile makes no CUDA or cuFile call (it
+ *     forgets the parent's context, pinned bounce buffers, streams and
+ *     cuFile driver without freeing them), device allocations and device
+ *     requests fail with GPUFILE_ENOCUDA naming fork, and host memory
+ *     works as before. A child of a process that never initialised CUDA
+ *     loads it on first need, as any process. Use exec (Python:
+ *     multiprocessing's "spawn" or "forkserver") for GPU work in children.
+ * The library's atfork handlers hold its locks across fork() in the lock
+ * order written in src/fork.c; statistics segments follow stats.c's own
+ * handler.
+ */
+
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
 /* ------------------------------------------------------------------ */
@@ -161,6 +186,22 @@ GPUFILE_API int gpufile_config_get(const char *name, char *value, size_t len,
  * invalid; then nothing changes. Settings that shape the worker pool or the
  * bounce buffers take effect for requests submitted after the call. */
 GPUFILE_API int gpufile_config_set(const char *name, const char *value);
+
+/* What the environment got wrong or was not used as given, one line each:
+ * a value clamped to what gpufile can use (KVIKIO_BOUNCE_BUFFER_SIZE=32768
+ * runs with 64 KiB buffers; the line says so and why), a GPUFILE_ or
+ * KVIKIO_ variable that is no setting (naming the closest one, by edit
+ * distance: GPUFILE_TASKSIZE -> GPUFILE_TASK_SIZE), a KvikIO variable
+ * accepted but unused (remote I/O, logging), a variable naming code to
+ * load that a privileged (setuid) process ignores. The first request of a
+ * process prints them once to stderr; `gpufile config` lists them.
+ * gpufile_config_warning_count() returns how many there are;
+ * gpufile_config_warning() copies line index (0-based) into out (len
+ * bytes, NUL-terminated) and returns 0, -ENOENT past the last one, or
+ * -EINVAL for a NULL out. Thread-safe; the list changes only with the
+ * settings (gpufile_config_reset, a setter that clamps). */
+GPUFILE_API int gpufile_config_warning_count(void);
+GPUFILE_API int gpufile_config_warning(int index, char *out, size_t len);
 
 /* Typed access to the core settings. Getters return 0 or GPUFILE_ECONFIG;
  * setters return 0 or GPUFILE_ECONFIG for an out-of-range value. */
@@ -365,29 +406,41 @@ typedef struct gpufile_stats {
 	gpufile_setting_value_t settings[GPUFILE_MAX_SETTINGS];
 } gpufile_stats_t;
 
-/* A snapshot of this process's counters since it started. Returns 0.
- * Before the first I/O every counter is 0. */
+/* A snapshot of this process's counters since it started. Returns 0, or
+ * -EINVAL when out is NULL. Before the first I/O every counter is 0. */
 GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
 
 /* ---- live statistics of other processes (stats.c) ----
  *
- * From its first I/O a process keeps its counters in a shared-memory
- * segment, /dev/shm/gpufile-UID-PID, mode 0600, removed at normal exit.
- * Readers check its magic number, layout version, size and owner, and
- * that the process that wrote it is still alive (the same process, not a
- * reused PID). A build with -DGPUFILE_NO_STATS keeps no counters; then the
- * readers return -ENOTSUP. */
+ * From its first gpufile_open() or request a process keeps its counters
+ * in a shared-memory segment: an unlinked memfd named "gpufile-stats",
+ * mode 0600, its memory reserved when made and sealed against shrinking
+ * and growing. It has no name in any file system and goes with the
+ * process, however the process ends. Readers find it through
+ * /proc/PID/fd (which the kernel opens only for the same user, or root),
+ * refuse one that is not sealed against shrinking, and check its magic
+ * number, layout version, size, mode and owner. When the segment cannot
+ * be made (memory limit, no memfd) the process counts in private memory
+ * and gpufile_stats_backing() says why (so does gpufile_stats_read()
+ * from another process: an empty memfd's name carries the reason). A
+ * forked child counts in a segment of its own. A build with
+ * -DGPUFILE_NO_STATS keeps no counters; then the readers return
+ * -ENOTSUP. */
 
 /* Reads the counters of process pid (0 or getpid(): this process).
- * Returns 0, or: -ESRCH no such process; -EACCES the process belongs to
- * another user; -ENOENT the process does not use gpufile (no segment);
- * -ESTALE the segment was left by a dead process; -EPROTO the segment is
- * not one this version can read (magic, version, size or mode). The
- * thread's gpufile_errmsg() says which, naming the PID and the file. */
+ * Returns 0 (all counters 0 for a process that loaded gpufile but has
+ * done no I/O yet), or: -EINVAL out is NULL; -ESRCH no such process;
+ * -EACCES the process belongs to another user (or is not dumpable);
+ * -ENOENT the process does not use gpufile, or counts in private memory
+ * (the message says why); -ESTALE the PID is gone and an older gpufile
+ * left a /dev/shm segment for it; -EPROTO the segment is not one this
+ * version can read (magic, version, size, mode or seal).
+ * The thread's gpufile_errmsg() says which, naming the PID. */
 GPUFILE_API int gpufile_stats_read(int pid, gpufile_stats_t *out);
 
 /* One file handle a process opened: the path its device requests take,
- * and why (e.g. why cuFile was not used). */
+ * and why (e.g. why cuFile was not used). A handle used only with host
+ * memory says so ("host", device path not decided yet). */
 typedef struct gpufile_file_stat {
 	char path[256];
 	gpufile_path_t chosen;
@@ -395,8 +448,9 @@ typedef struct gpufile_file_stat {
 } gpufile_file_stat_t;
 
 /* Copies up to max of process pid's most recently opened handles (oldest
- * first) into out. Returns how many were copied, or an error as
- * gpufile_stats_read. Only the last GPUFILE_MAX_FILE_STATS are kept. */
+ * first) into out. Returns how many were copied, -EINVAL when out is NULL
+ * and max > 0, or an error as gpufile_stats_read. Only the last
+ * GPUFILE_MAX_FILE_STATS are kept. */
 GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max);
 
 /* A process with a gpufile segment. */
@@ -404,16 +458,27 @@ typedef struct gpufile_process {
 	int32_t pid;
 	char command[64];
 	uint64_t bytes; /* bytes moved on every path, both directions */
-	int stale;      /* 1: the process is gone; the segment can be cleaned */
+	int stale;      /* 1: the process is gone, and an older gpufile left a
+	                   /dev/shm segment for it (gpufile_stats_clean) */
 } gpufile_process_t;
 
-/* Lists the segments of this user's processes, up to max of them into out
- * (out may be NULL when max is 0). Returns the number found (which may
- * exceed max) or -errno. */
+/* Lists this user's processes with a segment (every user's for root), up
+ * to max of them into out (out may be NULL when max is 0; -EINVAL when it
+ * is NULL and max > 0). Returns the number found (which may exceed max)
+ * or -errno. */
 GPUFILE_API int gpufile_stats_list(gpufile_process_t *out, int max);
 
-/* Removes this user's stale segments. Returns how many were removed. */
+/* Removes this user's segments left in /dev/shm by gpufile versions
+ * before the memfd segment (named gpufile-UID-PID) whose process is
+ * gone. The current segment needs no cleaning. Returns how many were
+ * removed. */
 GPUFILE_API int gpufile_stats_clean(void);
+
+/* Where this process's counters live, made now if they were not yet:
+ * writes "shared: ..." or "private: <why the shared segment could not be
+ * made>" into buf (len bytes, truncated to fit). Returns 1 shared
+ * (gpufile stats PID sees them), 0 private, or -EINVAL (buf NULL, len 0). */
+GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */

@@ -29,8 +29,9 @@ GPUFILE_API int gpufile_parse_count(const char *text, uint64_t *out);
 /* Forgets every setter and rereads the environment. */
 GPUFILE_API void gpufile_config_reset(void);
 
-/* The statistics segment path used for pid (0: this process), written into
- * buf (len bytes). Returns 0 or -ENAMETOOLONG. */
+/* Where the segment of pid (0: this process) is found, for messages:
+ * "/proc/PID/fd (memfd gpufile-stats)", written into buf (len bytes).
+ * Returns 0, -EINVAL (buf NULL) or -ENAMETOOLONG. */
 GPUFILE_API int gpufile_stats_segment_path(int pid, char *buf, size_t len);
 
 #ifdef __cplusplus

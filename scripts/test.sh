@@ -19,7 +19,7 @@ root=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
-TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|batch}
+TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|batch}
 jobs=$(nproc 2>/dev/null || echo 2)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -116,6 +116,8 @@ assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
 assert \"task_size\" in d[\"settings\"]'"
 	check "config --json" 0 '' bash -c \
 		"'$g' config --json | python3 -c 'import json,sys; json.load(sys.stdin)'"
+	check "stats --json" 0 '' bash -c \
+		"'$g' stats --json | python3 -c 'import json,sys; json.load(sys.stdin)'"
 	check "missing file" 1 '/nonexistent/file' \
 		"$g" read /nonexistent/file
 	check "bad option" 2 'unknown option --frob' "$g" read "$f" --frob

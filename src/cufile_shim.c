@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,85 @@ static void apply_stats_level(unsigned level)
 		stats_level = (int)level;
 }
 
+/* profile.cufile_stats of the cufile.json cuFile reads
+ * (CUFILE_ENV_PATH_JSON, else /etc/cufile.json), or -1 when absent or
+ * unreadable. A scan for the key outside comments and strings, not a
+ * parse: cufile_json.c judges the file; this only asks one number. */
+static int json_stats_level(void)
+{
+	const char *path = secure_getenv("CUFILE_ENV_PATH_JSON");
+	char text[65536];
+	ssize_t n;
+	int fd, level = -1;
+
+	if (!path || !*path)
+		path = "/etc/cufile.json";
+	/* O_NONBLOCK: a FIFO named there must not hang the first read. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return -1;
+	n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	text[n] = '\0';
+	for (const char *p = text; *p; p++) {
+		if (p[0] == '/' && p[1] == '/') {
+			p += strcspn(p, "\n");
+			if (!*p)
+				break;
+		} else if (p[0] == '/' && p[1] == '*') {
+			const char *e = strstr(p + 2, "*/");
+			if (!e)
+				break;
+			p = e + 1;
+		} else if (*p == '"') {
+			const char *e = strchr(p + 1, '"');
+			if (!e)
+				break;
+			if (e - p == 13 &&
+			    strncmp(p, "\"cufile_stats\"", 14) == 0) {
+				const char *v =
+				    e + 1 + strspn(e + 1, " \t\r\n");
+				if (*v == ':')
+					level = (int)strtol(v + 1, NULL, 10);
+			}
+			p = e;
+		}
+	}
+	return level >= 0 && level <= 3 ? level : -1;
+}
+
+/* The level to ask cuFile for, or -1 to leave cuFile's own. The user's
+ * choice wins: the cufile_stats setting (GPUFILE_CUFILE_STATS or a
+ * setter), then CUFILE_STATS_LEVEL (the setting's default), then a
+ * nonzero profile.cufile_stats of cufile.json. Otherwise level 3, so that
+ * cuFile's per-GPU nvfs/posix counts (the second layer) are there
+ * without preparation. NVIDIA's shipped cufile.json says
+ * "cufile_stats": 0, so 0 there is not taken as a choice; set
+ * GPUFILE_CUFILE_STATS=0 (or CUFILE_STATS_LEVEL=0) to turn counting
+ * off. */
+static int wanted_stats_level(const struct gpufile__settings *cfg)
+{
+	char value[32], var[64];
+	gpufile_source_t src = GPUFILE_SOURCE_DEFAULT;
+	const char *env = getenv("CUFILE_STATS_LEVEL");
+	int json;
+
+	if (gpufile_config_get("cufile_stats", value, sizeof(value), &src, var,
+	                       sizeof(var)) == 0 &&
+	    src != GPUFILE_SOURCE_DEFAULT)
+		return (int)cfg->cufile_stats;
+	if (env && *env)
+		return (int)cfg->cufile_stats; /* the default follows it */
+	json = json_stats_level();
+	if (json > 0) {
+		stats_level = json; /* cuFile applies it itself */
+		return -1;
+	}
+	return (int)cfg->cufile_stats;
+}
+
 static void close_at_exit(void)
 {
 	pthread_mutex_lock(&cufile_lock);
@@ -239,6 +319,7 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 	CUcontext old;
 	CUfileError_t e;
 	char what[96];
+	int level;
 
 	*err = 0;
 	*status = 0;
@@ -252,7 +333,9 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 		/* cuFile 1.15 fills the per-GPU counters of level 3 only when
 		 * the level was set before the driver opened (seen on an H200:
 		 * set afterwards, num_gpus stays 0 while read_ops counts). */
-		apply_stats_level(cfg.cufile_stats);
+		level = wanted_stats_level(&cfg);
+		if (level >= 0)
+			apply_stats_level((unsigned)level);
 		e = table.cuFileDriverOpen();
 		if (e.err == CU_FILE_SUCCESS) {
 			driver_state = 1;
@@ -273,7 +356,9 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 		pop_context(ctx, old);
 	}
 	if (driver_state == 1) {
-		apply_stats_level(cfg.cufile_stats);
+		level = wanted_stats_level(&cfg);
+		if (level >= 0)
+			apply_stats_level((unsigned)level);
 		t = &table;
 		atomic_store(&active, t);
 	} else {
@@ -908,11 +993,60 @@ int gpufile_cufile_driver_set(const char *name, uint64_t value)
 			                   name, (unsigned long long)value,
 			                   driver_props[i].setter, what);
 		}
-		/* What cuFile holds now, right or wrong. */
-		read_props_locked();
+		/* What cuFile holds now, right or wrong. cuFile 1.15 without
+		 * nvidia-fs returns success from cuFileDriverSetPollMode yet
+		 * keeps reporting poll mode off (seen on the H200 machine):
+		 * a value that did not take is a refusal too. */
+		if (read_props_locked() == 0 && rc == 0 &&
+		    prop_value(&props, i) != value)
+			rc = gpufile__fail(
+			    GPUFILE_ECUFILE,
+			    "cuFile accepted %s=%llu (%s) but still reports "
+			    "%llu",
+			    name, (unsigned long long)value,
+			    driver_props[i].setter,
+			    (unsigned long long)prop_value(&props, i));
 		if (rc == 0)
 			gpufile__clear_error();
 	}
 	pthread_mutex_unlock(&cufile_lock);
 	return rc;
+}
+
+/*
+ * fork() (see fork.c). cuFile's driver state lives in the parent's CUDA
+ * context, which a child cannot use: a child of a process that opened the
+ * driver forgets it without a call into cuFile (its registrations are the
+ * parent's; the exit handler finds the driver not open and does nothing),
+ * and reports cuFile unavailable with the reason.
+ */
+void gpufile__cufile_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_child(void)
+{
+	if (driver_state == 1) {
+		while (registrations) {
+			struct registration *g = registrations;
+			registrations = g->next;
+			free(g);
+		}
+		driver_state = -1;
+		failure_err = GPUFILE_ENOCUFILE;
+		failure_status = 0;
+		snprintf(
+		    message, sizeof(message),
+		    "cuFile's driver was opened in the parent before "
+		    "fork(): a forked child cannot use it (it lives in the "
+		    "parent's CUDA context)");
+		atomic_store(&active, NULL);
+	}
+	pthread_mutex_unlock(&cufile_lock);
 }

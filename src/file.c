@@ -222,6 +222,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		open_direct(h, oflags, cfg.direct_io);
 	else
 		h->direct_fd = -1;
+	gpufile__stats_file_open(h->path);
+	gpufile__fork_track(h);
 	*out = h;
 	return 0;
 fail:
@@ -243,6 +245,7 @@ int gpufile_close(gpufile_t *h)
 		struct timespec ts = {0, 100 * 1000};
 		nanosleep(&ts, NULL);
 	}
+	gpufile__fork_untrack(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
 	if (h->cufile_handle)

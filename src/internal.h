@@ -118,13 +118,20 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
-/* Reads the segment file path as gpufile stats would (owner uid, mode,
- * size, magic and version checked): counters into *out, up to max file
- * records into files. Returns the records copied or a negative error with
- * the message set. For tests and the segment-reader fuzzer. */
-int gpufile__stats_read_file(const char *path, unsigned uid,
-                             gpufile_stats_t *out, gpufile_file_stat_t *files,
-                             int max);
+/* Reads the segment behind descriptor fd as gpufile stats would (owner
+ * uid, mode, F_SEAL_SHRINK, size, magic and version checked): counters
+ * into *out, up to max file records into files. Returns the records
+ * copied or a negative error with the message set. For tests and the
+ * segment-reader fuzzer. */
+int gpufile__stats_read_fd(int fd, unsigned uid, gpufile_stats_t *out,
+                           gpufile_file_stat_t *files, int max);
+/* A handle of path was opened (gpufile_open): recorded at once, so that
+ * host-only users are listed too; the device path decision, when one
+ * comes, completes the same record (gpufile__stats_file). */
+void gpufile__stats_file_open(const char *path);
+/* fallocate(fd, 0, offset, len) of the segment's memory; tests replace it
+ * to simulate a full tmpfs or memory cgroup. */
+extern int (*gpufile__stats_fallocate)(int fd, off_t offset, off_t len);
 
 /* ---- file handles (file.c) ---- */
 
@@ -154,6 +161,9 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
+	/* On the list of open handles (fork.c), whose locks the fork
+	 * handlers take. Guarded by that list's lock. */
+	struct gpufile *fnext, *fprev;
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,
@@ -250,11 +260,18 @@ struct gpufile__request {
 	uint64_t next_task; /* next task to claim */
 	struct gpufile__request *qnext, *qprev;
 	int queued;
+	/* On the pool's list of requests in flight (submitted, not yet
+	 * completed), which a forked child cancels (pool.c). */
+	struct gpufile__request *anext, *aprev;
 
 	uint64_t start_ns; /* when the request was initialised */
 	atomic_uint_fast64_t tasks_ended;
 	atomic_uint_fast64_t bytes;
-	atomic_int failed;      /* stop starting tasks */
+	atomic_int failed; /* stop starting tasks */
+	/* Lowest offset of a task that failed: tasks from there on are
+	 * skipped, tasks below it still run, so the error returned is the
+	 * lowest-offset one whatever order the threads run in. */
+	_Atomic int64_t fail_at;
 	_Atomic int64_t eof_at; /* lowest offset where a read hit EOF */
 
 	pthread_mutex_t lock; /* guards everything below */
@@ -293,6 +310,40 @@ void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
+
+/* Test seam: when set, called by the thread that is about to run the task
+ * of r at file offset off, before it decides whether to skip the task
+ * (tests make that thread wait to order threads deterministically). */
+extern void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
+
+/* ---- fork (fork.c and each module's handlers) ---- */
+
+/* Adds a new handle to, and removes a closing one from, the list of open
+ * handles whose locks the fork handlers hold across fork(). */
+void gpufile__fork_track(struct gpufile *h);
+void gpufile__fork_untrack(struct gpufile *h);
+/* Each module's part of fork: prepare takes the module's locks (in the
+ * library's lock order, written in fork.c), parent releases them, child
+ * releases them and makes the module's state the child's own. */
+void gpufile__pool_atfork_prepare(void);
+void gpufile__pool_atfork_parent(void);
+void gpufile__pool_atfork_child(void);
+void gpufile__staging_atfork_prepare(void);
+void gpufile__staging_atfork_parent(void);
+void gpufile__staging_atfork_child(void);
+void gpufile__cuda_atfork_prepare(void);
+void gpufile__cuda_atfork_parent(void);
+void gpufile__cuda_atfork_child(void);
+void gpufile__cufile_atfork_prepare(void);
+void gpufile__cufile_atfork_parent(void);
+void gpufile__cufile_atfork_child(void);
+void gpufile__config_atfork_prepare(void);
+void gpufile__config_atfork_parent(void);
+void gpufile__config_atfork_child(void);
+/* 1 in a forked child of a process that had initialised CUDA: no CUDA
+ * call is made, every pointer counts as host memory, and an -EFAULT names
+ * this as the likely cause (a device pointer of the parent). */
+int gpufile__cuda_forked(void);
 
 /* ---- CUDA (cuda_shim.c) and staging (staging.c) ---- */
 

@@ -1,15 +1,23 @@
 /*
  * Per-process counters in a shared-memory segment, and their reader.
  *
- * The writer: from the first counter update, the process maps
- * /dev/shm/gpufile-UID-PID (created 0600 with O_CREAT|O_EXCL|O_NOFOLLOW,
- * so never through a symlink and never someone else's file) and counts
- * there with relaxed atomics, so that `gpufile stats PID` can watch it
- * live. When the segment cannot be created the counters live in private
- * memory and only gpufile_stats_self() sees them. The segment is unlinked
- * by a destructor at normal exit (and at dlclose); a crash leaves it
- * behind, and readers recognise it as stale because its process is gone,
- * or is a different process with the same PID (start time differs).
+ * The writer: from its first gpufile_open() or request, the process counts
+ * into an unlinked memfd (STATS_MEMFD_NAME, mode 0600, close-on-exec) that
+ * it keeps open, sized, its memory reserved with fallocate() (so that a
+ * memory limit fails here, not with SIGBUS at the first touch of a page),
+ * then sealed against shrinking and growing. Nothing has a name in a file
+ * system, so nothing outlives the process, whatever kills it. When any
+ * step fails the counters live in private memory, with the reason in the
+ * header (gpufile_stats_backing()); only the process itself sees them.
+ *
+ * The reader (gpufile stats PID) finds the memfd among /proc/PID/fd and
+ * opens /proc/PID/fd/N, which the kernel allows only to the same user
+ * (and a dumpable process) or root. It maps the segment only when it is
+ * sealed against shrinking, so that its writer cannot truncate it under
+ * the reader (SIGBUS), and checks mode, owner, size, magic and version.
+ *
+ * fork(): the child gets its own segment at its first update; it closes
+ * and unmaps its parent's (pthread_atfork child handler).
  *
  * Lock order: seg_lock, then config.c's config_lock (settings are copied
  * into the segment under seg_lock). seg_lock guards the segment's creation
@@ -27,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,19 +62,10 @@ const char *gpufile_path_name(gpufile_path_t path)
 	return (unsigned)path < GPUFILE_PATH_COUNT ? names[path] : "?";
 }
 
-int gpufile_stats_segment_path(int pid, char *buf, size_t len)
-{
-	int n =
-	    snprintf(buf, len, "%s/%s%u-%d", STATS_SEG_DIR, STATS_SEG_PREFIX,
-	             (unsigned)getuid(), pid > 0 ? pid : (int)getpid());
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks
  * since boot. Two processes that share a PID never share it. 0 when
  * unknown. */
-static uint64_t proc_start_time(int pid)
+__attribute__((unused)) static uint64_t proc_start_time(int pid)
 {
 	char path[64], buf[1024];
 	const char *p;
@@ -160,9 +160,10 @@ static void seq_write_end(_Atomic uint32_t *seq)
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(struct stats_seg *) seg; /* NULL until the first update */
 static struct stats_seg *seg_map;       /* the shared mapping, if any */
-static char seg_name[128];              /* its name, "" when private */
-static pid_t seg_owner;                 /* the process that created it */
-static struct stats_seg private_seg;    /* when /dev/shm is unusable */
+static int seg_fd = -1;                 /* its memfd, kept for readers */
+static dev_t seg_dev;                   /* and its identity, to know it */
+static ino_t seg_ino;
+static struct stats_seg private_seg; /* when no memfd can be made */
 static int atfork_done;
 
 /* Slots of exited threads, to be handed to new threads. Guarded by
@@ -219,7 +220,7 @@ static void init_header(struct stats_seg *s)
 	s->version = STATS_SEG_VERSION;
 	s->size = (uint32_t)sizeof(*s);
 	s->pid = (int32_t)getpid();
-	s->uid = (uint32_t)getuid();
+	s->uid = (uint32_t)geteuid(); /* the memfd's owner */
 	s->proc_start = proc_start_time(s->pid);
 	s->start_time_ns =
 	    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -227,36 +228,103 @@ static void init_header(struct stats_seg *s)
 	s->cufile.ngpus = -1;
 }
 
-/* Opens a new segment file named name. A file already there under our
- * own PID can only be a dead process's (or ours from before an exec):
- * it is removed if it is a regular file of ours, else left alone and the
- * segment is not created. Returns a descriptor or -errno. */
-static int create_segment_file(const char *name)
+static int real_fallocate(int fd, off_t offset, off_t len)
 {
-	const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-	int fd = open(name, flags, 0600);
+	return fallocate(fd, 0, offset, len);
+}
 
-	if (fd < 0 && errno == EEXIST) {
-		struct stat st;
+int (*gpufile__stats_fallocate)(int fd, off_t offset,
+                                off_t len) = real_fallocate;
 
-		if (lstat(name, &st) < 0 || !S_ISREG(st.st_mode) ||
-		    st.st_uid != getuid())
-			return -EEXIST;
-		if (unlink(name) < 0)
-			return -errno;
-		fd = open(name, flags, 0600);
-	}
+/* Makes the shared segment: a sealed memfd whose memory is reserved, kept
+ * open in seg_fd. Returns the mapping, or NULL with why (len bytes) set. */
+static struct stats_seg *create_shared(char *why, size_t len)
+{
+	const size_t size = sizeof(struct stats_seg);
+	const char *step = "memfd_create";
+	void *m = MAP_FAILED;
+	int fd = -1;
+	struct stat st;
+
+#ifdef MFD_NOEXEC_SEAL
+	/* Linux 6.3 and later: with vm.memfd_noexec=2 a memfd that could be
+	 * executable is refused; ours never needs to be. Older kernels
+	 * refuse the flag (EINVAL): then without it. */
+	fd = memfd_create(STATS_MEMFD_NAME,
+	                  MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+	if (fd < 0 && errno == EINVAL)
+#endif
+		fd = memfd_create(STATS_MEMFD_NAME,
+		                  MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
-		return -errno;
-	/* umask may have removed bits; the mode must be exactly 0600. */
-	if (fchmod(fd, 0600) < 0 ||
-	    ftruncate(fd, sizeof(struct stats_seg)) < 0) {
-		int e = -errno;
-		close(fd);
-		unlink(name);
-		return e;
+		goto fail;
+	/* memfd_create's mode depends on the kernel (0777 less umask); the
+	 * owner alone may read the counters. */
+	step = "fchmod 0600";
+	if (fchmod(fd, 0600) < 0)
+		goto fail;
+	step = "ftruncate";
+	if (ftruncate(fd, (off_t)size) < 0)
+		goto fail;
+	/* Every page now, or a full tmpfs or memory cgroup would answer the
+	 * first touch of a page with SIGBUS in the middle of a read. */
+	step = "reserving its memory (fallocate)";
+	if (gpufile__stats_fallocate(fd, 0, (off_t)size) < 0)
+		goto fail;
+	step = "sealing it (F_ADD_SEALS)";
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) <
+	    0)
+		goto fail;
+	step = "mmap";
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED || fstat(fd, &st) < 0) {
+		if (m != MAP_FAILED)
+			munmap(m, size);
+		goto fail;
 	}
-	return fd;
+	seg_fd = fd;
+	seg_dev = st.st_dev;
+	seg_ino = st.st_ino;
+	snprintf(why, len,
+	         "shared: memfd %s (descriptor %d), readable by gpufile stats "
+	         "%d",
+	         STATS_MEMFD_NAME, fd, (int)getpid());
+	return m;
+fail:
+	snprintf(why, len,
+	         "private: the shared segment (%zu bytes) could not be made: "
+	         "%s: %s; gpufile stats %d cannot see these counters",
+	         size, step, strerror(errno), (int)getpid());
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* Counting privately: an empty memfd whose name carries why (a name
+ * costs no memory), so that gpufile stats PID can say so rather than "no
+ * I/O yet". Kept in seg_fd. */
+static void mark_private(const char *why)
+{
+	char name[STATS_PRIVATE_NAME_MAX];
+	struct stat st;
+	size_t n =
+	    (size_t)snprintf(name, sizeof(name), "%s%s", STATS_PRIVATE_PREFIX,
+	                     strncmp(why, "private: ", 9) == 0 ? why + 9 : why);
+	int fd;
+
+	for (size_t i = 0; i < n && i < sizeof(name); i++)
+		if (name[i] == '/') /* not allowed in a memfd name */
+			name[i] = '|';
+	fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return;
+	}
+	seg_fd = fd;
+	seg_dev = st.st_dev;
+	seg_ino = st.st_ino;
 }
 
 static void atfork_child(void)
@@ -270,7 +338,15 @@ static void atfork_child(void)
 	if (seg_map)
 		munmap(seg_map, sizeof(*seg_map));
 	seg_map = NULL;
-	seg_name[0] = '\0';
+	/* The inherited descriptor is closed, unless the program closed it
+	 * and its number now names a file of the program's own. */
+	if (seg_fd >= 0) {
+		struct stat st;
+		if (fstat(seg_fd, &st) == 0 && st.st_dev == seg_dev &&
+		    st.st_ino == seg_ino)
+			close(seg_fd);
+	}
+	seg_fd = -1;
 	memset(&private_seg, 0, sizeof(private_seg));
 	atomic_store(&seg, NULL);
 }
@@ -316,7 +392,7 @@ static struct stats_seg_slot *claim_slot(struct stats_seg *s)
 static struct stats_seg *create_segment(void)
 {
 	struct stats_seg *s;
-	int fd;
+	char why[sizeof(s->backing)];
 
 	pthread_mutex_lock(&seg_lock);
 	s = atomic_load_explicit(&seg, memory_order_acquire);
@@ -329,25 +405,14 @@ static struct stats_seg *create_segment(void)
 		pthread_key_create(&slot_key, release_slot);
 		atfork_done = 1;
 	}
-	s = &private_seg;
-	seg_name[0] = '\0';
-	if (gpufile_stats_segment_path(0, seg_name, sizeof(seg_name)) == 0 &&
-	    (fd = create_segment_file(seg_name)) >= 0) {
-		void *m = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
-		               MAP_SHARED, fd, 0);
-		close(fd);
-		if (m != MAP_FAILED) {
-			s = seg_map = m;
-		} else {
-			unlink(seg_name);
-			seg_name[0] = '\0';
-		}
-	} else {
-		seg_name[0] = '\0';
+	s = seg_map = create_shared(why, sizeof(why));
+	if (!s) {
+		s = &private_seg;
+		mark_private(why);
 	}
 	init_header(s);
+	copy_text(s->backing, why, sizeof(s->backing));
 	snapshot_settings(s);
-	seg_owner = getpid();
 	atomic_store_explicit(&s->magic, STATS_SEG_MAGIC, memory_order_release);
 	atomic_store_explicit(&seg, s, memory_order_release);
 	pthread_mutex_unlock(&seg_lock);
@@ -361,13 +426,6 @@ static inline struct stats_seg *get_segment(void)
 	return s ? s : create_segment();
 }
 
-__attribute__((destructor)) static void remove_segment(void)
-{
-	/* The mapping stays: a thread still running may count into it. */
-	if (seg_name[0] && seg_owner == getpid())
-		unlink(seg_name);
-}
-
 static inline unsigned bucket(uint64_t v)
 {
 	unsigned b = v ? 63u - (unsigned)__builtin_clzll(v) : 0;
@@ -377,6 +435,8 @@ static inline unsigned bucket(uint64_t v)
 
 #define ADD(field, n)                                                          \
 	atomic_fetch_add_explicit(&(field), (n), memory_order_relaxed)
+#define LOAD_FILES(s)                                                          \
+	atomic_load_explicit(&(s)->files_opened, memory_order_relaxed)
 
 /* Adds n to a counter of a slot this thread owns: one writer, so a load
  * and a store (no locked instruction); readers still see whole values. */
@@ -424,20 +484,64 @@ void gpufile__stats_direct_fallback(void)
 	ADD(get_segment()->direct_io_fallbacks, 1);
 }
 
+/* Writes record f. Caller holds seg_lock. */
+static void write_file_record(struct stats_seg_file *f, const char *path,
+                              gpufile_path_t chosen, int pending,
+                              const char *reason)
+{
+	seq_write_begin(&f->seq);
+	f->chosen = (int32_t)chosen;
+	f->pending = pending;
+	copy_text(f->path, path, sizeof(f->path));
+	copy_text(f->reason, reason, sizeof(f->reason));
+	seq_write_end(&f->seq);
+}
+
+/* A new record for a handle of path. Caller holds seg_lock. */
+static void add_file_record(struct stats_seg *s, const char *path,
+                            gpufile_path_t chosen, int pending,
+                            const char *reason)
+{
+	uint64_t n = ADD(s->files_opened, 1);
+
+	write_file_record(&s->files[n % GPUFILE_MAX_FILE_STATS], path, chosen,
+	                  pending, reason);
+	snapshot_settings(s);
+}
+
+void gpufile__stats_file_open(const char *path)
+{
+	struct stats_seg *s = get_segment();
+
+	pthread_mutex_lock(&seg_lock);
+	add_file_record(s, path, GPUFILE_PATH_HOST, 1,
+	                "opened; host memory is read and written in place "
+	                "(host); the device path is decided at the first "
+	                "device request");
+	pthread_mutex_unlock(&seg_lock);
+}
+
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason)
 {
 	struct stats_seg *s = get_segment();
-	uint64_t n = ADD(s->files_opened, 1);
-	struct stats_seg_file *f = &s->files[n % GPUFILE_MAX_FILE_STATS];
+	uint64_t n, first;
 
 	pthread_mutex_lock(&seg_lock);
-	seq_write_begin(&f->seq);
-	f->chosen = (int32_t)chosen;
-	copy_text(f->path, path, sizeof(f->path));
-	copy_text(f->reason, reason, sizeof(f->reason));
-	seq_write_end(&f->seq);
-	snapshot_settings(s);
+	/* The handle's record from gpufile_open(), newest first: the same
+	 * path opened twice gets its two decisions in its two records. */
+	n = LOAD_FILES(s);
+	first = n > GPUFILE_MAX_FILE_STATS ? n - GPUFILE_MAX_FILE_STATS : 0;
+	for (uint64_t i = n; i > first; i--) {
+		struct stats_seg_file *f =
+		    &s->files[(i - 1) % GPUFILE_MAX_FILE_STATS];
+		if (f->pending && strcmp(f->path, path ? path : "") == 0) {
+			write_file_record(f, path, chosen, 0, reason);
+			pthread_mutex_unlock(&seg_lock);
+			return;
+		}
+	}
+	add_file_record(s, path, chosen, 0, reason);
 	pthread_mutex_unlock(&seg_lock);
 }
 
@@ -487,6 +591,11 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 {
 	(void)per_gpu;
 	(void)ngpus;
+}
+
+void gpufile__stats_file_open(const char *path)
+{
+	(void)path;
 }
 
 #endif /* GPUFILE_NO_STATS */
@@ -611,7 +720,7 @@ struct view {
 };
 
 /* Owner of process pid (from /proc/PID), or -errno. */
-__attribute__((unused)) static int proc_owner(int pid, uid_t *uid)
+static int proc_owner(int pid, uid_t *uid)
 {
 	char path[64];
 	struct stat st;
@@ -623,52 +732,46 @@ __attribute__((unused)) static int proc_owner(int pid, uid_t *uid)
 	return 0;
 }
 
-/* Maps the segment file name, checks its owner (uid), mode, size, magic
- * and version. Returns 0 or -EPROTO / -ENOENT / -errno with the message
- * set. */
-static int map_segment(const char *name, uid_t uid, struct view *v)
+/* Checks that fd is a segment of uid (mode, owner, seals, size), maps it
+ * and checks its header. label names it in messages. Returns 0 or -EPROTO
+ * / -errno with the message set. */
+static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 {
+	const struct stats_seg *s;
 	struct stat st;
+	int seals;
 	void *m;
-	const struct stats_seg *s; /* NULL: this process, before any I/O */
-	int fd = open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 
-	if (fd < 0) {
-		int e = errno;
-		if (e == ENOENT)
-			return -ENOENT;
-		if (e == ELOOP)
-			return gpufile__fail(-EPROTO,
-			                     "%s is a symbolic link, "
-			                     "not a gpufile segment",
-			                     name);
-		return gpufile__fail(-e, "opening %s: %s", name, strerror(e));
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return gpufile__fail(-EPROTO, "%s is not a regular file", name);
-	}
-	if (st.st_uid != uid || (st.st_mode & 077)) {
-		close(fd);
+	if (fstat(fd, &st) < 0)
+		return gpufile__fail(-errno, "%s: %s", label, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return gpufile__fail(-EPROTO, "%s is not a regular file",
+		                     label);
+	if (st.st_uid != uid || (st.st_mode & 077))
 		return gpufile__fail(
 		    -EPROTO,
 		    "%s: owner %u mode %04o; a gpufile segment "
 		    "belongs to uid %u with mode 0600",
-		    name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+		    label, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
 		    (unsigned)uid);
-	}
-	if ((uint64_t)st.st_size != sizeof(struct stats_seg)) {
-		close(fd);
+	/* Without the seal its writer could shrink it while we read, and
+	 * our next load would die of SIGBUS. A seal, once set, stays. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return gpufile__fail(-EPROTO,
+		                     "%s is not sealed against shrinking "
+		                     "(F_SEAL_SHRINK): refused, a reader could "
+		                     "be killed by its truncation",
+		                     label);
+	if ((uint64_t)st.st_size != sizeof(struct stats_seg))
 		return gpufile__fail(
 		    -EPROTO,
 		    "%s: %lld bytes, expected %zu (a different "
 		    "version of gpufile wrote it?)",
-		    name, (long long)st.st_size, sizeof(struct stats_seg));
-	}
+		    label, (long long)st.st_size, sizeof(struct stats_seg));
 	m = mmap(NULL, sizeof(struct stats_seg), PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
 	if (m == MAP_FAILED)
-		return gpufile__fail(-errno, "mapping %s: %s", name,
+		return gpufile__fail(-errno, "mapping %s: %s", label,
 		                     strerror(errno));
 	s = m;
 	if (atomic_load_explicit(&s->magic, memory_order_acquire) !=
@@ -679,7 +782,7 @@ static int map_segment(const char *name, uid_t uid, struct view *v)
 		return gpufile__fail(-EPROTO,
 		                     "%s: not a gpufile segment of layout "
 		                     "version %u (or still being created)",
-		                     name, STATS_SEG_VERSION);
+		                     label, STATS_SEG_VERSION);
 	}
 	v->s = s;
 	v->map = m;
@@ -695,20 +798,146 @@ static void release_view(struct view *v)
 #endif
 	if (v->map)
 		munmap(v->map, sizeof(struct stats_seg));
+	v->map = NULL;
+	v->s = NULL;
 }
 
-/* Whether the segment's process is alive and is the process that wrote
- * it. */
-static int segment_alive(const struct stats_seg *s)
+/* Finds process pid's segment among its descriptors and maps it (owner
+ * uid). Returns 0; -ENOENT when it has none; -EACCES when its descriptors
+ * cannot be listed; or the error of the last candidate refused. */
+static int find_segment(int pid, uid_t uid, struct view *v)
 {
-	uint64_t start;
+	static const char want[] = "/memfd:" STATS_MEMFD_NAME " (deleted)";
+	static const char priv[] = "/memfd:" STATS_PRIVATE_PREFIX;
+	char dir[64], label[64 + 256], link[512], why[256] = "";
+	struct dirent *e;
+	int rc = -ENOENT;
+	DIR *d;
 
-	if (kill(s->pid, 0) < 0 && errno == ESRCH)
-		return 0;
-	start = proc_start_time(s->pid);
-	return !(start && s->proc_start && start != s->proc_start);
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	d = opendir(dir);
+	if (!d) {
+		int err = errno;
+		if (err == ENOENT)
+			return gpufile__fail(-ESRCH, "no process with PID %d",
+			                     pid);
+		return gpufile__fail(-err,
+		                     "PID %d: cannot list %s: %s (a process "
+		                     "of another user, or one that is not "
+		                     "dumpable, e.g. setuid)",
+		                     pid, dir, strerror(err));
+	}
+	while ((e = readdir(d))) {
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] == '.')
+			continue;
+		n = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
+		if (n > 0 && strncmp(link, priv, strlen(priv)) == 0) {
+			/* Text of another process: printable ASCII only. */
+			size_t k = 0;
+			for (ssize_t i = (ssize_t)strlen(priv);
+			     i < n && k + 1 < sizeof(why); i++) {
+				unsigned char c = (unsigned char)link[i];
+				why[k++] =
+				    c >= 0x20 && c < 0x7f ? (char)c : '?';
+			}
+			why[k] = '\0';
+			if (k > 10 && !strcmp(why + k - 10, " (deleted)"))
+				why[k - 10] = '\0';
+			continue;
+		}
+		if (n != (ssize_t)strlen(want) || memcmp(link, want, (size_t)n))
+			continue;
+		/* The descriptor may have been replaced since readlink:
+		 * O_NONBLOCK so that a FIFO cannot hang us, O_NOCTTY so that
+		 * a terminal cannot become ours. */
+		fd = openat(dirfd(d), e->d_name,
+		            O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		if (fd < 0)
+			continue; /* closed meanwhile */
+		snprintf(label, sizeof(label), "%s/%s", dir, e->d_name);
+		rc = map_segment_fd(fd, label, uid, v);
+		close(fd);
+		if (rc == 0 && v->s->pid != pid) {
+			/* Inherited from a parent through a fork that
+			 * bypassed pthread_atfork (a raw clone). */
+			rc = gpufile__fail(-EPROTO,
+			                   "%s: the segment of PID %d, not of "
+			                   "PID %d",
+			                   label, (int)v->s->pid, pid);
+			release_view(v);
+		}
+		if (rc == 0)
+			break;
+	}
+	closedir(d);
+	if (rc == -ENOENT && why[0])
+		return gpufile__fail(
+		    -ENOENT,
+		    "PID %d counts in private memory, invisible "
+		    "to other processes: %s",
+		    pid, why);
+	if (rc == -ENOENT)
+		gpufile__clear_error(); /* none: the caller tells why */
+	return rc;
 }
 
+/* Whether process pid maps a library named libgpufile (loaded, but has
+ * made no segment yet). */
+__attribute__((unused)) static int maps_gpufile(int pid)
+{
+	char path[64], line[512];
+	FILE *f;
+	int found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		const char *slash = strrchr(line, '/');
+		found = slash && strncmp(slash, "/libgpufile", 11) == 0;
+	}
+	fclose(f);
+	return found;
+}
+
+/* Old-style segment left in /dev/shm by a gpufile before layout 3. */
+__attribute__((unused)) static void old_segment_path(unsigned uid, int pid,
+                                                     char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s%u-%d", STATS_SEG_DIR, STATS_SEG_PREFIX, uid,
+	         pid);
+}
+
+int gpufile_stats_segment_path(int pid, char *buf, size_t len)
+{
+	int n;
+
+	if (!buf)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_segment_path: buf is NULL");
+	n = snprintf(buf, len, "/proc/%d/fd (memfd %s)",
+	             pid > 0 ? pid : (int)getpid(), STATS_MEMFD_NAME);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Fills v with the zero counters of a process that has no segment (yet):
+ * pid, uid, command, no cuFile layer. */
+static void no_counters(int pid, uid_t uid, gpufile_stats_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->pid = (int32_t)pid;
+	out->uid = (uint32_t)uid;
+	out->cufile_ngpus = -1;
+	proc_command(pid, out->command, sizeof(out->command));
+}
+
+/* Opens process pid's segment. Returns 0 with v->s set; 1 when the
+ * process loads gpufile but has no segment yet (no I/O yet: v->s NULL);
+ * or an error with the message set. */
 static int open_view(int pid, struct view *v)
 {
 	char name[128], comm[64];
@@ -733,21 +962,17 @@ static int open_view(int pid, struct view *v)
 		v->self = 1;
 		return 0;
 	}
-	if (kill(pid, 0) < 0 && errno == ESRCH) {
-		snprintf(name, sizeof(name), "%s/%s%u-%d", STATS_SEG_DIR,
-		         STATS_SEG_PREFIX, (unsigned)getuid(), pid);
+	rc = proc_owner(pid, &uid);
+	if (rc == -ENOENT || (kill(pid, 0) < 0 && errno == ESRCH)) {
+		old_segment_path((unsigned)getuid(), pid, name, sizeof(name));
 		if (access(name, F_OK) == 0)
 			return gpufile__fail(
 			    -ESTALE,
-			    "no process with PID %d; its segment "
-			    "%s is stale (gpufile stats --clean "
-			    "removes it)",
+			    "no process with PID %d; %s was left by an "
+			    "older gpufile (gpufile stats --clean removes it)",
 			    pid, name);
 		return gpufile__fail(-ESRCH, "no process with PID %d", pid);
 	}
-	rc = proc_owner(pid, &uid);
-	if (rc == -ENOENT)
-		return gpufile__fail(-ESRCH, "no process with PID %d", pid);
 	if (rc)
 		return gpufile__fail(rc, "PID %d: %s", pid, strerror(-rc));
 	if (uid != getuid() && getuid() != 0)
@@ -756,60 +981,60 @@ static int open_view(int pid, struct view *v)
 		                     "only its owner can read its counters",
 		                     pid, (unsigned)uid);
 	proc_command(pid, comm, sizeof(comm));
-	snprintf(name, sizeof(name), "%s/%s%u-%d", STATS_SEG_DIR,
-	         STATS_SEG_PREFIX, (unsigned)uid, pid);
-	rc = map_segment(name, uid, v);
-	if (rc == -ENOENT)
+	rc = find_segment(pid, uid, v);
+	if (rc == -ENOENT && !gpufile_errmsg()[0]) {
+		if (maps_gpufile(pid)) {
+			gpufile__clear_error();
+			return 1;
+		}
 		return gpufile__fail(-ENOENT,
 		                     "PID %d (%s) does not use gpufile: no "
-		                     "segment %s (it has done no I/O yet, or "
-		                     "gpufile was built without statistics)",
-		                     pid, comm, name);
-	if (rc)
-		return rc;
-	if (v->s->pid != pid || !segment_alive(v->s)) {
-		release_view(v);
-		return gpufile__fail(-ESTALE,
-		                     "%s is stale: it was left by an earlier "
-		                     "process with PID %d, not by %s",
-		                     name, pid, comm);
+		                     "memfd %s among its descriptors and no "
+		                     "libgpufile mapped",
+		                     pid, comm, STATS_MEMFD_NAME);
 	}
-	return 0;
+	return rc;
 #endif
 }
 
 int gpufile_stats_read(int pid, gpufile_stats_t *out)
 {
 	struct view v;
-	int rc = open_view(pid, &v);
+	int rc;
 
-	if (rc) {
+	if (!out)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_read: out is NULL");
+	rc = open_view(pid, &v);
+	if (rc < 0) {
 		memset(out, 0, sizeof(*out));
 		return rc;
+	}
+	if (rc == 1) {
+		uid_t uid = 0;
+		proc_owner(pid, &uid);
+		no_counters(pid, uid, out);
+		return 0;
 	}
 	if (v.s)
 		snapshot(v.s, out);
 	else
-		memset(out, 0, sizeof(*out));
-	if (v.self && !out->pid) {
-		out->pid = (int32_t)getpid();
-		out->uid = (uint32_t)getuid();
-		out->cufile_ngpus = -1;
-		proc_command(out->pid, out->command, sizeof(out->command));
-	}
+		no_counters((int)getpid(), getuid(), out);
 	release_view(&v);
 	return 0;
 }
 
 int gpufile_stats_self(gpufile_stats_t *out)
 {
-	int rc = gpufile_stats_read(0, out);
+	int rc;
 
+	if (!out)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_self: out is NULL");
+	rc = gpufile_stats_read(0, out);
 	if (rc) {
 		/* Counters compiled out: report zeros. */
-		out->pid = (int32_t)getpid();
-		out->uid = (uint32_t)getuid();
-		out->cufile_ngpus = -1;
+		no_counters((int)getpid(), getuid(), out);
 		gpufile__clear_error();
 	}
 	return 0;
@@ -818,24 +1043,55 @@ int gpufile_stats_self(gpufile_stats_t *out)
 int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
 {
 	struct view v;
-	int rc = open_view(pid, &v);
+	int rc;
 
-	if (rc)
+	if (!out && max > 0)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_files: out is NULL and max "
+		                     "is %d",
+		                     max);
+	rc = open_view(pid, &v);
+	if (rc < 0)
 		return rc;
-	rc = v.s && max > 0 && out ? copy_files(v.s, out, max) : 0;
+	if (rc == 1)
+		return 0;
+	rc = v.s && max > 0 ? copy_files(v.s, out, max) : 0;
 	release_view(&v);
 	return rc;
 }
 
-int gpufile__stats_read_file(const char *path, unsigned uid,
-                             gpufile_stats_t *out, gpufile_file_stat_t *files,
-                             int max)
+int gpufile_stats_backing(char *buf, size_t len)
+{
+	if (!buf || !len)
+		return gpufile__fail(-EINVAL, "gpufile_stats_backing: buf is "
+		                              "NULL or len is 0");
+#ifdef GPUFILE_NO_STATS
+	snprintf(buf, len, "none: gpufile was built with GPUFILE_NO_STATS");
+	return 0;
+#else
+	{
+		const struct stats_seg *s = get_segment();
+		int shared;
+
+		pthread_mutex_lock(&seg_lock);
+		snprintf(buf, len, "%s", s->backing);
+		shared = s == seg_map;
+		pthread_mutex_unlock(&seg_lock);
+		return shared;
+	}
+#endif
+}
+
+int gpufile__stats_read_fd(int fd, unsigned uid, gpufile_stats_t *out,
+                           gpufile_file_stat_t *files, int max)
 {
 	struct view v;
+	char label[32];
 	int rc;
 
 	memset(&v, 0, sizeof(v));
-	rc = map_segment(path, (uid_t)uid, &v);
+	snprintf(label, sizeof(label), "descriptor %d", fd);
+	rc = map_segment_fd(fd, label, (uid_t)uid, &v);
 	if (rc)
 		return rc;
 	snapshot(v.s, out);
@@ -844,7 +1100,7 @@ int gpufile__stats_read_file(const char *path, unsigned uid,
 	return rc;
 }
 
-/* Parses "gpufile-UID-PID". Returns 0 when name is a segment's. */
+/* Parses "gpufile-UID-PID". Returns 0 when name is an old segment's. */
 static int parse_name(const char *name, unsigned *uid, int *pid)
 {
 	char tail;
@@ -858,28 +1114,29 @@ static int parse_name(const char *name, unsigned *uid, int *pid)
 	return 0;
 }
 
-/* Calls fn for each segment of this user (every user's for root). */
-static int each_segment(int (*fn)(const char *path, unsigned uid, int pid,
-                                  void *arg),
-                        void *arg)
+/* Calls fn for each old-style segment in /dev/shm of this user (every
+ * user's for root) whose process is gone. A live PID's file is left
+ * alone: it may be the live segment of an older gpufile. */
+static int each_old_segment(int (*fn)(const char *path, int pid, void *arg),
+                            void *arg)
 {
 	DIR *d = opendir(STATS_SEG_DIR);
 	struct dirent *e;
 	int n = 0;
 
 	if (!d)
-		return gpufile__fail(-errno, "opening %s: %s", STATS_SEG_DIR,
-		                     strerror(errno));
+		return 0; /* no /dev/shm: nothing left there */
 	while ((e = readdir(d))) {
 		char path[384];
 		unsigned uid;
 		int pid;
 
 		if (parse_name(e->d_name, &uid, &pid) ||
-		    (uid != getuid() && getuid() != 0))
+		    (uid != getuid() && getuid() != 0) ||
+		    !(kill(pid, 0) < 0 && errno == ESRCH))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", STATS_SEG_DIR, e->d_name);
-		n += fn(path, uid, pid, arg);
+		n += fn(path, pid, arg);
 	}
 	closedir(d);
 	return n;
@@ -890,70 +1147,92 @@ struct list_arg {
 	int max, n;
 };
 
-/* 1 when the segment at path is stale (its process gone or replaced),
- * else 0. v gets the mapped segment when it is readable (v->s NULL when
- * not), to be released by the caller. */
-static int is_stale(const char *path, unsigned uid, int pid, struct view *v)
+static void list_add(struct list_arg *a, const gpufile_process_t *p)
 {
-	int rc;
-
-	memset(v, 0, sizeof(*v));
-	rc = map_segment(path, uid, v);
-	gpufile__clear_error();
-	if (rc)
-		return kill(pid, 0) < 0 && errno == ESRCH;
-	if (v->s->pid != pid)
-		return kill(pid, 0) < 0 && errno == ESRCH;
-	return !segment_alive(v->s);
+	if (a->n < a->max && a->out)
+		a->out[a->n] = *p;
+	a->n++;
 }
 
-static int list_one(const char *path, unsigned uid, int pid, void *arg)
+static int list_old(const char *path, int pid, void *arg)
 {
-	struct list_arg *a = arg;
 	gpufile_process_t p;
-	struct view v;
 
+	(void)path;
 	memset(&p, 0, sizeof(p));
 	p.pid = pid;
-	p.stale = is_stale(path, uid, pid, &v);
-	if (v.s) {
-		copy_text(p.command, v.s->command, sizeof(p.command));
-		p.bytes = total_bytes(v.s);
-		release_view(&v);
-	} else if (!p.stale) {
-		return 0; /* a live process's unreadable file: not ours */
-	}
-	if (a->n < a->max && a->out)
-		a->out[a->n] = p;
-	a->n++;
+	p.stale = 1;
+	copy_text(p.command, "(left by an older gpufile)", sizeof(p.command));
+	list_add(arg, &p);
 	return 1;
 }
 
 int gpufile_stats_list(gpufile_process_t *out, int max)
 {
 	struct list_arg a = {out, max, 0};
-	int rc = each_segment(list_one, &a);
+	struct dirent *e;
+	DIR *d;
 
-	return rc < 0 ? rc : a.n;
+	if (!out && max > 0)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_list: out is NULL and max "
+		                     "is %d",
+		                     max);
+	d = opendir("/proc");
+	if (!d)
+		return gpufile__fail(-errno, "opening /proc: %s",
+		                     strerror(errno));
+	while ((e = readdir(d))) {
+		gpufile_process_t p;
+		struct view v;
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+		uid_t uid = 0;
+
+		if (*end || pid <= 0 || pid > 0x7fffffff ||
+		    proc_owner((int)pid, &uid) ||
+		    (uid != getuid() && getuid() != 0))
+			continue;
+		memset(&v, 0, sizeof(v));
+		if (pid == getpid()) {
+#ifndef GPUFILE_NO_STATS
+			pthread_mutex_lock(&seg_lock);
+			v.s = atomic_load_explicit(&seg, memory_order_acquire);
+			v.self = 1;
+			if (v.s != seg_map)
+				v.s = NULL; /* private: not listed */
+#endif
+		} else if (find_segment((int)pid, uid, &v)) {
+			continue;
+		}
+		if (v.s) {
+			memset(&p, 0, sizeof(p));
+			p.pid = (int32_t)pid;
+			copy_text(p.command, v.s->command, sizeof(p.command));
+			p.bytes = total_bytes(v.s);
+			list_add(&a, &p);
+		}
+		release_view(&v);
+	}
+	closedir(d);
+	gpufile__clear_error();
+	each_old_segment(list_old, &a);
+	return a.n;
 }
 
-static int clean_one(const char *path, unsigned uid, int pid, void *arg)
+static int clean_one(const char *path, int pid, void *arg)
 {
-	struct view v;
 	struct stat st;
-	int stale = is_stale(path, uid, pid, &v);
 
+	(void)pid;
 	(void)arg;
-	if (v.s)
-		release_view(&v);
-	if (!stale || lstat(path, &st) < 0 || st.st_uid != getuid())
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != getuid())
 		return 0;
 	return unlink(path) == 0;
 }
 
 int gpufile_stats_clean(void)
 {
-	int rc = each_segment(clean_one, NULL);
-
-	return rc < 0 ? 0 : rc;
+	return each_old_segment(clean_one, NULL);
 }

@@ -1,7 +1,10 @@
 /*
- * The layout of a process's statistics segment, /dev/shm/gpufile-UID-PID,
- * shared by the writer (the process itself) and readers (gpufile stats in
- * another process). Any change to this layout bumps STATS_SEG_VERSION;
+ * The layout of a process's statistics segment: an unlinked memfd named
+ * STATS_MEMFD_NAME, held open by the process and sealed against shrinking
+ * and growing, shared by the writer (the process itself) and readers
+ * (gpufile stats in another process, through /proc/PID/fd/N). It dies
+ * with the last descriptor and mapping: nothing outlives the process.
+ * Any change to this layout bumps STATS_SEG_VERSION;
  * a reader refuses a segment whose magic, version or size differ from its
  * own, so that two versions of the library never misread each other.
  *
@@ -20,9 +23,19 @@
 #include <stdint.h>
 
 #define STATS_SEG_MAGIC   0x5441545346555047ull /* "GPUFSTAT" little-endian */
-#define STATS_SEG_VERSION 3u                    /* 3: the mmap path */
-#define STATS_SEG_PREFIX  "gpufile-"
-#define STATS_SEG_DIR     "/dev/shm"
+#define STATS_SEG_VERSION 3u /* 3: the memfd segment, the mmap path */
+/* The memfd's name; readlink of /proc/PID/fd/N gives
+ * "/memfd:gpufile-stats (deleted)". */
+#define STATS_MEMFD_NAME "gpufile-stats"
+/* A process counting privately holds an empty memfd named this prefix
+ * and why (no segment to read; the name is the message). */
+#define STATS_PRIVATE_PREFIX   "gpufile-stats-private: "
+#define STATS_PRIVATE_NAME_MAX 240 /* memfd names: 249 bytes at most */
+/* Segments of gpufile before version 3 were files named
+ * /dev/shm/gpufile-UID-PID, left behind by killed processes; only
+ * gpufile stats --clean still looks there. */
+#define STATS_SEG_PREFIX "gpufile-"
+#define STATS_SEG_DIR    "/dev/shm"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "shared counters need lock-free 64-bit atomics");
@@ -47,6 +60,7 @@ struct stats_seg_slot {
 struct stats_seg_file {
 	_Atomic uint32_t seq; /* odd while being written */
 	int32_t chosen;       /* gpufile_path_t */
+	int32_t pending;      /* 1: opened, device path not decided yet */
 	char path[256];
 	char reason[256];
 };
@@ -61,6 +75,9 @@ struct stats_seg {
 	uint64_t proc_start; /* /proc/PID/stat starttime, to tell PID reuse */
 	uint64_t start_time_ns;
 	char command[64];
+	/* "shared: ..." or, in a private segment, "private: " and why the
+	 * shared one could not be made. */
+	char backing[192];
 
 	_Atomic uint32_t nslots; /* slots handed out so far */
 	_Atomic uint64_t direct_io_fallbacks;
@@ -81,8 +98,6 @@ struct stats_seg {
 	} settings;
 
 	struct stats_seg_slot shared;
-	/* Last, so that the pages of slots never handed out are never
-	 * touched (tmpfs allocates a page at its first access). */
 	struct stats_seg_slot slots[STATS_SEG_SLOTS];
 };
 

@@ -1,10 +1,13 @@
 /*
- * A hostile environment: a symlink planted where a process's statistics
- * segment will be created is not followed; a segment owned by another
- * user, or with a wrong magic, version or size, is refused with a message
- * naming it; gpufile stats (the CLI, GPUFILE_CLI) on a corrupt segment
- * exits with an error, never a crash; running out of file descriptors or
- * of pinned memory gives a clear error naming the file.
+ * A hostile environment: a symlink planted where an older gpufile put a
+ * process's statistics segment is never touched; a segment (memfd) owned
+ * by another user, with a wrong mode, magic, version or size, or not
+ * sealed against shrinking, is refused with a message naming it; a writer
+ * that truncates or scribbles over its segment while a reader loops never
+ * crashes the reader (and its truncation fails: the seal); gpufile stats
+ * (the CLI, GPUFILE_CLI) on a corrupt segment exits with an error, never
+ * a crash; running out of file descriptors or of pinned memory gives a
+ * clear error naming the file.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -16,6 +19,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -23,50 +28,73 @@
 
 static const char *file;
 
-/* A child that does no I/O and waits to be killed. */
-static pid_t sleeper(void)
-{
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		for (;;)
-			pause();
-	}
-	return pid;
-}
-
 static void reap(pid_t pid)
 {
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 }
 
-/* Writes a segment file for pid at its name; valid unless told. */
-static void forge(pid_t pid, const char *seg, uint64_t magic, uint32_t version,
-                  size_t size, uid_t owner, int garbage)
-{
-	struct stats_seg *s = calloc(1, sizeof(*s));
-	int fd;
+/* What a forged segment differs in. */
+struct forgery {
+	uint64_t magic;
+	uint32_t version;
+	size_t size;
+	uid_t owner;
+	mode_t mode;
+	int garbage;  /* body of pattern bytes */
+	int unsealed; /* no F_SEAL_SHRINK */
+	int truncate; /* 1: shrink and regrow it in a loop (unsealed) */
+};
 
-	unlink(seg);
-	if (garbage)
-		test_fill(s, sizeof(*s), 99, 0);
-	s->magic = magic;
-	s->version = version;
-	s->size = sizeof(*s);
-	s->pid = pid;
-	s->uid = (uint32_t)getuid();
-	s->proc_start = 0;
-	fd = open(seg, O_RDWR | O_CREAT | O_EXCL, 0600);
-	CHECK(fd >= 0);
-	CHECK_EQ(write(fd, s, size < sizeof(*s) ? size : sizeof(*s)),
-	         (long long)(size < sizeof(*s) ? size : sizeof(*s)));
-	if (size > sizeof(*s))
-		CHECK_EQ(ftruncate(fd, (off_t)size), 0);
-	if (owner != getuid())
-		CHECK_EQ(fchown(fd, owner, (gid_t)-1), 0);
-	close(fd);
-	free(s);
+/* A child that holds a forged segment memfd (named as gpufile's) and
+ * waits to be killed. Returns its PID once the segment is in place. */
+static pid_t forge(const struct forgery *f)
+{
+	int p[2];
+	pid_t pid;
+	char c;
+
+	CHECK_EQ(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct stats_seg *s = calloc(1, sizeof(*s));
+		size_t n = f->size < sizeof(*s) ? f->size : sizeof(*s);
+		int fd = memfd_create(STATS_MEMFD_NAME,
+		                      MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+		if (!s || fd < 0)
+			_exit(2);
+		if (f->garbage)
+			test_fill(s, sizeof(*s), 99, 0);
+		s->magic = f->magic;
+		s->version = f->version;
+		s->size = sizeof(*s);
+		s->pid = getpid();
+		s->uid = (uint32_t)getuid();
+		if (fchmod(fd, f->mode) || write(fd, s, n) != (ssize_t)n ||
+		    ftruncate(fd, (off_t)f->size) ||
+		    (f->owner != getuid() && fchown(fd, f->owner, (gid_t)-1)) ||
+		    (!f->unsealed &&
+		     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW)))
+			_exit(3);
+		if (write(p[1], "r", 1) != 1)
+			_exit(4);
+		for (;;) {
+			if (!f->truncate) {
+				pause();
+				continue;
+			}
+			/* Shrink and regrow under any reader that mapped it:
+			 * without the seal check this kills it (SIGBUS). */
+			if (ftruncate(fd, 0) || ftruncate(fd, (off_t)f->size) ||
+			    pwrite(fd, s, n, 0) != (ssize_t)n)
+				_exit(5);
+		}
+	}
+	close(p[1]);
+	CHECK_EQ(read(p[0], &c, 1), 1);
+	close(p[0]);
+	return pid;
 }
 
 /* Runs the CLI's stats on pid; returns its exit code, or 128+signal. */
@@ -100,107 +128,219 @@ static int cli_stats(pid_t pid, char *out, size_t len)
 
 static void test_segments(void)
 {
-	pid_t pid = sleeper();
-	char seg[128], out[8192];
+	char where[64], out[8192];
 	gpufile_stats_t st;
 	const size_t size = sizeof(struct stats_seg);
+	const struct forgery good = {
+	    STATS_SEG_MAGIC, STATS_SEG_VERSION, size, getuid(), 0600, 0, 0, 0};
 	struct {
 		const char *what;
-		uint64_t magic;
-		uint32_t version;
-		size_t size;
-		uid_t owner;
+		struct forgery f;
 	} bad[] = {
-	    {"another user's", STATS_SEG_MAGIC, STATS_SEG_VERSION, size, 12345},
-	    {"wrong magic", 0x4141414141414141ull, STATS_SEG_VERSION, size,
-	     getuid()},
-	    {"wrong version", STATS_SEG_MAGIC, STATS_SEG_VERSION + 7, size,
-	     getuid()},
-	    {"too short", STATS_SEG_MAGIC, STATS_SEG_VERSION, 100, getuid()},
-	    {"too long", STATS_SEG_MAGIC, STATS_SEG_VERSION, size + 4096,
-	     getuid()},
+	    {"another user's", good}, {"wrong magic", good},
+	    {"wrong version", good},  {"too short", good},
+	    {"too long", good},       {"mode 0644", good},
+	    {"not sealed", good},     {"truncated in a loop", good},
 	};
+	pid_t pid;
 
-	gpufile_stats_segment_path(pid, seg, sizeof(seg));
+	bad[0].f.owner = 12345;
+	bad[1].f.magic = 0x4141414141414141ull;
+	bad[2].f.version = STATS_SEG_VERSION + 7;
+	bad[3].f.size = 100;
+	bad[4].f.size = size + 4096;
+	bad[5].f.mode = 0644;
+	bad[6].f.unsealed = 1;
+	bad[7].f.unsealed = 1;
+	bad[7].f.truncate = 1;
 	/* A valid forged segment reads: the checks below are about what
 	 * differs, not about forging. */
-	forge(pid, seg, STATS_SEG_MAGIC, STATS_SEG_VERSION, size, getuid(), 0);
+	pid = forge(&good);
 	CHECK_EQ(gpufile_stats_read(pid, &st), 0);
+	CHECK_EQ(st.pid, pid);
+	reap(pid);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int rc;
 
-		forge(pid, seg, bad[i].magic, bad[i].version, bad[i].size,
-		      bad[i].owner, 0);
-		rc = gpufile_stats_read(pid, &st);
-		printf("%-16s segment: %d %s\n", bad[i].what, rc,
+		if (bad[i].f.owner != getuid() && getuid() != 0)
+			continue; /* only root can give a file away */
+		pid = forge(&bad[i].f);
+		snprintf(where, sizeof(where), "/proc/%d/fd/", (int)pid);
+		/* Many reads: the truncating writer races each of them. */
+		for (int k = 0; k < (bad[i].f.truncate ? 2000 : 1); k++) {
+			rc = gpufile_stats_read(pid, &st);
+			CHECK_EQ(rc, -EPROTO);
+		}
+		printf("%-20s segment: %d %s\n", bad[i].what, rc,
 		       gpufile_errmsg());
-		CHECK(rc < 0);
-		CHECK_CONTAINS(gpufile_errmsg(), seg);
+		CHECK_CONTAINS(gpufile_errmsg(), where);
+		if (bad[i].f.unsealed)
+			CHECK_CONTAINS(gpufile_errmsg(), "F_SEAL_SHRINK");
 		rc = cli_stats(pid, out, sizeof(out));
 		if (rc >= 0) {
 			CHECK_EQ(rc, 1);
-			CHECK_CONTAINS(out, seg);
+			CHECK_CONTAINS(out, where);
 		}
+		reap(pid);
 	}
 	/* A valid header over garbage: the reader clamps what it reads. */
-	forge(pid, seg, STATS_SEG_MAGIC, STATS_SEG_VERSION, size, getuid(), 1);
 	{
-		int rc = cli_stats(pid, out, sizeof(out));
+		struct forgery g = good;
+		gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+		int rc;
+
+		g.garbage = 1;
+		pid = forge(&g);
+		rc = cli_stats(pid, out, sizeof(out));
 		printf("garbage body: CLI exit %d\n", rc);
 		CHECK(rc == 0 || rc == 1); /* an answer, not a crash */
-		gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
 		rc = gpufile_stats_files(pid, files, GPUFILE_MAX_FILE_STATS);
 		CHECK(rc >= 0 && rc <= GPUFILE_MAX_FILE_STATS);
+		reap(pid);
 	}
-	/* A symbolic link at the segment's name is refused, not followed. */
-	unlink(seg);
-	CHECK_EQ(symlink(file, seg), 0);
-	CHECK(gpufile_stats_read(pid, &st) < 0);
-	CHECK_CONTAINS(gpufile_errmsg(), "symbolic link");
-	if (cli_stats(pid, out, sizeof(out)) >= 0)
-		CHECK_CONTAINS(out, "symbolic link");
-	unlink(seg);
+}
+
+/* A real segment whose own process turns hostile: it cannot shrink or
+ * grow it (the seals), and what it scribbles into it while a reader
+ * loops gives answers or refusals, never a crash. */
+static void test_hostile_writer(void)
+{
+	int p[2];
+	pid_t pid;
+	char c;
+	int status, refused = 0, read_ok = 0;
+
+	CHECK_EQ(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		char buf[4096], link[64], path[64];
+		gpufile_t *h;
+		unsigned char *m;
+		int fd = -1;
+
+		close(p[0]);
+		if (gpufile_open(&h, file, "r") ||
+		    gpufile_pread(h, buf, sizeof(buf), 0) != sizeof(buf))
+			_exit(2);
+		for (int i = 0; i < 1024 && fd < 0; i++) {
+			ssize_t n;
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
+			n = readlink(path, link, sizeof(link) - 1);
+			if (n > 0) {
+				link[n] = '\0';
+				if (strstr(link, "memfd:" STATS_MEMFD_NAME))
+					fd = i;
+			}
+		}
+		if (fd < 0)
+			_exit(3);
+		/* The seals hold against the process itself. */
+		if (ftruncate(fd, 0) == 0 || errno != EPERM)
+			_exit(4);
+		if (ftruncate(fd, 1 << 20) == 0 || errno != EPERM)
+			_exit(5);
+		if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) == 0)
+			_exit(6); /* F_SEAL_SEAL: no more seals */
+		m = mmap(NULL, sizeof(struct stats_seg), PROT_READ | PROT_WRITE,
+		         MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED)
+			_exit(7);
+		if (write(p[1], "r", 1) != 1)
+			_exit(8);
+		/* Scribble over everything behind the header (a bad header
+		 * is refused; the forgeries above show that). */
+		for (uint64_t k = 0;; k++)
+			m[offsetof(struct stats_seg, nslots) +
+			  (k * 7919) % (sizeof(struct stats_seg) -
+			                offsetof(struct stats_seg, nslots))] =
+			    (unsigned char)(k * 31);
+	}
+	close(p[1]);
+	if (read(p[0], &c, 1) != 1) {
+		waitpid(pid, &status, 0);
+		CHECK(!"hostile writer failed");
+		printf("hostile writer: exit %d\n",
+		       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		close(p[0]);
+		return;
+	}
+	close(p[0]);
+	for (int k = 0; k < 2000; k++) {
+		gpufile_stats_t st;
+		gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+		int rc = gpufile_stats_read(pid, &st);
+
+		CHECK(rc == 0 || rc == -EPROTO);
+		if (rc == 0) {
+			read_ok++;
+			CHECK(strlen(st.command) < sizeof(st.command));
+			CHECK(st.nsettings <= GPUFILE_MAX_SETTINGS);
+		} else {
+			refused++;
+		}
+		rc = gpufile_stats_files(pid, files, GPUFILE_MAX_FILE_STATS);
+		CHECK(rc == -EPROTO ||
+		      (rc >= 0 && rc <= GPUFILE_MAX_FILE_STATS));
+	}
+	printf("hostile writer: %d reads answered, %d refused, no crash\n",
+	       read_ok, refused);
 	reap(pid);
 }
 
-/* A symlink planted at a future segment name: the process does not write
- * through it (it counts privately), and the target is untouched. */
+/* A symlink planted where an older gpufile put a segment
+ * (/dev/shm/gpufile-UID-PID): the process never touches that name (its
+ * segment is a memfd), the link and its target stay as they were, and the
+ * process is observable. */
 static void test_symlink_planted(void)
 {
 	const char *target = test_path("victim");
 	char seg[128];
-	int p[2];
+	int p[2], q[2];
 	pid_t pid;
 	struct stat st;
+	gpufile_stats_t s;
 	int status;
+	char c;
 
 	CHECK_EQ(test_make_file(target, 1000, 3), 0);
 	CHECK_EQ(pipe(p), 0);
+	CHECK_EQ(pipe(q), 0);
 	pid = fork();
 	if (pid == 0) {
-		char c, buf[4096];
+		char buf[4096];
 		gpufile_t *h;
 
 		close(p[1]);
+		close(q[0]);
 		if (read(p[0], &c, 1) != 1)
 			_exit(2);
 		if (gpufile_open(&h, file, "r") ||
 		    gpufile_pread(h, buf, sizeof(buf), 0) != sizeof(buf))
 			_exit(3);
 		gpufile_close(h);
+		if (write(q[1], "r", 1) != 1 || read(p[0], &c, 1) != 0)
+			_exit(4);
 		_exit(0);
 	}
 	close(p[0]);
-	gpufile_stats_segment_path(pid, seg, sizeof(seg));
-	unlink(seg); /* a stale one of an earlier process with this PID */
+	close(q[1]);
+	snprintf(seg, sizeof(seg), "/dev/shm/gpufile-%u-%d", (unsigned)getuid(),
+	         (int)pid);
+	unlink(seg);
 	CHECK_EQ(symlink(target, seg), 0);
 	CHECK_EQ(write(p[1], "x", 1), 1);
+	CHECK_EQ(read(q[0], &c, 1), 1);
+	CHECK_EQ(gpufile_stats_read(pid, &s), 0);
+	CHECK_EQ(s.path[GPUFILE_PATH_HOST][0].ops, 1);
 	close(p[1]);
+	close(q[0]);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	CHECK_EQ(stat(target, &st), 0);
 	CHECK_EQ(st.st_size, 1000);
 	CHECK(st.st_mode & 0044); /* its mode untouched too */
+	CHECK_EQ(lstat(seg, &st), 0);
+	CHECK(S_ISLNK(st.st_mode));
 	{
 		size_t len;
 		unsigned char *b = test_read_file(target, &len);
@@ -294,6 +434,7 @@ int main(void)
 	if (test_make_file(file, 2 << 20, 5))
 		return 1;
 	test_segments();
+	test_hostile_writer();
 	test_symlink_planted();
 	test_no_fds();
 	test_no_pinned();

@@ -23,18 +23,24 @@ static const char *const usage =
     "       gpufile stats --clean\n"
     "\n"
     "Without PID: lists this user's processes that use gpufile (PID,\n"
-    "command, bytes so far), and segments left by dead processes\n"
-    "(stale; --clean removes them).\n"
+    "command, bytes so far), and /dev/shm segments that older gpufile\n"
+    "versions left for dead processes (stale; --clean removes them).\n"
     "With PID: that process's counters while it runs: per path (host,\n"
     "posix, cufile, small) and direction, requests, tasks, bytes and\n"
     "errors; cuFile's own per-GPU counters (nvfs, posix, p2p,\n"
     "unaligned) beside gpufile's; every file opened with the path\n"
-    "chosen and why; the effective settings.\n"
+    "chosen and why; the effective settings. A process that loaded\n"
+    "gpufile but has opened nothing yet shows \"no I/O yet\".\n"
+    "Text from the process (command, paths) is printed with control\n"
+    "bytes and bytes that are not UTF-8 as \\xHH, a backslash as \\\\;\n"
+    "in JSON such bytes are \\u00XX.\n"
     "\n"
     "  --json            one JSON object (per interval with --watch)\n"
     "  --watch SECONDS   print again every SECONDS, with rates (GB/s,\n"
     "                    IOPS), until the process exits\n"
-    "  --clean           remove stale segments\n"
+    "  --clean           remove the /dev/shm segments that older gpufile\n"
+    "                    versions left for dead processes (today's\n"
+    "                    segment is a memfd that goes with its process)\n"
     "Exit status: 1 when PID does not exist, belongs to another user, or\n"
     "does not use gpufile.\n";
 
@@ -76,11 +82,14 @@ static int list_processes(int as_json)
 	} else {
 		printf("%8s  %-16s %16s  %s\n", "PID", "COMMAND", "BYTES",
 		       "STATE");
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
+			char cmd[4 * sizeof(procs[i].command)];
 			printf("%8d  %-16s %16" PRIu64 "  %s\n", procs[i].pid,
-			       procs[i].command, procs[i].bytes,
+			       util_text(procs[i].command, cmd, sizeof(cmd)),
+			       procs[i].bytes,
 			       procs[i].stale ? "stale (gpufile stats --clean)"
 			                      : "running");
+		}
 	}
 	free(procs);
 	return EXIT_OK;
@@ -244,9 +253,15 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
                        int nfiles, const gpufile_stats_t *prev, double seconds)
 {
 	static const char *const dirs[] = {"read", "write"};
-	char hb[32];
+	char hb[32], t1[4 * 256], t2[4 * 256];
+	uint64_t ops = 0;
 
-	printf("PID %d (%s)\n", s->pid, s->command);
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
+		ops += s->path[p][0].ops + s->path[p][1].ops;
+	printf("PID %d (%s)\n", s->pid, util_text(s->command, t1, sizeof(t1)));
+	if (!ops && !s->files_opened)
+		printf("no I/O yet: gpufile is loaded; its counters start at "
+		       "its first gpufile_open or request\n");
 	print_layers(s, 0);
 	print_layers(s, 1);
 	printf("%-6s %-6s %12s %12s %16s %8s", "dir", "path", "requests",
@@ -281,20 +296,22 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	printf("files opened: %" PRIu64 "%s\n", s->files_opened,
 	       s->files_opened > (uint64_t)nfiles ? " (latest shown)" : "");
 	for (int i = 0; i < nfiles; i++)
-		printf("  %s: %s: %s\n", f[i].path,
-		       gpufile_path_name(f[i].chosen), f[i].reason);
+		printf("  %s: %s: %s\n", util_text(f[i].path, t1, sizeof(t1)),
+		       gpufile_path_name(f[i].chosen),
+		       util_text(f[i].reason, t2, sizeof(t2)));
 	if (s->nsettings) {
 		printf("settings:");
-		for (int i = 0; i < s->nsettings; i++)
-			printf(" %s=%s%s%s%s", s->settings[i].name,
-			       s->settings[i].value,
-			       strcmp(s->settings[i].source, "default") ? " ("
-			                                                : "",
-			       strcmp(s->settings[i].source, "default")
-			           ? s->settings[i].source
-			           : "",
-			       strcmp(s->settings[i].source, "default") ? ")"
-			                                                : "");
+		for (int i = 0; i < s->nsettings; i++) {
+			const gpufile_setting_value_t *v = &s->settings[i];
+			int dflt = strcmp(v->source, "default") == 0;
+			char t3[4 * sizeof(v->source)];
+
+			printf(" %s=%s", util_text(v->name, t1, sizeof(t1)),
+			       util_text(v->value, t2, sizeof(t2)));
+			if (!dflt)
+				printf(" (%s)",
+				       util_text(v->source, t3, sizeof(t3)));
+		}
 		printf("\n");
 	}
 	fflush(stdout);

@@ -135,6 +135,73 @@ double util_gbps(uint64_t bytes, double seconds)
 	return seconds > 0 ? (double)bytes / seconds / 1e9 : 0.0;
 }
 
+int util_utf8_len(const unsigned char *s)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	int n;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		n = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		n = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		n = 4;
+	else
+		return 0; /* ASCII, continuation byte, C0/C1 lead, F5-FF */
+	/* The second byte's range excludes overlong forms (E0, F0),
+	 * surrogates (ED) and values above U+10FFFF (F4). */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+const char *util_text(const char *s, char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t o = 0;
+
+	if (!len)
+		return buf;
+	while (*p) {
+		char piece[16];
+		size_t n;
+		int u = *p >= 0x80 ? util_utf8_len(p) : 0;
+
+		if (u && !(p[0] == 0xc2 && p[1] < 0xa0)) { /* not C1 */
+			memcpy(piece, p, (size_t)u);
+			n = (size_t)u;
+			p += u;
+		} else if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
+			piece[0] = (char)*p++;
+			n = 1;
+		} else if (*p == '\\') {
+			memcpy(piece, "\\\\", 2);
+			n = 2;
+			p++;
+		} else {
+			n = (size_t)snprintf(piece, sizeof(piece), "\\x%02x",
+			                     *p++);
+		}
+		if (o + n >= len)
+			break;
+		memcpy(buf + o, piece, n);
+		o += n;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* ---- JSON ---- */
 
 void json_write_string(FILE *out, const char *s)
@@ -146,6 +213,13 @@ void json_write_string(FILE *out, const char *s)
 	fputc('"', out);
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
+		int u = c >= 0x80 ? util_utf8_len((const unsigned char *)s) : 0;
+
+		if (u) { /* valid UTF-8: as it is */
+			fwrite(s, 1, (size_t)u, out);
+			s += u - 1;
+			continue;
+		}
 
 		switch (c) {
 		case '"':
@@ -164,7 +238,7 @@ void json_write_string(FILE *out, const char *s)
 			fputs("\\t", out);
 			break;
 		default:
-			if (c < 0x20 || c == 0x7f)
+			if (c < 0x20 || c >= 0x7f)
 				fprintf(out, "\\u%04x", c);
 			else
 				fputc(c, out);

@@ -48,6 +48,19 @@ int util_getopt_error(const char *cmd, int c, char **argv);
 /* Formats bytes as a short human string ("1.5 GiB", "512 B") in buf. */
 const char *util_human_bytes(uint64_t bytes, char *buf, size_t len);
 
+/* The length (2-4) of the valid UTF-8 sequence of a non-ASCII character
+ * at s, or 0 when the byte at s does not start one (overlong forms,
+ * surrogates and values above U+10FFFF are not valid). */
+int util_utf8_len(const unsigned char *s);
+
+/* Copies s into buf (len bytes, truncated to fit) for a terminal: bytes
+ * that could act on it are escaped as \xHH (control characters, DEL, C1
+ * controls U+0080-U+009F, bytes that are not valid UTF-8), and a backslash
+ * is doubled; printable ASCII and other valid UTF-8 pass. Returns buf.
+ * Text from another process (its command name, its file paths) goes
+ * through this before it is printed. */
+const char *util_text(const char *s, char *buf, size_t len);
+
 /* Seconds on CLOCK_MONOTONIC. */
 double util_now(void);
 
@@ -92,9 +105,11 @@ void json_key_double(struct json *j, const char *key, double value);
 void json_key_bool(struct json *j, const char *key, int value);
 void json_key_null(struct json *j, const char *key);
 
-/* Writes s as a quoted JSON string, escaping quotes, backslashes and
- * control characters; NULL is written as null. Bytes >= 0x80 pass
- * through unchanged (UTF-8 stays UTF-8). */
+/* Writes s as a quoted JSON string; NULL is written as null. Quotes,
+ * backslashes and control characters (< 0x20, 0x7f) are escaped; valid
+ * UTF-8 passes through; a byte that is not part of valid UTF-8 (file
+ * names are bytes) is written as \u00XX, XX its value, i.e. read as
+ * Latin-1, so that the output is valid UTF-8 JSON whatever s holds. */
 void json_write_string(FILE *out, const char *s);
 
 /* ---- gpufile-specific JSON pieces, on the public API ---- */

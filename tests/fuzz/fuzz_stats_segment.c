@@ -1,9 +1,10 @@
 /*
  * libFuzzer target: the reader of statistics segments (what gpufile stats
- * maps from /dev/shm). The input becomes a segment file, padded or cut to
- * the layout's size; when the first byte is odd the header (magic,
- * version, size, uid) is stamped valid so that the counters, file records,
- * cuFile and settings sections behind it are read from hostile bytes.
+ * maps from another process's memfd). The input becomes a memfd, padded
+ * or cut to the layout's size; when the first byte is odd the header
+ * (magic, version, size, uid) is stamped valid so that the counters, file
+ * records, cuFile and settings sections behind it are read from hostile
+ * bytes; bit 2 leaves it unsealed, which must be refused.
  * Properties: no crash or sanitizer report; a refusal leaves a message;
  * every string returned is terminated and every path index in range.
  */
@@ -18,11 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char path[64];
 	static gpufile_stats_t st;
 	static gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
 	struct stats_seg *seg = calloc(1, sizeof(*seg));
@@ -31,9 +33,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!seg)
 		return 0;
-	if (!path[0])
-		snprintf(path, sizeof(path), "/tmp/gpufile-fuzz-seg-%d",
-		         (int)getpid());
 	memcpy(seg, data, size < len ? size : len);
 	if (size && (data[0] & 1)) {
 		seg->magic = STATS_SEG_MAGIC;
@@ -43,16 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (size && (data[0] & 2))
 		len = size; /* a wrong size, most of the time */
-	unlink(path);
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
-	if (fd < 0 ||
+	fd = memfd_create("gpufile-stats", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || fchmod(fd, 0600) < 0 ||
 	    write(fd, seg, len < sizeof(*seg) ? len : sizeof(*seg)) < 0 ||
 	    (len > sizeof(*seg) && ftruncate(fd, (off_t)len) < 0))
 		abort();
-	close(fd);
 	free(seg);
-	rc = gpufile__stats_read_file(path, (unsigned)getuid(), &st, files,
-	                              GPUFILE_MAX_FILE_STATS);
+	if (!(size && (data[0] & 4)) &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+		abort();
+	rc = gpufile__stats_read_fd(fd, (unsigned)getuid(), &st, files,
+	                            GPUFILE_MAX_FILE_STATS);
+	close(fd);
+	if (size && (data[0] & 4) && rc >= 0)
+		abort(); /* an unsealed segment was mapped */
 	if (rc < 0) {
 		if (!gpufile_errmsg()[0])
 			abort();
