@@ -26,6 +26,7 @@ from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
                           drop_system_page_cache, page_cache_info)
 from ._mmap import Mmap
 from . import cufile_driver
+from ._batch import BatchRead, batch_read
 
 try:
     # Written by CMake from include/gpufile.h, the one place the version is.
@@ -46,3 +47,4 @@ __all__ = [
 ]
 __all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
             "bounce_buffer_free", "Mmap", "cufile_driver"]
+__all__ += ["batch_read", "BatchRead"]
