@@ -36,6 +36,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "cuda_shim.h"
+#include "cufile_shim.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,11 +58,14 @@
 #define CHUNK_BYTES   (2 * SLOT_BYTES)
 #define CHUNK_ENTRIES (2 * BATCH_DEPTH)
 #define MAX_WORKERS   64u
+/* I/Os per cuFile batch: cuFile's default io_batchsize (cufile.json). */
+#define CUFILE_BATCH_IOS 128u
 
 enum entry_way {
 	WAY_HOST = 0,   /* io_uring (or pread) straight into buf */
 	WAY_STAGED = 1, /* io_uring into a pinned slot, coalesced copies */
 	WAY_SINGLE = 2, /* gpufile_pread of the entry alone */
+	WAY_CUFILE = 3, /* cuFile's batch API */
 };
 
 struct entry {
@@ -70,7 +74,9 @@ struct entry {
 	size_t size;
 	int64_t offset;
 	ssize_t result;
-	char *msg; /* why it failed (malloc'd), or NULL */
+	char *msg;         /* why it failed (malloc'd), or NULL */
+	void *cufile_fh;   /* WAY_CUFILE: the registered file */
+	char *cufile_base; /* WAY_CUFILE: registered buffer holding buf */
 	uint8_t way;
 	uint8_t path; /* gpufile_path_t it is counted on */
 	atomic_int done;
@@ -91,6 +97,13 @@ struct worker {
 	unsigned cur; /* slot to fill next */
 	CUcontext ctx;
 	unsigned *round; /* entry indexes of the round being read */
+	/* cuFile's batch API: entries gathered, the batch, its I/Os. */
+	unsigned *cf_idx;
+	unsigned cf_n;
+	CUfileBatchHandle_t cf_batch;
+	int cf_state; /* 0 untried, 1 set up, -1 unusable: read singly */
+	CUfileIOParams_t *cf_io;
+	CUfileIOEvents_t *cf_ev;
 #ifdef GPUFILE_HAVE_LIBURING
 	struct io_uring ring;
 	int ring_state; /* 0 untried, 1 usable, -1 not available */
@@ -103,6 +116,7 @@ struct gpufile_batch {
 	unsigned *chunk_start; /* nchunks + 1 boundaries */
 	unsigned n, nchunks;
 	CUcontext staged_ctx; /* the context of staged entries */
+	CUcontext cufile_ctx; /* the context of cuFile batch entries */
 	uint64_t start_ns;
 
 	atomic_uint next_chunk;
@@ -455,6 +469,139 @@ static void read_round(struct worker *w, const unsigned *idx,
 	round_pread(w, idx, place, n, slot_mem);
 }
 
+/* ---- the cuFile batch API ---- */
+
+/* Entry i's result from a cuFile batch event: bytes, or an error named
+ * with cuFile's status where ret holds one. */
+static void cufile_event(struct gpufile_batch *b, unsigned i,
+                         const CUfileIOEvents_t *ev,
+                         const struct gpufile__cufile *t)
+{
+	struct entry *e = &b->e[i];
+	ssize_t ret = (ssize_t)ev->ret;
+
+	if (ev->status == CUFILE_COMPLETE && ret >= 0) {
+		size_t got = (size_t)ret;
+
+		/* A short count: finish it as cuFileRead would, stopping at
+		 * end-of-file. */
+		while (got > 0 && got < e->size) {
+			ssize_t n = t->cuFileRead(
+			    e->cufile_fh, e->cufile_base, e->size - got,
+			    (off_t)(e->offset + (int64_t)got),
+			    (off_t)(e->buf - e->cufile_base) + (off_t)got);
+			if (n <= 0) {
+				if (n < 0)
+					ret = n == -1 ? -EIO : n;
+				break;
+			}
+			got += (size_t)n;
+		}
+		if (ret >= 0) {
+			e->result = (ssize_t)got;
+			return;
+		}
+	}
+	if (ret < 0 && -ret > CUFILEOP_BASE_ERR) {
+		e->result = GPUFILE_ECUFILE;
+		set_msg(e,
+		        "batch entry %u: reading %s at offset %lld (%zu "
+		        "bytes): cuFile batch I/O failed: %s (%d)",
+		        i, e->h->path, (long long)e->offset, e->size,
+		        gpufile__cufile_status_name((int)-ret), (int)-ret);
+	} else {
+		read_failed(e, i, ret < 0 ? ret : -EIO);
+	}
+}
+
+/* Reads the worker's gathered cuFile entries with one cuFile batch. Where
+ * the batch API cannot be used, each entry is read as gpufile_pread
+ * would. */
+static void cufile_flush(struct worker *w)
+{
+	struct gpufile_batch *b = w->b;
+	const struct gpufile__cufile *t = gpufile__cufile_loaded();
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	const unsigned n = w->cf_n;
+	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
+	unsigned got = 0;
+
+	if (!n)
+		return;
+	w->cf_n = 0;
+	/* cuFile maps device memory in the current context. */
+	if (cu && b->cufile_ctx)
+		cu->cuCtxSetCurrent(b->cufile_ctx);
+	if (t && w->cf_state == 0) {
+		w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
+		w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
+		w->cf_state = -1;
+		if (w->cf_io && w->cf_ev &&
+		    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
+		        CU_FILE_SUCCESS)
+			w->cf_state = 1;
+	}
+	if (!t || w->cf_state != 1)
+		goto singly;
+	for (unsigned k = 0; k < n; k++) {
+		struct entry *e = &b->e[w->cf_idx[k]];
+		CUfileIOParams_t *io = &w->cf_io[k];
+
+		memset(io, 0, sizeof(*io));
+		io->mode = CUFILE_BATCH;
+		io->u.batch.devPtr_base = e->cufile_base;
+		io->u.batch.file_offset = (off_t)e->offset;
+		io->u.batch.devPtr_offset = (off_t)(e->buf - e->cufile_base);
+		io->u.batch.size = e->size;
+		io->fh = e->cufile_fh;
+		io->opcode = CUFILE_READ;
+		io->cookie = (void *)(uintptr_t)w->cf_idx[k];
+	}
+	rc = t->cuFileBatchIOSubmit(w->cf_batch, n, w->cf_io, 0);
+	if (rc.err != CU_FILE_SUCCESS)
+		goto singly; /* nothing was started */
+	while (got < n) {
+		unsigned nr = n - got;
+
+		rc = t->cuFileBatchIOGetStatus(w->cf_batch, nr, &nr, w->cf_ev,
+		                               NULL);
+		if (rc.err != CU_FILE_SUCCESS || nr == 0)
+			break;
+		for (unsigned k = 0; k < nr; k++) {
+			unsigned i = (unsigned)(uintptr_t)w->cf_ev[k].cookie;
+
+			if (i < b->n) {
+				cufile_event(b, i, &w->cf_ev[k], t);
+				entry_end(b, i);
+			}
+		}
+		got += nr;
+	}
+	if (got < n) {
+		/* cuFile lost track of the batch: the entries it did not
+		 * report fail, and the batch handle is not used again. */
+		for (unsigned k = 0; k < n; k++) {
+			unsigned i = w->cf_idx[k];
+			struct entry *e = &b->e[i];
+
+			if (atomic_load(&e->done))
+				continue;
+			e->result = GPUFILE_ECUFILE;
+			set_msg(e,
+			        "batch entry %u: cuFileBatchIOGetStatus: %s "
+			        "(%d)",
+			        i, gpufile__cufile_status_name((int)rc.err),
+			        (int)rc.err);
+			entry_end(b, i);
+		}
+		w->cf_state = -1;
+	}
+	return;
+singly:
+	for (unsigned k = 0; k < n; k++)
+		end_single(b, w->cf_idx[k]);
+}
+
 /* Runs entries [a, z) of the batch. */
 static void run_chunk(struct worker *w, unsigned a, unsigned z)
 {
@@ -476,6 +623,12 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 
 			if (e->way == WAY_SINGLE) {
 				end_single(b, i++);
+				continue;
+			}
+			if (e->way == WAY_CUFILE) {
+				w->cf_idx[w->cf_n++] = i++;
+				if (w->cf_n == CUFILE_BATCH_IOS)
+					cufile_flush(w);
 				continue;
 			}
 			if (e->way == WAY_STAGED) {
@@ -537,6 +690,7 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 			w->cur ^= 1;
 		}
 	}
+	cufile_flush(w);
 }
 
 static void *worker_main(void *arg)
@@ -587,6 +741,11 @@ static void worker_free(struct worker *w)
 	if (w->ring_state == 1)
 		io_uring_queue_exit(&w->ring);
 #endif
+	if (w->cf_state == 1 && gpufile__cufile_loaded())
+		gpufile__cufile_loaded()->cuFileBatchIODestroy(w->cf_batch);
+	free(w->cf_io);
+	free(w->cf_ev);
+	free(w->cf_idx);
 	free(w->round);
 }
 
@@ -647,11 +806,12 @@ static int start_workers(struct gpufile_batch *b, unsigned want)
 
 			w->b = b;
 			w->round = malloc(BATCH_DEPTH * sizeof(unsigned));
+			w->cf_idx = malloc(CUFILE_BATCH_IOS * sizeof(unsigned));
 			w->slot[0].pending =
 			    malloc(BATCH_DEPTH * sizeof(unsigned));
 			w->slot[1].pending =
 			    malloc(BATCH_DEPTH * sizeof(unsigned));
-			if (!w->round || !w->slot[0].pending ||
+			if (!w->round || !w->cf_idx || !w->slot[0].pending ||
 			    !w->slot[1].pending)
 				return gpufile__fail(-ENOMEM,
 				                     "batch: out of memory for "
@@ -747,8 +907,19 @@ static int decide(struct gpufile_batch *b, unsigned i,
 			                     gpufile_errmsg());
 		gpufile__request_destroy(&r);
 		e->path = (uint8_t)r.path;
-		e->way =
-		    r.path == GPUFILE_PATH_CUFILE ? WAY_SINGLE : WAY_STAGED;
+		e->way = WAY_STAGED;
+		if (r.path == GPUFILE_PATH_CUFILE) {
+			const struct gpufile__cufile *t =
+			    gpufile__cufile_loaded();
+
+			e->way = t && (t->optional & GPUFILE__CUFILE_HAS_BATCH)
+			             ? WAY_CUFILE
+			             : WAY_SINGLE;
+			if (e->way == WAY_CUFILE && !b->cufile_ctx)
+				b->cufile_ctx = r.cuda_ctx;
+			if (e->way == WAY_CUFILE && r.cuda_ctx != b->cufile_ctx)
+				e->way = WAY_SINGLE;
+		}
 		*cache = (struct decision){
 		    in->file, 1, in->size >= cfg->gds_threshold, ctx, e->way,
 		    e->path,  1};
@@ -759,6 +930,12 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	}
 	if (e->way == WAY_STAGED && in->size > SLOT_BYTES)
 		e->way = WAY_SINGLE;
+	if (e->way == WAY_CUFILE) {
+		char *base = gpufile__cufile_buf_base(in->buf, in->size);
+
+		e->cufile_fh = in->file->cufile_handle;
+		e->cufile_base = base ? base : in->buf;
+	}
 	return 0;
 }
 
@@ -799,6 +976,7 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 	if (rc)
 		return rc;
 	b->staged_ctx = NULL;
+	b->cufile_ctx = NULL;
 	memset(b->path_entries, 0, sizeof(b->path_entries));
 	memset(b->path_size, 0, sizeof(b->path_size));
 	for (unsigned i = 0; i < n; i++) {
@@ -857,7 +1035,7 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 			         (unsigned long long)b->path_entries[p],
 			         p == GPUFILE_PATH_HOST ? "into the buffers"
 			         : p == GPUFILE_PATH_CUFILE
-			             ? "one cuFile read per entry"
+			             ? "cuFile batch API"
 			             : "pinned slots, coalesced copies");
 			gpufile__stats_file(b->e[i].h->path, (gpufile_path_t)p,
 			                    why);
