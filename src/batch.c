@@ -292,61 +292,109 @@ static void slot_settle(struct worker *w, unsigned s)
 	sl->npending = 0;
 }
 
-/* Queues the copies of the round's device entries from slot s: one
- * cuMemcpyHtoDAsync per run of entries whose destinations follow each
- * other (their slot places always do). Entries whose read failed or came
- * short end a run. */
+/* One copy of a round: entries idx[first, end) of it, len bytes from
+ * the slot to dst. */
+struct run {
+	unsigned first, end;
+	size_t len;
+};
+
+/* Copies run r one by one; entries of a failed copy fail. */
+static void run_copy(struct worker *w, struct slot *sl, const unsigned *idx,
+                     const size_t *place, const struct run *r,
+                     const struct gpufile__cuda *t)
+{
+	struct entry *e = &w->b->e[idx[r->first]];
+	CUresult rc = t ? t->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)e->buf,
+	                                       sl->mem + place[r->first],
+	                                       r->len, sl->stream)
+	                : CUDA_ERROR_NOT_INITIALIZED;
+	char why[256];
+
+	if (rc != CUDA_SUCCESS)
+		gpufile__cuda_fail(rc, why, sizeof(why),
+		                   "cuMemcpyHtoDAsync of %zu bytes", r->len);
+	for (unsigned m = r->first; m < r->end; m++) {
+		if (rc != CUDA_SUCCESS) {
+			w->b->e[idx[m]].result = GPUFILE_ECUDA;
+			set_msg(&w->b->e[idx[m]],
+			        "batch entry %u: copying to the GPU: %s",
+			        idx[m], why);
+		}
+		sl->pending[sl->npending++] = idx[m];
+	}
+}
+
+/* Queues the copies of the round's device entries from slot s: one copy
+ * per run of entries whose destinations follow each other (their slot
+ * places always do), and all the runs of the round in one
+ * cuMemcpyBatchAsync where the driver has it (scattered destinations
+ * would otherwise cost a copy call each). Entries whose read failed or
+ * came short end a run. */
 static void slot_copy(struct worker *w, unsigned s, const unsigned *idx,
                       const size_t *place, unsigned n)
 {
 	struct gpufile_batch *b = w->b;
 	struct slot *sl = &w->slot[s];
 	const struct gpufile__cuda *t = gpufile__cuda();
-	unsigned k = 0;
+	struct run runs[BATCH_DEPTH];
+	unsigned nruns = 0, k = 0;
 
 	while (k < n) {
 		struct entry *e = &b->e[idx[k]];
-		unsigned j = k + 1;
-		size_t len;
-		CUresult rc;
-		char why[256];
+		struct run *r = &runs[nruns];
 
 		if (e->result <= 0) {
 			sl->pending[sl->npending++] = idx[k];
 			k++;
 			continue;
 		}
-		len = (size_t)e->result;
-		while (j < n && (size_t)b->e[idx[j - 1]].result ==
-		                    b->e[idx[j - 1]].size) {
-			struct entry *p = &b->e[idx[j - 1]];
-			struct entry *q = &b->e[idx[j]];
+		r->first = k;
+		r->end = k + 1;
+		r->len = (size_t)e->result;
+		while (r->end < n && (size_t)b->e[idx[r->end - 1]].result ==
+		                         b->e[idx[r->end - 1]].size) {
+			struct entry *p = &b->e[idx[r->end - 1]];
+			struct entry *q = &b->e[idx[r->end]];
 
 			if (q->result <= 0 || q->buf != p->buf + p->size)
 				break;
-			len += (size_t)q->result;
-			j++;
+			r->len += (size_t)q->result;
+			r->end++;
 		}
-		rc = t ? t->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)e->buf,
-		                              sl->mem + place[k], len,
-		                              sl->stream)
-		       : CUDA_ERROR_NOT_INITIALIZED;
-		if (rc != CUDA_SUCCESS)
-			gpufile__cuda_fail(rc, why, sizeof(why),
-			                   "cuMemcpyHtoDAsync of %zu bytes",
-			                   len);
-		for (unsigned m = k; m < j; m++) {
-			if (rc != CUDA_SUCCESS) {
-				b->e[idx[m]].result = GPUFILE_ECUDA;
-				set_msg(&b->e[idx[m]],
-				        "batch entry %u: copying to the GPU: "
-				        "%s",
-				        idx[m], why);
-			}
-			sl->pending[sl->npending++] = idx[m];
-		}
-		k = j;
+		k = r->end;
+		nruns++;
 	}
+	if (nruns > 1 && t && t->cuMemcpyBatchAsync) {
+		CUdeviceptr dsts[BATCH_DEPTH], srcs[BATCH_DEPTH];
+		size_t sizes[BATCH_DEPTH], attr_idx = 0;
+		struct CUmemcpyAttributes_st attr;
+
+		memset(&attr, 0, sizeof(attr));
+		attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+		for (unsigned m = 0; m < nruns; m++) {
+			dsts[m] =
+			    (CUdeviceptr)(uintptr_t)b->e[idx[runs[m].first]]
+			        .buf;
+			srcs[m] =
+			    (CUdeviceptr)(uintptr_t)(sl->mem +
+			                             place[runs[m].first]);
+			sizes[m] = runs[m].len;
+		}
+		if (t->cuMemcpyBatchAsync(dsts, srcs, sizes, nruns, &attr,
+		                          &attr_idx, 1,
+		                          sl->stream) == CUDA_SUCCESS) {
+			for (unsigned m = 0; m < nruns; m++)
+				for (unsigned q = runs[m].first;
+				     q < runs[m].end; q++)
+					sl->pending[sl->npending++] = idx[q];
+			return;
+		}
+		/* Refused: copy run by run. Copies the batch may have made
+		 * already are made again, with the same bytes. */
+	}
+	for (unsigned m = 0; m < nruns; m++)
+		run_copy(w, sl, idx, place, &runs[m], t);
 }
 
 /* ---- reading a round ---- */

@@ -33,6 +33,18 @@ typedef struct CUevent_st *CUevent;
 #define CU_STREAM_NON_BLOCKING              0x1
 #define CU_EVENT_DISABLE_TIMING             0x2
 
+/* cuMemcpyBatchAsync's attributes (cuda.h, CUDA 12.8 on). */
+struct CUmemcpyAttributes_st {
+	int srcAccessOrder; /* CUmemcpySrcAccessOrder */
+	struct {
+		int type, id; /* CUmemLocation */
+	} srcLocHint, dstLocHint;
+	unsigned flags;
+};
+_Static_assert(sizeof(struct CUmemcpyAttributes_st) == 24,
+               "CUmemcpyAttributes is 24 bytes");
+#define CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 1
+
 /* Every driver call gpufile makes, so that tests can replace the table
  * (gpufile__cuda_override) to inject failures or run the staging logic
  * with host memory standing in for a device. */
@@ -65,6 +77,15 @@ struct gpufile__cuda {
 	CUresult (*cuEventRecord)(CUevent event, CUstream stream);
 	CUresult (*cuEventSynchronize)(CUevent event);
 	CUresult (*cuGetErrorName)(CUresult rc, const char **name);
+	/* Optional (NULL when the driver lacks it): CUDA 13's
+	 * cuMemcpyBatchAsync_v2, many copies in one call (batch.c). CUDA
+	 * 12.8's cuMemcpyBatchAsync takes a ninth argument and is not
+	 * used. */
+	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs,
+	                               size_t *sizes, size_t count,
+	                               struct CUmemcpyAttributes_st *attrs,
+	                               size_t *attrs_idxs, size_t num_attrs,
+	                               CUstream stream);
 };
 
 /* The driver, loaded (dlopen + cuInit) on first call; NULL with the

@@ -290,6 +290,48 @@ static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
 	return rc;
 }
 
+/* cuMemcpyBatchAsync_v2, host to device only: every copy checked as
+ * f_htod checks one, queued in order; fail_batch fails the next N calls
+ * (nothing queued). */
+static long batch_copy_calls, batch_copies;
+static int fail_batch;
+
+static CUresult f_memcpy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs,
+                               size_t *sizes, size_t count,
+                               struct CUmemcpyAttributes_st *attrs,
+                               size_t *attrs_idxs, size_t num_attrs, CUstream s)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!attrs || !attrs_idxs || num_attrs == 0 || attrs_idxs[0] != 0 ||
+	    count == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	batch_copy_calls++;
+	if (fail_batch > 0) {
+		fail_batch--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	for (size_t i = 0; i < count; i++) {
+		const void *src = (const void *)(uintptr_t)srcs[i];
+		if (!in_dev((void *)(uintptr_t)dsts[i], sizes[i]) ||
+		    !in_pinned(src, sizes[i])) {
+			bad_copies++;
+			pthread_mutex_unlock(&fake_lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++) {
+		batch_copies++;
+		rc = enqueue(s, (struct op){0, (void *)(uintptr_t)dsts[i],
+		                            (const void *)(uintptr_t)srcs[i],
+		                            sizes[i]});
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
 static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 {
 	CUresult rc;
@@ -441,6 +483,7 @@ static const struct gpufile__cuda fake = {
     .cuEventRecord = f_event_record,
     .cuEventSynchronize = f_event_sync,
     .cuGetErrorName = f_error_name,
+    .cuMemcpyBatchAsync = f_memcpy_batch,
 };
 
 #endif

@@ -396,8 +396,12 @@ static void test_eio(gpufile_t *a, gpufile_t *bb)
 	hooks_reset();
 }
 
+/* A driver without cuMemcpyBatchAsync: the same table without it. */
+static struct gpufile__cuda fake_nobatch;
+
 /* A copy to the GPU fails: the entries it carried fail with
- * GPUFILE_ECUDA, every other entry is right. */
+ * GPUFILE_ECUDA, every other entry is right. Then a batch copy is
+ * refused: the copies are made one by one, and every entry is right. */
 static void test_copy_failure(gpufile_t *a)
 {
 	const unsigned n = 64;
@@ -409,6 +413,7 @@ static void test_copy_failure(gpufile_t *a)
 	for (unsigned i = 0; i < n; i++)
 		e[i] = (gpufile_batch_entry_t){a, dev_base + (size_t)i * 65536,
 		                               5000, (int64_t)i * 7777};
+	gpufile__cuda_override(&fake_nobatch);
 	pthread_mutex_lock(&fake_lock);
 	fail_htod = 1;
 	pthread_mutex_unlock(&fake_lock);
@@ -430,6 +435,70 @@ static void test_copy_failure(gpufile_t *a)
 	fail_htod = 0;
 	pthread_mutex_unlock(&fake_lock);
 	gpufile_batch_free(b);
+	gpufile__cuda_override(&fake);
+
+	fill_canary();
+	pthread_mutex_lock(&fake_lock);
+	fail_batch = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	bad = 0;
+	for (unsigned i = 0; i < n; i++)
+		bad += !entry_ok(b, i, &e[i], SEED_A, SIZE_A);
+	CHECK_EQ(bad, 0);
+	pthread_mutex_lock(&fake_lock);
+	CHECK_EQ(fail_batch, 0); /* the refusal happened */
+	fail_batch = 0;
+	pthread_mutex_unlock(&fake_lock);
+	gpufile_batch_free(b);
+}
+
+/* 4,096 reads of 4 KiB to scattered places of the device buffer: with
+ * cuMemcpyBatchAsync, a few batch calls and no single copies; without
+ * it, one copy per entry. The bytes are right either way. */
+static void test_scattered(gpufile_t *a)
+{
+	const unsigned n = 4096;
+	gpufile_batch_entry_t *e = test_malloc(n * sizeof(*e));
+	gpufile_batch_t *b = NULL;
+	long htod0, batch0, htod1, batch1;
+
+	for (int with = 1; with >= 0; with--) {
+		unsigned bad = 0;
+
+		gpufile__cuda_override(with ? &fake : &fake_nobatch);
+		fill_canary();
+		for (unsigned i = 0; i < n; i++)
+			e[i] = (gpufile_batch_entry_t){
+			    a, dev_base + (size_t)i * 8192 + (i % 7), 4096,
+			    (int64_t)(next_rand() % (SIZE_A - 4096))};
+		pthread_mutex_lock(&fake_lock);
+		htod0 = htod_calls;
+		batch0 = batch_copy_calls;
+		pthread_mutex_unlock(&fake_lock);
+		CHECK_EQ(gpufile_batch_create(&b, n), 0);
+		CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+		CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+		pthread_mutex_lock(&fake_lock);
+		htod1 = htod_calls - htod0;
+		batch1 = batch_copy_calls - batch0;
+		pthread_mutex_unlock(&fake_lock);
+		for (unsigned i = 0; i < n; i++)
+			bad += !entry_ok(b, i, &e[i], SEED_A, SIZE_A);
+		CHECK_EQ(bad, 0);
+		if (with) {
+			CHECK_EQ(htod1, 0);
+			CHECK(batch1 >= 1 && batch1 <= 16);
+		} else {
+			CHECK_EQ(htod1, n);
+			CHECK_EQ(batch1, 0);
+		}
+		gpufile_batch_free(b);
+	}
+	gpufile__cuda_override(&fake);
+	free(e);
 }
 
 /* poll and wait while one entry is held inside its read: no timing, the
@@ -486,6 +555,7 @@ static void run_all(gpufile_t *a, gpufile_t *bb)
 	test_coalesced(a);
 	test_eio(a, bb);
 	test_copy_failure(a);
+	test_scattered(a);
 	test_poll_wait(a);
 	gpufile__sys_reset();
 	gpufile__uring_reset();
@@ -506,6 +576,8 @@ int main(void)
 	host_base = test_malloc(HOST_SZ);
 	CHECK_EQ(test_make_file(path_a, SIZE_A, SEED_A), 0);
 	CHECK_EQ(test_make_file(path_b, SIZE_B, SEED_B), 0);
+	fake_nobatch = fake;
+	fake_nobatch.cuMemcpyBatchAsync = NULL;
 	gpufile__cuda_override(&fake);
 	/* Never hand the fake's "device memory" to a real cuFile. */
 	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
