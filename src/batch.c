@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef GPUFILE_HAVE_LIBURING
 #include <liburing.h>
@@ -138,6 +139,7 @@ struct gpufile_batch {
 	pthread_cond_t idle; /* active became 0 */
 	unsigned nworkers;   /* started */
 	unsigned nalloc;     /* workers in w */
+	pid_t pid;           /* the process whose threads these are */
 	struct worker *w;
 };
 
@@ -799,6 +801,72 @@ static void worker_free(struct worker *w)
 
 /* ---- the public functions ---- */
 
+/*
+ * A forked child holds a copy of b without its threads (fork copies only
+ * the calling thread), with its locks in whatever state the parent's
+ * threads left them, and with pinned memory, streams, io_uring rings and
+ * a cuFile batch that belong to the parent. Make the copy the child's
+ * own: fresh locks, no workers (the next submit starts new ones), the
+ * parent's resources forgotten rather than freed. Entries in flight at
+ * the fork were being read by the parent's threads only: in the child
+ * they end with -ECANCELED, so that waiting for them does not hang.
+ * Called at the top of every public function but create.
+ */
+static void batch_after_fork(struct gpufile_batch *b)
+{
+	const pid_t me = getpid();
+
+	if (b->pid == me)
+		return;
+	b->pid = me;
+	pthread_mutex_init(&b->lock, NULL);
+	pthread_cond_init(&b->work, NULL);
+	pthread_cond_init(&b->ended, NULL);
+	pthread_cond_init(&b->idle, NULL);
+	b->nworkers = 0;
+	b->active = 0;
+	b->stop = 0;
+	for (unsigned k = 0; k < b->nalloc; k++) {
+		struct worker *w = &b->w[k];
+
+		w->started = 0;
+		for (int sl = 0; sl < 2; sl++) {
+			w->slot[sl].mem = NULL;
+			w->slot[sl].stream = NULL;
+			w->slot[sl].npending = 0;
+		}
+		w->cur = 0;
+		w->cf_n = 0;
+		w->cf_state = 0;
+		w->cf_batch = NULL;
+#ifdef GPUFILE_HAVE_LIBURING
+		/* The ring's memory is shared with the parent's: unmap the
+		 * child's view and close its descriptor. */
+		if (w->ring_state == 1)
+			io_uring_queue_exit(&w->ring);
+		w->ring_state = 0;
+#endif
+	}
+	if (b->busy) {
+		for (unsigned i = 0; i < b->n; i++) {
+			struct entry *e = &b->e[i];
+
+			if (atomic_load(&e->done))
+				continue;
+			e->result = -ECANCELED;
+			set_msg(e,
+			        "batch entry %u: the process forked while it "
+			        "was in flight; the parent's threads read it",
+			        i);
+			atomic_fetch_sub(&e->h->inflight, 1);
+			atomic_store(&e->done, 1);
+		}
+		atomic_store(&b->ndone, b->n);
+		b->busy = 0;
+		b->complete = 1;
+	}
+}
+
 int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 {
 	struct gpufile_batch *b;
@@ -833,6 +901,7 @@ int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 	pthread_cond_init(&b->ended, NULL);
 	pthread_cond_init(&b->idle, NULL);
 	b->complete = 1;
+	b->pid = getpid();
 	*out = b;
 	return 0;
 }
@@ -1007,6 +1076,7 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 		                     "gpufile_batch_submit: %u entries exceed "
 		                     "the batch's capacity of %u",
 		                     n, b->capacity);
+	batch_after_fork(b);
 	pthread_mutex_lock(&b->lock);
 	rc = b->busy;
 	/* Workers that ended the last entry may still be on their way back
@@ -1104,6 +1174,7 @@ int gpufile_batch_poll(gpufile_batch_t *b)
 	if (!b)
 		return gpufile__fail(-EINVAL, "gpufile_batch_poll: batch is "
 		                              "NULL");
+	batch_after_fork(b);
 	return (int)atomic_load(&b->ndone);
 }
 
@@ -1115,6 +1186,7 @@ int gpufile_batch_wait(gpufile_batch_t *b, long timeout_ms)
 	if (!b)
 		return gpufile__fail(-EINVAL, "gpufile_batch_wait: batch is "
 		                              "NULL");
+	batch_after_fork(b);
 	if (timeout_ms > 0) {
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += timeout_ms / 1000;
@@ -1149,6 +1221,7 @@ ssize_t gpufile_batch_result(gpufile_batch_t *b, unsigned i)
 	if (!b)
 		return gpufile__fail(-EINVAL, "gpufile_batch_result: batch is "
 		                              "NULL");
+	batch_after_fork(b);
 	if (i >= b->n)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_batch_result: entry %u is out of "
@@ -1171,6 +1244,7 @@ void gpufile_batch_free(gpufile_batch_t *b)
 {
 	if (!b)
 		return;
+	batch_after_fork(b);
 	gpufile_batch_wait(b, -1);
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
