@@ -1017,11 +1017,14 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  *     any path; nothing needs registering;
  *   - device entries on the POSIX path are read with io_uring (many reads
  *     in flight) into pinned memory, packed, and copied to the GPU with
- *     one copy per run of entries whose destinations follow each other
- *     (so 65,536 4 KiB reads into one buffer do not become 65,536
- *     copies); host entries are read straight into their buffer; entries
- *     whose file the path decision gives to cuFile, and entries over
- *     2 MiB, are read as gpufile_pread would, each on a batch worker;
+ *     one copy per run of entries whose destinations follow each other,
+ *     and all the runs of a round (up to 256 entries) in one
+ *     cuMemcpyBatchAsync where the driver has it (CUDA 13), so 65,536
+ *     4 KiB reads do not become 65,536 copies; host entries are read
+ *     straight into their buffer; entries whose file the path decision
+ *     gives to cuFile go through cuFile's batch API, 128 per cuFile batch
+ *     (one by one where libcufile lacks it); entries over 2 MiB are read
+ *     as gpufile_pread would, each on a batch worker;
  *   - reads go through the page cache (no O_DIRECT: small random reads
  *     gain nothing from it on warm data);
  *   - there is no cancel: a submitted batch runs to its end, and
@@ -1029,9 +1032,11 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  *   - reads only (no writes).
  * The batch owns nthreads worker threads (the setting at its first
  * submit), started then and ended by gpufile_batch_free. A batch is used by
- * one thread at a time; different batches are independent. Counted in the
- * statistics as one request per path and submit, whose tasks are the
- * entries.
+ * one thread at a time; different batches are independent. In a forked
+ * child the batch starts threads of its own; entries in flight at the fork
+ * end there with -ECANCELED. Counted in the statistics as one request per
+ * path and submit, whose tasks are the entries, with a file record whose
+ * reason says "batch".
  */
 typedef struct gpufile_batch gpufile_batch_t;
 
