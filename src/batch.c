@@ -961,7 +961,54 @@ struct decision {
 	void *ctx;
 	uint8_t way, path;
 	int valid;
+	/* The device allocation last classified: entries inside it are
+	 * device memory of ctx without asking the driver again (65,536
+	 * cuPointerGetAttributes calls cost more than reading 4 KiB each
+	 * from the page cache). */
+	uintptr_t range_start, range_end;
+	gpufile_mem_t range_kind;
+	int range_device;
+	void *range_ctx;
 };
+
+/* Classifies buf as gpufile__classify does, through the cached range when
+ * [buf, buf+size) lies in it; else asks the driver, and for device memory
+ * also for its allocation's range (RANGE_START_ADDR, RANGE_SIZE). */
+static int classify_cached(const void *buf, size_t size, struct decision *c,
+                           gpufile_mem_t *kind, int *device, void **ctx)
+{
+	const uintptr_t p = (uintptr_t)buf;
+	const struct gpufile__cuda *t;
+	CUdeviceptr start = 0;
+	size_t len = 0;
+	int attrs[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+	                CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+	void *data[2] = {&start, &len};
+	int rc;
+
+	if (c->range_end && p >= c->range_start && p < c->range_end &&
+	    size <= c->range_end - p) {
+		*kind = c->range_kind;
+		*device = c->range_device;
+		*ctx = c->range_ctx;
+		return 0;
+	}
+	rc = gpufile__classify(buf, kind, device, ctx);
+	if (rc || (*kind != GPUFILE_MEM_DEVICE && *kind != GPUFILE_MEM_MANAGED))
+		return rc;
+	t = gpufile__cuda_if_loaded();
+	if (t &&
+	    t->cuPointerGetAttributes(2, attrs, data, (CUdeviceptr)p) ==
+	        CUDA_SUCCESS &&
+	    len && p >= start && p - start < len) {
+		c->range_start = (uintptr_t)start;
+		c->range_end = (uintptr_t)start + len;
+		c->range_kind = *kind;
+		c->range_device = *device;
+		c->range_ctx = *ctx;
+	}
+	return 0;
+}
 
 static int decide(struct gpufile_batch *b, unsigned i,
                   const gpufile_batch_entry_t *in,
@@ -1001,7 +1048,7 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	free(e->msg);
 	e->msg = NULL;
 	atomic_init(&e->done, 0);
-	rc = gpufile__classify(in->buf, &kind, &device, &ctx);
+	rc = classify_cached(in->buf, in->size, cache, &kind, &device, &ctx);
 	if (rc)
 		return gpufile__fail(rc, "batch entry %u: %s", i,
 		                     gpufile_errmsg());
@@ -1037,9 +1084,14 @@ static int decide(struct gpufile_batch *b, unsigned i,
 			if (e->way == WAY_CUFILE && r.cuda_ctx != b->cufile_ctx)
 				e->way = WAY_SINGLE;
 		}
-		*cache = (struct decision){
-		    in->file, 1, in->size >= cfg->gds_threshold, ctx, e->way,
-		    e->path,  1};
+		/* Only the decision fields: the range stays. */
+		cache->h = in->file;
+		cache->kind_device = 1;
+		cache->above = in->size >= cfg->gds_threshold;
+		cache->ctx = ctx;
+		cache->way = e->way;
+		cache->path = e->path;
+		cache->valid = 1;
 		if (e->way == WAY_STAGED && !b->staged_ctx)
 			b->staged_ctx = r.cuda_ctx;
 		if (e->way == WAY_STAGED && r.cuda_ctx != b->staged_ctx)

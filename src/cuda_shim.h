@@ -20,18 +20,20 @@ typedef struct CUevent_st *CUevent;
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_NOT_READY       600
 
-#define CU_POINTER_ATTRIBUTE_CONTEXT        1
-#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE    2
-#define CU_POINTER_ATTRIBUTE_IS_MANAGED     8
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_MEMORYTYPE_HOST                  1
-#define CU_MEMORYTYPE_DEVICE                2
-#define CU_MEMORYTYPE_UNIFIED               4
-#define CU_MEMHOSTALLOC_PORTABLE            0x01
-#define CU_MEMHOSTREGISTER_PORTABLE         0x01
-#define CU_MEMHOSTREGISTER_READ_ONLY        0x08
-#define CU_STREAM_NON_BLOCKING              0x1
-#define CU_EVENT_DISABLE_TIMING             0x2
+#define CU_POINTER_ATTRIBUTE_CONTEXT          1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE      2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED       8
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL   9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE       12
+#define CU_MEMORYTYPE_HOST                    1
+#define CU_MEMORYTYPE_DEVICE                  2
+#define CU_MEMORYTYPE_UNIFIED                 4
+#define CU_MEMHOSTALLOC_PORTABLE              0x01
+#define CU_MEMHOSTREGISTER_PORTABLE           0x01
+#define CU_MEMHOSTREGISTER_READ_ONLY          0x08
+#define CU_STREAM_NON_BLOCKING                0x1
+#define CU_EVENT_DISABLE_TIMING               0x2
 
 /* cuMemcpyBatchAsync's attributes (cuda.h, CUDA 12.8 on). */
 struct CUmemcpyAttributes_st {

@@ -56,7 +56,8 @@ static size_t pinned_live, pinned_peak;
 static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
 static long htod_calls, dtoh_calls, hostalloc_calls;
-static int bad_copies; /* copies touching memory they should not */
+static long attr_calls; /* cuPointerGetAttributes */
+static int bad_copies;  /* copies touching memory they should not */
 
 static int in_dev(const void *p, size_t size)
 {
@@ -153,6 +154,9 @@ static CUresult f_ctx_set(CUcontext ctx)
 static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
                                 CUdeviceptr ptr)
 {
+	pthread_mutex_lock(&fake_lock);
+	attr_calls++;
+	pthread_mutex_unlock(&fake_lock);
 	if (!in_dev((void *)(uintptr_t)ptr, 1))
 		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned i = 0; i < n; i++) {
@@ -168,6 +172,13 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 			break;
 		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
 			*(unsigned char *)data[i] = 0; /* a bool */
+			break;
+		case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+			*(CUdeviceptr *)data[i] =
+			    (CUdeviceptr)(uintptr_t)dev_base;
+			break;
+		case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+			*(size_t *)data[i] = DEV_SIZE;
 			break;
 		default:
 			return CUDA_ERROR_INVALID_VALUE;

@@ -122,6 +122,20 @@ int main(void)
 	gpufile_t *h = NULL;
 	pid_t pid;
 
+#if defined(__SANITIZE_THREAD__)
+	/* glibc hands a child the stacks of the parent's threads for reuse,
+	 * so the child's new workers get the pthread ids of threads TSan
+	 * still counts as alive ("dup thread with used id"): TSan cannot
+	 * follow this test. The ASan and plain builds run it. */
+	fprintf(stderr, "test_batch_fork: not under TSan (dup thread ids "
+	                "after fork): skipped\n");
+	(void)path;
+	(void)e;
+	(void)b;
+	(void)h;
+	(void)pid;
+	return TEST_SKIP;
+#endif
 	CHECK_EQ(test_make_file(path, FSIZE, SEED), 0);
 	gpufile__sys.pread = hook_pread;
 #ifdef GPUFILE_HAVE_LIBURING
