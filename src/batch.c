@@ -94,6 +94,7 @@ struct worker {
 	struct gpufile_batch *b;
 	pthread_t tid;
 	int started;
+	unsigned gen0; /* b->gen when started: submits before it are not its */
 	struct slot slot[2];
 	unsigned cur; /* slot to fill next */
 	CUcontext ctx;
@@ -246,7 +247,9 @@ static int slot_setup(struct worker *w, const struct gpufile__cuda *t,
 
 		if (sl->mem)
 			continue;
-		rc = t->cuStreamCreate(&sl->stream, CU_STREAM_NON_BLOCKING);
+		rc = sl->stream ? CUDA_SUCCESS
+		                : t->cuStreamCreate(&sl->stream,
+		                                    CU_STREAM_NON_BLOCKING);
 		if (rc != CUDA_SUCCESS) {
 			sl->stream = NULL;
 			return gpufile__cuda_fail(rc, msg, len,
@@ -648,8 +651,11 @@ static void cufile_flush(struct worker *w)
 	}
 	return;
 singly:
-	for (unsigned k = 0; k < n; k++)
+	for (unsigned k = 0; k < n; k++) {
+		/* gpufile_pread counts its bytes. */
+		b->e[w->cf_idx[k]].way = WAY_SINGLE;
 		end_single(b, w->cf_idx[k]);
+	}
 }
 
 /* Runs entries [a, z) of the batch. */
@@ -747,7 +753,7 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct gpufile_batch *b = w->b;
-	unsigned seen = 0;
+	unsigned seen = w->gen0;
 
 	pthread_mutex_lock(&b->lock);
 	for (;;) {
@@ -938,6 +944,9 @@ static int start_workers(struct gpufile_batch *b, unsigned want)
 	for (unsigned k = 0; k < b->nalloc; k++) {
 		struct worker *w = &b->w[k];
 
+		/* Only a later submit wakes it: in a forked child gen counts
+		 * the parent's submits already. */
+		w->gen0 = b->gen;
 		if (pthread_create(&w->tid, NULL, worker_main, w) != 0)
 			break; /* fewer workers do the same work */
 		w->started = 1;
