@@ -382,7 +382,6 @@ size_t gpufile__staging_free(void);
 int gpufile__future_submit(const struct gpufile__request *prepared,
                            gpufile_future_t **out);
 
-
 /* ---- batches (batch.c) ---- */
 
 /* Validates a read of size bytes at offset of h into buf and makes the
