@@ -118,6 +118,8 @@ GPUFILE_API const char *gpufile_version(void);
  *   cuda      the CUDA driver, libcuda.so.1, can be loaded;
  *   cufile    the cuFile library (the cufile_library setting) is loaded or
  *             can be loaded.
+ *   remote    built with libcurl: http://, https:// and s3:// URLs open;
+ *   sigv4     built with libcrypto: S3 requests are signed (SigV4).
  * CUDA and cuFile are always reached through dlopen, never linked. This
  * call may load (never initialize) libcuda and libcufile; whether a GPU is
  * usable is gpufile_cuda_device_count()'s answer, whether cuFile's driver
@@ -250,6 +252,8 @@ typedef struct gpufile gpufile_t;
  * open itself never blocks on them. A directory fails with -EISDIR, a FIFO
  * or socket with -ESPIPE, a character device with -ENODEV; the message
  * names the path and its kind.
+ * An http://, https:// or s3:// URL opens a read-only remote object ("r"
+ * only, else -EROFS): see gpufile_remote_info() below.
  */
 GPUFILE_API int gpufile_open(gpufile_t **out, const char *path,
                              const char *flags);
@@ -261,7 +265,8 @@ GPUFILE_API int gpufile_close(gpufile_t *h);
 /* The file's current size in bytes, or -errno. */
 GPUFILE_API int64_t gpufile_size(gpufile_t *h);
 
-/* The path h was opened with. Valid until gpufile_close(h). */
+/* The path h was opened with (for a URL: without user information and
+ * query, as in messages). Valid until gpufile_close(h). */
 GPUFILE_API const char *gpufile_filename(gpufile_t *h);
 
 /*
@@ -289,7 +294,8 @@ GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
 GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                                    int64_t file_offset);
 
-/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno. */
+/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno
+ * (0 at once for a remote object, which is read-only). */
 GPUFILE_API int gpufile_sync(gpufile_t *h);
 
 /* An asynchronous request. */
@@ -334,10 +340,12 @@ typedef enum gpufile_path {
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
 	GPUFILE_PATH_MMAP = 4,   /* a memory-mapped handle (gpufile_mmap_*) */
-	GPUFILE_PATH_COUNT = 5,
+	GPUFILE_PATH_REMOTE = 5, /* a remote object (HTTP, S3) over libcurl */
+	GPUFILE_PATH_COUNT = 6,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile", "small" or "mmap"; "?" when out of range. */
+/* "host", "posix", "cufile", "small", "mmap" or "remote"; "?" when out of
+ * range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
 /* Which path a device-memory request of at least gds_threshold bytes on h
@@ -479,6 +487,38 @@ GPUFILE_API int gpufile_stats_clean(void);
  * made>" into buf (len bytes, truncated to fit). Returns 1 shared
  * (gpufile stats PID sees them), 0 private, or -EINVAL (buf NULL, len 0). */
 GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
+
+/* ---- remote sources (remote.c) ----
+ *
+ * gpufile_open() also takes http://, https:// and s3://BUCKET/KEY URLs
+ * (and presigned S3 URLs), read-only ("r"): see docs/man/man3 and the
+ * README's "Remote objects". Their requests count under
+ * GPUFILE_PATH_REMOTE; these counters add what HTTP did. */
+
+#define GPUFILE_REMOTE_STATUS_CLASSES 6
+typedef struct gpufile_remote_stats {
+	uint64_t requests; /* HTTP requests sent, retries included */
+	uint64_t ranges;   /* ranges that arrived whole */
+	uint64_t bytes;    /* bytes of those ranges */
+	uint64_t retries;  /* attempts repeated after a retryable failure */
+	uint64_t failures; /* ranges that failed after every attempt */
+	uint64_t connects; /* connections opened (the rest were reused) */
+	/* responses by class: [0] none (a curl error), [1..5] 1xx..5xx */
+	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+} gpufile_remote_stats_t;
+
+/* Reads process pid's remote counters (0: this process) into *out.
+ * Returns 0 or an error as gpufile_stats_read(). */
+GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
+
+/* Checks url the way gpufile_open() would and writes a report into out
+ * (len bytes, lines "key: value"): the endpoint (redacted: no user
+ * information, no query), the kind (http, s3, presigned URL), whether
+ * credentials are present (never their values), the region (S3), the
+ * HEAD (or GET bytes 0-0) result and the size. Returns 0, or the error
+ * gpufile_open() would return (the report then says what failed);
+ * -ENOTSUP when built without libcurl. */
+GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */
@@ -934,6 +974,14 @@ GPUFILE_API int gpufile_safetensors_count(const gpufile_safetensors_t *st);
 GPUFILE_API int gpufile_safetensors_tensor(const gpufile_safetensors_t *st,
                                            int index,
                                            gpufile_safetensors_tensor_t *out);
+
+/* Describes tensors first, first+1, ... into out[0..n-1], stopping at the
+ * last tensor: the whole table in one call. Returns the number filled
+ * (0 when first == count), or -EINVAL for NULL, a negative first or n,
+ * or first > count. */
+GPUFILE_API int gpufile_safetensors_tensors(const gpufile_safetensors_t *st,
+                                            int first, int n,
+                                            gpufile_safetensors_tensor_t *out);
 
 /* The index of the tensor called name, or -ENOENT (message names the file
  * and the tensor). O(log count). */

@@ -38,6 +38,9 @@ nproc; uname -r; df -h / | tail -1; findmnt -no FSTYPE,SOURCE -T /root
 log build
 extra=()
 [ -d .carry/liburing ] && extra+=(-DGPUFILE_LIBURING_DIR="$root/.carry/liburing")
+# Remote sources: libcurl/OpenSSL headers carried, the system's libraries.
+[ -d .carry/curl ] && extra+=(-DGPUFILE_CURL_DIR="$root/.carry/curl")
+[ -d .carry/openssl ] && extra+=(-DGPUFILE_OPENSSL_DIR="$root/.carry/openssl")
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"$OUT/cmake.log" 2>&1 ||
 	{ cat "$OUT/cmake.log"; exit 1; }
 target=all

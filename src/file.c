@@ -5,6 +5,7 @@
 #include "internal.h"
 #include "cuda_shim.h"
 #include "cufile_shim.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -166,6 +167,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		                     "opening %s: invalid flags \"%s\" "
 		                     "(use r, r+, w, w+ or a)",
 		                     path, flags ? flags : "(null)");
+	if (gpufile__is_url(path)) /* http(s)://, s3:// (remote.c) */
+		return gpufile__remote_open(out, path, flags);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;
@@ -246,6 +249,8 @@ int gpufile_close(gpufile_t *h)
 		nanosleep(&ts, NULL);
 	}
 	gpufile__fork_untrack(h);
+	if (h->remote)
+		return gpufile__remote_close(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
 	if (h->cufile_handle)
@@ -269,6 +274,8 @@ int64_t gpufile_size(gpufile_t *h)
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_size: handle is NULL");
+	if (h->remote)
+		return gpufile__remote_size(h);
 	if (gpufile__sys.fstat(h->fd, &st) < 0)
 		return gpufile__fail(-errno, "fstat %s: %s", h->path,
 		                     strerror(errno));
@@ -284,6 +291,8 @@ int gpufile_sync(gpufile_t *h)
 {
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_sync: handle is NULL");
+	if (h->remote)
+		return 0; /* read-only: nothing to flush */
 	if (gpufile__sys.fdatasync(h->fd) < 0)
 		return gpufile__fail(-errno, "fdatasync %s: %s", h->path,
 		                     strerror(errno));
@@ -470,7 +479,7 @@ static int decide_path(struct gpufile__request *r)
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
 		r->path = GPUFILE_PATH_HOST;
 		r->run = host_task;
-		return 0;
+		return r->h->remote ? gpufile__remote_route(r) : 0;
 	}
 	if (!ctx) {
 		/* Memory mapped with cuMemMap reports no context: use the
@@ -496,6 +505,8 @@ static int decide_path(struct gpufile__request *r)
 	r->path = r->size < r->cfg.gds_threshold ? GPUFILE_PATH_SMALL
 	                                         : GPUFILE_PATH_POSIX;
 	r->run = gpufile__staged_task;
+	if (r->h->remote)
+		return gpufile__remote_route(r);
 	if (r->path == GPUFILE_PATH_POSIX && kind == GPUFILE_MEM_DEVICE) {
 		char reason[512];
 		char *base;
@@ -763,6 +774,8 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "handle is NULL");
+	if (h->remote) /* remote.c: one path for every buffer */
+		return gpufile__remote_path_info(h, device_path, reason, len);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;

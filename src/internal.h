@@ -116,6 +116,12 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
+/* Remote sources (remote.c): one HTTP response (status 0: none, a curl
+ * error) and the connections opened for it, one retry, one range
+ * delivered (bytes) or failed. */
+void gpufile__stats_remote_response(long status, long connects);
+void gpufile__stats_remote_retry(void);
+void gpufile__stats_remote_range(uint64_t bytes, int failed);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
 /* Reads the segment behind descriptor fd as gpufile stats would (owner
@@ -164,6 +170,8 @@ struct gpufile {
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */
 	struct gpufile *fnext, *fprev;
+	struct gpufile__remote
+	    *remote; /* a remote object (remote.c), or NULL */
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -328,6 +329,8 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
                            size_t len, int64_t off, char *scratch,
                            size_t scratch_len)
 {
+	if (h->remote) /* remote.c: an HTTP range request */
+		return gpufile__remote_read(h, buf, len, off);
 	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
 	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
 	    !scratch)

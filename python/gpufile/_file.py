@@ -262,7 +262,14 @@ class File:
         lib = _lib.lib()
         handle = ctypes.c_void_p()
         rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
-        _lib.check(rc, filename=self.name)
+        # A URL may carry secrets (a presigned query, user:password): the
+        # library's messages and its gpufile_filename() are redacted.
+        remote = "://" in self.name
+        _lib.check(rc, filename=None if remote else self.name)
+        if remote:
+            name = lib.gpufile_filename
+            name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+            self.name = name(handle.value).decode("utf-8", "replace")
         self._h = _Handle(handle.value, self.name)
         _handles.add(self._h)
 
