@@ -1057,6 +1057,14 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	free(e->msg);
 	e->msg = NULL;
 	atomic_init(&e->done, 0);
+	if (in->file->remote) {
+		/* A remote object has no descriptor to hand io_uring: its
+		 * entries are read as gpufile_pread reads them (remote.c),
+		 * which counts them. */
+		e->path = GPUFILE_PATH_HOST;
+		e->way = WAY_SINGLE;
+		return 0;
+	}
 	rc = classify_cached(in->buf, in->size, cache, &kind, &device, &ctx);
 	if (rc)
 		return gpufile__fail(rc, "batch entry %u: %s", i,
