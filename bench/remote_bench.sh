@@ -87,4 +87,4 @@ printf '%-28s %8s %14s\n' "gpufile read --host" "$host" "$(ratio "$host" "$best1
 printf '%-28s %8s %14s\n' "gpufile read --device 0" "$gpu" "$(ratio "$gpu" "$best16")"
 echo "settings: $("$g" config | grep -E '^(task_size|nthreads|remote_connections|bounce_buffer_size) ' | awk '{printf "%s=%s ", $1, $2}')"
 echo
-bash bench/remote_stats_during_read.sh "$url"
+bash bench/remote_stats_during_read.sh "$url" 50

@@ -2,7 +2,7 @@
 # `gpufile stats PID` taken from this shell while another process reads a
 # remote object:  bench/remote_stats_during_read.sh URL [REPEAT]
 # Starts `gpufile read URL --host --repeat REPEAT` (default 20) in the
-# background, waits for its statistics segment to appear, prints
+# background, waits until its counters can be read, prints
 # `gpufile stats PID` once while it runs, then waits for the reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,10 @@ g=$PWD/${BUILD_DIR:-build}/gpufile
 url=$1
 "$g" read "$url" --host --repeat "${2:-20}" >/dev/null &
 pid=$!
-seg=/dev/shm/gpufile-$(id -u)-$pid
-# The segment appears at the reader's first I/O (bounded wait).
+# Its counters can be read once its first I/O made them (bounded wait;
+# the segment is a memfd found through /proc/PID/fd).
 for _ in $(seq 400); do
-	[ -e "$seg" ] && break
+	"$g" stats "$pid" >/dev/null 2>&1 && break
 	kill -0 "$pid" 2>/dev/null || break
 	sleep 0.025
 done

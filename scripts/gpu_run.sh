@@ -208,6 +208,16 @@ final-bench)
 	log "remote"
 	BUILD_DIR=$B REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 | tee "$OUT/remote.log" | tail -40
 	;;
+remote-sweep)
+	# Remote reads at other range sizes and connection counts.
+	for ts in 16MiB 64MiB; do
+		for rc in 16 32; do
+			echo "--- task_size=$ts remote_connections=$rc nthreads=$rc"
+			GPUFILE_TASK_SIZE=$ts GPUFILE_REMOTE_CONNECTIONS=$rc GPUFILE_NTHREADS=$rc \
+				BUILD_DIR=$B REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 | grep -E 'curl|gpufile read|stats|reads' | head -12
+		done
+	done
+	;;
 st)
 	log "safetensors: C test"
 	GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -5
