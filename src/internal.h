@@ -161,6 +161,14 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
+	/* Broadcast (under lock) when inflight drops to 0: gpufile_close
+	 * waits on it for futures the caller did not wait for. */
+	pthread_cond_t idle;
+	/* The decision's cheap facts (decide.c), gathered once, under lock,
+	 * at the first device request that needs them. */
+	int facts_known, nvfs_loaded, p2pdma_possible;
+	int path_recorded; /* the decision went to the statistics */
+	char nvfs_why[96], p2pdma_why[128];
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,
@@ -214,6 +222,13 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
  * I/O: a RWF_NOWAIT read would start readahead for what it misses, and a
  * following O_DIRECT read of the same range would then read it twice. */
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
+
+/* The direct_io rule for a read of [off, off+len) of h, shared by the
+ * host path and the cold device path: off never; on whenever h has an
+ * O_DIRECT descriptor that was not refused; auto for reads of at least
+ * GPUFILE__DIRECT_MIN bytes that the page cache does not hold. */
+int gpufile__direct_read_wanted(struct gpufile *h, int direct_mode, size_t len,
+                                int64_t off);
 
 /* Writes [off, off+len) from host memory buf; O_DIRECT for the aligned
  * middle when direct_mode is ON. Returns len or -errno. */
@@ -297,6 +312,9 @@ int gpufile__in_worker(void);
  * Completes r when it was the last task. */
 void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
                        ssize_t n, const char *msg);
+
+/* Waits until no request on h is in flight (gpufile_close). */
+void gpufile__handle_wait_idle(struct gpufile *h);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "cuda_shim.h"
+#include "decide.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +44,15 @@ struct gpufile_mmap {
 	size_t map_size;
 };
 
-static const char mmap_reason[] =
-    "mmap: host targets are copied from the mapping by parallel tasks; "
-    "device targets go through the pinned bounce-buffer pipeline, reading "
-    "the mapped range's page-cache pages (a cuMemcpyHtoD from pageable "
-    "memory is staged by the driver and does not overlap the next chunk's "
-    "fetch)";
+/* The decision for every request on a map: decide.c's first rule. */
+static void mmap_decision(struct gpufile__decision *d)
+{
+	static const struct gpufile__settings no_settings;
+	const struct gpufile__facts f = {.cfg = &no_settings,
+	                                 .source = GPUFILE__SOURCE_MMAP};
+
+	gpufile__decide(&f, d);
+}
 
 static struct gpufile_mmap *of(struct gpufile__request *r)
 {
@@ -70,6 +74,7 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
                       int64_t offset, size_t size)
 {
+	struct gpufile__decision d;
 	struct gpufile_mmap *m;
 	struct stat st;
 	int64_t aligned;
@@ -148,7 +153,9 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 	snprintf(m->file.direct_reason, sizeof(m->file.direct_reason),
 	         "memory-mapped handle: page cache only");
 	pthread_mutex_init(&m->file.lock, NULL);
-	gpufile__stats_file(path, GPUFILE_PATH_MMAP, mmap_reason);
+	pthread_cond_init(&m->file.idle, NULL);
+	mmap_decision(&d);
+	gpufile__stats_file(path, d.path, d.reason);
 	*out = m;
 	return 0;
 }
@@ -160,16 +167,14 @@ int gpufile_mmap_close(gpufile_mmap_t *m)
 	if (!m)
 		return 0;
 	/* Futures the caller has not waited for may still be running. */
-	while (atomic_load(&m->file.inflight) > 0) {
-		struct timespec ts = {0, 100 * 1000};
-		nanosleep(&ts, NULL);
-	}
+	gpufile__handle_wait_idle(&m->file);
 	if (m->base)
 		munmap(m->base, m->base_len);
 	if (gpufile__sys.close(m->file.fd) < 0)
 		rc = gpufile__fail(-errno, "closing %s: %s", m->file.path,
 		                   strerror(errno));
 	pthread_mutex_destroy(&m->file.lock);
+	pthread_cond_destroy(&m->file.idle);
 	free(m->file.path);
 	free(m);
 	return rc;
@@ -197,18 +202,22 @@ int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset, size_t *size)
 
 int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason, size_t len)
 {
+	struct gpufile__decision d;
+
 	if (!m)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_mmap_path_info: handle is NULL");
+	mmap_decision(&d);
 	if (reason && len)
-		snprintf(reason, len, "%s", mmap_reason);
-	return GPUFILE_PATH_MMAP;
+		snprintf(reason, len, "%s", d.reason);
+	return (int)d.path;
 }
 
 /* Validates a read and prepares r (not yet initialised for the pool). */
 static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
                    void *buf, size_t size, int64_t offset)
 {
+	struct gpufile__decision d;
 	gpufile_mem_t kind;
 	void *ctx;
 	int device, rc;
@@ -239,29 +248,15 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 	r->size = size;
 	r->offset = offset;
 	r->device = -1;
-	r->path = GPUFILE_PATH_MMAP;
+	mmap_decision(&d);
+	r->path = d.path;
 	r->run = mmap_host_task;
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED)
 		return 0;
-	if (!ctx) {
-		/* Memory mapped with cuMemMap reports no context: use the
-		 * device's primary context. */
-		const struct gpufile__cuda *t = gpufile__cuda();
-		CUdevice dev;
-		CUcontext primary = NULL;
-		CUresult cr;
-
-		if (!t)
-			return GPUFILE_ENOCUDA;
-		cr = t->cuDeviceGet(&dev, device);
-		if (cr == CUDA_SUCCESS)
-			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
-		ctx = primary;
-		if (cr != CUDA_SUCCESS)
-			return gpufile__cuda_fail(
-			    cr, NULL, 0, "retaining device %d's context",
-			    device);
-	}
+	/* Memory mapped with cuMemMap reports no context: use the device's
+	 * primary context. */
+	if (!ctx && (rc = gpufile__primary_context(device, &ctx)))
+		return rc;
 	r->device = device;
 	r->cuda_ctx = ctx;
 	r->run = gpufile__staged_task;

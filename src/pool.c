@@ -126,6 +126,25 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 	pthread_mutex_unlock(&r->lock);
 }
 
+/* One request on h ended. The decrement and the broadcast happen under
+ * h->lock, so a closer waiting in gpufile__handle_wait_idle cannot free h
+ * before this thread is done with it. */
+static void handle_request_ended(struct gpufile *h)
+{
+	pthread_mutex_lock(&h->lock);
+	if (atomic_fetch_sub(&h->inflight, 1) == 1)
+		pthread_cond_broadcast(&h->idle);
+	pthread_mutex_unlock(&h->lock);
+}
+
+void gpufile__handle_wait_idle(struct gpufile *h)
+{
+	pthread_mutex_lock(&h->lock);
+	while (atomic_load(&h->inflight) > 0)
+		pthread_cond_wait(&h->idle, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
 static void complete(struct gpufile__request *r)
 {
 	const int64_t end = r->offset + (int64_t)r->size;
@@ -147,7 +166,7 @@ static void complete(struct gpufile__request *r)
 	pool.inflight--;
 	pthread_cond_signal(&pool.space);
 	pthread_mutex_unlock(&pool.lock);
-	atomic_fetch_sub(&h->inflight, 1);
+	handle_request_ended(h);
 
 	pthread_mutex_lock(&r->lock);
 	r->done = 1;
@@ -340,7 +359,7 @@ int gpufile__request_submit(struct gpufile__request *r)
 	rc = spawn_workers();
 	if (rc) {
 		pthread_mutex_unlock(&pool.lock);
-		atomic_fetch_sub(&r->h->inflight, 1);
+		handle_request_ended(r->h);
 		return rc;
 	}
 	while (pool.inflight >= r->cfg.max_inflight)

@@ -678,12 +678,8 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 #ifdef GPUFILE_HAVE_LIBURING
 	struct gpufile *h = r->h;
 
-	if (s->ring_ok && h->direct_fd >= 0 &&
-	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
-	    (r->cfg.direct_io == GPUFILE__DIRECT_ON ||
-	     (r->cfg.direct_io == GPUFILE__DIRECT_AUTO &&
-	      len >= GPUFILE__DIRECT_MIN &&
-	      !gpufile__range_cached(h, off, len)))) {
+	if (s->ring_ok &&
+	    gpufile__direct_read_wanted(h, r->cfg.direct_io, len, off)) {
 		int64_t stopped = off;
 		ssize_t n = staged_read_cold(t, s, r, dst, len, off, msg,
 		                             msg_len, &stopped);
@@ -844,13 +840,8 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 
 	if (!t)
 		return GPUFILE_ENOCUDA;
-	if (t->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
-		CUdevice dev;
-		if (t->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
-		    t->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-			return gpufile__fail(
-			    GPUFILE_ECUDA, "cannot retain device 0's context");
-	}
+	if (gpufile__current_or_primary((void **)&ctx))
+		return GPUFILE_ECUDA;
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
 		struct stager *s = stager_acquire(t, cfg->nthreads);
 		if (!s)
