@@ -57,6 +57,9 @@ static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
 static long htod_calls, dtoh_calls, hostalloc_calls;
 static int bad_copies; /* copies touching memory they should not */
+/* "Device" memory at or past dev_base + fake_managed_from reports itself
+ * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
+static size_t fake_managed_from = (size_t)-1;
 
 static int in_dev(const void *p, size_t size)
 {
@@ -166,8 +169,10 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 		case CU_POINTER_ATTRIBUTE_CONTEXT:
 			*(CUcontext *)data[i] = fake_ctx;
 			break;
-		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-			*(unsigned char *)data[i] = 0; /* a bool */
+		case CU_POINTER_ATTRIBUTE_IS_MANAGED: /* a bool */
+			*(unsigned char *)data[i] =
+			    (size_t)((unsigned char *)(uintptr_t)ptr -
+			             dev_base) >= fake_managed_from;
 			break;
 		default:
 			return CUDA_ERROR_INVALID_VALUE;
