@@ -51,6 +51,31 @@ extern "C" {
 	(GPUFILE_VERSION_MAJOR * 10000 + GPUFILE_VERSION_MINOR * 100 +         \
 	 GPUFILE_VERSION_PATCH)
 
+/*
+ * fork(): the library stays usable in a child made by fork() (Python's
+ * multiprocessing does this by default on Linux), whatever other threads
+ * of the parent were doing in gpufile at that moment:
+ *   - handles opened in the parent work in the child (they share the
+ *     parent's descriptors, as any fork does); settings carry over;
+ *   - the worker pool starts again in the child on its first request;
+ *   - a request that was in flight at the fork is the parent's: in the
+ *     child its future completes with -ECANCELED (the message says the
+ *     request crossed a fork) and nothing more arrives in the child's
+ *     copy of the buffer; the parent's request goes on unaffected. Wait
+ *     for requests before forking to keep their bytes in both;
+ *   - CUDA does not support use in a child of a process that initialised
+ *     it: in such a child gpufile makes no CUDA or cuFile call (it
+ *     forgets the parent's context, pinned bounce buffers, streams and
+ *     cuFile driver without freeing them), device allocations and device
+ *     requests fail with GPUFILE_ENOCUDA naming fork, and host memory
+ *     works as before. A child of a process that never initialised CUDA
+ *     loads it on first need, as any process. Use exec (Python:
+ *     multiprocessing's "spawn" or "forkserver") for GPU work in children.
+ * The library's atfork handlers hold its locks across fork() in the lock
+ * order written in src/fork.c; statistics segments follow stats.c's own
+ * handler.
+ */
+
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
 /* ------------------------------------------------------------------ */
@@ -161,6 +186,22 @@ GPUFILE_API int gpufile_config_get(const char *name, char *value, size_t len,
  * invalid; then nothing changes. Settings that shape the worker pool or the
  * bounce buffers take effect for requests submitted after the call. */
 GPUFILE_API int gpufile_config_set(const char *name, const char *value);
+
+/* What the environment got wrong or was not used as given, one line each:
+ * a value clamped to what gpufile can use (KVIKIO_BOUNCE_BUFFER_SIZE=32768
+ * runs with 64 KiB buffers; the line says so and why), a GPUFILE_ or
+ * KVIKIO_ variable that is no setting (naming the closest one, by edit
+ * distance: GPUFILE_TASKSIZE -> GPUFILE_TASK_SIZE), a KvikIO variable
+ * accepted but unused (remote I/O, logging), a variable naming code to
+ * load that a privileged (setuid) process ignores. The first request of a
+ * process prints them once to stderr; `gpufile config` lists them.
+ * gpufile_config_warning_count() returns how many there are;
+ * gpufile_config_warning() copies line index (0-based) into out (len
+ * bytes, NUL-terminated) and returns 0, -ENOENT past the last one, or
+ * -EINVAL for a NULL out. Thread-safe; the list changes only with the
+ * settings (gpufile_config_reset, a setter that clamps). */
+GPUFILE_API int gpufile_config_warning_count(void);
+GPUFILE_API int gpufile_config_warning(int index, char *out, size_t len);
 
 /* Typed access to the core settings. Getters return 0 or GPUFILE_ECONFIG;
  * setters return 0 or GPUFILE_ECONFIG for an out-of-range value. */

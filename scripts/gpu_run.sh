@@ -137,6 +137,36 @@ bench)
 	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |
 		tee "$OUT/cufile_bench.log" | grep -v '^PASS' | tail -30
 	;;
+validate)
+	# Issues 10, 11, 13, 16 on a real GPU (two where there are two): every
+	# ctest test (GPU ones included), the Python tests, the cuFile layer
+	# and the SIGKILL cleanup seen from another process, the cost of
+	# cuFile's stats level 3.
+	log "ctest"
+	(cd $B && ctest --output-on-failure -j8 -E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -30
+	log "GPU test programs"
+	for t in test_gpu_cold_eof test_fork_gpu test_parity_gpu; do
+		echo "--- $t"; $B/tests/$t 2>&1 | tail -8
+	done
+	echo "--- test_safetensors"; GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -4
+	log "python tests"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	python3 -m pytest -q -rs python/tests 2>&1 | tee "$OUT/pytest.log" | tail -25
+	make_file $data/file1g.bin $((1 << 30))
+	log "cuFile layer seen from another process (no stats variable set)"
+	env -u CUFILE_STATS_LEVEL -u GPUFILE_CUFILE_STATS CUFILE_EXPERIMENTAL_FS=1 \
+		GPUFILE_COMPAT_MODE=off $B/gpufile read $data/file1g.bin --repeat 100000 \
+		--no-progress >/dev/null 2>&1 &
+	pid=$!
+	sleep 6
+	$B/gpufile stats $pid 2>&1 | tee "$OUT/stats_live.txt" | head -40
+	log "SIGKILL during the read: what is left"
+	kill -9 $pid; wait $pid 2>/dev/null
+	echo "/dev/shm entries for $pid: $(ls /dev/shm | grep -c -- "-$pid\$")"
+	$B/gpufile stats $pid; echo "gpufile stats exit=$?"
+	log "cost of cuFile stats level 3"
+	bash scripts/cufile_stats_cost.sh $B $data/file1g.bin 6 3 2>&1 | tail -8
+	;;
 st)
 	log "safetensors: C test"
 	GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -5

@@ -3,11 +3,25 @@
  * and setters. The environment is read once, on the first call that needs
  * a setting; a bad value is remembered with its message and fails every
  * such call until a setter replaces it.
+ *
+ * Every value KvikIO 26.10 accepts in a KVIKIO_ variable is accepted here
+ * too: honoured (COMPAT_MODE, NTHREADS and its alias NUM_THREADS,
+ * TASK_SIZE, GDS_THRESHOLD, BOUNCE_BUFFER_SIZE clamped to what staging
+ * needs, AUTO_DIRECT_IO_READ/WRITE onto direct_io), or accepted and
+ * reported as unused (remote I/O, logging). What was clamped, ignored or
+ * looks misspelled is kept as a warning: gpufile config shows them, and the
+ * first request of the process prints them once to stderr.
+ *
+ * Variables that name code to load (cufile_library) are read with
+ * secure_getenv: a setuid/setgid or capability-raising program ignores
+ * them, so a user cannot make it dlopen() a library of theirs.
  */
+#define _GNU_SOURCE
 #include "internal.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +37,10 @@ struct setting {
 	uint64_t (*default_value)(void);
 	const char *help;
 	const char *default_text; /* KIND_STRING */
+	/* Values in [min, clamp_lo) or above clamp_hi (when non-zero) are
+	 * accepted and raised/lowered, with a note saying why. */
+	uint64_t clamp_lo, clamp_hi;
+	const char *clamp_why;
 
 	/* Guarded by config_lock. */
 	uint64_t value;
@@ -31,6 +49,7 @@ struct setting {
 	int bad;
 	char bad_message[256];
 	char text[512]; /* KIND_STRING: the value */
+	char note[256]; /* a clamp of the current value, or "" */
 };
 
 static uint64_t default_mode_auto(void)
@@ -107,9 +126,20 @@ static struct setting settings[] = {
             "device requests smaller than this take the POSIX path"),
     SETTING("nthreads", KIND_COUNT, 1, 1024, default_nthreads,
             "worker threads"),
-    SETTING("bounce_buffer_size", KIND_SIZE, 64 * KiB, GiB,
-            default_bounce_buffer_size,
-            "bytes per pinned bounce buffer (rounded down to 4 KiB)"),
+    {.name = "bounce_buffer_size",
+     .kind = KIND_SIZE,
+     .min = 1,
+     .max = UINT64_MAX,
+     .default_value = default_bounce_buffer_size,
+     .help = "bytes per pinned bounce buffer (rounded down to 4 KiB; "
+             "clamped to [64 KiB, 1 GiB])",
+     .clamp_lo = 64 * KiB,
+     .clamp_hi = GiB,
+     /* The range the staging path is built and tested for (it used to
+      * be the accepted range). KvikIO accepts any positive size, and a
+      * KvikIO user's setting must not make every open fail: a value
+      * outside is moved to the nearest end, with a note. */
+     .clamp_why = "the staging path works with 64 KiB to 1 GiB per buffer"},
     SETTING("bounce_buffers", KIND_COUNT, 2, 64, default_bounce_buffers,
             "pinned bounce buffers per worker (pipeline depth)"),
     SETTING("direct_io", KIND_MODE, 0, 2, default_mode_auto,
@@ -302,7 +332,8 @@ static int parse_value(const struct setting *st, const char *text,
 			         origin, text);
 		break;
 	}
-	if (rc == 0 && (*out < st->min || *out > st->max)) {
+	if (rc == 0 && st->kind != KIND_STRING && st->kind != KIND_MODE &&
+	    (*out < st->min || *out > st->max)) {
 		snprintf(msg, msg_len, "%s=\"%s\": out of range [%llu, %llu]",
 		         origin, text, (unsigned long long)st->min,
 		         (unsigned long long)st->max);
@@ -319,6 +350,173 @@ static void upper(char *dst, const char *prefix, const char *name, size_t len)
 		dst[i] = (char)toupper((unsigned char)dst[i]);
 }
 
+/* Environment warnings (unknown variables, KvikIO settings accepted but
+ * unused, variables ignored in secure execution). Guarded by config_lock;
+ * rebuilt with the settings. */
+#define MAX_WARNINGS 32
+static char warnings[MAX_WARNINGS][320];
+static int nwarnings;
+static int warnings_printed; /* once per process */
+
+static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warn(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (nwarnings == MAX_WARNINGS)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(warnings[nwarnings++], sizeof(warnings[0]), fmt, ap);
+	va_end(ap);
+}
+
+/* Applies st's clamp to *v, noting why in st->note. */
+static void clamp(struct setting *st, const char *origin, uint64_t *v)
+{
+	uint64_t to = *v;
+
+	st->note[0] = '\0';
+	if (st->clamp_lo && to < st->clamp_lo)
+		to = st->clamp_lo;
+	else if (st->clamp_hi && to > st->clamp_hi)
+		to = st->clamp_hi;
+	if (to == *v)
+		return;
+	snprintf(st->note, sizeof(st->note), "%s=%llu: using %llu (%s)", origin,
+	         (unsigned long long)*v, (unsigned long long)to, st->clamp_why);
+	*v = to;
+}
+
+/* A variable naming code to load or a file to read: ignored in secure
+ * execution (setuid, setgid, file capabilities), with a warning. */
+static const char *path_getenv(const char *var)
+{
+	const char *text = secure_getenv(var);
+
+	if (!text && getenv(var))
+		warn("%s is ignored: this program runs with raised privileges "
+		     "(setuid, setgid or capabilities), where variables that "
+		     "name code or files to load are not trusted",
+		     var);
+	return text;
+}
+
+/* Takes text from variable var as st's value. Caller holds config_lock. */
+static void take(struct setting *st, const char *var, const char *text,
+                 gpufile_source_t source)
+{
+	uint64_t v;
+
+	snprintf(st->variable, sizeof(st->variable), "%s", var);
+	st->source = source;
+	if (source == GPUFILE_SOURCE_KVIKIO_ENV &&
+	    (st->kind == KIND_SIZE || st->kind == KIND_COUNT) &&
+	    (st->kind == KIND_SIZE ? gpufile__parse_size(text, &v)
+	                           : gpufile__parse_count(text, &v)) == 0 &&
+	    v > 0 && (v < st->min || v > st->max)) {
+		/* KvikIO takes any positive number here (KVIKIO_NTHREADS=2000,
+		 * KVIKIO_TASK_SIZE of 2 TiB): a KvikIO user's value must not
+		 * make gpufile fail, so it moves into gpufile's range, with a
+		 * note. GPUFILE_ variables keep their strict range. */
+		uint64_t to = v < st->min ? st->min : st->max;
+		snprintf(st->note, sizeof(st->note),
+		         "%s=%llu: using %llu (gpufile's range for %s is "
+		         "[%llu, %llu])",
+		         var, (unsigned long long)v, (unsigned long long)to,
+		         st->name, (unsigned long long)st->min,
+		         (unsigned long long)st->max);
+		st->value = to;
+		return;
+	}
+	if (parse_value(st, text, var, &v, st->bad_message,
+	                sizeof(st->bad_message))) {
+		st->bad = 1;
+	} else if (st->kind == KIND_STRING) {
+		snprintf(st->text, sizeof(st->text), "%s", text);
+	} else {
+		clamp(st, var, &v);
+		st->value = v;
+	}
+}
+
+/* KvikIO reads its thread count from KVIKIO_NTHREADS or KVIKIO_NUM_THREADS
+ * (the property is num_threads): either is honoured, two different values
+ * are an error naming both. Caller holds config_lock. */
+static int load_kvikio_nthreads(struct setting *st)
+{
+	const char *a = getenv("KVIKIO_NTHREADS");
+	const char *b = getenv("KVIKIO_NUM_THREADS");
+	uint64_t va, vb;
+
+	if (!a && !b)
+		return 0;
+	/* Compared as numbers (" 8" and "8" agree); a value that is no
+	 * number is reported by take() below. */
+	if (a && b && gpufile__parse_count(a, &va) == 0 &&
+	    gpufile__parse_count(b, &vb) == 0 && va != vb) {
+		snprintf(st->variable, sizeof(st->variable), "KVIKIO_NTHREADS");
+		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
+		snprintf(st->bad_message, sizeof(st->bad_message),
+		         "KVIKIO_NTHREADS=\"%s\" and KVIKIO_NUM_THREADS=\"%s\" "
+		         "disagree: both set the thread count; set one",
+		         a, b);
+		st->bad = 1;
+		return 1;
+	}
+	if (a)
+		take(st, "KVIKIO_NTHREADS", a, GPUFILE_SOURCE_KVIKIO_ENV);
+	else
+		take(st, "KVIKIO_NUM_THREADS", b, GPUFILE_SOURCE_KVIKIO_ENV);
+	return 1;
+}
+
+/* KvikIO's opportunistic O_DIRECT switches. gpufile has one direct_io
+ * setting: reads use O_DIRECT with on (auto: for large ranges not in the
+ * page cache), writes only with on. So AUTO_DIRECT_IO_READ sets direct_io
+ * (true: on, false: off); AUTO_DIRECT_IO_WRITE is honoured when it agrees
+ * (false is what gpufile does unless direct_io=on), else reported. Caller
+ * holds config_lock. */
+static int load_kvikio_direct(struct setting *st)
+{
+	const char *rd = getenv("KVIKIO_AUTO_DIRECT_IO_READ");
+	const char *wr = getenv("KVIKIO_AUTO_DIRECT_IO_WRITE");
+	int mr = -1, mw = -1;
+
+	if (wr && gpufile__parse_mode(wr, &mw)) {
+		snprintf(st->variable, sizeof(st->variable),
+		         "KVIKIO_AUTO_DIRECT_IO_WRITE");
+		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
+		snprintf(st->bad_message, sizeof(st->bad_message),
+		         "KVIKIO_AUTO_DIRECT_IO_WRITE=\"%s\": not a boolean; "
+		         "use true/false, on/off, yes/no or 1/0",
+		         wr);
+		st->bad = 1;
+		return 1;
+	}
+	if (rd) {
+		take(st, "KVIKIO_AUTO_DIRECT_IO_READ", rd,
+		     GPUFILE_SOURCE_KVIKIO_ENV);
+		if (st->bad)
+			return 1;
+		mr = (int)st->value;
+	}
+	/* Modes are stored as 0 auto, 1 on, 2 off. */
+	if (mw == 1 && mr != 1)
+		warn(
+		    "KVIKIO_AUTO_DIRECT_IO_WRITE=\"%s\" is not applied: "
+		    "gpufile "
+		    "writes through O_DIRECT only with direct_io=on, which "
+		    "also makes reads use it; set KVIKIO_AUTO_DIRECT_IO_READ=1 "
+		    "as well, or GPUFILE_DIRECT_IO=on",
+		    wr);
+	else if (mw == 2 && mr == 1)
+		warn("KVIKIO_AUTO_DIRECT_IO_WRITE=\"%s\" is not applied: "
+		     "KVIKIO_AUTO_DIRECT_IO_READ=\"%s\" sets direct_io=on, "
+		     "which gpufile uses for writes too",
+		     wr, rd);
+	return rd != NULL;
+}
+
 /* Caller holds config_lock. */
 static void load_one(struct setting *st)
 {
@@ -333,25 +531,141 @@ static void load_one(struct setting *st)
 	st->variable[0] = '\0';
 	st->bad = 0;
 	st->bad_message[0] = '\0';
+	st->note[0] = '\0';
 	for (int i = 0; i < 2; i++) {
 		char var[64];
 		const char *text;
-		uint64_t v;
 
+		if (i == 1 && st == &settings[S_NTHREADS]) {
+			load_kvikio_nthreads(st);
+			return;
+		}
 		upper(var, prefixes[i], st->name, sizeof(var));
-		text = getenv(var);
-		if (!text)
-			continue;
-		snprintf(st->variable, sizeof(st->variable), "%s", var);
-		st->source = sources[i];
-		if (parse_value(st, text, var, &v, st->bad_message,
-		                sizeof(st->bad_message)))
-			st->bad = 1;
-		else if (st->kind == KIND_STRING)
-			snprintf(st->text, sizeof(st->text), "%s", text);
-		else
-			st->value = v;
-		return;
+		text = st->kind == KIND_STRING ? path_getenv(var) : getenv(var);
+		if (text) {
+			take(st, var, text, sources[i]);
+			return;
+		}
+		if (i == 1 && st == &settings[S_DIRECT])
+			load_kvikio_direct(st);
+	}
+}
+
+/* KvikIO 26.10 variables gpufile accepts but does not use (it has no
+ * remote I/O and no log), and other GPUFILE_ variables of the project
+ * (the Python binding, the tests and benchmarks). */
+static const char *const kvikio_unused[] = {
+    "KVIKIO_HTTP_STATUS_CODES",
+    "KVIKIO_HTTP_MAX_ATTEMPTS",
+    "KVIKIO_HTTP_TIMEOUT",
+    "KVIKIO_REMOTE_VERBOSE",
+    "KVIKIO_LOG_LEVEL",
+    "KVIKIO_LOG_FILE",
+    "KVIKIO_AUTO_DIRECT_IO_READ_OVERREAD",
+};
+static const char *const gpufile_other[] = {
+    "GPUFILE_LIBRARY",       "GPUFILE_CLI",        "GPUFILE_TEST_DIR",
+    "GPUFILE_SOAK_SECONDS",  "GPUFILE_SOAK_FLOOD", "GPUFILE_SOAK_MAX_IO",
+    "GPUFILE_FUZZ_SECONDS",  "GPUFILE_FUZZ_SHORT", "GPUFILE_TEST_INSTALLED",
+    "GPUFILE_TUTORIAL_FILE",
+};
+static const char *const kvikio_used[] = {
+    "KVIKIO_NUM_THREADS",
+    "KVIKIO_AUTO_DIRECT_IO_READ",
+    "KVIKIO_AUTO_DIRECT_IO_WRITE",
+};
+#define COUNT(a) (int)(sizeof(a) / sizeof(a[0]))
+
+/* Edit distance (insert, delete, substitute) between a and b, capped at
+ * 63 characters each. */
+static int distance(const char *a, const char *b)
+{
+	int la = (int)strnlen(a, 63), lb = (int)strnlen(b, 63);
+	int row[64];
+
+	for (int j = 0; j <= lb; j++)
+		row[j] = j;
+	for (int i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = i;
+		for (int j = 1; j <= lb; j++) {
+			int up = row[j];
+			int best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* Is var (NAME=value cut at '=') one gpufile knows? Else, the closest
+ * known variable of the same prefix goes into closest. */
+static int known(const char *var, const char *prefix, char *closest, size_t len)
+{
+	int best = 1 << 30;
+	char name[64];
+
+	closest[0] = '\0';
+	for (int i = 0; i < NSETTINGS; i++) {
+		int d;
+		upper(name, prefix, settings[i].name, sizeof(name));
+		d = distance(var, name);
+		if (d == 0)
+			return 1;
+		if (d < best) {
+			best = d;
+			snprintf(closest, len, "%s", name);
+		}
+	}
+	if (prefix[0] == 'K') {
+		for (int i = 0; i < COUNT(kvikio_used); i++)
+			if (strcmp(var, kvikio_used[i]) == 0)
+				return 1;
+		for (int i = 0; i < COUNT(kvikio_unused); i++)
+			if (strcmp(var, kvikio_unused[i]) == 0) {
+				warn("%s is a KvikIO setting gpufile accepts "
+				     "but does not use (gpufile has no remote "
+				     "I/O and no log)",
+				     var);
+				return 1;
+			}
+	} else {
+		for (int i = 0; i < COUNT(gpufile_other); i++)
+			if (strcmp(var, gpufile_other[i]) == 0)
+				return 1;
+	}
+	return 0;
+}
+
+/* Warns about GPUFILE_ and KVIKIO_ variables that are no setting, naming
+ * the closest one (GPUFILE_TASKSIZE=8m: GPUFILE_TASK_SIZE). Caller holds
+ * config_lock. */
+static void check_names(void)
+{
+	extern char **environ;
+	static const char *const prefixes[] = {"GPUFILE_", "KVIKIO_"};
+
+	for (char **e = environ; e && *e; e++) {
+		for (int p = 0; p < 2; p++) {
+			size_t n = strlen(prefixes[p]);
+			char var[64], closest[64];
+			const char *eq = strchr(*e, '=');
+
+			if (strncmp(*e, prefixes[p], n) != 0 || !eq ||
+			    (size_t)(eq - *e) >= sizeof(var))
+				continue;
+			memcpy(var, *e, (size_t)(eq - *e));
+			var[eq - *e] = '\0';
+			if (!known(var, prefixes[p], closest, sizeof(closest)))
+				warn("%s is not a setting%s; did you mean %s? "
+				     "(ignored)",
+				     var, p ? " gpufile knows from KvikIO" : "",
+				     closest);
+		}
 	}
 }
 
@@ -359,8 +673,10 @@ static void ensure_loaded(void)
 {
 	if (loaded)
 		return;
+	nwarnings = 0;
 	for (int i = 0; i < NSETTINGS; i++)
 		load_one(&settings[i]);
+	check_names();
 	loaded = 1;
 }
 
@@ -407,6 +723,59 @@ int gpufile__settings(struct gpufile__settings *s)
 		s->cufile_stats = (unsigned)settings[S_CUFILE_STATS].value;
 		s->cufile_accel_only = settings[S_CUFILE_ACCEL].value != 2;
 	}
+	/* First use by I/O: say once what the environment got wrong, where
+	 * a user running a program (not gpufile config) will see it. */
+	if (!warnings_printed) {
+		warnings_printed = 1;
+		for (int i = 0; i < NSETTINGS; i++)
+			if (settings[i].note[0])
+				fprintf(stderr, "gpufile: note: %s\n",
+				        settings[i].note);
+		for (int i = 0; i < nwarnings; i++)
+			fprintf(stderr, "gpufile: warning: %s\n", warnings[i]);
+	}
+	pthread_mutex_unlock(&config_lock);
+	return rc;
+}
+
+/* Notes on clamped values first, then the environment's warnings. */
+static const char *warning_at(int index)
+{
+	for (int i = 0; i < NSETTINGS; i++)
+		if (settings[i].note[0] && index-- == 0)
+			return settings[i].note;
+	return index >= 0 && index < nwarnings ? warnings[index] : NULL;
+}
+
+int gpufile_config_warning_count(void)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&config_lock);
+	ensure_loaded();
+	while (warning_at(n))
+		n++;
+	pthread_mutex_unlock(&config_lock);
+	return n;
+}
+
+int gpufile_config_warning(int index, char *out, size_t len)
+{
+	const char *w;
+	int rc = 0;
+
+	if (!out || !len)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_config_warning: out is NULL or "
+		                     "len is 0");
+	pthread_mutex_lock(&config_lock);
+	ensure_loaded();
+	w = index >= 0 ? warning_at(index) : NULL;
+	if (w)
+		snprintf(out, len, "%s", w);
+	else
+		rc = gpufile__fail(-ENOENT, "no configuration warning %d",
+		                   index);
 	pthread_mutex_unlock(&config_lock);
 	return rc;
 }
@@ -501,6 +870,7 @@ static int set_number(struct setting *st, uint64_t v)
 		    (unsigned long long)st->min, (unsigned long long)st->max);
 	pthread_mutex_lock(&config_lock);
 	ensure_loaded();
+	clamp(st, st->name, &v);
 	st->value = v;
 	st->source = GPUFILE_SOURCE_SETTER;
 	st->variable[0] = '\0';
@@ -621,4 +991,21 @@ int gpufile_parse_size(const char *text, uint64_t *out)
 int gpufile_parse_count(const char *text, uint64_t *out)
 {
 	return text && out ? gpufile__parse_count(text, out) : -EINVAL;
+}
+
+/* fork() (see fork.c): the settings are plain memory; only the lock
+ * needs care. */
+void gpufile__config_atfork_prepare(void)
+{
+	pthread_mutex_lock(&config_lock);
+}
+
+void gpufile__config_atfork_parent(void)
+{
+	pthread_mutex_unlock(&config_lock);
+}
+
+void gpufile__config_atfork_child(void)
+{
+	pthread_mutex_unlock(&config_lock);
 }

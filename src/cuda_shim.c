@@ -21,6 +21,9 @@ static const struct gpufile__cuda *_Atomic active; /* loaded, or a test's */
 static const struct gpufile__cuda *_Atomic override;
 static int load_failed;
 static char load_error[256];
+/* This process is a forked child of one that had initialised CUDA (or
+ * had a test's driver installed): see gpufile__cuda_atfork_child. */
+static atomic_int forked_after_init;
 
 static const struct {
 	const char *symbol;
@@ -96,7 +99,7 @@ const struct gpufile__cuda *gpufile__cuda(void)
 	if (t)
 		return t;
 	pthread_mutex_lock(&cuda_lock);
-	if (!active && !load_failed) {
+	if (!active && !load_failed && !forked_after_init) {
 		lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 		if (!lib) {
 			snprintf(load_error, sizeof(load_error),
@@ -135,7 +138,7 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 	if (t)
 		return t;
 	t = atomic_load(&active);
-	if (t)
+	if (t || forked_after_init)
 		return t;
 	/* Some library of this process (the CUDA runtime, CuPy, PyTorch)
 	 * may have loaded the driver since we last looked. dlopen with
@@ -159,7 +162,56 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 
 void gpufile__cuda_override(const struct gpufile__cuda *table)
 {
+	pthread_mutex_lock(&cuda_lock);
+	if (table && forked_after_init) {
+		/* A test gives the child a driver of its own. */
+		forked_after_init = 0;
+		load_failed = 0;
+	}
+	pthread_mutex_unlock(&cuda_lock);
 	atomic_store(&override, table);
+}
+
+/*
+ * fork() (see fork.c). CUDA does not copy its state into a child: a
+ * child of a process that initialised CUDA may not call CUDA at all
+ * before exec (the CUDA programming guide; in practice calls fail with
+ * CUDA_ERROR_INITIALIZATION_ERROR or hang). So a child of such a process
+ * forgets the driver without a call into it, and every device request or
+ * allocation fails with GPUFILE_ENOCUDA and a message saying why; host
+ * memory works as before. A child of a process that never initialised
+ * CUDA loads it on first need like any process.
+ */
+int gpufile__cuda_forked(void)
+{
+	return atomic_load(&forked_after_init);
+}
+
+void gpufile__cuda_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cuda_lock);
+}
+
+void gpufile__cuda_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cuda_lock);
+}
+
+void gpufile__cuda_atfork_child(void)
+{
+	if (atomic_load(&active) || atomic_load(&override)) {
+		forked_after_init = 1;
+		load_failed = 1;
+		snprintf(load_error, sizeof(load_error),
+		         "CUDA was initialised in the parent before fork(): a "
+		         "forked child cannot use CUDA (CUDA does not support "
+		         "fork without exec); use device memory from a "
+		         "process started with exec (Python: multiprocessing "
+		         "start method \"spawn\")");
+		atomic_store(&active, NULL);
+		atomic_store(&override, NULL);
+	}
+	pthread_mutex_unlock(&cuda_lock);
 }
 
 int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len, const char *fmt,

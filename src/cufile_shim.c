@@ -990,11 +990,60 @@ int gpufile_cufile_driver_set(const char *name, uint64_t value)
 			                   name, (unsigned long long)value,
 			                   driver_props[i].setter, what);
 		}
-		/* What cuFile holds now, right or wrong. */
-		read_props_locked();
+		/* What cuFile holds now, right or wrong. cuFile 1.15 without
+		 * nvidia-fs returns success from cuFileDriverSetPollMode yet
+		 * keeps reporting poll mode off (seen on the H200 machine):
+		 * a value that did not take is a refusal too. */
+		if (read_props_locked() == 0 && rc == 0 &&
+		    prop_value(&props, i) != value)
+			rc = gpufile__fail(
+			    GPUFILE_ECUFILE,
+			    "cuFile accepted %s=%llu (%s) but still reports "
+			    "%llu",
+			    name, (unsigned long long)value,
+			    driver_props[i].setter,
+			    (unsigned long long)prop_value(&props, i));
 		if (rc == 0)
 			gpufile__clear_error();
 	}
 	pthread_mutex_unlock(&cufile_lock);
 	return rc;
+}
+
+/*
+ * fork() (see fork.c). cuFile's driver state lives in the parent's CUDA
+ * context, which a child cannot use: a child of a process that opened the
+ * driver forgets it without a call into cuFile (its registrations are the
+ * parent's; the exit handler finds the driver not open and does nothing),
+ * and reports cuFile unavailable with the reason.
+ */
+void gpufile__cufile_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cufile_lock);
+}
+
+void gpufile__cufile_atfork_child(void)
+{
+	if (driver_state == 1) {
+		while (registrations) {
+			struct registration *g = registrations;
+			registrations = g->next;
+			free(g);
+		}
+		driver_state = -1;
+		failure_err = GPUFILE_ENOCUFILE;
+		failure_status = 0;
+		snprintf(
+		    message, sizeof(message),
+		    "cuFile's driver was opened in the parent before "
+		    "fork(): a forked child cannot use it (it lives in the "
+		    "parent's CUDA context)");
+		atomic_store(&active, NULL);
+	}
+	pthread_mutex_unlock(&cufile_lock);
 }

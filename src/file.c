@@ -217,7 +217,6 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	atomic_init(&h->direct_refused, 0);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
-	pthread_cond_init(&h->idle, NULL);
 	h->cufile_state = GPUFILE__CUFILE_UNDECIDED;
 	h->cufile_fd = -1;
 	if (S_ISREG(st.st_mode))
@@ -225,6 +224,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	else
 		h->direct_fd = -1;
 	gpufile__stats_file_open(h->path);
+	gpufile__fork_track(h);
 	*out = h;
 	return 0;
 fail:
@@ -243,6 +243,7 @@ int gpufile_close(gpufile_t *h)
 		return 0;
 	/* Futures the caller has not waited for may still be running. */
 	gpufile__handle_wait_idle(h);
+	gpufile__fork_untrack(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
 	if (h->cufile_handle)
@@ -255,7 +256,6 @@ int gpufile_close(gpufile_t *h)
 		rc = gpufile__fail(-errno, "closing %s: %s", h->path,
 		                   strerror(errno));
 	pthread_mutex_destroy(&h->lock);
-	pthread_cond_destroy(&h->idle);
 	free(h->path);
 	free(h);
 	return rc;

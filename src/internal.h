@@ -161,14 +161,14 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
-	/* Broadcast (under lock) when inflight drops to 0: gpufile_close
-	 * waits on it for futures the caller did not wait for. */
-	pthread_cond_t idle;
 	/* The decision's cheap facts (decide.c), gathered once, under lock,
 	 * at the first device request that needs them. */
 	int facts_known, nvfs_loaded, p2pdma_possible;
 	int path_recorded; /* the decision went to the statistics */
 	char nvfs_why[96], p2pdma_why[128];
+	/* On the list of open handles (fork.c), whose locks the fork
+	 * handlers take. Guarded by that list's lock. */
+	struct gpufile *fnext, *fprev;
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,
@@ -272,11 +272,18 @@ struct gpufile__request {
 	uint64_t next_task; /* next task to claim */
 	struct gpufile__request *qnext, *qprev;
 	int queued;
+	/* On the pool's list of requests in flight (submitted, not yet
+	 * completed), which a forked child cancels (pool.c). */
+	struct gpufile__request *anext, *aprev;
 
 	uint64_t start_ns; /* when the request was initialised */
 	atomic_uint_fast64_t tasks_ended;
 	atomic_uint_fast64_t bytes;
-	atomic_int failed;      /* stop starting tasks */
+	atomic_int failed; /* stop starting tasks */
+	/* Lowest offset of a task that failed: tasks from there on are
+	 * skipped, tasks below it still run, so the error returned is the
+	 * lowest-offset one whatever order the threads run in. */
+	_Atomic int64_t fail_at;
 	_Atomic int64_t eof_at; /* lowest offset where a read hit EOF */
 
 	pthread_mutex_t lock; /* guards everything below */
@@ -318,6 +325,40 @@ void gpufile__handle_wait_idle(struct gpufile *h);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
+
+/* Test seam: when set, called by the thread that is about to run the task
+ * of r at file offset off, before it decides whether to skip the task
+ * (tests make that thread wait to order threads deterministically). */
+extern void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
+
+/* ---- fork (fork.c and each module's handlers) ---- */
+
+/* Adds a new handle to, and removes a closing one from, the list of open
+ * handles whose locks the fork handlers hold across fork(). */
+void gpufile__fork_track(struct gpufile *h);
+void gpufile__fork_untrack(struct gpufile *h);
+/* Each module's part of fork: prepare takes the module's locks (in the
+ * library's lock order, written in fork.c), parent releases them, child
+ * releases them and makes the module's state the child's own. */
+void gpufile__pool_atfork_prepare(void);
+void gpufile__pool_atfork_parent(void);
+void gpufile__pool_atfork_child(void);
+void gpufile__staging_atfork_prepare(void);
+void gpufile__staging_atfork_parent(void);
+void gpufile__staging_atfork_child(void);
+void gpufile__cuda_atfork_prepare(void);
+void gpufile__cuda_atfork_parent(void);
+void gpufile__cuda_atfork_child(void);
+void gpufile__cufile_atfork_prepare(void);
+void gpufile__cufile_atfork_parent(void);
+void gpufile__cufile_atfork_child(void);
+void gpufile__config_atfork_prepare(void);
+void gpufile__config_atfork_parent(void);
+void gpufile__config_atfork_child(void);
+/* 1 in a forked child of a process that had initialised CUDA: no CUDA
+ * call is made, every pointer counts as host memory, and an -EFAULT names
+ * this as the likely cause (a device pointer of the parent). */
+int gpufile__cuda_forked(void);
 
 /* ---- CUDA (cuda_shim.c) and staging (staging.c) ---- */
 

@@ -153,7 +153,6 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 	snprintf(m->file.direct_reason, sizeof(m->file.direct_reason),
 	         "memory-mapped handle: page cache only");
 	pthread_mutex_init(&m->file.lock, NULL);
-	pthread_cond_init(&m->file.idle, NULL);
 	mmap_decision(&d);
 	gpufile__stats_file(path, d.path, d.reason);
 	*out = m;
@@ -174,7 +173,6 @@ int gpufile_mmap_close(gpufile_mmap_t *m)
 		rc = gpufile__fail(-errno, "closing %s: %s", m->file.path,
 		                   strerror(errno));
 	pthread_mutex_destroy(&m->file.lock);
-	pthread_cond_destroy(&m->file.idle);
 	free(m->file.path);
 	free(m);
 	return rc;

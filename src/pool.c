@@ -9,7 +9,8 @@
  * in flight is bounded by max_inflight (submitters wait: back-pressure).
  *
  * Lock order: pool.lock, then a request's lock. No lock is held while a
- * task moves bytes, and no user code ever runs on a worker.
+ * task moves bytes, and no user code ever runs on a worker. (The order
+ * across modules, which the fork handlers follow, is written in fork.c.)
  *
  * Invariants:
  *   - a request completes (done = 1, under its lock, with a broadcast)
@@ -17,7 +18,17 @@
  *     the caller's buffer after the caller has seen the result;
  *   - the completing thread touches the request for the last time when it
  *     releases the request's lock after the broadcast;
- *   - the error kept is that of the lowest-offset task that failed.
+ *   - the error kept is that of the lowest-offset task that failed, and
+ *     every task below that offset runs: a failure skips only the tasks
+ *     above it. (Skipping every task not yet started made the error
+ *     depend on scheduling: a thread that had claimed a lower task but
+ *     not yet started it skipped it once a higher task failed, and the
+ *     higher task's error was returned; test_errors saw -ENXIO for
+ *     -EIO once in ~22 runs under ASan on a loaded machine.)
+ *   - a request is on the active list from submission until it
+ *     completes; completion leaves the list, the counts and sets done
+ *     under pool.lock, so a fork sees each request either finished or
+ *     on the list (a forked child cancels those: its workers are gone).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -34,19 +45,24 @@ static struct {
 	pthread_cond_t work;   /* a task was queued, or workers must exit */
 	pthread_cond_t space;  /* a request ended: room for one more */
 	pthread_cond_t exited; /* a worker exited */
+	pthread_cond_t idle;   /* some handle's inflight dropped to 0 */
 	struct gpufile__request *head, *tail;
-	unsigned nworkers; /* running and taking tasks */
-	unsigned exiting;  /* left the count, still flushing */
-	unsigned target;   /* wanted */
-	unsigned inflight; /* submitted, not yet ended */
+	unsigned nworkers;               /* running and taking tasks */
+	unsigned exiting;                /* left the count, still flushing */
+	unsigned target;                 /* wanted */
+	unsigned inflight;               /* submitted, not yet ended */
+	struct gpufile__request *active; /* the requests counted by inflight */
 } pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .work = PTHREAD_COND_INITIALIZER,
     .space = PTHREAD_COND_INITIALIZER,
     .exited = PTHREAD_COND_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
 };
 
 static _Thread_local int is_worker;
+
+void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
 
 int gpufile__in_worker(void)
 {
@@ -67,6 +83,8 @@ void gpufile__request_init(struct gpufile__request *r)
 	atomic_init(&r->tasks_ended, 0);
 	atomic_init(&r->bytes, 0);
 	atomic_init(&r->failed, 0);
+	atomic_init(&r->fail_at, INT64_MAX);
+	r->anext = r->aprev = NULL;
 	atomic_init(&r->eof_at, INT64_MAX);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
@@ -99,9 +117,53 @@ static void dequeue(struct gpufile__request *r)
 	r->queued = 0;
 }
 
+/* Caller holds pool.lock. Counts r as in flight, in the pool and on its
+ * handle (both under pool.lock, so that a fork sees the two agree). */
+static void activate(struct gpufile__request *r)
+{
+	pool.inflight++;
+	atomic_fetch_add(&r->h->inflight, 1);
+	r->aprev = NULL;
+	r->anext = pool.active;
+	if (pool.active)
+		pool.active->aprev = r;
+	pool.active = r;
+}
+
+/* Caller holds pool.lock. */
+static void deactivate(struct gpufile__request *r)
+{
+	pool.inflight--;
+	/* Under pool.lock: gpufile__handle_wait_idle checks the count under
+	 * it too, so the wake-up cannot be lost, and the closer cannot free
+	 * the handle before this thread releases pool.lock. */
+	if (atomic_fetch_sub(&r->h->inflight, 1) == 1)
+		pthread_cond_broadcast(&pool.idle);
+	if (r->aprev)
+		r->aprev->anext = r->anext;
+	else
+		pool.active = r->anext;
+	if (r->anext)
+		r->anext->aprev = r->aprev;
+	r->anext = r->aprev = NULL;
+}
+
+void gpufile__handle_wait_idle(struct gpufile *h)
+{
+	pthread_mutex_lock(&pool.lock);
+	while (atomic_load(&h->inflight) > 0)
+		pthread_cond_wait(&pool.idle, &pool.lock);
+	pthread_mutex_unlock(&pool.lock);
+}
+
 static void record_error(struct gpufile__request *r, int64_t off, size_t len,
                          ssize_t err, const char *msg)
 {
+	int64_t cur = atomic_load(&r->fail_at);
+
+	while (off < cur &&
+	       !atomic_compare_exchange_weak(&r->fail_at, &cur, off))
+		;
 	atomic_store(&r->failed, 1);
 	pthread_mutex_lock(&r->lock);
 	if (off < r->error_offset) {
@@ -122,33 +184,24 @@ static void record_error(struct gpufile__request *r, int64_t off, size_t len,
 			         r->is_write ? "writing" : "reading",
 			         r->h->path, (long long)off, len,
 			         gpufile_strerror((int)err));
+		if (err == -EFAULT && gpufile__cuda_forked()) {
+			/* No CUDA call can tell a device pointer of the
+			 * parent from bad host memory here: say which is
+			 * likely. */
+			size_t n = strlen(r->errmsg);
+			snprintf(r->errmsg + n, sizeof(r->errmsg) - n,
+			         " (this process was forked after CUDA was "
+			         "initialised: device memory cannot be used "
+			         "here, and every pointer is taken as host "
+			         "memory)");
+		}
 	}
 	pthread_mutex_unlock(&r->lock);
-}
-
-/* One request on h ended. The decrement and the broadcast happen under
- * h->lock, so a closer waiting in gpufile__handle_wait_idle cannot free h
- * before this thread is done with it. */
-static void handle_request_ended(struct gpufile *h)
-{
-	pthread_mutex_lock(&h->lock);
-	if (atomic_fetch_sub(&h->inflight, 1) == 1)
-		pthread_cond_broadcast(&h->idle);
-	pthread_mutex_unlock(&h->lock);
-}
-
-void gpufile__handle_wait_idle(struct gpufile *h)
-{
-	pthread_mutex_lock(&h->lock);
-	while (atomic_load(&h->inflight) > 0)
-		pthread_cond_wait(&h->idle, &h->lock);
-	pthread_mutex_unlock(&h->lock);
 }
 
 static void complete(struct gpufile__request *r)
 {
 	const int64_t end = r->offset + (int64_t)r->size;
-	struct gpufile *h = r->h;
 	ssize_t result;
 
 	pthread_mutex_lock(&r->lock);
@@ -162,16 +215,16 @@ static void complete(struct gpufile__request *r)
 	gpufile__stats_request(r->path, r->is_write, result, r->ntasks, r->size,
 	                       gpufile__now_ns() - r->start_ns);
 
+	/* One step under pool.lock, so that a fork finds r either on the
+	 * active list or done (see the invariants above). */
 	pthread_mutex_lock(&pool.lock);
-	pool.inflight--;
+	deactivate(r);
 	pthread_cond_signal(&pool.space);
-	pthread_mutex_unlock(&pool.lock);
-	handle_request_ended(h);
-
 	pthread_mutex_lock(&r->lock);
 	r->done = 1;
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&pool.lock);
 }
 
 void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
@@ -214,7 +267,9 @@ static void run_task(struct gpufile__request *r, uint64_t index)
 	if (tend > end)
 		tend = end;
 	msg[0] = '\0';
-	if (!atomic_load_explicit(&r->failed, memory_order_relaxed)) {
+	if (gpufile__pool_task_hook)
+		gpufile__pool_task_hook(r, toff);
+	if (toff < atomic_load(&r->fail_at)) {
 		n = r->run(r, r->buf + (toff - r->offset),
 		           (size_t)(tend - toff), toff, msg, sizeof(msg));
 		if (n == GPUFILE__TASK_DEFERRED)
@@ -270,11 +325,14 @@ static void *worker_main(void *arg)
 			/* End the unclaimed tasks of a failed request at once.
 			 */
 			uint64_t left = r->ntasks - r->next_task;
+			const int64_t end = r->offset + (int64_t)r->size;
 			r->next_task = r->ntasks;
 			dequeue(r);
 			pthread_mutex_unlock(&pool.lock);
+			/* Each lies above the failed task, which was claimed
+			 * before them: end them unrun. */
 			for (uint64_t i = 0; i < left; i++)
-				run_task(r, 0);
+				gpufile__task_end(r, end, 0, 0, NULL);
 		} else {
 			uint64_t index = claim(r);
 			pthread_mutex_unlock(&pool.lock);
@@ -343,10 +401,9 @@ int gpufile__request_submit(struct gpufile__request *r)
 {
 	int rc;
 
-	atomic_fetch_add(&r->h->inflight, 1);
 	if (r->ntasks == 0) {
 		pthread_mutex_lock(&pool.lock);
-		pool.inflight++;
+		activate(r);
 		pthread_mutex_unlock(&pool.lock);
 		complete(r);
 		return 0;
@@ -359,12 +416,11 @@ int gpufile__request_submit(struct gpufile__request *r)
 	rc = spawn_workers();
 	if (rc) {
 		pthread_mutex_unlock(&pool.lock);
-		handle_request_ended(r->h);
 		return rc;
 	}
 	while (pool.inflight >= r->cfg.max_inflight)
 		pthread_cond_wait(&pool.space, &pool.lock);
-	pool.inflight++;
+	activate(r);
 	r->queued = 1;
 	r->qprev = pool.tail;
 	if (pool.tail)
@@ -382,9 +438,8 @@ int gpufile__request_submit(struct gpufile__request *r)
 
 void gpufile__request_run_inline(struct gpufile__request *r)
 {
-	atomic_fetch_add(&r->h->inflight, 1);
 	pthread_mutex_lock(&pool.lock);
-	pool.inflight++;
+	activate(r);
 	pthread_mutex_unlock(&pool.lock);
 	if (r->ntasks == 0) {
 		complete(r);
@@ -443,4 +498,73 @@ ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
 		gpufile__fail_msg((int)result, r->errmsg);
 	pthread_mutex_unlock(&r->lock);
 	return result;
+}
+
+/*
+ * fork(). The prepare handler holds pool.lock and the lock of every
+ * request in flight, so the child's copy of each is consistent; the child
+ * is left with one thread, so:
+ *   - workers: none exist in the child; the counts start again at zero
+ *     and the next submission starts workers (lazily, as at first use);
+ *   - condition variables may count waiters that were threads of the
+ *     parent (glibc's condvar would wait for them to leave), so they are
+ *     made anew;
+ *   - a request in flight at the fork belongs to a thread that does not
+ *     exist in the child or, if the forking thread submitted it
+ *     asynchronously, has no worker left to finish it: it completes at
+ *     once with -ECANCELED and a message saying why (the child's copy of
+ *     the buffer holds whatever had arrived at the fork). The parent's
+ *     request goes on unaffected.
+ */
+void gpufile__pool_atfork_prepare(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	for (struct gpufile__request *r = pool.active; r; r = r->anext)
+		pthread_mutex_lock(&r->lock);
+}
+
+void gpufile__pool_atfork_parent(void)
+{
+	for (struct gpufile__request *r = pool.active; r; r = r->anext)
+		pthread_mutex_unlock(&r->lock);
+	pthread_mutex_unlock(&pool.lock);
+}
+
+void gpufile__pool_atfork_child(void)
+{
+	struct gpufile__request *r = pool.active;
+
+	while (r) {
+		struct gpufile__request *next = r->anext;
+
+		pthread_cond_init(&r->cond, NULL);
+		r->queued = 0;
+		r->qnext = r->qprev = r->anext = r->aprev = NULL;
+		r->next_task = r->ntasks;
+		atomic_store(&r->failed, 1);
+		atomic_store(&r->fail_at, INT64_MIN);
+		r->result = -ECANCELED;
+		snprintf(r->errmsg, sizeof(r->errmsg),
+		         "%s %s (%zu bytes at offset %lld) was in flight when "
+		         "the process forked: this child has none of the "
+		         "threads that were moving its bytes, so its copy of "
+		         "the buffer is incomplete (wait for requests before "
+		         "fork())",
+		         r->is_write ? "writing" : "reading", r->h->path,
+		         r->size, (long long)r->offset);
+		r->done = 1;
+		atomic_fetch_sub(&r->h->inflight, 1);
+		pthread_mutex_unlock(&r->lock);
+		r = next;
+	}
+	pool.active = NULL;
+	pool.head = pool.tail = NULL;
+	pool.nworkers = 0;
+	pool.exiting = 0;
+	pool.inflight = 0;
+	pthread_cond_init(&pool.work, NULL);
+	pthread_cond_init(&pool.space, NULL);
+	pthread_cond_init(&pool.exited, NULL);
+	pthread_cond_init(&pool.idle, NULL);
+	pthread_mutex_unlock(&pool.lock);
 }

@@ -909,3 +909,46 @@ size_t gpufile__staging_free(void)
 	pthread_mutex_unlock(&bfree.serial);
 	return bytes;
 }
+
+/*
+ * fork() (see fork.c). A child cannot use the parent's CUDA context, so
+ * neither the pinned buffers, streams and events made in it: the child
+ * forgets every stager without a CUDA call (the pinned pages are not even
+ * mapped in the child: CUDA maps them with MADV_DONTFORK). Stagers in use
+ * at the fork belong to threads that do not exist in the child, so the
+ * count starts again at zero. A ring's descriptor and mappings are the
+ * child's own copies: closing them leaves the parent's ring alone.
+ */
+void gpufile__staging_atfork_prepare(void)
+{
+	pthread_mutex_lock(&stagers.lock);
+}
+
+void gpufile__staging_atfork_parent(void)
+{
+	pthread_mutex_unlock(&stagers.lock);
+}
+
+void gpufile__staging_atfork_child(void)
+{
+	while (stagers.free_list) {
+		struct stager *s = stagers.free_list;
+		stagers.free_list = s->next;
+#ifdef GPUFILE_HAVE_LIBURING
+		if (s->ring_ok)
+			io_uring_queue_exit(&s->ring);
+#endif
+		free(s);
+	}
+	stagers.count = 0;
+	/* A gpufile_bounce_buffer_free() of another parent thread may have
+	 * held serial or waited for stagers at the fork: neither exists in
+	 * the child. */
+	pthread_mutex_init(&bfree.serial, NULL);
+	pthread_cond_init(&bfree.back, NULL);
+	bfree.old_out = 0;
+	bfree.old_bytes = 0;
+	held = NULL; /* the forking thread is not a worker; be sure */
+	pthread_cond_init(&stagers.freed, NULL);
+	pthread_mutex_unlock(&stagers.lock);
+}

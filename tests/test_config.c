@@ -371,7 +371,7 @@ static void test_bad_values(void)
 	expect_bad("GPUFILE_NTHREADS", "100000", "nthreads", "2");
 	expect_bad("KVIKIO_NTHREADS", "-1", "nthreads", "2");
 	expect_bad("GPUFILE_GDS_THRESHOLD", "16 KiBi", "gds_threshold", "4096");
-	expect_bad("GPUFILE_BOUNCE_BUFFER_SIZE", "1k", "bounce_buffer_size",
+	expect_bad("GPUFILE_BOUNCE_BUFFER_SIZE", "0", "bounce_buffer_size",
 	           "65536");
 	expect_bad("GPUFILE_BOUNCE_BUFFERS", "1", "bounce_buffers", "3");
 	expect_bad("GPUFILE_MAX_INFLIGHT", "0", "max_inflight", "4");
@@ -458,7 +458,7 @@ static void test_setters(void)
 	CHECK_EQ(gpufile_get_gds_threshold(&sz), 0);
 	CHECK_EQ(sz, 0);
 
-	CHECK_EQ(gpufile_set_bounce_buffer_size(1000), GPUFILE_ECONFIG);
+	CHECK_EQ(gpufile_set_bounce_buffer_size(0), GPUFILE_ECONFIG);
 	CHECK_EQ(gpufile_set_bounce_buffer_size(1u << 20), 0);
 	CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
 	CHECK_EQ(sz, 1u << 20);
@@ -600,6 +600,207 @@ static void test_parsers(void)
 	}
 }
 
+/* Index of the first configuration warning containing needle, or -1. */
+static int find_warning(const char *needle)
+{
+	char w[512];
+
+	for (int i = 0; gpufile_config_warning(i, w, sizeof(w)) == 0; i++)
+		if (strstr(w, needle))
+			return i;
+	return -1;
+}
+
+static const char *const kvikio_extra[] = {
+    "KVIKIO_NUM_THREADS",
+    "KVIKIO_AUTO_DIRECT_IO_READ",
+    "KVIKIO_AUTO_DIRECT_IO_WRITE",
+    "KVIKIO_HTTP_STATUS_CODES",
+    "KVIKIO_HTTP_MAX_ATTEMPTS",
+    "KVIKIO_HTTP_TIMEOUT",
+    "KVIKIO_REMOTE_VERBOSE",
+    "KVIKIO_LOG_LEVEL",
+    "KVIKIO_LOG_FILE",
+    "KVIKIO_AUTO_DIRECT_IO_READ_OVERREAD",
+    "GPUFILE_TASKSIZE",
+    "KVIKIO_NTHREAD",
+};
+
+static void clear_kvikio_extra(void)
+{
+	for (size_t i = 0; i < sizeof(kvikio_extra) / sizeof(kvikio_extra[0]);
+	     i++)
+		unsetenv(kvikio_extra[i]);
+	clear_env();
+}
+
+/* Issue 13 item 6: every value KvikIO 26.10 accepts in a KVIKIO_ variable
+ * is accepted: honoured, clamped with a note, or reported as unused. */
+static void test_kvikio_values(void)
+{
+	const char *path = test_path("kvikio-file");
+	gpufile_t *h = NULL;
+	size_t sz = 0;
+	unsigned n = 0;
+	char buf[100];
+
+	CHECK_EQ(test_make_file(path, 100, 3), 0);
+
+	/* A bounce buffer below what staging works with: every open used to
+	 * fail; now it runs with 64 KiB and says so. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_BOUNCE_BUFFER_SIZE", "32768", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
+	CHECK_EQ(sz, 65536);
+	CHECK(find_warning("KVIKIO_BOUNCE_BUFFER_SIZE=32768: using 65536") >=
+	      0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, buf, sizeof(buf), 0), 100);
+	CHECK_EQ(gpufile_close(h), 0);
+	h = NULL;
+	for (const char *const *t =
+	         (const char *const[]){"1", "4095", "64k", "2g", "1t", NULL};
+	     *t; t++) {
+		setenv("KVIKIO_BOUNCE_BUFFER_SIZE", *t, 1);
+		gpufile_config_reset();
+		CHECK_EQ(gpufile_config_check(), 0);
+		CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
+		CHECK(sz >= 65536 && sz <= (1u << 30));
+	}
+	CHECK(find_warning("using 1073741824") >= 0);
+	/* A setter clamps the same way. */
+	CHECK_EQ(gpufile_set_bounce_buffer_size(1000), 0);
+	CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
+	CHECK_EQ(sz, 65536);
+	CHECK(find_warning("bounce_buffer_size=1000: using 65536") >= 0);
+	CHECK_EQ(gpufile_set_bounce_buffer_size(1u << 20), 0);
+	CHECK_EQ(find_warning("bounce_buffer_size"), -1);
+	unsetenv("KVIKIO_BOUNCE_BUFFER_SIZE");
+
+	/* KVIKIO_NUM_THREADS is KVIKIO_NTHREADS; two different values are
+	 * an error naming both. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_NUM_THREADS", "7", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_get_nthreads(&n), 0);
+	CHECK_EQ(n, 7);
+	setenv("KVIKIO_NTHREADS", "7", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	setenv("KVIKIO_NTHREADS", "3", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_NTHREADS=\"3\"");
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_NUM_THREADS=\"7\"");
+	CHECK_EQ(gpufile_open(&h, path, "r"), GPUFILE_ECONFIG);
+	/* GPUFILE_NTHREADS decides over both. */
+	setenv("GPUFILE_NTHREADS", "5", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_get_nthreads(&n), 0);
+	CHECK_EQ(n, 5);
+
+	/* Any positive count or size KvikIO takes is moved into range,
+	 * with a note; GPUFILE_ variables stay strict. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_NTHREADS", "5000", 1);
+	setenv("KVIKIO_TASK_SIZE", "2t", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK_EQ(gpufile_get_nthreads(&n), 0);
+	CHECK_EQ(n, 1024);
+	CHECK(find_warning("KVIKIO_NTHREADS=5000: using 1024") >= 0);
+	CHECK(find_warning("KVIKIO_TASK_SIZE=2199023255552: using "
+	                   "1099511627776") >= 0);
+	setenv("KVIKIO_NUM_THREADS", "5000", 1); /* agrees */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	unsetenv("KVIKIO_NUM_THREADS");
+	setenv("KVIKIO_NTHREADS", "0", 1); /* KvikIO refuses 0 too */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_NTHREADS=\"0\"");
+	unsetenv("KVIKIO_TASK_SIZE");
+	setenv("GPUFILE_NTHREADS", "5000", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	unsetenv("GPUFILE_NTHREADS");
+
+	/* KVIKIO_AUTO_DIRECT_IO_READ/WRITE onto direct_io. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_AUTO_DIRECT_IO_READ", "1", 1);
+	gpufile_config_reset();
+	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "on") == 0);
+	setenv("KVIKIO_AUTO_DIRECT_IO_READ", "false", 1);
+	gpufile_config_reset();
+	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
+	setenv("KVIKIO_AUTO_DIRECT_IO_WRITE", "0", 1);
+	gpufile_config_reset();
+	CHECK_EQ(find_warning("KVIKIO_AUTO_DIRECT_IO_WRITE"), -1);
+	unsetenv("KVIKIO_AUTO_DIRECT_IO_READ");
+	setenv("KVIKIO_AUTO_DIRECT_IO_WRITE", "1", 1); /* KvikIO's default */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "auto") == 0);
+	CHECK(find_warning("KVIKIO_AUTO_DIRECT_IO_WRITE=\"1\" is not "
+	                   "applied") >= 0);
+	setenv("KVIKIO_AUTO_DIRECT_IO_WRITE", "sometimes", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_AUTO_DIRECT_IO_WRITE");
+	setenv("KVIKIO_AUTO_DIRECT_IO_WRITE", "1", 1);
+	setenv("GPUFILE_DIRECT_IO", "off", 1);
+	gpufile_config_reset();
+	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
+
+	/* Remote I/O and logging: accepted, reported as unused. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_HTTP_STATUS_CODES", "429,500,502,503,504", 1);
+	setenv("KVIKIO_HTTP_MAX_ATTEMPTS", "3", 1);
+	setenv("KVIKIO_HTTP_TIMEOUT", "60", 1);
+	setenv("KVIKIO_REMOTE_VERBOSE", "true", 1);
+	setenv("KVIKIO_LOG_LEVEL", "DEBUG", 1);
+	setenv("KVIKIO_LOG_FILE", "/tmp/kvikio.log", 1);
+	setenv("KVIKIO_AUTO_DIRECT_IO_READ_OVERREAD", "1", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK(find_warning("KVIKIO_HTTP_TIMEOUT is a KvikIO setting gpufile "
+	                   "accepts but does not use") >= 0);
+	CHECK(find_warning("KVIKIO_LOG_FILE is a KvikIO setting") >= 0);
+	CHECK_EQ(find_warning("did you mean"), -1);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	clear_kvikio_extra();
+}
+
+/* Issue 11 item 8: a misspelled variable is named with the closest
+ * setting's variable. */
+static void test_misspelled(void)
+{
+	char w[512];
+
+	clear_kvikio_extra();
+	CHECK_EQ(gpufile_config_warning_count(), 0);
+	CHECK_EQ(gpufile_config_warning(0, w, sizeof(w)), -ENOENT);
+	CHECK_EQ(gpufile_config_warning(0, NULL, 0), -EINVAL);
+	setenv("GPUFILE_TASKSIZE", "8m", 1);
+	setenv("KVIKIO_NTHREAD", "4", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0); /* a warning, not an error */
+	CHECK(find_warning("GPUFILE_TASKSIZE is not a setting; did you mean "
+	                   "GPUFILE_TASK_SIZE?") >= 0);
+	CHECK(find_warning("KVIKIO_NTHREAD is not a setting gpufile knows "
+	                   "from KvikIO; did you mean KVIKIO_NTHREADS?") >= 0);
+	CHECK_EQ(gpufile_config_warning_count(), 2);
+	/* The project's own other variables are no misspellings. */
+	setenv("GPUFILE_LIBRARY", "/x/libgpufile.so", 1);
+	gpufile_config_reset();
+	CHECK_EQ(find_warning("GPUFILE_LIBRARY"), -1);
+	unsetenv("GPUFILE_LIBRARY");
+	clear_kvikio_extra();
+}
+
 int main(void)
 {
 	test_defaults();
@@ -607,6 +808,8 @@ int main(void)
 	test_bad_values();
 	test_setters();
 	test_parsers();
+	test_kvikio_values();
+	test_misspelled();
 	clear_env();
 	return test_finish("test_config");
 }

@@ -52,6 +52,12 @@ static int config_text(void)
 		printf("%-20s %-12s %-34s %s\n", name, value, source,
 		       gpufile_config_help(i));
 	}
+	/* Clamps and environment warnings (config.c). */
+	for (int i = 0; i < gpufile_config_warning_count(); i++) {
+		char w[512];
+		if (gpufile_config_warning(i, w, sizeof(w)) == 0)
+			printf("%s %s\n", i ? "        " : "\nnotes:", w);
+	}
 	return bad ? EXIT_RUNTIME : EXIT_OK;
 }
 
@@ -69,6 +75,14 @@ static int config_json(void)
 		json_key_str(&j, "name", gpufile_config_name(i));
 		json_key_str(&j, "help", gpufile_config_help(i));
 		json_object_end(&j);
+	}
+	json_array_end(&j);
+	/* Clamps and environment warnings (config.c). */
+	json_array_begin(&j, "warnings");
+	for (int i = 0; i < gpufile_config_warning_count(); i++) {
+		char w[512];
+		if (gpufile_config_warning(i, w, sizeof(w)) == 0)
+			json_key_str(&j, NULL, w);
 	}
 	json_array_end(&j);
 	json_key_str(&j, "version", gpufile_version());

@@ -1,0 +1,107 @@
+/*
+ * fork(): the library stays usable in a forked child.
+ *
+ * Python's multiprocessing forks by default on Linux, often while other
+ * threads of the parent are inside gpufile. fork() copies the memory of
+ * the process but only the calling thread, so a lock held by another
+ * thread at that moment would stay held forever in the child, and the
+ * pool's workers, with the requests they were running, would be gone.
+ * The handlers below (registered once, when the library is loaded) hold
+ * every library lock across fork(), so the child's copy of each
+ * structure is consistent, then let each module make its state the
+ * child's own (pool.c, staging.c, cuda_shim.c, cufile_shim.c, config.c;
+ * stats.c keeps its own handler).
+ *
+ * Library lock order, which prepare follows and every code path obeys
+ * (a thread holding one lock takes only locks further down):
+ *   1. handles.lock (this file)
+ *   2. a handle's lock (h->lock), all of them
+ *   3. pool.lock, then each in-flight request's lock (pool.c)
+ *   4. stagers.lock (staging.c)
+ *   5. cufile_lock (cufile_shim.c)
+ *   6. cuda_lock (cuda_shim.c)
+ *   7. config_lock (config.c)
+ * The statistics locks (stats.c) are outside this order: stats.c
+ * resets them in the child itself.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+
+static struct {
+	pthread_mutex_t lock;
+	struct gpufile *head;
+} handles = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+void gpufile__fork_track(struct gpufile *h)
+{
+	pthread_mutex_lock(&handles.lock);
+	h->fprev = NULL;
+	h->fnext = handles.head;
+	if (handles.head)
+		handles.head->fprev = h;
+	handles.head = h;
+	pthread_mutex_unlock(&handles.lock);
+}
+
+void gpufile__fork_untrack(struct gpufile *h)
+{
+	pthread_mutex_lock(&handles.lock);
+	if (h->fprev)
+		h->fprev->fnext = h->fnext;
+	else
+		handles.head = h->fnext;
+	if (h->fnext)
+		h->fnext->fprev = h->fprev;
+	h->fnext = h->fprev = NULL;
+	pthread_mutex_unlock(&handles.lock);
+}
+
+static void prepare(void)
+{
+	pthread_mutex_lock(&handles.lock);
+	for (struct gpufile *h = handles.head; h; h = h->fnext)
+		pthread_mutex_lock(&h->lock);
+	gpufile__pool_atfork_prepare();
+	gpufile__staging_atfork_prepare();
+	gpufile__cufile_atfork_prepare();
+	gpufile__cuda_atfork_prepare();
+	gpufile__config_atfork_prepare();
+}
+
+static void unlock_handles(void)
+{
+	for (struct gpufile *h = handles.head; h; h = h->fnext)
+		pthread_mutex_unlock(&h->lock);
+	pthread_mutex_unlock(&handles.lock);
+}
+
+static void parent(void)
+{
+	gpufile__config_atfork_parent();
+	gpufile__cuda_atfork_parent();
+	gpufile__cufile_atfork_parent();
+	gpufile__staging_atfork_parent();
+	gpufile__pool_atfork_parent();
+	unlock_handles();
+}
+
+/* The locks were taken by the thread that forked, which is the child's
+ * only thread: it may release them. */
+static void child(void)
+{
+	gpufile__config_atfork_child();
+	gpufile__cuda_atfork_child();
+	gpufile__cufile_atfork_child();
+	gpufile__staging_atfork_child();
+	gpufile__pool_atfork_child(); /* cancels requests: h->inflight drops */
+	unlock_handles();
+}
+
+/* At load time, before any thread of the library can exist: a handler
+ * registered later (at first use) could miss a fork that happens while
+ * another thread is still making the first request. */
+__attribute__((constructor)) static void register_handlers(void)
+{
+	pthread_atfork(prepare, parent, child);
+}
