@@ -305,6 +305,10 @@ static ssize_t host_task(struct gpufile__request *r, char *buf, size_t len,
 	                          scratch, GPUFILE__SCRATCH);
 }
 
+static const struct gpufile__task_ops host_ops = {.run = host_task};
+static const struct gpufile__task_ops cufile_ops = {.run =
+                                                        gpufile__cufile_task};
+
 /*
  * The handle's cuFile state, established once (caller holds h->lock):
  * cuFile loaded and its driver open, an O_DIRECT descriptor, and the file
@@ -472,18 +476,18 @@ static int decide_path(struct gpufile__request *r)
 		return rc;
 	r->path = d.path;
 	if (d.path == GPUFILE_PATH_HOST) {
-		r->run = host_task;
+		r->ops = &host_ops;
 		return 0;
 	}
 	r->device = device;
 	r->cuda_ctx = ctx;
-	r->run = gpufile__staged_task;
+	r->ops = &gpufile__staged_ops;
 	if (d.path == GPUFILE_PATH_CUFILE) {
 		char *base = gpufile__cufile_buf_base(r->buf, r->size);
 
 		r->cufile_handle = r->h->cufile_handle;
 		r->cufile_base = base ? base : r->buf;
-		r->run = gpufile__cufile_task;
+		r->ops = &cufile_ops;
 	}
 	return 0;
 }

@@ -71,6 +71,8 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 	return (ssize_t)len;
 }
 
+static const struct gpufile__task_ops mmap_host_ops = {.run = mmap_host_task};
+
 int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
                       int64_t offset, size_t size)
 {
@@ -248,7 +250,7 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 	r->device = -1;
 	mmap_decision(&d);
 	r->path = d.path;
-	r->run = mmap_host_task;
+	r->ops = &mmap_host_ops;
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED)
 		return 0;
 	/* Memory mapped with cuMemMap reports no context: use the device's
@@ -257,7 +259,7 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 		return rc;
 	r->device = device;
 	r->cuda_ctx = ctx;
-	r->run = gpufile__staged_task;
+	r->ops = &gpufile__staged_ops;
 	r->cfg.direct_io = GPUFILE__DIRECT_OFF; /* the map's pages */
 	return 0;
 }
@@ -285,7 +287,7 @@ ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf, size_t size,
 	if (rc)
 		return rc;
 	gpufile__request_init(&r);
-	if (r.run == mmap_host_task && r.ntasks <= 1) {
+	if (r.ops == &mmap_host_ops && r.ntasks <= 1) {
 		gpufile__request_run_inline(&r);
 	} else {
 		rc = gpufile__request_submit(&r);
