@@ -419,6 +419,11 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 	char why[sizeof(h->cufile_reason)];
 	int first = 0;
 
+	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
+		/* Decided by the buffer alone: no handle state, no lock. */
+		gpufile__decide(&f, d);
+		return 0;
+	}
 	pthread_mutex_lock(&h->lock);
 	if (kind == GPUFILE_MEM_DEVICE && size >= cfg->gds_threshold &&
 	    cfg->compat_mode != GPUFILE_COMPAT_ON)
