@@ -118,6 +118,8 @@ GPUFILE_API const char *gpufile_version(void);
  *   cuda      the CUDA driver, libcuda.so.1, can be loaded;
  *   cufile    the cuFile library (the cufile_library setting) is loaded or
  *             can be loaded.
+ *   remote    built with libcurl: http://, https:// and s3:// URLs open;
+ *   sigv4     built with libcrypto: S3 requests are signed (SigV4).
  * CUDA and cuFile are always reached through dlopen, never linked. This
  * call may load (never initialize) libcuda and libcufile; whether a GPU is
  * usable is gpufile_cuda_device_count()'s answer, whether cuFile's driver
@@ -250,6 +252,8 @@ typedef struct gpufile gpufile_t;
  * open itself never blocks on them. A directory fails with -EISDIR, a FIFO
  * or socket with -ESPIPE, a character device with -ENODEV; the message
  * names the path and its kind.
+ * An http://, https:// or s3:// URL opens a read-only remote object ("r"
+ * only, else -EROFS): see gpufile_remote_info() below.
  */
 GPUFILE_API int gpufile_open(gpufile_t **out, const char *path,
                              const char *flags);
@@ -261,7 +265,8 @@ GPUFILE_API int gpufile_close(gpufile_t *h);
 /* The file's current size in bytes, or -errno. */
 GPUFILE_API int64_t gpufile_size(gpufile_t *h);
 
-/* The path h was opened with. Valid until gpufile_close(h). */
+/* The path h was opened with (for a URL: without user information and
+ * query, as in messages). Valid until gpufile_close(h). */
 GPUFILE_API const char *gpufile_filename(gpufile_t *h);
 
 /*
@@ -289,7 +294,8 @@ GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
 GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                                    int64_t file_offset);
 
-/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno. */
+/* Flushes the file's data to storage (fdatasync). Returns 0 or -errno
+ * (0 at once for a remote object, which is read-only). */
 GPUFILE_API int gpufile_sync(gpufile_t *h);
 
 /* An asynchronous request. */
@@ -334,10 +340,12 @@ typedef enum gpufile_path {
 	GPUFILE_PATH_CUFILE = 2, /* device buffer handed to cuFile */
 	GPUFILE_PATH_SMALL = 3,  /* device request below gds_threshold */
 	GPUFILE_PATH_MMAP = 4,   /* a memory-mapped handle (gpufile_mmap_*) */
-	GPUFILE_PATH_COUNT = 5,
+	GPUFILE_PATH_REMOTE = 5, /* a remote object (HTTP, S3) over libcurl */
+	GPUFILE_PATH_COUNT = 6,
 } gpufile_path_t;
 
-/* "host", "posix", "cufile", "small" or "mmap"; "?" when out of range. */
+/* "host", "posix", "cufile", "small", "mmap" or "remote"; "?" when out of
+ * range. */
 GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 
 /* Which path a device-memory request of at least gds_threshold bytes on h
@@ -479,6 +487,38 @@ GPUFILE_API int gpufile_stats_clean(void);
  * made>" into buf (len bytes, truncated to fit). Returns 1 shared
  * (gpufile stats PID sees them), 0 private, or -EINVAL (buf NULL, len 0). */
 GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
+
+/* ---- remote sources (remote.c) ----
+ *
+ * gpufile_open() also takes http://, https:// and s3://BUCKET/KEY URLs
+ * (and presigned S3 URLs), read-only ("r"): see docs/man/man3 and the
+ * README's "Remote objects". Their requests count under
+ * GPUFILE_PATH_REMOTE; these counters add what HTTP did. */
+
+#define GPUFILE_REMOTE_STATUS_CLASSES 6
+typedef struct gpufile_remote_stats {
+	uint64_t requests; /* HTTP requests sent, retries included */
+	uint64_t ranges;   /* ranges that arrived whole */
+	uint64_t bytes;    /* bytes of those ranges */
+	uint64_t retries;  /* attempts repeated after a retryable failure */
+	uint64_t failures; /* ranges that failed after every attempt */
+	uint64_t connects; /* connections opened (the rest were reused) */
+	/* responses by class: [0] none (a curl error), [1..5] 1xx..5xx */
+	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+} gpufile_remote_stats_t;
+
+/* Reads process pid's remote counters (0: this process) into *out.
+ * Returns 0 or an error as gpufile_stats_read(). */
+GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
+
+/* Checks url the way gpufile_open() would and writes a report into out
+ * (len bytes, lines "key: value"): the endpoint (redacted: no user
+ * information, no query), the kind (http, s3, presigned URL), whether
+ * credentials are present (never their values), the region (S3), the
+ * HEAD (or GET bytes 0-0) result and the size. Returns 0, or the error
+ * gpufile_open() would return (the report then says what failed);
+ * -ENOTSUP when built without libcurl. */
+GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */
@@ -935,6 +975,14 @@ GPUFILE_API int gpufile_safetensors_tensor(const gpufile_safetensors_t *st,
                                            int index,
                                            gpufile_safetensors_tensor_t *out);
 
+/* Describes tensors first, first+1, ... into out[0..n-1], stopping at the
+ * last tensor: the whole table in one call. Returns the number filled
+ * (0 when first == count), or -EINVAL for NULL, a negative first or n,
+ * or first > count. */
+GPUFILE_API int gpufile_safetensors_tensors(const gpufile_safetensors_t *st,
+                                            int first, int n,
+                                            gpufile_safetensors_tensor_t *out);
+
 /* The index of the tensor called name, or -ENOENT (message names the file
  * and the tensor). O(log count). */
 GPUFILE_API int gpufile_safetensors_find(const gpufile_safetensors_t *st,
@@ -1000,6 +1048,72 @@ GPUFILE_API ssize_t gpufile_safetensors_load(const gpufile_safetensors_t *st,
 GPUFILE_API ssize_t
 gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
                                  const int *indices, void *const *dsts);
+
+/* ------------------------------------------------------------------ */
+/* Stream-ordered reads and writes                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Places a read (or write) of size bytes at file_offset into (from) buf on
+ * the CUDA stream stream (a CUstream or cudaStream_t; NULL is the legacy
+ * default stream of the current context) and returns at once:
+ *   - work queued on stream before the call has finished before gpufile
+ *     touches buf (a kernel that fills buf before a write is written);
+ *   - work queued on stream after the call starts only once the request
+ *     has ended: it sees the file's bytes in buf, and *n_out;
+ *   - *n_out (host memory owned by the caller, valid until the stream has
+ *     reached that point) then holds the bytes moved, as gpufile_pread or
+ *     gpufile_pwrite would have returned them, or a negative code (-errno
+ *     or GPUFILE_E*) when the request failed. It is written once, with an
+ *     atomic store, so peeking earlier sees the old value or the final
+ *     one. The stream is released on failure too: an error never leaves
+ *     it waiting. The detailed message of such a failure is not available
+ *     (it happened in another thread).
+ * buf may be device memory or host memory. The call itself returns 0
+ * when the request is queued, or an error found before anything was queued
+ * (then *n_out is untouched and the stream is unchanged): bad handle,
+ * buffer, range or open mode as gpufile_pread, GPUFILE_ENOCUDA without a
+ * driver, GPUFILE_ECUDA when the driver refuses the event or the wait,
+ * -EINVAL when the stream is capturing a CUDA graph (a graph cannot
+ * replay a host-side read), and with compat_mode=off the error cuFile
+ * gives.
+ *
+ * How the order is kept (gpufile_stream_info() says which, and why):
+ * where the file's device requests take cuFile and libcufile has
+ * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
+ * stream ("cufile"). Otherwise the stream waits (cuStreamWaitValue32)
+ * for a flag that gpufile sets once the request has run through its
+ * usual path, the pipelined bounce buffers for device memory
+ * ("wait-value"); where the driver refuses stream memory operations, a
+ * host function holds the stream instead ("host-func"); a driver with
+ * neither makes the call synchronise the stream and run the request
+ * before returning ("blocking").
+ *
+ * Where gpufile differs from KvikIO's FileHandle::read_async and from
+ * cuFileReadAsync on purpose: size and offsets are values read at the
+ * call, not pointers read when the stream reaches the request (the
+ * posix path starts reading before then); there is no separate buffer
+ * offset (pass buf + offset); no future object is returned (the stream
+ * is the future: synchronise it, then read *n_out). The stream is not
+ * registered with cuFileStreamRegister: gpufile cannot know when the
+ * caller destroys it. A handle must not be closed before the stream has
+ * reached the request (gpufile_close waits for it).
+ */
+GPUFILE_API int gpufile_read_async(gpufile_t *h, void *buf, size_t size,
+                                   int64_t file_offset, void *stream,
+                                   ssize_t *n_out);
+GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
+                                    int64_t file_offset, void *stream,
+                                    ssize_t *n_out);
+
+/* How a stream-ordered read (is_write 0) or write (1) of size bytes
+ * into/from buf on h would keep its order, as a sentence starting with
+ * "cufile:", "wait-value:", "host-func:" or "blocking:" written into
+ * reason (len bytes, NUL-terminated; may be NULL). Queues nothing; may
+ * load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
+ * the error gpufile_read_async() would return for these arguments. */
+GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
+                                    int is_write, char *reason, size_t len);
 
 #ifdef __cplusplus
 }

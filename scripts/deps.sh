@@ -30,6 +30,8 @@ packages=(
 	python3 python3-pytest python3-numpy  # python/ binding tests
 	groff-base man-db              # man page checks (tests/pkg/check_man.py)
 	python3-venv python3-setuptools python3-wheel  # python/README.md install route
+	libcurl4-openssl-dev libssl-dev  # remote sources: HTTP(S) and S3 SigV4
+	nginx-light python3-botocore curl  # remote tests: nginx, S3 signature check
 )
 
 missing=()

@@ -38,6 +38,9 @@ nproc; uname -r; df -h / | tail -1; findmnt -no FSTYPE,SOURCE -T /root
 log build
 extra=()
 [ -d .carry/liburing ] && extra+=(-DGPUFILE_LIBURING_DIR="$root/.carry/liburing")
+# Remote sources: libcurl/OpenSSL headers carried, the system's libraries.
+[ -d .carry/curl ] && extra+=(-DGPUFILE_CURL_DIR="$root/.carry/curl")
+[ -d .carry/openssl ] && extra+=(-DGPUFILE_OPENSSL_DIR="$root/.carry/openssl")
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"$OUT/cmake.log" 2>&1 ||
 	{ cat "$OUT/cmake.log"; exit 1; }
 target=all
@@ -166,6 +169,44 @@ validate)
 	$B/gpufile stats $pid; echo "gpufile stats exit=$?"
 	log "cost of cuFile stats level 3"
 	bash scripts/cufile_stats_cost.sh $B $data/file1g.bin 6 3 2>&1 | tail -8
+	;;
+final-tests)
+	# Every test on real GPUs (two where there are two), remote ones
+	# against the carried nginx, and KvikIO's 32 KiB bounce buffer value.
+	log "machine: NUMA nodes"
+	ls -d /sys/devices/system/node/node* 2>/dev/null | wc -l
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -25
+	for t in test_gpu_stream test_gpu_multi test_gpu_cold_eof; do
+		[ -x $B/tests/$t ] && { echo "--- $t"; $B/tests/$t 2>&1 | tail -12; }
+	done
+	log "python tests"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs python/tests 2>&1 |
+		tee "$OUT/pytest.log" | tail -15
+	log "KVIKIO_BOUNCE_BUFFER_SIZE=32768"
+	make_file $data/file1g.bin $((1 << 30))
+	KVIKIO_BOUNCE_BUFFER_SIZE=32768 $B/gpufile read $data/file1g.bin --no-progress 2>&1 | head -12
+	KVIKIO_BOUNCE_BUFFER_SIZE=32768 $B/gpufile config 2>&1 | tail -4
+	;;
+final-bench)
+	# One run of every benchmark the open issues ask for.
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	log "warm 4 GiB into GPU memory against the pinned copy ceiling"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) 2>&1 | tee "$OUT/gpu_bench.log" | tail -14
+	log "first read in a fresh process"
+	bash bench/first_read.sh $B $data 5 2>&1 | tee "$OUT/first_read.log" | tail -12
+	log "batches of small reads"
+	bash bench/batch_bench.sh $root/$B $data 2>&1 | tee "$OUT/batch.log" | tail -16
+	log "safetensors"
+	python3 bench/st_bench.py --dir $data --rounds 3 --no-cold 2>&1 | tee "$OUT/st_bench.log" | tail -12
+	[ "$(nvidia-smi -L | wc -l)" -ge 2 ] &&
+		python3 bench/st_bench.py --dir $data --two-gpus --rounds 3 --no-cold 2>&1 | tail -6
+	log "remote"
+	BUILD_DIR=$B REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 | tee "$OUT/remote.log" | tail -40
 	;;
 st)
 	log "safetensors: C test"

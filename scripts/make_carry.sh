@@ -50,4 +50,46 @@ if [ ! -x .carry/fio/fio ]; then
 	strip .carry/fio/fio
 	rm -rf "$work"
 fi
+# Remote sources (src/remote.c) and bench/remote_bench.sh: libcurl's and
+# OpenSSL's headers (the GPU machine has the runtime libraries, not the
+# headers; CMake's GPUFILE_CURL_DIR/GPUFILE_OPENSSL_DIR), and Debian's nginx
+# with the libraries it links beyond libc, run with LD_LIBRARY_PATH (checked
+# below by starting the carried copy on loopback).
+rm -rf .carry/curl .carry/openssl .carry/nginx
+mkdir -p .carry/curl/include .carry/openssl/include .carry/nginx/lib
+cp -r /usr/include/x86_64-linux-gnu/curl .carry/curl/include/
+cp -r /usr/include/openssl .carry/openssl/include/
+cp /usr/include/x86_64-linux-gnu/openssl/*.h .carry/openssl/include/openssl/
+cp /usr/sbin/nginx .carry/nginx/nginx
+for l in $(ldd /usr/sbin/nginx | awk '/=> \// {print $3}'); do
+	case $(basename "$l") in
+	libc.so.* | libm.so.* | ld-linux*) ;;
+	*) cp -L "$l" .carry/nginx/lib/ ;;
+	esac
+done
+if [ -d /usr/lib/nginx/modules ]; then
+	cp -r /usr/lib/nginx/modules .carry/nginx/modules
+fi
+cat >.carry/nginx/run <<'RUN'
+#!/bin/sh
+# The carried nginx with its own libraries.
+here=$(dirname "$(readlink -f "$0")")
+LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec "$here/nginx" "$@"
+RUN
+chmod +x .carry/nginx/run
+carry_check=$(mktemp -d)
+echo carried >"$carry_check/probe.txt"
+chmod 755 "$carry_check"
+coproc NGX { exec env GPUFILE_NGINX="$PWD/.carry/nginx/run" python3 tests/remote/nginx_server.py "$carry_check"; }
+read -r _ ngx_port _ _ <&"${NGX[0]}"
+if [ "$(curl -s "http://127.0.0.1:$ngx_port/probe.txt")" = carried ]; then
+	echo "make_carry: carried nginx serves on 127.0.0.1:$ngx_port"
+else
+	echo "make_carry: the carried nginx does not serve" >&2
+	kill "$NGX_PID"
+	exit 1
+fi
+kill "$NGX_PID"
+wait "$NGX_PID" 2>/dev/null || true
+rm -rf "$carry_check"
 du -sh .carry

@@ -19,7 +19,7 @@ root=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
-TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof}
+TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream}
 jobs=$(nproc 2>/dev/null || echo 2)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -111,7 +111,7 @@ cli_smoke() {
 		"'$g' read '$f' --host --offset 1k --size 1m --json |
 		python3 -c 'import json,sys; d=json.load(sys.stdin);
 assert d[\"bytes\"] == 1048576 and d[\"target\"] == \"host\", d;
-assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\",\"mmap\"};
+assert set(d[\"paths\"]) == {\"host\",\"posix\",\"cufile\",\"small\",\"mmap\",\"remote\"};
 assert d[\"paths\"][\"host\"][\"bytes\"] == 1048576;
 assert \"task_size\" in d[\"settings\"]'"
 	check "config --json" 0 '' bash -c \

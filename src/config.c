@@ -8,8 +8,8 @@
  * too: honoured (COMPAT_MODE, NTHREADS and its alias NUM_THREADS,
  * TASK_SIZE, GDS_THRESHOLD, BOUNCE_BUFFER_SIZE clamped to what staging
  * needs, AUTO_DIRECT_IO_READ/WRITE onto direct_io), or accepted and
- * reported as unused (remote I/O, logging). What was clamped, ignored or
- * looks misspelled is kept as a warning: gpufile config shows them, and the
+ * reported as unused (verbose remote log, logging). What was clamped, ignored
+ * or looks misspelled is kept as a warning: gpufile config shows them, and the
  * first request of the process prints them once to stderr.
  *
  * Variables that name code to load (cufile_library) are read with
@@ -105,6 +105,19 @@ static uint64_t default_nthreads(void)
 	return (uint64_t)n;
 }
 
+static uint64_t default_http_attempts(void)
+{
+	return 3;
+}
+static uint64_t default_http_timeout(void)
+{
+	return 60;
+}
+static uint64_t default_remote_connections(void)
+{
+	return 16;
+}
+
 #define KiB (1ull << 10)
 #define GiB (1ull << 30)
 
@@ -160,6 +173,18 @@ static struct setting settings[] = {
             "compat_mode=auto hands files to cuFile only where it can take an "
             "accelerated path (nvidia-fs or P2PDMA); off: also to cuFile's "
             "compat path"),
+    /* Remote sources (remote.c); KvikIO's names and defaults. */
+    SETTING("http_max_attempts", KIND_COUNT, 1, 100, default_http_attempts,
+            "attempts per HTTP range before it fails (remote objects)"),
+    SETTING("http_timeout", KIND_COUNT, 1, 86400, default_http_timeout,
+            "seconds an HTTP range may take (or stall) before it is retried"),
+    {.name = "http_status_codes",
+     .kind = KIND_STRING,
+     .default_text = "429,500,502,503,504",
+     .help = "HTTP statuses that are retried (comma-separated)"},
+    SETTING("remote_connections", KIND_COUNT, 1, 1024,
+            default_remote_connections,
+            "HTTP connections per remote handle, reused between ranges"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -552,12 +577,10 @@ static void load_one(struct setting *st)
 }
 
 /* KvikIO 26.10 variables gpufile accepts but does not use (it has no
- * remote I/O and no log), and other GPUFILE_ variables of the project
- * (the Python binding, the tests and benchmarks). */
+ * verbose remote log and no log; KVIKIO_HTTP_* are settings, remote.c),
+ * and other GPUFILE_ variables of the project (the Python binding, the
+ * tests and benchmarks). */
 static const char *const kvikio_unused[] = {
-    "KVIKIO_HTTP_STATUS_CODES",
-    "KVIKIO_HTTP_MAX_ATTEMPTS",
-    "KVIKIO_HTTP_TIMEOUT",
     "KVIKIO_REMOTE_VERBOSE",
     "KVIKIO_LOG_LEVEL",
     "KVIKIO_LOG_FILE",
@@ -567,7 +590,7 @@ static const char *const gpufile_other[] = {
     "GPUFILE_LIBRARY",       "GPUFILE_CLI",        "GPUFILE_TEST_DIR",
     "GPUFILE_SOAK_SECONDS",  "GPUFILE_SOAK_FLOOD", "GPUFILE_SOAK_MAX_IO",
     "GPUFILE_FUZZ_SECONDS",  "GPUFILE_FUZZ_SHORT", "GPUFILE_TEST_INSTALLED",
-    "GPUFILE_TUTORIAL_FILE",
+    "GPUFILE_TUTORIAL_FILE", "GPUFILE_NGINX",
 };
 static const char *const kvikio_used[] = {
     "KVIKIO_NUM_THREADS",
@@ -628,8 +651,8 @@ static int known(const char *var, const char *prefix, char *closest, size_t len)
 		for (int i = 0; i < COUNT(kvikio_unused); i++)
 			if (strcmp(var, kvikio_unused[i]) == 0) {
 				warn("%s is a KvikIO setting gpufile accepts "
-				     "but does not use (gpufile has no remote "
-				     "I/O and no log)",
+				     "but does not use (gpufile has no verbose "
+				     "remote log and no log)",
 				     var);
 				return 1;
 			}

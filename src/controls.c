@@ -3,6 +3,7 @@
  * giving the pinned bounce buffers back without stopping the pool.
  */
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 
@@ -12,6 +13,8 @@ int gpufile_fd(gpufile_t *h, int direct)
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_fd: handle is NULL");
+	if (h->remote)
+		return gpufile__remote_no_fd(h, "gpufile_fd");
 	if (!direct)
 		return h->fd;
 	pthread_mutex_lock(&h->lock);

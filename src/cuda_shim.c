@@ -28,10 +28,15 @@ static atomic_int forked_after_init;
 static const struct {
 	const char *symbol;
 	size_t offset;
+	int optional; /* absent: the field stays NULL */
 } symbols[] = {
 #define SYM(field, name)                                                       \
 	{                                                                      \
-		name, offsetof(struct gpufile__cuda, field)                    \
+		name, offsetof(struct gpufile__cuda, field), 0                 \
+	}
+#define OPT(field, name)                                                       \
+	{                                                                      \
+		name, offsetof(struct gpufile__cuda, field), 1                 \
 	}
     SYM(cuInit, "cuInit"),
     SYM(cuDriverGetVersion, "cuDriverGetVersion"),
@@ -58,6 +63,16 @@ static const struct {
     SYM(cuEventRecord, "cuEventRecord"),
     SYM(cuEventSynchronize, "cuEventSynchronize"),
     SYM(cuGetErrorName, "cuGetErrorName"),
+    /* The _v2 wait is the one CUDA 12 documents and enables on every
+     * device; the first form needs stream memory operations enabled
+     * (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1) on older drivers. */
+    OPT(cuStreamWaitValue32, "cuStreamWaitValue32_v2"),
+    OPT(cuStreamWaitValue32, "cuStreamWaitValue32"),
+    OPT(cuLaunchHostFunc, "cuLaunchHostFunc"),
+    OPT(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
+    OPT(cuStreamGetCtx, "cuStreamGetCtx"),
+    OPT(cuStreamIsCapturing, "cuStreamIsCapturing"),
+#undef OPT
 #undef SYM
 };
 
@@ -68,6 +83,18 @@ static int resolve(void *lib)
 
 	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
 		void *fn = dlsym(lib, symbols[i].symbol);
+		void *have;
+
+		if (symbols[i].optional) {
+			/* A later spelling only fills what an earlier one
+			 * did not. */
+			memcpy(&have, (char *)&real + symbols[i].offset,
+			       sizeof(have));
+			if (fn && !have)
+				memcpy((char *)&real + symbols[i].offset, &fn,
+				       sizeof(fn));
+			continue;
+		}
 		if (!fn) {
 			snprintf(load_error, sizeof(load_error),
 			         "libcuda.so.1 lacks %s: driver too old",

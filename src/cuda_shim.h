@@ -32,6 +32,12 @@ typedef struct CUevent_st *CUevent;
 #define CU_MEMHOSTREGISTER_READ_ONLY        0x08
 #define CU_STREAM_NON_BLOCKING              0x1
 #define CU_EVENT_DISABLE_TIMING             0x2
+#define CU_MEMHOSTALLOC_DEVICEMAP           0x02
+#define CU_EVENT_BLOCKING_SYNC              0x1
+#define CU_STREAM_WAIT_VALUE_GEQ            0x0
+#define CUDA_ERROR_NOT_SUPPORTED            801
+
+typedef void (*CUhostFn)(void *user_data);
 
 /* Every driver call gpufile makes, so that tests can replace the table
  * (gpufile__cuda_override) to inject failures or run the staging logic
@@ -65,6 +71,18 @@ struct gpufile__cuda {
 	CUresult (*cuEventRecord)(CUevent event, CUstream stream);
 	CUresult (*cuEventSynchronize)(CUevent event);
 	CUresult (*cuGetErrorName)(CUresult rc, const char **name);
+
+	/* Optional entry points (stream-ordered requests, stream.c): NULL
+	 * when the driver lacks them; callers check. */
+	CUresult (*cuStreamWaitValue32)(CUstream stream, CUdeviceptr addr,
+	                                unsigned value, unsigned flags);
+	CUresult (*cuLaunchHostFunc)(CUstream stream, CUhostFn fn,
+	                             void *user_data);
+	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *dptr, void *p,
+	                                      unsigned flags);
+	CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext *ctx);
+	/* *status: 0 not capturing, 1 capturing, 2 capture invalidated. */
+	CUresult (*cuStreamIsCapturing)(CUstream stream, int *status);
 };
 
 /* The driver, loaded (dlopen + cuInit) on first call; NULL with the

@@ -209,6 +209,14 @@ typedef CUfileError_t (*cuFileDriverGetProperties_fn)(CUfileDrvProps_t *p);
 typedef CUfileError_t (*cuFileGetVersion_fn)(int *version);
 typedef CUfileError_t (*cuFileSetStatsLevel_fn)(int level);
 typedef CUfileError_t (*cuFileGetStatsL3_fn)(void *stats);
+/* Stream-ordered I/O (cuFile 1.7 on): every argument after buf_base is
+ * read, and *bytes_done written, when the stream reaches the call. */
+typedef CUfileError_t (*cuFileReadAsync_fn)(
+    CUfileHandle_t fh, void *buf_base, size_t *size_p, off_t *file_offset_p,
+    off_t *buf_offset_p, ssize_t *bytes_read_p, void *stream);
+typedef CUfileError_t (*cuFileWriteAsync_fn)(
+    CUfileHandle_t fh, void *buf_base, size_t *size_p, off_t *file_offset_p,
+    off_t *buf_offset_p, ssize_t *bytes_written_p, void *stream);
 
 /* The driver's tunables (cufile.h, cuFile 1.0 on; sizes in KiB), found
  * with dlsym when gpufile_cufile_driver_set() needs one. cuFile declares

@@ -152,8 +152,14 @@ static int load_locked(void)
 		table.optional |= GPUFILE__CUFILE_HAS_STATS;
 	else
 		table.cuFileGetStatsL3 = NULL;
-	if (dlsym(lib, "cuFileReadAsync") && dlsym(lib, "cuFileWriteAsync"))
+	table.cuFileReadAsync =
+	    (cuFileReadAsync_fn)(uintptr_t)dlsym(lib, "cuFileReadAsync");
+	table.cuFileWriteAsync =
+	    (cuFileWriteAsync_fn)(uintptr_t)dlsym(lib, "cuFileWriteAsync");
+	if (table.cuFileReadAsync && table.cuFileWriteAsync)
 		table.optional |= GPUFILE__CUFILE_HAS_STREAM;
+	else
+		table.cuFileReadAsync = NULL, table.cuFileWriteAsync = NULL;
 	if (dlsym(lib, "cuFileBatchIOSetUp") &&
 	    dlsym(lib, "cuFileBatchIOSubmit"))
 		table.optional |= GPUFILE__CUFILE_HAS_BATCH;

@@ -40,6 +40,9 @@ struct gpufile__cufile {
 	cuFileSetStatsLevel_fn cuFileSetStatsLevel;
 	cuFileGetStatsL3_fn cuFileGetStatsL3;
 	unsigned optional; /* GPUFILE__CUFILE_HAS_* */
+	/* GPUFILE__CUFILE_HAS_STREAM (stream.c); NULL when absent. */
+	cuFileReadAsync_fn cuFileReadAsync;
+	cuFileWriteAsync_fn cuFileWriteAsync;
 };
 
 /* The name of a cuFile status ("CU_FILE_HANDLE_NOT_REGISTERED"), or

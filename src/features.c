@@ -4,6 +4,7 @@
  * may refuse io_uring and a machine may lack the CUDA driver or cuFile.
  */
 #include "internal.h"
+#include "remote.h"
 #include "cuda_shim.h"
 
 #include <dlfcn.h>
@@ -89,6 +90,8 @@ const char *gpufile_features(void)
 		add(words, sizeof(words), "cuda");
 	if (cufile_usable())
 		add(words, sizeof(words), "cufile");
+	if (GPUFILE__REMOTE_FEATURES[0]) /* " remote sigv4" */
+		add(words, sizeof(words), &GPUFILE__REMOTE_FEATURES[1]);
 	gpufile__clear_error();
 	return words;
 }

@@ -6,6 +6,7 @@
 #include "cuda_shim.h"
 #include "cufile_shim.h"
 #include "decide.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -167,6 +168,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		                     "opening %s: invalid flags \"%s\" "
 		                     "(use r, r+, w, w+ or a)",
 		                     path, flags ? flags : "(null)");
+	if (gpufile__is_url(path)) /* http(s)://, s3:// (remote.c) */
+		return gpufile__remote_open(out, path, flags);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;
@@ -244,6 +247,8 @@ int gpufile_close(gpufile_t *h)
 	/* Futures the caller has not waited for may still be running. */
 	gpufile__handle_wait_idle(h);
 	gpufile__fork_untrack(h);
+	if (h->remote)
+		return gpufile__remote_close(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
 	if (h->cufile_handle)
@@ -267,6 +272,8 @@ int64_t gpufile_size(gpufile_t *h)
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_size: handle is NULL");
+	if (h->remote)
+		return gpufile__remote_size(h);
 	if (gpufile__sys.fstat(h->fd, &st) < 0)
 		return gpufile__fail(-errno, "fstat %s: %s", h->path,
 		                     strerror(errno));
@@ -282,6 +289,8 @@ int gpufile_sync(gpufile_t *h)
 {
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_sync: handle is NULL");
+	if (h->remote)
+		return 0; /* read-only: nothing to flush */
 	if (gpufile__sys.fdatasync(h->fd) < 0)
 		return gpufile__fail(-errno, "fdatasync %s: %s", h->path,
 		                     strerror(errno));
@@ -470,12 +479,15 @@ static int decide_path(struct gpufile__request *r)
 
 	if (rc)
 		return rc;
-	if (kind != GPUFILE_MEM_HOST && kind != GPUFILE_MEM_PINNED && !ctx) {
+	if (kind != GPUFILE_MEM_HOST && kind != GPUFILE_MEM_PINNED) {
 		/* Memory mapped with cuMemMap reports no context. */
-		rc = gpufile__primary_context(device, &ctx);
-		if (rc)
+		if (!ctx && (rc = gpufile__primary_context(device, &ctx)))
 			return rc;
+		r->device = device;
+		r->cuda_ctx = ctx;
 	}
+	if (r->h->remote) /* remote.c: HTTP ranges, staged for the GPU */
+		return gpufile__remote_route(r);
 	rc = choose(r->h, &r->cfg, kind, r->size, ctx, &d);
 	if (rc)
 		return rc;
@@ -484,8 +496,6 @@ static int decide_path(struct gpufile__request *r)
 		r->ops = &host_ops;
 		return 0;
 	}
-	r->device = device;
-	r->cuda_ctx = ctx;
 	r->ops = &gpufile__staged_ops;
 	if (d.path == GPUFILE_PATH_CUFILE) {
 		char *base = gpufile__cufile_buf_base(r->buf, r->size);
@@ -591,6 +601,13 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	}
 	gpufile__request_init(r);
 	return 0;
+}
+
+int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
+                             void *buf, size_t size, int64_t offset,
+                             int is_write)
+{
+	return prepare(r, h, buf, size, offset, is_write);
 }
 
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
@@ -740,6 +757,8 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "handle is NULL");
+	if (h->remote) /* remote.c: one path for every buffer */
+		return gpufile__remote_path_info(h, device_path, reason, len);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;

@@ -116,6 +116,12 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
+/* Remote sources (remote.c): one HTTP response (status 0: none, a curl
+ * error) and the connections opened for it, one retry, one range
+ * delivered (bytes) or failed. */
+void gpufile__stats_remote_response(long status, long connects);
+void gpufile__stats_remote_retry(void);
+void gpufile__stats_remote_range(uint64_t bytes, int failed);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
 /* Reads the segment behind descriptor fd as gpufile stats would (owner
@@ -169,6 +175,8 @@ struct gpufile {
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */
 	struct gpufile *fnext, *fprev;
+	struct gpufile__remote
+	    *remote; /* a remote object (remote.c), or NULL */
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,
@@ -423,5 +431,16 @@ size_t gpufile__staging_free(void);
  * Returns 0 with *out set, or an error (then *out is NULL) (file.c). */
 int gpufile__future_submit(const struct gpufile__request *prepared,
                            gpufile_future_t **out);
+
+/* ---- stream-ordered requests (stream.c) ---- */
+
+/* Validates a request and decides its path as gpufile_pread/pwrite would
+ * (r->path, r->cufile_handle, r->cufile_base, r->cuda_ctx), leaving r
+ * initialised but not submitted: the caller ends it with
+ * gpufile__request_destroy(). Not for writes to an "a" handle (their
+ * offset is placed at submission). Returns 0 or an error (file.c). */
+int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
+                             void *buf, size_t size, int64_t offset,
+                             int is_write);
 
 #endif

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,6 +164,8 @@ int gpufile_page_cache_info(gpufile_t *h, const char *path, int64_t offset,
 	if (!cached_bytes || !total_bytes)
 		return gpufile__fail(
 		    -EINVAL, "gpufile_page_cache_info: an output is NULL");
+	if (h && h->remote)
+		return gpufile__remote_no_fd(h, "gpufile_page_cache_info");
 	name = h ? h->path : path;
 	if (offset < 0)
 		return gpufile__fail(
@@ -211,6 +214,8 @@ int gpufile_drop_page_cache(gpufile_t *h, int64_t offset, size_t size)
 	if (!h)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_drop_page_cache: handle is NULL");
+	if (h->remote)
+		return gpufile__remote_no_fd(h, "gpufile_drop_page_cache");
 	if (offset < 0 || size > (size_t)INT64_MAX ||
 	    (int64_t)size > INT64_MAX - offset)
 		return gpufile__fail(-EINVAL,

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -328,6 +329,8 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
                            size_t len, int64_t off, char *scratch,
                            size_t scratch_len)
 {
+	if (h->remote) /* remote.c: an HTTP range request */
+		return gpufile__remote_read(h, buf, len, off);
 	if (!scratch || !gpufile__direct_read_wanted(h, direct_mode, len, off))
 		return gpufile__pread_full(h->fd, buf, len, off);
 	return direct_range(h, buf, len, off, scratch, scratch_len);

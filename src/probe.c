@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "cuda_shim.h"
+#include "remote.h"
 #include "cufile_shim.h"
 #include "decide.h"
 
@@ -975,6 +976,42 @@ static void check_file(struct list *l, const char *path,
 	}
 }
 
+/* A URL (remote.c): endpoint, kind, credentials (present or not, never
+ * their values), region, the HEAD (or bytes 0-0) result and the size: one
+ * item per line of gpufile_remote_info()'s report. */
+static void check_remote(struct list *l, const char *url)
+{
+	char report[2048], shown[1024], *save = NULL;
+	int rc = gpufile_remote_info(url, report, sizeof(report));
+
+	for (char *line = strtok_r(report, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *colon = strchr(line, ':'), name[48];
+		int failed;
+
+		if (!colon)
+			continue;
+		*colon = '\0';
+		failed = rc && (strcmp(line, "HEAD") == 0 ||
+		                strcmp(line, "GET bytes 0-0") == 0);
+		snprintf(name, sizeof(name), "remote.%s",
+		         strcmp(line, "GET bytes 0-0") == 0 ? "get_0_0"
+		         : strcmp(line, "HEAD") == 0        ? "head"
+		                                            : line);
+		add(l, name, failed ? GPUFILE_CHECK_FAIL : GPUFILE_CHECK_PASS,
+		    failed ? "failed" : colon + 2, "%s",
+		    failed ? colon + 2 : "");
+	}
+	gpufile__remote_redact(url, shown, sizeof(shown));
+	if (rc)
+		add(l, "file", GPUFILE_CHECK_FAIL, shown, "%s",
+		    report[0] ? "cannot be opened (see above)"
+		              : gpufile_errmsg());
+	else
+		add(l, "file", GPUFILE_CHECK_PASS, shown,
+		    "a remote object, read with HTTP range requests");
+}
+
 int gpufile_check(const char *path, gpufile_check_item_t *items, int max)
 {
 	struct list l = {items, max > 0 && items ? max : 0, 0};
@@ -993,7 +1030,9 @@ int gpufile_check(const char *path, gpufile_check_item_t *items, int max)
 	check_cufile_json(&l, &cfg);
 	check_cufile_env(&l);
 	check_settings(&l, &s, &settings_ok);
-	if (path)
+	if (path && gpufile__is_url(path))
+		check_remote(&l, path);
+	else if (path)
 		check_file(&l, path, &cp, &cfg, &s, settings_ok, gpus, ngpus);
 	gpufile__clear_error();
 	return l.n;

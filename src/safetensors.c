@@ -610,6 +610,26 @@ int gpufile_safetensors_tensor(const gpufile_safetensors_t *st, int index,
 	return 0;
 }
 
+int gpufile_safetensors_tensors(const gpufile_safetensors_t *st, int first,
+                                int n, gpufile_safetensors_tensor_t *out)
+{
+	int k;
+
+	if (!st || (n > 0 && !out))
+		return gpufile__fail(-EINVAL, "gpufile_safetensors_tensors: "
+		                              "NULL argument");
+	if (first < 0 || n < 0 || first > st->ntensors)
+		return gpufile__fail(-EINVAL,
+		                     "%s: tensors %d..%d+%d out of range (%d "
+		                     "tensors)",
+		                     st->path, first, first, n, st->ntensors);
+	/* One call for the whole table: a binding pays its per-call cost
+	 * once, not once per tensor (2,000 calls cost ~2 ms in ctypes). */
+	for (k = 0; k < n && first + k < st->ntensors; k++)
+		gpufile_safetensors_tensor(st, first + k, &out[k]);
+	return k;
+}
+
 int gpufile_safetensors_find(const gpufile_safetensors_t *st, const char *name)
 {
 	int lo = 0, hi;

@@ -56,8 +56,8 @@ uint64_t gpufile__now_ns(void)
 
 const char *gpufile_path_name(gpufile_path_t path)
 {
-	static const char *const names[] = {"host", "posix", "cufile", "small",
-	                                    "mmap"};
+	static const char *const names[] = {"host",  "posix", "cufile",
+	                                    "small", "mmap",  "remote"};
 
 	return (unsigned)path < GPUFILE_PATH_COUNT ? names[path] : "?";
 }
@@ -562,6 +562,36 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 	pthread_mutex_unlock(&seg_lock);
 }
 
+/* ---- remote sources (remote.c) ---- */
+
+void gpufile__stats_remote_response(long status, long connects)
+{
+	struct stats_seg *s = get_segment();
+	const long cls = status / 100;
+
+	ADD(s->remote.requests, 1);
+	if (connects > 0)
+		ADD(s->remote.connects, (uint64_t)connects);
+	ADD(s->remote.status[cls >= 1 && cls <= 5 ? cls : 0], 1);
+}
+
+void gpufile__stats_remote_retry(void)
+{
+	ADD(get_segment()->remote.retries, 1);
+}
+
+void gpufile__stats_remote_range(uint64_t bytes, int failed)
+{
+	struct stats_seg *s = get_segment();
+
+	if (failed) {
+		ADD(s->remote.failures, 1);
+		return;
+	}
+	ADD(s->remote.ranges, 1);
+	ADD(s->remote.bytes, bytes);
+}
+
 #else /* GPUFILE_NO_STATS: counters compiled out */
 
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
@@ -591,6 +621,22 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 {
 	(void)per_gpu;
 	(void)ngpus;
+}
+
+void gpufile__stats_remote_response(long status, long connects)
+{
+	(void)status;
+	(void)connects;
+}
+
+void gpufile__stats_remote_retry(void)
+{
+}
+
+void gpufile__stats_remote_range(uint64_t bytes, int failed)
+{
+	(void)bytes;
+	(void)failed;
 }
 
 void gpufile__stats_file_open(const char *path)
@@ -1058,6 +1104,36 @@ int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
 	rc = v.s && max > 0 ? copy_files(v.s, out, max) : 0;
 	release_view(&v);
 	return rc;
+}
+
+int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out)
+{
+	struct view v;
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_stats_remote: out is "
+		                              "NULL");
+	memset(out, 0, sizeof(*out));
+	rc = open_view(pid, &v);
+	if (rc < 0)
+		return rc;
+	if (rc == 1)
+		return 0; /* counting privately: nothing to read */
+	if (v.s) {
+		const struct stats_seg_remote *r = &v.s->remote;
+
+		out->requests = LOAD(r->requests);
+		out->ranges = LOAD(r->ranges);
+		out->bytes = LOAD(r->bytes);
+		out->retries = LOAD(r->retries);
+		out->failures = LOAD(r->failures);
+		out->connects = LOAD(r->connects);
+		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
+			out->status[i] = LOAD(r->status[i]);
+	}
+	release_view(&v);
+	return 0;
 }
 
 int gpufile_stats_backing(char *buf, size_t len)

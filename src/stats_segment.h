@@ -22,8 +22,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define STATS_SEG_MAGIC   0x5441545346555047ull /* "GPUFSTAT" little-endian */
-#define STATS_SEG_VERSION 3u /* 3: the memfd segment, the mmap path */
+#define STATS_SEG_MAGIC 0x5441545346555047ull /* "GPUFSTAT" little-endian */
+#define STATS_SEG_VERSION                                                      \
+	4u /* 3: the memfd segment, the mmap path;                             \
+	    4: remote counters */
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
@@ -96,6 +98,13 @@ struct stats_seg {
 		int32_t n;
 		gpufile_setting_value_t v[GPUFILE_MAX_SETTINGS];
 	} settings;
+
+	/* Remote sources (remote.c): gpufile_remote_stats_t, as atomics. */
+	struct stats_seg_remote {
+		_Atomic uint64_t requests, ranges, bytes, retries, failures;
+		_Atomic uint64_t connects;
+		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+	} remote;
 
 	struct stats_seg_slot shared;
 	struct stats_seg_slot slots[STATS_SEG_SLOTS];

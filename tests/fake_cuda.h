@@ -7,6 +7,15 @@
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
  * fail_dtoh: the next N calls). Install with gpufile__cuda_override(&fake)
  * after pointing dev_base at DEV_SIZE bytes. Include once per program.
+ *
+ * Stream-ordered requests (test_stream.c) use three more ops: a host
+ * function (cuLaunchHostFunc; tests queue their "kernels" as host
+ * functions too), a wait for a 32-bit value (cuStreamWaitValue32, GEQ),
+ * which blocks whoever runs the stream until the value is stored, and
+ * a marker for events. A stream is run by one thread at a time (busy);
+ * fake_wait_refused makes cuStreamWaitValue32 answer
+ * CUDA_ERROR_NOT_SUPPORTED (a test removes an entry point by installing
+ * a copy of the table with that field NULL).
  */
 #ifndef GPUFILE_TEST_FAKE_CUDA_H
 #define GPUFILE_TEST_FAKE_CUDA_H
@@ -14,8 +23,10 @@
 #include "cuda_shim.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef DEV_SIZE
 #define DEV_SIZE (40u << 20)
@@ -28,17 +39,24 @@ static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
 
 /* ---- fake driver state, all under fake_lock ---- */
 
+enum { OP_COPY = 0, OP_MARKER = 1, OP_WAIT = 2, OP_HOSTFN = 3 };
+
 struct op {
-	int is_marker;
+	int kind; /* OP_* */
 	void *dst;
 	const void *src;
 	size_t size;
+	uint32_t *addr; /* OP_WAIT: until (int32_t)(*addr - value) >= 0 */
+	uint32_t value;
+	CUhostFn fn; /* OP_HOSTFN */
+	void *data;
 };
 
 struct CUstream_st {
 	struct op *ops;
 	size_t nops, cap;
 	size_t done; /* ops[0, done) have run */
+	int busy;    /* a thread runs a blocking op of it, unlocked */
 };
 
 struct CUevent_st {
@@ -57,6 +75,9 @@ static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
 static long htod_calls, dtoh_calls, hostalloc_calls;
 static int bad_copies; /* copies touching memory they should not */
+static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
+static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
+static long wait_ops, hostfn_ops; /* queued so far */
 /* "Device" memory at or past dev_base + fake_managed_from reports itself
  * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
 static size_t fake_managed_from = (size_t)-1;
@@ -82,19 +103,53 @@ static int in_pinned(const void *p, size_t size)
 	return 0;
 }
 
-/* Caller holds fake_lock. Runs s's ops up to (not including) upto. */
+/* Caller holds fake_lock. Runs s's ops up to (not including) upto. A
+ * wait polls its value (the library stores it from the host, without
+ * telling the fake); a host function runs with fake_lock released. */
 static void run_ops(struct CUstream_st *s, size_t upto)
 {
 	while (s->done < upto && s->done < s->nops) {
-		struct op *o = &s->ops[s->done++];
-		if (!o->is_marker)
-			memcpy(o->dst, o->src, o->size);
+		struct op o;
+
+		if (s->busy) {
+			pthread_cond_wait(&fake_cond, &fake_lock);
+			continue;
+		}
+		o = s->ops[s->done]; /* a copy: ops may grow while unlocked */
+		if (o.kind == OP_COPY) {
+			memcpy(o.dst, o.src, o.size);
+		} else if (o.kind == OP_WAIT) {
+			s->busy = 1;
+			while ((int32_t)(__atomic_load_n(o.addr,
+			                                 __ATOMIC_SEQ_CST) -
+			                 o.value) < 0) {
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += 1000000;
+				if (ts.tv_nsec >= 1000000000) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&fake_cond, &fake_lock,
+				                       &ts);
+			}
+			s->busy = 0;
+		} else if (o.kind == OP_HOSTFN) {
+			s->busy = 1;
+			pthread_mutex_unlock(&fake_lock);
+			o.fn(o.data);
+			pthread_mutex_lock(&fake_lock);
+			s->busy = 0;
+		}
+		s->done++;
+		pthread_cond_broadcast(&fake_cond);
 	}
 }
 
 static CUresult enqueue(struct CUstream_st *s, struct op o)
 {
-	if (!s)
+	if ((uintptr_t)s <= 2) /* the default streams: not faked */
 		return CUDA_ERROR_INVALID_VALUE;
 	if (s->nops == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
@@ -290,7 +345,10 @@ static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	rc = enqueue(s, (struct op){0, (void *)(uintptr_t)dst, src, size});
+	rc = enqueue(s, (struct op){.kind = OP_COPY,
+	                            .dst = (void *)(uintptr_t)dst,
+	                            .src = src,
+	                            .size = size});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -311,8 +369,10 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	rc =
-	    enqueue(s, (struct op){0, dst, (const void *)(uintptr_t)src, size});
+	rc = enqueue(s, (struct op){.kind = OP_COPY,
+	                            .dst = dst,
+	                            .src = (const void *)(uintptr_t)src,
+	                            .size = size});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -331,9 +391,11 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 
 static CUresult f_stream_sync(CUstream s)
 {
-	if (!s)
-		return CUDA_SUCCESS; /* the default stream: f_memcpy is
-		                        synchronous */
+	/* The default stream (NULL, or CU_STREAM_LEGACY 0x1 and
+	 * CU_STREAM_PER_THREAD 0x2 as CUDA Array Interface producers name
+	 * it): f_memcpy is synchronous, nothing is queued there. */
+	if ((uintptr_t)s <= 2)
+		return CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
 	run_ops(s, s->nops);
 	pthread_mutex_unlock(&fake_lock);
@@ -380,10 +442,11 @@ static CUresult f_event_record(CUevent e, CUstream s)
 {
 	CUresult rc;
 
-	if (!e || !s)
+	if (!e || (uintptr_t)s <= 2)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
-	rc = enqueue(s, (struct op){1, NULL, NULL, 0});
+	rc = enqueue(
+	    s, (struct op){OP_MARKER, NULL, NULL, 0, NULL, 0, NULL, NULL});
 	e->stream = s;
 	e->seq = s->nops;
 	pthread_mutex_unlock(&fake_lock);
@@ -401,6 +464,47 @@ static CUresult f_event_sync(CUevent e)
 	return CUDA_SUCCESS;
 }
 
+static CUresult f_wait_value32(CUstream s, CUdeviceptr addr, unsigned value,
+                               unsigned flags)
+{
+	CUresult rc;
+
+	if (flags != CU_STREAM_WAIT_VALUE_GEQ || !s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	if (fake_wait_refused) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	wait_ops++;
+	rc = enqueue(s, (struct op){OP_WAIT, NULL, NULL, 0,
+	                            (uint32_t *)(uintptr_t)addr, value, NULL,
+	                            NULL});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_launch_host_func(CUstream s, CUhostFn fn, void *data)
+{
+	CUresult rc;
+
+	if (!s || !fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	hostfn_ops++;
+	rc = enqueue(s,
+	             (struct op){OP_HOSTFN, NULL, NULL, 0, NULL, 0, fn, data});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_host_get_devptr(CUdeviceptr *d, void *p, unsigned flags)
+{
+	(void)flags;
+	*d = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
 static CUresult f_error_name(CUresult rc, const char **name)
 {
 	switch (rc) {
@@ -412,6 +516,9 @@ static CUresult f_error_name(CUresult rc, const char **name)
 		break;
 	case CUDA_ERROR_FAKE_COPY:
 		*name = "CUDA_ERROR_FAKE_COPY";
+		break;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		*name = "CUDA_ERROR_NOT_SUPPORTED";
 		break;
 	default:
 		*name = "CUDA_ERROR_UNKNOWN";
@@ -446,6 +553,9 @@ static const struct gpufile__cuda fake = {
     .cuEventRecord = f_event_record,
     .cuEventSynchronize = f_event_sync,
     .cuGetErrorName = f_error_name,
+    .cuStreamWaitValue32 = f_wait_value32,
+    .cuLaunchHostFunc = f_launch_host_func,
+    .cuMemHostGetDevicePointer = f_host_get_devptr,
 };
 
 #endif

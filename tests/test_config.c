@@ -754,7 +754,7 @@ static void test_kvikio_values(void)
 	gpufile_config_reset();
 	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
 
-	/* Remote I/O and logging: accepted, reported as unused. */
+	/* Verbose remote log and logging: accepted, reported as unused. */
 	clear_kvikio_extra();
 	setenv("KVIKIO_HTTP_STATUS_CODES", "429,500,502,503,504", 1);
 	setenv("KVIKIO_HTTP_MAX_ATTEMPTS", "3", 1);
@@ -765,8 +765,11 @@ static void test_kvikio_values(void)
 	setenv("KVIKIO_AUTO_DIRECT_IO_READ_OVERREAD", "1", 1);
 	gpufile_config_reset();
 	CHECK_EQ(gpufile_config_check(), 0);
-	CHECK(find_warning("KVIKIO_HTTP_TIMEOUT is a KvikIO setting gpufile "
+	CHECK(find_warning("KVIKIO_REMOTE_VERBOSE is a KvikIO setting gpufile "
 	                   "accepts but does not use") >= 0);
+	/* KVIKIO_HTTP_* are remote.c's settings: used, no warning. */
+	CHECK_EQ(find_warning("KVIKIO_HTTP_TIMEOUT"), -1);
+	CHECK(strcmp(get("http_timeout", NULL, NULL, 0), "60") == 0);
 	CHECK(find_warning("KVIKIO_LOG_FILE is a KvikIO setting") >= 0);
 	CHECK_EQ(find_warning("did you mean"), -1);
 	CHECK_EQ(gpufile_open(&h, path, "r"), 0);

@@ -43,19 +43,19 @@ static void test_version(void)
 /* Only known words, each once, in the documented order. */
 static void test_words_known(const char *f)
 {
-	static const char *const order[] = {"liburing", "cjson", "stats",
-	                                    "cuda", "cufile"};
+	static const char *const order[] = {
+	    "liburing", "cjson", "stats", "cuda", "cufile", "remote", "sigv4"};
 	const char *p = f;
 	size_t next = 0;
 
 	while (*p) {
 		size_t len = strcspn(p, " "), i;
 
-		for (i = next; i < 5; i++)
+		for (i = next; i < 7; i++)
 			if (strlen(order[i]) == len &&
 			    !strncmp(p, order[i], len))
 				break;
-		if (i == 5) {
+		if (i == 7) {
 			fprintf(stderr,
 			        "unknown, repeated or misplaced word in "
 			        "\"%s\" at \"%s\"\n",

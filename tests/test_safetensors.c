@@ -297,6 +297,37 @@ static void test_accessors(const char *p)
 	CHECK_EQ(gpufile_safetensors_tensor(st, 7, &t), -EINVAL);
 	CHECK_EQ(gpufile_safetensors_tensor(st, -1, &t), -EINVAL);
 
+	/* The whole table in one call equals the per-index accessor, stops
+	 * at the last tensor, and refuses a start past the end. */
+	{
+		gpufile_safetensors_tensor_t all[9], one;
+
+		memset(all, 0, sizeof(all));
+		CHECK_EQ(gpufile_safetensors_tensors(st, 0, 9, all), 7);
+		for (int j = 0; j < 7; j++) {
+			CHECK_EQ(gpufile_safetensors_tensor(st, j, &one), 0);
+			CHECK(strcmp(all[j].name, one.name) == 0);
+			CHECK(all[j].shape == one.shape);
+			CHECK_EQ(all[j].ndim, one.ndim);
+			CHECK_EQ(all[j].begin, one.begin);
+			CHECK_EQ(all[j].end, one.end);
+			CHECK_EQ(all[j].dtype_order, one.dtype_order);
+			CHECK_EQ(all[j].file_offset, one.file_offset);
+		}
+		CHECK(all[7].name == NULL);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 5, 9, all), 2);
+		CHECK(strcmp(all[1].name, "q.f4") == 0);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 6, 1, all), 1);
+		CHECK(strcmp(all[0].name, "q.f4") == 0);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 7, 3, all), 0);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 8, 1, all), -EINVAL);
+		CHECK_CONTAINS(gpufile_errmsg(), p);
+		CHECK_EQ(gpufile_safetensors_tensors(st, -1, 1, all), -EINVAL);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 0, -1, all), -EINVAL);
+		CHECK_EQ(gpufile_safetensors_tensors(st, 0, 1, NULL), -EINVAL);
+		CHECK_EQ(gpufile_safetensors_tensors(NULL, 0, 1, all), -EINVAL);
+	}
+
 	CHECK_EQ(gpufile_safetensors_metadata_count(st), 2);
 	CHECK_EQ(gpufile_safetensors_metadata(st, 1, &k, &v), 0);
 	CHECK(strcmp(k, "note") == 0 && strcmp(v, "h\xc3\xa9") == 0);

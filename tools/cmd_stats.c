@@ -120,6 +120,45 @@ static void json_counter(struct json *j, const char *key,
 	json_object_end(j);
 }
 
+/* The remote sources' HTTP counters (gpufile_stats_remote), as JSON
+ * ("remote_http": null when the process sent no HTTP request) or a line. */
+static void remote_counters(struct json *j, int pid)
+{
+	static const char *const cls[GPUFILE_REMOTE_STATUS_CLASSES] = {
+	    "none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+	gpufile_remote_stats_t r;
+
+	if (gpufile_stats_remote(pid, &r) || !r.requests) {
+		if (j)
+			json_key_null(j, "remote_http");
+		return;
+	}
+	if (!j) {
+		printf("remote HTTP: requests=%" PRIu64 " ranges=%" PRIu64
+		       " bytes=%" PRIu64 " retries=%" PRIu64
+		       " failed_ranges=%" PRIu64 " connects=%" PRIu64
+		       " status:",
+		       r.requests, r.ranges, r.bytes, r.retries, r.failures,
+		       r.connects);
+		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
+			printf(" %s=%" PRIu64, cls[i], r.status[i]);
+		printf("\n");
+		return;
+	}
+	json_object_begin(j, "remote_http");
+	json_key_u64(j, "requests", r.requests);
+	json_key_u64(j, "ranges", r.ranges);
+	json_key_u64(j, "bytes", r.bytes);
+	json_key_u64(j, "retries", r.retries);
+	json_key_u64(j, "failed_ranges", r.failures);
+	json_key_u64(j, "connects", r.connects);
+	json_object_begin(j, "status");
+	for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
+		json_key_u64(j, cls[i], r.status[i]);
+	json_object_end(j);
+	json_object_end(j);
+}
+
 static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
                        int nfiles, const gpufile_stats_t *prev, double seconds)
 {
@@ -196,6 +235,7 @@ static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		json_array_end(&j);
 	}
 	json_key_u64(&j, "files_opened", s->files_opened);
+	remote_counters(&j, s->pid);
 	json_array_begin(&j, "files");
 	for (int i = 0; i < nfiles; i++) {
 		json_object_begin(&j, NULL);
@@ -290,6 +330,7 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 			       util_human_bytes(c->bytes, hb, sizeof(hb)));
 		}
 	}
+	remote_counters(NULL, s->pid);
 	if (s->direct_io_fallbacks)
 		printf("O_DIRECT refused on %" PRIu64 " file(s)\n",
 		       s->direct_io_fallbacks);

@@ -26,6 +26,8 @@ from ._page_cache import (bounce_buffer_free, drop_file_page_cache,
                           drop_system_page_cache, page_cache_info)
 from ._mmap import Mmap
 from . import cufile_driver
+# Stream-ordered requests (issue 13 item 2): File.read_async/write_async.
+from ._stream import StreamFuture
 
 try:
     # Written by CMake from include/gpufile.h, the one place the version is.
@@ -46,3 +48,4 @@ __all__ = [
 ]
 __all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
             "bounce_buffer_free", "Mmap", "cufile_driver"]
+__all__ += ["StreamFuture"]

@@ -107,7 +107,7 @@ def _stream_sync(stream, ptr):
     _cuda.stream_synchronize(stream, ptr)
 
 
-def _from_cai(obj, cai, writable, what):
+def _from_cai(obj, cai, writable, what, ordered_on=None):
     ptr, readonly = cai["data"]
     shape = tuple(int(d) for d in cai["shape"])
     typestr = cai["typestr"]
@@ -138,6 +138,11 @@ def _from_cai(obj, cai, writable, what):
         raise ValueError("%s: %s has a __cuda_array_interface__ data pointer %#x "
                          "that is no address" % (what, _describe(obj), ptr))
     stream = cai.get("stream")
+    # A stream-ordered request (ordered_on: its stream; -1: none queued)
+    # already comes after the work of its own stream.
+    if ordered_on is not None and (ordered_on == -1 or
+                                   _same_stream(stream, ordered_on)):
+        stream = None
     if stream and ptr:  # no memory (an empty array): nothing to wait for
         _stream_sync(stream, ptr)
     return Buffer(ptr, nbytes, True, obj)
@@ -165,13 +170,25 @@ def _from_buffer_protocol(obj, writable, what):
     return Buffer(int(view.buf or 0), int(view.len), False, obj, view)
 
 
-def as_buffer(obj, writable, what="buffer"):
-    """A Buffer for obj; writable=True for the target of a read."""
+def _same_stream(cai_stream, handle):
+    """Whether a __cuda_array_interface__ stream (1: legacy default) is the
+    CUstream handle (0 or 1: the legacy default stream)."""
+    if cai_stream is None:
+        return False
+    cai_stream = int(cai_stream)
+    legacy = (0, 1)
+    return cai_stream == handle or (cai_stream in legacy and handle in legacy)
+
+
+def as_buffer(obj, writable, what="buffer", stream=None):
+    """A Buffer for obj; writable=True for the target of a read. stream:
+    for a stream-ordered request, its CUstream handle (the producer's
+    stream is not waited for when it is that one)."""
     if isinstance(obj, Buffer):
         return obj
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        return _from_cai(obj, cai, writable, what)
+        return _from_cai(obj, cai, writable, what, stream)
     return _from_buffer_protocol(obj, writable, what)
 
 

@@ -262,7 +262,14 @@ class File:
         lib = _lib.lib()
         handle = ctypes.c_void_p()
         rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
-        _lib.check(rc, filename=self.name)
+        # A URL may carry secrets (a presigned query, user:password): the
+        # library's messages and its gpufile_filename() are redacted.
+        remote = "://" in self.name
+        _lib.check(rc, filename=None if remote else self.name)
+        if remote:
+            name = lib.gpufile_filename
+            name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+            self.name = name(handle.value).decode("utf-8", "replace")
         self._h = _Handle(handle.value, self.name)
         _handles.add(self._h)
 
@@ -320,10 +327,10 @@ class File:
 
     # ---- I/O ----
 
-    def _prepare(self, buf, size, file_offset, writable, what):
+    def _prepare(self, buf, size, file_offset, writable, what, stream=None):
         if self.closed:  # before touching buf, as after close() below
             raise ValueError("I/O operation on closed file %r" % self.name)
-        b = _buffers.as_buffer(buf, writable, what)
+        b = _buffers.as_buffer(buf, writable, what, stream=stream)
         try:
             n, off = _buffers.check_range(b, size, file_offset, what)
         except BaseException:
@@ -376,6 +383,62 @@ class File:
         """As write(), but returns at once with a Future."""
         return self._submit(_lib.lib().gpufile_pwrite_async, buf, size,
                             file_offset, False, "pwrite")
+
+    # ---- stream-ordered requests (issue 13 item 2) ----
+
+    def _stream_submit(self, name, buf, stream, size, file_offset, writable,
+                       what):
+        from . import _stream
+        handle = _stream.stream_handle(stream, what)
+        f = _stream.fn(name)
+        b, n, off = self._prepare(buf, size, file_offset, writable, what,
+                                  stream=handle)
+        n_out = ctypes.c_ssize_t(0)
+        try:
+            rc = self._call(f, b.ptr, n, off, ctypes.c_void_p(handle or None),
+                            ctypes.byref(n_out))
+        except BaseException:
+            b.release()
+            raise
+        if rc < 0:
+            b.release()
+            _lib.check(rc, filename=self.name)
+        return _stream.StreamFuture(n_out, b, self, handle,
+                                    "%s of %d bytes at %d of %s"
+                                    % (what, n, off, self.name))
+
+    def read_async(self, buf, stream, size=None, file_offset=0):
+        """Reads as read(), in the order of the CUDA stream stream (a CuPy
+        or PyTorch stream, or a CUstream as an int; 0 or None: the legacy
+        default stream): work queued on it before the call runs first, work
+        queued after sees the bytes. Returns at once with a StreamFuture
+        whose get() synchronises the stream and returns the bytes read. A
+        device buffer's own __cuda_array_interface__ stream is waited for
+        only when it is another stream."""
+        return self._stream_submit("gpufile_read_async", buf, stream, size,
+                                   file_offset, True, "read_async")
+
+    def write_async(self, buf, stream, size=None, file_offset=0):
+        """Writes as write(), in the order of stream: the bytes the stream
+        produced before the call are written. Returns a StreamFuture."""
+        return self._stream_submit("gpufile_write_async", buf, stream, size,
+                                   file_offset, False, "write_async")
+
+    def stream_info(self, buf, size=None, write=False):
+        """How a stream-ordered request on buf keeps its order: a sentence
+        starting with "cufile:", "wait-value:", "host-func:" or
+        "blocking:"."""
+        from . import _stream
+        b, n, _ = self._prepare(buf, size, 0, not write, "stream_info",
+                                stream=-1)
+        reason = ctypes.create_string_buffer(1024)
+        try:
+            rc = self._call(_stream.fn("gpufile_stream_info"), b.ptr, n,
+                            1 if write else 0, reason, len(reason))
+        finally:
+            b.release()
+        _lib.check(rc, filename=self.name)
+        return text(reason.raw)
 
     def size(self):
         """The file's current size in bytes."""

@@ -143,7 +143,7 @@ def _files(pid):
             return []  # no segment yet (no I/O), or counters compiled out
         _lib.check(n)
     return [{"path": S.text(f.path),
-             "chosen": S.PATH_NAMES[f.chosen] if 0 <= f.chosen < 4 else str(f.chosen),
+             "chosen": S.PATH_NAMES[f.chosen] if 0 <= f.chosen < S.PATH_COUNT else str(f.chosen),
              "reason": S.text(f.reason)} for f in arr[:min(n, S.MAX_FILE_STATS)]]
 
 

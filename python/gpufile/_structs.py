@@ -10,14 +10,14 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int32,
                     c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_uint32,
                     c_uint64, c_void_p)
 
-PATH_COUNT = 5
+PATH_COUNT = 6
 HIST_BUCKETS = 48
 MAX_GPUS = 16
 MAX_SETTINGS = 24
 MAX_FILE_STATS = 64
 CUFILE_NKEYS = 10
 
-PATH_NAMES = ("host", "posix", "cufile", "small", "mmap")
+PATH_NAMES = ("host", "posix", "cufile", "small", "mmap", "remote")
 COMPAT_MODES = {"auto": 0, "on": 1, "off": 2}
 
 

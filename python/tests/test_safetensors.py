@@ -303,3 +303,149 @@ def test_misaligned_tensor_is_copied(tmp_path):
     got = stn.load_file(p)
     assert got["b"].tobytes() == f.tobytes()
     assert got["b"].ctypes.data % 4 == 0
+
+
+def _mixed_entries(rng, n):
+    """n tensors of every NumPy-loadable dtype and of varied shapes
+    (scalars, 1-sized and empty dimensions), written back to back with
+    odd-sized U8 tensors between some of them, so that many tensors sit at
+    offsets that are not a multiple of their itemsize (the format allows
+    it; safetensors' own writer never makes it)."""
+    kinds = sorted(NP)
+    shapes = [(), (1,), (3,), (2, 5), (1, 1, 4), (0,), (4, 0), (3, 1, 2)]
+    out = []
+    for i in range(n):
+        dt = kinds[i % len(kinds)]
+        shape = shapes[(i * 7) % len(shapes)]
+        a = rng.integers(0, 256, int(np.prod(shape, dtype=np.int64)) *
+                         np.dtype(NP[dt]).itemsize, dtype=np.uint8)
+        if dt == "BOOL":
+            a = a & 1
+        out.append(("t.%04d" % i, dt, shape, a.tobytes()))
+        if i % 3 == 0:  # shifts what follows by 1..3 bytes
+            pad = rng.integers(0, 256, 1 + i % 3, dtype=np.uint8).tobytes()
+            out.append(("pad.%04d" % i, "U8", (len(pad),), pad))
+    return out
+
+
+def test_many_mixed_and_misaligned_tensors(tmp_path):
+    # Every tensor of a file of hundreds equals the reference reader's,
+    # with its dtype and shape; a tensor whose address suits its dtype is
+    # a view of the one buffer, the others are aligned copies.
+    p = str(tmp_path / "mixed.safetensors")
+    entries = _mixed_entries(np.random.default_rng(7), 400)
+    ref_write(p, entries)
+    _, ref = ref_parse(p)
+    got = stn.load_file(p)
+    assert list(got) == [e[0] for e in entries]  # offset order, as before
+    misaligned = shared = 0
+    bufs = set()
+    for name, dt, shape, blob in entries:
+        g = got[name]
+        assert g.dtype == np.dtype(NP[dt]) and g.shape == tuple(shape), name
+        assert g.tobytes() == blob == ref[name].tobytes(), name
+        assert g.ctypes.data % g.dtype.alignment == 0, name
+        if g.nbytes and _owner(g).nbytes > 1000:
+            bufs.add(id(_owner(g)))
+            shared += 1
+        elif g.nbytes:
+            misaligned += 1
+    assert len(bufs) == 1 and shared > 100 and misaligned > 20, (shared, misaligned)
+    with st.safe_open(p, framework="numpy") as f:
+        for name, dt, shape, blob in entries[:60]:
+            t = f.get_tensor(name)
+            assert t.dtype == np.dtype(NP[dt]) and t.shape == tuple(shape)
+            assert t.tobytes() == blob
+
+
+def _owner(a):
+    while a.base is not None:
+        a = a.base
+    return a
+
+
+@pytest.mark.parametrize("lead", [0, 1, 2])
+def test_runs_of_same_shaped_tensors(tmp_path, lead):
+    # Runs of tensors of one dtype and shape back to back (the views of a
+    # run are made in one call) next to runs broken by a dtype, a shape or
+    # a gap, scalars and empty tensors: each tensor has its own bytes,
+    # dtype and shape, is C-contiguous and aligned, and overlaps no other.
+    # lead: bytes of U8 first, so that with 1 and 2 every run is at an
+    # offset that is not a multiple of its itemsize.
+    rng = np.random.default_rng(lead)
+    spec = [("F32", (4, 3))] * 7 + [("F32", (3, 4))] * 3 + [("I64", ())] * 5 + \
+        [("F16", (0, 2))] * 3 + [("F16", (5,))] * 4 + [("F64", (2, 1, 2))] * 6 + \
+        [("BOOL", (9,))] * 2 + [("I16", (1,))] * 3 + [("U8", (3,))] * 4
+    entries = []
+    if lead:
+        entries.append(("lead", "U8", (lead,), bytes(range(lead))))
+    for i, (dt, shape) in enumerate(spec):
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(NP[dt]).itemsize
+        blob = rng.integers(0, 256, n, dtype=np.uint8)
+        if dt == "BOOL":
+            blob &= 1
+        entries.append(("r.%03d" % i, dt, shape, blob.tobytes()))
+    p = str(tmp_path / "runs.safetensors")
+    ref_write(p, entries)
+    got = stn.load_file(p)
+    assert list(got) == [e[0] for e in entries]
+    for name, dt, shape, blob in entries:
+        g = got[name]
+        assert isinstance(g, np.ndarray), name
+        assert g.dtype == np.dtype(NP[dt]) and g.shape == tuple(shape), name
+        assert g.tobytes() == blob, name
+        assert g.flags.c_contiguous and g.ctypes.data % g.dtype.alignment == 0, name
+    arrays = [got[e[0]] for e in entries if e[3]]
+    for a, b in zip(arrays, arrays[1:]):
+        assert not np.shares_memory(a, b)
+    if lead == 0:  # aligned: all of them views of the one buffer
+        assert len({id(_owner(a)) for a in arrays}) == 1
+
+
+def test_runs():
+    T = _core.TensorInfo
+    a = [T(0, "a", "F32", 32, 0, (2,), 0, 8), T(1, "b", "F32", 32, 0, (2,), 8, 16),
+         T(2, "c", "F32", 32, 0, (1, 2), 16, 24), T(3, "d", "F32", 32, 0, (1, 2), 24, 32),
+         T(4, "e", "I32", 32, 0, (1, 2), 32, 40), T(5, "f", "I32", 32, 0, (0,), 40, 40),
+         T(6, "g", "I32", 32, 0, (0,), 40, 40), T(7, "h", "I32", 32, 0, (1, 2), 40, 48),
+         T(8, "i", "I32", 32, 0, (1, 2), 48, 56)]
+    offs = [0, 8, 16, 24, 32, 40, 40, 40, 4096 + 48]  # a gap before "i"
+    assert _core._runs(a, offs) == [(0, 2), (2, 2), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)]
+    assert _core._runs([], []) == []
+
+
+def test_tensor_table_matches_per_index_accessor(tmp_path):
+    # The table fetched in one call (gpufile_safetensors_tensors) equals
+    # what gpufile_safetensors_tensor gives index by index.
+    import ctypes
+
+    p = str(tmp_path / "tab.safetensors")
+    entries = _mixed_entries(np.random.default_rng(3), 50)
+    ref_write(p, entries)
+    lib = _core._c()
+    with _core.Header(p) as h:
+        assert len(h.tensors) == len(entries)
+        for k, t in enumerate(h.tensors):
+            c = _core._CTensor()
+            assert lib.gpufile_safetensors_tensor(h._st, k, ctypes.byref(c)) == 0
+            assert t == _core.TensorInfo(k, c.name.decode(), c.dtype.decode(), c.dtype_bits,
+                                         c.dtype_order, tuple(c.shape[:c.ndim]), c.begin,
+                                         c.end)
+            assert t.nbytes == c.end - c.begin
+            assert h.by_name[t.name] is t
+        assert [t.name for t in h.tensors] == [e[0] for e in entries]
+        assert "TensorInfo('t.0000'" in repr(h.tensors[0])
+
+
+def test_device_map_cpu_groups(tmp_path):
+    # A device_map whose values all name the host: every tensor loads, each
+    # distinct value parsed (and checked) once per call.
+    p = str(tmp_path / "dm.safetensors")
+    d = {"a.w": np.arange(6, dtype=np.float32), "b.w": np.arange(3, dtype=np.int64),
+         "c": np.ones(2, np.float16)}
+    stn.save_file(d, p)
+    got = st.load_file(p, device="cpu", framework="numpy", device_map={"a": "cpu", "b": "CPU"})
+    for k in d:
+        assert got[k].tobytes() == d[k].tobytes()
+    with pytest.raises(ValueError, match="'gpu:0'"):
+        st.load_file(p, device="cpu", framework="numpy", device_map={"b": "gpu:0"})

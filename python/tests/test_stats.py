@@ -11,7 +11,7 @@ import pytest
 import gpufile
 from conftest import PKG_ROOT
 
-PATHS = {"host", "posix", "cufile", "small", "mmap"}
+PATHS = {"host", "posix", "cufile", "small", "mmap", "remote"}
 
 
 def _host_read(path, n):

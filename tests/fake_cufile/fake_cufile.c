@@ -379,3 +379,103 @@ EXPORT CUfileError_t cuFileGetStatsL3(void *stats)
 	pthread_mutex_unlock(&lock);
 	return status(0);
 }
+
+/* ---- stream-ordered I/O (cuFileReadAsync, cuFileWriteAsync) ---- */
+
+/* The fake has no CUDA of its own: the test hands it the fake driver's
+ * cuLaunchHostFunc, and each request runs as a host function on the
+ * stream, reading its arguments when the stream reaches it, as cuFile
+ * does. Without a launcher the calls answer CU_FILE_PLATFORM_NOT_SUPPORTED
+ * (cuFile's answer where it cannot queue on streams). */
+typedef int (*fake_launch_fn)(void *stream, void (*fn)(void *), void *data);
+static fake_launch_fn launcher;
+static uint64_t async_calls;
+
+EXPORT void fake_cufile_set_launcher(fake_launch_fn fn)
+{
+	pthread_mutex_lock(&lock);
+	launcher = fn;
+	async_calls = 0;
+	pthread_mutex_unlock(&lock);
+}
+
+/* Stream-ordered requests queued so far (since the last launcher set). */
+EXPORT uint64_t fake_cufile_async_calls(void)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&lock);
+	n = async_calls;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+struct async_req {
+	int is_write;
+	CUfileHandle_t fh;
+	void *base;
+	size_t *size_p;
+	off_t *file_offset_p, *buf_offset_p;
+	ssize_t *done_p;
+};
+
+static void run_async(void *arg)
+{
+	struct async_req *a = arg;
+	ssize_t n = a->is_write
+	                ? cuFileWrite(a->fh, a->base, *a->size_p,
+	                              *a->file_offset_p, *a->buf_offset_p)
+	                : cuFileRead(a->fh, a->base, *a->size_p,
+	                             *a->file_offset_p, *a->buf_offset_p);
+
+	*a->done_p = n == -1 ? -errno : n;
+	free(a);
+}
+
+static CUfileError_t queue_async(int is_write, CUfileHandle_t fh, void *base,
+                                 size_t *size_p, off_t *file_offset_p,
+                                 off_t *buf_offset_p, ssize_t *done_p,
+                                 void *stream)
+{
+	struct async_req *a;
+	fake_launch_fn fn;
+
+	pthread_mutex_lock(&lock);
+	fn = launcher;
+	pthread_mutex_unlock(&lock);
+	if (!fn)
+		return status(CU_FILE_PLATFORM_NOT_SUPPORTED);
+	if (!fh || !size_p || !file_offset_p || !buf_offset_p || !done_p)
+		return status(CU_FILE_INVALID_VALUE);
+	a = malloc(sizeof(*a));
+	if (!a)
+		return status(CU_FILE_INTERNAL_ERROR);
+	*a = (struct async_req){is_write,      fh,           base,  size_p,
+	                        file_offset_p, buf_offset_p, done_p};
+	if (fn(stream, run_async, a) != 0) {
+		free(a);
+		return status(CU_FILE_INTERNAL_ERROR);
+	}
+	pthread_mutex_lock(&lock);
+	async_calls++;
+	pthread_mutex_unlock(&lock);
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *base,
+                                     size_t *size_p, off_t *file_offset_p,
+                                     off_t *buf_offset_p, ssize_t *read_p,
+                                     void *stream)
+{
+	return queue_async(0, fh, base, size_p, file_offset_p, buf_offset_p,
+	                   read_p, stream);
+}
+
+EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *base,
+                                      size_t *size_p, off_t *file_offset_p,
+                                      off_t *buf_offset_p, ssize_t *written_p,
+                                      void *stream)
+{
+	return queue_async(1, fh, base, size_p, file_offset_p, buf_offset_p,
+	                   written_p, stream);
+}

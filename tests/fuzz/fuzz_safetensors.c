@@ -61,6 +61,22 @@ static void check_accepted(gpufile_safetensors_t *st)
 	}
 	if (at != size)
 		abort();
+	/* The whole table at once: as many entries as the count, the last
+	 * one as the per-index accessor describes it. */
+	if (n > 0) {
+		gpufile_safetensors_tensor_t *all =
+		    calloc((size_t)n, sizeof(*all));
+		gpufile_safetensors_tensor_t last;
+
+		if (!all ||
+		    gpufile_safetensors_tensors(st, 0, n + 1, all) != n ||
+		    gpufile_safetensors_tensor(st, n - 1, &last) != 0 ||
+		    all[n - 1].name != last.name ||
+		    all[n - 1].begin != last.begin ||
+		    all[n - 1].end != last.end)
+			abort();
+		free(all);
+	}
 	for (int i = 0; i < gpufile_safetensors_metadata_count(st); i++) {
 		const char *k, *v;
 

@@ -57,21 +57,37 @@ def _on_device(fw, device):
     return fw.cp.cuda.Device(device)
 
 
+def _group(header, device, device_map):
+    """{device: [TensorInfo in offset order]} of an open Header: device
+    (parsed once) for every tensor without a device_map; with one, each
+    name's device, each distinct device value parsed once."""
+    if not device_map:
+        return {_core._parse_cuda_device(device, header.path): header.tensors}
+    groups, parsed = {}, {}
+    for t in header.tensors:
+        raw = _core.device_for(t.name, device_map, device)
+        try:
+            dev = parsed[type(raw), raw]
+        except KeyError:
+            dev = parsed[type(raw), raw] = _core._parse_cuda_device(raw, header.path)
+        except TypeError:  # an unhashable value: _parse_cuda_device says what
+            dev = _core._parse_cuda_device(raw, header.path)
+        groups.setdefault(dev, []).append(t)
+    return groups
+
+
 def _load_header(header, fw, device, device_map, parallel=True):
     """{name: tensor} of every tensor of an open Header, grouped by device."""
-    groups = {}
-    for t in header.tensors:
-        dev = _core.device_for(t.name, device_map, device)
-        dev = _core._parse_cuda_device(dev, header.path)
-        groups.setdefault(dev, []).append(t)
+    groups = _group(header, device, device_map)
     if len(groups) <= 1 or not parallel:
         out = {}
         for dev, infos in groups.items():
             with _on_device(fw, dev):
-                out.update(_core.load_group(header, infos, fw, dev))
+                out.update(_core.load_group(header, infos, fw, dev, ordered=True))
         return out
     return _run_per_device(
-        [(dev, lambda dev=dev, infos=infos: _core.load_group(header, infos, fw, dev))
+        [(dev, lambda dev=dev, infos=infos:
+          _core.load_group(header, infos, fw, dev, ordered=True))
          for dev, infos in groups.items()], fw)
 
 
@@ -260,14 +276,9 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
                                      "no such tensor" % (index_json_or_dir, name, p))
         jobs = []
         for h in headers:
-            groups = {}
-            for t in h.tensors:
-                dev = _core._parse_cuda_device(
-                    _core.device_for(t.name, device_map, device), h.path)
-                groups.setdefault(dev, []).append(t)
-            for dev, infos in groups.items():
+            for dev, infos in _group(h, device, device_map).items():
                 jobs.append((dev, lambda h=h, infos=infos, dev=dev:
-                             _core.load_group(h, infos, fw, dev)))
+                             _core.load_group(h, infos, fw, dev, ordered=True)))
         if not parallel:
             out = {}
             for dev, fn in jobs:

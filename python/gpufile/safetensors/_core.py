@@ -5,6 +5,7 @@ loader that reads groups of tensors into one allocation, and the writer.
 Frameworks are imported only when a call needs them.
 """
 
+import collections
 import ctypes
 import json
 import os
@@ -45,6 +46,7 @@ def _c():
             "gpufile_safetensors_close": (i, [vp]),
             "gpufile_safetensors_count": (i, [vp]),
             "gpufile_safetensors_tensor": (i, [vp, i, ctypes.POINTER(_CTensor)]),
+            "gpufile_safetensors_tensors": (i, [vp, i, i, ctypes.POINTER(_CTensor)]),
             "gpufile_safetensors_find": (i, [vp, cp]),
             "gpufile_safetensors_metadata_count": (i, [vp]),
             "gpufile_safetensors_metadata": (i, [vp, i, ctypes.POINTER(cp), ctypes.POINTER(cp)]),
@@ -67,20 +69,14 @@ def _c():
     return lib
 
 
-class TensorInfo:
-    """One tensor of a file's header."""
+class TensorInfo(collections.namedtuple(
+        "TensorInfo", "index name dtype bits order shape begin end")):
+    """One tensor of a file's header: its index (offset order), name,
+    dtype name ("BF16"), bits per element, rank in the dtype order, shape
+    (a tuple), and [begin, end) in the data section. A named tuple: a
+    loader builds thousands of them, and a tuple is built in one call."""
 
-    __slots__ = ("index", "name", "dtype", "bits", "order", "shape", "begin", "end")
-
-    def __init__(self, index, c):
-        self.index = index
-        self.name = c.name.decode("utf-8")
-        self.dtype = c.dtype.decode()
-        self.bits = c.dtype_bits
-        self.order = c.dtype_order
-        self.shape = tuple(int(c.shape[k]) for k in range(c.ndim))
-        self.begin = int(c.begin)
-        self.end = int(c.end)
+    __slots__ = ()
 
     @property
     def nbytes(self):
@@ -89,6 +85,29 @@ class TensorInfo:
     def __repr__(self):
         return "TensorInfo(%r, %s, %s, [%d, %d])" % (
             self.name, self.dtype, list(self.shape), self.begin, self.end)
+
+
+def _table(lib, st, path):
+    """Every tensor of the open file st as TensorInfo, in offset order:
+    the table is fetched in one call (gpufile_safetensors_tensors), since
+    one ctypes call per tensor cost ~1 us each on files of thousands."""
+    n = _lib.check(lib.gpufile_safetensors_count(st), filename=path)
+    arr = (_CTensor * max(n, 1))()
+    got = _lib.check(lib.gpufile_safetensors_tensors(st, 0, n, arr), filename=path)
+    if got != n:
+        raise OSError(5, "%s: the library described %d of %d tensors" % (path, got, n))
+    new, cls = tuple.__new__, TensorInfo
+    dtypes = {}  # b"BF16" -> "BF16": a handful of distinct values
+    out = []
+    for k in range(n):
+        c = arr[k]
+        d = c.dtype
+        ds = dtypes.get(d)
+        if ds is None:
+            ds = dtypes[d] = d.decode()
+        out.append(new(cls, (k, c.name.decode("utf-8"), ds, c.dtype_bits, c.dtype_order,
+                             tuple(c.shape[:c.ndim]), c.begin, c.end)))
+    return out
 
 
 class Header:
@@ -104,13 +123,7 @@ class Header:
         rc = lib.gpufile_safetensors_open(ctypes.byref(st), os.fsencode(path))
         _lib.check(rc, filename=self.path)
         self._st = st.value
-        n = lib.gpufile_safetensors_count(self._st)
-        self.tensors = []
-        for k in range(n):
-            c = _CTensor()
-            _lib.check(lib.gpufile_safetensors_tensor(self._st, k, ctypes.byref(c)),
-                       filename=self.path)
-            self.tensors.append(TensorInfo(k, c))
+        self.tensors = _table(lib, self._st, self.path)
         self.by_name = {t.name: t for t in self.tensors}
         nmeta = lib.gpufile_safetensors_metadata_count(self._st)
         self.metadata = None
@@ -153,11 +166,11 @@ class Header:
             raise KeyError("%s: no tensor named %r" % (self.path, name))
         return t
 
-    def load_ranges(self, tensors, ptrs):
-        """Reads each tensor into the pointer beside it (the C library
-        coalesces neighbours in file and memory). Returns bytes read."""
-        n = len(tensors)
-        idx = (ctypes.c_int * max(n, 1))(*[t.index for t in tensors])
+    def load_indices(self, indices, ptrs):
+        """Reads tensor indices[i] into ptrs[i] (the C library coalesces
+        neighbours in file and memory). Returns bytes read."""
+        n = len(indices)
+        idx = (ctypes.c_int * max(n, 1))(*indices)
         dst = (ctypes.c_void_p * max(n, 1))(*ptrs)
         rc = _c().gpufile_safetensors_load_tensors(self._handle(), n, idx, dst)
         return _lib.check(rc, filename=self.path)
@@ -203,6 +216,41 @@ def _current_cuda():
         return torch.cuda.current_device()
     except Exception:
         return 0
+
+
+def _runs(infos, offs):
+    """Splits infos (at byte offsets offs of one buffer) into runs of
+    tensors of one dtype and shape that lie back to back in the buffer, as
+    [(first, count)]: a framework makes the views of a run in one call
+    (thousands of same-shaped tensors are common). An empty tensor is a
+    run of its own. Within a run every tensor has the same alignment for
+    its dtype as the first (the stride is a whole number of elements)."""
+    runs, n, i = [], len(infos), 0
+    while i < n:
+        t = infos[i]
+        j = i + 1
+        nb = t.end - t.begin
+        if nb:
+            dt, sh, nxt = t.dtype, t.shape, offs[i] + nb
+            while j < n:
+                u = infos[j]
+                if offs[j] != nxt or u.dtype != dt or u.shape != sh:
+                    break
+                nxt += nb
+                j += 1
+        runs.append((i, j - i))
+        i = j
+    return runs
+
+
+def _contiguous_strides(shape):
+    """The strides (in elements) of a C-contiguous tensor of shape, as
+    torch computes them (a dimension of size 0 counts as 1)."""
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= d if d > 1 else 1
+    return tuple(reversed(st))
 
 
 class _Torch:
@@ -258,6 +306,39 @@ class _Torch:
             raw = raw.clone()
         return raw.view(dtype).view(info.shape)
 
+    def views(self, buf, base, infos, offs, path):
+        """{name: tensor} for infos[i] at byte offs[i] of buf (at address
+        base): one as_strided view of buf seen as the tensor's dtype (one
+        torch call per tensor instead of slice, view(dtype), view(shape));
+        a tensor whose address does not suit its dtype goes the copying
+        way of view()."""
+        dtypes, sizes = self.dtypes, self.itemsize
+        typed, out = {}, {}
+        for i, k in _runs(infos, offs):
+            info, off = infos[i], offs[i]
+            dtype = dtypes.get(info.dtype)
+            if dtype is None:
+                dtype = self.dtype(info, path)  # raises
+            isz = sizes[dtype]
+            if info.end == info.begin or (base + off) % isz:
+                for m in range(i, i + k):
+                    out[infos[m].name] = self.view(buf, offs[m], infos[m], path)
+                continue
+            tv = typed.get(dtype)
+            if tv is None:
+                tv = typed[dtype] = buf.view(dtype)  # len(buf) % 8 == 0
+            shape, st = info.shape, _contiguous_strides(info.shape)
+            if k == 1:
+                out[info.name] = tv.as_strided(shape, st, off // isz)
+                continue
+            # k tensors back to back: one (k, *shape) view, unbound into
+            # k views in one call.
+            numel = (info.end - info.begin) // isz
+            run = tv.as_strided((k,) + shape, (numel,) + st, off // isz).unbind(0)
+            for m, v in zip(range(i, i + k), run):
+                out[infos[m].name] = v
+        return out
+
     def describe(self, obj):
         """(dtype name, shape, nbytes, Buffer) of a tensor to save."""
         t = self.torch
@@ -310,6 +391,32 @@ class _Numpy:
             raw = raw.copy()
         return raw.view(dtype).reshape(info.shape)
 
+    def views(self, buf, base, infos, offs, path):
+        """{name: array} for infos[i] at byte offs[i] of buf: one ndarray
+        over buf's memory per tensor; a tensor whose address does not suit
+        its dtype goes the copying way of view()."""
+        dtypes, nd = self.dtypes, self.np.ndarray
+        out = {}
+        for i, k in _runs(infos, offs):
+            info, off = infos[i], offs[i]
+            dtype = dtypes.get(info.dtype)
+            if dtype is None:
+                dtype = self.dtype(info, path)  # raises
+            if info.end == info.begin or (base + off) % dtype.alignment:
+                for m in range(i, i + k):
+                    out[infos[m].name] = self.view(buf, offs[m], infos[m], path)
+            elif k == 1 or not info.shape:  # a scalar run would iterate to scalars
+                nb = info.end - info.begin
+                for m in range(i, i + k):
+                    out[infos[m].name] = nd(info.shape, dtype, buf, off + (m - i) * nb)
+            else:
+                # k arrays back to back: one (k, *shape) array, iterated
+                # into k views in one call.
+                run = nd((k,) + info.shape, dtype, buf, off)
+                for m, v in zip(range(i, i + k), run):
+                    out[infos[m].name] = v
+        return out
+
     def describe(self, obj):
         np = self.np
         a = np.asarray(obj)
@@ -351,6 +458,23 @@ class _Cupy(_Numpy):
                 raw = raw.copy()
             return raw.view(dtype).reshape(info.shape)
 
+    def views(self, buf, base, infos, offs, path):
+        """{name: array} for infos[i] at byte offs[i] of buf: one ndarray
+        on buf's memory per tensor; a tensor whose address does not suit
+        its dtype goes the copying way of view()."""
+        dtypes, nd, mem = self.dtypes, self.cp.ndarray, buf.data
+        out = {}
+        with self.cp.cuda.Device(buf.device.id):
+            for info, off in zip(infos, offs):
+                dtype = dtypes.get(info.dtype)
+                if dtype is None:
+                    dtype = self.dtype(info, path)  # raises
+                if info.end == info.begin or (base + off) % dtype.alignment:
+                    out[info.name] = self.view(buf, off, info, path)
+                else:
+                    out[info.name] = nd(info.shape, dtype, mem + off)
+        return out
+
     def describe(self, obj):
         a = obj
         if not a.flags.c_contiguous:
@@ -390,9 +514,14 @@ def _framework_for(obj):
 _PAGE = 4096
 
 
-def load_group(header, infos, fw, device):
+def _by_offset(t):
+    return (t.begin, t.end)
+
+
+def load_group(header, infos, fw, device, ordered=False):
     """Reads the tensors infos of header into one new allocation on device
-    (None: host) and returns {name: tensor}.
+    (None: host) and returns {name: tensor}. ordered: infos are already in
+    offset order (header.tensors or a subsequence of it).
 
     Tensors next to each other in the file stay next to each other in
     memory, so that they are read as one request. Each run of adjacent
@@ -402,22 +531,36 @@ def load_group(header, infos, fw, device):
     need to move the bytes without an extra bounce. This costs at most
     4 KiB per run; the alignment of each tensor for its dtype is kept
     because the data section of a well-formed file starts at a multiple
-    of 8."""
-    infos = sorted(infos, key=lambda t: (t.begin, t.end))
-    offs, at, prev = [], 0, None
+    of 8 (a tensor whose offset does not suit its dtype is copied out).
+
+    This runs once per tensor on files of thousands of tensors, so the
+    loops below avoid per-tensor calls and attribute lookups."""
+    if not ordered:
+        infos = sorted(infos, key=_by_offset)
+    doff = header.data_offset
+    offs, at, prev_end = [], 0, None
+    append = offs.append
     for t in infos:
-        if prev is None or prev.end != t.begin:
-            at += (header.data_offset + t.begin - at) % _PAGE
-        offs.append(at)
-        at += t.nbytes
-        prev = t
-    buf = fw.alloc(at + _PAGE, device)
+        b = t.begin
+        if b != prev_end:
+            at += (doff + b - at) % _PAGE
+        append(at)
+        prev_end = t.end
+        at += prev_end - b
+    # + a page for the shift below; a multiple of 8 so that the buffer can
+    # be viewed as any dtype whole.
+    buf = fw.alloc((at + _PAGE + 7) & ~7, device)
     base = fw.ptr(buf)
     shift = (-base) % _PAGE  # base + shift is page aligned
-    offs = [o + shift for o in offs]
-    live = [(t, o) for t, o in zip(infos, offs) if t.nbytes]
-    header.load_ranges([t for t, _ in live], [base + o for _, o in live])
-    return {t.name: fw.view(buf, o, t, header.path) for t, o in zip(infos, offs)}
+    if shift:
+        offs = [o + shift for o in offs]
+    idx = [t.index for t in infos if t.end != t.begin]
+    if len(idx) == len(infos):
+        ptrs = [base + o for o in offs]
+    else:
+        ptrs = [base + o for t, o in zip(infos, offs) if t.end != t.begin]
+    header.load_indices(idx, ptrs)
+    return fw.views(buf, base, infos, offs, header.path)
 
 
 def device_for(name, device_map, default):

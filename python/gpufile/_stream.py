@@ -1,0 +1,150 @@
+"""Stream-ordered reads and writes: File.read_async / File.write_async
+(gpufile_read_async / gpufile_write_async in C) and their StreamFuture.
+
+The request is placed on a CUDA stream: work queued on the stream before
+the call finishes before gpufile touches the buffer, work queued after it
+sees the bytes. The count lands in a C ssize_t that the StreamFuture owns;
+the library writes it when the stream reaches the request, so the future
+must outlive that point: get() synchronises the stream, and dropping an
+unfinished future synchronises it too (the same rule as Future, which
+waits in its finaliser).
+"""
+
+import ctypes
+import threading
+
+from . import _lib
+
+_DECLS = {
+    "gpufile_read_async": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.c_size_t, ctypes.c_int64,
+                                          ctypes.c_void_p,
+                                          ctypes.POINTER(ctypes.c_ssize_t)]),
+    "gpufile_write_async": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_size_t, ctypes.c_int64,
+                                           ctypes.c_void_p,
+                                           ctypes.POINTER(ctypes.c_ssize_t)]),
+    "gpufile_stream_info": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_size_t, ctypes.c_int,
+                                           ctypes.c_char_p, ctypes.c_size_t]),
+}
+
+
+def fn(name):
+    """The C function with its prototype set; a clear error when the loaded
+    library is older than stream-ordered requests."""
+    f = getattr(_lib.lib(), name, None)
+    if f is None:
+        raise _lib.Error(95, "%s is not in %s (an older libgpufile)"
+                         % (name, _lib.library_path()))
+    f.restype, f.argtypes = _DECLS[name]
+    return f
+
+
+def stream_handle(stream, what="stream"):
+    """The CUstream handle (an int) of stream: a CuPy stream (.ptr), a
+    PyTorch stream (.cuda_stream), an object with __cuda_stream__ (the CUDA
+    stream protocol: (version, handle)), an int (a raw CUstream; 0 is the
+    legacy default stream, as are CuPy's and PyTorch's default streams), or
+    None (0)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise TypeError("%s: %r is not a CUDA stream" % (what, stream))
+    if isinstance(stream, int):
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
+        proto = stream.__cuda_stream__
+        proto = proto() if callable(proto) else proto
+        handle = int(proto[1])
+    elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        handle = int(stream.cuda_stream)
+    elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        handle = int(stream.ptr)
+    else:
+        raise TypeError("%s: %r is not a CUDA stream (give a CuPy or PyTorch "
+                        "stream, an object with __cuda_stream__, or a CUstream "
+                        "as an int)" % (what, stream))
+    if not 0 <= handle < 1 << (8 * ctypes.sizeof(ctypes.c_void_p)):
+        raise ValueError("%s: %#x is not a CUstream handle" % (what, handle))
+    return handle
+
+
+class StreamFuture:
+    """A stream-ordered request (File.read_async / File.write_async).
+
+    get() synchronises the stream and returns the bytes moved (or raises
+    the request's error); n_out() returns the raw count without waiting:
+    valid once the stream has reached the request (for instance in a
+    callback or after an event the caller waited for), else whatever the
+    library has written so far. The future holds the buffer and the File
+    until then."""
+
+    def __init__(self, n_out, buf, file, stream, what):
+        self._lock = threading.Lock()
+        self._n_out = n_out
+        self._buf = buf
+        self._file = file
+        self._name = file.name
+        self.stream = stream
+        self._what = what
+        self._result = None
+        self._error = None
+        self._done = False
+
+    def n_out(self):
+        """The C count as it is now (no wait)."""
+        return int(self._n_out.value)
+
+    def _sync(self):
+        from . import _cuda
+        if self._buf.device:
+            _cuda.stream_synchronize(self.stream, self._buf.ptr)
+            return
+        # Host memory names no context: the stream's own is current in
+        # the thread that queued on it (CuPy and PyTorch make it so).
+        rc = _cuda.driver().cuStreamSynchronize(self.stream)
+        if rc != _cuda.CUDA_SUCCESS:
+            raise OSError(5, "%s: cuStreamSynchronize(%#x) failed: CUresult %d"
+                          % (self._what, self.stream, rc))
+
+    def get(self):
+        """Synchronises the stream, then returns the bytes moved or raises
+        the request's error (OSError). May be called again."""
+        held = None
+        with self._lock:
+            if not self._done:
+                self._sync()
+                n = int(self._n_out.value)
+                if n < 0:
+                    self._error = _lib.make_error(n, filename=self._name)
+                else:
+                    self._result = n
+                self._done = True
+                held = (self._buf, self._file)
+                self._buf = self._file = None
+        if held is not None:
+            held[0].release()
+            held = None  # the File may be closed here, with no lock held
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    result = get
+
+    def __del__(self):
+        if getattr(self, "_done", True) or getattr(self, "_buf", None) is None:
+            return
+        try:
+            # The library still writes _n_out and may use the buffer until
+            # the stream passes the request.
+            self._sync()
+            self._buf.release()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = "pending" if not self._done else (
+            "error" if self._error is not None else "done, %d bytes" % self._result)
+        return "<gpufile.StreamFuture %s on stream %#x (%s)>" % (
+            self._what, self.stream, state)

@@ -1,0 +1,88 @@
+"""Remote objects (http://, s3://) read through gpufile.File into NumPy
+(and CuPy on a GPU machine), against tests/remote/fault_server.py."""
+import errno
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import needs_gpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
+SIZE = (1 << 20) + 4097
+
+pytestmark = pytest.mark.skipif("remote" not in gpufile.features(),
+                                reason="built without libcurl")
+
+
+def expected(off, n):
+    i = np.arange(off, off + n, dtype=np.uint64)
+    return ((i * 131 + (i >> 9)) & 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def server():
+    p = subprocess.Popen([sys.executable, SERVER, str(SIZE), "3"],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    yield "http://127.0.0.1:%d" % int(line.split()[1])
+    p.terminate()
+    p.wait()
+
+
+def test_read_into_numpy(server):
+    with gpufile.defaults.set(task_size=64 << 10):
+        with gpufile.File(server + "/ok/o.bin") as f:
+            assert f.size() == SIZE
+            out = np.full(SIZE + 200, 0xA5, dtype=np.uint8)
+            assert f.read(out[100:100 + SIZE]) == SIZE
+            assert (out[100:100 + SIZE] == expected(0, SIZE)).all()
+            assert (out[:100] == 0xA5).all() and (out[-100:] == 0xA5).all()
+            part = np.zeros(300001, dtype=np.uint8)
+            assert f.pread(part, file_offset=1000).get() == 300001
+            assert (part == expected(1000, 300001)).all()
+
+
+def test_retried_ranges_land_in_place(server):
+    with gpufile.defaults.set(task_size=64 << 10):
+        with gpufile.File(server + "/closeonce/o.bin") as f:
+            out = np.zeros(SIZE, dtype=np.uint8)
+            assert f.read(out) == SIZE
+            assert (out == expected(0, SIZE)).all()
+
+
+def test_errors_name_url_and_hide_secrets(server):
+    url = server + "/e404/o.bin?X-Amz-Signature=SECRETSIG"
+    with pytest.raises(FileNotFoundError) as e:
+        gpufile.File(url)
+    assert "HTTP 404" in str(e.value)
+    assert "/e404/o.bin" in str(e.value)
+    assert "SECRETSIG" not in str(e.value)
+    with pytest.raises(OSError) as e:
+        gpufile.File(server + "/ok/o.bin", "w")
+    assert e.value.errno == errno.EROFS
+    with gpufile.File(server + "/ok/o.bin?X-Amz-Signature=SECRETSIG") as f:
+        assert "SECRETSIG" not in f.name and "SECRETSIG" not in repr(f)
+
+
+def test_failed_range_raises(server):
+    with gpufile.File(server + "/ignorerange/o.bin") as f:
+        out = np.zeros(1000, dtype=np.uint8)
+        with pytest.raises(OSError) as e:
+            f.read(out, file_offset=10)
+        assert "ignored the Range request" in str(e.value)
+
+
+@needs_gpu
+def test_read_into_cupy(server):
+    import cupy as cp
+
+    with gpufile.File(server + "/ok/o.bin") as f:
+        out = cp.zeros(SIZE, dtype=cp.uint8)
+        assert f.read(out) == SIZE
+        assert (cp.asnumpy(out) == expected(0, SIZE)).all()

@@ -1,0 +1,1071 @@
+/*
+ * Remote objects behind a gpufile handle: HTTP(S) through libcurl, S3
+ * (s3://BUCKET/KEY, signed with SigV4 when credentials are set) and
+ * presigned S3 URLs.
+ *
+ * A request on a remote handle is split into task_size tasks by the pool
+ * like any other; each task (or each bounce-buffer chunk of a staged
+ * device task) is one HTTP range request on a connection taken from the
+ * handle's set of at most remote_connections libcurl handles, which keep
+ * their connections open between ranges.
+ *
+ * Invariants of a range (KvikIO's RemoteFile breaks the first: a retried
+ * range goes on writing where the failed attempt stopped):
+ *   - every attempt writes from the start of the range (sink.got = 0);
+ *   - bytes are written only from a response that is exactly the range
+ *     asked (206 with a Content-Range naming it, or 200 for the whole
+ *     object): an error page, a 200 of a server that ignored Range, or
+ *     bytes past the range never reach the destination;
+ *   - a range succeeds only when every byte arrived; otherwise the task
+ *     fails, naming the redacted URL, the range and the HTTP status or
+ *     curl error.
+ * Lock order: rm->lock (the handle's lock, h->lock, level 2 of fork.c's
+ * order) is held only to take or give a connection, and nothing is taken
+ * under it.
+ */
+#define _GNU_SOURCE
+#include "remote.h"
+#include "sigv4.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int gpufile__is_url(const char *path)
+{
+	return path && (strncasecmp(path, "http://", 7) == 0 ||
+	                strncasecmp(path, "https://", 8) == 0 ||
+	                strncmp(path, "s3://", 5) == 0);
+}
+
+void gpufile__remote_redact(const char *url, char *out, size_t len)
+{
+	const char *sep = strstr(url, "://");
+	const char *auth = sep ? sep + 3 : url;
+	const size_t alen = strcspn(auth, "/?#");
+	const char *at = memrchr(auth, '@', alen);
+	const char *host = at ? at + 1 : auth;
+	const char *path = auth + alen;
+	const size_t plen = strcspn(path, "?#");
+
+	/* scheme://[user:password@]host[:port]/path[?query]: the user
+	 * information and the query (a presigned URL's signature, a token)
+	 * are dropped. */
+	snprintf(out, len, "%.*s%.*s%.*s%s", (int)(auth - url), url,
+	         (int)(path - host), host, (int)plen, path,
+	         path[plen] == '?' ? "?<query redacted>" : "");
+}
+
+#if GPUFILE_HAVE_CURL
+#include <curl/curl.h>
+
+struct gpufile__remote {
+	char *url;   /* the URL requests go to (may hold a presigned query) */
+	char *shown; /* redacted, for messages (also h->path) */
+	int presigned;
+	int s3, s3_signed;
+	char *s3_host;          /* Host header value signed */
+	char *s3_canonical_uri; /* URI-encoded path signed */
+	char region[64];
+	char *access_key, *secret_key, *session_token;
+	int64_t size;
+
+	unsigned max_attempts;
+	long timeout_s;
+	int retry_codes[32];
+	int nretry_codes;
+
+	/* Guards the connection set: the handle's lock once there is one
+	 * (fork.c holds it across fork()), own_lock before. */
+	pthread_mutex_t *lock;
+	pthread_mutex_t own_lock;
+	pthread_cond_t freed;
+	CURL **idle;
+	unsigned nidle, nopen, max_conns;
+	pid_t owner; /* the process whose connections idle holds */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- settings ---- */
+
+static int setting_count(const char *name, uint64_t *out)
+{
+	char value[64], var[64];
+	gpufile_source_t src;
+	int rc = gpufile_config_get(name, value, sizeof(value), &src, var,
+	                            sizeof(var));
+
+	if (rc)
+		return rc;
+	return gpufile__parse_count(value, out) ? GPUFILE_ECONFIG : 0;
+}
+
+/* http_status_codes: a comma-separated list of HTTP statuses to retry. */
+static int load_retry_codes(struct gpufile__remote *rm)
+{
+	char value[512], var[64], *save = NULL;
+	gpufile_source_t src;
+	int rc = gpufile_config_get("http_status_codes", value, sizeof(value),
+	                            &src, var, sizeof(var));
+
+	if (rc)
+		return rc;
+	rm->nretry_codes = 0;
+	for (char *t = strtok_r(value, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		uint64_t code;
+
+		if (gpufile__parse_count(t, &code) || code < 100 ||
+		    code > 599 ||
+		    rm->nretry_codes >= (int)(sizeof(rm->retry_codes) /
+		                              sizeof(rm->retry_codes[0]))) {
+			gpufile_config_get("http_status_codes", value,
+			                   sizeof(value), &src, var,
+			                   sizeof(var));
+			return gpufile__fail(
+			    GPUFILE_ECONFIG,
+			    "%s=\"%s\": not a list of up to 32 HTTP status "
+			    "codes (100-599) separated by commas, e.g. "
+			    "429,500,502,503,504",
+			    var[0] ? var : "http_status_codes", value);
+		}
+		rm->retry_codes[rm->nretry_codes++] = (int)code;
+	}
+	return 0;
+}
+
+static int load_settings(struct gpufile__remote *rm)
+{
+	uint64_t v;
+	int rc = setting_count("http_max_attempts", &v);
+
+	if (rc)
+		return rc;
+	rm->max_attempts = (unsigned)v;
+	rc = setting_count("http_timeout", &v);
+	if (rc)
+		return rc;
+	rm->timeout_s = (long)v;
+	rc = setting_count("remote_connections", &v);
+	if (rc)
+		return rc;
+	rm->max_conns = (unsigned)v;
+	return load_retry_codes(rm);
+}
+
+/* ---- connections ---- */
+
+static CURL *conn_new(struct gpufile__remote *rm)
+{
+	CURL *c = curl_easy_init();
+	const char *ca = getenv("CURL_CA_BUNDLE");
+
+	if (!c)
+		return NULL;
+	curl_easy_setopt(c, CURLOPT_URL, rm->url);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* Larger receive chunks: fewer callbacks at tens of GB/s. */
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	/* A signed request must not follow a redirect (it would carry the
+	 * signature elsewhere); plain URLs may. */
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, rm->s3_signed ? 0L : 1L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	if (!ca || !ca[0])
+		ca = getenv("SSL_CERT_FILE");
+	if (ca && ca[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	return c;
+}
+
+static CURL *conn_get(struct gpufile__remote *rm)
+{
+	CURL *c = NULL;
+
+	pthread_mutex_lock(rm->lock);
+	if (rm->owner != getpid()) {
+		/* A forked child: the idle connections' sockets (and TLS
+		 * states) are its parent's too, and one stream used by two
+		 * processes breaks. They are dropped, not closed (a TLS
+		 * close would end the parent's session), at the cost of
+		 * their memory in the child. Transfers of the parent's other
+		 * threads do not exist here. */
+		rm->nidle = 0;
+		rm->nopen = 0;
+		rm->owner = getpid();
+	}
+	while (rm->nidle == 0 && rm->nopen >= rm->max_conns)
+		pthread_cond_wait(&rm->freed, rm->lock);
+	if (rm->nidle) {
+		c = rm->idle[--rm->nidle];
+	} else {
+		rm->nopen++;
+	}
+	pthread_mutex_unlock(rm->lock);
+	if (!c) {
+		c = conn_new(rm);
+		if (!c) {
+			pthread_mutex_lock(rm->lock);
+			rm->nopen--;
+			pthread_cond_signal(&rm->freed);
+			pthread_mutex_unlock(rm->lock);
+		}
+	}
+	return c;
+}
+
+static void conn_put(struct gpufile__remote *rm, CURL *c)
+{
+	pthread_mutex_lock(rm->lock);
+	rm->idle[rm->nidle++] = c;
+	pthread_cond_signal(&rm->freed);
+	pthread_mutex_unlock(rm->lock);
+}
+
+/* ---- one HTTP exchange ---- */
+
+struct sink {
+	CURL *c;
+	char *dst;          /* NULL: discard the body */
+	size_t want;        /* bytes of the range */
+	int64_t off;        /* its first byte */
+	int whole_ok;       /* a 200 carrying the whole object is the range */
+	size_t got;         /* bytes written at dst */
+	int accepted;       /* -1 unknown, 0 body discarded, 1 written */
+	int overflow;       /* the server sent more than the range */
+	int range_mismatch; /* 206 naming another range, or 200 for part */
+	long status;        /* of the last response */
+	int64_t cr_start, cr_end, cr_total; /* Content-Range, -1 if none */
+};
+
+static size_t on_header(char *line, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	const size_t len = size * n;
+
+	if (len > 5 && strncasecmp(line, "HTTP/", 5) == 0) {
+		/* A new response (after a redirect or a 100): reset. */
+		s->cr_start = s->cr_end = s->cr_total = -1;
+		s->accepted = -1;
+	} else if (len > 14 && strncasecmp(line, "content-range:", 14) == 0) {
+		long long a, b;
+		char total[32];
+
+		if (sscanf(line + 14, " bytes %lld-%lld/%31[0-9*]", &a, &b,
+		           total) == 3) {
+			s->cr_start = a;
+			s->cr_end = b;
+			s->cr_total =
+			    total[0] == '*' ? -1 : strtoll(total, NULL, 10);
+		}
+	}
+	return len;
+}
+
+/* Decides once per response whether its body is the range asked. */
+static void accept_body(struct sink *s)
+{
+	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
+	s->accepted = 0;
+	if (s->status == 206) {
+		if (s->cr_start == s->off &&
+		    s->cr_end == s->off + (int64_t)s->want - 1)
+			s->accepted = 1;
+		else
+			s->range_mismatch = 1;
+	} else if (s->status == 200) {
+		if (s->whole_ok)
+			s->accepted = 1;
+		else
+			s->range_mismatch = 1;
+	}
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	const size_t len = size * n;
+
+	if (s->accepted < 0)
+		accept_body(s);
+	if (s->range_mismatch)
+		return 0; /* stop now: do not download a whole object */
+	if (s->accepted == 0 || !s->dst)
+		return len; /* an error page: read and dropped */
+	if (len > s->want - s->got) {
+		s->overflow = 1;
+		return 0;
+	}
+	memcpy(s->dst + s->got, data, len);
+	s->got += len;
+	return len;
+}
+
+/* "Host" for signing: the authority of url without user information and
+ * without the scheme's default port (as libcurl sends it). */
+static char *host_of(const char *url)
+{
+	const char *a = strstr(url, "://");
+	size_t n;
+	char *host;
+
+	a = a ? a + 3 : url;
+	n = strcspn(a, "/?#");
+	{
+		const char *at = memchr(a, '@', n);
+		if (at) {
+			n -= (size_t)(at + 1 - a);
+			a = at + 1;
+		}
+	}
+	host = strndup(a, n);
+	if (host) {
+		size_t hl = strlen(host);
+		if (strncasecmp(url, "http://", 7) == 0 && hl > 3 &&
+		    strcmp(host + hl - 3, ":80") == 0)
+			host[hl - 3] = '\0';
+		else if (strncasecmp(url, "https://", 8) == 0 && hl > 4 &&
+		         strcmp(host + hl - 4, ":443") == 0)
+			host[hl - 4] = '\0';
+	}
+	return host;
+}
+
+/* Adds the S3 headers of one request, signed now. */
+static int sign_s3(struct gpufile__remote *rm, const char *method,
+                   const char *range, struct curl_slist **list)
+{
+	struct gpufile__sigv4_header hd[5];
+	struct gpufile__sigv4_request rq = {0};
+	char date[20], auth[512], line[4096];
+	time_t now = time(NULL);
+	struct tm tm;
+	int n = 0, rc;
+
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
+	hd[n++] = (struct gpufile__sigv4_header){"host", rm->s3_host};
+	if (range)
+		hd[n++] = (struct gpufile__sigv4_header){"range", range};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-content-sha256",
+	                                         GPUFILE__SHA256_EMPTY};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-date", date};
+	if (rm->session_token)
+		hd[n++] = (struct gpufile__sigv4_header){"x-amz-security-token",
+		                                         rm->session_token};
+	rq.method = method;
+	rq.canonical_uri = rm->s3_canonical_uri;
+	rq.query = "";
+	rq.headers = hd;
+	rq.nheaders = n;
+	rq.payload_sha256 = GPUFILE__SHA256_EMPTY;
+	rq.amz_date = date;
+	rq.region = rm->region;
+	rq.service = "s3";
+	rq.access_key = rm->access_key;
+	rq.secret_key = rm->secret_key;
+	rc = gpufile__sigv4_authorization(&rq, auth, sizeof(auth));
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		struct curl_slist *more;
+		int len;
+
+		if (strcmp(hd[i].name, "range") == 0)
+			continue; /* added by the caller */
+		/* A session token runs to a few KiB: never cut it. */
+		len = snprintf(line, sizeof(line), "%s: %s", hd[i].name,
+		               hd[i].value);
+		if (len < 0 || (size_t)len >= sizeof(line))
+			return -ENAMETOOLONG;
+		more = curl_slist_append(*list, line);
+		if (!more)
+			return -ENOMEM;
+		*list = more;
+	}
+	snprintf(line, sizeof(line), "Authorization: %s", auth);
+	*list = curl_slist_append(*list, line);
+	explicit_bzero(auth, sizeof(auth));
+	explicit_bzero(line, sizeof(line));
+	return *list ? 0 : -ENOMEM;
+}
+
+enum { EX_OK, EX_RETRY, EX_FAIL };
+
+/* One attempt. Returns EX_* with err and why (why_len bytes) set on
+ * failure. head: a HEAD request (s->want 0). */
+static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
+                    int *err, char *why, size_t why_len)
+{
+	struct curl_slist *list = NULL;
+	char range[64], errbuf[CURL_ERROR_SIZE];
+	CURLcode cc;
+	int rc;
+
+	s->got = 0; /* a retry writes from the start of its range */
+	s->accepted = -1;
+	s->overflow = s->range_mismatch = 0;
+	s->status = 0;
+	s->cr_start = s->cr_end = s->cr_total = -1;
+	errbuf[0] = '\0';
+	snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, s->off,
+	         s->off + (int64_t)s->want - 1);
+	if (rm->s3_signed) {
+		rc = sign_s3(rm, head ? "HEAD" : "GET", head ? NULL : range,
+		             &list);
+		if (rc) {
+			curl_slist_free_all(list);
+			*err = rc;
+			snprintf(why, why_len, "SigV4 signing failed: %s",
+			         gpufile_strerror(rc));
+			return EX_FAIL;
+		}
+	}
+	if (!head) {
+		char line[80];
+		snprintf(line, sizeof(line), "Range: %s", range);
+		list = curl_slist_append(list, line);
+	}
+	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, list);
+	curl_easy_setopt(s->c, CURLOPT_NOBODY, head ? 1L : 0L);
+	if (!head)
+		curl_easy_setopt(s->c, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(s->c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(s->c, CURLOPT_HEADERDATA, s);
+	curl_easy_setopt(s->c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(s->c, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, errbuf);
+	/* A stalled server: no byte for http_timeout seconds, or a range
+	 * taking longer than that in all, ends the attempt. */
+	curl_easy_setopt(s->c, CURLOPT_TIMEOUT, rm->timeout_s);
+	curl_easy_setopt(s->c, CURLOPT_CONNECTTIMEOUT, rm->timeout_s);
+	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_TIME, rm->timeout_s);
+	cc = curl_easy_perform(s->c);
+	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
+	curl_slist_free_all(list);
+	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
+	{
+		long connects = 0;
+		curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &connects);
+		gpufile__stats_remote_response(s->status, connects);
+	}
+
+	if (s->range_mismatch) {
+		*err = -EIO;
+		if (s->status == 200)
+			snprintf(why, why_len,
+			         "the server ignored the Range request (HTTP "
+			         "200 instead of 206 Partial Content)");
+		else
+			snprintf(why, why_len,
+			         "HTTP 206 with Content-Range bytes "
+			         "%" PRId64 "-%" PRId64 " for the range asked",
+			         s->cr_start, s->cr_end);
+		return EX_FAIL;
+	}
+	if (s->overflow) {
+		*err = -EIO;
+		snprintf(why, why_len,
+		         "the server sent more bytes than the range holds "
+		         "(wrong Content-Length)");
+		return EX_FAIL;
+	}
+	if (cc != CURLE_OK) {
+		/* libcurl's detail may quote the URL: keep only its code's
+		 * words when it does. */
+		const char *detail =
+		    errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+		*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+		snprintf(why, why_len, "curl error %d (%s%s%.160s)", (int)cc,
+		         curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
+		switch (cc) {
+		case CURLE_OPERATION_TIMEDOUT:
+		case CURLE_PARTIAL_FILE:
+		case CURLE_RECV_ERROR:
+		case CURLE_SEND_ERROR:
+		case CURLE_COULDNT_CONNECT:
+		case CURLE_GOT_NOTHING:
+		case CURLE_HTTP2:
+		case CURLE_HTTP2_STREAM:
+			return EX_RETRY;
+		default:
+			return EX_FAIL;
+		}
+	}
+	if (s->status != 200 && s->status != 206) {
+		*err = s->status == 404 || s->status == 410   ? -ENOENT
+		       : s->status == 401 || s->status == 403 ? -EACCES
+		                                              : -EIO;
+		snprintf(why, why_len, "HTTP %ld", s->status);
+		for (int i = 0; i < rm->nretry_codes; i++)
+			if (rm->retry_codes[i] == s->status)
+				return EX_RETRY;
+		return EX_FAIL;
+	}
+	if (!head && s->got != s->want) {
+		*err = -EIO;
+		snprintf(why, why_len,
+		         "the body ended after %zu of %zu bytes (wrong "
+		         "Content-Length)",
+		         s->got, s->want);
+		return EX_RETRY;
+	}
+	return EX_OK;
+}
+
+/* Runs one exchange with retries. Returns 0 or an error with the thread's
+ * message naming what (e.g. "reading bytes 0-99 of URL"). */
+static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
+                        const char *what)
+{
+	char why[256];
+	unsigned attempt;
+	int err = 0, ex = EX_FAIL;
+
+	for (attempt = 1; attempt <= rm->max_attempts; attempt++) {
+		ex = exchange(rm, s, head, &err, why, sizeof(why));
+		if (ex != EX_RETRY || attempt == rm->max_attempts)
+			break;
+		gpufile__stats_remote_retry();
+		/* Back off 50 ms, 100 ms, ... up to 2 s: a 503 or 429 asks
+		 * the client to slow down. */
+		{
+			long ms = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
+			struct timespec ts = {ms / 1000,
+			                      (ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (ex == EX_OK)
+		return 0;
+	return gpufile__fail(
+	    err, "%s %s: %s%s (attempt %u of %u)", what, rm->shown, why,
+	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
+	    attempt > rm->max_attempts ? rm->max_attempts : attempt,
+	    rm->max_attempts);
+}
+
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off)
+{
+	struct gpufile__remote *rm = h->remote;
+	struct sink s = {0};
+	char what[96];
+	int rc;
+
+	if (off >= rm->size || len == 0)
+		return 0;
+	if ((int64_t)len > rm->size - off)
+		len = (size_t)(rm->size - off);
+	s.c = conn_get(rm);
+	if (!s.c)
+		return gpufile__fail(-ENOMEM, "reading %s: no curl handle",
+		                     rm->shown);
+	s.dst = buf;
+	s.want = len;
+	s.off = off;
+	s.whole_ok = off == 0 && (int64_t)len == rm->size;
+	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
+	         off, off + (int64_t)len - 1);
+	rc = with_retries(rm, &s, 0, what);
+	conn_put(rm, s.c);
+	gpufile__stats_remote_range(rc ? 0 : len, rc != 0);
+	return rc ? rc : (ssize_t)len;
+}
+
+/* ---- opening ---- */
+
+static void remote_free(struct gpufile__remote *rm)
+{
+	if (!rm)
+		return;
+	for (unsigned i = 0; i < rm->nidle; i++)
+		curl_easy_cleanup(rm->idle[i]);
+	free(rm->idle);
+	pthread_mutex_destroy(&rm->own_lock);
+	pthread_cond_destroy(&rm->freed);
+	free(rm->url);
+	free(rm->shown);
+	free(rm->s3_host);
+	free(rm->s3_canonical_uri);
+	if (rm->secret_key)
+		explicit_bzero(rm->secret_key, strlen(rm->secret_key));
+	free(rm->access_key);
+	free(rm->secret_key);
+	free(rm->session_token);
+	free(rm);
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && v[0] ? v : NULL;
+}
+
+/* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
+ * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
+ * credentials from the environment. */
+static int s3_setup(struct gpufile__remote *rm, const char *url)
+{
+	const char *bucket = url + 5, *slash = strchr(bucket, '/');
+	const char *endpoint = env("AWS_ENDPOINT_URL");
+	const char *id = env("AWS_ACCESS_KEY_ID");
+	const char *secret = env("AWS_SECRET_ACCESS_KEY");
+	const char *region = env("AWS_DEFAULT_REGION");
+	char key[2048], path[4096];
+	size_t blen;
+	int n;
+
+	if (!slash || slash == bucket || !slash[1])
+		return gpufile__fail(
+		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
+	blen = (size_t)(slash - bucket);
+	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
+		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
+		                     url);
+	if (!region)
+		region = env("AWS_REGION");
+	snprintf(rm->region, sizeof(rm->region), "%s",
+	         region ? region : "us-east-1");
+	if (endpoint) {
+		const char *ep_path = strstr(endpoint, "://");
+		size_t eplen = strlen(endpoint);
+
+		if (!ep_path)
+			return gpufile__fail(
+			    -EINVAL,
+			    "opening %s: AWS_ENDPOINT_URL=\"%s\" is not an "
+			    "http:// or https:// URL",
+			    url, endpoint);
+		while (eplen && endpoint[eplen - 1] == '/')
+			eplen--;
+		ep_path += 3;
+		ep_path += strcspn(ep_path, "/");
+		n = snprintf(path, sizeof(path), "%.*s/%.*s/%s",
+		             (int)(eplen - (size_t)(ep_path - endpoint)),
+		             ep_path, (int)blen, bucket, key);
+		rm->url = malloc(eplen + strlen(path) + 1);
+		if (rm->url)
+			sprintf(rm->url, "%.*s%s", (int)(ep_path - endpoint),
+			        endpoint, path);
+	} else {
+		n = snprintf(path, sizeof(path), "/%s", key);
+		if (asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
+		             (int)blen, bucket, rm->region, path) < 0)
+			rm->url = NULL;
+	}
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return gpufile__fail(-ENAMETOOLONG, "opening %s: URL too long",
+		                     url);
+	if (!rm->url)
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
+	rm->s3 = 1;
+	if (!id && !secret)
+		return 0; /* a public bucket: unsigned requests */
+	if (!id || !secret)
+		return gpufile__fail(
+		    -EINVAL,
+		    "opening %s: %s is set but %s is not; set both (or "
+		    "neither, for a public bucket)",
+		    url, id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+#if !GPUFILE_HAVE_SIGV4
+	return gpufile__fail(-ENOTSUP,
+	                     "opening %s: S3 credentials are set but gpufile "
+	                     "was built without OpenSSL's libcrypto, needed "
+	                     "for SigV4 signing (install libssl-dev and "
+	                     "rebuild)",
+	                     url);
+#endif
+	rm->s3_signed = 1;
+	rm->access_key = strdup(id);
+	rm->secret_key = strdup(secret);
+	if (env("AWS_SESSION_TOKEN"))
+		rm->session_token = strdup(env("AWS_SESSION_TOKEN"));
+	rm->s3_host = host_of(rm->url);
+	rm->s3_canonical_uri = strdup(path);
+	if (!rm->access_key || !rm->secret_key || !rm->s3_host ||
+	    !rm->s3_canonical_uri ||
+	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
+	return 0;
+}
+
+/* The object's size: HEAD, or for a presigned URL (signed for GET only)
+ * a GET of byte 0 whose Content-Range names the total. */
+static int learn_size(struct gpufile__remote *rm)
+{
+	struct sink s = {0};
+	char one;
+	int rc;
+
+	s.c = conn_get(rm);
+	if (!s.c)
+		return gpufile__fail(-ENOMEM, "opening %s: no curl handle",
+		                     rm->shown);
+	if (!rm->presigned) {
+		curl_off_t cl = -1;
+
+		rc = with_retries(rm, &s, 1, "opening (HEAD)");
+		/* A URL signed for GET only (presigned without the usual
+		 * query names) or a server without HEAD: ask for byte 0. */
+		if (rc && !rm->s3_signed &&
+		    (s.status == 403 || s.status == 405 || s.status == 501)) {
+			curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+			conn_put(rm, s.c);
+			rm->presigned = 1;
+			rc = learn_size(rm);
+			if (rc)
+				rm->presigned = 0;
+			return rc;
+		}
+		if (rc == 0) {
+			curl_easy_getinfo(
+			    s.c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+			if (cl < 0)
+				rc = gpufile__fail(
+				    -EPROTO,
+				    "opening %s: the HEAD response has no "
+				    "Content-Length, so the size is unknown",
+				    rm->shown);
+			rm->size = cl;
+		}
+		curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+	} else {
+		s.dst = &one;
+		s.want = 1;
+		rc = with_retries(rm, &s, 0, "opening (GET bytes 0-0)");
+		if (rc == 0 && s.cr_total < 0)
+			rc = gpufile__fail(
+			    -EPROTO,
+			    "opening %s: the response to bytes 0-0 "
+			    "has no Content-Range total, so the "
+			    "size is unknown",
+			    rm->shown);
+		rm->size = s.cr_total;
+	}
+	conn_put(rm, s.c);
+	return rc;
+}
+
+static int remote_new(struct gpufile__remote **out, const char *url)
+{
+	struct gpufile__remote *rm = calloc(1, sizeof(*rm));
+	char shown[1024];
+	int rc;
+
+	*out = NULL;
+	if (!rm)
+		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
+	pthread_mutex_init(&rm->own_lock, NULL);
+	rm->lock = &rm->own_lock;
+	pthread_cond_init(&rm->freed, NULL);
+	rm->owner = getpid();
+	gpufile__remote_redact(url, shown, sizeof(shown));
+	rm->shown = strdup(shown);
+	rc = load_settings(rm);
+	if (rc)
+		goto fail;
+	rm->idle = calloc(rm->max_conns, sizeof(*rm->idle));
+	if (!rm->shown || !rm->idle) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory", shown);
+		goto fail;
+	}
+	if (strncmp(url, "s3://", 5) == 0) {
+		rc = s3_setup(rm, url);
+		if (rc)
+			goto fail;
+	} else {
+		rm->url = strdup(url);
+		if (!rm->url) {
+			rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+			                   shown);
+			goto fail;
+		}
+		rm->presigned = strcasestr(url, "X-Amz-Signature=") != NULL;
+	}
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_rc != CURLE_OK) {
+		rc = gpufile__fail(-EIO, "opening %s: curl_global_init: %s",
+		                   shown, curl_easy_strerror(curl_init_rc));
+		goto fail;
+	}
+	*out = rm;
+	return 0;
+fail:
+	remote_free(rm);
+	return rc;
+}
+
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags)
+{
+	struct gpufile__remote *rm;
+	struct gpufile *h;
+	int rc;
+
+	*out = NULL;
+	if (!flags || strcmp(flags, "r") != 0) {
+		char shown[1024];
+
+		gpufile__remote_redact(url, shown, sizeof(shown));
+		return gpufile__fail(
+		    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
+		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
+		        ? -EROFS
+		        : GPUFILE_EFLAGS,
+		    "opening %s (\"%s\"): remote objects are read-only; "
+		    "open them with \"r\"",
+		    shown, flags ? flags : "(null)");
+	}
+	rc = remote_new(&rm, url);
+	if (rc)
+		return rc;
+	rc = learn_size(rm);
+	if (rc) {
+		remote_free(rm);
+		return rc;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h || !(h->path = strdup(rm->shown))) {
+		free(h);
+		remote_free(rm);
+		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
+	}
+	h->fd = h->direct_fd = h->cufile_fd = -1;
+	h->readable = 1;
+	h->remote = rm;
+	atomic_init(&h->direct_refused, 1);
+	atomic_init(&h->inflight, 0);
+	pthread_mutex_init(&h->lock, NULL);
+	/* From now on the connection set is guarded by the handle's lock,
+	 * which fork.c's handlers hold across fork(). */
+	rm->lock = &h->lock;
+	gpufile__fork_track(h);
+	h->cufile_state = GPUFILE__CUFILE_UNAVAILABLE;
+	snprintf(h->cufile_reason, sizeof(h->cufile_reason),
+	         "a remote object: cuFile reads local files only");
+	snprintf(h->direct_reason, sizeof(h->direct_reason),
+	         "a remote object: no O_DIRECT");
+	gpufile__stats_file(h->path, GPUFILE_PATH_REMOTE,
+	                    "HTTP range requests through libcurl");
+	*out = h;
+	return 0;
+}
+
+int gpufile__remote_close(struct gpufile *h)
+{
+	remote_free(h->remote);
+	pthread_mutex_destroy(&h->lock);
+	free(h->path);
+	free(h);
+	return 0;
+}
+
+int64_t gpufile__remote_size(struct gpufile *h)
+{
+	return h->remote->size;
+}
+
+/* 1 when url's authority holds user information (user:password@). */
+static int has_userinfo(const char *url)
+{
+	const char *a = strstr(url, "://");
+
+	a = a ? a + 3 : url;
+	return memchr(a, '@', strcspn(a, "/?#")) != NULL;
+}
+
+int gpufile_remote_info(const char *url, char *out, size_t len)
+{
+	struct gpufile__remote *rm;
+	int rc;
+
+	if (!url || !out || !len)
+		return gpufile__fail(-EINVAL, "gpufile_remote_info: NULL "
+		                              "argument");
+	out[0] = '\0';
+	if (!gpufile__is_url(url))
+		return gpufile__fail(
+		    -EINVAL, "%s: not an http://, https:// or s3:// URL", url);
+	rc = remote_new(&rm, url);
+	if (rc)
+		return rc;
+	{
+		char endpoint[1024];
+		size_t used;
+
+		gpufile__remote_redact(rm->url, endpoint, sizeof(endpoint));
+		snprintf(out, len,
+		         "endpoint: %s\n"
+		         "kind: %s\n"
+		         "credentials: %s\n",
+		         endpoint,
+		         rm->s3          ? "s3"
+		         : rm->presigned ? "presigned URL"
+		                         : "http",
+		         !rm->s3 ? (rm->presigned ? "in the URL's query "
+		                                    "(redacted)"
+		                    : has_userinfo(rm->url)
+		                        ? "user information in the URL "
+		                          "(redacted)"
+		                        : "none needed")
+		         : rm->s3_signed
+		             ? (rm->session_token
+		                    ? "AWS_ACCESS_KEY_ID, "
+		                      "AWS_SECRET_ACCESS_KEY and "
+		                      "AWS_SESSION_TOKEN set (values not shown)"
+		                    : "AWS_ACCESS_KEY_ID and "
+		                      "AWS_SECRET_ACCESS_KEY set (values not "
+		                      "shown)")
+		             : "none set: unsigned requests (public bucket)");
+		used = strlen(out);
+		if (rm->s3 && used < len)
+			snprintf(out + used, len - used, "region: %s\n",
+			         rm->region);
+		rc = learn_size(rm);
+		used = strlen(out);
+		if (used < len) {
+			if (rc == 0)
+				snprintf(
+				    out + used, len - used,
+				    "%s: HTTP %s\nsize: %" PRId64 " bytes\n",
+				    rm->presigned ? "GET bytes 0-0" : "HEAD",
+				    rm->presigned ? "206" : "200", rm->size);
+			else
+				snprintf(out + used, len - used, "%s: %s\n",
+				         rm->presigned ? "GET bytes 0-0"
+				                       : "HEAD",
+				         gpufile_errmsg());
+		}
+	}
+	remote_free(rm);
+	return rc;
+}
+
+#else /* !GPUFILE_HAVE_CURL */
+
+static int no_curl(const char *url)
+{
+	char shown[1024];
+
+	gpufile__remote_redact(url, shown, sizeof(shown));
+	return gpufile__fail(-ENOTSUP,
+	                     "opening %s: gpufile was built without libcurl, "
+	                     "so it cannot read remote objects (install "
+	                     "libcurl4-openssl-dev and rebuild)",
+	                     shown);
+}
+
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags)
+{
+	(void)flags;
+	*out = NULL;
+	return no_curl(url);
+}
+
+int gpufile__remote_close(struct gpufile *h)
+{
+	(void)h;
+	return 0;
+}
+
+int64_t gpufile__remote_size(struct gpufile *h)
+{
+	(void)h;
+	return -ENOTSUP;
+}
+
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off)
+{
+	(void)h;
+	(void)buf;
+	(void)len;
+	(void)off;
+	return -ENOTSUP;
+}
+
+int gpufile_remote_info(const char *url, char *out, size_t len)
+{
+	if (out && len)
+		out[0] = '\0';
+	return no_curl(url ? url : "(null)");
+}
+
+#endif
+
+static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
+                           int64_t off, char *msg, size_t msg_len)
+{
+	ssize_t n;
+
+	if (r->cuda_ctx) /* the staging path, its cross-task overlap kept */
+		n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
+	else
+		n = gpufile__remote_read(r->h, buf, len, off);
+	/* The range's own words (URL, bytes, HTTP status or curl error) are
+	 * the task's message. */
+	if (n < 0 && n != GPUFILE__TASK_DEFERRED && !msg[0])
+		snprintf(msg, msg_len, "%s", gpufile_errmsg());
+	return n;
+}
+
+int gpufile__remote_no_fd(struct gpufile *h, const char *what)
+{
+	return gpufile__fail(-ENOTSUP,
+	                     "%s: %s is a remote object, read over HTTP; it "
+	                     "has no file descriptor or page cache",
+	                     what, h->path);
+}
+
+int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
+                              char *reason, size_t len)
+{
+	(void)h;
+	if (device_path)
+		*device_path = GPUFILE_PATH_REMOTE;
+	if (reason && len)
+		snprintf(reason, len,
+		         "remote: HTTP range requests, one per task (and per "
+		         "bounce buffer for device memory, copied to the GPU "
+		         "while the next range arrives); cuFile reads local "
+		         "files only");
+	return 0;
+}
+
+static int remote_settle(struct gpufile__task_result *out, int idle)
+{
+	return gpufile__staged_ops.settle(out, idle);
+}
+
+static const struct gpufile__task_ops remote_ops = {
+    .run = remote_task,
+    .settle = remote_settle,
+};
+
+int gpufile__remote_route(struct gpufile__request *r)
+{
+	r->path = GPUFILE_PATH_REMOTE;
+	r->ops = &remote_ops;
+	return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * Remote sources (remote.c): HTTP(S) URLs, s3://BUCKET/KEY and presigned
+ * S3 URLs, opened as read-only gpufile handles. file.c dispatches to these
+ * at open, close and size; gpufile__file_read() (posix_io.c) calls
+ * gpufile__remote_read() for a remote handle, so the host path and the
+ * pinned staging pipeline of device reads serve remote handles unchanged.
+ */
+#ifndef GPUFILE_REMOTE_H
+#define GPUFILE_REMOTE_H
+
+#include "internal.h"
+
+struct gpufile__remote;
+
+/* What gpufile_features() adds for remote sources. */
+#if GPUFILE_HAVE_CURL && GPUFILE_HAVE_SIGV4
+#define GPUFILE__REMOTE_FEATURES " remote sigv4"
+#elif GPUFILE_HAVE_CURL
+#define GPUFILE__REMOTE_FEATURES " remote"
+#else
+#define GPUFILE__REMOTE_FEATURES ""
+#endif
+
+/* 1 when path names a remote object (http://, https://, s3://). */
+int gpufile__is_url(const char *path);
+
+/* Opens url read-only ("r" only: anything else is -EROFS or
+ * GPUFILE_EFLAGS) and learns its size (HEAD, or a GET of bytes 0-0 for a
+ * presigned URL). Returns 0 with *out set, or an error whose message names
+ * the redacted URL and the HTTP status or curl error. */
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags);
+/* Frees h (every request on it has ended). Returns 0. */
+int gpufile__remote_close(struct gpufile *h);
+int64_t gpufile__remote_size(struct gpufile *h);
+
+/* Reads [off, off+len) of h's object into host memory buf, in one HTTP
+ * range request, retried from its start on a retryable failure. Returns
+ * the bytes read (fewer than len only at the end of the object) or an
+ * error, with the thread's message naming the URL, range and cause. */
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off);
+
+/* The task function of every request on a remote handle: host buffers
+ * are filled by gpufile__remote_read(); device buffers go through the
+ * staging pipeline (gpufile__staged_task), which reads each chunk with
+ * gpufile__remote_read() into a pinned buffer while the previous chunk is
+ * copied to the GPU. Routes r (sets r->path and r->run). */
+int gpufile__remote_route(struct gpufile__request *r);
+
+/* gpufile_path_info() of a remote handle. Returns 0. */
+int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
+                              char *reason, size_t len);
+
+/* The error of a call that needs a file descriptor (gpufile_fd, the
+ * page-cache calls) on remote handle h: -ENOTSUP naming what and h. */
+int gpufile__remote_no_fd(struct gpufile *h, const char *what);
+
+/* Copies url into out (len bytes) with credentials and query strings
+ * removed, for messages, statistics and logs. */
+void gpufile__remote_redact(const char *url, char *out, size_t len);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * AWS Signature Version 4 (sigv4.c): the Authorization header of one
+ * request, for S3 reads (remote.c) and for tests against AWS's published
+ * vectors. Needs OpenSSL's libcrypto (GPUFILE_HAVE_SIGV4).
+ */
+#ifndef GPUFILE_SIGV4_H
+#define GPUFILE_SIGV4_H
+
+#include <stddef.h>
+
+/* One header to sign: name in lower case, value already trimmed. */
+struct gpufile__sigv4_header {
+	const char *name;
+	const char *value;
+};
+
+struct gpufile__sigv4_request {
+	const char *method;        /* "GET", "HEAD" */
+	const char *canonical_uri; /* URI-encoded path, e.g. "/bucket/key" */
+	const char *query;         /* raw query "b=2&a=1" (no '?'), or "" */
+	const struct gpufile__sigv4_header *headers; /* host, x-amz-date ... */
+	int nheaders;
+	const char *payload_sha256; /* hex, or "UNSIGNED-PAYLOAD" */
+	const char *amz_date;       /* "YYYYMMDDTHHMMSSZ" */
+	const char *region;
+	const char *service; /* "s3" */
+	const char *access_key;
+	const char *secret_key;
+};
+
+/* The hex SHA-256 of the empty payload. */
+#define GPUFILE__SHA256_EMPTY                                                  \
+	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* Writes the Authorization header value ("AWS4-HMAC-SHA256
+ * Credential=..., SignedHeaders=..., Signature=...") into out (len bytes).
+ * Headers may come in any order and case of names; they are sorted here.
+ * Returns 0, -ENOMEM, -ENAMETOOLONG when out is too small, or -ENOTSUP
+ * when built without libcrypto. */
+int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
+                                 char *out, size_t len);
+
+/* URI-encodes text the way SigV4 wants (unreserved A-Z a-z 0-9 - . _ ~
+ * kept; '/' kept when keep_slash), into out (len bytes). Returns 0 or
+ * -ENAMETOOLONG. */
+int gpufile__sigv4_uri_encode(const char *text, int keep_slash, char *out,
+                              size_t len);
+
+#endif

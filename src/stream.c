@@ -1,0 +1,660 @@
+/*
+ * Stream-ordered reads and writes (gpufile_read_async, gpufile_write_async):
+ * a request placed on the caller's CUDA stream, after the work queued there
+ * before the call and before the work queued after it.
+ *
+ * How each mechanism keeps the order, best first:
+ *
+ *   cufile      the file's device requests take cuFile (file.c decides)
+ *               and libcufile has cuFileReadAsync/WriteAsync: cuFile
+ *               queues the I/O on the stream itself.
+ *   wait-value  every other request (the posix path, host buffers): an
+ *               event is recorded on the stream (the work before), then
+ *               cuStreamWaitValue32 makes the stream wait for a 32-bit
+ *               flag in mapped pinned memory. A gpufile thread waits for
+ *               the event, runs the request as gpufile_pread/pwrite would
+ *               (the pool and its pipelined bounce buffers, not a stream
+ *               synchronise followed by one blocking read), writes *n_out
+ *               and then stores the flag from the host, which releases
+ *               the stream: the work after sees the bytes and *n_out.
+ *   host-func   as wait-value, but the stream is held by a host function
+ *               (cuLaunchHostFunc) that sleeps until the request ended,
+ *               where the driver refuses stream memory operations
+ *               (CUDA_ERROR_NOT_SUPPORTED) or lacks the wait. It occupies
+ *               one of the driver's callback threads while it waits.
+ *   blocking    neither exists (drivers older than CUDA 10): the call
+ *               synchronises the stream, runs the request and returns
+ *               once *n_out is written. Correct order, no overlap.
+ *
+ * The flags live in slabs of mapped pinned memory that are never freed (a
+ * stream may still be waiting on one when gpufile_release() runs). A slot
+ * is waited on with CU_STREAM_WAIT_VALUE_GEQ for a value one past what it
+ * held, so it can be given to the next request as soon as its request has
+ * stored the flag: a stream still waiting on the old value is released by
+ * the new one too ((int32_t)(*flag - value) >= 0, as CUDA compares).
+ *
+ * Lock order: slot_lock alone; a job's lock alone. No CUDA call and no
+ * I/O runs under either.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "cuda_shim.h"
+#include "cufile_shim.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum mechanism {
+	MECH_CUFILE,
+	MECH_WAIT_VALUE,
+	MECH_HOST_FUNC,
+	MECH_BLOCKING,
+};
+
+/* Set once a driver answered CUDA_ERROR_NOT_SUPPORTED to the wait: later
+ * requests go straight to the host function. */
+static atomic_int wait_unsupported;
+
+/* ---- flag slots ---- */
+
+#define SLOTS_PER_SLAB 1024 /* one 4 KiB page of 32-bit flags */
+#define MAX_SLABS      64
+
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint32_t *host;
+	CUdeviceptr dev;
+} slabs[MAX_SLABS];
+static int nslabs;
+static int free_slots[MAX_SLABS * SLOTS_PER_SLAB];
+static int nfree;
+
+/* Caller holds slot_lock; ctx is current. Adds a slab to the free list.
+ * Returns 0 or an error. */
+static int add_slab(const struct gpufile__cuda *t)
+{
+	void *p = NULL;
+	CUdeviceptr dev;
+	CUresult cr;
+
+	if (nslabs == MAX_SLABS)
+		return gpufile__fail(-EAGAIN,
+		                     "stream-ordered request: %d requests are "
+		                     "already waiting on streams",
+		                     MAX_SLABS * SLOTS_PER_SLAB);
+	cr = t->cuMemHostAlloc(
+	    &p, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+	if (cr != CUDA_SUCCESS)
+		return gpufile__cuda_fail(cr, NULL, 0,
+		                          "cuMemHostAlloc of the stream flags");
+	memset(p, 0, 4096);
+	dev = (CUdeviceptr)(uintptr_t)p; /* the same address under UVA */
+	if (t->cuMemHostGetDevicePointer) {
+		cr = t->cuMemHostGetDevicePointer(&dev, p, 0);
+		if (cr != CUDA_SUCCESS) {
+			t->cuMemFreeHost(p);
+			return gpufile__cuda_fail(
+			    cr, NULL, 0,
+			    "cuMemHostGetDevicePointer of the stream flags");
+		}
+	}
+	slabs[nslabs].host = p;
+	slabs[nslabs].dev = dev;
+	for (int i = SLOTS_PER_SLAB - 1; i >= 0; i--)
+		free_slots[nfree++] = nslabs * SLOTS_PER_SLAB + i;
+	nslabs++;
+	return 0;
+}
+
+static int slot_get(const struct gpufile__cuda *t, int *slot)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&slot_lock);
+	if (nfree == 0)
+		rc = add_slab(t);
+	if (rc == 0)
+		*slot = free_slots[--nfree];
+	pthread_mutex_unlock(&slot_lock);
+	return rc;
+}
+
+static void slot_put(int slot)
+{
+	pthread_mutex_lock(&slot_lock);
+	free_slots[nfree++] = slot;
+	pthread_mutex_unlock(&slot_lock);
+}
+
+static uint32_t *slot_host(int slot)
+{
+	return &slabs[slot / SLOTS_PER_SLAB].host[slot % SLOTS_PER_SLAB];
+}
+
+static CUdeviceptr slot_dev(int slot)
+{
+	return slabs[slot / SLOTS_PER_SLAB].dev +
+	       (CUdeviceptr)(slot % SLOTS_PER_SLAB) * sizeof(uint32_t);
+}
+
+/* ---- jobs ---- */
+
+struct job {
+	gpufile_t *h;
+	char *buf;
+	size_t size;
+	int64_t offset;
+	int is_write;
+	ssize_t *n_out;
+	CUcontext ctx;
+	CUevent before; /* recorded on the caller's stream at the call */
+	enum mechanism mech;
+	int slot;     /* wait-value: the flag */
+	uint32_t seq; /* wait-value: the value that releases the stream */
+	pthread_mutex_t lock; /* host-func: guards done and refs */
+	pthread_cond_t cond;
+	int done;
+	int refs; /* host-func: the thread and the host function */
+};
+
+static void job_unref(struct job *j)
+{
+	int last;
+
+	pthread_mutex_lock(&j->lock);
+	last = --j->refs == 0;
+	pthread_mutex_unlock(&j->lock);
+	if (last) {
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+	}
+}
+
+/* The host function of the host-func mechanism: holds the stream until
+ * the request has ended. Makes no CUDA call (the driver forbids it). */
+static void hold_stream(void *arg)
+{
+	struct job *j = arg;
+
+	pthread_mutex_lock(&j->lock);
+	while (!j->done)
+		pthread_cond_wait(&j->cond, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+	job_unref(j);
+}
+
+/* Waits for the work queued before the call, runs the request, writes
+ * *n_out and releases the stream. Ends the job. */
+static void job_run(struct job *j)
+{
+	const struct gpufile__cuda *t = gpufile__cuda();
+	CUcontext old = NULL;
+	CUresult cr;
+	ssize_t n;
+
+	t->cuCtxGetCurrent(&old);
+	cr = t->cuCtxSetCurrent(j->ctx);
+	if (cr == CUDA_SUCCESS)
+		cr = t->cuEventSynchronize(j->before);
+	if (cr != CUDA_SUCCESS)
+		n = gpufile__cuda_fail(cr, NULL, 0,
+		                       "%s %s: waiting for the work queued on "
+		                       "the stream before the request",
+		                       j->is_write ? "writing" : "reading",
+		                       j->h->path);
+	else if (j->is_write)
+		n = gpufile_pwrite(j->h, j->buf, j->size, j->offset);
+	else
+		n = gpufile_pread(j->h, j->buf, j->size, j->offset);
+	t->cuEventDestroy(j->before);
+	t->cuCtxSetCurrent(old);
+	/* Atomic: a caller may peek at *n_out before the stream gets
+	 * there (StreamFuture.n_out() in Python); it then sees the old
+	 * value or the final one. */
+	__atomic_store_n(j->n_out, n, __ATOMIC_RELEASE);
+	atomic_fetch_sub(&j->h->inflight, 1); /* h may be closed from here */
+
+	if (j->mech == MECH_WAIT_VALUE) {
+		/* *n_out and the bytes are stored before the flag: the
+		 * stream's work after reads them once the flag is seen. */
+		__atomic_store_n(slot_host(j->slot), j->seq, __ATOMIC_SEQ_CST);
+		slot_put(j->slot);
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+	} else if (j->mech == MECH_HOST_FUNC) {
+		pthread_mutex_lock(&j->lock);
+		j->done = 1;
+		pthread_cond_broadcast(&j->cond);
+		pthread_mutex_unlock(&j->lock);
+		job_unref(j);
+	} else {
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+	}
+}
+
+static void *job_thread(void *arg)
+{
+	job_run(arg);
+	return NULL;
+}
+
+/* ---- the cuFile mechanism ---- */
+
+/* Arguments cuFile reads when the stream reaches the request. */
+struct cufile_args {
+	size_t size;
+	off_t file_offset;
+	off_t buf_offset;
+	ssize_t *n_out;
+	int is_write;
+	size_t asked;
+	uint64_t start_ns;
+};
+
+/* Queued after cuFile's request: maps its result onto gpufile's codes,
+ * counts it and frees the arguments. No CUDA call. */
+static void cufile_done(void *arg)
+{
+	struct cufile_args *a = arg;
+	ssize_t n = *a->n_out;
+
+	/* cuFile reports -errno, or minus a cuFile status (5000 and up). */
+	if (n < 0 && n <= -5000)
+		*a->n_out = n = GPUFILE_ECUFILE;
+	gpufile__stats_request(GPUFILE_PATH_CUFILE, a->is_write, n, 1, a->asked,
+	                       gpufile__now_ns() - a->start_ns);
+	free(a);
+}
+
+/* Queues the request on stream through cuFile. Returns 0, or 1 when
+ * cuFile refused it at submission (the caller falls back), with why. */
+static int cufile_queue(const struct gpufile__cuda *t,
+                        const struct gpufile__request *r, CUstream stream,
+                        ssize_t *n_out, char *why, size_t why_len)
+{
+	const struct gpufile__cufile *cf;
+	struct cufile_args *a = malloc(sizeof(*a));
+	CUfileError_t e;
+	int err, status;
+
+	if (!a) {
+		snprintf(why, why_len, "out of memory");
+		return 1;
+	}
+	cf = gpufile__cufile_open(r->cuda_ctx, &err, &status);
+	if (!cf) {
+		free(a);
+		snprintf(why, why_len, "%s", gpufile_errmsg());
+		return 1;
+	}
+	a->size = r->size;
+	a->file_offset = (off_t)r->offset;
+	a->buf_offset = (off_t)(r->buf - r->cufile_base);
+	a->n_out = n_out;
+	a->is_write = r->is_write;
+	a->asked = r->size;
+	a->start_ns = gpufile__now_ns();
+	if (r->is_write)
+		e = cf->cuFileWriteAsync(r->cufile_handle, r->cufile_base,
+		                         &a->size, &a->file_offset,
+		                         &a->buf_offset, n_out, stream);
+	else
+		e = cf->cuFileReadAsync(r->cufile_handle, r->cufile_base,
+		                        &a->size, &a->file_offset,
+		                        &a->buf_offset, n_out, stream);
+	if (e.err != CU_FILE_SUCCESS) {
+		free(a);
+		snprintf(why, why_len, "%s refused the request: %s (%d)",
+		         r->is_write ? "cuFileWriteAsync" : "cuFileReadAsync",
+		         gpufile__cufile_status_name(e.err), (int)e.err);
+		return 1;
+	}
+	/* The request is queued: from here only the stream may free a. */
+	if (t->cuLaunchHostFunc(stream, cufile_done, a) != CUDA_SUCCESS) {
+		/* The arguments must outlive the request; without a host
+		 * function to free them they stay allocated (one small
+		 * leak beats cuFile reading freed memory). */
+	}
+	return 0;
+}
+
+/* ---- the decision ---- */
+
+/* Which mechanism a request on stream uses, and why (reason, len bytes).
+ * r is prepared (file.c); cuFile's is tried by the caller. */
+static enum mechanism choose(const struct gpufile__cuda *t,
+                             const struct gpufile__request *r, int prepared,
+                             char *reason, size_t len)
+{
+	const char *io = r->is_write ? "write" : "read";
+
+	if (prepared && r->path == GPUFILE_PATH_CUFILE) {
+		int err, status;
+		const struct gpufile__cufile *cf =
+		    gpufile__cufile_open(r->cuda_ctx, &err, &status);
+
+		if (cf && cf->cuFileReadAsync && t->cuLaunchHostFunc) {
+			snprintf(reason, len,
+			         "cufile: cuFile%sAsync queues the request on "
+			         "the stream (stream not registered with "
+			         "cuFileStreamRegister: gpufile cannot know "
+			         "when the caller destroys it)",
+			         r->is_write ? "Write" : "Read");
+			return MECH_CUFILE;
+		}
+	}
+	if (t->cuStreamWaitValue32 && !atomic_load(&wait_unsupported)) {
+		snprintf(reason, len,
+		         "wait-value: the stream waits (cuStreamWaitValue32) "
+		         "for a flag gpufile sets once the %s has run through "
+		         "the %s path",
+		         io, gpufile_path_name(r->path));
+		return MECH_WAIT_VALUE;
+	}
+	if (t->cuLaunchHostFunc) {
+		snprintf(reason, len,
+		         "host-func: the stream is held by a host function "
+		         "(cuLaunchHostFunc) until the %s has run through the "
+		         "%s path (%s)",
+		         io, gpufile_path_name(r->path),
+		         t->cuStreamWaitValue32
+		             ? "the driver refused cuStreamWaitValue32"
+		             : "the driver lacks cuStreamWaitValue32");
+		return MECH_HOST_FUNC;
+	}
+	snprintf(reason, len,
+	         "blocking: the driver has neither cuStreamWaitValue32 nor "
+	         "cuLaunchHostFunc, so the call synchronises the stream and "
+	         "runs the %s before it returns",
+	         io);
+	return MECH_BLOCKING;
+}
+
+/* Validates the request into *r (*prepared: 1 when file.c prepared it,
+ * and then it must be destroyed). Returns 0 or an error. */
+static int validate(struct gpufile__request *r, int *prepared, gpufile_t *h,
+                    void *buf, size_t size, int64_t offset, int is_write)
+{
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	*prepared = 0;
+	if (is_write && h->append) {
+		/* An append's offset is placed when it runs (file.c); the
+		 * checks of prepare() that apply are made here. */
+		if (!buf && size)
+			return gpufile__fail(
+			    -EFAULT, "writing %s: buffer is NULL", h->path);
+		r->h = h;
+		r->buf = buf;
+		r->size = size;
+		r->is_write = 1;
+		r->path = GPUFILE_PATH_POSIX;
+		return 0;
+	}
+	rc = gpufile__request_prepare(r, h, buf, size, offset, is_write);
+	if (rc == 0)
+		*prepared = 1;
+	return rc;
+}
+
+/* The context the stream belongs to (or, for the NULL stream, the current
+ * one; failing that, the one owning the buffer). */
+static CUcontext stream_context(const struct gpufile__cuda *t, CUstream stream,
+                                const struct gpufile__request *r)
+{
+	CUcontext ctx = NULL;
+
+	if (t->cuStreamGetCtx &&
+	    t->cuStreamGetCtx(stream, &ctx) != CUDA_SUCCESS)
+		ctx = NULL;
+	if (!ctx && t->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+		ctx = NULL;
+	if (!ctx)
+		ctx = r->cuda_ctx;
+	return ctx;
+}
+
+/* Puts the job's hold on stream: the flag wait, or the host function.
+ * Returns 0, or 1 when the wait was refused as unsupported (the caller
+ * then tries the host function), or an error. */
+static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
+{
+	CUresult cr;
+	int rc;
+
+	if (j->mech == MECH_WAIT_VALUE) {
+		rc = slot_get(t, &j->slot);
+		if (rc)
+			return rc;
+		j->seq =
+		    __atomic_load_n(slot_host(j->slot), __ATOMIC_SEQ_CST) + 1;
+		cr = t->cuStreamWaitValue32(stream, slot_dev(j->slot), j->seq,
+		                            CU_STREAM_WAIT_VALUE_GEQ);
+		if (cr == CUDA_SUCCESS)
+			return 0;
+		slot_put(j->slot);
+		if (cr == CUDA_ERROR_NOT_SUPPORTED && t->cuLaunchHostFunc) {
+			atomic_store(&wait_unsupported, 1);
+			return 1;
+		}
+		return gpufile__cuda_fail(cr, NULL, 0,
+		                          "cuStreamWaitValue32 on the stream");
+	}
+	if (j->mech == MECH_HOST_FUNC) {
+		j->refs = 2;
+		cr = t->cuLaunchHostFunc(stream, hold_stream, j);
+		if (cr != CUDA_SUCCESS) {
+			j->refs = 1;
+			return gpufile__cuda_fail(cr, NULL, 0,
+			                          "cuLaunchHostFunc on the "
+			                          "stream");
+		}
+		return 0;
+	}
+	/* Blocking: the work before is waited for in the call. */
+	cr = t->cuStreamSynchronize(stream);
+	return cr == CUDA_SUCCESS
+	           ? 0
+	           : gpufile__cuda_fail(cr, NULL, 0, "cuStreamSynchronize");
+}
+
+/* Queues the posix-side mechanisms: the event, the hold, the thread. */
+static int queue_job(const struct gpufile__cuda *t, struct job *j,
+                     CUstream stream)
+{
+	pthread_attr_t attr;
+	pthread_t tid;
+	CUresult cr;
+	int rc;
+
+	/* Blocking sync: the thread waiting for the work before sleeps
+	 * instead of spinning a core the I/O needs. */
+	cr = t->cuEventCreate(&j->before,
+	                      CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+	if (cr != CUDA_SUCCESS)
+		return gpufile__cuda_fail(cr, NULL, 0, "cuEventCreate");
+	cr = t->cuEventRecord(j->before, stream);
+	if (cr != CUDA_SUCCESS) {
+		t->cuEventDestroy(j->before);
+		return gpufile__cuda_fail(cr, NULL, 0,
+		                          "cuEventRecord on the stream");
+	}
+	rc = hold(t, j, stream);
+	if (rc == 1) {
+		j->mech = MECH_HOST_FUNC;
+		rc = hold(t, j, stream);
+	}
+	if (rc) {
+		t->cuEventDestroy(j->before);
+		return rc;
+	}
+	/* From here the stream waits for this job: it must run. */
+	atomic_fetch_add(&j->h->inflight, 1);
+	if (j->mech == MECH_BLOCKING) {
+		job_run(j);
+		return 0;
+	}
+	if (pthread_attr_init(&attr) == 0) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&tid, &attr, job_thread, j);
+		pthread_attr_destroy(&attr);
+	} else {
+		rc = -1;
+	}
+	if (rc)
+		job_run(j); /* no thread: run it here, the order still holds */
+	return 0;
+}
+
+static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
+                     void *stream_arg, ssize_t *n_out, int is_write)
+{
+	const char *what =
+	    is_write ? "gpufile_write_async" : "gpufile_read_async";
+	CUstream stream = stream_arg;
+	const struct gpufile__cuda *t;
+	struct gpufile__request r;
+	char reason[512], why[384];
+	CUcontext ctx, old = NULL;
+	struct job *j;
+	int prepared, rc;
+
+	if (!h)
+		return gpufile__fail(-EINVAL, "%s: handle is NULL", what);
+	if (!n_out)
+		return gpufile__fail(-EINVAL, "%s %s: n_out is NULL", what,
+		                     h->path);
+	t = gpufile__cuda();
+	if (!t) {
+		/* The message is formatted into the buffer it comes from. */
+		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
+		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
+		                     h->path, why);
+	}
+	if (t->cuStreamIsCapturing) {
+		/* A stream capturing a CUDA graph records work instead of
+		 * running it: the event gpufile would wait for never
+		 * completes, and a graph cannot replay a host read. */
+		int capturing = 0;
+
+		if (t->cuStreamIsCapturing(stream, &capturing) ==
+		        CUDA_SUCCESS &&
+		    capturing)
+			return gpufile__fail(
+			    -EINVAL,
+			    "%s %s: the stream is capturing a "
+			    "CUDA graph; stream-ordered requests "
+			    "cannot be captured",
+			    what, h->path);
+	}
+	rc = validate(&r, &prepared, h, buf, size, offset, is_write);
+	if (rc)
+		return rc;
+	ctx = stream_context(t, stream, &r);
+	if (!ctx) {
+		rc = gpufile__fail(-EINVAL,
+		                   "%s %s: no CUDA context is current and the "
+		                   "stream names none",
+		                   what, h->path);
+		goto out;
+	}
+	t->cuCtxGetCurrent(&old);
+	if (t->cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+		rc = gpufile__fail(-EINVAL,
+		                   "%s %s: the stream's context "
+		                   "cannot be made current",
+		                   what, h->path);
+		goto out;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		rc = gpufile__fail(-ENOMEM, "%s %s: out of memory", what,
+		                   h->path);
+		goto restore;
+	}
+	j->mech = choose(t, &r, prepared, reason, sizeof(reason));
+	if (j->mech == MECH_CUFILE) {
+		if (cufile_queue(t, &r, stream, n_out, why, sizeof(why)) == 0) {
+			free(j);
+			goto restore;
+		}
+		/* cuFile refused it at submission: the posix side keeps the
+		 * order, unless the caller demands cuFile. */
+		if (r.cfg.compat_mode == GPUFILE_COMPAT_OFF) {
+			free(j);
+			rc = gpufile__fail(GPUFILE_ECUFILE,
+			                   "%s %s: compat_mode=off requires "
+			                   "cuFile: %s",
+			                   what, h->path, why);
+			goto restore;
+		}
+		r.path = GPUFILE_PATH_POSIX;
+		j->mech = choose(t, &r, 0, reason, sizeof(reason));
+	}
+	j->h = h;
+	j->buf = buf;
+	j->size = size;
+	j->offset = offset;
+	j->is_write = is_write;
+	j->n_out = n_out;
+	j->ctx = ctx;
+	j->refs = 1;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	rc = queue_job(t, j, stream);
+	if (rc) {
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+	}
+restore:
+	t->cuCtxSetCurrent(old);
+out:
+	if (prepared)
+		gpufile__request_destroy(&r);
+	return rc;
+}
+
+int gpufile_read_async(gpufile_t *h, void *buf, size_t size,
+                       int64_t file_offset, void *stream, ssize_t *n_out)
+{
+	return stream_io(h, buf, size, file_offset, stream, n_out, 0);
+}
+
+int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
+                        int64_t file_offset, void *stream, ssize_t *n_out)
+{
+	return stream_io(h, (void *)buf, size, file_offset, stream, n_out, 1);
+}
+
+int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
+                        int is_write, char *reason, size_t len)
+{
+	const struct gpufile__cuda *t;
+	struct gpufile__request r;
+	char why[512];
+	int prepared, rc;
+
+	if (!h)
+		return gpufile__fail(-EINVAL, "gpufile_stream_info: handle is "
+		                              "NULL");
+	t = gpufile__cuda();
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	rc = validate(&r, &prepared, h, (void *)buf, size, 0, is_write != 0);
+	if (rc)
+		return rc;
+	choose(t, &r, prepared, why, sizeof(why));
+	if (prepared)
+		gpufile__request_destroy(&r);
+	if (reason && len)
+		snprintf(reason, len, "%s", why);
+	return 0;
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""A misbehaving HTTP server for gpufile's remote tests (127.0.0.1 only).
+
+Serves one deterministic object (byte i is (i * 131 + (i >> 9)) & 255) of
+SIZE bytes at every path; the first path component picks a behaviour:
+
+  /ok/...             correct 206 range responses
+  /flaky503/...       the first attempt of each range: 503, then correct
+  /closeonce/...      the first attempt of each range: half the body, then close
+  /ignorerange/...    200 with the whole object (Range ignored)
+  /longlen/...        Content-Length larger than the body, then close
+  /shortlen/...       Content-Length and body shorter than the range
+  /shiftrange/...     206 whose Content-Range and bytes start one byte later
+  /e403/...           HEAD 200, every GET 403
+  /e404/...           404 for everything
+  /stall/...          GET: headers, then no byte for STALL seconds
+  /stallonce/...      the first attempt of each range stalls, then correct
+  /presigned/...      HEAD 403 (signed for GET only); GET ranges correct
+
+Prints "PORT <n>" on stdout once listening; runs until killed.
+Usage: fault_server.py SIZE [STALL_SECONDS]
+"""
+import http.server
+import socketserver
+import sys
+import threading
+import time
+
+SIZE = int(sys.argv[1])
+STALL = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
+DATA = bytes(((i * 131) + (i >> 9)) & 255 for i in range(SIZE))
+seen = set()
+lock = threading.Lock()
+
+
+def first_time(key):
+    with lock:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def mode(self):
+        return self.path.lstrip("/").split("/", 1)[0]
+
+    def send(self, status, headers, body=b"", close=False):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        m = self.mode()
+        if m == "e404":
+            return self.send(404, [("Content-Length", "0")])
+        if m == "presigned":
+            return self.send(403, [("Content-Length", "0")])
+        self.send(200, [("Content-Length", str(SIZE)),
+                        ("Accept-Ranges", "bytes")])
+
+    def do_GET(self):
+        m = self.mode()
+        rng = self.headers.get("Range", "")
+        if m == "e404":
+            body = b"<html>not found</html>"
+            return self.send(404, [("Content-Length", str(len(body)))], body)
+        if m == "e403":
+            body = b"<Error>AccessDenied</Error>"
+            return self.send(403, [("Content-Length", str(len(body)))], body)
+        if not rng.startswith("bytes="):
+            return self.send(200, [("Content-Length", str(SIZE))], DATA)
+        a, b = (int(x) for x in rng[6:].split("-"))
+        b = min(b, SIZE - 1)
+        body = DATA[a:b + 1]
+        key = (m, a, b)
+        ok = [("Content-Length", str(len(body))),
+              ("Content-Range", "bytes %d-%d/%d" % (a, b, SIZE))]
+        if m == "flaky503" and first_time(key):
+            err = b"slow down"
+            return self.send(503, [("Content-Length", str(len(err)))], err)
+        if m == "closeonce" and first_time(key):
+            self.send(206, ok, body[:len(body) // 2], close=True)
+            return
+        if m == "ignorerange":
+            return self.send(200, [("Content-Length", str(SIZE))], DATA)
+        if m == "longlen":
+            hdr = [("Content-Length", str(len(body) + 100)),
+                   ("Content-Range", "bytes %d-%d/%d" % (a, b, SIZE))]
+            return self.send(206, hdr, body, close=True)
+        if m == "shortlen":
+            short = body[:-10]
+            hdr = [("Content-Length", str(len(short))),
+                   ("Content-Range", "bytes %d-%d/%d" % (a, b, SIZE))]
+            return self.send(206, hdr, short)
+        if m == "shiftrange" and a + 1 < SIZE:
+            body = DATA[a + 1:b + 2]
+            hdr = [("Content-Length", str(len(body))),
+                   ("Content-Range",
+                    "bytes %d-%d/%d" % (a + 1, a + len(body), SIZE))]
+            return self.send(206, hdr, body)
+        if m == "stall" or (m == "stallonce" and first_time(key)):
+            self.send_response(206)
+            for k, v in ok:
+                self.send_header(k, v)
+            self.send_header("Connection", "close")
+            self.close_connection = True
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(STALL)
+            return
+        self.send(206, ok, body)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        # A client that gave up on a stalled or broken response (the point
+        # of several modes) resets the connection: not worth a traceback.
+        pass
+
+
+srv = Server(("127.0.0.1", 0), Handler)
+print("PORT %d" % srv.server_address[1], flush=True)
+srv.serve_forever()

@@ -1,0 +1,131 @@
+/* Helpers of the remote tests (tests/test_remote*.c): start a local test
+ * server that prints "PORT <n>", stop it, and check a destination byte by
+ * byte with canaries around it. Header-only: the tests are one .c each. */
+#ifndef GPUFILE_TEST_REMOTE_HELPERS_H
+#define GPUFILE_TEST_REMOTE_HELPERS_H
+
+#define _GNU_SOURCE
+#include <libgen.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The folder of this header (tests/remote), found through __FILE__. */
+static inline const char *remote_dir(void)
+{
+	static char dir[4096];
+
+	if (!dir[0]) {
+		char tmp[4096];
+		snprintf(tmp, sizeof(tmp), "%s", __FILE__);
+		snprintf(dir, sizeof(dir), "%s", dirname(tmp));
+	}
+	return dir;
+}
+
+/* Runs argv with its stdout on a pipe and reads its first line (which
+ * starts "PORT n") into line (len bytes). Returns the child's pid or -1
+ * when it did not start. */
+static inline pid_t server_start_line(char *const argv[], char *line,
+                                      size_t len)
+{
+	int fds[2];
+	pid_t pid;
+	FILE *f;
+
+	if (pipe(fds) < 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		close(fds[1]);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	if (!f || !fgets(line, (int)len, f) || strncmp(line, "PORT ", 5)) {
+		if (f)
+			fclose(f);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	fclose(f);
+	return pid;
+}
+
+/* server_start_line() for a server whose line is "PORT n". */
+static inline pid_t server_start(char *const argv[], int *port)
+{
+	char line[256];
+	pid_t pid = server_start_line(argv, line, sizeof(line));
+
+	if (pid > 0 && sscanf(line, "PORT %d", port) != 1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	return pid;
+}
+
+static inline void server_stop(pid_t pid)
+{
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+/* Byte i of fault_server.py's and s3_server.py's object. */
+static inline unsigned char object_byte(uint64_t i)
+{
+	return (unsigned char)((i * 131 + (i >> 9)) & 255);
+}
+
+#define CANARY     0xA5
+#define CANARY_LEN 4096
+
+/* A destination of len bytes with CANARY_LEN canary bytes on each side. */
+static inline unsigned char *dest_new(size_t len)
+{
+	unsigned char *p = malloc(len + 2 * CANARY_LEN);
+
+	if (p)
+		memset(p, CANARY, len + 2 * CANARY_LEN);
+	return p ? p + CANARY_LEN : NULL;
+}
+
+static inline void dest_free(unsigned char *d)
+{
+	if (d)
+		free(d - CANARY_LEN);
+}
+
+/* Counts bytes out of place: canaries changed, and (want_all) bytes of
+ * [0, len) not equal to object byte off + i, or (!want_all, after a
+ * failed request) bytes that are neither untouched nor the right byte:
+ * a failed request may leave whole ranges, never misplaced ones. */
+static inline size_t dest_bad(const unsigned char *d, size_t len, uint64_t off,
+                              int want_all)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < CANARY_LEN; i++)
+		bad += (d[-1 - (long)i] != CANARY) + (d[len + i] != CANARY);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char want = object_byte(off + i);
+		if (d[i] != want && (want_all || d[i] != CANARY))
+			bad++;
+	}
+	return bad;
+}
+
+#endif

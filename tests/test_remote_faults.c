@@ -1,0 +1,370 @@
+/* Remote reads against a misbehaving HTTP server (tests/remote/
+ * fault_server.py): every fault of issue 15 item 4 either is recovered
+ * (retried, every byte right) or fails with a message naming the URL, the
+ * range and the cause; in both cases the bytes around the destination are
+ * untouched and no byte lands at another offset. Also: read-only handles,
+ * presigned URLs (size from bytes 0-0) and redaction of secrets. */
+#include "remote/helpers.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <gpufile.h>
+
+#define SIZE ((size_t)(1u << 20) + 4097) /* not a multiple of task_size */
+
+static int port;
+static char url_buf[1024];
+
+static const char *url(const char *fmt)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), fmt, "");
+	snprintf(url_buf, sizeof(url_buf), "http://127.0.0.1:%d%s", port, path);
+	return url_buf;
+}
+
+static gpufile_remote_stats_t remote_stats(void)
+{
+	gpufile_remote_stats_t st;
+
+	CHECK_EQ(gpufile_stats_remote(0, &st), 0);
+	return st;
+}
+
+/* Reads [off, off+len) of mode's object; returns pread's result and
+ * leaves the message in msg. Checks the destination. */
+static ssize_t read_mode(const char *mode, uint64_t off, size_t len,
+                         int expect_ok, char *msg, size_t msg_len)
+{
+	char path[256];
+	gpufile_t *h = NULL;
+	unsigned char *d = dest_new(len);
+	ssize_t n;
+	int rc;
+
+	snprintf(path, sizeof(path), "/%s/object.bin", mode);
+	rc = gpufile_open(&h, url(path), "r");
+	if (rc) {
+		snprintf(msg, msg_len, "%s", gpufile_errmsg());
+		dest_free(d);
+		return rc;
+	}
+	CHECK_EQ(gpufile_size(h), SIZE);
+	n = gpufile_pread(h, d, len, (int64_t)off);
+	snprintf(msg, msg_len, "%s", n < 0 ? gpufile_errmsg() : "");
+	if (expect_ok) {
+		CHECK_EQ(n, len);
+		CHECK_EQ(dest_bad(d, len, off, 1), 0);
+	} else {
+		CHECK(n < 0);
+		CHECK_EQ(dest_bad(d, len, off, 0), 0);
+	}
+	if (n < 0 || !expect_ok)
+		fprintf(stderr, "  %-12s -> %zd: %s\n", mode, n, msg);
+	else
+		fprintf(stderr, "  %-12s -> %zd bytes, all in place\n", mode,
+		        n);
+	gpufile_close(h);
+	dest_free(d);
+	return n;
+}
+
+static void test_recovered(void)
+{
+	char msg[1024];
+	gpufile_remote_stats_t a, b;
+
+	CHECK_EQ(read_mode("ok", 0, SIZE, 1, msg, sizeof(msg)), SIZE);
+	CHECK_EQ(read_mode("ok", 1000, 300001, 1, msg, sizeof(msg)), 300001);
+	/* Past the end: short, as a file. */
+	CHECK_EQ(read_mode("ok", SIZE - 10, 10, 1, msg, sizeof(msg)), 10);
+
+	a = remote_stats();
+	CHECK_EQ(read_mode("flaky503", 0, SIZE, 1, msg, sizeof(msg)), SIZE);
+	b = remote_stats();
+	/* 1 MiB + 4097 at 64 KiB tasks: 17 ranges, each 503 once. */
+	CHECK_EQ(b.retries - a.retries, 17);
+	CHECK_EQ(b.status[5] - a.status[5], 17);
+	CHECK_EQ(b.ranges - a.ranges, 17);
+	CHECK_EQ(b.bytes - a.bytes, SIZE);
+
+	/* Each range's first attempt stops half-way: the retry must write
+	 * from the start of its range again, not where the first stopped
+	 * (KvikIO's RemoteFile misplaces the bytes here). */
+	a = remote_stats();
+	CHECK_EQ(read_mode("closeonce", 0, SIZE, 1, msg, sizeof(msg)), SIZE);
+	b = remote_stats();
+	CHECK_EQ(b.retries - a.retries, 17);
+
+	CHECK_EQ(read_mode("stallonce", 0, 200000, 1, msg, sizeof(msg)),
+	         200000);
+}
+
+static void test_failed(void)
+{
+	char msg[1024];
+	gpufile_remote_stats_t a, b;
+	ssize_t n;
+
+	n = read_mode("ignorerange", 70000, 100000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "ignored the Range request");
+	CHECK_CONTAINS(msg, url("/ignorerange/object.bin"));
+	CHECK_CONTAINS(msg, "bytes 70000-");
+	CHECK_CONTAINS(msg, "not retried");
+
+	n = read_mode("longlen", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "curl error 18");
+	CHECK_CONTAINS(msg, "retries exhausted (attempt 3 of 3)");
+
+	n = read_mode("shortlen", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "wrong Content-Length");
+
+	n = read_mode("shiftrange", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "Content-Range bytes 1-");
+
+	/* 403 and 404: no retry. */
+	a = remote_stats();
+	n = read_mode("e404", 0, 1000, 0, msg, sizeof(msg));
+	b = remote_stats();
+	CHECK_EQ(n, -ENOENT);
+	CHECK_CONTAINS(msg, "HTTP 404");
+	CHECK_CONTAINS(msg, "not retried (attempt 1 of 3)");
+	CHECK_EQ(b.requests - a.requests, 1);
+	CHECK_EQ(b.retries - a.retries, 0);
+
+	a = remote_stats();
+	n = read_mode("e403", 0, 100000, 0, msg, sizeof(msg));
+	b = remote_stats();
+	CHECK_EQ(n, -EACCES);
+	CHECK_CONTAINS(msg, "HTTP 403");
+	CHECK_CONTAINS(msg, "bytes 0-65535");
+	CHECK_EQ(b.retries - a.retries, 0);
+	CHECK_EQ(b.status[4] - a.status[4], 2); /* two ranges, once each */
+
+	/* A stall past http_timeout (1 s here): attempts 2, then the error. */
+	CHECK_EQ(gpufile_config_set("http_max_attempts", "2"), 0);
+	n = read_mode("stall", 0, 1000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -ETIMEDOUT);
+	CHECK_CONTAINS(msg, "curl error 28");
+	CHECK_CONTAINS(msg, "attempt 2 of 2");
+	CHECK_EQ(gpufile_config_set("http_max_attempts", "3"), 0);
+}
+
+static void test_handles(void)
+{
+	char path[256], secret_url[512];
+	gpufile_t *h = NULL;
+	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+	unsigned char *d = dest_new(SIZE);
+	int rc, nfiles;
+
+	/* Read-only. */
+	snprintf(path, sizeof(path), "%s", url("/ok/object.bin"));
+	rc = gpufile_open(&h, path, "w");
+	CHECK_EQ(rc, -EROFS);
+	CHECK_CONTAINS(gpufile_errmsg(), "read-only");
+	CHECK(h == NULL);
+
+	/* Presigned: HEAD is refused, the size comes from bytes 0-0; the
+	 * signature never shows. */
+	snprintf(
+	    secret_url, sizeof(secret_url),
+	    "http://127.0.0.1:%d/presigned/o.bin?X-Amz-Credential=AKIDSECRET"
+	    "&X-Amz-Signature=deadbeefSECRET",
+	    port);
+	rc = gpufile_open(&h, secret_url, "r");
+	CHECK_EQ(rc, 0);
+	if (rc == 0) {
+		CHECK_EQ(gpufile_size(h), SIZE);
+		CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+		CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+		CHECK(!strstr(gpufile_filename(h), "SECRET"));
+		gpufile_close(h);
+	}
+	/* Signed for GET only, without the usual query: HEAD's 403 leads
+	 * to a GET of bytes 0-0 for the size. */
+	snprintf(path, sizeof(path), "%s", url("/presigned/plain.bin"));
+	rc = gpufile_open(&h, path, "r");
+	CHECK_EQ(rc, 0);
+	if (rc == 0) {
+		CHECK_EQ(gpufile_size(h), SIZE);
+		memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
+		CHECK_EQ(gpufile_pread(h, d, 5000, 77), 5000);
+		CHECK_EQ(dest_bad(d, 5000, 77, 1), 0);
+		gpufile_close(h);
+	}
+	{
+		char report[2048];
+		snprintf(secret_url, sizeof(secret_url),
+		         "http://user:pwSECRET@127.0.0.1:%d/ok/o.bin", port);
+		CHECK_EQ(
+		    gpufile_remote_info(secret_url, report, sizeof(report)), 0);
+		CHECK_CONTAINS(report, "user information in the URL");
+		CHECK(!strstr(report, "SECRET"));
+	}
+	snprintf(secret_url, sizeof(secret_url),
+	         "http://user:pwSECRET@127.0.0.1:%d/e404/o.bin?"
+	         "X-Amz-Signature=deadbeefSECRET&X-Amz-Security-Token=SECRET",
+	         port);
+	rc = gpufile_open(&h, secret_url, "r");
+	CHECK_EQ(rc, -ENOENT);
+	CHECK(!strstr(gpufile_errmsg(), "SECRET"));
+	CHECK_CONTAINS(gpufile_errmsg(), "/e404/o.bin?<query redacted>");
+	fprintf(stderr, "  redacted: %s\n", gpufile_errmsg());
+	nfiles = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	CHECK(nfiles > 0);
+	for (int i = 0; i < nfiles; i++) {
+		CHECK(!strstr(files[i].path, "SECRET"));
+		CHECK(!strstr(files[i].reason, "SECRET"));
+	}
+
+	/* Async, and the remote path in the statistics. */
+	{
+		gpufile_future_t *f = NULL;
+		gpufile_stats_t before, after;
+
+		gpufile_stats_self(&before);
+		CHECK_EQ(gpufile_open(&h, url("/ok/o.bin"), "r"), 0);
+		memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
+		CHECK_EQ(gpufile_pread_async(h, d, SIZE - 5, 5, &f), 0);
+		CHECK_EQ(gpufile_future_wait(f), SIZE - 5);
+		CHECK_EQ(gpufile_sync(h), 0);
+		/* No descriptor, no page cache: a clear error, not -1. */
+		CHECK_EQ(gpufile_fd(h, 0), -ENOTSUP);
+		CHECK_CONTAINS(gpufile_errmsg(), "remote object");
+		{
+			uint64_t c = 0, t = 0;
+			CHECK_EQ(
+			    gpufile_page_cache_info(h, NULL, 0, 100, &c, &t),
+			    -ENOTSUP);
+			CHECK_EQ(gpufile_drop_page_cache(h, 0, 100), -ENOTSUP);
+		}
+		gpufile_future_free(f);
+		CHECK_EQ(dest_bad(d, SIZE - 5, 5, 1), 0);
+		gpufile_close(h);
+		gpufile_stats_self(&after);
+		CHECK_EQ(after.path[GPUFILE_PATH_REMOTE][0].bytes -
+		             before.path[GPUFILE_PATH_REMOTE][0].bytes,
+		         SIZE - 5);
+		CHECK_EQ(after.path[GPUFILE_PATH_HOST][0].bytes,
+		         before.path[GPUFILE_PATH_HOST][0].bytes);
+		CHECK(strcmp(gpufile_path_name(GPUFILE_PATH_REMOTE),
+		             "remote") == 0);
+	}
+	dest_free(d);
+}
+
+static void test_settings(void)
+{
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_config_set("http_status_codes", "429,abc"), 0);
+	CHECK_EQ(gpufile_open(&h, url("/ok/o.bin"), "r"), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "http_status_codes");
+	CHECK_CONTAINS(gpufile_errmsg(), "429,abc");
+	CHECK_EQ(gpufile_config_set("http_status_codes", "429,500,502,503,504"),
+	         0);
+	CHECK_EQ(gpufile_config_set("http_max_attempts", "0"), GPUFILE_ECONFIG);
+	/* 503 not retried when the list leaves it out. */
+	CHECK_EQ(gpufile_config_set("http_status_codes", "429"), 0);
+	{
+		char msg[1024];
+		ssize_t n = read_mode("flaky503", 0, 100, 0, msg, sizeof(msg));
+		CHECK_EQ(n, -EIO);
+		CHECK_CONTAINS(msg, "HTTP 503, not retried");
+	}
+	CHECK_EQ(gpufile_config_set("http_status_codes", "429,500,502,503,504"),
+	         0);
+}
+
+/* Runs the CLI (GPUFILE_CLI) with args; returns its exit status and its
+ * output (stdout and stderr) in out. */
+static int cli(const char *args, char *out, size_t len)
+{
+	const char *g = getenv("GPUFILE_CLI");
+	char cmd[2048];
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	out[0] = '\0';
+	if (!g)
+		return -1;
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", g, args);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (n + 1 < len && fgets(out + n, (int)(len - n), p))
+		n += strlen(out + n);
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* gpufile check URL and gpufile read URL, as a user runs them. */
+static void test_cli(void)
+{
+	static char out[65536];
+	char args[1024];
+	int rc;
+
+	if (!getenv("GPUFILE_CLI") || access(getenv("GPUFILE_CLI"), X_OK))
+		return; /* the tool was not built (a tests-only build) */
+	snprintf(
+	    args, sizeof(args),
+	    "check 'http://127.0.0.1:%d/e404/o.bin?X-Amz-Signature=SECRET'",
+	    port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 1);
+	CHECK_CONTAINS(out, "remote.get_0_0");
+	CHECK_CONTAINS(out, "HTTP 404, not retried");
+	CHECK(!strstr(out, "SECRET"));
+	snprintf(args, sizeof(args), "check http://127.0.0.1:%d/ok/o.bin",
+	         port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "remote.head");
+	CHECK_CONTAINS(out, "HTTP 200");
+	CHECK_CONTAINS(out, "1052673 bytes");
+	snprintf(args, sizeof(args),
+	         "read http://127.0.0.1:%d/ok/o.bin --host --json", port);
+	rc = cli(args, out, sizeof(out));
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "\"remote\": {\n      \"ops\": 1,");
+}
+
+int main(void)
+{
+	char size[32];
+	char server[4200];
+	pid_t pid;
+
+	if (!strstr(gpufile_features(), "remote")) {
+		fprintf(stderr, "built without libcurl: skipped\n");
+		return TEST_SKIP;
+	}
+	snprintf(size, sizeof(size), "%zu", SIZE);
+	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
+	{
+		char *argv[] = {"python3", server, size, "3", NULL};
+		pid = server_start(argv, &port);
+	}
+	if (pid < 0) {
+		fprintf(stderr, "cannot start %s: skipped\n", server);
+		return TEST_SKIP;
+	}
+	CHECK_EQ(gpufile_config_set("task_size", "64KiB"), 0);
+	CHECK_EQ(gpufile_config_set("http_timeout", "1"), 0);
+	CHECK_EQ(gpufile_config_set("remote_connections", "4"), 0);
+	test_recovered();
+	test_failed();
+	test_handles();
+	test_settings();
+	test_cli();
+	server_stop(pid);
+	return test_finish("test_remote_faults");
+}

@@ -1,0 +1,152 @@
+/* Remote reads from nginx (Debian's, started by the test on 127.0.0.1 at
+ * free ports through tests/remote/nginx_server.py) over HTTP and HTTPS
+ * with a self-signed certificate whose CA comes from CURL_CA_BUNDLE: into
+ * host memory, and into (fake) device memory through the pinned staging
+ * pipeline, every byte and the canaries checked. Without the CA, HTTPS
+ * fails naming the certificate problem. Skips when nginx is absent. */
+#include "remote/helpers.h"
+#include "testlib.h"
+
+#include "fake_cuda.h"
+#include <errno.h>
+#include <sys/stat.h>
+#include <gpufile.h>
+
+#define SIZE ((size_t)(5u << 20) + 123)
+
+static void read_host(const char *url)
+{
+	gpufile_t *h = NULL;
+	unsigned char *d = dest_new(SIZE);
+	int rc = gpufile_open(&h, url, "r");
+
+	CHECK_EQ(rc, 0);
+	if (rc) {
+		fprintf(stderr, "%s\n", gpufile_errmsg());
+		dest_free(d);
+		return;
+	}
+	CHECK_EQ(gpufile_size(h), SIZE);
+	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
+	CHECK_EQ(gpufile_pread(h, d, 3000000, 1234567), 3000000);
+	CHECK_EQ(dest_bad(d, 3000000, 1234567, 1), 0);
+	gpufile_close(h);
+	dest_free(d);
+}
+
+/* A device destination: each chunk is fetched into a pinned bounce
+ * buffer and copied to the (fake) GPU while the next chunk is fetched. */
+static void read_device(const char *url)
+{
+	gpufile_t *h = NULL;
+	gpufile_stats_t a, b;
+	unsigned char *d = dev_base + CANARY_LEN;
+	long htod = htod_calls;
+	int rc = gpufile_open(&h, url, "r");
+
+	CHECK_EQ(rc, 0);
+	if (rc)
+		return;
+	memset(dev_base, CANARY, SIZE + 2 * CANARY_LEN);
+	gpufile_stats_self(&a);
+	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+	gpufile_stats_self(&b);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	CHECK_EQ(bad_copies, 0);
+	/* 256 KiB bounce buffers: at least one copy per chunk. */
+	CHECK(htod_calls - htod >= (long)(SIZE / (256u << 10)));
+	CHECK_EQ(b.path[GPUFILE_PATH_REMOTE][0].bytes -
+	             a.path[GPUFILE_PATH_REMOTE][0].bytes,
+	         SIZE);
+	CHECK_EQ(b.path[GPUFILE_PATH_POSIX][0].ops,
+	         a.path[GPUFILE_PATH_POSIX][0].ops);
+	CHECK_EQ(b.path[GPUFILE_PATH_CUFILE][0].ops,
+	         a.path[GPUFILE_PATH_CUFILE][0].ops);
+	memset(dev_base, CANARY, SIZE + 2 * CANARY_LEN);
+	CHECK_EQ(gpufile_pread(h, d, 1000001, 4000000), 1000001);
+	CHECK_EQ(dest_bad(d, 1000001, 4000000, 1), 0);
+	gpufile_close(h);
+}
+
+int main(void)
+{
+	char dir[4096], server[4200], line[4096], url[256], ca[4096];
+	int http_port, https_port;
+	unsigned char *data;
+	void *mem;
+	FILE *f;
+	pid_t pid;
+	int rc;
+
+	if (!strstr(gpufile_features(), "remote")) {
+		fprintf(stderr, "built without libcurl: skipped\n");
+		return TEST_SKIP;
+	}
+	/* GPUFILE_NGINX: a carried nginx (.carry/nginx/run on the GPU
+	 * machine), as tests/remote/nginx_server.py takes it. */
+	if (system("test -x \"$GPUFILE_NGINX\" || command -v nginx >/dev/null "
+	           "|| test -x /usr/sbin/nginx") != 0) {
+		fprintf(stderr, "nginx absent: skipped\n");
+		return TEST_SKIP;
+	}
+	snprintf(dir, sizeof(dir), "%s", test_dir());
+	data = malloc(SIZE);
+	for (size_t i = 0; i < SIZE; i++)
+		data[i] = object_byte(i);
+	f = fopen(test_path("object.bin"), "wb");
+	CHECK(f && fwrite(data, 1, SIZE, f) == SIZE);
+	if (f)
+		fclose(f);
+	free(data);
+	if (chmod(dir, 0755) != 0) /* nginx's workers read it */
+		perror("chmod");
+
+	snprintf(server, sizeof(server), "%s/nginx_server.py", remote_dir());
+	{
+		char *argv[] = {"python3", server, dir, NULL};
+		pid = server_start_line(argv, line, sizeof(line));
+	}
+	if (pid < 0 || sscanf(line, "PORT %d %d %4095s", &http_port,
+	                      &https_port, ca) != 3) {
+		fprintf(stderr, "nginx did not start: FAILED\n");
+		test_cleanup();
+		return 1;
+	}
+	CHECK_EQ(gpufile_config_set("task_size", "1MiB"), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "256KiB"), 0);
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/object.bin", http_port);
+	read_host(url);
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/object.bin",
+	         https_port);
+	{
+		gpufile_t *h = NULL;
+		unsetenv("CURL_CA_BUNDLE");
+		unsetenv("SSL_CERT_FILE");
+		rc = gpufile_open(&h, url, "r");
+		CHECK_EQ(rc, -EIO);
+		CHECK_CONTAINS(gpufile_errmsg(), "certificate");
+		CHECK_CONTAINS(gpufile_errmsg(), url);
+	}
+	setenv("CURL_CA_BUNDLE", ca, 1);
+	read_host(url);
+
+	if (posix_memalign(&mem, 4096, DEV_SIZE) == 0) {
+		dev_base = mem;
+		gpufile__cuda_override(&fake);
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/object.bin",
+		         http_port);
+		read_device(url);
+		snprintf(url, sizeof(url), "https://127.0.0.1:%d/object.bin",
+		         https_port);
+		read_device(url);
+		gpufile_release();
+		gpufile__cuda_override(NULL);
+		free(mem);
+	}
+	server_stop(pid);
+	test_cleanup();
+	return test_finish("test_remote_nginx");
+}
