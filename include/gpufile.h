@@ -1115,6 +1115,100 @@ GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
 GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
                                     int is_write, char *reason, size_t len);
 
+/* ------------------------------------------------------------------ */
+/* Batches of small reads                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A batch reads many (file, buffer, size, offset) ranges at once, host or
+ * device buffers, mixed files: for the many small reads that would each
+ * pay a request's fixed costs through gpufile_pread. Like cuFile's batch
+ * API (cuFileBatchIOSetUp / Submit / GetStatus / Destroy) and KvikIO's
+ * BatchHandle, a batch is created for a capacity, submitted, then waited
+ * for or polled, and gives a result per entry. Where gpufile differs:
+ *   - any number of entries up to the capacity (cuFile limits a batch to
+ *     its io_batchsize, 128 by default), host buffers too, and files on
+ *     any path; nothing needs registering;
+ *   - device entries on the POSIX path are read with io_uring (many reads
+ *     in flight) into pinned memory, packed, and copied to the GPU with
+ *     one copy per run of entries whose destinations follow each other,
+ *     and all the runs of a round (up to 256 entries) in one
+ *     cuMemcpyBatchAsync where the driver has it (CUDA 13), so 65,536
+ *     4 KiB reads do not become 65,536 copies; host entries are read
+ *     straight into their buffer; entries whose file the path decision
+ *     gives to cuFile go through cuFile's batch API, 128 per cuFile batch
+ *     (one by one where libcufile lacks it); entries over 2 MiB are read
+ *     as gpufile_pread would, each on a batch worker;
+ *   - reads go through the page cache (no O_DIRECT: small random reads
+ *     gain nothing from it on warm data);
+ *   - there is no cancel: a submitted batch runs to its end, and
+ *     gpufile_batch_free waits for it;
+ *   - reads only (no writes).
+ * The batch owns nthreads worker threads (the setting at its first
+ * submit), started then and ended by gpufile_batch_free. A batch is used by
+ * one thread at a time; different batches are independent. In a forked
+ * child the batch starts threads of its own; entries in flight at the fork
+ * end there with -ECANCELED. Counted in the statistics as one request per
+ * path and submit, whose tasks are the entries, with a file record whose
+ * reason says "batch".
+ */
+typedef struct gpufile_batch gpufile_batch_t;
+
+/* One read of a batch: size bytes of file at offset into buf. */
+typedef struct gpufile_batch_entry {
+	gpufile_t *file; /* opened for reading */
+	void *buf;       /* host or device memory, size bytes */
+	size_t size;
+	int64_t offset;
+} gpufile_batch_entry_t;
+
+/* The largest capacity of a batch. */
+#define GPUFILE_BATCH_MAX (1u << 24)
+
+/* Creates a batch for up to capacity (1 to GPUFILE_BATCH_MAX) entries per
+ * submit. Returns 0 with *out set, or -EINVAL / -ENOMEM (then *out is
+ * NULL). */
+GPUFILE_API int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity);
+
+/* Submits entries[0..n) (n <= capacity; copied, the array may be reused at
+ * once) and returns at once. Every entry is checked first: a NULL handle
+ * or buffer, an out-of-range offset, a file not opened for reading, or
+ * device memory gpufile cannot use fails the whole submit with nothing
+ * started (-EINVAL, -EFAULT, -EBADF, GPUFILE_ECUDA...) and a message
+ * naming the entry's index. n == 0 is an empty batch, complete at once.
+ * Buffers must stay untouched, and handles open, until the batch is
+ * complete (gpufile_close waits for entries in flight). -EBUSY while the
+ * previous submit of b is not complete. Returns 0 or an error. */
+GPUFILE_API int gpufile_batch_submit(gpufile_batch_t *b,
+                                     const gpufile_batch_entry_t *entries,
+                                     unsigned n);
+
+/* The number of entries of the last submit that are done (their result
+ * final, their bytes in place). Never blocks. -EINVAL for NULL. */
+GPUFILE_API int gpufile_batch_poll(gpufile_batch_t *b);
+
+/* Waits until every entry of the last submit is done, or at most
+ * timeout_ms milliseconds (-1: no limit, 0: do not wait). Returns the
+ * number of entries submitted (failed entries included: see
+ * gpufile_batch_result), or -ETIMEDOUT with the message saying how many
+ * are done. A batch never submitted is complete (returns 0). */
+GPUFILE_API int gpufile_batch_wait(gpufile_batch_t *b, long timeout_ms);
+
+/* Entry i's result: the bytes read (fewer than its size only where the
+ * file ends), a negative error (-EIO, GPUFILE_ECUDA, ...), or
+ * -EINPROGRESS while the entry is not done. -EINVAL for i out of range.
+ * An entry's failure never changes another entry's bytes or result. */
+GPUFILE_API ssize_t gpufile_batch_result(gpufile_batch_t *b, unsigned i);
+
+/* Why entry i failed ("batch entry I: reading FILE at offset ...: ..."),
+ * owned by b until its next submit; NULL when it did not fail or is not
+ * done. */
+GPUFILE_API const char *gpufile_batch_errmsg(gpufile_batch_t *b, unsigned i);
+
+/* Waits for the entries in flight, ends the batch's threads and frees its
+ * pinned memory. Accepts NULL. */
+GPUFILE_API void gpufile_batch_free(gpufile_batch_t *b);
+
 #ifdef __cplusplus
 }
 #endif

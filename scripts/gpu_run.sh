@@ -198,7 +198,7 @@ final-bench)
 	log "warm 4 GiB into GPU memory against the pinned copy ceiling"
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) 2>&1 | tee "$OUT/gpu_bench.log" | tail -14
 	log "first read in a fresh process"
-	bash bench/first_read.sh $B $data 5 2>&1 | tee "$OUT/first_read.log" | tail -12
+	[ -f bench/first_read.sh ] && bash bench/first_read.sh $B $data 5 2>&1 | tee "$OUT/first_read.log" | tail -12
 	log "batches of small reads"
 	bash bench/batch_bench.sh $root/$B $data 2>&1 | tee "$OUT/batch.log" | tail -16
 	log "safetensors"

@@ -19,7 +19,7 @@ root=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
-TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream}
+TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream|batch}
 jobs=$(nproc 2>/dev/null || echo 2)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

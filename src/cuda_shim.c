@@ -103,6 +103,11 @@ static int resolve(void *lib)
 		}
 		memcpy((char *)&real + symbols[i].offset, &fn, sizeof(fn));
 	}
+	/* Optional entry points. */
+	{
+		void *fn = dlsym(lib, "cuMemcpyBatchAsync_v2");
+		memcpy(&real.cuMemcpyBatchAsync, &fn, sizeof(fn));
+	}
 	rc = real.cuInit(0);
 	if (rc != CUDA_SUCCESS) {
 		const char *name = "?";

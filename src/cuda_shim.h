@@ -20,22 +20,36 @@ typedef struct CUevent_st *CUevent;
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_NOT_READY       600
 
-#define CU_POINTER_ATTRIBUTE_CONTEXT        1
-#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE    2
-#define CU_POINTER_ATTRIBUTE_IS_MANAGED     8
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_MEMORYTYPE_HOST                  1
-#define CU_MEMORYTYPE_DEVICE                2
-#define CU_MEMORYTYPE_UNIFIED               4
-#define CU_MEMHOSTALLOC_PORTABLE            0x01
-#define CU_MEMHOSTREGISTER_PORTABLE         0x01
-#define CU_MEMHOSTREGISTER_READ_ONLY        0x08
-#define CU_STREAM_NON_BLOCKING              0x1
-#define CU_EVENT_DISABLE_TIMING             0x2
-#define CU_MEMHOSTALLOC_DEVICEMAP           0x02
-#define CU_EVENT_BLOCKING_SYNC              0x1
-#define CU_STREAM_WAIT_VALUE_GEQ            0x0
-#define CUDA_ERROR_NOT_SUPPORTED            801
+#define CU_POINTER_ATTRIBUTE_CONTEXT          1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE      2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED       8
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL   9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE       12
+#define CU_MEMORYTYPE_HOST                    1
+#define CU_MEMORYTYPE_DEVICE                  2
+#define CU_MEMORYTYPE_UNIFIED                 4
+#define CU_MEMHOSTALLOC_PORTABLE              0x01
+#define CU_MEMHOSTREGISTER_PORTABLE           0x01
+#define CU_MEMHOSTREGISTER_READ_ONLY          0x08
+#define CU_STREAM_NON_BLOCKING                0x1
+#define CU_EVENT_DISABLE_TIMING               0x2
+#define CU_MEMHOSTALLOC_DEVICEMAP             0x02
+#define CU_EVENT_BLOCKING_SYNC                0x1
+#define CU_STREAM_WAIT_VALUE_GEQ              0x0
+#define CUDA_ERROR_NOT_SUPPORTED              801
+
+/* cuMemcpyBatchAsync's attributes (cuda.h, CUDA 12.8 on). */
+struct CUmemcpyAttributes_st {
+	int srcAccessOrder; /* CUmemcpySrcAccessOrder */
+	struct {
+		int type, id; /* CUmemLocation */
+	} srcLocHint, dstLocHint;
+	unsigned flags;
+};
+_Static_assert(sizeof(struct CUmemcpyAttributes_st) == 24,
+               "CUmemcpyAttributes is 24 bytes");
+#define CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 1
 
 typedef void (*CUhostFn)(void *user_data);
 
@@ -83,6 +97,15 @@ struct gpufile__cuda {
 	CUresult (*cuStreamGetCtx)(CUstream stream, CUcontext *ctx);
 	/* *status: 0 not capturing, 1 capturing, 2 capture invalidated. */
 	CUresult (*cuStreamIsCapturing)(CUstream stream, int *status);
+	/* Optional (NULL when the driver lacks it): CUDA 13's
+	 * cuMemcpyBatchAsync_v2, many copies in one call (batch.c). CUDA
+	 * 12.8's cuMemcpyBatchAsync takes a ninth argument and is not
+	 * used. */
+	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *dsts, CUdeviceptr *srcs,
+	                               size_t *sizes, size_t count,
+	                               struct CUmemcpyAttributes_st *attrs,
+	                               size_t *attrs_idxs, size_t num_attrs,
+	                               CUstream stream);
 };
 
 /* The driver, loaded (dlopen + cuInit) on first call; NULL with the

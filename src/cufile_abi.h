@@ -241,4 +241,58 @@ _Static_assert(offsetof(CUfileDrvProps_t, max_device_pinned_mem_size) == 44,
                "max_device_pinned_mem_size at 44");
 _Static_assert(sizeof(_Bool) == 1, "cuFile's bool is one byte");
 
+/* The batch API (cufile.h, cuFile 1.4 on): gpufile_batch_* hands the
+ * entries whose file is on the cuFile path to it (batch.c). */
+typedef enum CUfileOpcode { CUFILE_READ = 0, CUFILE_WRITE = 1 } CUfileOpcode_t;
+typedef enum CUFILEStatus_enum {
+	CUFILE_WAITING = 0x01,
+	CUFILE_PENDING = 0x02,
+	CUFILE_INVALID = 0x04,
+	CUFILE_CANCELED = 0x08,
+	CUFILE_COMPLETE = 0x10,
+	CUFILE_TIMEOUT = 0x20,
+	CUFILE_FAILED = 0x40,
+} CUfileStatus_t;
+typedef enum cufileBatchMode { CUFILE_BATCH = 1 } CUfileBatchMode_t;
+typedef struct CUfileIOParams {
+	CUfileBatchMode_t mode; /* first, always */
+	union {
+		struct {
+			void *devPtr_base;
+			off_t file_offset;
+			off_t devPtr_offset;
+			size_t size;
+		} batch;
+	} u;
+	CUfileHandle_t fh;
+	CUfileOpcode_t opcode;
+	void *cookie;
+} CUfileIOParams_t;
+typedef struct CUfileIOEvents {
+	void *cookie;
+	CUfileStatus_t status;
+	size_t ret; /* bytes moved, or a negative error as size_t */
+} CUfileIOEvents_t;
+typedef void *CUfileBatchHandle_t;
+_Static_assert(sizeof(CUfileIOParams_t) == 64, "CUfileIOParams_t is 64 bytes");
+_Static_assert(offsetof(CUfileIOParams_t, u) == 8, "u at 8");
+_Static_assert(offsetof(CUfileIOParams_t, fh) == 40, "fh at 40");
+_Static_assert(offsetof(CUfileIOParams_t, opcode) == 48, "opcode at 48");
+_Static_assert(offsetof(CUfileIOParams_t, cookie) == 56, "cookie at 56");
+_Static_assert(sizeof(CUfileIOEvents_t) == 24, "CUfileIOEvents_t is 24 bytes");
+_Static_assert(offsetof(CUfileIOEvents_t, ret) == 16, "ret at 16");
+struct timespec;
+typedef CUfileError_t (*cuFileBatchIOSetUp_fn)(CUfileBatchHandle_t *batch,
+                                               unsigned nr);
+typedef CUfileError_t (*cuFileBatchIOSubmit_fn)(CUfileBatchHandle_t batch,
+                                                unsigned nr,
+                                                CUfileIOParams_t *iocbp,
+                                                unsigned flags);
+typedef CUfileError_t (*cuFileBatchIOGetStatus_fn)(CUfileBatchHandle_t batch,
+                                                   unsigned min_nr,
+                                                   unsigned *nr,
+                                                   CUfileIOEvents_t *events,
+                                                   struct timespec *timeout);
+typedef void (*cuFileBatchIODestroy_fn)(CUfileBatchHandle_t batch);
+
 #endif

@@ -160,8 +160,17 @@ static int load_locked(void)
 		table.optional |= GPUFILE__CUFILE_HAS_STREAM;
 	else
 		table.cuFileReadAsync = NULL, table.cuFileWriteAsync = NULL;
-	if (dlsym(lib, "cuFileBatchIOSetUp") &&
-	    dlsym(lib, "cuFileBatchIOSubmit"))
+	/* The batch API: all four entry points, or none used. */
+	table.cuFileBatchIOSetUp =
+	    (cuFileBatchIOSetUp_fn)dlsym(lib, "cuFileBatchIOSetUp");
+	table.cuFileBatchIOSubmit =
+	    (cuFileBatchIOSubmit_fn)dlsym(lib, "cuFileBatchIOSubmit");
+	table.cuFileBatchIOGetStatus =
+	    (cuFileBatchIOGetStatus_fn)dlsym(lib, "cuFileBatchIOGetStatus");
+	table.cuFileBatchIODestroy =
+	    (cuFileBatchIODestroy_fn)dlsym(lib, "cuFileBatchIODestroy");
+	if (table.cuFileBatchIOSetUp && table.cuFileBatchIOSubmit &&
+	    table.cuFileBatchIOGetStatus && table.cuFileBatchIODestroy)
 		table.optional |= GPUFILE__CUFILE_HAS_BATCH;
 	/* cuFileDriverClose_v2 (1.10+) is the one to call at exit; the old
 	 * one stays for older libraries. */
@@ -1052,4 +1061,9 @@ void gpufile__cufile_atfork_child(void)
 		atomic_store(&active, NULL);
 	}
 	pthread_mutex_unlock(&cufile_lock);
+}
+
+const struct gpufile__cufile *gpufile__cufile_loaded(void)
+{
+	return atomic_load(&active);
 }

@@ -43,6 +43,11 @@ struct gpufile__cufile {
 	/* GPUFILE__CUFILE_HAS_STREAM (stream.c); NULL when absent. */
 	cuFileReadAsync_fn cuFileReadAsync;
 	cuFileWriteAsync_fn cuFileWriteAsync;
+	/* The batch API, all four or none (GPUFILE__CUFILE_HAS_BATCH). */
+	cuFileBatchIOSetUp_fn cuFileBatchIOSetUp;
+	cuFileBatchIOSubmit_fn cuFileBatchIOSubmit;
+	cuFileBatchIOGetStatus_fn cuFileBatchIOGetStatus;
+	cuFileBatchIODestroy_fn cuFileBatchIODestroy;
 };
 
 /* The name of a cuFile status ("CU_FILE_HANDLE_NOT_REGISTERED"), or
@@ -81,6 +86,9 @@ char *gpufile__cufile_buf_base(const void *buf, size_t size);
  * request's buffer) and the task's offset inside it as buf_offset. */
 ssize_t gpufile__cufile_task(struct gpufile__request *r, char *buf, size_t len,
                              int64_t off, char *msg, size_t msg_len);
+
+/* The loaded table (NULL before gpufile__cufile_open succeeded). */
+const struct gpufile__cufile *gpufile__cufile_loaded(void);
 
 /* Reads cuFile's per-GPU counters (when the stats level is 3) and hands
  * them to stats.c. Called after requests that used cuFile. */

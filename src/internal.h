@@ -443,4 +443,10 @@ int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
                              void *buf, size_t size, int64_t offset,
                              int is_write);
 
+/* ---- batches (batch.c) ---- */
+
+/* batch.c's io_uring reads carry the entry's index in the batch as their
+ * user_data, so that tests replacing gpufile__uring.wait_cqe can fail one
+ * entry. */
+
 #endif

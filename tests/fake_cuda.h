@@ -78,6 +78,7 @@ static int bad_copies; /* copies touching memory they should not */
 static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
 static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
 static long wait_ops, hostfn_ops; /* queued so far */
+static long attr_calls;           /* cuPointerGetAttributes */
 /* "Device" memory at or past dev_base + fake_managed_from reports itself
  * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
 static size_t fake_managed_from = (size_t)-1;
@@ -211,6 +212,9 @@ static CUresult f_ctx_set(CUcontext ctx)
 static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
                                 CUdeviceptr ptr)
 {
+	pthread_mutex_lock(&fake_lock);
+	attr_calls++;
+	pthread_mutex_unlock(&fake_lock);
 	if (!in_dev((void *)(uintptr_t)ptr, 1))
 		return CUDA_ERROR_INVALID_VALUE;
 	for (unsigned i = 0; i < n; i++) {
@@ -228,6 +232,13 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 			*(unsigned char *)data[i] =
 			    (size_t)((unsigned char *)(uintptr_t)ptr -
 			             dev_base) >= fake_managed_from;
+			break;
+		case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+			*(CUdeviceptr *)data[i] =
+			    (CUdeviceptr)(uintptr_t)dev_base;
+			break;
+		case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+			*(size_t *)data[i] = DEV_SIZE;
 			break;
 		default:
 			return CUDA_ERROR_INVALID_VALUE;
@@ -349,6 +360,50 @@ static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
 	                            .dst = (void *)(uintptr_t)dst,
 	                            .src = src,
 	                            .size = size});
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+/* cuMemcpyBatchAsync_v2, host to device only: every copy checked as
+ * f_htod checks one, queued in order; fail_batch fails the next N calls
+ * (nothing queued). */
+static long batch_copy_calls, batch_copies;
+static int fail_batch;
+
+static CUresult f_memcpy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs,
+                               size_t *sizes, size_t count,
+                               struct CUmemcpyAttributes_st *attrs,
+                               size_t *attrs_idxs, size_t num_attrs, CUstream s)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!attrs || !attrs_idxs || num_attrs == 0 || attrs_idxs[0] != 0 ||
+	    count == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	batch_copy_calls++;
+	if (fail_batch > 0) {
+		fail_batch--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
+	for (size_t i = 0; i < count; i++) {
+		const void *src = (const void *)(uintptr_t)srcs[i];
+		if (!in_dev((void *)(uintptr_t)dsts[i], sizes[i]) ||
+		    !in_pinned(src, sizes[i])) {
+			bad_copies++;
+			pthread_mutex_unlock(&fake_lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
+	for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++) {
+		batch_copies++;
+		rc = enqueue(
+		    s, (struct op){.kind = OP_COPY,
+		                   .dst = (void *)(uintptr_t)dsts[i],
+		                   .src = (const void *)(uintptr_t)srcs[i],
+		                   .size = sizes[i]});
+	}
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -556,6 +611,7 @@ static const struct gpufile__cuda fake = {
     .cuStreamWaitValue32 = f_wait_value32,
     .cuLaunchHostFunc = f_launch_host_func,
     .cuMemHostGetDevicePointer = f_host_get_devptr,
+    .cuMemcpyBatchAsync = f_memcpy_batch,
 };
 
 #endif

@@ -28,6 +28,7 @@ from ._mmap import Mmap
 from . import cufile_driver
 # Stream-ordered requests (issue 13 item 2): File.read_async/write_async.
 from ._stream import StreamFuture
+from ._batch import BatchRead, batch_read
 
 try:
     # Written by CMake from include/gpufile.h, the one place the version is.
@@ -49,3 +50,4 @@ __all__ = [
 __all__ += ["page_cache_info", "drop_file_page_cache", "drop_system_page_cache",
             "bounce_buffer_free", "Mmap", "cufile_driver"]
 __all__ += ["StreamFuture"]
+__all__ += ["batch_read", "BatchRead"]

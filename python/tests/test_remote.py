@@ -86,3 +86,17 @@ def test_read_into_cupy(server):
         out = cp.zeros(SIZE, dtype=cp.uint8)
         assert f.read(out) == SIZE
         assert (cp.asnumpy(out) == expected(0, SIZE)).all()
+
+
+def test_batch_read_remote_and_local(server, data_file):
+    """A batch mixing a remote object and a local file: the remote entries
+    are read as File.read reads them, the local ones through io_uring."""
+    path, data = data_file
+    with gpufile.File(server + "/ok/o.bin") as r, gpufile.File(path) as f:
+        bufs = [np.zeros(5000, dtype=np.uint8) for _ in range(8)]
+        entries = [(r if i % 2 else f, bufs[i], None, i * 7000)
+                   for i in range(8)]
+        assert gpufile.batch_read(entries) == [5000] * 8
+        for i in range(8):
+            want = expected(i * 7000, 5000) if i % 2 else data[i * 7000:i * 7000 + 5000]
+            assert (bufs[i] == want).all(), i

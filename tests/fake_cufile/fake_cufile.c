@@ -479,3 +479,91 @@ EXPORT CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *base,
 	return queue_async(1, fh, base, size_p, file_offset_p, buf_offset_p,
 	                   written_p, stream);
 }
+
+/* ---- the batch API: every I/O runs at submit (as cuFileRead would,
+ * injected faults included); cuFileBatchIOGetStatus reports them. At most
+ * 128 I/Os per batch, cuFile's default io_batchsize. ---- */
+
+struct fake_batch {
+	unsigned cap, n, reported;
+	CUfileIOEvents_t ev[];
+};
+
+EXPORT CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch, unsigned nr)
+{
+	struct fake_batch *b;
+
+	if (!driver_open)
+		return status(CU_FILE_DRIVER_NOT_INITIALIZED);
+	if (!batch || nr == 0 || nr > 128)
+		return status(CU_FILE_INVALID_VALUE);
+	b = calloc(1, sizeof(*b) + nr * sizeof(CUfileIOEvents_t));
+	if (!b)
+		return status(CU_FILE_NOMEM_ERROR);
+	b->cap = nr;
+	*batch = b;
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch, unsigned nr,
+                                         CUfileIOParams_t *io, unsigned flags)
+{
+	struct fake_batch *b = batch;
+
+	(void)flags;
+	if (!b || !io || nr > b->cap)
+		return status(CU_FILE_INVALID_VALUE);
+	pthread_mutex_lock(&lock);
+	counts.batch_submits++;
+	counts.batch_ios += nr;
+	pthread_mutex_unlock(&lock);
+	b->n = nr;
+	b->reported = 0;
+	for (unsigned i = 0; i < nr; i++) {
+		ssize_t n;
+
+		if (io[i].mode != CUFILE_BATCH || io[i].opcode != CUFILE_READ) {
+			b->ev[i] =
+			    (CUfileIOEvents_t){io[i].cookie, CUFILE_INVALID, 0};
+			continue;
+		}
+		n = cuFileRead(io[i].fh, io[i].u.batch.devPtr_base,
+		               io[i].u.batch.size, io[i].u.batch.file_offset,
+		               io[i].u.batch.devPtr_offset);
+		if (n == -1)
+			n = -errno;
+		b->ev[i] = (CUfileIOEvents_t){
+		    io[i].cookie, n < 0 ? CUFILE_FAILED : CUFILE_COMPLETE,
+		    (size_t)n};
+	}
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch,
+                                            unsigned min_nr, unsigned *nr,
+                                            CUfileIOEvents_t *ev,
+                                            struct timespec *timeout)
+{
+	struct fake_batch *b = batch;
+	unsigned k = 0;
+
+	(void)min_nr;
+	(void)timeout;
+	if (!b || !nr || !ev)
+		return status(CU_FILE_INVALID_VALUE);
+	while (k < *nr && b->reported < b->n)
+		ev[k++] = b->ev[b->reported++];
+	*nr = k;
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch)
+{
+	(void)batch;
+	return status(CU_FILE_SUCCESS);
+}
+
+EXPORT void cuFileBatchIODestroy(CUfileBatchHandle_t batch)
+{
+	free(batch);
+}

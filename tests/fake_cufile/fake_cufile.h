@@ -28,6 +28,9 @@ struct fake_cufile_counts {
 	const void *last_base; /* buf_base of the last read or write */
 	int64_t last_buf_offset, last_file_offset;
 	uint64_t min_io, max_io; /* sizes of reads and writes */
+	/* The batch API: cuFileBatchIOSubmit calls and the I/Os they held
+	 * (each also counted in reads/writes). */
+	uint64_t batch_submits, batch_ios;
 };
 
 /* Exported by libfake_cufile.so; reach it with dlsym. */

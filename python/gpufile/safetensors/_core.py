@@ -454,7 +454,9 @@ class _Cupy(_Numpy):
             if info.nbytes == 0:
                 return self.cp.empty(info.shape, dtype=dtype)
             raw = buf[off:off + info.nbytes]
-            if (buf.data.ptr + off) % dtype.alignment != 0:
+            # On the GPU a complex64 is a float2, aligned to 8 bytes
+            # (numpy's alignment for it is 4): the item size is the rule.
+            if (buf.data.ptr + off) % dtype.itemsize != 0:
                 raw = raw.copy()
             return raw.view(dtype).reshape(info.shape)
 
@@ -469,7 +471,7 @@ class _Cupy(_Numpy):
                 dtype = dtypes.get(info.dtype)
                 if dtype is None:
                     dtype = self.dtype(info, path)  # raises
-                if info.end == info.begin or (base + off) % dtype.alignment:
+                if info.end == info.begin or (base + off) % dtype.itemsize:
                     out[info.name] = self.view(buf, off, info, path)
                 else:
                     out[info.name] = nd(info.shape, dtype, mem + off)

@@ -1,0 +1,169 @@
+"""Batches of small reads (gpufile_batch_*): many (file, buffer, size,
+offset) reads at once, host or device buffers, any mix of files.
+
+    counts = gpufile.batch_read([(f, buf, 4096, 0), (g, arr, None, 8192)])
+
+    b = gpufile.BatchRead(entries)   # submitted at once
+    b.poll()                         # entries done so far
+    counts = b.wait()                # or b.wait(timeout=1.5)
+"""
+
+import ctypes
+from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
+
+from . import _buffers, _lib
+
+
+class _Entry(ctypes.Structure):
+    # gpufile_batch_entry_t
+    _fields_ = [("file", c_void_p), ("buf", c_void_p), ("size", c_size_t),
+                ("offset", c_int64)]
+
+
+_DECLS = {
+    "gpufile_batch_create": (c_int, [POINTER(c_void_p), c_uint]),
+    "gpufile_batch_submit": (c_int, [c_void_p, POINTER(_Entry), c_uint]),
+    "gpufile_batch_poll": (c_int, [c_void_p]),
+    "gpufile_batch_wait": (c_int, [c_void_p, c_long]),
+    "gpufile_batch_result": (c_ssize_t, [c_void_p, c_uint]),
+    "gpufile_batch_errmsg": (c_char_p, [c_void_p, c_uint]),
+    "gpufile_batch_free": (None, [c_void_p]),
+}
+
+_EINPROGRESS = 115
+_ETIMEDOUT = 110
+
+
+def _fn(name):
+    from ._page_cache import fn
+    return fn(name, _DECLS)
+
+
+class BatchRead:
+    """A batch of reads, submitted when made. entries: an iterable of
+    (file, buf, size, offset) with file an open gpufile.File, buf a host
+    object with the buffer protocol or a device array
+    (__cuda_array_interface__), size None for all of buf. Every entry is
+    checked before anything is read; a bad one raises naming its index.
+    The files stay open (close() waits) and the buffers alive until the
+    batch is complete."""
+
+    def __init__(self, entries):
+        from ._file import File
+        self._b = None
+        self._bufs = []
+        self._held = []  # _Handle objects entered for the batch
+        self._files = []
+        entries = list(entries)
+        self.n = len(entries)
+        arr = (_Entry * max(self.n, 1))()
+        try:
+            for i, ent in enumerate(entries):
+                try:
+                    f, buf, size, offset = ent
+                except (TypeError, ValueError):
+                    raise TypeError("batch entry %d: expected (file, buf, size, "
+                                    "offset), got %r" % (i, ent)) from None
+                if not isinstance(f, File):
+                    raise TypeError("batch entry %d: file must be a gpufile.File, "
+                                    "not %s" % (i, type(f).__name__))
+                if f.closed:
+                    raise ValueError("batch entry %d: %r is closed" % (i, f.name))
+                what = "batch entry %d" % i
+                b = _buffers.as_buffer(buf, True, what)
+                self._bufs.append(b)
+                n, off = _buffers.check_range(b, size, offset, what)
+                h = f._h
+                if not any(h is x for x in self._held):
+                    h.enter()
+                    self._held.append(h)
+                arr[i] = _Entry(h.ptr, b.ptr, n, off)
+                self._files.append(f.name)
+            out = c_void_p()
+            _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out),
+                                                   max(self.n, 1)))
+            self._b = out.value
+            _lib.check(_fn("gpufile_batch_submit")(self._b, arr, self.n))
+        except BaseException:
+            self._end()
+            raise
+
+    def _end(self):
+        """Frees the C batch (waiting for it) and lets go of the files and
+        buffers."""
+        if self._b is not None:
+            _fn("gpufile_batch_free")(self._b)
+            self._b = None
+        for h in self._held:
+            h.leave()
+        self._held = []
+        for b in self._bufs:
+            b.release()
+        self._bufs = []
+
+    def poll(self):
+        """The number of entries done so far; never blocks."""
+        if self._b is None:
+            return self.n
+        return _lib.check(_fn("gpufile_batch_poll")(self._b))
+
+    def done(self):
+        return self.poll() == self.n
+
+    def wait(self, timeout=None):
+        """Waits for every entry (at most timeout seconds: TimeoutError) and
+        returns the list of counts, short only at end of file. Raises the
+        error of the first entry that failed, its message naming the entry
+        and the file."""
+        if self._b is not None:
+            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            rc = _fn("gpufile_batch_wait")(self._b, ms)
+            if rc == -_ETIMEDOUT:
+                raise TimeoutError(_ETIMEDOUT, _lib.errmsg())
+            _lib.check(rc)
+            self._results = [_fn("gpufile_batch_result")(self._b, i)
+                             for i in range(self.n)]
+            msgs = {}
+            for i, r in enumerate(self._results):
+                if r < 0:
+                    m = _fn("gpufile_batch_errmsg")(self._b, i)
+                    msgs[i] = m.decode("utf-8", "replace") if m else None
+            self._msgs = msgs
+            self._end()
+        for i, r in enumerate(self._results):
+            if r < 0:
+                raise _lib.make_error(r, self._msgs.get(i) or
+                                      "batch entry %d (%s): %s"
+                                      % (i, self._files[i], _lib.strerror(r)),
+                                      filename=self._files[i])
+        return list(self._results)
+
+    def results(self):
+        """Waits, then returns each entry's count or negative error code
+        (no exception for failed entries)."""
+        try:
+            self.wait()
+        except OSError:
+            pass
+        return list(self._results)
+
+    def __del__(self):
+        try:
+            self._end()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._end()
+        return False
+
+
+def batch_read(entries):
+    """Reads every (file, buf, size, offset) entry as one batch and returns
+    the list of byte counts (short only at end of file). Raises the first
+    failed entry's error, naming the entry."""
+    b = BatchRead(entries)
+    return b.wait()

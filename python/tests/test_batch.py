@@ -1,0 +1,104 @@
+"""gpufile.batch_read / BatchRead on host memory (the C tests cover device
+buffers with the fake driver; test_gpu covers the real one)."""
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+def test_batch_read_host(data_file, tmp_path):
+    path, data = data_file
+    other = tmp_path / "other.bin"
+    odata = np.random.default_rng(3).integers(0, 256, 100000, dtype=np.uint8)
+    other.write_bytes(odata.tobytes())
+    rng = np.random.default_rng(11)
+    with gpufile.File(path) as f, gpufile.File(str(other)) as g:
+        entries, want = [], []
+        for i in range(500):
+            src, sdata = (g, odata) if i % 4 == 0 else (f, data)
+            size = int(rng.integers(1, 70000))
+            off = int(rng.integers(0, len(sdata) + 100))
+            buf = np.zeros(size, dtype=np.uint8)
+            entries.append((src, buf, None, off))
+            want.append(sdata[off:off + size])
+        counts = gpufile.batch_read(entries)
+        assert counts == [len(w) for w in want]
+        for (_, buf, _, _), w in zip(entries, want):
+            assert np.array_equal(buf[:len(w)], w)
+            assert not buf[len(w):].any()
+
+
+def test_batch_async_poll_wait(data_file):
+    path, data = data_file
+    with gpufile.File(path) as f:
+        bufs = [bytearray(4096) for _ in range(64)]
+        b = gpufile.BatchRead([(f, bufs[i], 4096, i * 4096) for i in range(64)])
+        counts = b.wait(timeout=60)
+        assert b.poll() == 64 and b.done()
+        assert counts == [4096] * 64
+        assert bytes(bufs[5]) == data[5 * 4096:6 * 4096].tobytes()
+
+
+def test_batch_empty():
+    assert gpufile.batch_read([]) == []
+
+
+def test_batch_bad_entries(data_file, tmp_path):
+    path, _ = data_file
+    with gpufile.File(path) as f:
+        with pytest.raises(TypeError, match="batch entry 1"):
+            gpufile.batch_read([(f, bytearray(4), 4, 0), (f, bytearray(4))])
+        with pytest.raises(TypeError, match="batch entry 0: file must be"):
+            gpufile.batch_read([(path, bytearray(4), 4, 0)])
+        with pytest.raises(ValueError, match="batch entry 2"):
+            gpufile.batch_read([(f, bytearray(4), 4, 0)] * 2 +
+                               [(f, bytearray(4), 8, 0)])
+        with pytest.raises(ValueError, match="batch entry 0"):
+            gpufile.batch_read([(f, bytearray(4), 4, -1)])
+        with pytest.raises(TypeError):  # read-only target
+            gpufile.batch_read([(f, b"abcd", 4, 0)])
+    w = gpufile.File(str(tmp_path / "wo.bin"), "w")
+    try:
+        with pytest.raises(OSError) as e:
+            gpufile.batch_read([(w, bytearray(4), 4, 0)])
+        assert e.value.errno == errno.EBADF
+        assert "batch entry 0" in str(e.value)
+    finally:
+        w.close()
+
+
+def test_batch_closed_file(data_file):
+    path, _ = data_file
+    f = gpufile.File(path)
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        gpufile.batch_read([(f, bytearray(4), 4, 0)])
+
+
+from conftest import needs_gpu  # noqa: E402
+
+
+@needs_gpu
+def test_batch_read_cupy(data_file):
+    """Device buffers (one CuPy array, packed entries and scattered ones)
+    and a host buffer in one batch, on the real GPU."""
+    import cupy as cp
+
+    path, data = data_file
+    rng = np.random.default_rng(5)
+    n, bs = 2000, 4096
+    dev = cp.zeros(n * bs, dtype=cp.uint8)
+    host = np.zeros(bs, dtype=np.uint8)
+    offs = [int(o) for o in rng.integers(0, len(data) - bs, n)]
+    with gpufile.File(path) as f:
+        entries = [(f, dev[i * bs:(i + 1) * bs], None, offs[i]) for i in range(n)]
+        entries.append((f, host, None, 77))
+        counts = gpufile.batch_read(entries)
+    assert counts == [bs] * (n + 1)
+    got = cp.asnumpy(dev).reshape(n, bs)
+    for i in range(n):
+        assert np.array_equal(got[i], data[offs[i]:offs[i] + bs]), i
+    assert np.array_equal(host, data[77:77 + bs])

@@ -1,0 +1,163 @@
+/*
+ * Batch entries whose file is on the cuFile path go through cuFile's
+ * batch API (cuFileBatchIOSetUp / Submit / GetStatus), with the fake
+ * libcufile (tests/fake_cufile) and the fake CUDA driver: bytes, short
+ * counts at end-of-file, one failed entry among good ones, and the
+ * statistics.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "internal.h"
+#include "cuda_shim.h"
+#include "cufile_shim.h"
+#include "fake_cufile.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#ifndef FAKE_CUFILE_PATH
+#error "FAKE_CUFILE_PATH must name libfake_cufile.so"
+#endif
+
+#define DEV_SIZE (40u << 20)
+#include "fake_cuda.h"
+
+#define SEED      91
+#define FILE_SIZE ((8u << 20) + 100)
+#define CANARY    0x5A
+
+static struct fake_cufile_counts fake_counts(void)
+{
+	struct fake_cufile_counts c;
+	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
+
+	memset(&c, 0, sizeof(c));
+	if (lib) {
+		fake_cufile_counts_fn fn =
+		    (fake_cufile_counts_fn)dlsym(lib, "fake_cufile_counts");
+		if (fn)
+			fn(&c);
+		dlclose(lib);
+	}
+	return c;
+}
+
+static void inject(const struct fake_cufile_fault *f)
+{
+	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
+	fake_cufile_inject_fn fn =
+	    lib ? (fake_cufile_inject_fn)dlsym(lib, "fake_cufile_inject")
+	        : NULL;
+
+	if (fn)
+		fn(f);
+	if (lib)
+		dlclose(lib);
+}
+
+int main(void)
+{
+	const char *path = test_path("batch-cufile");
+	const unsigned n = 300, victim = 201;
+	gpufile_batch_entry_t e[300];
+	struct fake_cufile_counts c0, c1;
+	gpufile_stats_t s0, s1;
+	gpufile_batch_t *b = NULL;
+	gpufile_t *h = NULL;
+	void *mem = NULL;
+	unsigned bad = 0;
+	int fd;
+
+	if (test_make_file(path, FILE_SIZE, SEED))
+		return 1;
+	fd = open(path, O_RDONLY | O_DIRECT);
+	if (fd < 0) {
+		fprintf(stderr,
+		        "test_batch_cufile: %s refuses O_DIRECT "
+		        "(cuFile needs it): skipped\n",
+		        test_dir());
+		test_cleanup();
+		return TEST_SKIP;
+	}
+	close(fd);
+	if (posix_memalign(&mem, 4096, DEV_SIZE))
+		return 1;
+	dev_base = mem;
+	memset(dev_base, CANARY, DEV_SIZE);
+	gpufile__cuda_override(&fake);
+	CHECK_EQ(gpufile_config_set("cufile_library", FAKE_CUFILE_PATH), 0);
+	/* off: cuFile must take every entry at or above gds_threshold. */
+	CHECK_EQ(gpufile_config_set("compat_mode", "off"), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+
+	/* 20,000-byte entries (over gds_threshold), scattered destinations, the
+	 * last ones running past the end of the file. */
+	for (unsigned i = 0; i < n; i++)
+		e[i] = (gpufile_batch_entry_t){
+		    h, dev_base + (size_t)i * (72u << 10), 20000,
+		    i >= n - 3 ? (int64_t)FILE_SIZE - 1000 * (int64_t)(n - i)
+		               : (int64_t)i * 27000 + 3};
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	/* Warm up: loads cuFile, registers the file. */
+	CHECK_EQ(gpufile_batch_submit(b, e, 1), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), 1);
+	CHECK_EQ(gpufile_batch_result(b, 0), 20000);
+
+	c0 = fake_counts();
+	gpufile_stats_self(&s0);
+	inject(&(struct fake_cufile_fault){0, -1, e[victim].offset, 1, EIO, 0,
+	                                   0, 0});
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	inject(NULL);
+	c1 = fake_counts();
+	gpufile_stats_self(&s1);
+
+	for (unsigned i = 0; i < n; i++) {
+		size_t want = e[i].offset + e[i].size > FILE_SIZE
+		                  ? FILE_SIZE - (size_t)e[i].offset
+		                  : e[i].size;
+		ssize_t got = gpufile_batch_result(b, i);
+
+		if (i == victim)
+			continue;
+		if (got != (ssize_t)want ||
+		    test_mismatch(e[i].buf, want, SEED,
+		                  (uint64_t)e[i].offset) != -1 ||
+		    test_mismatch_byte((char *)e[i].buf + want,
+		                       e[i].size - want, CANARY) != -1) {
+			fprintf(stderr, "entry %u: %zd of %zu (%s)\n", i, got,
+			        want,
+			        gpufile_batch_errmsg(b, i)
+			            ? gpufile_batch_errmsg(b, i)
+			            : "bytes differ");
+			bad++;
+		}
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(gpufile_batch_result(b, victim), -EIO);
+	CHECK_CONTAINS(gpufile_batch_errmsg(b, victim), "batch entry 201");
+	CHECK_CONTAINS(gpufile_batch_errmsg(b, victim), path);
+	/* Every entry went through cuFile's batch API, in batches of at
+	 * most 128. */
+	CHECK_EQ(c1.batch_ios - c0.batch_ios, n);
+	CHECK(c1.batch_submits - c0.batch_submits >= (n + 127) / 128);
+	/* One request on the cufile path, its tasks the entries. */
+	CHECK_EQ(s1.path[GPUFILE_PATH_CUFILE][0].ops -
+	             s0.path[GPUFILE_PATH_CUFILE][0].ops,
+	         1);
+	CHECK_EQ(s1.path[GPUFILE_PATH_CUFILE][0].tasks -
+	             s0.path[GPUFILE_PATH_CUFILE][0].tasks,
+	         n);
+
+	gpufile_batch_free(b);
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile__cufile_reset();
+	gpufile_release();
+	gpufile__cuda_override(NULL);
+	gpufile_config_reset();
+	free(dev_base);
+	return test_finish("test_batch_cufile");
+}
