@@ -349,7 +349,6 @@ int gpufile_cuda_device_count(void)
 /* Makes the primary context of device ordinal current in this thread. */
 static int use_device(const struct gpufile__cuda *t, int ordinal)
 {
-	CUdevice dev;
 	CUcontext ctx;
 	CUresult rc;
 	int n = 0;
@@ -358,11 +357,9 @@ static int use_device(const struct gpufile__cuda *t, int ordinal)
 	    ordinal >= n)
 		return gpufile__fail(-ENODEV, "no CUDA device %d (%d present)",
 		                     ordinal, n);
-	rc = t->cuDeviceGet(&dev, ordinal);
-	if (rc == CUDA_SUCCESS)
-		rc = t->cuDevicePrimaryCtxRetain(&ctx, dev);
-	if (rc == CUDA_SUCCESS)
-		rc = t->cuCtxSetCurrent(ctx);
+	if (gpufile__primary_context(ordinal, (void **)&ctx))
+		return GPUFILE_ECUDA;
+	rc = t->cuCtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS)
 		return gpufile__cuda_fail(rc, NULL, 0, "activating device %d",
 		                          ordinal);
@@ -469,4 +466,66 @@ int gpufile_memcpy(void *dst, const void *src, size_t size)
 		return gpufile__cuda_fail(rc, NULL, 0, "cuMemcpy of %zu bytes",
 		                          size);
 	return 0;
+}
+
+/* Primary contexts retained by gpufile__primary_context, per ordinal, with
+ * the table that retained them (a test may swap tables). One reference per
+ * device, taken once (before, every request on cuMemMap memory and every
+ * gpufile_device_alloc took one more) and held for the life of the
+ * process: memory from gpufile_device_alloc and cuFile's per-GPU driver
+ * state live in that context, and releasing the last reference would
+ * destroy them under the caller. */
+#define MAX_PRIMARY 64
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	const struct gpufile__cuda *table;
+	CUcontext ctx;
+} primary[MAX_PRIMARY];
+
+int gpufile__primary_context(int device, void **ctx)
+{
+	const struct gpufile__cuda *t = gpufile__cuda();
+	CUdevice dev = 0;
+	CUcontext c = NULL;
+	CUresult cr;
+
+	*ctx = NULL;
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	if (device < 0 || device >= MAX_PRIMARY)
+		return gpufile__fail(-ENODEV, "no CUDA device %d", device);
+	pthread_mutex_lock(&primary_lock);
+	if (primary[device].ctx && primary[device].table == t) {
+		*ctx = primary[device].ctx;
+		pthread_mutex_unlock(&primary_lock);
+		return 0;
+	}
+	cr = t->cuDeviceGet(&dev, device);
+	if (cr == CUDA_SUCCESS)
+		cr = t->cuDevicePrimaryCtxRetain(&c, dev);
+	if (cr == CUDA_SUCCESS) {
+		primary[device].table = t;
+		primary[device].ctx = c;
+		*ctx = c;
+	}
+	pthread_mutex_unlock(&primary_lock);
+	if (cr != CUDA_SUCCESS)
+		return gpufile__cuda_fail(
+		    cr, NULL, 0, "retaining device %d's context", device);
+	return 0;
+}
+
+int gpufile__current_or_primary(void **ctx)
+{
+	const struct gpufile__cuda *t = gpufile__cuda();
+	CUcontext c = NULL;
+
+	*ctx = NULL;
+	if (!t)
+		return GPUFILE_ENOCUDA;
+	if (t->cuCtxGetCurrent(&c) == CUDA_SUCCESS && c) {
+		*ctx = c;
+		return 0;
+	}
+	return gpufile__primary_context(0, ctx);
 }

@@ -121,4 +121,17 @@ void gpufile__cuda_override(const struct gpufile__cuda *table);
 int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len, const char *fmt,
                        ...) __attribute__((format(printf, 4, 5)));
 
+/*
+ * The primary context of device ordinal, retained once per process (one
+ * reference, held for the process's life: see cuda_shim.c) and shared by every
+ * caller: a memory-mapped buffer (cuMemMap) reports no context, and
+ * gpufile_path_info, warm-up and the cuFile driver need one when the
+ * caller has none current. Returns 0 with *ctx set, or an error with the
+ * thread's message naming the device.
+ */
+int gpufile__primary_context(int device, void **ctx);
+/* The calling thread's current context, else device 0's primary one.
+ * Returns 0, or an error (no CUDA, no device). */
+int gpufile__current_or_primary(void **ctx);
+
 #endif

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "cufile_shim.h"
+#include "decide.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -385,24 +386,14 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 	return t;
 }
 
-int gpufile__cufile_accelerated(char *why, size_t len)
+int gpufile__cufile_p2pdma(void)
 {
-	int nvfs = access("/proc/driver/nvidia-fs", F_OK) == 0;
 	int p2p;
 
 	pthread_mutex_lock(&cufile_lock);
 	p2p = have_props && (props.fflags & (1u << CU_FILE_P2P_SUPPORTED));
 	pthread_mutex_unlock(&cufile_lock);
-	if (nvfs)
-		snprintf(why, len, "nvidia-fs is loaded");
-	else if (p2p)
-		snprintf(why, len, "cuFile reports PCI P2PDMA support");
-	else
-		snprintf(
-		    why, len,
-		    "nvidia-fs is not loaded (/proc/driver/nvidia-fs absent) "
-		    "and cuFile reports no PCI P2PDMA support");
-	return nvfs || p2p;
+	return p2p;
 }
 
 int gpufile__cufile_handle_register(void *ctx, int fd, CUfileHandle_t *fh,
@@ -621,6 +612,8 @@ int gpufile_cufile_info(gpufile_cufile_info_t *out)
 int gpufile_buf_register(const void *buf, size_t size, int flags)
 {
 	struct gpufile__settings cfg;
+	struct gpufile__facts f = {0};
+	struct gpufile__decision d;
 	const struct gpufile__cufile *t;
 	struct registration *g;
 	gpufile_mem_t kind;
@@ -636,13 +629,21 @@ int gpufile_buf_register(const void *buf, size_t size, int flags)
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;
-	if (cfg.compat_mode == GPUFILE_COMPAT_ON)
-		return 0;
 	rc = gpufile__classify(buf, &kind, &device, &ctx);
 	if (rc)
 		return rc;
-	if (kind != GPUFILE_MEM_DEVICE)
-		return 0; /* never reaches cuFile */
+	/* Registered only where a request of gds_threshold bytes into buf
+	 * could be handed to cuFile (decide.c): cheap facts first, cuFile
+	 * loaded only when they leave it possible. No file is known here,
+	 * so P2PDMA is cuFile's own answer. */
+	f.cfg = &cfg;
+	f.kind = kind;
+	f.size = cfg.gds_threshold;
+	if (kind == GPUFILE_MEM_DEVICE && cfg.compat_mode != GPUFILE_COMPAT_ON)
+		gpufile__platform_facts(&f, NULL);
+	gpufile__decide(&f, &d);
+	if (!d.need_cufile)
+		return 0; /* requests into buf never reach cuFile */
 	t = gpufile__cufile_open(ctx, &err, &status);
 	if (!t) {
 		if (cfg.compat_mode == GPUFILE_COMPAT_OFF)
@@ -653,10 +654,11 @@ int gpufile_buf_register(const void *buf, size_t size, int flags)
 		gpufile__clear_error();
 		return 0;
 	}
-	if (cfg.compat_mode == GPUFILE_COMPAT_AUTO && cfg.cufile_accel_only &&
-	    !gpufile__cufile_accelerated(why, sizeof(why)))
-		return 0; /* compat_mode=auto will not hand requests to cuFile
-		           */
+	f.cufile_known = f.cufile_registered = 1;
+	f.cufile_p2pdma = gpufile__cufile_p2pdma();
+	gpufile__decide(&f, &d);
+	if (d.path != GPUFILE_PATH_CUFILE)
+		return 0;
 	g = malloc(sizeof(*g));
 	if (!g)
 		return gpufile__fail(-ENOMEM, "out of memory");
@@ -855,13 +857,8 @@ int gpufile_cufile_driver_open(void)
 	 * the caller's, else device 0's primary one. */
 	if (!cu && gpufile_cuda_device_count() > 0)
 		cu = gpufile__cuda_if_loaded();
-	if (cu && (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) {
-		CUdevice dev;
-
+	if (cu && gpufile__current_or_primary((void **)&ctx))
 		ctx = NULL;
-		if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
-			cu->cuDevicePrimaryCtxRetain(&ctx, dev);
-	}
 	gpufile__clear_error();
 	if (!gpufile__cufile_open(ctx, &err, &status))
 		return err; /* the message names the library or the status */

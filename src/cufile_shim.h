@@ -2,8 +2,8 @@
  * libcufile.so.0 through dlopen: the table of entry points, the driver's
  * life, buffer registrations, cuFile's own counters, and the task function
  * that moves one task through cuFileRead/cuFileWrite. The path decision is
- * not made here (file.c makes it); this module only reports what cuFile
- * can do and does what it is asked.
+ * not made here (decide.c makes it, gpufile_buf_register included); this
+ * module only reports what cuFile can do and does what it is asked.
  *
  * Lock order: a handle's lock (struct gpufile.lock), then cufile_lock
  * (cufile_shim.c). No cuFile I/O runs under either.
@@ -67,11 +67,9 @@ const char *gpufile__cufile_status_name(int status);
 const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
                                                    int *status);
 
-/* Whether cuFile can take an accelerated path on this machine: nvidia-fs
- * loaded (/proc/driver/nvidia-fs present) or the driver properties report
- * PCI P2PDMA support. Writes the evidence into why. Needs the driver open
- * for the P2PDMA half. */
-int gpufile__cufile_accelerated(char *why, size_t len);
+/* Whether cuFile's driver properties report PCI P2PDMA support (0 until
+ * the driver is open). The path decision itself is decide.c's. */
+int gpufile__cufile_p2pdma(void);
 
 /* Registers fd (opened with O_DIRECT) with cuFile, with ctx current for
  * the call. Returns 0 with *fh set,

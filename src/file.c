@@ -5,6 +5,7 @@
 #include "internal.h"
 #include "cuda_shim.h"
 #include "cufile_shim.h"
+#include "decide.h"
 #include "remote.h"
 
 #include <errno.h>
@@ -244,10 +245,7 @@ int gpufile_close(gpufile_t *h)
 	if (!h)
 		return 0;
 	/* Futures the caller has not waited for may still be running. */
-	while (atomic_load(&h->inflight) > 0) {
-		struct timespec ts = {0, 100 * 1000};
-		nanosleep(&ts, NULL);
-	}
+	gpufile__handle_wait_idle(h);
 	gpufile__fork_untrack(h);
 	if (h->remote)
 		return gpufile__remote_close(h);
@@ -315,6 +313,10 @@ static ssize_t host_task(struct gpufile__request *r, char *buf, size_t len,
 	return gpufile__file_read(r->h, r->cfg.direct_io, buf, len, off,
 	                          scratch, GPUFILE__SCRATCH);
 }
+
+static const struct gpufile__task_ops host_ops = {.run = host_task};
+static const struct gpufile__task_ops cufile_ops = {.run =
+                                                        gpufile__cufile_task};
 
 /*
  * The handle's cuFile state, established once (caller holds h->lock):
@@ -387,88 +389,89 @@ static void cufile_establish(struct gpufile *h, void *ctx)
 	h->cufile_state = GPUFILE__CUFILE_REGISTERED;
 }
 
-/*
- * The first layer's decision for a device request of at least
- * gds_threshold bytes on h (ctx: the context owning its memory):
- *   compat_mode=on    posix; cuFile is never loaded.
- *   compat_mode=off   cufile, or the error that names why it cannot be
- *                     (library, driver open, O_DIRECT, registration).
- *   compat_mode=auto  cufile when the file is registered and cuFile can
- *                     take an accelerated path; else posix, with why.
- * The accelerated-path rule (cufile_accel_only, on by default): where
- * nvidia-fs is not loaded and cuFile reports no PCI P2PDMA, cuFile moves
- * data through its own compatibility path, measured at 1.6 GB/s against
- * 44 GB/s for gpufile's pipelined posix path on the same file (H200,
- * cuFile 1.15, bench/cufile_bench.c), so auto prefers posix there.
- * Writes reason (len bytes) and returns 0, or an error.
- */
-static int cufile_choose(struct gpufile *h, const struct gpufile__settings *cfg,
-                         void *ctx, gpufile_path_t *path, char *reason,
-                         size_t len)
+/* Fills the cheap facts of f from h, gathering them once (caller holds
+ * h->lock). */
+static void handle_platform_facts(struct gpufile *h, struct gpufile__facts *f)
 {
-	char why[sizeof(h->cufile_reason)];
-	int first, state, error;
+	if (!h->facts_known) {
+		struct gpufile__facts g = {0};
+		struct stat st;
 
-	*path = GPUFILE_PATH_POSIX;
-	if (cfg->compat_mode == GPUFILE_COMPAT_ON) {
-		snprintf(reason, len,
-		         "posix: compat_mode=on, cuFile is not used");
+		gpufile__platform_facts(
+		    &g, gpufile__sys.fstat(h->fd, &st) == 0 ? &st : NULL);
+		h->nvfs_loaded = g.nvfs_loaded;
+		h->p2pdma_possible = g.p2pdma_possible;
+		snprintf(h->nvfs_why, sizeof(h->nvfs_why), "%s", g.nvfs_why);
+		snprintf(h->p2pdma_why, sizeof(h->p2pdma_why), "%s",
+		         g.p2pdma_why);
+		h->facts_known = 1;
+	}
+	f->nvfs_loaded = h->nvfs_loaded;
+	f->p2pdma_possible = h->p2pdma_possible;
+	snprintf(f->nvfs_why, sizeof(f->nvfs_why), "%s", h->nvfs_why);
+	snprintf(f->p2pdma_why, sizeof(f->p2pdma_why), "%s", h->p2pdma_why);
+}
+
+/*
+ * The path of a device request of size bytes in memory of kind kind on h
+ * (ctx: the context owning it), by gpufile__decide: first from the cheap
+ * facts; cuFile is loaded, its driver opened and the file registered only
+ * when they leave cuFile possible. The first decision of a handle goes to
+ * the statistics. Returns 0, or the error of a request that cannot run
+ * (compat_mode=off without cuFile) with the message set.
+ */
+static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
+                  gpufile_mem_t kind, size_t size, void *ctx,
+                  struct gpufile__decision *d)
+{
+	struct gpufile__facts f = {.cfg = cfg, .kind = kind, .size = size};
+	char why[sizeof(h->cufile_reason)];
+	int first = 0;
+
+	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
+		/* Decided by the buffer alone: no handle state, no lock. */
+		gpufile__decide(&f, d);
 		return 0;
 	}
 	pthread_mutex_lock(&h->lock);
-	first = h->cufile_state == GPUFILE__CUFILE_UNDECIDED;
-	cufile_establish(h, ctx);
-	state = h->cufile_state;
-	error = h->cufile_error;
-	snprintf(why, sizeof(why), "%s", h->cufile_reason);
+	if (kind == GPUFILE_MEM_DEVICE && size >= cfg->gds_threshold &&
+	    cfg->compat_mode != GPUFILE_COMPAT_ON)
+		handle_platform_facts(h, &f);
+	gpufile__decide(&f, d);
+	if (d->need_cufile) {
+		cufile_establish(h, ctx);
+		snprintf(why, sizeof(why), "%s", h->cufile_reason);
+		f.cufile_known = 1;
+		f.cufile_registered =
+		    h->cufile_state == GPUFILE__CUFILE_REGISTERED;
+		f.cufile_error = h->cufile_error;
+		f.cufile_why = why;
+		f.cufile_p2pdma =
+		    f.cufile_registered && gpufile__cufile_p2pdma();
+		gpufile__decide(&f, d);
+	}
+	if (d->path == GPUFILE_PATH_POSIX || d->path == GPUFILE_PATH_CUFILE) {
+		first = !h->path_recorded;
+		h->path_recorded = 1;
+	}
 	pthread_mutex_unlock(&h->lock);
-
-	if (state != GPUFILE__CUFILE_REGISTERED) {
-		snprintf(reason, len, "posix: cuFile fallback: %s", why);
-		if (first)
-			gpufile__stats_file(h->path, GPUFILE_PATH_POSIX,
-			                    reason);
-		if (cfg->compat_mode == GPUFILE_COMPAT_OFF) {
-			*path = GPUFILE_PATH_CUFILE;
-			return gpufile__fail(
-			    error ? error : GPUFILE_ECUFILE,
-			    "%s: compat_mode=off requires cuFile: %s", h->path,
-			    why);
-		}
-		return 0;
-	}
-	if (cfg->compat_mode == GPUFILE_COMPAT_OFF) {
-		*path = GPUFILE_PATH_CUFILE;
-		snprintf(reason, len,
-		         "cufile: compat_mode=off, file registered");
-	} else if (!gpufile__cufile_accelerated(why, sizeof(why)) &&
-	           cfg->cufile_accel_only) {
-		snprintf(
-		    reason, len,
-		    "posix: cuFile registered the file but would only use "
-		    "its slower compatibility path (%s; cufile_accel_only=off "
-		    "hands it to cuFile anyway)",
-		    why);
-	} else {
-		*path = GPUFILE_PATH_CUFILE;
-		snprintf(reason, len,
-		         "cufile: compat_mode=auto, file registered, %s", why);
-	}
 	if (first)
-		gpufile__stats_file(h->path, *path, reason);
+		gpufile__stats_file(h->path,
+		                    d->error ? GPUFILE_PATH_POSIX : d->path,
+		                    d->reason);
+	if (d->error)
+		return gpufile__fail(d->error, "%s: %s", h->path, d->reason);
 	return 0;
 }
 
 /*
- * The path decision. Host memory (pageable or pinned) is read and written
- * in place. Device memory below gds_threshold goes through the pinned
- * bounce buffers, counted as "small"; at or above it, cufile_choose()
- * picks cuFile or the bounce buffers ("posix"). Managed memory always
- * takes the bounce buffers: cuFile refuses it
- * (CU_FILE_CUDA_MEMORY_TYPE_INVALID).
+ * The path of request r, by gpufile__decide (decide.c): host memory in
+ * place, device memory below gds_threshold "small", managed memory the
+ * bounce buffers, and the rest cuFile or the bounce buffers ("posix").
  */
 static int decide_path(struct gpufile__request *r)
 {
+	struct gpufile__decision d;
 	gpufile_mem_t kind;
 	int device;
 	void *ctx;
@@ -476,51 +479,30 @@ static int decide_path(struct gpufile__request *r)
 
 	if (rc)
 		return rc;
-	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
-		r->path = GPUFILE_PATH_HOST;
-		r->run = host_task;
-		return r->h->remote ? gpufile__remote_route(r) : 0;
-	}
-	if (!ctx) {
-		/* Memory mapped with cuMemMap reports no context: use the
-		 * device's primary context. */
-		const struct gpufile__cuda *t = gpufile__cuda();
-		CUdevice dev;
-		CUcontext primary;
-		CUresult cr;
-
-		if (!t)
-			return GPUFILE_ENOCUDA;
-		cr = t->cuDeviceGet(&dev, device);
-		if (cr == CUDA_SUCCESS)
-			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
-		if (cr != CUDA_SUCCESS)
-			return gpufile__cuda_fail(
-			    cr, NULL, 0, "retaining device %d's context",
-			    device);
-		ctx = primary;
-	}
-	r->device = device;
-	r->cuda_ctx = ctx;
-	r->path = r->size < r->cfg.gds_threshold ? GPUFILE_PATH_SMALL
-	                                         : GPUFILE_PATH_POSIX;
-	r->run = gpufile__staged_task;
-	if (r->h->remote)
-		return gpufile__remote_route(r);
-	if (r->path == GPUFILE_PATH_POSIX && kind == GPUFILE_MEM_DEVICE) {
-		char reason[512];
-		char *base;
-
-		rc = cufile_choose(r->h, &r->cfg, ctx, &r->path, reason,
-		                   sizeof(reason));
-		if (rc)
+	if (kind != GPUFILE_MEM_HOST && kind != GPUFILE_MEM_PINNED) {
+		/* Memory mapped with cuMemMap reports no context. */
+		if (!ctx && (rc = gpufile__primary_context(device, &ctx)))
 			return rc;
-		if (r->path == GPUFILE_PATH_CUFILE) {
-			base = gpufile__cufile_buf_base(r->buf, r->size);
-			r->cufile_handle = r->h->cufile_handle;
-			r->cufile_base = base ? base : r->buf;
-			r->run = gpufile__cufile_task;
-		}
+		r->device = device;
+		r->cuda_ctx = ctx;
+	}
+	if (r->h->remote) /* remote.c: HTTP ranges, staged for the GPU */
+		return gpufile__remote_route(r);
+	rc = choose(r->h, &r->cfg, kind, r->size, ctx, &d);
+	if (rc)
+		return rc;
+	r->path = d.path;
+	if (d.path == GPUFILE_PATH_HOST) {
+		r->ops = &host_ops;
+		return 0;
+	}
+	r->ops = &gpufile__staged_ops;
+	if (d.path == GPUFILE_PATH_CUFILE) {
+		char *base = gpufile__cufile_buf_base(r->buf, r->size);
+
+		r->cufile_handle = r->h->cufile_handle;
+		r->cufile_base = base ? base : r->buf;
+		r->ops = &cufile_ops;
 	}
 	return 0;
 }
@@ -783,37 +765,31 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 	if (device_path)
 		*device_path = GPUFILE_PATH_POSIX;
 	{
-		const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
-		gpufile_path_t path = GPUFILE_PATH_POSIX;
-		char why[512];
-		CUcontext ctx = NULL;
+		struct gpufile__decision d = {.path = GPUFILE_PATH_POSIX};
+		void *ctx = NULL;
 
-		if (cfg.compat_mode == GPUFILE_COMPAT_ON) {
-			snprintf(why, sizeof(why),
-			         "posix: compat_mode=on, cuFile is not used");
-		} else if (!cu) {
-			snprintf(why, sizeof(why),
+		if (cfg.compat_mode != GPUFILE_COMPAT_ON &&
+		    !gpufile__cuda_if_loaded()) {
+			snprintf(d.reason, sizeof(d.reason),
 			         "posix: no CUDA driver in this process, so no "
 			         "device memory; cuFile not consulted");
 		} else {
-			CUdevice dev;
-
-			if (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+			if (cfg.compat_mode != GPUFILE_COMPAT_ON &&
+			    gpufile__current_or_primary(&ctx))
 				ctx = NULL;
-				if (cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
-					cu->cuDevicePrimaryCtxRetain(&ctx, dev);
-			}
-			rc = cufile_choose(h, &cfg, ctx, &path, why,
-			                   sizeof(why));
+			/* A device request at gds_threshold: the smallest
+			 * that can reach cuFile. */
+			rc = choose(h, &cfg, GPUFILE_MEM_DEVICE,
+			            cfg.gds_threshold, ctx, &d);
 			if (device_path)
-				*device_path = path;
+				*device_path = d.path;
 			if (rc)
 				return rc;
 		}
 		if (device_path)
-			*device_path = path;
+			*device_path = d.path;
 		if (reason && len)
-			snprintf(reason, len, "%s", why);
+			snprintf(reason, len, "%s", d.reason);
 	}
 	if (reason && len) {
 		char direct[224];

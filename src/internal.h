@@ -167,6 +167,11 @@ struct gpufile {
 	int cufile_error;    /* gpufile error a compat_mode=off request gets */
 	int cufile_status;   /* cuFile status of the failure, or 0 */
 	char cufile_reason[320]; /* why cuFile is not used, or "" */
+	/* The decision's cheap facts (decide.c), gathered once, under lock,
+	 * at the first device request that needs them. */
+	int facts_known, nvfs_loaded, p2pdma_possible;
+	int path_recorded; /* the decision went to the statistics */
+	char nvfs_why[96], p2pdma_why[128];
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */
 	struct gpufile *fnext, *fprev;
@@ -226,6 +231,13 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
  * following O_DIRECT read of the same range would then read it twice. */
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
 
+/* The direct_io rule for a read of [off, off+len) of h, shared by the
+ * host path and the cold device path: off never; on whenever h has an
+ * O_DIRECT descriptor that was not refused; auto for reads of at least
+ * GPUFILE__DIRECT_MIN bytes that the page cache does not hold. */
+int gpufile__direct_read_wanted(struct gpufile *h, int direct_mode, size_t len,
+                                int64_t off);
+
 /* Writes [off, off+len) from host memory buf; O_DIRECT for the aligned
  * middle when direct_mode is ON. Returns len or -errno. */
 ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
@@ -249,9 +261,39 @@ typedef ssize_t (*gpufile__task_fn)(struct gpufile__request *r, char *buf,
                                     size_t len, int64_t off, char *msg,
                                     size_t msg_len);
 
+/* The outcome of a task whose task function returned
+ * GPUFILE__TASK_DEFERRED, reported later by its ops' settle. */
+struct gpufile__task_result {
+	struct gpufile__request *r;
+	int64_t off;
+	size_t len;
+	ssize_t n; /* bytes moved, or a negative error */
+	char msg[256];
+};
+
+/*
+ * What the pool needs to know about a request's tasks: how to run one, and
+ * how to collect the ones it left running. The pool knows nothing else of
+ * the path (staging, cuFile, host, mmap, ...).
+ *   run     moves one task. It may return GPUFILE__TASK_DEFERRED (only
+ *           when settle is not NULL): the task's last step is still
+ *           running, and the task has not ended.
+ *   settle  reports, into *out, a deferred task of the calling thread
+ *           whose last step has finished, and returns 1; 0 when there is
+ *           none. With idle, it first waits for the deferred task, if
+ *           any, and gives back what the thread keeps between tasks: the
+ *           pool calls it so before a worker sleeps or exits, before a
+ *           thread runs a task of other ops, and right after each task a
+ *           thread other than a worker ran. NULL when run never defers.
+ */
+struct gpufile__task_ops {
+	gpufile__task_fn run;
+	int (*settle)(struct gpufile__task_result *out, int idle);
+};
+
 struct gpufile__request {
 	struct gpufile *h;
-	gpufile__task_fn run;
+	const struct gpufile__task_ops *ops;
 	char *buf;
 	size_t size;
 	int64_t offset;
@@ -304,17 +346,14 @@ void gpufile__request_run_inline(struct gpufile__request *r);
 ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms);
 void gpufile__request_destroy(struct gpufile__request *r);
 
-/* 1 in a pool worker thread. */
-int gpufile__in_worker(void);
-
-/* Returned by a task function that will end the task itself, later, with
- * gpufile__task_end() (a pool worker's staged read whose last copy to the
- * GPU is still running: the worker overlaps it with its next task). */
+/* Returned by a task function (struct gpufile__task_ops.run) whose task
+ * has not ended: a staged read whose last copy to the GPU still runs,
+ * overlapping the file read of the thread's next task. The task ends when
+ * the ops' settle reports it. */
 #define GPUFILE__TASK_DEFERRED ((ssize_t)INT64_MIN)
-/* Ends one task of r: n bytes moved or an error (msg may be NULL or "").
- * Completes r when it was the last task. */
-void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
-                       ssize_t n, const char *msg);
+
+/* Waits until no request on h is in flight (gpufile_close). */
+void gpufile__handle_wait_idle(struct gpufile *h);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
@@ -360,12 +399,15 @@ int gpufile__cuda_forked(void);
 int gpufile__classify(const void *ptr, gpufile_mem_t *kind, int *device,
                       void **ctx);
 
-/* Task functions for device buffers (staging.c). */
+/* Task function for device buffers (staging.c): one task through the
+ * pinned bounce buffers, finished before it returns (never deferred), for
+ * callers that wrap it in a task function of their own. */
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
                              int64_t off, char *msg, size_t msg_len);
-/* Waits for the copies this worker thread left running, ends their tasks
- * and gives its bounce buffers back (staging.c). */
-void gpufile__staging_flush(void);
+/* The staging path as ops (staging.c): a thread keeps its bounce buffers
+ * between tasks and leaves each task's last copy running while it reads
+ * the next task (settle ends it). */
+extern const struct gpufile__task_ops gpufile__staged_ops;
 /* Frees every pinned bounce buffer (staging.c). */
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "cuda_shim.h"
+#include "decide.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,12 +44,15 @@ struct gpufile_mmap {
 	size_t map_size;
 };
 
-static const char mmap_reason[] =
-    "mmap: host targets are copied from the mapping by parallel tasks; "
-    "device targets go through the pinned bounce-buffer pipeline, reading "
-    "the mapped range's page-cache pages (a cuMemcpyHtoD from pageable "
-    "memory is staged by the driver and does not overlap the next chunk's "
-    "fetch)";
+/* The decision for every request on a map: decide.c's first rule. */
+static void mmap_decision(struct gpufile__decision *d)
+{
+	static const struct gpufile__settings no_settings;
+	const struct gpufile__facts f = {.cfg = &no_settings,
+	                                 .source = GPUFILE__SOURCE_MMAP};
+
+	gpufile__decide(&f, d);
+}
 
 static struct gpufile_mmap *of(struct gpufile__request *r)
 {
@@ -67,9 +71,12 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 	return (ssize_t)len;
 }
 
+static const struct gpufile__task_ops mmap_host_ops = {.run = mmap_host_task};
+
 int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
                       int64_t offset, size_t size)
 {
+	struct gpufile__decision d;
 	struct gpufile_mmap *m;
 	struct stat st;
 	int64_t aligned;
@@ -148,7 +155,8 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 	snprintf(m->file.direct_reason, sizeof(m->file.direct_reason),
 	         "memory-mapped handle: page cache only");
 	pthread_mutex_init(&m->file.lock, NULL);
-	gpufile__stats_file(path, GPUFILE_PATH_MMAP, mmap_reason);
+	mmap_decision(&d);
+	gpufile__stats_file(path, d.path, d.reason);
 	*out = m;
 	return 0;
 }
@@ -160,10 +168,7 @@ int gpufile_mmap_close(gpufile_mmap_t *m)
 	if (!m)
 		return 0;
 	/* Futures the caller has not waited for may still be running. */
-	while (atomic_load(&m->file.inflight) > 0) {
-		struct timespec ts = {0, 100 * 1000};
-		nanosleep(&ts, NULL);
-	}
+	gpufile__handle_wait_idle(&m->file);
 	if (m->base)
 		munmap(m->base, m->base_len);
 	if (gpufile__sys.close(m->file.fd) < 0)
@@ -197,18 +202,22 @@ int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset, size_t *size)
 
 int gpufile_mmap_path_info(gpufile_mmap_t *m, char *reason, size_t len)
 {
+	struct gpufile__decision d;
+
 	if (!m)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_mmap_path_info: handle is NULL");
+	mmap_decision(&d);
 	if (reason && len)
-		snprintf(reason, len, "%s", mmap_reason);
-	return GPUFILE_PATH_MMAP;
+		snprintf(reason, len, "%s", d.reason);
+	return (int)d.path;
 }
 
 /* Validates a read and prepares r (not yet initialised for the pool). */
 static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
                    void *buf, size_t size, int64_t offset)
 {
+	struct gpufile__decision d;
 	gpufile_mem_t kind;
 	void *ctx;
 	int device, rc;
@@ -239,32 +248,18 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 	r->size = size;
 	r->offset = offset;
 	r->device = -1;
-	r->path = GPUFILE_PATH_MMAP;
-	r->run = mmap_host_task;
+	mmap_decision(&d);
+	r->path = d.path;
+	r->ops = &mmap_host_ops;
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED)
 		return 0;
-	if (!ctx) {
-		/* Memory mapped with cuMemMap reports no context: use the
-		 * device's primary context. */
-		const struct gpufile__cuda *t = gpufile__cuda();
-		CUdevice dev;
-		CUcontext primary = NULL;
-		CUresult cr;
-
-		if (!t)
-			return GPUFILE_ENOCUDA;
-		cr = t->cuDeviceGet(&dev, device);
-		if (cr == CUDA_SUCCESS)
-			cr = t->cuDevicePrimaryCtxRetain(&primary, dev);
-		ctx = primary;
-		if (cr != CUDA_SUCCESS)
-			return gpufile__cuda_fail(
-			    cr, NULL, 0, "retaining device %d's context",
-			    device);
-	}
+	/* Memory mapped with cuMemMap reports no context: use the device's
+	 * primary context. */
+	if (!ctx && (rc = gpufile__primary_context(device, &ctx)))
+		return rc;
 	r->device = device;
 	r->cuda_ctx = ctx;
-	r->run = gpufile__staged_task;
+	r->ops = &gpufile__staged_ops;
 	r->cfg.direct_io = GPUFILE__DIRECT_OFF; /* the map's pages */
 	return 0;
 }
@@ -292,7 +287,7 @@ ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf, size_t size,
 	if (rc)
 		return rc;
 	gpufile__request_init(&r);
-	if (r.run == mmap_host_task && r.ntasks <= 1) {
+	if (r.ops == &mmap_host_ops && r.ntasks <= 1) {
 		gpufile__request_run_inline(&r);
 	} else {
 		rc = gpufile__request_submit(&r);

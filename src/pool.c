@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@ static struct {
 	pthread_cond_t work;   /* a task was queued, or workers must exit */
 	pthread_cond_t space;  /* a request ended: room for one more */
 	pthread_cond_t exited; /* a worker exited */
+	pthread_cond_t idle;   /* some handle's inflight dropped to 0 */
 	struct gpufile__request *head, *tail;
 	unsigned nworkers;               /* running and taking tasks */
 	unsigned exiting;                /* left the count, still flushing */
@@ -56,16 +58,15 @@ static struct {
     .work = PTHREAD_COND_INITIALIZER,
     .space = PTHREAD_COND_INITIALIZER,
     .exited = PTHREAD_COND_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
 };
 
 static _Thread_local int is_worker;
+/* The ops whose settle this thread owes a call with idle (they keep state
+ * in the thread, maybe a deferred task), or NULL. */
+static _Thread_local const struct gpufile__task_ops *holding;
 
 void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
-
-int gpufile__in_worker(void)
-{
-	return is_worker;
-}
 
 void gpufile__request_init(struct gpufile__request *r)
 {
@@ -132,7 +133,11 @@ static void activate(struct gpufile__request *r)
 static void deactivate(struct gpufile__request *r)
 {
 	pool.inflight--;
-	atomic_fetch_sub(&r->h->inflight, 1);
+	/* Under pool.lock: gpufile__handle_wait_idle checks the count under
+	 * it too, so the wake-up cannot be lost, and the closer cannot free
+	 * the handle before this thread releases pool.lock. */
+	if (atomic_fetch_sub(&r->h->inflight, 1) == 1)
+		pthread_cond_broadcast(&pool.idle);
 	if (r->aprev)
 		r->aprev->anext = r->anext;
 	else
@@ -140,6 +145,14 @@ static void deactivate(struct gpufile__request *r)
 	if (r->anext)
 		r->anext->aprev = r->aprev;
 	r->anext = r->aprev = NULL;
+}
+
+void gpufile__handle_wait_idle(struct gpufile *h)
+{
+	pthread_mutex_lock(&pool.lock);
+	while (atomic_load(&h->inflight) > 0)
+		pthread_cond_wait(&pool.idle, &pool.lock);
+	pthread_mutex_unlock(&pool.lock);
 }
 
 static void record_error(struct gpufile__request *r, int64_t off, size_t len,
@@ -213,8 +226,10 @@ static void complete(struct gpufile__request *r)
 	pthread_mutex_unlock(&pool.lock);
 }
 
-void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
-                       ssize_t n, const char *msg)
+/* Ends one task of r: n bytes moved or an error (msg may be NULL or "").
+ * Completes r when it was the last task. */
+static void task_end(struct gpufile__request *r, int64_t off, size_t len,
+                     ssize_t n, const char *msg)
 {
 	if (n < 0) {
 		record_error(r, off, len, n, msg);
@@ -237,6 +252,22 @@ void gpufile__task_end(struct gpufile__request *r, int64_t off, size_t len,
 		complete(r);
 }
 
+/* Ends the deferred task the ops this thread holds report, if any; with
+ * idle, waits for it and lets the ops give back what the thread keeps
+ * (see struct gpufile__task_ops). */
+static void settle(int idle)
+{
+	struct gpufile__task_result done;
+	const struct gpufile__task_ops *ops = holding;
+
+	if (!ops)
+		return;
+	if (idle)
+		holding = NULL;
+	if (ops->settle(&done, idle))
+		task_end(done.r, done.off, done.len, done.n, done.msg);
+}
+
 static void run_task(struct gpufile__request *r, uint64_t index)
 {
 	const size_t ts = r->cfg.task_size;
@@ -256,15 +287,23 @@ static void run_task(struct gpufile__request *r, uint64_t index)
 	if (gpufile__pool_task_hook)
 		gpufile__pool_task_hook(r, toff);
 	if (toff < atomic_load(&r->fail_at)) {
-		n = r->run(r, r->buf + (toff - r->offset),
-		           (size_t)(tend - toff), toff, msg, sizeof(msg));
+		if (holding && holding != r->ops)
+			settle(1);
+		n = r->ops->run(r, r->buf + (toff - r->offset),
+		                (size_t)(tend - toff), toff, msg, sizeof(msg));
+		assert(n != GPUFILE__TASK_DEFERRED || r->ops->settle);
+		if (r->ops->settle)
+			holding = r->ops;
+		/* The previous task, deferred, ended while this one ran:
+		 * end it first (its request may complete now). */
+		settle(!is_worker);
 		if (n == GPUFILE__TASK_DEFERRED)
-			return; /* the task function ends it later */
+			return; /* settle() ends it later */
 	} else {
 		n = 0; /* skipped: the request has already failed */
 		toff = tend = end;
 	}
-	gpufile__task_end(r, toff, (size_t)(tend - toff), n, msg);
+	task_end(r, toff, (size_t)(tend - toff), n, msg);
 }
 
 /* Caller holds pool.lock. Claims the next task of r; returns its index. */
@@ -285,11 +324,11 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct gpufile__request *r;
 
-		if (!pool.head) {
-			/* Nothing queued: end the tasks whose last copy this
+		if (!pool.head && holding) {
+			/* Nothing queued: end the task whose last step this
 			 * worker left running before going to sleep. */
 			pthread_mutex_unlock(&pool.lock);
-			gpufile__staging_flush();
+			settle(1);
 			pthread_mutex_lock(&pool.lock);
 		}
 		while (!pool.head && pool.nworkers <= pool.target)
@@ -318,7 +357,7 @@ static void *worker_main(void *arg)
 			/* Each lies above the failed task, which was claimed
 			 * before them: end them unrun. */
 			for (uint64_t i = 0; i < left; i++)
-				gpufile__task_end(r, end, 0, 0, NULL);
+				task_end(r, end, 0, 0, NULL);
 		} else {
 			uint64_t index = claim(r);
 			pthread_mutex_unlock(&pool.lock);
@@ -327,7 +366,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&pool.lock);
 	}
 	pthread_mutex_unlock(&pool.lock);
-	gpufile__staging_flush();
+	settle(1);
 	pthread_mutex_lock(&pool.lock);
 	pool.exiting--;
 	pthread_cond_broadcast(&pool.exited);
@@ -551,5 +590,6 @@ void gpufile__pool_atfork_child(void)
 	pthread_cond_init(&pool.work, NULL);
 	pthread_cond_init(&pool.space, NULL);
 	pthread_cond_init(&pool.exited, NULL);
+	pthread_cond_init(&pool.idle, NULL);
 	pthread_mutex_unlock(&pool.lock);
 }

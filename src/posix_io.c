@@ -331,15 +331,21 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
 {
 	if (h->remote) /* remote.c: an HTTP range request */
 		return gpufile__remote_read(h, buf, len, off);
-	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
-	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
-	    !scratch)
-		return gpufile__pread_full(h->fd, buf, len, off);
-
-	if (direct_mode == GPUFILE__DIRECT_AUTO &&
-	    (len < GPUFILE__DIRECT_MIN || gpufile__range_cached(h, off, len)))
+	if (!scratch || !gpufile__direct_read_wanted(h, direct_mode, len, off))
 		return gpufile__pread_full(h->fd, buf, len, off);
 	return direct_range(h, buf, len, off, scratch, scratch_len);
+}
+
+int gpufile__direct_read_wanted(struct gpufile *h, int direct_mode, size_t len,
+                                int64_t off)
+{
+	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
+	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed))
+		return 0;
+	if (direct_mode == GPUFILE__DIRECT_ON)
+		return 1;
+	return len >= GPUFILE__DIRECT_MIN &&
+	       !gpufile__range_cached(h, off, len);
 }
 
 ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,

@@ -6,8 +6,10 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "cuda_shim.h"
 #include "remote.h"
 #include "cufile_shim.h"
+#include "decide.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -97,100 +99,69 @@ static int read_text(const char *path, char *buf, size_t len)
 
 /* ---- cuFile ---- */
 
-/* cuFile's ABI, as far as a probe needs it (cufile.h). */
-typedef struct {
-	int err;    /* CUfileOpError */
-	int cu_err; /* CUresult */
-} probe_cufile_error_t;
-
 struct cufile_probe {
 	int found;         /* libcufile loaded */
 	int driver_ok;     /* cuFileDriverOpen succeeded */
 	int driver_status; /* its status when not */
+	int error;         /* the error gpufile gets when not driver_ok */
+	char message[256]; /* why not, in cufile_shim's words */
 };
 
+/* libcufile through cufile_shim's own loader (the cufile_library setting,
+ * nothing else), so that the library reported is the one gpufile uses. */
 static void check_cufile(struct list *l, struct cufile_probe *cp)
 {
-	char setting[256] = "";
-	const char *names[2] = {"libcufile.so.0", "libcufile.so"};
-	char first_error[256] = "";
-	void *lib = NULL;
-	const char *which = NULL;
-	char where[PATH_MAX] = "", value[256], version[64] = "";
+	gpufile_cufile_info_t info;
+	char where[PATH_MAX] = "", value[256 + PATH_MAX], version[64] = "";
 	struct link_map *map = NULL;
-	int (*get_version)(int *);
-	probe_cufile_error_t (*driver_open)(void);
+	void *lib;
 
 	memset(cp, 0, sizeof(*cp));
-	/* The library gpufile itself would load (cufile_library). */
-	if (gpufile__config_string("cufile_library", setting,
-	                           sizeof(setting)) == 0 &&
-	    setting[0])
-		names[0] = setting;
+	cp->error = gpufile_cufile_driver_open();
+	snprintf(cp->message, sizeof(cp->message), "%s",
+	         cp->error ? gpufile_errmsg() : "");
 	gpufile__clear_error();
-	for (size_t i = 0; i < 2 && !lib; i++) {
-		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-		which = names[i];
-		if (!lib && i == 0) {
-			const char *e = dlerror();
-			snprintf(first_error, sizeof(first_error), "%s",
-			         e ? e : "no error text");
-		}
-	}
-	if (!lib) {
+	gpufile_cufile_info(&info);
+	if (!info.loaded) {
 		add(l, "libcufile", GPUFILE_CHECK_FAIL, "not found",
-		    "the dynamic loader cannot open %s (%s): gpufile will "
-		    "not use cuFile (install the GDS package, or add its lib "
-		    "directory to LD_LIBRARY_PATH)",
-		    names[0], first_error);
+		    "%s: gpufile will not use cuFile (install the GDS "
+		    "package, add its lib directory to LD_LIBRARY_PATH, or "
+		    "set cufile_library)",
+		    cp->message);
 		add(l, "cufile.driver", GPUFILE_CHECK_UNKNOWN, "not tried",
 		    "libcufile is not available, so cuFileDriverOpen() "
 		    "cannot be called");
 		return;
 	}
 	cp->found = 1;
-	if (dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name &&
-	    !realpath(map->l_name, where))
+	lib = dlopen(info.library, RTLD_NOW | RTLD_NOLOAD);
+	if (lib && dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map &&
+	    map->l_name && !realpath(map->l_name, where))
 		snprintf(where, sizeof(where), "%s", map->l_name);
-	get_version = (int (*)(int *))dlsym(lib, "cuFileGetVersion");
-	if (get_version) {
-		int v = 0;
-		if (get_version(&v) == 0)
-			snprintf(version, sizeof(version), "%d.%d (%d)",
-			         v / 1000, (v % 1000) / 10, v);
-	}
-	if (!version[0]) {
-		const char *so = strstr(where, ".so.");
-		snprintf(version, sizeof(version), "%s",
-		         so ? so + 4 : "unknown");
-	}
+	if (lib)
+		dlclose(lib);
+	if (info.version)
+		snprintf(version, sizeof(version), "%d.%d (%d)",
+		         info.version / 1000, (info.version % 1000) / 10,
+		         info.version);
+	else
+		snprintf(version, sizeof(version), "unknown");
 	snprintf(value, sizeof(value), "%s version %s",
-	         where[0] ? where : which, version);
-	add(l, "libcufile", GPUFILE_CHECK_PASS, value, "loaded %s with dlopen",
-	    which);
-
-	driver_open =
-	    (probe_cufile_error_t(*)(void))dlsym(lib, "cuFileDriverOpen");
-	if (!driver_open) {
-		add(l, "cufile.driver", GPUFILE_CHECK_FAIL, "no symbol",
-		    "%s has no cuFileDriverOpen", where);
-		return;
-	}
-	/* The driver is left open: cufile_shim.c may share it, and a
-	 * probe must not close what the library opened. */
-	probe_cufile_error_t st = driver_open();
-	cp->driver_status = st.err;
-	if (st.err == 0) {
+	         where[0] ? where : info.library, version);
+	add(l, "libcufile", GPUFILE_CHECK_PASS, value,
+	    "loaded %s (the cufile_library setting) with dlopen", info.library);
+	cp->driver_status = info.status;
+	if (info.driver_open) {
 		cp->driver_ok = 1;
 		add(l, "cufile.driver", GPUFILE_CHECK_PASS, "opens",
 		    "cuFileDriverOpen() returned CU_FILE_SUCCESS");
 	} else {
-		snprintf(value, sizeof(value), "cuFile status %d (CUresult %d)",
-		         st.err, st.cu_err);
+		snprintf(value, sizeof(value), "cuFile status %d (%s)",
+		         info.status, gpufile_cufile_status_name(info.status));
 		add(l, "cufile.driver", GPUFILE_CHECK_FAIL, value,
-		    "cuFileDriverOpen() failed: gpufile falls back to its "
-		    "POSIX path (compat_mode=auto) or fails (off); status "
-		    "5000+N is cuFile's CU_FILE_* error N, see cufile.h");
+		    "%s: gpufile falls back to its POSIX path "
+		    "(compat_mode=auto) or fails (off)",
+		    cp->message);
 	}
 }
 
@@ -821,17 +792,16 @@ static int check_file_o_direct(struct list *l, const char *path,
 	return ok;
 }
 
-/* cuFile's layer, as if it receives the read. Returns whether cuFile
- * would accelerate it. */
-static int predict_cufile(const struct file_facts *f, int nvfs_loaded,
-                          const gpufile_cufile_config_t *cfg,
-                          struct prediction *p)
+/* cuFile's layer, as if it receives the read; f holds the decision's
+ * facts (cuFile's own when they were gathered). */
+static void predict_cufile(const struct file_facts *ff,
+                           const struct gpufile__facts *f,
+                           const gpufile_cufile_config_t *cfg,
+                           struct prediction *p)
 {
 	const char *compat = cfg->v[GPUFILE_CUFILE_ALLOW_COMPAT_MODE].value
 	                         ? "cuFile's compatibility (posix) path"
 	                         : "allow_compat_mode is false, cuFile fails";
-	char accel_why[160];
-	int accel = gpufile__cufile_accelerated(accel_why, sizeof(accel_why));
 
 	p->status = GPUFILE_CHECK_FAIL;
 	p->path = "posix";
@@ -840,28 +810,25 @@ static int predict_cufile(const struct file_facts *f, int nvfs_loaded,
 		         "CUFILE_FORCE_COMPAT_MODE=%s: cuFile's compatibility "
 		         "path",
 		         getenv("CUFILE_FORCE_COMPAT_MODE"));
-		return 0;
-	}
-	if (!accel) {
-		snprintf(p->why, sizeof(p->why), "%s: %s", accel_why, compat);
-		return 0;
-	}
-	if (f->fs_ok == 0) {
-		snprintf(p->why, sizeof(p->why), "%s%s: %s", f->m.fstype,
-		         f->denied ? " (denylisted)" : "", compat);
-		return 0;
-	}
-	if (!nvfs_loaded) {
+	} else if (!f->nvfs_loaded && !f->cufile_p2pdma) {
+		snprintf(p->why, sizeof(p->why),
+		         "%s and cuFile reports no PCI P2PDMA support (%s): %s",
+		         f->nvfs_why, f->p2pdma_why, compat);
+	} else if (ff->fs_ok == 0) {
+		snprintf(p->why, sizeof(p->why), "%s%s: %s", ff->m.fstype,
+		         ff->denied ? " (denylisted)" : "", compat);
+	} else if (!f->nvfs_loaded) {
 		p->status = GPUFILE_CHECK_PASS;
 		p->path = "p2p";
-		snprintf(p->why, sizeof(p->why), "%s: PCI P2PDMA", accel_why);
-	} else if (f->fs_ok < 0) {
+		snprintf(p->why, sizeof(p->why),
+		         "cuFile reports PCI P2PDMA support");
+	} else if (ff->fs_ok < 0) {
 		p->status = GPUFILE_CHECK_UNKNOWN;
 		p->path = "nvfs?";
 		snprintf(p->why, sizeof(p->why),
 		         "%s: nvfs when its RDMA client is configured, else "
 		         "posix; confirm with gpufile stats PID",
-		         f->m.fstype);
+		         ff->m.fstype);
 	} else {
 		p->status = GPUFILE_CHECK_PASS;
 		p->path = "nvfs";
@@ -869,17 +836,59 @@ static int predict_cufile(const struct file_facts *f, int nvfs_loaded,
 		         "nvidia-fs is loaded and %s is supported: the GDS "
 		         "path; confirm with gpufile stats PID (cuFile's "
 		         "nvfs/posix counters)",
-		         f->m.fstype);
+		         ff->m.fstype);
 	}
-	return 1;
 }
 
-/* gpufile's layer (file.c's cufile_choose()), given cuFile's. */
-static void predict_gpufile(const struct cufile_probe *cp, int direct_ok,
-                            const struct gpufile__settings *s, int settings_ok,
-                            int accel, const struct prediction *cu,
-                            struct prediction *p)
+/* cuFile's facts for path, gathered the way file.c gathers them for a
+ * handle: the driver (check_cufile opened it through cufile_shim), an
+ * O_DIRECT descriptor, and a registration of the file, undone at once. */
+static void cufile_facts(const char *path, const struct cufile_probe *cp,
+                         struct gpufile__facts *f, char *why, size_t len)
 {
+	CUfileHandle_t fh;
+	void *ctx = NULL;
+	int fd, status;
+
+	f->cufile_known = 1;
+	f->cufile_why = why;
+	if (!cp->found || !cp->driver_ok) {
+		f->cufile_error = cp->error ? cp->error : GPUFILE_ECUFILE;
+		snprintf(why, len, "%s", cp->message);
+		return;
+	}
+	f->cufile_p2pdma = gpufile__cufile_p2pdma();
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0) {
+		f->cufile_error = -errno;
+		snprintf(why, len, "O_DIRECT refused (%s); cuFile needs it",
+		         strerror(errno));
+		return;
+	}
+	if (gpufile__cuda_if_loaded() && gpufile__current_or_primary(&ctx))
+		ctx = NULL;
+	if (gpufile__cufile_handle_register(ctx, fd, &fh, &status)) {
+		f->cufile_error = GPUFILE_ECUFILE;
+		snprintf(why, len, "cuFileHandleRegister failed: %s (%d)",
+		         gpufile__cufile_status_name(status), status);
+	} else {
+		gpufile__cufile_handle_deregister(fh);
+		f->cufile_registered = 1;
+	}
+	close(fd);
+	gpufile__clear_error();
+}
+
+/* gpufile's layer for a request of size bytes into memory of kind kind,
+ * by the decision function (decide.c), given the facts in f. */
+static void predict_gpufile(const char *path, const struct cufile_probe *cp,
+                            const struct gpufile__settings *s, int settings_ok,
+                            gpufile_mem_t kind, size_t size,
+                            struct gpufile__facts *f, char *cufile_why,
+                            size_t why_len, struct prediction *p)
+{
+	struct gpufile__decision d;
+
 	p->status = GPUFILE_CHECK_FAIL;
 	p->path = "posix";
 	if (!settings_ok) {
@@ -887,59 +896,66 @@ static void predict_gpufile(const struct cufile_probe *cp, int direct_ok,
 		p->path = "error";
 		snprintf(p->why, sizeof(p->why),
 		         "a gpufile setting is invalid (see gpufile.*)");
-	} else if (s->compat_mode == GPUFILE_COMPAT_ON) {
-		snprintf(p->why, sizeof(p->why),
-		         "compat_mode=on: gpufile never uses cuFile");
-	} else if (!cp->found || !cp->driver_ok || !direct_ok) {
-		snprintf(p->why, sizeof(p->why), "%s: %s",
-		         !cp->found       ? "libcufile not found"
-		         : !cp->driver_ok ? "cuFileDriverOpen() fails"
-		                          : "O_DIRECT refused, cuFile cannot "
-		                            "register the file",
-		         s->compat_mode == GPUFILE_COMPAT_OFF
-		             ? "with compat_mode=off the read FAILS"
-		             : "compat_mode=auto falls back to gpufile's "
-		               "POSIX path (pinned bounce buffers)");
-		if (s->compat_mode == GPUFILE_COMPAT_OFF)
-			p->path = "error";
-	} else if (s->compat_mode == GPUFILE_COMPAT_AUTO &&
-	           s->cufile_accel_only && !accel) {
-		snprintf(p->why, sizeof(p->why),
-		         "cuFile would only use its slower compatibility path "
-		         "(%s), so compat_mode=auto with cufile_accel_only "
-		         "takes gpufile's POSIX path (cufile_accel_only=off "
-		         "hands it to cuFile anyway)",
-		         cu->why);
-	} else {
-		p->status = GPUFILE_CHECK_PASS;
-		p->path = "cufile";
-		snprintf(p->why, sizeof(p->why),
-		         "libcufile loads, its driver opens and the file opens "
-		         "with O_DIRECT: device reads of at least "
-		         "gds_threshold (%zu bytes) go to cuFile; smaller ones "
-		         "take the \"small\" POSIX path",
-		         s->gds_threshold);
+		return;
 	}
+	f->cfg = s;
+	f->kind = kind;
+	f->size = size;
+	gpufile__decide(f, &d);
+	if (d.need_cufile) {
+		if (!f->cufile_known)
+			cufile_facts(path, cp, f, cufile_why, why_len);
+		gpufile__decide(f, &d);
+	}
+	if (d.error) {
+		p->path = "error";
+		snprintf(p->why, sizeof(p->why), "the read FAILS: %s",
+		         d.reason);
+		return;
+	}
+	p->path = gpufile_path_name(d.path);
+	if (d.path == GPUFILE_PATH_CUFILE || d.path == GPUFILE_PATH_HOST)
+		p->status = GPUFILE_CHECK_PASS;
+	else if (d.path == GPUFILE_PATH_SMALL)
+		p->status = GPUFILE_CHECK_UNKNOWN;
+	snprintf(p->why, sizeof(p->why), "%s", d.reason);
 }
 
 static void check_file(struct list *l, const char *path,
-                       const struct cufile_probe *cp, int nvfs_loaded,
+                       const struct cufile_probe *cp,
                        const gpufile_cufile_config_t *cfg,
                        const struct gpufile__settings *s, int settings_ok,
                        const struct pci_dev *gpus, int ngpus)
 {
-	struct file_facts f = {.fs_ok = -1};
-	struct prediction gf, cu;
-	int accel;
+	/* The predictions other than predict.gpufile (a device read of at
+	 * least gds_threshold bytes), as "predict.gpufile KIND". */
+	static const struct {
+		const char *name;
+		gpufile_mem_t kind;
+		int small;
+	} other[] = {
+	    {"predict.gpufile small", GPUFILE_MEM_DEVICE, 1},
+	    {"predict.gpufile managed", GPUFILE_MEM_MANAGED, 0},
+	    {"predict.gpufile host", GPUFILE_MEM_HOST, 0},
+	};
+	struct file_facts ff = {.fs_ok = -1};
+	struct gpufile__facts f = {0};
+	struct prediction gf, cu, o;
+	char cufile_why[320];
 
-	if (check_file_access(l, path, &f.st))
+	if (check_file_access(l, path, &ff.st))
 		return;
-	check_file_fs(l, path, cfg, &f);
-	check_file_block_device(l, &f.st, gpus, ngpus);
-	f.direct_ok = check_file_o_direct(l, path, &f.st);
+	check_file_fs(l, path, cfg, &ff);
+	check_file_block_device(l, &ff.st, gpus, ngpus);
+	ff.direct_ok = check_file_o_direct(l, path, &ff.st);
 
-	accel = predict_cufile(&f, nvfs_loaded, cfg, &cu);
-	predict_gpufile(cp, f.direct_ok, s, settings_ok, accel, &cu, &gf);
+	gpufile__platform_facts(&f, &ff.st);
+	predict_gpufile(path, cp, s, settings_ok, GPUFILE_MEM_DEVICE,
+	                s->gds_threshold, &f, cufile_why, sizeof(cufile_why),
+	                &gf);
+	if (!f.cufile_known && cp->driver_ok)
+		f.cufile_p2pdma = gpufile__cufile_p2pdma();
+	predict_cufile(&ff, &f, cfg, &cu);
 	add(l, "predict.gpufile", gf.status, gf.path, "%s", gf.why);
 	if (strcmp(gf.path, "cufile") != 0)
 		add(l, "predict.cufile", GPUFILE_CHECK_UNKNOWN, "none",
@@ -948,6 +964,16 @@ static void check_file(struct list *l, const char *path,
 		    cu.path, cu.why);
 	else
 		add(l, "predict.cufile", cu.status, cu.path, "%s", cu.why);
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		size_t size = s->gds_threshold;
+
+		if (other[i].small && size == 0)
+			continue; /* no read is below a threshold of 0 */
+		predict_gpufile(path, cp, s, settings_ok, other[i].kind,
+		                other[i].small ? size - 1 : size, &f,
+		                cufile_why, sizeof(cufile_why), &o);
+		add(l, other[i].name, o.status, o.path, "%s", o.why);
+	}
 }
 
 /* A URL (remote.c): endpoint, kind, credentials (present or not, never
@@ -993,11 +1019,11 @@ int gpufile_check(const char *path, gpufile_check_item_t *items, int max)
 	struct gpufile__settings s;
 	gpufile_cufile_config_t cfg;
 	struct pci_dev gpus[MAX_PCI];
-	int ngpus, nvfs, settings_ok;
+	int ngpus, settings_ok;
 
 	memset(&s, 0, sizeof(s));
 	check_cufile(&l, &cp);
-	nvfs = check_nvidia_fs(&l);
+	check_nvidia_fs(&l);
 	check_gpus(&l, gpus, &ngpus);
 	check_nvme_placement(&l, gpus, ngpus);
 	check_iommu(&l);
@@ -1007,8 +1033,7 @@ int gpufile_check(const char *path, gpufile_check_item_t *items, int max)
 	if (path && gpufile__is_url(path))
 		check_remote(&l, path);
 	else if (path)
-		check_file(&l, path, &cp, nvfs, &cfg, &s, settings_ok, gpus,
-		           ngpus);
+		check_file(&l, path, &cp, &cfg, &s, settings_ok, gpus, ngpus);
 	gpufile__clear_error();
 	return l.n;
 }

@@ -1019,8 +1019,8 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 {
 	ssize_t n;
 
-	if (r->cuda_ctx)
-		n = gpufile__staged_task(r, buf, len, off, msg, msg_len);
+	if (r->cuda_ctx) /* the staging path, its cross-task overlap kept */
+		n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
 	else
 		n = gpufile__remote_read(r->h, buf, len, off);
 	/* The range's own words (URL, bytes, HTTP status or curl error) are
@@ -1053,9 +1053,19 @@ int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
 	return 0;
 }
 
+static int remote_settle(struct gpufile__task_result *out, int idle)
+{
+	return gpufile__staged_ops.settle(out, idle);
+}
+
+static const struct gpufile__task_ops remote_ops = {
+    .run = remote_task,
+    .settle = remote_settle,
+};
+
 int gpufile__remote_route(struct gpufile__request *r)
 {
 	r->path = GPUFILE_PATH_REMOTE;
-	r->run = remote_task;
+	r->ops = &remote_ops;
 	return 0;
 }

@@ -45,7 +45,7 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
  * are filled by gpufile__remote_read(); device buffers go through the
  * staging pipeline (gpufile__staged_task), which reads each chunk with
  * gpufile__remote_read() into a pinned buffer while the previous chunk is
- * copied to the GPU. Routes r (sets r->path and r->run). */
+ * copied to the GPU. Routes r (sets r->path and r->ops). */
 int gpufile__remote_route(struct gpufile__request *r);
 
 /* gpufile_path_info() of a remote handle. Returns 0. */

@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "cuda_shim.h"
 
+#include <assert.h>
 #include <errno.h>
 #ifdef GPUFILE_HAVE_LIBURING
 #include <liburing.h>
@@ -96,6 +97,10 @@ struct stager {
 		unsigned buf;
 		int active;
 	} deferred;
+	/* The deferred task once its copy finished, until staged_settle
+	 * hands it to the pool (which ends it). */
+	struct gpufile__task_result settled;
+	int has_settled;
 #ifdef GPUFILE_HAVE_LIBURING
 	struct io_uring ring; /* cold reads, one per buffer in flight */
 	int ring_ok;
@@ -397,24 +402,29 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
 	return 0;
 }
 
-/* Waits for the deferred task's last copy and ends that task. */
+/* Waits for the deferred task's last copy and keeps the task's outcome
+ * for staged_settle. */
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s)
 {
-	struct gpufile__request *r = s->deferred.r;
-	ssize_t n = s->deferred.n;
-	char msg[256] = "";
+	struct gpufile__task_result *done = &s->settled;
 	CUresult rc;
 
 	if (!s->deferred.active)
 		return;
+	assert(!s->has_settled);
 	s->deferred.active = 0;
+	done->r = s->deferred.r;
+	done->off = s->deferred.off;
+	done->len = s->deferred.len;
+	done->n = s->deferred.n;
+	done->msg[0] = '\0';
 	rc = t->cuEventSynchronize(s->event[s->deferred.buf]);
 	s->pending[s->deferred.buf] = 0;
 	if (rc != CUDA_SUCCESS)
-		n = gpufile__cuda_fail(rc, msg, sizeof(msg),
-		                       "finishing copies of %s to the GPU",
-		                       r->h->path);
-	gpufile__task_end(r, s->deferred.off, s->deferred.len, n, msg);
+		done->n = gpufile__cuda_fail(
+		    rc, done->msg, sizeof(done->msg),
+		    "finishing copies of %s to the GPU", done->r->h->path);
+	s->has_settled = 1;
 }
 
 /* After an error: no copy of ours may still touch the caller's buffer. */
@@ -784,17 +794,13 @@ fail:
 static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
                            struct gpufile__request *r, CUdeviceptr dst,
                            size_t len, int64_t off, char *scratch, char *msg,
-                           size_t msg_len)
+                           size_t msg_len, int may_defer)
 {
 #ifdef GPUFILE_HAVE_LIBURING
 	struct gpufile *h = r->h;
 
-	if (s->ring_ok && h->direct_fd >= 0 &&
-	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
-	    (r->cfg.direct_io == GPUFILE__DIRECT_ON ||
-	     (r->cfg.direct_io == GPUFILE__DIRECT_AUTO &&
-	      len >= GPUFILE__DIRECT_MIN &&
-	      !gpufile__range_cached(h, off, len)))) {
+	if (s->ring_ok &&
+	    gpufile__direct_read_wanted(h, r->cfg.direct_io, len, off)) {
 		int64_t stopped = off;
 		ssize_t n = staged_read_cold(t, s, r, dst, len, off, msg,
 		                             msg_len, &stopped);
@@ -810,7 +816,7 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 	}
 #endif
 	return staged_read_warm(t, s, r, dst, len, off, scratch, msg, msg_len,
-	                        gpufile__in_worker());
+	                        may_defer);
 }
 
 static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
@@ -877,22 +883,14 @@ fail:
 	return err;
 }
 
-/* The stager a pool worker keeps between its tasks (see settle_deferred);
- * given back by gpufile__staging_flush() before the worker sleeps. */
+/* The stager a thread keeps between the tasks of gpufile__staged_ops (see
+ * settle_deferred), until staged_settle with idle gives it back. */
 static _Thread_local struct stager *held;
 
-static void put_back(const struct gpufile__cuda *t, struct stager *s)
-{
-	if (gpufile__in_worker()) {
-		held = s;
-		return;
-	}
-	settle_deferred(t, s);
-	stager_return(t, s);
-}
-
-ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
-                             int64_t off, char *msg, size_t msg_len)
+/* One task; keep: the thread keeps the stager afterwards, and the task's
+ * last copy may be left running (GPUFILE__TASK_DEFERRED). */
+static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
+                           int64_t off, char *msg, size_t msg_len, int keep)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
@@ -903,47 +901,81 @@ ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
 
 	if (!t)
 		return gpufile__fail(GPUFILE_ENOCUDA, "CUDA driver not loaded");
-	held = NULL;
+	/* A stager already held (by the ops, in this thread) stays held:
+	 * it may carry a settled task the pool has yet to collect. */
+	const int hold = keep || s;
+
 	if (!s)
 		s = stager_acquire(t, r->cfg.nthreads);
 	if (!s) {
 		snprintf(msg, msg_len, "out of memory for a bounce-buffer set");
 		return -ENOMEM;
 	}
+	held = NULL;
 	err =
 	    stager_prepare(t, s, (CUcontext)r->cuda_ctx, &r->cfg, msg, msg_len);
-	if (err) {
-		put_back(t, s);
-		return err;
+	if (!err) {
+		rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
+		if (rc != CUDA_SUCCESS)
+			err = gpufile__cuda_fail(rc, msg, msg_len,
+			                         "cuCtxSetCurrent");
 	}
-	rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
-	if (rc != CUDA_SUCCESS) {
-		put_back(t, s);
-		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
-	}
-	if (r->is_write)
+	if (err)
+		n = err;
+	else if (r->is_write)
 		n = staged_write(t, s, r, (CUdeviceptr)(uintptr_t)buf, len, off,
 		                 scratch, msg, msg_len);
 	else
 		n = staged_read(t, s, r, (CUdeviceptr)(uintptr_t)buf, len, off,
-		                scratch, msg, msg_len);
-	put_back(t, s);
+		                scratch, msg, msg_len, keep);
+	if (hold) {
+		held = s;
+	} else {
+		settle_deferred(t, s); /* none: this call did not defer */
+		stager_return(t, s);
+	}
 	return n;
 }
 
-void gpufile__staging_flush(void)
+ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
+                             int64_t off, char *msg, size_t msg_len)
 {
-	const struct gpufile__cuda *t;
+	return staged_task(r, buf, len, off, msg, msg_len, 0);
+}
+
+static ssize_t staged_task_kept(struct gpufile__request *r, char *buf,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len)
+{
+	return staged_task(r, buf, len, off, msg, msg_len, 1);
+}
+
+static int staged_settle(struct gpufile__task_result *out, int idle)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
+	int reported = 0;
 
 	if (!s)
-		return;
-	held = NULL;
-	t = gpufile__cuda_if_loaded();
-	if (t)
+		return 0;
+	if (idle && t)
 		settle_deferred(t, s);
-	stager_return(t, s);
+	if (s->has_settled) {
+		*out = s->settled;
+		s->has_settled = 0;
+		reported = 1;
+	}
+	if (idle) {
+		held = NULL;
+		stager_return(t, s);
+	}
+	return reported;
 }
+
+const struct gpufile__task_ops gpufile__staged_ops = {
+    .run = staged_task_kept,
+    .settle = staged_settle,
+};
 
 int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 {
@@ -955,13 +987,8 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 
 	if (!t)
 		return GPUFILE_ENOCUDA;
-	if (t->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
-		CUdevice dev;
-		if (t->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
-		    t->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-			return gpufile__fail(
-			    GPUFILE_ECUDA, "cannot retain device 0's context");
-	}
+	if (gpufile__current_or_primary((void **)&ctx))
+		return GPUFILE_ECUDA;
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
 		struct stager *s = stager_acquire(t, cfg->nthreads);
 		if (!s)

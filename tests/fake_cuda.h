@@ -140,6 +140,9 @@ static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
 static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
 static long wait_ops, hostfn_ops; /* queued so far */
 static long attr_calls;           /* cuPointerGetAttributes */
+/* "Device" memory at or past dev_base + fake_managed_from reports itself
+ * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
+static size_t fake_managed_from = (size_t)-1;
 
 /* The device whose memory holds [p, p + size), or -1. */
 static int dev_of(const void *p, size_t size)
@@ -329,8 +332,10 @@ static CUresult f_pointer_attrs(unsigned n, int *attrs, void **data,
 		case CU_POINTER_ATTRIBUTE_CONTEXT:
 			*(CUcontext *)data[i] = fake_ctx_of(dev);
 			break;
-		case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-			*(unsigned char *)data[i] = 0; /* a bool */
+		case CU_POINTER_ATTRIBUTE_IS_MANAGED: /* a bool */
+			*(unsigned char *)data[i] =
+			    (size_t)((unsigned char *)(uintptr_t)ptr -
+			             dev_base) >= fake_managed_from;
 			break;
 		case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
 			*(CUdeviceptr *)data[i] =

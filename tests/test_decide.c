@@ -1,0 +1,328 @@
+/*
+ * The decision table (issue 12 item 1, issue 14 item 1): in every case of
+ * compat_mode x buffer kind x below/above gds_threshold x cuFile present,
+ * absent, refusing its driver or refusing the file x acceleration (none,
+ * nvidia-fs, P2PDMA possible by the cheap facts only, P2PDMA reported by
+ * cuFile) x cufile_accel_only, the path a real read takes equals what
+ * gpufile_check() predicts for that buffer, and gpufile_path_info() says
+ * the same for device reads at or above the threshold. Where the cheap
+ * facts rule acceleration out under compat_mode=auto, the read does not
+ * load cuFile at all. Fake CUDA (tests/fake_cuda.h) and the fake cuFile
+ * (tests/fake_cufile) stand in for the GPU; the cheap facts are injected
+ * through gpufile__platform.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+
+#include "fake_cuda.h"
+
+#include "cufile_shim.h"
+#include "decide.h"
+#include "fake_cufile.h"
+#include "gpufile.h"
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef FAKE_CUFILE_PATH
+#error "FAKE_CUFILE_PATH must name libfake_cufile.so"
+#endif
+
+#define MiB       (1u << 20)
+#define MAX_ITEMS 256
+
+static gpufile_check_item_t items[MAX_ITEMS];
+
+enum { MODE_ON, MODE_OFF, MODE_AUTO, NMODES };
+enum { KIND_HOST, KIND_DEVICE, KIND_MANAGED, NKINDS };
+enum { CU_PRESENT, CU_ABSENT, CU_REFUSE_OPEN, CU_REFUSE_FILE, NCUFILE };
+enum { ACC_NONE, ACC_NVFS, ACC_P2P_CHEAP_ONLY, ACC_P2P, NACCEL };
+
+static const char *const mode_names[] = {"on", "off", "auto"};
+static const char *const kind_names[] = {"host", "device", "managed"};
+static const char *const cufile_names[] = {"present", "absent",
+                                           "refuses-driver", "refuses-file"};
+static const char *const accel_names[] = {"none", "nvidia-fs",
+                                          "p2pdma-cheap-only", "p2pdma"};
+
+static int accel; /* the case's ACC_* */
+
+static int nvfs_fact(char *why, size_t len)
+{
+	snprintf(why, len,
+	         accel == ACC_NVFS ? "nvidia-fs is loaded (test)"
+	                           : "nvidia-fs is not loaded (test)");
+	return accel == ACC_NVFS;
+}
+
+static int p2pdma_fact(dev_t dev, char *why, size_t len)
+{
+	const int yes = accel == ACC_P2P_CHEAP_ONLY || accel == ACC_P2P;
+
+	(void)dev;
+	snprintf(why, len, yes ? "P2PDMA possible (test)" : "no P2PDMA (test)");
+	return yes;
+}
+
+static int fake_loaded(void)
+{
+	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
+
+	if (lib)
+		dlclose(lib);
+	return lib != NULL;
+}
+
+static struct fake_cufile_counts cufile_counts(void)
+{
+	struct fake_cufile_counts c;
+	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
+
+	memset(&c, 0, sizeof(c));
+	if (lib) {
+		fake_cufile_counts_fn fn =
+		    (fake_cufile_counts_fn)dlsym(lib, "fake_cufile_counts");
+		if (fn)
+			fn(&c);
+		dlclose(lib);
+	}
+	return c;
+}
+
+static void setup(int mode, int cufile, int acc, int accel_only)
+{
+	gpufile__cufile_reset();
+	gpufile_config_reset();
+	unsetenv("FAKE_CUFILE_FAIL_OPEN");
+	unsetenv("FAKE_CUFILE_FAIL_REGISTER");
+	unsetenv("FAKE_CUFILE_P2P");
+	accel = acc;
+	gpufile__platform.nvfs_loaded = nvfs_fact;
+	gpufile__platform.p2pdma_possible = p2pdma_fact;
+	CHECK_EQ(gpufile_config_set("cufile_library",
+	                            cufile == CU_ABSENT
+	                                ? "/nonexistent/libcufile.so.0"
+	                                : FAKE_CUFILE_PATH),
+	         0);
+	CHECK_EQ(gpufile_config_set("compat_mode", mode_names[mode]), 0);
+	CHECK_EQ(
+	    gpufile_config_set("cufile_accel_only", accel_only ? "on" : "off"),
+	    0);
+	if (cufile == CU_REFUSE_OPEN)
+		setenv("FAKE_CUFILE_FAIL_OPEN", "5001", 1);
+	if (cufile == CU_REFUSE_FILE)
+		setenv("FAKE_CUFILE_FAIL_REGISTER", "5013", 1);
+	if (acc == ACC_P2P)
+		setenv("FAKE_CUFILE_P2P", "1", 1);
+}
+
+/* The path a read took ("error" when it failed), from the counters. */
+static const char *read_path(const char *file, void *buf, size_t size)
+{
+	gpufile_stats_t before, after;
+	gpufile_t *h;
+	ssize_t n;
+	const char *taken = "none";
+
+	if (gpufile_open(&h, file, "r"))
+		return "open failed";
+	gpufile_stats_self(&before);
+	n = gpufile_pread(h, buf, size, 0);
+	gpufile_stats_self(&after);
+	gpufile_close(h);
+	if (n < 0)
+		return "error";
+	if (n != (ssize_t)size)
+		return "short";
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
+		if (after.path[p][0].ops != before.path[p][0].ops)
+			taken = gpufile_path_name((gpufile_path_t)p);
+	return taken;
+}
+
+/* gpufile_path_info on a fresh handle after a read at the threshold. */
+static const char *info_path(const char *file, void *buf, size_t size)
+{
+	gpufile_path_t p = GPUFILE_PATH_COUNT;
+	gpufile_t *h;
+	char reason[512];
+	int rc;
+
+	if (gpufile_open(&h, file, "r"))
+		return "open failed";
+	(void)gpufile_pread(h, buf, size, 0);
+	rc = gpufile_path_info(h, &p, reason, sizeof(reason));
+	gpufile_close(h);
+	return rc < 0 ? "error" : gpufile_path_name(p);
+}
+
+static const char *predicted(const char *file, int kind, int below)
+{
+	const char *name = kind == KIND_HOST      ? "predict.gpufile host"
+	                   : below                ? "predict.gpufile small"
+	                   : kind == KIND_MANAGED ? "predict.gpufile managed"
+	                                          : "predict.gpufile";
+	int n = gpufile_check(file, items, MAX_ITEMS);
+
+	for (int i = 0; i < n && i < MAX_ITEMS; i++)
+		if (strcmp(items[i].name, name) == 0)
+			return items[i].value;
+	return "no prediction";
+}
+
+/* What the table says, written out independently of decide.c. */
+static const char *expected(int mode, int kind, int below, int cufile, int acc,
+                            int accel_only)
+{
+	const int cheap = acc != ACC_NONE;
+	const int accelerated = acc == ACC_NVFS || acc == ACC_P2P;
+
+	if (kind == KIND_HOST)
+		return "host";
+	if (below)
+		return "small";
+	if (kind == KIND_MANAGED || mode == MODE_ON)
+		return "posix";
+	if (mode == MODE_AUTO && accel_only && !cheap)
+		return "posix";
+	if (cufile != CU_PRESENT)
+		return mode == MODE_OFF ? "error" : "posix";
+	if (mode == MODE_OFF)
+		return "cufile";
+	return accel_only && !accelerated ? "posix" : "cufile";
+}
+
+static int cases, mismatches;
+
+static void one_case(const char *file, int mode, int kind, int below,
+                     int cufile, int acc, int accel_only)
+{
+	char *buf = kind == KIND_HOST      ? malloc(4 * MiB)
+	            : kind == KIND_MANAGED ? (char *)dev_base + 8 * MiB
+	                                   : (char *)dev_base;
+	const size_t size = below ? 4096 : 4 * MiB;
+	const char *want = expected(mode, kind, below, cufile, acc, accel_only);
+	char got[32], pred[32], info[32] = "-";
+	int loaded;
+
+	setup(mode, cufile, acc, accel_only);
+	snprintf(got, sizeof(got), "%s", read_path(file, buf, size));
+	/* Issue 14: ruled out by cheap facts, cuFile is not even loaded. */
+	loaded = fake_loaded() && cufile_counts().driver_open > 0;
+	if (kind == KIND_DEVICE && !below) {
+		setup(mode, cufile, acc, accel_only);
+		snprintf(info, sizeof(info), "%s", info_path(file, buf, size));
+	}
+	setup(mode, cufile, acc, accel_only);
+	snprintf(pred, sizeof(pred), "%s", predicted(file, kind, below));
+	cases++;
+	if (strcmp(got, want) != 0 || strcmp(pred, got) != 0 ||
+	    (info[0] != '-' && strcmp(info, got) != 0) ||
+	    (mode == MODE_AUTO && accel_only && acc == ACC_NONE && loaded) ||
+	    (mode == MODE_ON && loaded)) {
+		mismatches++;
+		fprintf(stderr,
+		        "compat_mode=%s %s %s cufile=%s accel=%s "
+		        "accel_only=%d: read %s, check %s, path_info %s, "
+		        "table %s, cuFile %s\n",
+		        mode_names[mode], kind_names[kind],
+		        below ? "below" : "above", cufile_names[cufile],
+		        accel_names[acc], accel_only, got, pred, info, want,
+		        loaded ? "loaded" : "not loaded");
+	}
+	if (kind == KIND_HOST)
+		free(buf);
+}
+
+/* The pure function alone: pinned memory and memory maps, which the fake
+ * driver cannot produce, and the reasons it gives. */
+static void test_pure(void)
+{
+	struct gpufile__settings cfg;
+	struct gpufile__facts f;
+	struct gpufile__decision d;
+
+	gpufile_config_reset();
+	CHECK_EQ(gpufile__settings(&cfg), 0);
+	memset(&f, 0, sizeof(f));
+	f.cfg = &cfg;
+	f.kind = GPUFILE_MEM_PINNED;
+	f.size = 64 * MiB;
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_HOST);
+	f.source = GPUFILE__SOURCE_MMAP;
+	f.kind = GPUFILE_MEM_DEVICE;
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_MMAP);
+	CHECK(!d.need_cufile);
+	/* auto at defaults on a machine without nvidia-fs or P2PDMA: posix,
+	 * decided without asking for cuFile's facts. */
+	f.source = GPUFILE__SOURCE_FILE;
+	snprintf(f.nvfs_why, sizeof(f.nvfs_why), "nvidia-fs is not loaded");
+	snprintf(f.p2pdma_why, sizeof(f.p2pdma_why), "no NVMe");
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_POSIX);
+	CHECK(!d.need_cufile);
+	CHECK_CONTAINS(d.reason, "cannot accelerate");
+	CHECK_CONTAINS(d.reason, "nvidia-fs is not loaded");
+	/* nvidia-fs loaded: cuFile's facts are needed. */
+	f.nvfs_loaded = 1;
+	gpufile__decide(&f, &d);
+	CHECK(d.need_cufile);
+	f.cufile_known = f.cufile_registered = 1;
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_CUFILE);
+	CHECK_CONTAINS(d.reason, "nvidia-fs is loaded");
+}
+
+int main(void)
+{
+	const char *file = test_path("decide.bin");
+	int fd;
+
+	if (test_make_file(file, 8 * MiB, 3))
+		return 1;
+	fd = open(file, O_RDONLY | O_DIRECT);
+	if (fd < 0) {
+		fprintf(stderr, "test_decide: %s refuses O_DIRECT: skipped\n",
+		        file);
+		test_cleanup();
+		return TEST_SKIP;
+	}
+	close(fd);
+	dev_base = aligned_alloc(4096, DEV_SIZE);
+	if (!dev_base)
+		return 1;
+	fake_managed_from = 8 * MiB;
+	gpufile__cuda_override(&fake);
+
+	test_pure();
+	for (int mode = 0; mode < NMODES; mode++)
+		for (int kind = 0; kind < NKINDS; kind++)
+			for (int below = 0; below < 2; below++)
+				for (int cu = 0; cu < NCUFILE; cu++)
+					for (int acc = 0; acc < NACCEL; acc++)
+						for (int only = 0; only < 2;
+						     only++)
+							one_case(file, mode,
+							         kind, below,
+							         cu, acc, only);
+	fprintf(stderr, "test_decide: %d cases, %d mismatches\n", cases,
+	        mismatches);
+	CHECK_EQ(mismatches, 0);
+	CHECK_EQ(cases, NMODES * NKINDS * 2 * NCUFILE * NACCEL * 2);
+
+	gpufile__cufile_reset();
+	gpufile__platform_reset();
+	gpufile_config_reset();
+	gpufile_release();
+	gpufile__cuda_override(NULL);
+	free(dev_base);
+	test_cleanup();
+	return test_finish("test_decide");
+}
