@@ -218,6 +218,26 @@ remote-sweep)
 		done
 	done
 	;;
+final-last)
+	# After the last merges: the decision, pool, multi-device and
+	# safetensors changes on the real GPU, and the first-read benchmark.
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "python tests"
+	python3 -m pytest -q -rs python/tests 2>&1 | tee "$OUT/pytest.log" | tail -4
+	log "gpufile check: the prediction"
+	make_file $data/file.bin $((4 << 30))
+	$B/gpufile check $data/file.bin 2>&1 | grep -i predict
+	log "first read in a fresh process"
+	bash bench/first_read.sh $B $data 5 2>&1 | tee "$OUT/first_read.log" | tail -12
+	log "warm 4 GiB into GPU memory against the pinned copy ceiling"
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) 2>&1 | grep -E 'ceiling|warm read|verify'
+	log "safetensors"
+	python3 bench/st_bench.py --dir $data --rounds 3 2>&1 | tee "$OUT/st_bench.log" | grep -E 'x faster|of raw|per tensor|median'
+	;;
 st)
 	log "safetensors: C test"
 	GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -5
