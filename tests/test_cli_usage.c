@@ -99,6 +99,22 @@ static void test_other_values(const char *file)
 	expect(2, "--watch \"soon\": not a number of seconds",
 	       "stats --watch soon");
 	expect(2, "\"abc\" is not a PID", "stats abc");
+	snprintf(args, sizeof(args), "cache %s --offset 9223372036854775808",
+	         file);
+	expect(2, "--offset \"9223372036854775808\": too large", args);
+	snprintf(args, sizeof(args), "cache %s --size 18446744073709551616",
+	         file);
+	expect(2, "--size \"18446744073709551616\": too large", args);
+	snprintf(args, sizeof(args), "cache %s --size abc", file);
+	expect(2, "--size \"abc\": not a size", args);
+	snprintf(args, sizeof(args), "load %s --device -1", file);
+	expect(2, "--device \"-1\": not a device number", args);
+	snprintf(args, sizeof(args), "load %s --device 99999", file);
+	expect(2, "--device \"99999\": not a device number", args);
+	snprintf(args, sizeof(args), "load %s --host --device 0", file);
+	expect(2, "--host and --device exclude each other", args);
+	snprintf(args, sizeof(args), "load %s --device", file);
+	expect(2, "option --device needs a value", args);
 }
 
 static void test_arguments(const char *file)
@@ -111,10 +127,20 @@ static void test_arguments(const char *file)
 	expect(2, "unexpected argument \"b\"", "check a b");
 	expect(2, "unexpected argument \"x\"", "config x");
 	expect(2, "unexpected argument \"x\"", "explain --size 1m x");
+	expect(2, "no FILE given", "cache");
+	snprintf(args, sizeof(args), "cache %s other", file);
+	expect(2, "one FILE only (got \"other\" too)", args);
+	snprintf(args, sizeof(args), "cache %s --frob", file);
+	expect(2, "unknown option --frob", args);
+	expect(2, "no FILE given", "load");
+	expect(2, "no FILE given", "load --host");
+	snprintf(args, sizeof(args), "load %s --frob", file);
+	expect(2, "unknown option --frob", args);
 	/* Every subcommand answers --help and -h on stdout, exit 0. */
 	static const char *const cmds[] = {"read",  "write", "config",
-	                                   "stats", "check", "explain"};
-	for (int i = 0; i < 6; i++) {
+	                                   "stats", "check", "explain",
+	                                   "cache", "load"};
+	for (int i = 0; i < 8; i++) {
 		snprintf(args, sizeof(args), "%s --help", cmds[i]);
 		expect(0, "sage: gpufile", args);
 		snprintf(args, sizeof(args), "%s -h", cmds[i]);

@@ -6,9 +6,9 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
 #include "util.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -47,54 +47,29 @@ static void json_count(struct json *j, const char *key, const struct count *c)
 
 int cmd_cache(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"offset", required_argument, NULL, 'o'},
-	    {"size", required_argument, NULL, 's'},
-	    {"drop", no_argument, NULL, 'D'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *cmd = "cache", *path;
 	uint64_t offset = 0, size = 0;
 	struct count before, after;
-	int as_json = 0, drop = 0, c, rc;
+	int as_json = 0, drop = 0, first, rc;
+	const struct opt opts[] = {
+	    {.name = "offset",
+	     .kind = OPT_SIZE,
+	     .dest = &offset,
+	     .max = INT64_MAX},
+	    {.name = "size",
+	     .kind = OPT_SIZE,
+	     .dest = &size,
+	     .max = UINT64_MAX},
+	    {.name = "drop", .kind = OPT_FLAG, .dest = &drop},
+	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	};
+	const struct opt_spec spec = {
+	    cmd, usage, opts, sizeof(opts) / sizeof(opts[0]), "FILE", 1, 1};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'o':
-			if ((rc = util_size_arg(cmd, "--offset", optarg,
-			                        &offset)))
-				return rc;
-			if (offset > INT64_MAX)
-				return util_usage_error(
-				    cmd, "--offset \"%s\": too large", optarg);
-			break;
-		case 's':
-			if ((rc = util_size_arg(cmd, "--size", optarg, &size)))
-				return rc;
-			break;
-		case 'D':
-			drop = 1;
-			break;
-		case 'j':
-			as_json = 1;
-			break;
-		case 'h':
-			fputs(usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
-	if (optind >= argc)
-		return util_usage_error(cmd, "FILE is missing");
-	path = argv[optind++];
-	if (optind < argc)
-		return util_usage_error(cmd, "unexpected argument \"%s\"",
-		                        argv[optind]);
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
+	path = argv[first];
 	if (gpufile_page_cache_info(NULL, path, (int64_t)offset, (size_t)size,
 	                            &before.cached, &before.total) < 0)
 		return util_error(cmd, "%s", gpufile_errmsg());

@@ -5,11 +5,12 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "options.h"
+#include "target.h"
 #include "util.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,47 +46,13 @@ struct load_file {
 	char reason[512];
 };
 
-/* Device -1 is host memory. Says in why which was chosen and why. */
-static int load_target(const char *cmd, int want_host, int want_device,
-                       int *device, char *why, size_t len)
-{
-	int n;
-
-	*device = -1;
-	if (want_host) {
-		snprintf(why, len, "--host given");
-		return 0;
-	}
-	n = gpufile_cuda_device_count();
-	if (want_device >= 0) {
-		if (n < 0)
-			return util_error(cmd, "--device %d: no usable GPU: %s",
-			                  want_device, gpufile_errmsg());
-		if (want_device >= n)
-			return util_error(
-			    cmd, "--device %d: no such GPU (%d usable)",
-			    want_device, n);
-		*device = want_device;
-		snprintf(why, len, "--device %d given", want_device);
-	} else if (n > 0) {
-		*device = 0;
-		snprintf(why, len,
-		         "%d usable GPU%s found; --host uses host memory", n,
-		         n == 1 ? "" : "s");
-	} else {
-		snprintf(why, len, "no usable GPU: %s",
-		         gpufile_errmsg()[0] ? gpufile_errmsg()
-		                             : gpufile_strerror(n));
-	}
-	return 0;
-}
-
 /* Opens, allocates, loads and frees one file; fills *f. */
 static int load_one(const char *cmd, int device, struct load_file *f)
 {
+	struct target mem = {.device = device};
+	char what[4200];
 	gpufile_safetensors_t *st = NULL;
 	size_t len, shift;
-	void *buf = NULL;
 	double t0 = util_now();
 	ssize_t n;
 	int rc = EXIT_RUNTIME;
@@ -99,29 +66,16 @@ static int load_one(const char *cmd, int device, struct load_file *f)
 	 * offset modulo 4096, so that page-aligned file ranges (every task)
 	 * land page-aligned, as O_DIRECT and cuFile's direct path want;
 	 * gpufile read of the same file gets that by starting at offset 0. */
-	if (device >= 0) {
-		if (gpufile_device_alloc(device, len + PAGE, &buf)) {
-			util_error(cmd,
-			           "%s: allocating %zu bytes on GPU %d: %s",
-			           f->path, len, device, gpufile_errmsg());
-			goto out;
-		}
-	} else {
-		buf = malloc(len + PAGE);
-		if (!buf) {
-			util_error(cmd, "%s: allocating %zu bytes: %s", f->path,
-			           len, strerror(ENOMEM));
-			goto out;
-		}
-		memset(buf, 0, len + PAGE); /* fault the pages in now */
-	}
+	snprintf(what, sizeof(what), "the data section of %s", f->path);
+	if (target_alloc(cmd, &mem, len + PAGE, what))
+		goto out;
 	/* buf + shift is congruent to the data offset (unsigned arithmetic
 	 * wraps modulo 2^64, a multiple of PAGE). */
 	shift = (size_t)((gpufile_safetensors_data_offset(st) -
-	                  (uint64_t)(uintptr_t)buf) %
+	                  (uint64_t)(uintptr_t)mem.buf) %
 	                 PAGE);
 	t0 = util_now();
-	n = gpufile_safetensors_load(st, (char *)buf + shift, len);
+	n = gpufile_safetensors_load(st, (char *)mem.buf + shift, len);
 	f->seconds = util_now() - t0;
 	if (n < 0) {
 		util_error(cmd, "%s", gpufile_errmsg());
@@ -135,10 +89,7 @@ static int load_one(const char *cmd, int device, struct load_file *f)
 	}
 	rc = EXIT_OK;
 out:
-	if (buf && device >= 0)
-		gpufile_device_free(buf);
-	else
-		free(buf);
+	target_free(&mem);
 	gpufile_safetensors_close(st);
 	return rc;
 }
@@ -232,75 +183,51 @@ static void report_json(const struct load_file *files, int nfiles,
 int cmd_load(int argc, char **argv)
 {
 	static const char *const cmd = "load";
-	static const struct option longopts[] = {
-	    {"host", no_argument, NULL, 'H'},
-	    {"device", required_argument, NULL, 'd'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
-	int want_host = 0, want_device = -1, json = 0, device, nfiles;
-	char why[512], target[32];
+	int want_host = 0, want_device = -1, json = 0, first, nfiles;
+	struct target t = {.device = -1};
+	char target[32];
 	struct load_file *files;
 	gpufile_stats_t before, after;
-	uint64_t v;
-	int c, rc = EXIT_OK;
+	int rc = EXIT_OK;
+	const struct opt opts[] = {
+	    {.name = "host", .kind = OPT_FLAG, .dest = &want_host},
+	    {.name = "device", .kind = OPT_DEVICE, .dest = &want_device},
+	    {.name = "json", .kind = OPT_FLAG, .dest = &json},
+	};
+	const struct opt_spec spec = {
+	    cmd,    load_usage, opts,   sizeof(opts) / sizeof(opts[0]),
+	    "FILE", 1,          INT_MAX};
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'H':
-			want_host = 1;
-			break;
-		case 'd':
-			rc = util_count_arg(cmd, "--device", optarg, 0, 1023,
-			                    &v);
-			if (rc)
-				return rc;
-			want_device = (int)v;
-			break;
-		case 'j':
-			json = 1;
-			break;
-		case 'h':
-			fputs(load_usage, stdout);
-			return EXIT_OK;
-		default:
-			return util_getopt_error(cmd, c, argv);
-		}
-	}
-	if (optind >= argc)
-		return util_usage_error(cmd, "no FILE given");
-	if (want_host && want_device >= 0)
-		return util_usage_error(cmd, "--host and --device exclude "
-		                             "each other");
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
+	rc = target_check_options(cmd, want_host, want_device);
+	if (rc)
+		return rc;
 	if (gpufile_config_check())
 		return util_error(cmd, "%s", gpufile_errmsg());
-	if (load_target(cmd, want_host, want_device, &device, why, sizeof(why)))
+	if (target_choose(cmd, want_host, want_device, &t))
 		return EXIT_RUNTIME;
-	if (device >= 0)
-		snprintf(target, sizeof(target), "device:%d", device);
-	else
-		snprintf(target, sizeof(target), "host");
+	/* "device:0" / "host" in the text report too. */
+	target_name(&t, 1, target, sizeof(target));
 	if (gpufile_warmup())
 		return util_error(cmd, "warmup: %s", gpufile_errmsg());
-	nfiles = argc - optind;
+	nfiles = argc - first;
 	files = calloc((size_t)nfiles, sizeof(*files));
 	if (!files)
 		return util_error(cmd, "out of memory");
 	gpufile_stats_self(&before);
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
-		files[i].path = argv[optind + i];
-		rc = load_one(cmd, device, &files[i]);
+		files[i].path = argv[first + i];
+		rc = load_one(cmd, t.device, &files[i]);
 	}
 	gpufile_stats_self(&after);
 	if (rc == EXIT_OK) {
 		if (json)
-			report_json(files, nfiles, target, why, &before,
+			report_json(files, nfiles, target, t.reason, &before,
 			            &after);
 		else
-			report_text(files, nfiles, target, why, &before,
+			report_text(files, nfiles, target, t.reason, &before,
 			            &after);
 	}
 	free(files);

@@ -117,9 +117,9 @@ static int parse(int argc, char **argv, struct read_options *o)
 
 	if (first < 0)
 		return rc;
-	if (o->want_host && o->want_device >= 0)
-		return util_usage_error("read", "--host and --device exclude "
-		                                "each other");
+	rc = target_check_options("read", o->want_host, o->want_device);
+	if (rc)
+		return rc;
 	o->file = argv[first];
 	return 0;
 }

@@ -159,9 +159,9 @@ static int parse(int argc, char **argv, struct write_options *o)
 		return rc;
 	if (!have_size)
 		return util_usage_error("write", "--size is required");
-	if (o->want_host && o->want_device >= 0)
-		return util_usage_error("write", "--host and --device exclude "
-		                                 "each other");
+	rc = target_check_options("write", o->want_host, o->want_device);
+	if (rc)
+		return rc;
 	o->file = argv[first];
 	if (!o->have_seed)
 		o->seed = splitmix64((uint64_t)time(NULL) ^

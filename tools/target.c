@@ -12,6 +12,14 @@
 
 #define ALIGNMENT 4096
 
+int target_check_options(const char *cmd, int want_host, int want_device)
+{
+	if (want_host && want_device >= 0)
+		return util_usage_error(cmd, "--host and --device exclude "
+		                             "each other");
+	return 0;
+}
+
 int target_choose(const char *cmd, int want_host, int want_device,
                   struct target *t)
 {

@@ -1,7 +1,7 @@
 /*
- * Where `gpufile read` puts bytes and `gpufile write` takes them from:
- * device memory of a GPU when one is usable (or asked for), else host
- * memory, with the reason in words for the report.
+ * Where `gpufile read` and `gpufile load` put bytes and `gpufile write`
+ * takes them from: device memory of a GPU when one is usable (or asked
+ * for), else host memory, with the reason in words for the report.
  */
 #ifndef GPUFILE_TOOLS_TARGET_H
 #define GPUFILE_TOOLS_TARGET_H
@@ -13,6 +13,11 @@ struct target {
 	char reason[512];
 	void *buf;
 };
+
+/* Checks --host (want_host) and --device (want_device >= 0) before
+ * anything is opened: they exclude each other. Returns 0, or EXIT_USAGE
+ * after the message. */
+int target_check_options(const char *cmd, int want_host, int want_device);
 
 /* Picks the memory as --host (want_host) and --device (want_device >= 0)
  * ask, and says why in t->reason. Returns 0, or EXIT_RUNTIME after a

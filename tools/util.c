@@ -55,21 +55,6 @@ int util_error(const char *cmd, const char *fmt, ...)
 	return EXIT_RUNTIME;
 }
 
-int util_size_arg(const char *cmd, const char *opt, const char *text,
-                  uint64_t *out)
-{
-	int rc = util_parse_size(text, out);
-
-	if (rc == -ERANGE)
-		return util_usage_error(cmd, "%s \"%s\": too large", opt, text);
-	if (rc)
-		return util_usage_error(cmd,
-		                        "%s \"%s\": not a size; use bytes or a "
-		                        "number with k, m, g (KiB, MiB, GiB)",
-		                        opt, text);
-	return 0;
-}
-
 int util_count_arg(const char *cmd, const char *opt, const char *text,
                    uint64_t min, uint64_t max, uint64_t *out)
 {

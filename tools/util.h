@@ -22,13 +22,10 @@ int util_parse_size(const char *text, uint64_t *out);
 /* Parses a non-negative decimal integer. Returns 0, -EINVAL or -ERANGE. */
 int util_parse_count(const char *text, uint64_t *out);
 
-/* Parses the size given to option opt of subcommand cmd. On failure
- * prints `gpufile CMD: OPT "TEXT": not a size` (or "too large") and
- * returns EXIT_USAGE; else returns 0. */
-int util_size_arg(const char *cmd, const char *opt, const char *text,
-                  uint64_t *out);
-
-/* As util_size_arg for a whole number in [min, max]. */
+/* Parses the whole number given to option opt of subcommand cmd. On
+ * failure prints `gpufile CMD: OPT "TEXT": not a whole number` (or "out
+ * of range [MIN, MAX]") and returns EXIT_USAGE; else returns 0 with the
+ * number, in [min, max], in *out. */
 int util_count_arg(const char *cmd, const char *opt, const char *text,
                    uint64_t min, uint64_t max, uint64_t *out);
 
