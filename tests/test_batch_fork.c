@@ -116,6 +116,15 @@ static int child_status(pid_t pid)
 
 int main(void)
 {
+	if (TEST_ASAN_FORK_UNSAFE) {
+		fprintf(
+		    stderr,
+		    "test_batch_fork: skipped: this build's AddressSanitizer "
+		    "does not lock its allocator across fork() "
+		    "(see testlib.h); the plain and TSan builds run "
+		    "it\n");
+		return TEST_SKIP;
+	}
 	const char *path = test_path("batch-fork");
 	gpufile_batch_entry_t e[N];
 	gpufile_batch_t *b = NULL;

@@ -163,6 +163,14 @@ static void child_main(gpufile_future_t *inherited, unsigned char *ibuf)
 
 int main(void)
 {
+	if (TEST_ASAN_FORK_UNSAFE) {
+		fprintf(stderr,
+		        "test_fork: skipped: this build's AddressSanitizer "
+		        "does not lock its allocator across fork() "
+		        "(see testlib.h); the plain and TSan builds run "
+		        "it\n");
+		return TEST_SKIP;
+	}
 	pthread_t readers[NREADERS + 1];
 	unsigned char *ibuf = test_malloc(FSIZE);
 	unsigned char *mem = calloc(1, DEV_SIZE);
