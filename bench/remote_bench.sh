@@ -6,15 +6,22 @@
 # there is no nginx), then measures, in GB/s (1e9 bytes/s):
 #   curl x1        one `curl -o /dev/null` of the whole object
 #   curl x16       16 parallel `curl -r` ranges of it (the goal's reference)
-#   gpufile host   `gpufile read URL --host` (best of REPEAT)
-#   gpufile gpu    `gpufile read URL --device 0` (when a GPU is usable)
+#   gpufile host   `gpufile read URL --host --window SIZE` (best of REPEAT)
+#   gpufile gpu    `gpufile read URL --device 0 --window SIZE` (when a GPU
+#                  is usable)
+# --window SIZE makes each gpufile read one request for the whole object,
+# as the curl references fetch it whole: without it the tool reads through
+# 1 GiB windows, and each window ends with its last ranges in flight while
+# the other connections idle (a barrier curl does not pay). The tool's
+# default window is printed as well, for reference.
 # and the ratios to curl x16 (goal: >= 0.9, into GPU memory too). Last, it
 # takes `gpufile stats PID` from this shell while a `gpufile read` of the
 # object runs in another process (bench/remote_stats_during_read.sh).
 #
 # Environment: BUILD_DIR (default build), WORKDIR (where the object is
 # written, default /root/gpufile-bench or /tmp), REPEAT (default 3),
-# NGINX_WORKERS (default 8), GPUFILE_* settings (e.g.
+# NGINX_WORKERS (default 8), STATS_DURING (0: skip the stats capture),
+# GPUFILE_* settings (e.g.
 # GPUFILE_REMOTE_CONNECTIONS, GPUFILE_TASK_SIZE, GPUFILE_NTHREADS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,10 +79,12 @@ for _ in $(seq "$repeat"); do
 done
 
 json_gbps() { python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.2f" % d["gbps"])'; }
-host=$("$g" read "$url" --host --repeat "$repeat" --json | json_gbps)
-gpu=n/a
+host=$("$g" read "$url" --host --window "$bytes" --repeat "$repeat" --json | json_gbps)
+host_win=$("$g" read "$url" --host --repeat "$repeat" --json | json_gbps)
+gpu=n/a gpu_win=n/a
 if "$g" read "$url" --device 0 --size 1m >/dev/null 2>&1; then
-	gpu=$("$g" read "$url" --device 0 --repeat "$repeat" --json | json_gbps)
+	gpu=$("$g" read "$url" --device 0 --window "$bytes" --repeat "$repeat" --json | json_gbps)
+	gpu_win=$("$g" read "$url" --device 0 --repeat "$repeat" --json | json_gbps)
 fi
 
 ratio() { [ "$1" = n/a ] && echo n/a || python3 -c "print('%.2f' % ($1 / $2))"; }
@@ -85,6 +94,10 @@ printf '%-28s %8s %14s\n' "curl -o /dev/null (x1)" "$curl1" "$(ratio "$curl1" "$
 printf '%-28s %8s %14s\n' "curl -r, 16 in parallel" "$best16" "1.00"
 printf '%-28s %8s %14s\n' "gpufile read --host" "$host" "$(ratio "$host" "$best16")"
 printf '%-28s %8s %14s\n' "gpufile read --device 0" "$gpu" "$(ratio "$gpu" "$best16")"
+printf '%-28s %8s %14s\n' "  host, 1 GiB windows" "$host_win" "$(ratio "$host_win" "$best16")"
+printf '%-28s %8s %14s\n' "  device, 1 GiB windows" "$gpu_win" "$(ratio "$gpu_win" "$best16")"
 echo "settings: $("$g" config | grep -E '^(task_size|nthreads|remote_connections|bounce_buffer_size) ' | awk '{printf "%s=%s ", $1, $2}')"
-echo
-bash bench/remote_stats_during_read.sh "$url" 50
+if [ "${STATS_DURING:-1}" != 0 ]; then
+	echo
+	bash bench/remote_stats_during_read.sh "$url" 50
+fi

@@ -218,6 +218,18 @@ remote-sweep)
 		done
 	done
 	;;
+remote-tune)
+	# Remote reads over range sizes and connection counts, whole-object
+	# reads (--window = object size) and the tool's 1 GiB windows.
+	for ts in 4MiB 8MiB 16MiB 32MiB 64MiB; do
+		for rc in 16 32; do
+			echo "--- task_size=$ts remote_connections=$rc nthreads=$rc"
+			GPUFILE_TASK_SIZE=$ts GPUFILE_REMOTE_CONNECTIONS=$rc GPUFILE_NTHREADS=$rc \
+				STATS_DURING=0 BUILD_DIR=$B REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 |
+				grep -E 'curl|gpufile read|windows'
+		done
+	done 2>&1 | tee "$OUT/remote_tune.log"
+	;;
 final-last)
 	# After the last merges: the decision, pool, multi-device and
 	# safetensors changes on the real GPU, and the first-read benchmark.

@@ -117,6 +117,16 @@ static uint64_t default_remote_connections(void)
 {
 	return 16;
 }
+/* 8 MiB ranges: on the H200 over loopback from nginx (bench/README.md,
+ * "Remote objects") 8 MiB reached 0.96-0.98x of 16 parallel curl range
+ * downloads where the local task_size default (4 MiB) reached 0.86-0.93x
+ * (more requests, each paying a round trip and a response header), and
+ * 16-64 MiB ranges 0.84-1.01x (fewer, longer ranges, so a slow one holds
+ * up the end of the request). */
+static uint64_t default_remote_task_size(void)
+{
+	return 8ull << 20;
+}
 
 #define KiB (1ull << 10)
 #define GiB (1ull << 30)
@@ -185,6 +195,10 @@ static struct setting settings[] = {
     SETTING("remote_connections", KIND_COUNT, 1, 1024,
             default_remote_connections,
             "HTTP connections per remote handle, reused between ranges"),
+    SETTING("remote_task_size", KIND_SIZE, 0, 1ull << 40,
+            default_remote_task_size,
+            "bytes per task (one HTTP range) of a remote request; 0: "
+            "task_size"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -198,8 +212,15 @@ enum {
 	S_INFLIGHT,
 	S_CUFILE_LIBRARY,
 	S_CUFILE_STATS,
-	S_CUFILE_ACCEL
+	S_CUFILE_ACCEL,
+	S_HTTP_ATTEMPTS,
+	S_HTTP_TIMEOUT,
+	S_HTTP_CODES,
+	S_REMOTE_CONNECTIONS,
+	S_REMOTE_TASK
 };
+_Static_assert(S_REMOTE_TASK + 1 == NSETTINGS,
+               "the S_* positions name every entry of settings[]");
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static int loaded;
@@ -745,6 +766,7 @@ int gpufile__settings(struct gpufile__settings *s)
 		s->max_inflight = (unsigned)settings[S_INFLIGHT].value;
 		s->cufile_stats = (unsigned)settings[S_CUFILE_STATS].value;
 		s->cufile_accel_only = settings[S_CUFILE_ACCEL].value != 2;
+		s->remote_task_size = (size_t)settings[S_REMOTE_TASK].value;
 	}
 	/* First use by I/O: say once what the environment got wrong, where
 	 * a user running a program (not gpufile config) will see it. */

@@ -581,6 +581,10 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	rc = gpufile__settings(&r->cfg);
 	if (rc)
 		return rc;
+	/* A remote range costs a round trip and a response header; remote
+	 * requests are split at their own size (config.c says why 8 MiB). */
+	if (h->remote && r->cfg.remote_task_size)
+		r->cfg.task_size = r->cfg.remote_task_size;
 	r->h = h;
 	r->buf = buf;
 	r->size = size;

@@ -48,6 +48,8 @@ struct gpufile__settings {
 	unsigned max_inflight;   /* requests in flight before submit blocks */
 	unsigned cufile_stats;   /* cuFile stats level to request, 0-3 */
 	int cufile_accel_only;   /* auto: cuFile only where accelerated */
+	/* task_size of remote requests; 0: task_size */
+	size_t remote_task_size;
 };
 
 enum {

@@ -357,7 +357,7 @@ int main(void)
 		fprintf(stderr, "cannot start %s: skipped\n", server);
 		return TEST_SKIP;
 	}
-	CHECK_EQ(gpufile_config_set("task_size", "64KiB"), 0);
+	CHECK_EQ(gpufile_config_set("remote_task_size", "64KiB"), 0);
 	CHECK_EQ(gpufile_config_set("http_timeout", "1"), 0);
 	CHECK_EQ(gpufile_config_set("remote_connections", "4"), 0);
 	test_recovered();

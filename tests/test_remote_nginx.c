@@ -70,6 +70,37 @@ static void read_device(const char *url)
 	gpufile_close(h);
 }
 
+/* Host reads split into one HTTP range per task: remote_task_size sets
+ * the range size, and 0 hands the split back to task_size. */
+static uint64_t ranges_of_read(const char *url)
+{
+	gpufile_t *h = NULL;
+	gpufile_remote_stats_t a, b;
+	unsigned char *d = dest_new(SIZE);
+
+	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
+	CHECK_EQ(gpufile_stats_remote(0, &a), 0);
+	if (h)
+		CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+	CHECK_EQ(gpufile_stats_remote(0, &b), 0);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	gpufile_close(h);
+	dest_free(d);
+	return b.ranges - a.ranges;
+}
+
+static void check_range_size(const char *url)
+{
+	const uint64_t mib = 1u << 20;
+
+	CHECK_EQ(gpufile_config_set("remote_task_size", "1MiB"), 0);
+	CHECK_EQ(ranges_of_read(url), (SIZE + mib - 1) / mib);
+	CHECK_EQ(gpufile_config_set("remote_task_size", "0"), 0);
+	CHECK_EQ(gpufile_config_set("task_size", "512KiB"), 0);
+	CHECK_EQ(ranges_of_read(url), (SIZE + mib / 2 - 1) / (mib / 2));
+	CHECK_EQ(gpufile_config_set("remote_task_size", "1MiB"), 0);
+}
+
 int main(void)
 {
 	char dir[4096], server[4200], line[4096], url[256], ca[4096];
@@ -114,11 +145,12 @@ int main(void)
 		test_cleanup();
 		return 1;
 	}
-	CHECK_EQ(gpufile_config_set("task_size", "1MiB"), 0);
+	CHECK_EQ(gpufile_config_set("remote_task_size", "1MiB"), 0);
 	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "256KiB"), 0);
 
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/object.bin", http_port);
 	read_host(url);
+	check_range_size(url);
 	snprintf(url, sizeof(url), "https://127.0.0.1:%d/object.bin",
 	         https_port);
 	{

@@ -77,7 +77,7 @@ int main(void)
 		fprintf(stderr, "python3-botocore absent: skipped\n");
 		return TEST_SKIP;
 	}
-	CHECK_EQ(gpufile_config_set("task_size", "256KiB"), 0);
+	CHECK_EQ(gpufile_config_set("remote_task_size", "256KiB"), 0);
 	setenv("AWS_ACCESS_KEY_ID", AK, 1);
 	setenv("AWS_SECRET_ACCESS_KEY", SK, 1);
 	unsetenv("AWS_SESSION_TOKEN");

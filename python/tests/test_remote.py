@@ -36,7 +36,7 @@ def server():
 
 
 def test_read_into_numpy(server):
-    with gpufile.defaults.set(task_size=64 << 10):
+    with gpufile.defaults.set(remote_task_size=64 << 10):
         with gpufile.File(server + "/ok/o.bin") as f:
             assert f.size() == SIZE
             out = np.full(SIZE + 200, 0xA5, dtype=np.uint8)
@@ -49,7 +49,7 @@ def test_read_into_numpy(server):
 
 
 def test_retried_ranges_land_in_place(server):
-    with gpufile.defaults.set(task_size=64 << 10):
+    with gpufile.defaults.set(remote_task_size=64 << 10):
         with gpufile.File(server + "/closeonce/o.bin") as f:
             out = np.zeros(SIZE, dtype=np.uint8)
             assert f.read(out) == SIZE
