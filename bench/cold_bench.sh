@@ -109,6 +109,7 @@ for ((round = 0; round < rounds; round++)); do
 	done
 done
 
+rm -f "$raw.err"
 python3 - "$raw" "$rounds" <<'EOF'
 import statistics, sys
 raw, rounds = sys.argv[1], int(sys.argv[2])
