@@ -52,9 +52,9 @@ else
 		for qd in ${FIO_QD:-8 32 64}; do
 			for nj in ${FIO_JOBS:-1 4}; do
 				if [ $(($(bytes $bs) * qd * nj)) -gt $max_inflight ]; then
-					skipped+=(fio:$bs:$qd:$nj)
+					skipped+=("fio:$bs:$qd:$nj")
 				else
-					readers+=(fio:$bs:$qd:$nj)
+					readers+=("fio:$bs:$qd:$nj")
 				fi
 			done
 		done
