@@ -13,6 +13,11 @@
 #   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
 #                              settings sweep), fio references, host-read
 #                              benchmark, cuFile benchmark, binding overhead
+#   scripts/gpu_run.sh issue14 issue 14 goals 2-4 on one warm/cold 4 GiB
+#                              file: host reads against hand-written
+#                              parallel pread, the H2D ceiling under
+#                              page-cache traffic and the settings sweep,
+#                              cold reads against fio (~6 minutes)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -47,6 +52,7 @@ target=all
 [ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = st ] && target="gpufile gpufile_cli test_safetensors"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
+[ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
 
@@ -139,6 +145,29 @@ bench)
 	log "cuFile benchmark"
 	bash scripts/gpu_cufile_check.sh --no-tests --build $B --data $data 2>&1 |
 		tee "$OUT/cufile_bench.log" | grep -v '^PASS' | tail -30
+	;;
+issue14)
+	# Goals 2-4 of issue 14, each against its reference in the same run;
+	# bench/README.md has the method of each.
+	make_file $data/file.bin $((4 << 30))
+	log "goal 3: warm 4 GiB into host memory, gpufile against parallel pread"
+	cat $data/file.bin >/dev/null
+	$B/bench/host_ref $data/file.bin --rounds 5 --repeat 3 --json 2>&1 |
+		tee "$OUT/host_ref.log" | grep -v '^{'
+	log "goal 2: warm 4 GiB into GPU memory, the H2D ceiling under page-cache traffic, the sweep"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --contention --sweep 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -v '^sweep '
+	grep '^sweep ' "$OUT/gpu_bench.log" | sort -k6 -nr | head -8
+	log "goal 4: cold 4 GiB, gpufile against fio io_uring O_DIRECT, 5 rounds"
+	BUILD_DIR=$B ROUNDS=5 OUT_LOG="$OUT/cold_raw.txt" bash bench/cold_bench.sh $data/file.bin 2>&1 |
+		tee "$OUT/cold.log" | sed -n '/medians over/,$p'
+	log "issue 14 summary"
+	grep -E '^host_ref: (gpufile at defaults|best gpufile)' "$OUT/host_ref.log"
+	grep -E '^(ceiling|gpufile warm read|contention: pinned)' "$OUT/gpu_bench.log" | cut -c1-160
+	grep -E '^warm read / (pinned|H2D)' "$OUT/gpu_bench.log"
+	echo "sweep, best 3 (nthreads bounce_buffer_size bounce_buffers task_size GB/s):"
+	grep '^sweep ' "$OUT/gpu_bench.log" | sort -k6 -nr | head -3
+	grep -E '^cold_bench: (best fio|gpufile|skipped)' "$OUT/cold.log"
 	;;
 validate)
 	# Issues 10, 11, 13, 16 on a real GPU (two where there are two): every

@@ -1,0 +1,336 @@
+/*
+ * host_ref: gpufile_pread of a whole warm file into host memory against
+ * the fastest hand-written parallel pread into the same buffer, in one
+ * run (issue 14, goal 3: >= 0.95x the fastest reference).
+ *
+ *	host_ref FILE [--rounds N] [--repeat R] [--json]
+ *
+ * One destination: a file-sized buffer, 4 KiB aligned, touched before
+ * timing, shared by every reader, so that no reader gains from a smaller
+ * footprint (pages that stay in the CPU caches) or pays first-touch page
+ * faults that another does not.
+ *
+ * Readers:
+ *   gpufile nthreads=D (D: the default setting), 16, 24, 32: gpufile_pread
+ *     of the whole file; the pool is restarted with the setting and
+ *     warmed up (gpufile_warmup) before timing.
+ *   pread T x B: T threads (8, 16, 24, 32), each pread()ing its
+ *     contiguous slice of the file (size/T, rounded to 4 KiB) in blocks of
+ *     B bytes (1, 4, 16 MiB, or the whole slice in one call loop).
+ *
+ * Each round runs every reader once, as the best of R reads; the reader
+ * order rotates from round to round so that no reader always runs first
+ * (after another's page-cache or memory traffic). Reported per reader: the
+ * median over the rounds of its best-of-R. Prints one line per reader and
+ * a summary (gpufile at defaults, the best gpufile setting, the fastest
+ * reference, and the ratios); --json adds one JSON object at the end.
+ * GB/s are 1e9 bytes per second.
+ */
+#define _GNU_SOURCE
+#include "gpufile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ROUNDS  64
+#define MAX_THREADS 32
+
+struct reader {
+	char name[64];
+	unsigned gpufile_nthreads; /* 0: a pread reference */
+	unsigned threads;
+	size_t block; /* 0: the whole slice */
+	double best_of_round[MAX_ROUNDS];
+	double median;
+};
+
+struct slice {
+	int fd;
+	char *buf;
+	off_t off;
+	size_t len, block;
+	int err;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median_of(const double *v, int n)
+{
+	double s[MAX_ROUNDS];
+
+	memcpy(s, v, sizeof(*v) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static void *read_slice(void *p)
+{
+	struct slice *s = p;
+	size_t block = s->block ? s->block : s->len;
+
+	for (size_t pos = 0; pos < s->len;) {
+		size_t want = s->len - pos < block ? s->len - pos : block;
+		ssize_t got =
+		    pread(s->fd, s->buf + pos, want, s->off + (off_t)pos);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			s->err = got < 0 ? errno : EIO;
+			return NULL;
+		}
+		/* pread may return less than asked (above 2 GiB - 4 KiB
+		 * Linux caps one call): continue from where it stopped. */
+		pos += (size_t)got;
+	}
+	return NULL;
+}
+
+/* One timed read of the whole file by T threads; returns GB/s or -1. */
+static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
+                             size_t block)
+{
+	pthread_t tid[MAX_THREADS];
+	struct slice s[MAX_THREADS];
+	size_t slice = size / threads & ~(size_t)4095;
+	double t0, dt;
+
+	for (unsigned i = 0; i < threads; i++) {
+		size_t off = slice * i;
+
+		s[i] = (struct slice){
+		    .fd = fd,
+		    .buf = buf + off,
+		    .off = (off_t)off,
+		    .len = i + 1 == threads ? size - off : slice,
+		    .block = block,
+		};
+	}
+	t0 = now();
+	for (unsigned i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, read_slice, &s[i])) {
+			fprintf(stderr, "host_ref: pthread_create failed\n");
+			exit(1);
+		}
+	for (unsigned i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	dt = now() - t0;
+	for (unsigned i = 0; i < threads; i++)
+		if (s[i].err) {
+			fprintf(stderr, "host_ref: pread: %s\n",
+			        strerror(s[i].err));
+			return -1;
+		}
+	return (double)size / dt / 1e9;
+}
+
+static double gpufile_whole(gpufile_t *h, char *buf, size_t size)
+{
+	double t0 = now();
+	ssize_t got = gpufile_pread(h, buf, size, 0);
+
+	if (got != (ssize_t)size) {
+		fprintf(stderr, "host_ref: gpufile_pread returned %zd: %s\n",
+		        got, gpufile_errmsg());
+		return -1;
+	}
+	return (double)size / (now() - t0) / 1e9;
+}
+
+/* The pool runs with the nthreads it started with: restart it so that
+ * the setting applies, before timing. */
+static int gpufile_use(unsigned nthreads)
+{
+	gpufile_release();
+	if (gpufile_set_nthreads(nthreads) || gpufile_warmup()) {
+		fprintf(stderr, "host_ref: nthreads %u: %s\n", nthreads,
+		        gpufile_errmsg());
+		return -1;
+	}
+	return 0;
+}
+
+static const char *block_name(size_t block, char *out, size_t len)
+{
+	if (!block)
+		snprintf(out, len, "slice");
+	else
+		snprintf(out, len, "%zuMiB", block >> 20);
+	return out;
+}
+
+int main(int argc, char **argv)
+{
+	static const unsigned ref_threads[] = {8, 16, 24, 32};
+	static const size_t ref_blocks[] = {1 << 20, 4 << 20, 16 << 20, 0};
+	static const unsigned gf_threads[] = {16, 24, 32};
+	struct reader readers[4 + 16];
+	const char *path = NULL;
+	int rounds = 5, repeat = 3, json = 0, nreaders = 0, fd;
+	unsigned def_threads = 0;
+	struct reader *gf_def, *gf_best = NULL, *ref_best = NULL;
+	gpufile_t *h;
+	struct stat st;
+	size_t size;
+	char *buf, bname[32];
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--json") == 0)
+			json = 1;
+		else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+			rounds = atoi(argv[++i]);
+		else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+			repeat = atoi(argv[++i]);
+		else if (!path && argv[i][0] != '-')
+			path = argv[i];
+		else {
+			fprintf(stderr, "host_ref: unknown argument '%s'\n",
+			        argv[i]);
+			path = NULL;
+			break;
+		}
+	}
+	if (!path || rounds < 1 || rounds > MAX_ROUNDS || repeat < 1) {
+		fprintf(stderr,
+		        "usage: host_ref FILE [--rounds 1..%d] "
+		        "[--repeat R>=1] [--json]\n",
+		        MAX_ROUNDS);
+		return 2;
+	}
+	fd = open(path, O_RDONLY);
+	if (fd < 0 || fstat(fd, &st) || st.st_size < 4096 * MAX_THREADS) {
+		fprintf(stderr, "host_ref: %s: %s\n", path,
+		        fd < 0 ? strerror(errno)
+		               : "need a file of at least 128 KiB");
+		return 1;
+	}
+	size = (size_t)st.st_size;
+	if (posix_memalign((void **)&buf, 4096, size)) {
+		fprintf(stderr, "host_ref: cannot allocate %zu bytes\n", size);
+		return 1;
+	}
+	memset(buf, 0, size);
+	if (gpufile_get_nthreads(&def_threads) || gpufile_open(&h, path, "r")) {
+		fprintf(stderr, "host_ref: %s\n", gpufile_errmsg());
+		return 1;
+	}
+
+	readers[nreaders] = (struct reader){.gpufile_nthreads = def_threads};
+	snprintf(readers[nreaders].name, sizeof(readers[0].name),
+	         "gpufile nthreads=%u (default)", def_threads);
+	nreaders++;
+	for (size_t i = 0; i < 3; i++) {
+		if (gf_threads[i] == def_threads)
+			continue;
+		readers[nreaders] =
+		    (struct reader){.gpufile_nthreads = gf_threads[i]};
+		snprintf(readers[nreaders].name, sizeof(readers[0].name),
+		         "gpufile nthreads=%u", gf_threads[i]);
+		nreaders++;
+	}
+	for (size_t t = 0; t < 4; t++)
+		for (size_t b = 0; b < 4; b++) {
+			readers[nreaders] = (struct reader){
+			    .threads = ref_threads[t], .block = ref_blocks[b]};
+			snprintf(
+			    readers[nreaders].name, sizeof(readers[0].name),
+			    "pread %ux%s", ref_threads[t],
+			    block_name(ref_blocks[b], bname, sizeof(bname)));
+			nreaders++;
+		}
+
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < nreaders; k++) {
+			/* Rotate by about nreaders/rounds per round, so that
+			 * each round starts with a different reader. */
+			int step = (nreaders + rounds - 1) / rounds;
+			struct reader *rd = &readers[(k + r * step) % nreaders];
+			double best = 0;
+
+			if (rd->gpufile_nthreads &&
+			    gpufile_use(rd->gpufile_nthreads))
+				return 1;
+			for (int i = 0; i < repeat; i++) {
+				double g = rd->gpufile_nthreads
+				               ? gpufile_whole(h, buf, size)
+				               : pread_parallel(fd, buf, size,
+				                                rd->threads,
+				                                rd->block);
+				if (g < 0)
+					return 1;
+				if (g > best)
+					best = g;
+			}
+			rd->best_of_round[r] = best;
+		}
+
+	gf_def = &readers[0];
+	for (int k = 0; k < nreaders; k++) {
+		struct reader *rd = &readers[k];
+
+		rd->median = median_of(rd->best_of_round, rounds);
+		printf("host_ref: %-30s median %7.2f GB/s  rounds:", rd->name,
+		       rd->median);
+		for (int r = 0; r < rounds; r++)
+			printf(" %.2f", rd->best_of_round[r]);
+		printf("\n");
+		if (rd->gpufile_nthreads) {
+			if (!gf_best || rd->median > gf_best->median)
+				gf_best = rd;
+		} else if (!ref_best || rd->median > ref_best->median) {
+			ref_best = rd;
+		}
+	}
+	printf("host_ref: %zu bytes, %d rounds, best of %d each\n", size,
+	       rounds, repeat);
+	printf("host_ref: gpufile at defaults %.2f GB/s; fastest reference "
+	       "%s %.2f GB/s; ratio %.3f (target >= 0.95)\n",
+	       gf_def->median, ref_best->name, ref_best->median,
+	       gf_def->median / ref_best->median);
+	printf("host_ref: best gpufile setting %s %.2f GB/s; ratio %.3f\n",
+	       gf_best->name, gf_best->median,
+	       gf_best->median / ref_best->median);
+	if (json) {
+		printf("{\"bytes\": %zu, \"rounds\": %d, \"repeat\": %d, "
+		       "\"gpufile_default_nthreads\": %u, "
+		       "\"gpufile_default_gbps\": %.4f, "
+		       "\"gpufile_best\": \"%s\", \"gpufile_best_gbps\": %.4f, "
+		       "\"ref_best\": \"%s\", \"ref_best_gbps\": %.4f, "
+		       "\"ratio_default\": %.4f, \"ratio_best\": %.4f, "
+		       "\"readers\": {",
+		       size, rounds, repeat, def_threads, gf_def->median,
+		       gf_best->name, gf_best->median, ref_best->name,
+		       ref_best->median, gf_def->median / ref_best->median,
+		       gf_best->median / ref_best->median);
+		for (int k = 0; k < nreaders; k++)
+			printf("%s\"%s\": %.4f", k ? ", " : "", readers[k].name,
+			       readers[k].median);
+		printf("}}\n");
+	}
+	gpufile_close(h);
+	gpufile_release();
+	free(buf);
+	close(fd);
+	return 0;
+}
