@@ -94,9 +94,10 @@ extern "C" {
  *   - size larger than the library's struct (a caller built against a
  *     newer header): the library fills its own part and zeroes the
  *     caller's bytes beyond it, so fields it does not know read 0.
- *   - on return (success or failure after the size was accepted) size
- *     holds the number of bytes the library filled: the smaller of the
- *     two sizes. Nothing is written beyond the size the caller declared.
+ *   - whenever the library writes the struct (on success, and on the
+ *     failures after which the function's contract says what it holds),
+ *     size becomes the number of bytes it filled: the smaller of the two
+ *     sizes. Nothing is ever written beyond the size the caller declared.
  * A struct passed IN (gpufile_explain's cfg) needs a valid size too.
  * Arrays of fixed records (gpufile_file_stat_t, gpufile_process_t,
  * gpufile_check_item_t, gpufile_batch_entry_t,
