@@ -173,6 +173,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	for (int i = 0; i < iters; i++) {
 		double t0;
@@ -188,10 +189,12 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	if (check)
 		bad = verify(file, dev, (size_t)size);
 	gpufile_path_info(h, &path, reason, sizeof(reason));
+	GPUFILE_INIT(cf);
 	gpufile_cufile_info(&cf);
 	qsort(times, (size_t)iters, sizeof(*times), cmp_double);
 

@@ -75,6 +75,7 @@ int main(int argc, char **argv)
 	}
 	{
 		gpufile_cufile_info_t info;
+		GPUFILE_INIT(info);
 		gpufile_cufile_info(&info);
 		printf("gpufile_cufile_info: ngpus %d stats_level %d verified "
 		       "%d\n",

@@ -76,6 +76,36 @@ extern "C" {
  * handler.
  */
 
+/*
+ * Structs that grow. The structs the library fills for the caller and
+ * that may gain fields in later versions (gpufile_stats_t,
+ * gpufile_remote_stats_t, gpufile_cufile_info_t, gpufile_cufile_config_t,
+ * gpufile_plan_t) start with a uint32_t size that the caller sets to
+ * sizeof the struct it was compiled with, before the call:
+ *
+ *     gpufile_stats_t st;
+ *     GPUFILE_INIT(st);
+ *     gpufile_stats_self(&st);
+ *
+ *   - size 0, or smaller than the struct's first version (this header's
+ *     size, as this is the first version with a size): -EINVAL, and
+ *     gpufile_errmsg() names the struct and the field ("gpufile_stats_t.size
+ *     is 0: set it to sizeof(gpufile_stats_t)"); nothing is written.
+ *   - size larger than the library's struct (a caller built against a
+ *     newer header): the library fills its own part and zeroes the
+ *     caller's bytes beyond it, so fields it does not know read 0.
+ *   - whenever the library writes the struct (on success, and on the
+ *     failures after which the function's contract says what it holds),
+ *     size becomes the number of bytes it filled: the smaller of the two
+ *     sizes. Nothing is ever written beyond the size the caller declared.
+ * A struct passed IN (gpufile_explain's cfg) needs a valid size too.
+ * Arrays of fixed records (gpufile_file_stat_t, gpufile_process_t,
+ * gpufile_check_item_t, gpufile_batch_entry_t,
+ * gpufile_safetensors_tensor_t, gpufile_counter_t) have no size field:
+ * they do not grow; a new field would come with a new function.
+ */
+#define GPUFILE_INIT(s) ((s).size = (uint32_t)sizeof(s))
+
 /* ------------------------------------------------------------------ */
 /* Errors                                                             */
 /* ------------------------------------------------------------------ */
@@ -388,6 +418,7 @@ typedef struct gpufile_setting_value {
 } gpufile_setting_value_t;
 
 typedef struct gpufile_stats {
+	uint32_t size; /* sizeof(gpufile_stats_t), set by the caller */
 	/* [path][0 = read, 1 = write] */
 	gpufile_counter_t path[GPUFILE_PATH_COUNT][2];
 	uint64_t direct_io_fallbacks; /* files where O_DIRECT was refused */
@@ -415,7 +446,8 @@ typedef struct gpufile_stats {
 } gpufile_stats_t;
 
 /* A snapshot of this process's counters since it started. Returns 0, or
- * -EINVAL when out is NULL. Before the first I/O every counter is 0. */
+ * -EINVAL when out is NULL or out->size is wrong (see "Structs that
+ * grow"), -ENOMEM. Before the first I/O every counter is 0. */
 GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
 
 /* ---- live statistics of other processes (stats.c) ----
@@ -437,7 +469,8 @@ GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
 
 /* Reads the counters of process pid (0 or getpid(): this process).
  * Returns 0 (all counters 0 for a process that loaded gpufile but has
- * done no I/O yet), or: -EINVAL out is NULL; -ESRCH no such process;
+ * done no I/O yet), or: -EINVAL out is NULL or out->size is wrong (see
+ * "Structs that grow"); -ENOMEM; -ESRCH no such process;
  * -EACCES the process belongs to another user (or is not dumpable);
  * -ENOENT the process does not use gpufile, or counts in private memory
  * (the message says why); -ESTALE the PID is gone and an older gpufile
@@ -497,6 +530,7 @@ GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
 
 #define GPUFILE_REMOTE_STATUS_CLASSES 6
 typedef struct gpufile_remote_stats {
+	uint32_t size; /* sizeof(gpufile_remote_stats_t), set by the caller */
 	uint64_t requests; /* HTTP requests sent, retries included */
 	uint64_t ranges;   /* ranges that arrived whole */
 	uint64_t bytes;    /* bytes of those ranges */
@@ -507,8 +541,9 @@ typedef struct gpufile_remote_stats {
 	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
 } gpufile_remote_stats_t;
 
-/* Reads process pid's remote counters (0: this process) into *out.
- * Returns 0 or an error as gpufile_stats_read(). */
+/* Reads process pid's remote counters (0: this process) into *out
+ * (out->size set by the caller: see "Structs that grow"). Returns 0 or an
+ * error as gpufile_stats_read(). */
 GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
 
 /* Checks url the way gpufile_open() would and writes a report into out
@@ -526,10 +561,11 @@ GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
 
 /* cuFile's state in this process, and its per-GPU counters. */
 typedef struct gpufile_cufile_info {
-	int loaded;        /* libcufile loaded with every required symbol */
-	int driver_open;   /* cuFileDriverOpen succeeded (closed at exit) */
-	int status;        /* cuFile status of the failure (5001...), or 0 */
-	int version;       /* cuFileGetVersion: 1150 is 1.15.0; 0 unknown */
+	uint32_t size;   /* sizeof(gpufile_cufile_info_t), set by the caller */
+	int loaded;      /* libcufile loaded with every required symbol */
+	int driver_open; /* cuFileDriverOpen succeeded (closed at exit) */
+	int status;      /* cuFile status of the failure (5001...), or 0 */
+	int version;     /* cuFileGetVersion: 1150 is 1.15.0; 0 unknown */
 	unsigned optional; /* optional entry points found: bit 0 driver
 	                      properties, 1 version, 2 stats, 3 stream,
 	                      4 batch, 5 cuFileDriverClose_v2 */
@@ -548,7 +584,8 @@ typedef struct gpufile_cufile_info {
  * per-GPU counters as of now (cuFileGetStatsL3; nvfs = through nvidia-fs,
  * posix = cuFile's own compatibility path, p2p = PCI P2PDMA; cuFile may
  * split one gpufile task into several). Never loads cuFile: a process that
- * has not needed it reports loaded = 0. Returns 0. */
+ * has not needed it reports loaded = 0. Returns 0, or -EINVAL when out is
+ * NULL or out->size is wrong (see "Structs that grow"). */
 GPUFILE_API int gpufile_cufile_info(gpufile_cufile_info_t *out);
 
 /* The name of a cuFile status (5027: "CU_FILE_HANDLE_NOT_REGISTERED").
@@ -604,6 +641,7 @@ typedef struct gpufile_cufile_value {
 } gpufile_cufile_value_t;
 
 typedef struct gpufile_cufile_config {
+	uint32_t size; /* sizeof(gpufile_cufile_config_t), set by the caller */
 	char path[1024];      /* the file read, or "" when none was */
 	char path_source[64]; /* "CUFILE_ENV_PATH_JSON", "/etc/cufile.json",
 	                       * "argument" or "none" */
@@ -622,8 +660,9 @@ typedef struct gpufile_cufile_config {
  * -errno when the file cannot be read; GPUFILE_ECONFIG when it is not
  * valid JSON or a value has the wrong type or range (the message names the
  * file and line, or the key); -ENOTSUP when a file exists but this build
- * has no JSON parser ("cufile.json parsing not compiled in"). *out holds
- * the defaults after any failure. */
+ * has no JSON parser ("cufile.json parsing not compiled in"); -EINVAL
+ * when out is NULL or out->size is wrong (see "Structs that grow": then
+ * nothing is written). *out holds the defaults after any other failure. */
 GPUFILE_API int gpufile_cufile_config_load(const char *path,
                                            gpufile_cufile_config_t *out);
 
@@ -643,7 +682,9 @@ typedef struct gpufile_plan_entry {
 } gpufile_plan_entry_t;
 
 typedef struct gpufile_plan {
-	uint64_t size, offset, task_size, gds_threshold;
+	uint32_t size;      /* sizeof(gpufile_plan_t), set by the caller */
+	uint64_t read_size; /* bytes the read asks for */
+	uint64_t offset, task_size, gds_threshold;
 	int registered; /* planned for a buffer registered with cuFile */
 	uint64_t tasks; /* requests gpufile makes */
 	uint64_t cufile_requests; /* how many of them reach cuFile */
@@ -668,7 +709,9 @@ typedef struct gpufile_plan {
  * task_size (0: the task_size setting) and the gds_threshold setting, and
  * cuFile's schedule of each request under cfg (NULL: loaded as
  * gpufile_cufile_config_load(NULL)). Pure computation; nothing is read.
- * Returns 0, GPUFILE_ECONFIG for a bad setting or cufile.json, or -EINVAL. */
+ * Returns 0, GPUFILE_ECONFIG for a bad setting or cufile.json, or -EINVAL
+ * (offset + size out of range; out NULL; out->size, or cfg->size when cfg
+ * is given, wrong: see "Structs that grow"). out->read_size is size. */
 GPUFILE_API int gpufile_explain(uint64_t size, uint64_t offset,
                                 uint64_t task_size, int registered,
                                 const gpufile_cufile_config_t *cfg,

@@ -64,6 +64,7 @@ static const struct key {
 void gpufile__cufile_defaults(gpufile_cufile_config_t *out)
 {
 	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
 	snprintf(out->path_source, sizeof(out->path_source), "none");
 	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++) {
 		out->v[i].key = keys[i].full;
@@ -383,7 +384,8 @@ static int slurp(const char *path, char **text, size_t *len, const char **kind)
 	return 0;
 }
 
-int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
+/* gpufile_cufile_config_load() into the library's own struct out. */
+static int config_load(const char *path, gpufile_cufile_config_t *out)
 {
 	/* A path to read: ignored by a privileged (setuid) process. */
 	const char *env = secure_getenv("CUFILE_ENV_PATH_JSON");
@@ -392,9 +394,6 @@ int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
 	size_t len = 0;
 	int rc;
 
-	if (!out)
-		return gpufile__fail(-EINVAL, "gpufile_cufile_config_load: out "
-		                              "is NULL");
 	gpufile__cufile_defaults(out);
 	if (path) {
 		source = "argument";
@@ -431,5 +430,21 @@ int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
 		memcpy(out->path_source, keep.path_source,
 		       sizeof(out->path_source));
 	}
+	return rc;
+}
+
+int gpufile_cufile_config_load(const char *path, gpufile_cufile_config_t *out)
+{
+	gpufile_cufile_config_t local;
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_cufile_config_load: out "
+		                              "is NULL");
+	rc = GPUFILE__SIZED_CHECK(out, gpufile_cufile_config_t);
+	if (rc)
+		return rc;
+	rc = config_load(path, &local);
+	gpufile__sized_put(out, &local, sizeof(local));
 	return rc;
 }

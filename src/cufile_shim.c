@@ -581,11 +581,18 @@ void gpufile__cufile_publish_stats(void)
 		gpufile__stats_cufile(counts, n);
 }
 
-int gpufile_cufile_info(gpufile_cufile_info_t *out)
+int gpufile_cufile_info(gpufile_cufile_info_t *caller_out)
 {
 	gpufile_cufile_gpu_t counts[GPUFILE__CUFILE_MAX_GPUS];
-	int n;
+	gpufile_cufile_info_t local, *out = &local;
+	int n, rc;
 
+	if (!caller_out)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_cufile_info: out is NULL");
+	rc = GPUFILE__SIZED_CHECK(caller_out, gpufile_cufile_info_t);
+	if (rc)
+		return rc;
 	memset(out, 0, sizeof(*out));
 	out->nvfs_loaded = access("/proc/driver/nvidia-fs", F_OK) == 0;
 	pthread_mutex_lock(&cufile_lock);
@@ -606,6 +613,7 @@ int gpufile_cufile_info(gpufile_cufile_info_t *out)
 		out->gpu[i] = counts[i];
 		out->ngpus = i + 1;
 	}
+	gpufile__sized_put(caller_out, out, sizeof(*out));
 	return 0;
 }
 

@@ -58,6 +58,7 @@ static int cufile_usable(void)
 	gpufile_cufile_info_t info;
 	char library[256];
 
+	GPUFILE_INIT(info);
 	if (gpufile_cufile_info(&info) == 0 && info.loaded)
 		return 1;
 	/* A bad cufile_library setting is reported where it is used; here it

@@ -34,6 +34,20 @@ int gpufile__fail_msg(int err, const char *msg);
 /* Clears the thread's error message. */
 void gpufile__clear_error(void);
 
+/* ---- structs that grow (sized.c; the rule: include/gpufile.h) ---- */
+
+/* Checks the size field of the caller's struct p (non-NULL) of type type
+ * (its name, for the message) whose first version was first_size bytes.
+ * Returns 0, or -EINVAL with the message naming type.size. Nothing is
+ * written to p. */
+int gpufile__sized_check(const void *p, size_t first_size, const char *type);
+/* Copies local, a fully filled struct of lib_size bytes, into p (checked
+ * by gpufile__sized_check): min(p's size, lib_size) bytes, zeroes p's
+ * bytes beyond lib_size, and sets both size fields to the bytes filled. */
+void gpufile__sized_put(void *p, void *local, size_t lib_size);
+/* The check for struct type T at p: today's struct is its first version. */
+#define GPUFILE__SIZED_CHECK(p, T) gpufile__sized_check((p), sizeof(T), #T)
+
 /* ---- settings (config.c) ---- */
 
 /* A consistent copy of the settings, taken once per request. */

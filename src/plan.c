@@ -107,18 +107,16 @@ static void add_task_size(gpufile_plan_t *p, uint64_t len, uint64_t count)
 	p->ntask_sizes++;
 }
 
-int gpufile_explain(uint64_t size, uint64_t offset, uint64_t task_size,
-                    int registered, const gpufile_cufile_config_t *cfg,
-                    gpufile_plan_t *out)
+/* gpufile_explain() into the library's own struct out, zeroed. */
+static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
+                int registered, const gpufile_cufile_config_t *cfg,
+                gpufile_plan_t *out)
 {
 	size_t ts_setting, threshold;
 	unsigned nthreads;
 	uint64_t base, end, max_parts = 0;
 	int rc;
 
-	if (!out)
-		return gpufile__fail(-EINVAL, "gpufile_explain: out is NULL");
-	memset(out, 0, sizeof(*out));
 	if (size > (uint64_t)INT64_MAX || offset > (uint64_t)INT64_MAX - size)
 		return gpufile__fail(
 		    -EINVAL,
@@ -132,8 +130,13 @@ int gpufile_explain(uint64_t size, uint64_t offset, uint64_t task_size,
 		rc = gpufile_get_nthreads(&nthreads);
 	if (rc)
 		return rc;
+	/* The embedded configuration is filled by the rule too: its size
+	 * says the bytes of it this library knows. */
+	out->cufile.size = sizeof(out->cufile);
 	if (cfg) {
-		out->cufile = *cfg;
+		/* Only this library's part of a (maybe newer) caller's. */
+		memcpy(&out->cufile, cfg, sizeof(out->cufile));
+		out->cufile.size = sizeof(out->cufile);
 	} else {
 		rc = gpufile_cufile_config_load(NULL, &out->cufile);
 		if (rc)
@@ -141,7 +144,7 @@ int gpufile_explain(uint64_t size, uint64_t offset, uint64_t task_size,
 	}
 	if (!task_size)
 		task_size = ts_setting;
-	out->size = size;
+	out->read_size = size;
 	out->offset = offset;
 	out->task_size = task_size;
 	out->gds_threshold = threshold;
@@ -190,4 +193,25 @@ int gpufile_explain(uint64_t size, uint64_t offset, uint64_t task_size,
 	             : "unregistered buffer: the rule NVIDIA documents "
 	               "(cufile.json execution section)");
 	return 0;
+}
+
+int gpufile_explain(uint64_t size, uint64_t offset, uint64_t task_size,
+                    int registered, const gpufile_cufile_config_t *cfg,
+                    gpufile_plan_t *out)
+{
+	gpufile_plan_t local;
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_explain: out is NULL");
+	rc = GPUFILE__SIZED_CHECK(out, gpufile_plan_t);
+	if (rc == 0 && cfg)
+		rc = GPUFILE__SIZED_CHECK(cfg, gpufile_cufile_config_t);
+	if (rc)
+		return rc;
+	memset(&local, 0, sizeof(local));
+	local.size = sizeof(local);
+	rc = plan(size, offset, task_size, registered, cfg, &local);
+	gpufile__sized_put(out, &local, sizeof(local));
+	return rc;
 }

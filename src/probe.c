@@ -121,6 +121,7 @@ static void check_cufile(struct list *l, struct cufile_probe *cp)
 	snprintf(cp->message, sizeof(cp->message), "%s",
 	         cp->error ? gpufile_errmsg() : "");
 	gpufile__clear_error();
+	GPUFILE_INIT(info);
 	gpufile_cufile_info(&info);
 	if (!info.loaded) {
 		add(l, "libcufile", GPUFILE_CHECK_FAIL, "not found",
@@ -389,9 +390,11 @@ static void check_iommu(struct list *l)
 
 static int check_cufile_json(struct list *l, gpufile_cufile_config_t *cfg)
 {
-	int rc = gpufile_cufile_config_load(NULL, cfg);
 	char value[256];
+	int rc;
 
+	GPUFILE_INIT(*cfg);
+	rc = gpufile_cufile_config_load(NULL, cfg);
 	if (rc == 0 && cfg->parsed)
 		add(l, "cufile.json", GPUFILE_CHECK_PASS, cfg->path,
 		    "read and parsed (path from %s)", cfg->path_source);

@@ -676,6 +676,7 @@ static uint64_t total_bytes(const struct stats_seg *s)
 static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 {
 	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
 	for (int i = -1; i < used_slots(s); i++) {
 		const struct stats_seg_slot *slot =
 		    i < 0 ? &s->shared : &s->slots[i];
@@ -975,6 +976,7 @@ int gpufile_stats_segment_path(int pid, char *buf, size_t len)
 static void no_counters(int pid, uid_t uid, gpufile_stats_t *out)
 {
 	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
 	out->pid = (int32_t)pid;
 	out->uid = (uint32_t)uid;
 	out->cufile_ngpus = -1;
@@ -1043,14 +1045,12 @@ static int open_view(int pid, struct view *v)
 #endif
 }
 
-int gpufile_stats_read(int pid, gpufile_stats_t *out)
+/* gpufile_stats_read() into the library's own struct out. */
+static int stats_read(int pid, gpufile_stats_t *out)
 {
 	struct view v;
 	int rc;
 
-	if (!out)
-		return gpufile__fail(-EINVAL,
-		                     "gpufile_stats_read: out is NULL");
 	rc = open_view(pid, &v);
 	if (rc < 0) {
 		memset(out, 0, sizeof(*out));
@@ -1070,20 +1070,43 @@ int gpufile_stats_read(int pid, gpufile_stats_t *out)
 	return 0;
 }
 
-int gpufile_stats_self(gpufile_stats_t *out)
+/* Validates out, fills it through stats_read() (self: counters compiled
+ * out read as zeros) and hands it out by the size rule. */
+static int stats_out(const char *fn, int pid, int self, gpufile_stats_t *out)
 {
+	gpufile_stats_t *local;
 	int rc;
 
 	if (!out)
-		return gpufile__fail(-EINVAL,
-		                     "gpufile_stats_self: out is NULL");
-	rc = gpufile_stats_read(0, out);
-	if (rc) {
-		/* Counters compiled out: report zeros. */
-		no_counters((int)getpid(), getuid(), out);
+		return gpufile__fail(-EINVAL, "%s: out is NULL", fn);
+	rc = GPUFILE__SIZED_CHECK(out, gpufile_stats_t);
+	if (rc)
+		return rc;
+	/* About 15 KiB: not on the stack of a caller's (maybe small)
+	 * thread. */
+	local = malloc(sizeof(*local));
+	if (!local)
+		return gpufile__fail(-ENOMEM, "%s: no memory for %zu bytes", fn,
+		                     sizeof(*local));
+	rc = stats_read(pid, local);
+	if (rc && self) {
+		no_counters((int)getpid(), getuid(), local);
 		gpufile__clear_error();
+		rc = 0;
 	}
-	return 0;
+	gpufile__sized_put(out, local, sizeof(*local));
+	free(local);
+	return rc;
+}
+
+int gpufile_stats_read(int pid, gpufile_stats_t *out)
+{
+	return stats_out("gpufile_stats_read", pid, 0, out);
+}
+
+int gpufile_stats_self(gpufile_stats_t *out)
+{
+	return stats_out("gpufile_stats_self", 0, 1, out);
 }
 
 int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
@@ -1108,32 +1131,37 @@ int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
 
 int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out)
 {
+	gpufile_remote_stats_t local;
 	struct view v;
 	int rc;
 
 	if (!out)
 		return gpufile__fail(-EINVAL, "gpufile_stats_remote: out is "
 		                              "NULL");
-	memset(out, 0, sizeof(*out));
-	rc = open_view(pid, &v);
-	if (rc < 0)
+	rc = GPUFILE__SIZED_CHECK(out, gpufile_remote_stats_t);
+	if (rc)
 		return rc;
-	if (rc == 1)
-		return 0; /* counting privately: nothing to read */
-	if (v.s) {
-		const struct stats_seg_remote *r = &v.s->remote;
+	memset(&local, 0, sizeof(local));
+	rc = open_view(pid, &v);
+	if (rc == 0) {
+		if (v.s) {
+			const struct stats_seg_remote *r = &v.s->remote;
 
-		out->requests = LOAD(r->requests);
-		out->ranges = LOAD(r->ranges);
-		out->bytes = LOAD(r->bytes);
-		out->retries = LOAD(r->retries);
-		out->failures = LOAD(r->failures);
-		out->connects = LOAD(r->connects);
-		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
-			out->status[i] = LOAD(r->status[i]);
+			local.requests = LOAD(r->requests);
+			local.ranges = LOAD(r->ranges);
+			local.bytes = LOAD(r->bytes);
+			local.retries = LOAD(r->retries);
+			local.failures = LOAD(r->failures);
+			local.connects = LOAD(r->connects);
+			for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
+				local.status[i] = LOAD(r->status[i]);
+		}
+		release_view(&v);
+	} else if (rc == 1) {
+		rc = 0; /* counting privately: nothing to read */
 	}
-	release_view(&v);
-	return 0;
+	gpufile__sized_put(out, &local, sizeof(local));
+	return rc;
 }
 
 int gpufile_stats_backing(char *buf, size_t len)

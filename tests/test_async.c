@@ -111,6 +111,7 @@ static uint64_t ops(int is_write)
 {
 	gpufile_stats_t st;
 
+	GPUFILE_INIT(st);
 	gpufile_stats_self(&st);
 	return st.path[GPUFILE_PATH_HOST][is_write].ops;
 }

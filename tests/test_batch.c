@@ -329,6 +329,7 @@ static void test_coalesced(gpufile_t *a)
 	calls = htod_calls;
 	attrs = attr_calls;
 	pthread_mutex_unlock(&fake_lock);
+	GPUFILE_INIT(s0);
 	gpufile_stats_self(&s0);
 	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
 	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
@@ -345,6 +346,7 @@ static void test_coalesced(gpufile_t *a)
 	}
 	/* One request on the path of 4 KiB device reads (below
 	 * gds_threshold: "small"), its tasks the entries. */
+	GPUFILE_INIT(s1);
 	gpufile_stats_self(&s1);
 	CHECK_EQ(s1.path[GPUFILE_PATH_SMALL][0].ops -
 	             s0.path[GPUFILE_PATH_SMALL][0].ops,

@@ -106,6 +106,7 @@ int main(void)
 	CHECK_EQ(gpufile_batch_result(b, 0), 20000);
 
 	c0 = fake_counts();
+	GPUFILE_INIT(s0);
 	gpufile_stats_self(&s0);
 	inject(&(struct fake_cufile_fault){0, -1, e[victim].offset, 1, EIO, 0,
 	                                   0, 0});
@@ -113,6 +114,7 @@ int main(void)
 	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
 	inject(NULL);
 	c1 = fake_counts();
+	GPUFILE_INIT(s1);
 	gpufile_stats_self(&s1);
 
 	for (unsigned i = 0; i < n; i++) {

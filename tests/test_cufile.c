@@ -307,6 +307,7 @@ static uint64_t path_ops(gpufile_path_t p, int is_write)
 {
 	gpufile_stats_t s;
 
+	GPUFILE_INIT(s);
 	gpufile_stats_self(&s);
 	return s.path[p][is_write].ops;
 }
@@ -610,6 +611,7 @@ static void test_buffers_and_stats(const char *file)
 	CHECK(check_pattern(dev + MiB + 4096, 2 * MiB, 1, 0));
 	CHECK(fake().last_base == dev);
 	CHECK_EQ(fake().last_buf_offset, (int64_t)(MiB + 4096));
+	GPUFILE_INIT(info);
 	CHECK_EQ(gpufile_cufile_info(&info), 0);
 	CHECK(info.loaded && info.driver_open);
 	CHECK_EQ(info.version, 1150);

@@ -49,6 +49,7 @@ static int level_after_open(int *reported)
 		return -3;
 	}
 	counts(&c);
+	GPUFILE_INIT(info);
 	gpufile_cufile_info(&info);
 	*reported = info.stats_level;
 	return c.stats_level;
@@ -115,6 +116,7 @@ int main(void)
 		CHECK_EQ(gpufile_config_set("cufile_stats", "2"), 0);
 		CHECK(gpufile__cufile_open(NULL, &err, &status) != NULL);
 		gpufile_cufile_info_t info;
+		GPUFILE_INIT(info);
 		gpufile_cufile_info(&info);
 		CHECK_EQ(info.stats_level, 2);
 	}

@@ -131,8 +131,10 @@ static const char *read_path(const char *file, void *buf, size_t size)
 
 	if (gpufile_open(&h, file, "r"))
 		return "open failed";
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	n = gpufile_pread(h, buf, size, 0);
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	gpufile_close(h);
 	if (n < 0)

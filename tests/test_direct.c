@@ -367,11 +367,13 @@ static void test_refused_at_open(const char *path, int inject)
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED_A), 0);
 	CHECK_EQ(gpufile_config_set("direct_io", "on"), 0);
 	CHECK_EQ(gpufile_set_task_size(64 << 10), 0);
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	if (inject)
 		gpufile__sys.open = open_refusing_direct;
 	CHECK_EQ(gpufile_open(&h, path, "r+"), 0);
 	gpufile__sys_reset();
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	if (!h)
 		goto out;
@@ -420,6 +422,7 @@ static void test_refused_at_io(const char *path, int is_write)
 		goto out;
 	CHECK_EQ(gpufile_path_info(h, NULL, reason, sizeof(reason)), 0);
 	CHECK_CONTAINS(reason, "O_DIRECT available");
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	counting_install();
 	atomic_store(&einval_on_direct, 1);
@@ -434,6 +437,7 @@ static void test_refused_at_io(const char *path, int is_write)
 		CHECK_EQ(test_mismatch(buf, FILE_SIZE, SEED_A, 0), -1);
 	}
 	CHECK(atomic_load(&direct_reads) + atomic_load(&direct_writes) > 0);
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	CHECK_EQ(after.direct_io_fallbacks - before.direct_io_fallbacks, 1);
 	CHECK_EQ(gpufile_path_info(h, NULL, reason, sizeof(reason)), 0);

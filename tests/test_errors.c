@@ -169,6 +169,7 @@ static gpufile_counter_t counter(int is_write)
 {
 	gpufile_stats_t st;
 
+	GPUFILE_INIT(st);
 	gpufile_stats_self(&st);
 	return st.path[GPUFILE_PATH_HOST][is_write];
 }

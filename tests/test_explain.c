@@ -31,6 +31,7 @@ static void defaults(gpufile_cufile_config_t *c)
 
 	fputs("{}\n", f);
 	fclose(f);
+	GPUFILE_INIT(*c);
 	if (have_parser)
 		CHECK_EQ(gpufile_cufile_config_load(p, c), 0);
 	else
@@ -51,6 +52,8 @@ static void test_tutorial_numbers(void)
 	CHECK_EQ(c.v[GPUFILE_CUFILE_PARALLEL_IO].value, 1);
 
 	/* 1 GiB at the default 4 MiB task size: 256 cuFile requests. */
+	GPUFILE_INIT(c);
+	GPUFILE_INIT(p);
 	CHECK_EQ(gpufile_explain(GiB, 0, 0, 0, &c, &p), 0);
 	CHECK_EQ(p.task_size, 4 * MiB);
 	CHECK_EQ(p.tasks, 256);
@@ -106,6 +109,8 @@ static void test_split_shapes(void)
 
 	defaults(&c);
 	/* Unaligned offset: head, middle, tail, as pool.c splits. */
+	GPUFILE_INIT(c);
+	GPUFILE_INIT(p);
 	CHECK_EQ(gpufile_explain(10 * MiB, 1 * MiB, 4 * MiB, 0, &c, &p), 0);
 	CHECK_EQ(p.tasks, 3);
 	CHECK_EQ(p.ntask_sizes, 3);
@@ -163,6 +168,7 @@ static void test_cufile_json(void)
 	                  "  \"denylist\": { \"filesystems\": [\"lustre\", "
 	                  "\"nfs\"] }\n"
 	                  "}\n");
+	GPUFILE_INIT(c);
 	CHECK_EQ(gpufile_cufile_config_load(path, &c), 0);
 	CHECK_EQ(c.parsed, 1);
 	CHECK_EQ(c.v[GPUFILE_CUFILE_MAX_IO_THREADS].value, 8);
@@ -176,6 +182,7 @@ static void test_cufile_json(void)
 	CHECK(strcmp(c.path_source, "argument") == 0);
 	/* 16 MiB, one request: min(8, 2) = 2 parts of 8 MiB, in 4 MiB
 	 * transfers. */
+	GPUFILE_INIT(p);
 	CHECK_EQ(gpufile_explain(16 * MiB, 0, 16 * MiB, 0, &c, &p), 0);
 	CHECK_EQ(p.entries[0].parts, 2);
 	CHECK_EQ(p.entries[0].max_transfer, 4 * MiB);

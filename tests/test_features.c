@@ -79,6 +79,7 @@ static void test_cjson(void)
 	CHECK(fd >= 0);
 	CHECK_EQ(write(fd, "{}\n", 3), 3);
 	close(fd);
+	GPUFILE_INIT(cfg);
 	rc = gpufile_cufile_config_load(path, &cfg);
 	unlink(path);
 	CHECK(rc == 0 || rc == -ENOTSUP);

@@ -38,6 +38,7 @@ static gpufile_counter_t counter(gpufile_path_t p, int w)
 {
 	gpufile_stats_t st;
 
+	GPUFILE_INIT(st);
 	gpufile_stats_self(&st);
 	return st.path[p][w];
 }

@@ -156,6 +156,7 @@ static void test_segments(void)
 	/* A valid forged segment reads: the checks below are about what
 	 * differs, not about forging. */
 	pid = forge(&good);
+	GPUFILE_INIT(st);
 	CHECK_EQ(gpufile_stats_read(pid, &st), 0);
 	CHECK_EQ(st.pid, pid);
 	reap(pid);
@@ -168,6 +169,7 @@ static void test_segments(void)
 		snprintf(where, sizeof(where), "/proc/%d/fd/", (int)pid);
 		/* Many reads: the truncating writer races each of them. */
 		for (int k = 0; k < (bad[i].f.truncate ? 2000 : 1); k++) {
+			GPUFILE_INIT(st);
 			rc = gpufile_stats_read(pid, &st);
 			CHECK_EQ(rc, -EPROTO);
 		}
@@ -268,6 +270,7 @@ static void test_hostile_writer(void)
 	for (int k = 0; k < 2000; k++) {
 		gpufile_stats_t st;
 		gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+		GPUFILE_INIT(st);
 		int rc = gpufile_stats_read(pid, &st);
 
 		CHECK(rc == 0 || rc == -EPROTO);
@@ -330,6 +333,7 @@ static void test_symlink_planted(void)
 	CHECK_EQ(symlink(target, seg), 0);
 	CHECK_EQ(write(p[1], "x", 1), 1);
 	CHECK_EQ(read(q[0], &c, 1), 1);
+	GPUFILE_INIT(s);
 	CHECK_EQ(gpufile_stats_read(pid, &s), 0);
 	CHECK_EQ(s.path[GPUFILE_PATH_HOST][0].ops, 1);
 	close(p[1]);

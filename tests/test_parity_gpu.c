@@ -19,6 +19,7 @@ static gpufile_counter_t counter(gpufile_path_t p)
 {
 	gpufile_stats_t st;
 
+	GPUFILE_INIT(st);
 	gpufile_stats_self(&st);
 	return st.path[p][0];
 }

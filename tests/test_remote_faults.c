@@ -28,6 +28,7 @@ static gpufile_remote_stats_t remote_stats(void)
 {
 	gpufile_remote_stats_t st;
 
+	GPUFILE_INIT(st);
 	CHECK_EQ(gpufile_stats_remote(0, &st), 0);
 	return st;
 }
@@ -228,6 +229,7 @@ static void test_handles(void)
 		gpufile_future_t *f = NULL;
 		gpufile_stats_t before, after;
 
+		GPUFILE_INIT(before);
 		gpufile_stats_self(&before);
 		CHECK_EQ(gpufile_open(&h, url("/ok/o.bin"), "r"), 0);
 		memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
@@ -247,6 +249,7 @@ static void test_handles(void)
 		gpufile_future_free(f);
 		CHECK_EQ(dest_bad(d, SIZE - 5, 5, 1), 0);
 		gpufile_close(h);
+		GPUFILE_INIT(after);
 		gpufile_stats_self(&after);
 		CHECK_EQ(after.path[GPUFILE_PATH_REMOTE][0].bytes -
 		             before.path[GPUFILE_PATH_REMOTE][0].bytes,

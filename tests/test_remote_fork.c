@@ -17,6 +17,7 @@ static uint64_t connects(void)
 {
 	gpufile_remote_stats_t st;
 
+	GPUFILE_INIT(st);
 	CHECK_EQ(gpufile_stats_remote(0, &st), 0);
 	return st.connects;
 }

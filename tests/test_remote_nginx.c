@@ -50,8 +50,10 @@ static void read_device(const char *url)
 	if (rc)
 		return;
 	memset(dev_base, CANARY, SIZE + 2 * CANARY_LEN);
+	GPUFILE_INIT(a);
 	gpufile_stats_self(&a);
 	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+	GPUFILE_INIT(b);
 	gpufile_stats_self(&b);
 	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
 	CHECK_EQ(bad_copies, 0);

@@ -160,11 +160,13 @@ static void tmpfs_reason(int refuse)
 		gpufile_t *h = NULL;
 
 		CHECK_EQ(gpufile_config_set("direct_io", backends[b]), 0);
+		GPUFILE_INIT(before);
 		gpufile_stats_self(&before);
 		if (refuse)
 			gpufile__sys.open = open_refusing_direct;
 		CHECK_EQ(gpufile_open(&h, shm_path("reason"), "w+"), 0);
 		gpufile__sys_reset();
+		GPUFILE_INIT(after);
 		gpufile_stats_self(&after);
 		if (!h)
 			continue;
@@ -260,11 +262,13 @@ static void test_one_gib(void)
 	CHECK_EQ(gpufile_open(&h, path, "w+"), 0);
 	if (!h)
 		goto out;
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	n = gpufile_pwrite(h, src, size, 0);
 	CHECK_EQ(n, (ssize_t)size);
 	memset(dst, 0, size);
 	n = gpufile_pread(h, dst, size, 0);
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	CHECK_EQ(n, (ssize_t)size);
 	CHECK(memcmp(src, dst, size) == 0);

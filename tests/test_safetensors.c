@@ -352,6 +352,7 @@ static uint64_t host_ops(void)
 {
 	gpufile_stats_t s;
 
+	GPUFILE_INIT(s);
 	gpufile_stats_self(&s);
 	return s.path[GPUFILE_PATH_HOST][0].ops;
 }
@@ -479,8 +480,10 @@ static void test_device_load(void)
 	if (!st)
 		return;
 	memset(dev_base, 0, DEV_SIZE);
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	CHECK_EQ(gpufile_safetensors_load(st, dev_base, DEV_SIZE), big + 5);
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	CHECK_EQ(test_mismatch(dev_base, big + 5, SEED, 0), -1);
 	CHECK_EQ(after.path[GPUFILE_PATH_POSIX][0].bytes -

@@ -31,6 +31,7 @@ static int show(void)
 	int ignored = 0;
 
 	gpufile__config_string("cufile_library", lib, sizeof(lib));
+	GPUFILE_INIT(cfg);
 	gpufile_cufile_config_load(NULL, &cfg);
 	for (int i = 0; gpufile_config_warning(i, w, sizeof(w)) == 0; i++)
 		if (strstr(w, "is ignored: this program runs with raised"))

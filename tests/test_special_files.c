@@ -55,6 +55,7 @@ static void json_refused(const char *path, const char *kind)
 
 	current = path;
 	alarm(WATCHDOG_S);
+	GPUFILE_INIT(cfg);
 	CHECK_EQ(gpufile_cufile_config_load(path, &cfg), -EINVAL);
 	alarm(0);
 	CHECK_CONTAINS(gpufile_errmsg(), path);
@@ -133,6 +134,7 @@ int main(void)
 	json_refused("/dev/null", "character device");
 	{
 		gpufile_cufile_config_t cfg;
+		GPUFILE_INIT(cfg);
 		CHECK_EQ(gpufile_cufile_config_load(dir, &cfg), -EISDIR);
 		CHECK_CONTAINS(gpufile_errmsg(), "directory");
 	}

@@ -61,6 +61,7 @@ static gpufile_stats_t stats(void)
 {
 	gpufile_stats_t st;
 
+	GPUFILE_INIT(st);
 	gpufile_stats_self(&st);
 	return st;
 }

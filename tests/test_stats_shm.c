@@ -262,6 +262,7 @@ static void test_observe(void)
 	CHECK(!dev_shm_has_gpufile(ch.pid));
 
 	/* Round 1, through the API. */
+	GPUFILE_INIT(s);
 	CHECK_EQ(gpufile_stats_read(ch.pid, &s), 0);
 	CHECK_EQ(s.pid, ch.pid);
 	CHECK_EQ(s.path[GPUFILE_PATH_HOST][0].ops, BATCH);
@@ -333,6 +334,7 @@ static void test_sigkill(void)
 	CHECK_EQ(own_segment_refs(), 0); /* this process: no I/O yet */
 	start_reader(&ch, 2);
 	CHECK_EQ(wait_round(&ch), 0);
+	GPUFILE_INIT(s);
 	CHECK_EQ(gpufile_stats_read(ch.pid, &s), 0);
 	CHECK(s.path[GPUFILE_PATH_HOST][0].ops >= BATCH);
 	n = gpufile_stats_list(procs, 64);
@@ -403,6 +405,7 @@ static int run_threads(void)
 	gpufile_close(h);
 	if (bad)
 		return 12;
+	GPUFILE_INIT(s);
 	gpufile_stats_self(&s);
 	return s.path[GPUFILE_PATH_HOST][0].ops == THREADS * THREAD_READS ? 0
 	                                                                  : 13;
@@ -451,6 +454,7 @@ static void test_no_space(void)
 		char cmd[512], out[4096];
 
 		/* Another process learns why, not "no I/O yet". */
+		GPUFILE_INIT(s);
 		CHECK_EQ(gpufile_stats_read(pid, &s), -ENOENT);
 		CHECK_CONTAINS(gpufile_errmsg(), "counts in private memory");
 		CHECK_CONTAINS(gpufile_errmsg(), "fallocate");
@@ -512,6 +516,7 @@ static void test_fork(void)
 
 	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
 	CHECK_EQ(gpufile_pread(h, buf, sizeof(buf), 0), READ_SIZE);
+	GPUFILE_INIT(before);
 	CHECK_EQ(gpufile_stats_self(&before), 0);
 	CHECK_EQ(pipe(p), 0);
 	CHECK_EQ(pipe(q), 0);
@@ -529,6 +534,7 @@ static void test_fork(void)
 	close(p[0]);
 	close(q[1]);
 	CHECK_EQ(read(q[0], &c, 1), 1);
+	GPUFILE_INIT(child);
 	CHECK_EQ(gpufile_stats_read(pid, &child), 0);
 	CHECK_EQ(child.pid, pid);
 	CHECK_EQ(child.path[GPUFILE_PATH_HOST][0].ops, 3);
@@ -545,6 +551,7 @@ static void test_fork(void)
 	close(q[0]);
 	waitpid(pid, &status, 0);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	GPUFILE_INIT(after);
 	CHECK_EQ(gpufile_stats_self(&after), 0);
 	CHECK_EQ(after.path[GPUFILE_PATH_HOST][0].ops,
 	         before.path[GPUFILE_PATH_HOST][0].ops);
@@ -572,6 +579,7 @@ static void test_old_leftover(void)
 		return;
 	}
 	close(fd);
+	GPUFILE_INIT(s);
 	CHECK_EQ(gpufile_stats_read(gone, &s), -ESTALE);
 	CHECK_CONTAINS(gpufile_errmsg(), seg);
 	n = gpufile_stats_list(procs, 64);
@@ -635,6 +643,7 @@ static void test_no_io_yet(void)
 		return;
 	}
 	close(p[0]);
+	GPUFILE_INIT(s);
 	CHECK_EQ(gpufile_stats_read(pid, &s), 0);
 	CHECK_EQ(s.pid, pid);
 	CHECK_EQ(s.files_opened, 0);
@@ -658,6 +667,7 @@ static void test_bad_pids(void)
 	waitpid(gone, NULL, 0);
 	{
 		gpufile_stats_t s;
+		GPUFILE_INIT(s);
 		CHECK_EQ(gpufile_stats_read(gone, &s), -ESRCH);
 	}
 
@@ -669,6 +679,7 @@ static void test_bad_pids(void)
 	usleep(100000);
 	{
 		gpufile_stats_t s;
+		GPUFILE_INIT(s);
 		CHECK_EQ(gpufile_stats_read(sleeper, &s), -ENOENT);
 		fprintf(stderr, "no segment: %s\n", gpufile_errmsg());
 	}
@@ -718,11 +729,13 @@ static void test_self(void)
 	gpufile_t *h;
 	char buf[READ_SIZE];
 
+	GPUFILE_INIT(a);
 	CHECK_EQ(gpufile_stats_self(&a), 0);
 	CHECK_EQ(a.pid, getpid());
 	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
 	CHECK_EQ(gpufile_pread(h, buf, sizeof(buf), 0), READ_SIZE);
 	gpufile_close(h);
+	GPUFILE_INIT(b);
 	CHECK_EQ(gpufile_stats_self(&b), 0);
 	CHECK_EQ(b.path[GPUFILE_PATH_HOST][0].ops -
 	             a.path[GPUFILE_PATH_HOST][0].ops,

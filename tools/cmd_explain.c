@@ -75,7 +75,7 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 	char a[32], b[32], c[32];
 
 	printf("read of %s (%" PRIu64 " bytes) at offset %" PRIu64 "\n",
-	       exact(p->size, a, sizeof(a)), p->size, p->offset);
+	       exact(p->read_size, a, sizeof(a)), p->read_size, p->offset);
 	print_config_text(&p->cufile);
 
 	printf("\ngpufile's layer: task_size %s (%s), gds_threshold %s\n",
@@ -141,7 +141,7 @@ static void print_json(const gpufile_plan_t *p, const char *ts_source)
 
 	json_init(&j, stdout);
 	json_object_begin(&j, NULL);
-	json_key_u64(&j, "size", p->size);
+	json_key_u64(&j, "size", p->read_size);
 	json_key_u64(&j, "offset", p->offset);
 	json_key_u64(&j, "task_size", p->task_size);
 	json_key_str(&j, "task_size_source", ts_source);
@@ -229,12 +229,14 @@ int cmd_explain(int argc, char **argv)
 		return rc;
 	if (!have_size)
 		return util_usage_error(cmd, "--size is required");
+	GPUFILE_INIT(cfg);
 	rc = gpufile_cufile_config_load(json_path, &cfg);
 	if (rc == -ENOTSUP)
 		fprintf(stderr, "gpufile explain: warning: %s\n",
 		        gpufile_errmsg());
 	else if (rc)
 		return util_error(cmd, "%s", gpufile_errmsg());
+	GPUFILE_INIT(plan);
 	rc = gpufile_explain(size, offset, task_size, registered, &cfg, &plan);
 	if (rc)
 		return util_error(cmd, "%s", gpufile_errmsg());

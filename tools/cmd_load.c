@@ -216,11 +216,13 @@ int cmd_load(int argc, char **argv)
 	files = calloc((size_t)nfiles, sizeof(*files));
 	if (!files)
 		return util_error(cmd, "out of memory");
+	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
 		files[i].path = argv[first + i];
 		rc = load_one(cmd, t.device, &files[i]);
 	}
+	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
 	if (rc == EXIT_OK) {
 		if (json)

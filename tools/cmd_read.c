@@ -199,6 +199,7 @@ static int run_reads(gpufile_t *h, const struct target *t,
 	struct progress p;
 	double total = 0;
 
+	GPUFILE_INIT(r->before);
 	gpufile_stats_self(&r->before);
 	progress_start(&p, "read", expected, !o->json && !o->quiet);
 	for (uint64_t i = 0; i < o->repeat; i++) {
@@ -214,6 +215,7 @@ static int run_reads(gpufile_t *h, const struct target *t,
 		total += dt;
 	}
 	progress_end(&p);
+	GPUFILE_INIT(r->after);
 	gpufile_stats_self(&r->after);
 	r->mean = total / (double)o->repeat;
 	return 0;

@@ -128,6 +128,7 @@ static void remote_counters(struct json *j, int pid)
 	    "none", "1xx", "2xx", "3xx", "4xx", "5xx"};
 	gpufile_remote_stats_t r;
 
+	GPUFILE_INIT(r);
 	if (gpufile_stats_remote(pid, &r) || !r.requests) {
 		if (j)
 			json_key_null(j, "remote_http");
@@ -366,6 +367,7 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 
 	if (!files)
 		return util_error("stats", "out of memory");
+	GPUFILE_INIT(*now);
 	rc = gpufile_stats_read(pid, now);
 	nfiles = rc ? rc : gpufile_stats_files(pid, files, MAX_FILES);
 	if (nfiles < 0) {

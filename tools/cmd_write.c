@@ -329,6 +329,7 @@ static int write_file(gpufile_t *h, const struct write_options *o,
 
 	if (gpufile_warmup())
 		return util_error("write", "warmup: %s", gpufile_errmsg());
+	GPUFILE_INIT(r->before);
 	gpufile_stats_self(&r->before);
 	t0 = util_now();
 	progress_start(&p, "wrote", o->size, !o->json && !o->quiet);
@@ -348,6 +349,7 @@ static int write_file(gpufile_t *h, const struct write_options *o,
 	if (rc)
 		return rc;
 	r->seconds = util_now() - t0;
+	GPUFILE_INIT(r->after);
 	gpufile_stats_self(&r->after);
 	if (gpufile_path_info(h, &r->device_path, r->path_reason,
 	                      sizeof(r->path_reason)))

@@ -125,7 +125,7 @@ def cufile_info():
     if info is None:
         _need("gpufile_cufile_info")
     out = {k: getattr(info, k) for k, _ in S.CufileInfo._fields_
-           if k not in ("gpu", "library", "message")}
+           if k not in ("size", "gpu", "library", "message")}
     out["library"] = S.text(info.library)
     out["message"] = S.text(info.message)
     out["gpus"] = [_gpu(info.gpu[i]) for i in range(max(0, min(info.ngpus, S.MAX_GPUS)))]
@@ -259,7 +259,7 @@ def explain(size, offset=0, task_size=None, registered=False, cufile_json=None):
         values[S.text(v.key)] = {"value": bool(v.value) if v.is_bool else v.value,
                                  "source": "file" if v.from_file else "default"}
     return {
-        "size": plan.size,
+        "size": plan.read_size,
         "offset": plan.offset,
         "task_size": plan.task_size,
         "task_size_source": "--task-size" if task_size else "setting",

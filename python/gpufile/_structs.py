@@ -21,6 +21,16 @@ PATH_NAMES = ("host", "posix", "cufile", "small", "mmap", "remote")
 COMPAT_MODES = {"auto": 0, "on": 1, "off": 2}
 
 
+class _Sized(Structure):
+    """A struct that grows (include/gpufile.h, "Structs that grow"): its
+    first field, size, is set to the struct's size on creation, as C
+    callers do with GPUFILE_INIT; the library rejects 0 with EINVAL."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.size = ctypes.sizeof(self)
+
+
 class Counter(Structure):
     _fields_ = [("ops", c_uint64), ("tasks", c_uint64), ("bytes", c_uint64),
                 ("errors", c_uint64)]
@@ -39,8 +49,9 @@ class SettingValue(Structure):
                 ("source", c_char * 40)]
 
 
-class Stats(Structure):
+class Stats(_Sized):
     _fields_ = [
+        ("size", c_uint32),
         ("path", (Counter * 2) * PATH_COUNT),
         ("direct_io_fallbacks", c_uint64),
         ("pid", c_int32),
@@ -67,8 +78,9 @@ class Process(Structure):
                 ("bytes", c_uint64), ("stale", c_int)]
 
 
-class CufileInfo(Structure):
+class CufileInfo(_Sized):
     _fields_ = [
+        ("size", c_uint32),
         ("loaded", c_int), ("driver_open", c_int), ("status", c_int),
         ("version", c_int), ("optional", c_uint), ("nvfs_loaded", c_int),
         ("p2pdma", c_int), ("stats_level", c_int),
@@ -83,10 +95,13 @@ class CufileValue(Structure):
                 ("from_file", c_int)]
 
 
-class CufileConfig(Structure):
-    _fields_ = [("path", c_char * 1024), ("path_source", c_char * 64),
-                ("parsed", c_int), ("v", CufileValue * CUFILE_NKEYS),
-                ("denied_filesystems", c_char * 256)]
+class CufileConfig(_Sized):
+    _fields_ = [
+        ("size", c_uint32),
+        ("path", c_char * 1024), ("path_source", c_char * 64),
+        ("parsed", c_int), ("v", CufileValue * CUFILE_NKEYS),
+        ("denied_filesystems", c_char * 256),
+    ]
 
 
 class PlanEntry(Structure):
@@ -96,9 +111,10 @@ class PlanEntry(Structure):
                 ("why", c_char * 256)]
 
 
-class Plan(Structure):
+class Plan(_Sized):
     _fields_ = [
-        ("size", c_uint64), ("offset", c_uint64), ("task_size", c_uint64),
+        ("size", c_uint32),
+        ("read_size", c_uint64), ("offset", c_uint64), ("task_size", c_uint64),
         ("gds_threshold", c_uint64),
         ("registered", c_int),
         ("tasks", c_uint64), ("cufile_requests", c_uint64),

@@ -61,3 +61,36 @@ def test_structs_match_header(tmp_path):
     mismatches = [(what, w, int(g)) for (what, w), g in zip(want, got) if w != int(g)]
     assert len(got) == len(want)
     assert not mismatches, "ctypes layout differs from gpufile.h: %s" % mismatches
+
+
+# The structs that grow (include/gpufile.h, "Structs that grow"): a leading
+# uint32_t size that the caller sets; the ctypes classes set it on creation.
+SIZED = {
+    "gpufile_stats_t": S.Stats,
+    "gpufile_cufile_info_t": S.CufileInfo,
+    "gpufile_cufile_config_t": S.CufileConfig,
+    "gpufile_plan_t": S.Plan,
+}
+
+
+@pytest.mark.parametrize("cname", sorted(SIZED))
+def test_sized_struct_starts_with_size(cname):
+    cls = SIZED[cname]
+    assert cls._fields_[0] == ("size", ctypes.c_uint32)
+    assert cls.size.offset == 0
+    assert cls().size == ctypes.sizeof(cls)
+
+
+def test_library_rejects_size_zero():
+    from gpufile import _lib
+    lib = _lib.lib()
+    for cname, call in (
+            ("gpufile_stats_t", lambda s: lib.gpufile_stats_self(ctypes.byref(s))),
+            ("gpufile_cufile_info_t", lambda s: lib.gpufile_cufile_info(ctypes.byref(s)))):
+        s = SIZED[cname]()
+        s.size = 0
+        assert call(s) == -22  # EINVAL
+        assert ("%s.size is 0" % cname) in _lib.errmsg()
+        s.size = ctypes.sizeof(s)
+        assert call(s) == 0
+        assert s.size == ctypes.sizeof(s)

@@ -28,6 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++)
 		if (c.v[i].is_bool && c.v[i].value != 0 && c.v[i].value != 1)
 			abort();
+	GPUFILE_INIT(c);
+	GPUFILE_INIT(p);
 	if (gpufile_explain(1ull << 30, 12345, 1ull << 30, 0, &c, &p) == 0) {
 		for (int i = 0; i < p.nentries; i++) {
 			const gpufile_plan_entry_t *e = &p.entries[i];
