@@ -80,6 +80,8 @@ static uint64_t ranges_of_read(const char *url)
 	gpufile_remote_stats_t a, b;
 	unsigned char *d = dest_new(SIZE);
 
+	GPUFILE_INIT(a);
+	GPUFILE_INIT(b);
 	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
 	CHECK_EQ(gpufile_stats_remote(0, &a), 0);
 	if (h)
