@@ -11,7 +11,9 @@
 # when anything failed, a build included.
 #
 # Environment: BUILD_DIR, ASAN_DIR, TSAN_DIR override the build folders;
-# CTEST_PARALLEL_LEVEL runs tests in parallel (default: one at a time).
+# CTEST_PARALLEL_LEVEL: tests run at once (default: twice the cores; the
+# tests mostly wait on children, servers and sleeps: on 2 cores the main
+# stage took 110 s one at a time and 35 s four at a time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -21,6 +23,7 @@ ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
 TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream|batch|multi_device}
 jobs=$(nproc 2>/dev/null || echo 2)
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$((jobs * 2))}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 

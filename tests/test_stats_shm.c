@@ -214,8 +214,23 @@ static int own_segment_refs(void)
 	return n;
 }
 
-/* Whether /dev/shm holds a name with "gpufile" and pid's number in it
- * (other programs' files, and older gpufiles', are not ours to judge). */
+/* Whether a '-'-separated word of name is exactly num. */
+static int has_word(const char *name, const char *num)
+{
+	size_t n = strlen(num);
+
+	for (const char *p = name; (p = strstr(p, num)); p++)
+		if ((p == name || p[-1] == '-') &&
+		    (p[n] == '\0' || p[n] == '-'))
+			return 1;
+	return 0;
+}
+
+/* Whether /dev/shm holds a gpufile name carrying pid as a word of its own
+ * (the old gpufile-UID-PID). Not any name with pid's digits in it: tests
+ * running in parallel make /dev/shm/gpufile-check-PID of their own PIDs
+ * (12345 holds 1234) and gpufile-rt-XXXXXX folders of random letters and
+ * digits. Other programs' files are not ours to judge. */
 static int dev_shm_has_gpufile(pid_t pid)
 {
 	DIR *d = opendir("/dev/shm");
@@ -225,8 +240,8 @@ static int dev_shm_has_gpufile(pid_t pid)
 
 	snprintf(num, sizeof(num), "%d", (int)pid);
 	while (d && (e = readdir(d)))
-		found |= strstr(e->d_name, "gpufile") != NULL &&
-		         strstr(e->d_name, num) != NULL;
+		found |= strncmp(e->d_name, "gpufile", 7) == 0 &&
+		         has_word(e->d_name, num);
 	if (d)
 		closedir(d);
 	return found;
