@@ -567,35 +567,25 @@ static void cufile_event(struct gpufile_batch *b, unsigned i,
 	}
 }
 
-/* Reads the worker's gathered cuFile entries with one cuFile batch. Where
- * the batch API cannot be used, each entry is read as gpufile_pread
- * would. */
-static void cufile_flush(struct worker *w)
+/* Sets up the worker's cuFile batch at its first use: w->cf_state 1 when
+ * it can be used, -1 when never (its entries are then read singly). */
+static void cufile_setup(struct worker *w, const struct gpufile__cufile *t)
+{
+	w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
+	w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
+	w->cf_state = -1;
+	if (w->cf_io && w->cf_ev &&
+	    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
+	        CU_FILE_SUCCESS)
+		w->cf_state = 1;
+}
+
+/* The I/O parameters of the n gathered entries, each with its index as
+ * the cookie its event returns. */
+static void cufile_fill(struct worker *w, unsigned n)
 {
 	struct gpufile_batch *b = w->b;
-	const struct gpufile__cufile *t = gpufile__cufile_loaded();
-	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
-	const unsigned n = w->cf_n;
-	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
-	unsigned got = 0;
 
-	if (!n)
-		return;
-	w->cf_n = 0;
-	/* cuFile maps device memory in the current context. */
-	if (cu && b->cufile_ctx)
-		cu->cuCtxSetCurrent(b->cufile_ctx);
-	if (t && w->cf_state == 0) {
-		w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
-		w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
-		w->cf_state = -1;
-		if (w->cf_io && w->cf_ev &&
-		    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
-		        CU_FILE_SUCCESS)
-			w->cf_state = 1;
-	}
-	if (!t || w->cf_state != 1)
-		goto singly;
 	for (unsigned k = 0; k < n; k++) {
 		struct entry *e = &b->e[w->cf_idx[k]];
 		CUfileIOParams_t *io = &w->cf_io[k];
@@ -610,9 +600,18 @@ static void cufile_flush(struct worker *w)
 		io->opcode = CUFILE_READ;
 		io->cookie = (void *)(uintptr_t)w->cf_idx[k];
 	}
-	rc = t->cuFileBatchIOSubmit(w->cf_batch, n, w->cf_io, 0);
-	if (rc.err != CU_FILE_SUCCESS)
-		goto singly; /* nothing was started */
+}
+
+/* Waits for the n submitted entries' events and ends each entry. Where
+ * cuFile loses track of the batch, the entries it did not report fail
+ * with its status, and the batch handle is not used again. */
+static void cufile_reap(struct worker *w, const struct gpufile__cufile *t,
+                        unsigned n)
+{
+	struct gpufile_batch *b = w->b;
+	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
+	unsigned got = 0;
+
 	while (got < n) {
 		unsigned nr = n - got;
 
@@ -630,31 +629,136 @@ static void cufile_flush(struct worker *w)
 		}
 		got += nr;
 	}
-	if (got < n) {
-		/* cuFile lost track of the batch: the entries it did not
-		 * report fail, and the batch handle is not used again. */
-		for (unsigned k = 0; k < n; k++) {
-			unsigned i = w->cf_idx[k];
-			struct entry *e = &b->e[i];
+	if (got >= n)
+		return;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = w->cf_idx[k];
+		struct entry *e = &b->e[i];
 
-			if (atomic_load(&e->done))
-				continue;
-			e->result = GPUFILE_ECUFILE;
-			set_msg(e,
-			        "batch entry %u: cuFileBatchIOGetStatus: %s "
-			        "(%d)",
-			        i, gpufile__cufile_status_name((int)rc.err),
-			        (int)rc.err);
-			entry_end(b, i);
-		}
-		w->cf_state = -1;
+		if (atomic_load(&e->done))
+			continue;
+		e->result = GPUFILE_ECUFILE;
+		set_msg(e, "batch entry %u: cuFileBatchIOGetStatus: %s (%d)", i,
+		        gpufile__cufile_status_name((int)rc.err), (int)rc.err);
+		entry_end(b, i);
 	}
-	return;
-singly:
+	w->cf_state = -1;
+}
+
+/* Reads the worker's gathered cuFile entries with one cuFile batch. Where
+ * the batch API cannot be used, each entry is read as gpufile_pread
+ * would. */
+static void cufile_flush(struct worker *w)
+{
+	struct gpufile_batch *b = w->b;
+	const struct gpufile__cufile *t = gpufile__cufile_loaded();
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	const unsigned n = w->cf_n;
+
+	if (!n)
+		return;
+	w->cf_n = 0;
+	/* cuFile maps device memory in the current context. */
+	if (cu && b->cufile_ctx)
+		cu->cuCtxSetCurrent(b->cufile_ctx);
+	if (t && w->cf_state == 0)
+		cufile_setup(w, t);
+	if (t && w->cf_state == 1) {
+		cufile_fill(w, n);
+		if (t->cuFileBatchIOSubmit(w->cf_batch, n, w->cf_io, 0).err ==
+		    CU_FILE_SUCCESS) {
+			cufile_reap(w, t, n);
+			return;
+		}
+		/* Nothing was started: read them singly. */
+	}
 	for (unsigned k = 0; k < n; k++) {
 		/* gpufile_pread counts its bytes. */
 		b->e[w->cf_idx[k]].way = WAY_SINGLE;
 		end_single(b, w->cf_idx[k]);
+	}
+}
+
+/* Gathers the next round from entries [*i, z) into w->round: up to
+ * BATCH_DEPTH entries, device ones while they fit the slot (their places
+ * in it into place, their count into *ndev). Entries read singly and
+ * cuFile's are handed on as they come. Returns the round's size. */
+static unsigned gather_round(struct worker *w, unsigned *i, unsigned z,
+                             size_t *place, unsigned *ndev)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned n = 0;
+	size_t used = 0;
+
+	*ndev = 0;
+	while (*i < z && n < BATCH_DEPTH) {
+		struct entry *e = &b->e[*i];
+
+		if (e->way == WAY_SINGLE) {
+			end_single(b, (*i)++);
+			continue;
+		}
+		if (e->way == WAY_CUFILE) {
+			w->cf_idx[w->cf_n++] = (*i)++;
+			if (w->cf_n == CUFILE_BATCH_IOS)
+				cufile_flush(w);
+			continue;
+		}
+		if (e->way == WAY_STAGED) {
+			if (used + e->size > SLOT_BYTES)
+				break;
+			place[n] = used;
+			used += e->size;
+			(*ndev)++;
+		}
+		w->round[n++] = (*i)++;
+	}
+	return n;
+}
+
+/* A slot that could not be set up: the round's device entries fail with
+ * err and msg; the host ones stay in the round. Returns its new size. */
+static unsigned fail_staged(struct worker *w, unsigned n, int err,
+                            const char *msg)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned nh = 0;
+
+	for (unsigned k = 0; k < n; k++) {
+		unsigned j = w->round[k];
+		struct entry *e = &b->e[j];
+
+		if (e->way == WAY_STAGED) {
+			e->result = err;
+			set_msg(e, "batch entry %u: %s", j, msg);
+			entry_end(b, j);
+		} else {
+			w->round[nh++] = j;
+		}
+	}
+	return nh;
+}
+
+/* After a round's reads: host entries are done; device ones once the
+ * slot's copies have landed, which start here. */
+static void end_round(struct worker *w, size_t *place, unsigned n)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned nd = 0;
+
+	for (unsigned k = 0; k < n; k++) {
+		unsigned j = w->round[k];
+
+		if (b->e[j].way != WAY_STAGED) {
+			entry_end(b, j);
+			continue;
+		}
+		w->round[nd] = j;
+		place[nd++] = place[k];
+	}
+	if (nd) {
+		slot_copy(w, w->cur, w->round, place, nd);
+		w->cur ^= 1;
 	}
 }
 
@@ -667,35 +771,11 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 	unsigned i = a;
 
 	while (i < z) {
-		unsigned n = 0, ndev = 0;
-		size_t used = 0;
+		unsigned ndev, n = gather_round(w, &i, z, place, &ndev);
 		struct slot *sl = &w->slot[w->cur];
 		char msg[256] = "";
 		int setup_err = 0;
 
-		/* Gather a round. */
-		while (i < z && n < BATCH_DEPTH) {
-			struct entry *e = &b->e[i];
-
-			if (e->way == WAY_SINGLE) {
-				end_single(b, i++);
-				continue;
-			}
-			if (e->way == WAY_CUFILE) {
-				w->cf_idx[w->cf_n++] = i++;
-				if (w->cf_n == CUFILE_BATCH_IOS)
-					cufile_flush(w);
-				continue;
-			}
-			if (e->way == WAY_STAGED) {
-				if (used + e->size > SLOT_BYTES)
-					break;
-				place[n] = used;
-				used += e->size;
-				ndev++;
-			}
-			w->round[n++] = i++;
-		}
 		if (!n)
 			continue;
 		if (ndev) {
@@ -711,40 +791,10 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 				snprintf(msg, sizeof(msg), "%s",
 				         gpufile_errmsg());
 		}
-		if (setup_err) {
-			/* The device entries fail; the host ones are read. */
-			unsigned nh = 0;
-			for (unsigned k = 0; k < n; k++) {
-				unsigned j = w->round[k];
-				struct entry *e = &b->e[j];
-				if (e->way == WAY_STAGED) {
-					e->result = setup_err;
-					set_msg(e, "batch entry %u: %s", j,
-					        msg);
-					entry_end(b, j);
-				} else {
-					w->round[nh++] = j;
-				}
-			}
-			n = nh;
-		}
+		if (setup_err)
+			n = fail_staged(w, n, setup_err, msg);
 		read_round(w, w->round, place, n, setup_err ? NULL : sl->mem);
-		/* Host entries are done; device ones once copied. */
-		unsigned nd = 0;
-		for (unsigned k = 0; k < n; k++) {
-			unsigned j = w->round[k];
-
-			if (b->e[j].way != WAY_STAGED) {
-				entry_end(b, j);
-				continue;
-			}
-			w->round[nd] = j;
-			place[nd++] = place[k];
-		}
-		if (nd) {
-			slot_copy(w, w->cur, w->round, place, nd);
-			w->cur ^= 1;
-		}
+		end_round(w, place, n);
 	}
 	cufile_flush(w);
 }
