@@ -664,28 +664,16 @@ static const char *env(const char *name)
 /* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
  * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
  * credentials from the environment. */
-static int s3_setup(struct gpufile__remote *rm, const char *url)
+/* rm->url, the HTTP URL of bucket (blen bytes) and the encoded key, at
+ * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); path, of
+ * path_len bytes, gets its path, the canonical URI to sign. */
+static int s3_url(struct gpufile__remote *rm, const char *url,
+                  const char *bucket, size_t blen, const char *key, char *path,
+                  size_t path_len)
 {
-	const char *bucket = url + 5, *slash = strchr(bucket, '/');
 	const char *endpoint = env("AWS_ENDPOINT_URL");
-	const char *id = env("AWS_ACCESS_KEY_ID");
-	const char *secret = env("AWS_SECRET_ACCESS_KEY");
-	const char *region = env("AWS_DEFAULT_REGION");
-	char key[2048], path[4096];
-	size_t blen;
 	int n;
 
-	if (!slash || slash == bucket || !slash[1])
-		return gpufile__fail(
-		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
-	blen = (size_t)(slash - bucket);
-	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
-		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
-		                     url);
-	if (!region)
-		region = env("AWS_REGION");
-	snprintf(rm->region, sizeof(rm->region), "%s",
-	         region ? region : "us-east-1");
 	if (endpoint) {
 		const char *ep_path = strstr(endpoint, "://");
 		size_t eplen = strlen(endpoint);
@@ -700,7 +688,7 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 			eplen--;
 		ep_path += 3;
 		ep_path += strcspn(ep_path, "/");
-		n = snprintf(path, sizeof(path), "%.*s/%.*s/%s",
+		n = snprintf(path, path_len, "%.*s/%.*s/%s",
 		             (int)(eplen - (size_t)(ep_path - endpoint)),
 		             ep_path, (int)blen, bucket, key);
 		rm->url = malloc(eplen + strlen(path) + 1);
@@ -708,19 +696,30 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 			sprintf(rm->url, "%.*s%s", (int)(ep_path - endpoint),
 			        endpoint, path);
 	} else {
-		n = snprintf(path, sizeof(path), "/%s", key);
+		n = snprintf(path, path_len, "/%s", key);
 		if (asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
 		             (int)blen, bucket, rm->region, path) < 0)
 			rm->url = NULL;
 	}
-	if (n < 0 || (size_t)n >= sizeof(path))
+	if (n < 0 || (size_t)n >= path_len)
 		return gpufile__fail(-ENAMETOOLONG, "opening %s: URL too long",
 		                     url);
 	if (!rm->url)
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
-	rm->s3 = 1;
+	return 0;
+}
+
+/* The credentials from the environment: none (a public bucket, unsigned
+ * requests), or both keys (and a session token) for SigV4 signing of
+ * requests to rm->url, whose path is path. */
+static int s3_credentials(struct gpufile__remote *rm, const char *url,
+                          const char *path)
+{
+	const char *id = env("AWS_ACCESS_KEY_ID");
+	const char *secret = env("AWS_SECRET_ACCESS_KEY");
+
 	if (!id && !secret)
-		return 0; /* a public bucket: unsigned requests */
+		return 0;
 	if (!id || !secret)
 		return gpufile__fail(
 		    -EINVAL,
@@ -729,6 +728,7 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 		    url, id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
 		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 #if !GPUFILE_HAVE_SIGV4
+	(void)path;
 	return gpufile__fail(-ENOTSUP,
 	                     "opening %s: S3 credentials are set but gpufile "
 	                     "was built without OpenSSL's libcrypto, needed "
@@ -748,6 +748,31 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
 	return 0;
+}
+
+static int s3_setup(struct gpufile__remote *rm, const char *url)
+{
+	const char *bucket = url + 5, *slash = strchr(bucket, '/');
+	const char *region = env("AWS_DEFAULT_REGION");
+	char key[2048], path[4096];
+	int rc;
+
+	if (!slash || slash == bucket || !slash[1])
+		return gpufile__fail(
+		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
+	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
+		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
+		                     url);
+	if (!region)
+		region = env("AWS_REGION");
+	snprintf(rm->region, sizeof(rm->region), "%s",
+	         region ? region : "us-east-1");
+	rc = s3_url(rm, url, bucket, (size_t)(slash - bucket), key, path,
+	            sizeof(path));
+	if (rc)
+		return rc;
+	rm->s3 = 1;
+	return s3_credentials(rm, url, path);
 }
 
 /* The object's size: HEAD, or for a presigned URL (signed for GET only)
