@@ -567,35 +567,25 @@ static void cufile_event(struct gpufile_batch *b, unsigned i,
 	}
 }
 
-/* Reads the worker's gathered cuFile entries with one cuFile batch. Where
- * the batch API cannot be used, each entry is read as gpufile_pread
- * would. */
-static void cufile_flush(struct worker *w)
+/* Sets up the worker's cuFile batch at its first use: w->cf_state 1 when
+ * it can be used, -1 when never (its entries are then read singly). */
+static void cufile_setup(struct worker *w, const struct gpufile__cufile *t)
+{
+	w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
+	w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
+	w->cf_state = -1;
+	if (w->cf_io && w->cf_ev &&
+	    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
+	        CU_FILE_SUCCESS)
+		w->cf_state = 1;
+}
+
+/* The I/O parameters of the n gathered entries, each with its index as
+ * the cookie its event returns. */
+static void cufile_fill(struct worker *w, unsigned n)
 {
 	struct gpufile_batch *b = w->b;
-	const struct gpufile__cufile *t = gpufile__cufile_loaded();
-	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
-	const unsigned n = w->cf_n;
-	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
-	unsigned got = 0;
 
-	if (!n)
-		return;
-	w->cf_n = 0;
-	/* cuFile maps device memory in the current context. */
-	if (cu && b->cufile_ctx)
-		cu->cuCtxSetCurrent(b->cufile_ctx);
-	if (t && w->cf_state == 0) {
-		w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
-		w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
-		w->cf_state = -1;
-		if (w->cf_io && w->cf_ev &&
-		    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
-		        CU_FILE_SUCCESS)
-			w->cf_state = 1;
-	}
-	if (!t || w->cf_state != 1)
-		goto singly;
 	for (unsigned k = 0; k < n; k++) {
 		struct entry *e = &b->e[w->cf_idx[k]];
 		CUfileIOParams_t *io = &w->cf_io[k];
@@ -610,9 +600,18 @@ static void cufile_flush(struct worker *w)
 		io->opcode = CUFILE_READ;
 		io->cookie = (void *)(uintptr_t)w->cf_idx[k];
 	}
-	rc = t->cuFileBatchIOSubmit(w->cf_batch, n, w->cf_io, 0);
-	if (rc.err != CU_FILE_SUCCESS)
-		goto singly; /* nothing was started */
+}
+
+/* Waits for the n submitted entries' events and ends each entry. Where
+ * cuFile loses track of the batch, the entries it did not report fail
+ * with its status, and the batch handle is not used again. */
+static void cufile_reap(struct worker *w, const struct gpufile__cufile *t,
+                        unsigned n)
+{
+	struct gpufile_batch *b = w->b;
+	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
+	unsigned got = 0;
+
 	while (got < n) {
 		unsigned nr = n - got;
 
@@ -630,31 +629,136 @@ static void cufile_flush(struct worker *w)
 		}
 		got += nr;
 	}
-	if (got < n) {
-		/* cuFile lost track of the batch: the entries it did not
-		 * report fail, and the batch handle is not used again. */
-		for (unsigned k = 0; k < n; k++) {
-			unsigned i = w->cf_idx[k];
-			struct entry *e = &b->e[i];
+	if (got >= n)
+		return;
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = w->cf_idx[k];
+		struct entry *e = &b->e[i];
 
-			if (atomic_load(&e->done))
-				continue;
-			e->result = GPUFILE_ECUFILE;
-			set_msg(e,
-			        "batch entry %u: cuFileBatchIOGetStatus: %s "
-			        "(%d)",
-			        i, gpufile__cufile_status_name((int)rc.err),
-			        (int)rc.err);
-			entry_end(b, i);
-		}
-		w->cf_state = -1;
+		if (atomic_load(&e->done))
+			continue;
+		e->result = GPUFILE_ECUFILE;
+		set_msg(e, "batch entry %u: cuFileBatchIOGetStatus: %s (%d)", i,
+		        gpufile__cufile_status_name((int)rc.err), (int)rc.err);
+		entry_end(b, i);
 	}
-	return;
-singly:
+	w->cf_state = -1;
+}
+
+/* Reads the worker's gathered cuFile entries with one cuFile batch. Where
+ * the batch API cannot be used, each entry is read as gpufile_pread
+ * would. */
+static void cufile_flush(struct worker *w)
+{
+	struct gpufile_batch *b = w->b;
+	const struct gpufile__cufile *t = gpufile__cufile_loaded();
+	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
+	const unsigned n = w->cf_n;
+
+	if (!n)
+		return;
+	w->cf_n = 0;
+	/* cuFile maps device memory in the current context. */
+	if (cu && b->cufile_ctx)
+		cu->cuCtxSetCurrent(b->cufile_ctx);
+	if (t && w->cf_state == 0)
+		cufile_setup(w, t);
+	if (t && w->cf_state == 1) {
+		cufile_fill(w, n);
+		if (t->cuFileBatchIOSubmit(w->cf_batch, n, w->cf_io, 0).err ==
+		    CU_FILE_SUCCESS) {
+			cufile_reap(w, t, n);
+			return;
+		}
+		/* Nothing was started: read them singly. */
+	}
 	for (unsigned k = 0; k < n; k++) {
 		/* gpufile_pread counts its bytes. */
 		b->e[w->cf_idx[k]].way = WAY_SINGLE;
 		end_single(b, w->cf_idx[k]);
+	}
+}
+
+/* Gathers the next round from entries [*i, z) into w->round: up to
+ * BATCH_DEPTH entries, device ones while they fit the slot (their places
+ * in it into place, their count into *ndev). Entries read singly and
+ * cuFile's are handed on as they come. Returns the round's size. */
+static unsigned gather_round(struct worker *w, unsigned *i, unsigned z,
+                             size_t *place, unsigned *ndev)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned n = 0;
+	size_t used = 0;
+
+	*ndev = 0;
+	while (*i < z && n < BATCH_DEPTH) {
+		struct entry *e = &b->e[*i];
+
+		if (e->way == WAY_SINGLE) {
+			end_single(b, (*i)++);
+			continue;
+		}
+		if (e->way == WAY_CUFILE) {
+			w->cf_idx[w->cf_n++] = (*i)++;
+			if (w->cf_n == CUFILE_BATCH_IOS)
+				cufile_flush(w);
+			continue;
+		}
+		if (e->way == WAY_STAGED) {
+			if (used + e->size > SLOT_BYTES)
+				break;
+			place[n] = used;
+			used += e->size;
+			(*ndev)++;
+		}
+		w->round[n++] = (*i)++;
+	}
+	return n;
+}
+
+/* A slot that could not be set up: the round's device entries fail with
+ * err and msg; the host ones stay in the round. Returns its new size. */
+static unsigned fail_staged(struct worker *w, unsigned n, int err,
+                            const char *msg)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned nh = 0;
+
+	for (unsigned k = 0; k < n; k++) {
+		unsigned j = w->round[k];
+		struct entry *e = &b->e[j];
+
+		if (e->way == WAY_STAGED) {
+			e->result = err;
+			set_msg(e, "batch entry %u: %s", j, msg);
+			entry_end(b, j);
+		} else {
+			w->round[nh++] = j;
+		}
+	}
+	return nh;
+}
+
+/* After a round's reads: host entries are done; device ones once the
+ * slot's copies have landed, which start here. */
+static void end_round(struct worker *w, size_t *place, unsigned n)
+{
+	struct gpufile_batch *b = w->b;
+	unsigned nd = 0;
+
+	for (unsigned k = 0; k < n; k++) {
+		unsigned j = w->round[k];
+
+		if (b->e[j].way != WAY_STAGED) {
+			entry_end(b, j);
+			continue;
+		}
+		w->round[nd] = j;
+		place[nd++] = place[k];
+	}
+	if (nd) {
+		slot_copy(w, w->cur, w->round, place, nd);
+		w->cur ^= 1;
 	}
 }
 
@@ -667,35 +771,11 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 	unsigned i = a;
 
 	while (i < z) {
-		unsigned n = 0, ndev = 0;
-		size_t used = 0;
+		unsigned ndev, n = gather_round(w, &i, z, place, &ndev);
 		struct slot *sl = &w->slot[w->cur];
 		char msg[256] = "";
 		int setup_err = 0;
 
-		/* Gather a round. */
-		while (i < z && n < BATCH_DEPTH) {
-			struct entry *e = &b->e[i];
-
-			if (e->way == WAY_SINGLE) {
-				end_single(b, i++);
-				continue;
-			}
-			if (e->way == WAY_CUFILE) {
-				w->cf_idx[w->cf_n++] = i++;
-				if (w->cf_n == CUFILE_BATCH_IOS)
-					cufile_flush(w);
-				continue;
-			}
-			if (e->way == WAY_STAGED) {
-				if (used + e->size > SLOT_BYTES)
-					break;
-				place[n] = used;
-				used += e->size;
-				ndev++;
-			}
-			w->round[n++] = i++;
-		}
 		if (!n)
 			continue;
 		if (ndev) {
@@ -711,40 +791,10 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 				snprintf(msg, sizeof(msg), "%s",
 				         gpufile_errmsg());
 		}
-		if (setup_err) {
-			/* The device entries fail; the host ones are read. */
-			unsigned nh = 0;
-			for (unsigned k = 0; k < n; k++) {
-				unsigned j = w->round[k];
-				struct entry *e = &b->e[j];
-				if (e->way == WAY_STAGED) {
-					e->result = setup_err;
-					set_msg(e, "batch entry %u: %s", j,
-					        msg);
-					entry_end(b, j);
-				} else {
-					w->round[nh++] = j;
-				}
-			}
-			n = nh;
-		}
+		if (setup_err)
+			n = fail_staged(w, n, setup_err, msg);
 		read_round(w, w->round, place, n, setup_err ? NULL : sl->mem);
-		/* Host entries are done; device ones once copied. */
-		unsigned nd = 0;
-		for (unsigned k = 0; k < n; k++) {
-			unsigned j = w->round[k];
-
-			if (b->e[j].way != WAY_STAGED) {
-				entry_end(b, j);
-				continue;
-			}
-			w->round[nd] = j;
-			place[nd++] = place[k];
-		}
-		if (nd) {
-			slot_copy(w, w->cur, w->round, place, nd);
-			w->cur ^= 1;
-		}
+		end_round(w, place, n);
 	}
 	cufile_flush(w);
 }
@@ -1019,16 +1069,9 @@ static int classify_cached(const void *buf, size_t size, struct decision *c,
 	return 0;
 }
 
-static int decide(struct gpufile_batch *b, unsigned i,
-                  const gpufile_batch_entry_t *in,
-                  const struct gpufile__settings *cfg, struct decision *cache)
+/* Checks entry i's fields: returns 0 or an error naming the entry. */
+static int check_entry(unsigned i, const gpufile_batch_entry_t *in)
 {
-	struct entry *e = &b->e[i];
-	gpufile_mem_t kind;
-	int device, rc;
-	void *ctx;
-	struct gpufile__request r;
-
 	if (!in->file)
 		return gpufile__fail(-EINVAL, "batch entry %u: handle is NULL",
 		                     i);
@@ -1049,6 +1092,12 @@ static int decide(struct gpufile_batch *b, unsigned i,
 		                     "batch entry %u: reading %s: the file "
 		                     "was not opened for reading",
 		                     i, in->file->path);
+	return 0;
+}
+
+/* Copies the caller's entry into e and clears the last submit's result. */
+static void entry_init(struct entry *e, const gpufile_batch_entry_t *in)
+{
 	e->h = in->file;
 	e->buf = in->buf;
 	e->size = in->size;
@@ -1057,6 +1106,73 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	free(e->msg);
 	e->msg = NULL;
 	atomic_init(&e->done, 0);
+}
+
+/* The way of an entry the path decision sent to cuFile: its batch API
+ * when libcufile has one and the entry shares the batch's context. */
+static uint8_t cufile_way(struct gpufile_batch *b, void *cuda_ctx)
+{
+	const struct gpufile__cufile *t = gpufile__cufile_loaded();
+	uint8_t way = t && (t->optional & GPUFILE__CUFILE_HAS_BATCH)
+	                  ? WAY_CUFILE
+	                  : WAY_SINGLE;
+
+	if (way == WAY_CUFILE && !b->cufile_ctx)
+		b->cufile_ctx = cuda_ctx;
+	if (way == WAY_CUFILE && cuda_ctx != b->cufile_ctx)
+		way = WAY_SINGLE;
+	return way;
+}
+
+/* Runs the one path decision (file.c) on device entry i, whose memory
+ * belongs to ctx, and remembers it in cache for the entries alike. */
+static int decide_device(struct gpufile_batch *b, unsigned i,
+                         const gpufile_batch_entry_t *in,
+                         const struct gpufile__settings *cfg,
+                         struct decision *cache, void *ctx)
+{
+	struct entry *e = &b->e[i];
+	struct gpufile__request r;
+	int rc;
+
+	rc = gpufile__request_prepare(&r, in->file, in->buf, in->size,
+	                              in->offset, 0);
+	if (rc)
+		return gpufile__fail(rc, "batch entry %u: %s", i,
+		                     gpufile_errmsg());
+	gpufile__request_destroy(&r);
+	e->path = (uint8_t)r.path;
+	e->way = WAY_STAGED;
+	if (r.path == GPUFILE_PATH_CUFILE)
+		e->way = cufile_way(b, r.cuda_ctx);
+	/* Only the decision fields: the range stays. */
+	cache->h = in->file;
+	cache->kind_device = 1;
+	cache->above = in->size >= cfg->gds_threshold;
+	cache->ctx = ctx;
+	cache->way = e->way;
+	cache->path = e->path;
+	cache->valid = 1;
+	if (e->way == WAY_STAGED && !b->staged_ctx)
+		b->staged_ctx = r.cuda_ctx;
+	if (e->way == WAY_STAGED && r.cuda_ctx != b->staged_ctx)
+		cache->way = e->way = WAY_SINGLE;
+	return 0;
+}
+
+static int decide(struct gpufile_batch *b, unsigned i,
+                  const gpufile_batch_entry_t *in,
+                  const struct gpufile__settings *cfg, struct decision *cache)
+{
+	struct entry *e = &b->e[i];
+	gpufile_mem_t kind;
+	int device, rc;
+	void *ctx;
+
+	rc = check_entry(i, in);
+	if (rc)
+		return rc;
+	entry_init(e, in);
 	if (in->file->remote) {
 		/* A remote object has no descriptor to hand io_uring: its
 		 * entries are read as gpufile_pread reads them (remote.c),
@@ -1080,39 +1196,9 @@ static int decide(struct gpufile_batch *b, unsigned i,
 		e->path = cache->path;
 		e->way = cache->way;
 	} else {
-		/* The one path decision (file.c), on this entry. */
-		rc = gpufile__request_prepare(&r, in->file, in->buf, in->size,
-		                              in->offset, 0);
+		rc = decide_device(b, i, in, cfg, cache, ctx);
 		if (rc)
-			return gpufile__fail(rc, "batch entry %u: %s", i,
-			                     gpufile_errmsg());
-		gpufile__request_destroy(&r);
-		e->path = (uint8_t)r.path;
-		e->way = WAY_STAGED;
-		if (r.path == GPUFILE_PATH_CUFILE) {
-			const struct gpufile__cufile *t =
-			    gpufile__cufile_loaded();
-
-			e->way = t && (t->optional & GPUFILE__CUFILE_HAS_BATCH)
-			             ? WAY_CUFILE
-			             : WAY_SINGLE;
-			if (e->way == WAY_CUFILE && !b->cufile_ctx)
-				b->cufile_ctx = r.cuda_ctx;
-			if (e->way == WAY_CUFILE && r.cuda_ctx != b->cufile_ctx)
-				e->way = WAY_SINGLE;
-		}
-		/* Only the decision fields: the range stays. */
-		cache->h = in->file;
-		cache->kind_device = 1;
-		cache->above = in->size >= cfg->gds_threshold;
-		cache->ctx = ctx;
-		cache->way = e->way;
-		cache->path = e->path;
-		cache->valid = 1;
-		if (e->way == WAY_STAGED && !b->staged_ctx)
-			b->staged_ctx = r.cuda_ctx;
-		if (e->way == WAY_STAGED && r.cuda_ctx != b->staged_ctx)
-			cache->way = e->way = WAY_SINGLE;
+			return rc;
 	}
 	if (e->way == WAY_STAGED && in->size > SLOT_BYTES)
 		e->way = WAY_SINGLE;
@@ -1125,14 +1211,12 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	return 0;
 }
 
-int gpufile_batch_submit(gpufile_batch_t *b,
-                         const gpufile_batch_entry_t *entries, unsigned n)
+/* Checks submit's arguments and that the batch is idle: its last entries
+ * done and its workers back asleep. Returns 0 or an error. */
+static int submit_ready(gpufile_batch_t *b,
+                        const gpufile_batch_entry_t *entries, unsigned n)
 {
-	struct gpufile__settings cfg;
-	struct decision cache = {0};
-	unsigned nchunks = 0;
-	size_t bytes = 0;
-	int rc;
+	int busy;
 
 	if (!b)
 		return gpufile__fail(-EINVAL, "gpufile_batch_submit: batch is "
@@ -1147,37 +1231,52 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 		                     n, b->capacity);
 	batch_after_fork(b);
 	pthread_mutex_lock(&b->lock);
-	rc = b->busy;
+	busy = b->busy;
 	/* Workers that ended the last entry may still be on their way back
 	 * to sleep, reading nchunks: let them get there first. */
-	while (!rc && b->active)
+	while (!busy && b->active)
 		pthread_cond_wait(&b->idle, &b->lock);
 	pthread_mutex_unlock(&b->lock);
-	if (rc)
+	if (busy)
 		return gpufile__fail(-EBUSY,
 		                     "gpufile_batch_submit: the batch's "
 		                     "previous %u entries are still in flight "
 		                     "(wait for them first)",
 		                     b->n);
-	rc = gpufile__settings(&cfg);
-	if (rc)
-		return rc;
+	return 0;
+}
+
+/* Decides every entry's way and counts the entries and bytes of each path
+ * (those read singly are counted by gpufile_pread). */
+static int decide_all(gpufile_batch_t *b, const gpufile_batch_entry_t *entries,
+                      unsigned n, const struct gpufile__settings *cfg)
+{
+	struct decision cache = {0};
+	int rc;
+
 	b->staged_ctx = NULL;
 	b->cufile_ctx = NULL;
 	memset(b->path_entries, 0, sizeof(b->path_entries));
 	memset(b->path_size, 0, sizeof(b->path_size));
 	for (unsigned i = 0; i < n; i++) {
-		rc = decide(b, i, &entries[i], &cfg, &cache);
-		if (rc) {
-			b->n = 0;
+		rc = decide(b, i, &entries[i], cfg, &cache);
+		if (rc)
 			return rc;
-		}
 		if (b->e[i].way == WAY_SINGLE)
-			continue; /* gpufile_pread counts it */
+			continue;
 		b->path_entries[b->e[i].path]++;
 		b->path_size[b->e[i].path] += entries[i].size;
 	}
-	/* Chunks of consecutive entries, cut by bytes and count. */
+	return 0;
+}
+
+/* Cuts the n entries into chunks of consecutive entries, by bytes and
+ * count. Returns the number of chunks. */
+static unsigned cut_chunks(gpufile_batch_t *b, unsigned n)
+{
+	unsigned nchunks = 0;
+	size_t bytes = 0;
+
 	for (unsigned i = 0, count = 0; i < n; i++) {
 		if (count == 0)
 			b->chunk_start[nchunks++] = i;
@@ -1186,17 +1285,13 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 			count = 0, bytes = 0;
 	}
 	b->chunk_start[nchunks] = n;
-	if (n) {
-		unsigned want =
-		    cfg.nthreads < MAX_WORKERS ? cfg.nthreads : MAX_WORKERS;
-		rc = start_workers(b, want ? want : 1);
-		if (rc) {
-			b->n = 0;
-			return rc;
-		}
-	}
-	b->n = n;
-	b->nchunks = nchunks;
+	return nchunks;
+}
+
+/* Zeroes the counters the workers add to, and marks each entry's handle
+ * busy until its entry is done. */
+static void reset_progress(gpufile_batch_t *b, unsigned n)
+{
 	b->start_ns = gpufile__now_ns();
 	atomic_store(&b->next_chunk, 0);
 	atomic_store(&b->ndone, 0);
@@ -1207,7 +1302,12 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 	}
 	for (unsigned i = 0; i < n; i++)
 		atomic_fetch_add(&b->e[i].h->inflight, 1);
-	/* The reason, once per submit and path, in the file records. */
+}
+
+/* The reason, once per submit and path, in the file records (of the first
+ * entry on that path). */
+static void record_reasons(gpufile_batch_t *b, unsigned n)
+{
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		char why[256];
 
@@ -1229,6 +1329,40 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 			break;
 		}
 	}
+}
+
+int gpufile_batch_submit(gpufile_batch_t *b,
+                         const gpufile_batch_entry_t *entries, unsigned n)
+{
+	struct gpufile__settings cfg;
+	unsigned nchunks;
+	int rc;
+
+	rc = submit_ready(b, entries, n);
+	if (rc)
+		return rc;
+	rc = gpufile__settings(&cfg);
+	if (rc)
+		return rc;
+	rc = decide_all(b, entries, n, &cfg);
+	if (rc) {
+		b->n = 0;
+		return rc;
+	}
+	nchunks = cut_chunks(b, n);
+	if (n) {
+		unsigned want =
+		    cfg.nthreads < MAX_WORKERS ? cfg.nthreads : MAX_WORKERS;
+		rc = start_workers(b, want ? want : 1);
+		if (rc) {
+			b->n = 0;
+			return rc;
+		}
+	}
+	b->n = n;
+	b->nchunks = nchunks;
+	reset_progress(b, n);
+	record_reasons(b, n);
 	pthread_mutex_lock(&b->lock);
 	b->complete = n == 0;
 	b->busy = n != 0;

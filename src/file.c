@@ -151,6 +151,43 @@ static int refuse_special(const char *path, mode_t mode)
 	                     path, gpufile__special_kind(mode));
 }
 
+/* Opens h->path into h->fd (which the caller closes on failure) with
+ * oflags, refusing special files; *st gets its status. flags is the
+ * caller's, for the message. Returns 0 or an error. */
+static int open_fd(struct gpufile *h, const char *flags, int oflags,
+                   struct stat *st)
+{
+	const char *path = h->path;
+	int rc, fl;
+
+	/* O_NONBLOCK: opening a FIFO (or a device) must not wait for a
+	 * writer; the kind is checked below, before any I/O. */
+	h->fd = gpufile__sys.open(path, oflags | O_CLOEXEC | O_NONBLOCK, 0644);
+	if (h->fd < 0) {
+		rc = -errno;
+		/* A FIFO without a reader, or a socket, refuses a
+		 * non-blocking open with ENXIO: name what it is. */
+		if (rc == -ENXIO && stat(path, st) == 0 &&
+		    gpufile__special_kind(st->st_mode))
+			return refuse_special(path, st->st_mode);
+		return gpufile__fail(rc, "opening %s (\"%s\"): %s", path, flags,
+		                     strerror(-rc));
+	}
+	if (gpufile__sys.fstat(h->fd, st) < 0) {
+		rc = -errno;
+		return gpufile__fail(rc, "fstat %s: %s", path, strerror(-rc));
+	}
+	if (gpufile__special_kind(st->st_mode))
+		return refuse_special(path, st->st_mode);
+	fl = fcntl(h->fd, F_GETFL);
+	if (fl < 0 || fcntl(h->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		rc = -errno;
+		return gpufile__fail(rc, "opening %s: fcntl: %s", path,
+		                     strerror(-rc));
+	}
+	return 0;
+}
+
 int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 {
 	struct gpufile__settings cfg;
@@ -179,39 +216,13 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
 		                     path);
 	}
-	/* O_NONBLOCK: opening a FIFO (or a device) must not wait for a
-	 * writer; the kind is checked below, before any I/O. */
-	h->fd = gpufile__sys.open(path, oflags | O_CLOEXEC | O_NONBLOCK, 0644);
-	if (h->fd < 0) {
-		rc = -errno;
-		/* A FIFO without a reader, or a socket, refuses a
-		 * non-blocking open with ENXIO: name what it is. */
-		if (rc == -ENXIO && stat(path, &st) == 0 &&
-		    gpufile__special_kind(st.st_mode)) {
-			rc = refuse_special(path, st.st_mode);
-			goto fail;
-		}
-		gpufile__fail(rc, "opening %s (\"%s\"): %s", path, flags,
-		              strerror(-rc));
-		goto fail;
-	}
-	if (gpufile__sys.fstat(h->fd, &st) < 0) {
-		rc = -errno;
-		gpufile__fail(rc, "fstat %s: %s", path, strerror(-rc));
-		goto fail;
-	}
-	if (gpufile__special_kind(st.st_mode)) {
-		rc = refuse_special(path, st.st_mode);
-		goto fail;
-	}
-	{
-		int fl = fcntl(h->fd, F_GETFL);
-		if (fl < 0 || fcntl(h->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-			rc = -errno;
-			gpufile__fail(rc, "opening %s: fcntl: %s", path,
-			              strerror(-rc));
-			goto fail;
-		}
+	rc = open_fd(h, flags, oflags, &st);
+	if (rc) {
+		if (h->fd >= 0)
+			gpufile__sys.close(h->fd);
+		free(h->path);
+		free(h);
+		return rc;
 	}
 	h->readable = readable;
 	h->writable = writable;
@@ -230,12 +241,6 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	gpufile__fork_track(h);
 	*out = h;
 	return 0;
-fail:
-	if (h->fd >= 0)
-		gpufile__sys.close(h->fd);
-	free(h->path);
-	free(h);
-	return rc;
 }
 
 int gpufile_close(gpufile_t *h)

@@ -73,15 +73,10 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 
 static const struct gpufile__task_ops mmap_host_ops = {.run = mmap_host_task};
 
-int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
-                      int64_t offset, size_t size)
+/* Checks gpufile_mmap_open's arguments (and clears *out). */
+static int check_args(gpufile_mmap_t **out, const char *path, const char *flags,
+                      int64_t offset)
 {
-	struct gpufile__decision d;
-	struct gpufile_mmap *m;
-	struct stat st;
-	int64_t aligned;
-	int rc, fd;
-
 	if (!out)
 		return gpufile__fail(-EINVAL, "gpufile_mmap_open: out is NULL");
 	*out = NULL;
@@ -98,6 +93,17 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 		return gpufile__fail(-EINVAL,
 		                     "mapping %s: offset %lld is negative",
 		                     path, (long long)offset);
+	return 0;
+}
+
+/* Opens path, a regular file holding [offset, offset + *size); a *size
+ * of 0 becomes the rest of the file. Returns the descriptor or an
+ * error. */
+static int open_range(const char *path, int64_t offset, size_t *size)
+{
+	struct stat st;
+	int rc, fd;
+
 	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
 	fd = gpufile__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0);
 	if (fd < 0)
@@ -106,48 +112,73 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 	if (gpufile__sys.fstat(fd, &st) < 0) {
 		rc = gpufile__fail(-errno, "fstat %s: %s", path,
 		                   strerror(errno));
-		gpufile__sys.close(fd);
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		gpufile__sys.close(fd);
-		return gpufile__fail(-EINVAL, "mapping %s: not a regular file",
-		                     path);
-	}
-	if (offset > st.st_size ||
-	    (size && (uint64_t)size > (uint64_t)(st.st_size - offset))) {
-		gpufile__sys.close(fd);
-		return gpufile__fail(
+	} else if (!S_ISREG(st.st_mode)) {
+		rc = gpufile__fail(-EINVAL, "mapping %s: not a regular file",
+		                   path);
+	} else if (offset > st.st_size ||
+	           (*size &&
+	            (uint64_t)*size > (uint64_t)(st.st_size - offset))) {
+		rc = gpufile__fail(
 		    -EINVAL,
 		    "mapping %s: the range at offset %lld of %zu bytes "
 		    "does not lie inside the file (%lld bytes)",
-		    path, (long long)offset, size, (long long)st.st_size);
+		    path, (long long)offset, *size, (long long)st.st_size);
+	} else {
+		if (!*size)
+			*size = (size_t)(st.st_size - offset);
+		return fd;
 	}
-	if (!size)
-		size = (size_t)(st.st_size - offset);
+	gpufile__sys.close(fd);
+	return rc;
+}
+
+/* Maps [offset, offset + size) of fd into m, from the page holding
+ * offset. Returns 0 or an error. */
+static int map_range(struct gpufile_mmap *m, int fd, const char *path,
+                     int64_t offset, size_t size)
+{
+	int64_t aligned = offset - offset % sysconf(_SC_PAGESIZE);
+
+	m->base_len = size + (size_t)(offset - aligned);
+	if (size) {
+		m->base = mmap(NULL, m->base_len, PROT_READ, MAP_SHARED, fd,
+		               (off_t)aligned);
+		if (m->base == MAP_FAILED)
+			return gpufile__fail(-errno, "mmap of %s: %s", path,
+			                     strerror(errno));
+		m->data = m->base + (offset - aligned);
+	}
+	m->map_offset = offset;
+	m->map_size = size;
+	return 0;
+}
+
+int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
+                      int64_t offset, size_t size)
+{
+	struct gpufile__decision d;
+	struct gpufile_mmap *m;
+	int rc, fd;
+
+	rc = check_args(out, path, flags, offset);
+	if (rc)
+		return rc;
+	fd = open_range(path, offset, &size);
+	if (fd < 0)
+		return fd;
 	m = calloc(1, sizeof(*m));
 	if (!m || !(m->file.path = strdup(path))) {
 		free(m);
 		gpufile__sys.close(fd);
 		return gpufile__fail(-ENOMEM, "out of memory mapping %s", path);
 	}
-	aligned = offset - offset % sysconf(_SC_PAGESIZE);
-	m->base_len = size + (size_t)(offset - aligned);
-	if (size) {
-		m->base = mmap(NULL, m->base_len, PROT_READ, MAP_SHARED, fd,
-		               (off_t)aligned);
-		if (m->base == MAP_FAILED) {
-			rc = gpufile__fail(-errno, "mmap of %s: %s", path,
-			                   strerror(errno));
-			free(m->file.path);
-			free(m);
-			gpufile__sys.close(fd);
-			return rc;
-		}
-		m->data = m->base + (offset - aligned);
+	rc = map_range(m, fd, path, offset, size);
+	if (rc) {
+		free(m->file.path);
+		free(m);
+		gpufile__sys.close(fd);
+		return rc;
 	}
-	m->map_offset = offset;
-	m->map_size = size;
 	m->file.fd = fd;
 	m->file.direct_fd = -1;
 	m->file.cufile_fd = -1;

@@ -179,6 +179,104 @@ static int before_eof(struct gpufile *h, int64_t off)
 	return gpufile__sys.fstat(h->fd, &st) == 0 && off < st.st_size;
 }
 
+/* How one step of direct_range ended, besides a negative error. */
+enum {
+	STEP_ON,       /* the next step may follow */
+	STEP_END,      /* end-of-file: the range is read as far as it goes */
+	STEP_BUFFERED, /* O_DIRECT refused (EINVAL): the page cache reads on */
+	STEP_REST,     /* short before end-of-file: the page cache finishes */
+};
+
+/* The bytes from pos (before end) that go straight into dst with
+ * O_DIRECT: whole blocks, when pos and dst are both aligned; 0 when
+ * none. */
+static size_t direct_span(struct gpufile *h, const char *dst, int64_t pos,
+                          int64_t end)
+{
+	struct stat st;
+	size_t n;
+
+	if (!is_aligned((uint64_t)pos) || !is_aligned((uintptr_t)dst) ||
+	    end - pos < (int64_t)GPUFILE_ALIGN)
+		return 0;
+	n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
+	/* O_DIRECT moves whole blocks: a read of the block that holds
+	 * end-of-file zero-fills the rest of that block in dst (ext4 does),
+	 * beyond the count it returns, where the caller's bytes must stay as
+	 * they were. That block goes through scratch instead. */
+	if (gpufile__sys.fstat(h->direct_fd, &st) == 0 &&
+	    pos + (int64_t)n > (int64_t)st.st_size) {
+		int64_t whole =
+		    (int64_t)st.st_size & ~(int64_t)(GPUFILE_ALIGN - 1);
+		n = whole > pos ? (size_t)(whole - pos) : 0;
+	}
+	return n;
+}
+
+/* Reads n bytes at *pos straight into dst; advances *pos. Returns STEP_*
+ * or an error. */
+static ssize_t direct_step(struct gpufile *h, char *dst, size_t n, int64_t *pos)
+{
+	ssize_t got = gpufile__direct_pread(h->direct_fd, dst, n, *pos);
+
+	if (got == -EINVAL)
+		return STEP_BUFFERED;
+	if (got < 0)
+		return got;
+	*pos += got;
+	if ((size_t)got < n)
+		return before_eof(h, *pos) ? STEP_REST : STEP_END;
+	return STEP_ON;
+}
+
+/* Reads the blocks holding [*pos, end) (at most scratch_len bytes) into
+ * scratch and copies the wanted bytes to dst; advances *pos. Returns
+ * STEP_* or an error. */
+static ssize_t scratch_step(struct gpufile *h, char *dst, int64_t *pos,
+                            int64_t end, char *scratch, size_t scratch_len)
+{
+	int64_t ws = *pos & ~(int64_t)(GPUFILE_ALIGN - 1);
+	size_t wl = (size_t)align_up((uint64_t)(end - ws));
+	size_t skip = (size_t)(*pos - ws);
+	size_t take;
+	ssize_t got;
+
+	if (wl > scratch_len)
+		wl = scratch_len;
+	/* When buf is congruent with the file offset, only this partial
+	 * block needs the scratch buffer. */
+	if ((((uintptr_t)dst - (uint64_t)*pos) & (GPUFILE_ALIGN - 1)) == 0 &&
+	    wl > GPUFILE_ALIGN)
+		wl = GPUFILE_ALIGN;
+	got = gpufile__direct_pread(h->direct_fd, scratch, wl, ws);
+	if (got == -EINVAL)
+		return STEP_BUFFERED;
+	if (got < 0)
+		return got;
+	if ((size_t)got <= skip)
+		return STEP_END;
+	take = (size_t)got - skip;
+	if (take > (size_t)(end - *pos))
+		take = (size_t)(end - *pos);
+	if (user_range_ok(dst, take, 1)) {
+		memcpy(dst, scratch + skip, take);
+	} else {
+		/* The kernel copies, from the page cache: -EFAULT where
+		 * memcpy would crash. */
+		ssize_t k = gpufile__pread_full(h->fd, dst, take, *pos);
+		if (k < 0)
+			return k;
+		if ((size_t)k < take) {
+			*pos += k;
+			return STEP_END;
+		}
+	}
+	*pos += (int64_t)take;
+	if ((size_t)got < wl)
+		return *pos < end && before_eof(h, *pos) ? STEP_REST : STEP_END;
+	return STEP_ON;
+}
+
 /* Reads [off, off+len) through the O_DIRECT descriptor. Aligned parts go
  * straight into buf when buf is aligned the same way; heads, tails and
  * misaligned buffers go through scratch. */
@@ -187,100 +285,27 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 {
 	const int64_t end = off + (int64_t)len;
 	int64_t pos = off;
+	ssize_t step = STEP_ON, rest;
 
-	while (pos < end) {
+	while (pos < end && step == STEP_ON) {
 		char *dst = buf + (pos - off);
-		size_t n = 0;
-		ssize_t got;
+		size_t n = direct_span(h, dst, pos, end);
 
-		if (is_aligned((uint64_t)pos) && is_aligned((uintptr_t)dst) &&
-		    end - pos >= (int64_t)GPUFILE_ALIGN) {
-			struct stat st;
-
-			n = (size_t)(end - pos) & ~(size_t)(GPUFILE_ALIGN - 1);
-			/* O_DIRECT moves whole blocks: a read of the block that
-			 * holds end-of-file zero-fills the rest of that block
-			 * in dst (ext4 does), beyond the count it returns,
-			 * where the caller's bytes must stay as they were. That
-			 * block goes through scratch instead. */
-			if (gpufile__sys.fstat(h->direct_fd, &st) == 0 &&
-			    pos + (int64_t)n > (int64_t)st.st_size) {
-				int64_t whole = (int64_t)st.st_size &
-				                ~(int64_t)(GPUFILE_ALIGN - 1);
-				n = whole > pos ? (size_t)(whole - pos) : 0;
-			}
-		}
-		if (n) {
-			got = gpufile__direct_pread(h->direct_fd, dst, n, pos);
-			if (got == -EINVAL)
-				goto buffered;
-			if (got < 0)
-				return got;
-			pos += got;
-			if ((size_t)got < n) {
-				if (before_eof(h, pos))
-					goto rest;
-				break;
-			}
-		} else {
-			int64_t ws = pos & ~(int64_t)(GPUFILE_ALIGN - 1);
-			size_t wl = (size_t)align_up((uint64_t)(end - ws));
-			size_t skip = (size_t)(pos - ws);
-			size_t take;
-
-			if (wl > scratch_len)
-				wl = scratch_len;
-			/* When buf is congruent with the file offset, only this
-			 * partial block needs the scratch buffer. */
-			if ((((uintptr_t)dst - (uint64_t)pos) &
-			     (GPUFILE_ALIGN - 1)) == 0 &&
-			    wl > GPUFILE_ALIGN)
-				wl = GPUFILE_ALIGN;
-			got = gpufile__direct_pread(h->direct_fd, scratch, wl,
-			                            ws);
-			if (got == -EINVAL)
-				goto buffered;
-			if (got < 0)
-				return got;
-			if ((size_t)got <= skip)
-				break;
-			take = (size_t)got - skip;
-			if (take > (size_t)(end - pos))
-				take = (size_t)(end - pos);
-			if (user_range_ok(dst, take, 1)) {
-				memcpy(dst, scratch + skip, take);
-			} else {
-				/* The kernel copies, from the page cache:
-				 * -EFAULT where memcpy would crash. */
-				ssize_t k =
-				    gpufile__pread_full(h->fd, dst, take, pos);
-				if (k < 0)
-					return k;
-				if ((size_t)k < take) {
-					pos += k;
-					break;
-				}
-			}
-			pos += (int64_t)take;
-			if ((size_t)got < wl) {
-				if (pos < end && before_eof(h, pos))
-					goto rest;
-				break;
-			}
-		}
+		step =
+		    n ? direct_step(h, dst, n, &pos)
+		      : scratch_step(h, dst, &pos, end, scratch, scratch_len);
+		if (step < 0)
+			return step;
 	}
-	return pos - off;
-
-buffered:
-	gpufile__refuse_direct(h, pos);
-rest:
+	if (step == STEP_ON || step == STEP_END)
+		return pos - off;
+	if (step == STEP_BUFFERED)
+		gpufile__refuse_direct(h, pos);
 	/* Also where an O_DIRECT read came back short before end-of-file
 	 * (some file systems return any count): the page cache finishes. */
-	{
-		ssize_t rest = gpufile__pread_full(h->fd, buf + (pos - off),
-		                                   (size_t)(end - pos), pos);
-		return rest < 0 ? rest : (pos - off) + rest;
-	}
+	rest = gpufile__pread_full(h->fd, buf + (pos - off),
+	                           (size_t)(end - pos), pos);
+	return rest < 0 ? rest : (pos - off) + rest;
 }
 
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len)

@@ -407,40 +407,44 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 
 enum { EX_OK, EX_RETRY, EX_FAIL };
 
-/* One attempt. Returns EX_* with err and why (why_len bytes) set on
- * failure. head: a HEAD request (s->want 0). */
-static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
-                    int *err, char *why, size_t why_len)
+/* Forgets what an earlier attempt saw: a retry writes from the start of its
+ * range. */
+static void sink_reset(struct sink *s)
 {
-	struct curl_slist *list = NULL;
-	char range[64], errbuf[CURL_ERROR_SIZE];
-	CURLcode cc;
-	int rc;
-
-	s->got = 0; /* a retry writes from the start of its range */
+	s->got = 0;
 	s->accepted = -1;
 	s->overflow = s->range_mismatch = 0;
 	s->status = 0;
 	s->cr_start = s->cr_end = s->cr_total = -1;
-	errbuf[0] = '\0';
-	snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, s->off,
-	         s->off + (int64_t)s->want - 1);
+}
+
+/* The request's headers: the S3 signature when signed, and the Range of a
+ * GET. Returns 0 or the signing error; *list is the caller's to free. */
+static int request_headers(struct gpufile__remote *rm, int head,
+                           const char *range, struct curl_slist **list)
+{
 	if (rm->s3_signed) {
-		rc = sign_s3(rm, head ? "HEAD" : "GET", head ? NULL : range,
-		             &list);
-		if (rc) {
-			curl_slist_free_all(list);
-			*err = rc;
-			snprintf(why, why_len, "SigV4 signing failed: %s",
-			         gpufile_strerror(rc));
-			return EX_FAIL;
-		}
+		int rc = sign_s3(rm, head ? "HEAD" : "GET", head ? NULL : range,
+		                 list);
+		if (rc)
+			return rc;
 	}
 	if (!head) {
 		char line[80];
 		snprintf(line, sizeof(line), "Range: %s", range);
-		list = curl_slist_append(list, line);
+		*list = curl_slist_append(*list, line);
 	}
+	return 0;
+}
+
+/* Sends the request on s->c and counts its response; the handle keeps no
+ * pointer to list or errbuf afterwards. */
+static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
+                        struct curl_slist *list, char *errbuf)
+{
+	CURLcode cc;
+	long connects = 0;
+
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, list);
 	curl_easy_setopt(s->c, CURLOPT_NOBODY, head ? 1L : 0L);
 	if (!head)
@@ -459,14 +463,44 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 	cc = curl_easy_perform(s->c);
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
-	curl_slist_free_all(list);
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
-	{
-		long connects = 0;
-		curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &connects);
-		gpufile__stats_remote_response(s->status, connects);
-	}
+	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &connects);
+	gpufile__stats_remote_response(s->status, connects);
+	return cc;
+}
 
+/* A transfer libcurl could not finish: EX_RETRY for the failures a new
+ * attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
+static int transfer_failed(CURLcode cc, const char *errbuf, int *err, char *why,
+                           size_t why_len)
+{
+	/* libcurl's detail may quote the URL: keep only its code's words
+	 * when it does. */
+	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+
+	*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+	snprintf(why, why_len, "curl error %d (%s%s%.160s)", (int)cc,
+	         curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
+	switch (cc) {
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return EX_RETRY;
+	default:
+		return EX_FAIL;
+	}
+}
+
+/* Judges a finished attempt: EX_* with err and why set on failure. */
+static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
+                 CURLcode cc, const char *errbuf, int *err, char *why,
+                 size_t why_len)
+{
 	if (s->range_mismatch) {
 		*err = -EIO;
 		if (s->status == 200)
@@ -487,28 +521,8 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 		         "(wrong Content-Length)");
 		return EX_FAIL;
 	}
-	if (cc != CURLE_OK) {
-		/* libcurl's detail may quote the URL: keep only its code's
-		 * words when it does. */
-		const char *detail =
-		    errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
-		*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
-		snprintf(why, why_len, "curl error %d (%s%s%.160s)", (int)cc,
-		         curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
-		switch (cc) {
-		case CURLE_OPERATION_TIMEDOUT:
-		case CURLE_PARTIAL_FILE:
-		case CURLE_RECV_ERROR:
-		case CURLE_SEND_ERROR:
-		case CURLE_COULDNT_CONNECT:
-		case CURLE_GOT_NOTHING:
-		case CURLE_HTTP2:
-		case CURLE_HTTP2_STREAM:
-			return EX_RETRY;
-		default:
-			return EX_FAIL;
-		}
-	}
+	if (cc != CURLE_OK)
+		return transfer_failed(cc, errbuf, err, why, why_len);
 	if (s->status != 200 && s->status != 206) {
 		*err = s->status == 404 || s->status == 410   ? -ENOENT
 		       : s->status == 401 || s->status == 403 ? -EACCES
@@ -528,6 +542,33 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 		return EX_RETRY;
 	}
 	return EX_OK;
+}
+
+/* One attempt. Returns EX_* with err and why (why_len bytes) set on
+ * failure. head: a HEAD request (s->want 0). */
+static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
+                    int *err, char *why, size_t why_len)
+{
+	struct curl_slist *list = NULL;
+	char range[64], errbuf[CURL_ERROR_SIZE];
+	CURLcode cc;
+	int rc;
+
+	sink_reset(s);
+	errbuf[0] = '\0';
+	snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, s->off,
+	         s->off + (int64_t)s->want - 1);
+	rc = request_headers(rm, head, range, &list);
+	if (rc) {
+		curl_slist_free_all(list);
+		*err = rc;
+		snprintf(why, why_len, "SigV4 signing failed: %s",
+		         gpufile_strerror(rc));
+		return EX_FAIL;
+	}
+	cc = perform(rm, s, head, list, errbuf);
+	curl_slist_free_all(list);
+	return judge(rm, s, head, cc, errbuf, err, why, why_len);
 }
 
 /* Runs one exchange with retries. Returns 0 or an error with the thread's
@@ -623,28 +664,16 @@ static const char *env(const char *name)
 /* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
  * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
  * credentials from the environment. */
-static int s3_setup(struct gpufile__remote *rm, const char *url)
+/* rm->url, the HTTP URL of bucket (blen bytes) and the encoded key, at
+ * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); path, of
+ * path_len bytes, gets its path, the canonical URI to sign. */
+static int s3_url(struct gpufile__remote *rm, const char *url,
+                  const char *bucket, size_t blen, const char *key, char *path,
+                  size_t path_len)
 {
-	const char *bucket = url + 5, *slash = strchr(bucket, '/');
 	const char *endpoint = env("AWS_ENDPOINT_URL");
-	const char *id = env("AWS_ACCESS_KEY_ID");
-	const char *secret = env("AWS_SECRET_ACCESS_KEY");
-	const char *region = env("AWS_DEFAULT_REGION");
-	char key[2048], path[4096];
-	size_t blen;
 	int n;
 
-	if (!slash || slash == bucket || !slash[1])
-		return gpufile__fail(
-		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
-	blen = (size_t)(slash - bucket);
-	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
-		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
-		                     url);
-	if (!region)
-		region = env("AWS_REGION");
-	snprintf(rm->region, sizeof(rm->region), "%s",
-	         region ? region : "us-east-1");
 	if (endpoint) {
 		const char *ep_path = strstr(endpoint, "://");
 		size_t eplen = strlen(endpoint);
@@ -659,7 +688,7 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 			eplen--;
 		ep_path += 3;
 		ep_path += strcspn(ep_path, "/");
-		n = snprintf(path, sizeof(path), "%.*s/%.*s/%s",
+		n = snprintf(path, path_len, "%.*s/%.*s/%s",
 		             (int)(eplen - (size_t)(ep_path - endpoint)),
 		             ep_path, (int)blen, bucket, key);
 		rm->url = malloc(eplen + strlen(path) + 1);
@@ -667,19 +696,30 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 			sprintf(rm->url, "%.*s%s", (int)(ep_path - endpoint),
 			        endpoint, path);
 	} else {
-		n = snprintf(path, sizeof(path), "/%s", key);
+		n = snprintf(path, path_len, "/%s", key);
 		if (asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
 		             (int)blen, bucket, rm->region, path) < 0)
 			rm->url = NULL;
 	}
-	if (n < 0 || (size_t)n >= sizeof(path))
+	if (n < 0 || (size_t)n >= path_len)
 		return gpufile__fail(-ENAMETOOLONG, "opening %s: URL too long",
 		                     url);
 	if (!rm->url)
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
-	rm->s3 = 1;
+	return 0;
+}
+
+/* The credentials from the environment: none (a public bucket, unsigned
+ * requests), or both keys (and a session token) for SigV4 signing of
+ * requests to rm->url, whose path is path. */
+static int s3_credentials(struct gpufile__remote *rm, const char *url,
+                          const char *path)
+{
+	const char *id = env("AWS_ACCESS_KEY_ID");
+	const char *secret = env("AWS_SECRET_ACCESS_KEY");
+
 	if (!id && !secret)
-		return 0; /* a public bucket: unsigned requests */
+		return 0;
 	if (!id || !secret)
 		return gpufile__fail(
 		    -EINVAL,
@@ -688,6 +728,7 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 		    url, id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
 		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 #if !GPUFILE_HAVE_SIGV4
+	(void)path;
 	return gpufile__fail(-ENOTSUP,
 	                     "opening %s: S3 credentials are set but gpufile "
 	                     "was built without OpenSSL's libcrypto, needed "
@@ -707,6 +748,31 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
 	return 0;
+}
+
+static int s3_setup(struct gpufile__remote *rm, const char *url)
+{
+	const char *bucket = url + 5, *slash = strchr(bucket, '/');
+	const char *region = env("AWS_DEFAULT_REGION");
+	char key[2048], path[4096];
+	int rc;
+
+	if (!slash || slash == bucket || !slash[1])
+		return gpufile__fail(
+		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
+	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
+		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
+		                     url);
+	if (!region)
+		region = env("AWS_REGION");
+	snprintf(rm->region, sizeof(rm->region), "%s",
+	         region ? region : "us-east-1");
+	rc = s3_url(rm, url, bucket, (size_t)(slash - bucket), key, path,
+	            sizeof(path));
+	if (rc)
+		return rc;
+	rm->s3 = 1;
+	return s3_credentials(rm, url, path);
 }
 
 /* The object's size: HEAD, or for a presigned URL (signed for GET only)

@@ -210,24 +210,11 @@ static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
 	return 0;
 }
 
-/* Fills t from the header entry v (name already set). */
-static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
-                        const cJSON *v)
+/* t->dtype from the entry's "dtype". */
+static int parse_dtype(gpufile_safetensors_t *st, struct st_tensor *t,
+                       const cJSON *dtype)
 {
-	const cJSON *dtype, *shape, *offs, *d;
 	char text[96];
-	uint64_t nelem = 1, nbits, dim;
-	int i = 0;
-
-	if (!cJSON_IsObject(v))
-		return gpufile__fail(
-		    -EBADMSG,
-		    "%s: tensor \"%s\": entry %s is not an "
-		    "object with dtype, shape and data_offsets",
-		    st->path, t->name, json_text(v, text, sizeof(text)));
-	dtype = cJSON_GetObjectItemCaseSensitive(v, "dtype");
-	shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
-	offs = cJSON_GetObjectItemCaseSensitive(v, "data_offsets");
 
 	if (!cJSON_IsString(dtype))
 		return gpufile__fail(
@@ -245,6 +232,18 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, "
 		    "F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4)",
 		    st->path, t->name, dtype->valuestring);
+	return 0;
+}
+
+/* t->ndim and t->shape from the entry's "shape", and the product of its
+ * dimensions into *nelem (refused when 64 bits cannot hold it). */
+static int parse_shape(gpufile_safetensors_t *st, struct st_tensor *t,
+                       const cJSON *shape, uint64_t *nelem)
+{
+	const cJSON *d;
+	char text[96];
+	uint64_t dim;
+	int i = 0;
 
 	if (!cJSON_IsArray(shape))
 		return gpufile__fail(
@@ -254,6 +253,7 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 	t->shape = calloc((size_t)t->ndim + 1, sizeof(uint64_t));
 	if (!t->shape)
 		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	*nelem = 1;
 	cJSON_ArrayForEach(d, shape)
 	{
 		if (json_u64(d, &dim) != 0)
@@ -264,7 +264,7 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 			                     st->path, t->name, i,
 			                     json_text(d, text, sizeof(text)));
 		t->shape[i++] = dim;
-		if (__builtin_mul_overflow(nelem, dim, &nelem))
+		if (__builtin_mul_overflow(*nelem, dim, nelem))
 			return gpufile__fail(
 			    -EBADMSG,
 			    "%s: tensor \"%s\": shape %s has more elements "
@@ -273,6 +273,15 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 			    st->path, t->name,
 			    json_text(shape, text, sizeof(text)));
 	}
+	return 0;
+}
+
+/* t->begin and t->end from the entry's "data_offsets", inside the data
+ * section. */
+static int parse_offsets(gpufile_safetensors_t *st, struct st_tensor *t,
+                         const cJSON *offs)
+{
+	char text[96];
 
 	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
 	    json_u64(cJSON_GetArrayItem(offs, 0), &t->begin) != 0 ||
@@ -295,6 +304,16 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 		                     " bytes, from file offset %" PRIu64 ")",
 		                     st->path, t->name, t->begin, t->end,
 		                     st->data_size, st->data_offset);
+	return 0;
+}
+
+/* Checks that nelem elements of t's dtype are exactly the bytes its
+ * data_offsets span. */
+static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
+                      const cJSON *shape, uint64_t nelem)
+{
+	char text[96];
+	uint64_t nbits;
 
 	if (__builtin_mul_overflow(nelem, (uint64_t)st_dtypes[t->dtype].bits,
 	                           &nbits))
@@ -315,6 +334,33 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 		    nbits % 8 ? "not a whole number of bytes, " : "", nbits / 8,
 		    t->begin, t->end, t->end - t->begin);
 	return 0;
+}
+
+/* Fills t from the header entry v (name already set). */
+static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
+                        const cJSON *v)
+{
+	const cJSON *shape;
+	char text[96];
+	uint64_t nelem = 1; /* set by parse_shape; GCC cannot tell */
+	int rc;
+
+	if (!cJSON_IsObject(v))
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": entry %s is not an "
+		    "object with dtype, shape and data_offsets",
+		    st->path, t->name, json_text(v, text, sizeof(text)));
+	shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
+	rc = parse_dtype(st, t, cJSON_GetObjectItemCaseSensitive(v, "dtype"));
+	if (rc == 0)
+		rc = parse_shape(st, t, shape, &nelem);
+	if (rc == 0)
+		rc = parse_offsets(
+		    st, t, cJSON_GetObjectItemCaseSensitive(v, "data_offsets"));
+	if (rc == 0)
+		rc = check_span(st, t, shape, nelem);
+	return rc;
 }
 
 static int cmp_offsets(const void *a, const void *b)
@@ -470,13 +516,73 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 	return rc ? rc : check_layout(st);
 }
 
+/* Reads the 8-byte header length of a file of size bytes and places the
+ * header and the data section (st->header_len, data_offset, data_size). */
+static int read_header_len(gpufile_safetensors_t *st, int64_t size)
+{
+	unsigned char len8[8];
+	ssize_t n;
+
+	if (size < 8)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: %" PRId64 " bytes, too short for a "
+		    "safetensors file (it starts with an 8-byte "
+		    "header length)",
+		    st->path, size);
+	n = gpufile_pread(st->h, len8, 8, 0);
+	if (n != 8)
+		return n < 0
+		           ? (int)n
+		           : gpufile__fail(-EIO, "%s: header length unreadable",
+		                           st->path);
+	for (int i = 7; i >= 0; i--)
+		st->header_len = (st->header_len << 8) | len8[i];
+	if (st->header_len > ST_MAX_HEADER)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header length %" PRIu64
+		                     " is above the limit of %llu bytes "
+		                     "(the safetensors reference's bound)",
+		                     st->path, st->header_len, ST_MAX_HEADER);
+	if (st->header_len > (uint64_t)size - 8)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header length %" PRIu64
+		                     " runs past the end of the file (%" PRId64
+		                     " bytes)",
+		                     st->path, st->header_len, size);
+	st->data_offset = 8 + st->header_len;
+	st->data_size = (uint64_t)size - st->data_offset;
+	return 0;
+}
+
+/* Reads the header text that read_header_len placed and parses it. */
+static int read_header(gpufile_safetensors_t *st)
+{
+	char *text = malloc(st->header_len + 1);
+	ssize_t n;
+	int rc;
+
+	if (!text)
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	n = gpufile_pread(st->h, text, st->header_len, 8);
+	if (n != (ssize_t)st->header_len) {
+		rc = n < 0 ? (int)n
+		           : gpufile__fail(-EIO,
+		                           "%s: file ended inside the header",
+		                           st->path);
+		free(text);
+		return rc;
+	}
+	text[st->header_len] = '\0';
+	rc = parse_header(st, text, st->header_len);
+	free(text);
+	return rc;
+}
+
 int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 {
 	gpufile_safetensors_t *st;
-	unsigned char len8[8];
 	int64_t size;
-	ssize_t n;
-	char *text;
 	int rc;
 
 	if (!out || !path)
@@ -496,71 +602,17 @@ int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 		return rc; /* the message names the file */
 	}
 	size = gpufile_size(st->h);
-	if (size < 0) {
-		rc = (int)size;
-		goto fail;
+	rc = size < 0 ? (int)size : read_header_len(st, size);
+	if (rc == 0)
+		rc = read_header(st);
+	if (rc != 0) {
+		gpufile_close(st->h);
+		st_free(st);
+		return rc;
 	}
-	if (size < 8) {
-		rc = gpufile__fail(-EBADMSG,
-		                   "%s: %" PRId64 " bytes, too short for a "
-		                   "safetensors file (it starts with an 8-byte "
-		                   "header length)",
-		                   path, size);
-		goto fail;
-	}
-	n = gpufile_pread(st->h, len8, 8, 0);
-	if (n != 8) {
-		rc = n < 0 ? (int)n
-		           : gpufile__fail(-EIO, "%s: header length unreadable",
-		                           path);
-		goto fail;
-	}
-	for (int i = 7; i >= 0; i--)
-		st->header_len = (st->header_len << 8) | len8[i];
-	if (st->header_len > ST_MAX_HEADER) {
-		rc = gpufile__fail(-EBADMSG,
-		                   "%s: header length %" PRIu64
-		                   " is above the limit of %llu bytes "
-		                   "(the safetensors reference's bound)",
-		                   path, st->header_len, ST_MAX_HEADER);
-		goto fail;
-	}
-	if (st->header_len > (uint64_t)size - 8) {
-		rc = gpufile__fail(-EBADMSG,
-		                   "%s: header length %" PRIu64
-		                   " runs past the end of the file (%" PRId64
-		                   " bytes)",
-		                   path, st->header_len, size);
-		goto fail;
-	}
-	st->data_offset = 8 + st->header_len;
-	st->data_size = (uint64_t)size - st->data_offset;
-	text = malloc(st->header_len + 1);
-	if (!text) {
-		rc = gpufile__fail(-ENOMEM, "%s: out of memory", path);
-		goto fail;
-	}
-	n = gpufile_pread(st->h, text, st->header_len, 8);
-	if (n != (ssize_t)st->header_len) {
-		rc = n < 0 ? (int)n
-		           : gpufile__fail(-EIO,
-		                           "%s: file ended inside the header",
-		                           path);
-		free(text);
-		goto fail;
-	}
-	text[st->header_len] = '\0';
-	rc = parse_header(st, text, st->header_len);
-	free(text);
-	if (rc != 0)
-		goto fail;
 	gpufile__clear_error();
 	*out = st;
 	return 0;
-fail:
-	gpufile_close(st->h);
-	st_free(st);
-	return rc;
 }
 
 #else /* !GPUFILE_HAVE_CJSON */

@@ -161,14 +161,13 @@ static int put_query(struct buf *b, const char *query)
 	return 0;
 }
 
-int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
-                                 char *out, size_t len)
+/* The canonical request of rq into canon, and its signed header names
+ * (sorted, ';'-separated) into names. Returns 0 or -ENOMEM. */
+static int canonical_request(const struct gpufile__sigv4_request *rq,
+                             struct buf *canon, struct buf *names)
 {
 	struct gpufile__sigv4_header *h;
-	struct buf canon = {0}, names = {0}, sts = {0};
-	unsigned char digest[32], k[32];
-	char hash_hex[65], sig_hex[65], date[9], secret[256];
-	int rc = 0, n;
+	int rc = 0;
 
 	h = calloc((size_t)rq->nheaders + 1, sizeof(*h));
 	if (!h)
@@ -176,61 +175,96 @@ int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
 	memcpy(h, rq->headers, (size_t)rq->nheaders * sizeof(*h));
 	qsort(h, (size_t)rq->nheaders, sizeof(*h), cmp_header);
 
-	puts_(&canon, rq->method);
-	put(&canon, "\n", 1);
-	puts_(&canon, rq->canonical_uri[0] ? rq->canonical_uri : "/");
-	put(&canon, "\n", 1);
-	if (put_query(&canon, rq->query ? rq->query : "")) {
+	puts_(canon, rq->method);
+	put(canon, "\n", 1);
+	puts_(canon, rq->canonical_uri[0] ? rq->canonical_uri : "/");
+	put(canon, "\n", 1);
+	if (put_query(canon, rq->query ? rq->query : "")) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	put(&canon, "\n", 1);
+	put(canon, "\n", 1);
 	for (int i = 0; i < rq->nheaders; i++) {
-		puts_(&canon, h[i].name);
-		put(&canon, ":", 1);
-		put_trimmed(&canon, h[i].value);
-		put(&canon, "\n", 1);
+		puts_(canon, h[i].name);
+		put(canon, ":", 1);
+		put_trimmed(canon, h[i].value);
+		put(canon, "\n", 1);
 		if (i)
-			put(&names, ";", 1);
-		puts_(&names, h[i].name);
+			put(names, ";", 1);
+		puts_(names, h[i].name);
 	}
-	put(&canon, "\n", 1);
-	puts_(&canon, names.p ? names.p : "");
-	put(&canon, "\n", 1);
-	puts_(&canon, rq->payload_sha256);
-	if (canon.oom || names.oom) {
+	put(canon, "\n", 1);
+	puts_(canon, names->p ? names->p : "");
+	put(canon, "\n", 1);
+	puts_(canon, rq->payload_sha256);
+	if (canon->oom || names->oom)
 		rc = -ENOMEM;
-		goto out;
-	}
-	SHA256((const unsigned char *)canon.p, canon.n, digest);
-	to_hex(digest, 32, hash_hex);
+out:
+	free(h);
+	return rc;
+}
 
-	snprintf(date, sizeof(date), "%.8s", rq->amz_date);
-	puts_(&sts, "AWS4-HMAC-SHA256\n");
-	puts_(&sts, rq->amz_date);
-	put(&sts, "\n", 1);
-	puts_(&sts, date);
-	put(&sts, "/", 1);
-	puts_(&sts, rq->region);
-	put(&sts, "/", 1);
-	puts_(&sts, rq->service);
-	puts_(&sts, "/aws4_request\n");
-	puts_(&sts, hash_hex);
-	if (sts.oom) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	n = snprintf(secret, sizeof(secret), "AWS4%s", rq->secret_key);
-	if (n < 0 || (size_t)n >= sizeof(secret)) {
-		rc = -ENAMETOOLONG;
-		goto out;
-	}
+/* The string to sign into sts, for the canonical request's hash (hex) on
+ * date (YYYYMMDD). Returns 0 or -ENOMEM. */
+static int string_to_sign(const struct gpufile__sigv4_request *rq,
+                          const char *hash_hex, const char *date,
+                          struct buf *sts)
+{
+	puts_(sts, "AWS4-HMAC-SHA256\n");
+	puts_(sts, rq->amz_date);
+	put(sts, "\n", 1);
+	puts_(sts, date);
+	put(sts, "/", 1);
+	puts_(sts, rq->region);
+	put(sts, "/", 1);
+	puts_(sts, rq->service);
+	puts_(sts, "/aws4_request\n");
+	puts_(sts, hash_hex);
+	return sts->oom ? -ENOMEM : 0;
+}
+
+/* The signature (hex) of sts with the key derived from the secret for
+ * date, region and service. Returns 0 or -ENAMETOOLONG. */
+static int signature(const struct gpufile__sigv4_request *rq, const char *date,
+                     const char *sts, char *sig_hex)
+{
+	unsigned char digest[32], k[32];
+	char secret[256];
+	int n = snprintf(secret, sizeof(secret), "AWS4%s", rq->secret_key);
+
+	if (n < 0 || (size_t)n >= sizeof(secret))
+		return -ENAMETOOLONG;
 	hmac(secret, (size_t)n, date, k);
 	hmac(k, 32, rq->region, k);
 	hmac(k, 32, rq->service, k);
 	hmac(k, 32, "aws4_request", k);
-	hmac(k, 32, sts.p, digest);
+	hmac(k, 32, sts, digest);
 	to_hex(digest, 32, sig_hex);
+	/* The secret and the derived key are not left on the stack. */
+	explicit_bzero(secret, sizeof(secret));
+	explicit_bzero(k, sizeof(k));
+	return 0;
+}
+
+int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
+                                 char *out, size_t len)
+{
+	struct buf canon = {0}, names = {0}, sts = {0};
+	unsigned char digest[32];
+	char hash_hex[65], sig_hex[65], date[9];
+	int rc, n;
+
+	rc = canonical_request(rq, &canon, &names);
+	if (rc)
+		goto out;
+	SHA256((const unsigned char *)canon.p, canon.n, digest);
+	to_hex(digest, 32, hash_hex);
+	snprintf(date, sizeof(date), "%.8s", rq->amz_date);
+	rc = string_to_sign(rq, hash_hex, date, &sts);
+	if (rc == 0)
+		rc = signature(rq, date, sts.p, sig_hex);
+	if (rc)
+		goto out;
 	n = snprintf(out, len,
 	             "AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, "
 	             "SignedHeaders=%s, Signature=%s",
@@ -238,14 +272,10 @@ int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
 	             names.p ? names.p : "", sig_hex);
 	if (n < 0 || (size_t)n >= len)
 		rc = -ENAMETOOLONG;
-	/* The secret and the derived key are not left on the stack. */
-	explicit_bzero(secret, sizeof(secret));
-	explicit_bzero(k, sizeof(k));
 out:
 	free(canon.p);
 	free(names.p);
 	free(sts.p);
-	free(h);
 	return rc;
 }
 

@@ -513,6 +513,99 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 	return 0;
 }
 
+/* The checks made before the request itself: the arguments, a usable
+ * CUDA (*t), a stream that runs its work (not capturing). */
+static int check_call(gpufile_t *h, ssize_t *n_out, CUstream stream,
+                      const char *what, const struct gpufile__cuda **t)
+{
+	char why[384];
+	int capturing = 0;
+
+	*t = NULL;
+	if (!h)
+		return gpufile__fail(-EINVAL, "%s: handle is NULL", what);
+	if (!n_out)
+		return gpufile__fail(-EINVAL, "%s %s: n_out is NULL", what,
+		                     h->path);
+	*t = gpufile__cuda();
+	if (!*t) {
+		/* The message is formatted into the buffer it comes from. */
+		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
+		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
+		                     h->path, why);
+	}
+	/* A stream capturing a CUDA graph records work instead of running
+	 * it: the event gpufile would wait for never completes, and a
+	 * graph cannot replay a host read. */
+	if ((*t)->cuStreamIsCapturing &&
+	    (*t)->cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS &&
+	    capturing)
+		return gpufile__fail(-EINVAL,
+		                     "%s %s: the stream is capturing a "
+		                     "CUDA graph; stream-ordered requests "
+		                     "cannot be captured",
+		                     what, h->path);
+	return 0;
+}
+
+/* Chooses the request's mechanism into *mech, and for cuFile's queues
+ * the request: *mech is MECH_CUFILE only once it is queued. When cuFile
+ * refuses it at submission the posix side keeps the order, unless the
+ * caller demands cuFile. Returns 0 or an error. */
+static int pick_mechanism(const struct gpufile__cuda *t,
+                          struct gpufile__request *r, int prepared,
+                          CUstream stream, ssize_t *n_out, const char *what,
+                          enum mechanism *mech)
+{
+	char reason[512], why[384];
+
+	*mech = choose(t, r, prepared, reason, sizeof(reason));
+	if (*mech != MECH_CUFILE)
+		return 0;
+	if (cufile_queue(t, r, stream, n_out, why, sizeof(why)) == 0)
+		return 0;
+	if (r->cfg.compat_mode == GPUFILE_COMPAT_OFF)
+		return gpufile__fail(GPUFILE_ECUFILE,
+		                     "%s %s: compat_mode=off requires "
+		                     "cuFile: %s",
+		                     what, r->h->path, why);
+	r->path = GPUFILE_PATH_POSIX;
+	*mech = choose(t, r, 0, reason, sizeof(reason));
+	return 0;
+}
+
+/* Makes the job of a posix-side request and queues it on stream. */
+static int start_job(const struct gpufile__cuda *t, gpufile_t *h, void *buf,
+                     size_t size, int64_t offset, int is_write, ssize_t *n_out,
+                     CUcontext ctx, enum mechanism mech, CUstream stream,
+                     const char *what)
+{
+	struct job *j = calloc(1, sizeof(*j));
+	int rc;
+
+	if (!j)
+		return gpufile__fail(-ENOMEM, "%s %s: out of memory", what,
+		                     h->path);
+	j->mech = mech;
+	j->h = h;
+	j->buf = buf;
+	j->size = size;
+	j->offset = offset;
+	j->is_write = is_write;
+	j->n_out = n_out;
+	j->ctx = ctx;
+	j->refs = 1;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	rc = queue_job(t, j, stream);
+	if (rc) {
+		pthread_mutex_destroy(&j->lock);
+		pthread_cond_destroy(&j->cond);
+		free(j);
+	}
+	return rc;
+}
+
 static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
                      void *stream_arg, ssize_t *n_out, int is_write)
 {
@@ -521,39 +614,13 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	CUstream stream = stream_arg;
 	const struct gpufile__cuda *t;
 	struct gpufile__request r;
-	char reason[512], why[384];
 	CUcontext ctx, old = NULL;
-	struct job *j;
+	enum mechanism mech;
 	int prepared, rc;
 
-	if (!h)
-		return gpufile__fail(-EINVAL, "%s: handle is NULL", what);
-	if (!n_out)
-		return gpufile__fail(-EINVAL, "%s %s: n_out is NULL", what,
-		                     h->path);
-	t = gpufile__cuda();
-	if (!t) {
-		/* The message is formatted into the buffer it comes from. */
-		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
-		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
-		                     h->path, why);
-	}
-	if (t->cuStreamIsCapturing) {
-		/* A stream capturing a CUDA graph records work instead of
-		 * running it: the event gpufile would wait for never
-		 * completes, and a graph cannot replay a host read. */
-		int capturing = 0;
-
-		if (t->cuStreamIsCapturing(stream, &capturing) ==
-		        CUDA_SUCCESS &&
-		    capturing)
-			return gpufile__fail(
-			    -EINVAL,
-			    "%s %s: the stream is capturing a "
-			    "CUDA graph; stream-ordered requests "
-			    "cannot be captured",
-			    what, h->path);
-	}
+	rc = check_call(h, n_out, stream, what, &t);
+	if (rc)
+		return rc;
 	rc = validate(&r, &prepared, h, buf, size, offset, is_write);
 	if (rc)
 		return rc;
@@ -573,48 +640,10 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		                   what, h->path);
 		goto out;
 	}
-	j = calloc(1, sizeof(*j));
-	if (!j) {
-		rc = gpufile__fail(-ENOMEM, "%s %s: out of memory", what,
-		                   h->path);
-		goto restore;
-	}
-	j->mech = choose(t, &r, prepared, reason, sizeof(reason));
-	if (j->mech == MECH_CUFILE) {
-		if (cufile_queue(t, &r, stream, n_out, why, sizeof(why)) == 0) {
-			free(j);
-			goto restore;
-		}
-		/* cuFile refused it at submission: the posix side keeps the
-		 * order, unless the caller demands cuFile. */
-		if (r.cfg.compat_mode == GPUFILE_COMPAT_OFF) {
-			free(j);
-			rc = gpufile__fail(GPUFILE_ECUFILE,
-			                   "%s %s: compat_mode=off requires "
-			                   "cuFile: %s",
-			                   what, h->path, why);
-			goto restore;
-		}
-		r.path = GPUFILE_PATH_POSIX;
-		j->mech = choose(t, &r, 0, reason, sizeof(reason));
-	}
-	j->h = h;
-	j->buf = buf;
-	j->size = size;
-	j->offset = offset;
-	j->is_write = is_write;
-	j->n_out = n_out;
-	j->ctx = ctx;
-	j->refs = 1;
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->cond, NULL);
-	rc = queue_job(t, j, stream);
-	if (rc) {
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
-		free(j);
-	}
-restore:
+	rc = pick_mechanism(t, &r, prepared, stream, n_out, what, &mech);
+	if (rc == 0 && mech != MECH_CUFILE)
+		rc = start_job(t, h, buf, size, offset, is_write, n_out, ctx,
+		               mech, stream, what);
 	t->cuCtxSetCurrent(old);
 out:
 	if (prepared)

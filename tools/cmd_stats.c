@@ -160,10 +160,101 @@ static void remote_counters(struct json *j, int pid)
 	json_object_end(j);
 }
 
+static const char *const dirs[] = {"read", "write"};
+
+/* Path p's object: its totals, each direction's counters (and rates
+ * since prev, seconds ago, when given) and histograms. */
+static void json_path(struct json *j, const gpufile_stats_t *s, int p,
+                      const gpufile_stats_t *prev, double seconds)
+{
+	gpufile_counter_t total = {0, 0, 0, 0};
+
+	for (int d = 0; d < 2; d++) {
+		total.ops += s->path[p][d].ops;
+		total.tasks += s->path[p][d].tasks;
+		total.bytes += s->path[p][d].bytes;
+		total.errors += s->path[p][d].errors;
+	}
+	json_object_begin(j, gpufile_path_name((gpufile_path_t)p));
+	json_key_u64(j, "ops", total.ops);
+	json_key_u64(j, "tasks", total.tasks);
+	json_key_u64(j, "bytes", total.bytes);
+	json_key_u64(j, "errors", total.errors);
+	for (int d = 0; d < 2; d++) {
+		json_counter(j, dirs[d], &s->path[p][d]);
+		if (prev && seconds > 0) {
+			char key[32];
+			uint64_t db =
+			    s->path[p][d].bytes - prev->path[p][d].bytes;
+			uint64_t dop = s->path[p][d].ops - prev->path[p][d].ops;
+			snprintf(key, sizeof(key), "%s_gbps", dirs[d]);
+			json_key_double(j, key, util_gbps(db, seconds));
+			snprintf(key, sizeof(key), "%s_iops", dirs[d]);
+			json_key_double(j, key, (double)dop / seconds);
+		}
+	}
+	json_object_begin(j, "latency_ns");
+	for (int d = 0; d < 2; d++)
+		json_hist(j, dirs[d], s->latency_hist[p][d]);
+	json_object_end(j);
+	json_object_begin(j, "request_bytes");
+	for (int d = 0; d < 2; d++)
+		json_hist(j, dirs[d], s->size_hist[p][d]);
+	json_object_end(j);
+	json_object_end(j);
+}
+
+/* cuFile's own counters per GPU, or null where they are not known. */
+static void json_cufile_layer(struct json *j, const gpufile_stats_t *s)
+{
+	if (s->cufile_ngpus < 0) {
+		json_key_null(j, "cufile_layer");
+		return;
+	}
+	json_array_begin(j, "cufile_layer");
+	for (int g = 0; g < s->cufile_ngpus; g++) {
+		const gpufile_cufile_gpu_t *c = &s->cufile[g];
+		json_object_begin(j, NULL);
+		json_key_i64(j, "gpu", c->gpu);
+		json_key_u64(j, "nvfs_reads", c->nvfs_reads);
+		json_key_u64(j, "posix_reads", c->posix_reads);
+		json_key_u64(j, "p2p_reads", c->p2p_reads);
+		json_key_u64(j, "unaligned_reads", c->unaligned_reads);
+		json_key_u64(j, "nvfs_writes", c->nvfs_writes);
+		json_key_u64(j, "posix_writes", c->posix_writes);
+		json_key_u64(j, "p2p_writes", c->p2p_writes);
+		json_key_u64(j, "unaligned_writes", c->unaligned_writes);
+		json_object_end(j);
+	}
+	json_array_end(j);
+}
+
+/* The file records and the settings in force. */
+static void json_files_settings(struct json *j, const gpufile_stats_t *s,
+                                const gpufile_file_stat_t *f, int nfiles)
+{
+	json_array_begin(j, "files");
+	for (int i = 0; i < nfiles; i++) {
+		json_object_begin(j, NULL);
+		json_key_str(j, "path", f[i].path);
+		json_key_str(j, "chosen", gpufile_path_name(f[i].chosen));
+		json_key_str(j, "reason", f[i].reason);
+		json_object_end(j);
+	}
+	json_array_end(j);
+	json_object_begin(j, "settings");
+	for (int i = 0; i < s->nsettings; i++) {
+		json_object_begin(j, s->settings[i].name);
+		json_key_str(j, "value", s->settings[i].value);
+		json_key_str(j, "source", s->settings[i].source);
+		json_object_end(j);
+	}
+	json_object_end(j);
+}
+
 static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
                        int nfiles, const gpufile_stats_t *prev, double seconds)
 {
-	static const char *const dirs[] = {"read", "write"};
 	struct json j;
 
 	json_init(&j, stdout);
@@ -173,87 +264,14 @@ static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	json_key_u64(&j, "uid", s->uid);
 	json_key_u64(&j, "start_time_ns", s->start_time_ns);
 	json_object_begin(&j, "paths");
-	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
-		gpufile_counter_t total = {0, 0, 0, 0};
-
-		for (int d = 0; d < 2; d++) {
-			total.ops += s->path[p][d].ops;
-			total.tasks += s->path[p][d].tasks;
-			total.bytes += s->path[p][d].bytes;
-			total.errors += s->path[p][d].errors;
-		}
-		json_object_begin(&j, gpufile_path_name((gpufile_path_t)p));
-		json_key_u64(&j, "ops", total.ops);
-		json_key_u64(&j, "tasks", total.tasks);
-		json_key_u64(&j, "bytes", total.bytes);
-		json_key_u64(&j, "errors", total.errors);
-		for (int d = 0; d < 2; d++) {
-			json_counter(&j, dirs[d], &s->path[p][d]);
-			if (prev && seconds > 0) {
-				char key[32];
-				uint64_t db = s->path[p][d].bytes -
-				              prev->path[p][d].bytes;
-				uint64_t dop =
-				    s->path[p][d].ops - prev->path[p][d].ops;
-				snprintf(key, sizeof(key), "%s_gbps", dirs[d]);
-				json_key_double(&j, key,
-				                util_gbps(db, seconds));
-				snprintf(key, sizeof(key), "%s_iops", dirs[d]);
-				json_key_double(&j, key, (double)dop / seconds);
-			}
-		}
-		json_object_begin(&j, "latency_ns");
-		for (int d = 0; d < 2; d++)
-			json_hist(&j, dirs[d], s->latency_hist[p][d]);
-		json_object_end(&j);
-		json_object_begin(&j, "request_bytes");
-		for (int d = 0; d < 2; d++)
-			json_hist(&j, dirs[d], s->size_hist[p][d]);
-		json_object_end(&j);
-		json_object_end(&j);
-	}
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
+		json_path(&j, s, p, prev, seconds);
 	json_object_end(&j);
 	json_key_u64(&j, "direct_io_fallbacks", s->direct_io_fallbacks);
-	if (s->cufile_ngpus < 0) {
-		json_key_null(&j, "cufile_layer");
-	} else {
-		json_array_begin(&j, "cufile_layer");
-		for (int g = 0; g < s->cufile_ngpus; g++) {
-			const gpufile_cufile_gpu_t *c = &s->cufile[g];
-			json_object_begin(&j, NULL);
-			json_key_i64(&j, "gpu", c->gpu);
-			json_key_u64(&j, "nvfs_reads", c->nvfs_reads);
-			json_key_u64(&j, "posix_reads", c->posix_reads);
-			json_key_u64(&j, "p2p_reads", c->p2p_reads);
-			json_key_u64(&j, "unaligned_reads", c->unaligned_reads);
-			json_key_u64(&j, "nvfs_writes", c->nvfs_writes);
-			json_key_u64(&j, "posix_writes", c->posix_writes);
-			json_key_u64(&j, "p2p_writes", c->p2p_writes);
-			json_key_u64(&j, "unaligned_writes",
-			             c->unaligned_writes);
-			json_object_end(&j);
-		}
-		json_array_end(&j);
-	}
+	json_cufile_layer(&j, s);
 	json_key_u64(&j, "files_opened", s->files_opened);
 	remote_counters(&j, s->pid);
-	json_array_begin(&j, "files");
-	for (int i = 0; i < nfiles; i++) {
-		json_object_begin(&j, NULL);
-		json_key_str(&j, "path", f[i].path);
-		json_key_str(&j, "chosen", gpufile_path_name(f[i].chosen));
-		json_key_str(&j, "reason", f[i].reason);
-		json_object_end(&j);
-	}
-	json_array_end(&j);
-	json_object_begin(&j, "settings");
-	for (int i = 0; i < s->nsettings; i++) {
-		json_object_begin(&j, s->settings[i].name);
-		json_key_str(&j, "value", s->settings[i].value);
-		json_key_str(&j, "source", s->settings[i].source);
-		json_object_end(&j);
-	}
-	json_object_end(&j);
+	json_files_settings(&j, s, f, nfiles);
 	json_object_end(&j);
 	fflush(stdout);
 }
@@ -293,7 +311,6 @@ static void print_layers(const gpufile_stats_t *s, int d)
 static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
                        int nfiles, const gpufile_stats_t *prev, double seconds)
 {
-	static const char *const dirs[] = {"read", "write"};
 	char hb[32], t1[4 * 256], t2[4 * 256];
 	uint64_t ops = 0;
 
