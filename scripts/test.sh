@@ -6,6 +6,8 @@
 #   4. build-tsan/  TSan; the tests about the pool, requests and async I/O
 #   5. python/tests with pytest, when that folder exists
 #   6. python-install: the Python package installed as python/README.md says
+# Dependencies: Debian packages (scripts/deps.sh), and s3rver from npm
+# (scripts/s3rver.sh) for one set of S3 tests.
 # Prints a summary and a final line "N passed, M failed" (skipped tests, such
 # as GPU tests on a machine without a GPU, are counted apart); exits non-zero
 # when anything failed, a build included.
@@ -168,6 +170,13 @@ step "dependencies"
 if ! bash scripts/deps.sh; then
 	echo "test: could not install dependencies"
 	exit 1
+fi
+
+# s3rver (npm; not packaged by Debian) for python/tests/test_remote_s3rver.py.
+# Without the npm registry those tests skip, saying so; the S3 tests of
+# gpufile's own servers still run.
+if ! bash scripts/s3rver.sh >/dev/null; then
+	echo "test: s3rver could not be installed: its tests will be skipped"
 fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
