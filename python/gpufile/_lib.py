@@ -176,3 +176,45 @@ def check(rc, filename=None):
     if rc < 0:
         raise make_error(rc, filename=filename)
     return rc
+
+
+class Restore:
+    """What a set() of several values returns: as a context manager (or
+    through restore()), puts back the values they had before. what names
+    them in repr() ("gpufile.defaults.set")."""
+
+    def __init__(self, previous, setter, what):
+        self._previous = previous
+        self._setter = setter
+        self._what = what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
+
+    def restore(self):
+        previous, self._previous = self._previous, {}
+        for name, value in previous.items():
+            self._setter(name, value)
+
+    def __repr__(self):
+        return "<%s: restores %r>" % (self._what, self._previous)
+
+
+def set_all(values, getter, setter, what):
+    """Sets every name -> value of values with setter, all or none: a
+    refusal puts back (with setter) the ones already set, then raises.
+    Returns a Restore of the values getter gave before."""
+    previous = {name: getter(name) for name in values}
+    done = {}
+    try:
+        for name, value in values.items():
+            setter(name, value)
+            done[name] = previous[name]
+    except BaseException:
+        Restore(done, setter, what).restore()
+        raise
+    return Restore(previous, setter, what)

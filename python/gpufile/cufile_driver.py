@@ -89,26 +89,6 @@ def _set_one(name, value):
     _lib.check(_f("gpufile_cufile_driver_set")(name.encode(), value))
 
 
-class _Restore:
-    """Returned by set(): as a context manager, puts back the values the
-    properties had before the call."""
-
-    def __init__(self, previous):
-        self._previous = previous
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.restore()
-        return False
-
-    def restore(self):
-        previous, self._previous = self._previous, {}
-        for name, value in previous.items():
-            _set_one(name, value)
-
-
 def set(*args, **values):
     """set(name, value), set({name: value, ...}) or set(name=value, ...):
     sets each (all or none: a refusal puts back the ones already set).
@@ -122,13 +102,5 @@ def set(*args, **values):
         raise TypeError("set() takes (name, value), a dict, or keywords")
     if not values:
         raise TypeError("set() needs at least one property")
-    previous = {name: _get_one(name) for name in values}
-    done = {}
-    try:
-        for name, value in values.items():
-            _set_one(name, value)
-            done[name] = previous[name]
-    except BaseException:
-        _Restore(done).restore()
-        raise
-    return _Restore(previous)
+    return _lib.set_all(values, _get_one, _set_one,
+                        "gpufile.cufile_driver.set")

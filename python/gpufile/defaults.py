@@ -111,29 +111,6 @@ def _set_one(name, value):
     _lib.check(_lib.lib().gpufile_config_set(name.encode(), _text(value).encode()))
 
 
-class _Restore:
-    """Returned by set(): as a context manager, puts back the values the
-    settings had before the call."""
-
-    def __init__(self, previous):
-        self._previous = previous
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.restore()
-        return False
-
-    def restore(self):
-        previous, self._previous = self._previous, {}
-        for name, value in previous.items():
-            _set_one(name, value)
-
-    def __repr__(self):
-        return "<gpufile.defaults.set: restores %r>" % (self._previous,)
-
-
 def set(*args, **values):
     """set(name, value) or set(name=value, ...): sets each, all or none.
     Usable as ``with gpufile.defaults.set(...):`` to restore the previous
@@ -147,18 +124,8 @@ def set(*args, **values):
         values[args[0]] = args[1]
     if not values:
         raise TypeError("set() needs at least one setting")
-    previous = {}
-    for name in values:
-        previous[name] = _raw(name)[0]
-    done = {}
-    try:
-        for name, value in values.items():
-            _set_one(name, value)
-            done[name] = previous[name]
-    except BaseException:
-        _Restore(done).restore()
-        raise
-    return _Restore(previous)
+    return _lib.set_all(values, lambda name: _raw(name)[0], _set_one,
+                        "gpufile.defaults.set")
 
 
 def reset():
