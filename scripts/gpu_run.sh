@@ -247,6 +247,25 @@ remote-sweep)
 		done
 	done
 	;;
+session3)
+	# After the size-field ABI, the function splits and the remote range
+	# size: every test on the GPU, the warm benchmark, remote at defaults.
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -12
+	grep -E "test_(gpu|batch_gpu|parity_gpu|fork_gpu|struct_size|remote)" "$OUT/ctest.log" | head -20
+	log "python tests"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs python/tests 2>&1 |
+		tee "$OUT/pytest.log" | tail -16
+	log "warm 4 GiB into GPU memory against the pinned copy ceiling"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) 2>&1 | tee "$OUT/gpu_bench.log" |
+		grep -E 'ceiling|warm read|verify'
+	log "remote at defaults"
+	BUILD_DIR=$B REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 | tee "$OUT/remote.log" | tail -45
+	;;
 remote-tune)
 	# Remote reads over range sizes and connection counts, whole-object
 	# reads (--window = object size) and the tool's 1 GiB windows.
