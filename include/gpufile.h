@@ -1124,13 +1124,15 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * How the order is kept (gpufile_stream_info() says which, and why):
  * where the file's device requests take cuFile and libcufile has
  * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
- * stream ("cufile"). Otherwise the stream waits (cuStreamWaitValue32)
- * for a flag that gpufile sets once the request has run through its
- * usual path, the pipelined bounce buffers for device memory
- * ("wait-value"); where the driver refuses stream memory operations, a
- * host function holds the stream instead ("host-func"); a driver with
- * neither makes the call synchronise the stream and run the request
- * before returning ("blocking").
+ * stream ("cufile"). Device (or managed) memory otherwise runs gpufile's
+ * own copies on the GPU, which a held stream must not wait for (CUDA's
+ * rule for flag waits and host functions): the call synchronises the
+ * stream and runs the request through the pipelined bounce buffers
+ * before returning ("blocking"). For host memory the stream waits
+ * (cuStreamWaitValue32) for a flag that gpufile sets once the request
+ * has run ("wait-value"); where the driver refuses stream memory
+ * operations, a host function holds the stream instead ("host-func");
+ * a driver with neither makes the call block as for device memory.
  *
  * Where gpufile differs from KvikIO's FileHandle::read_async and from
  * cuFileReadAsync on purpose: size and offsets are values read at the

@@ -8,13 +8,12 @@
  *   cufile      the file's device requests take cuFile (file.c decides)
  *               and libcufile has cuFileReadAsync/WriteAsync: cuFile
  *               queues the I/O on the stream itself.
- *   wait-value  every other request (the posix path, host buffers): an
+ *   wait-value  host memory (the request puts no work on the GPU): an
  *               event is recorded on the stream (the work before), then
  *               cuStreamWaitValue32 makes the stream wait for a 32-bit
  *               flag in mapped pinned memory. A gpufile thread waits for
  *               the event, runs the request as gpufile_pread/pwrite would
- *               (the pool and its pipelined bounce buffers, not a stream
- *               synchronise followed by one blocking read), writes *n_out
+ *               (the pool's parallel reads), writes *n_out
  *               and then stores the flag from the host, which releases
  *               the stream: the work after sees the bytes and *n_out.
  *   host-func   as wait-value, but the stream is held by a host function
@@ -22,9 +21,13 @@
  *               where the driver refuses stream memory operations
  *               (CUDA_ERROR_NOT_SUPPORTED) or lacks the wait. It occupies
  *               one of the driver's callback threads while it waits.
- *   blocking    neither exists (drivers older than CUDA 10): the call
- *               synchronises the stream, runs the request and returns
- *               once *n_out is written. Correct order, no overlap.
+ *   blocking    device (or managed) memory on the posix path, whose
+ *               request runs gpufile's own copies on the GPU (see
+ *               runs_gpu_work), or a driver with neither of the above
+ *               (older than CUDA 10): the call synchronises the stream,
+ *               runs the request (the pool and its pipelined bounce
+ *               buffers) and returns once *n_out is written. Correct
+ *               order; no overlap with the caller's work after it.
  *
  * The flags live in slabs of mapped pinned memory that are never freed (a
  * stream may still be waiting on one when gpufile_release() runs). A slot
@@ -328,6 +331,33 @@ static int cufile_queue(const struct gpufile__cuda *t,
 
 /* Which mechanism a request on stream uses, and why (reason, len bytes).
  * r is prepared (file.c); cuFile's is tried by the caller. */
+/*
+ * Whether the request itself puts work on the GPU: device (or managed)
+ * memory on the posix side is staged through pinned buffers and copied
+ * by gpufile on streams of its own. Such a request must not hold the
+ * caller's stream. CUDA allows a flag wait (cuStreamWaitValue32) and a
+ * host function to depend only on work already ordered before them: a
+ * held stream may share a hardware queue with gpufile's copy streams,
+ * and a copy queued behind the hold then waits for the flag that only
+ * its own completion would set. The Python suite hung that way on the
+ * H200 (a CuPy read_async after ~150 other tests had made their streams;
+ * the same test alone passed). Host memory needs no GPU work: a flag or
+ * a host function is then safe.
+ */
+static int runs_gpu_work(const struct gpufile__request *r)
+{
+	gpufile_mem_t kind = GPUFILE_MEM_HOST;
+
+	if (r->cuda_ctx)
+		return 1;
+	/* An append is not prepared (its offset is placed when it runs):
+	 * ask the driver what its buffer is. */
+	if (r->buf && gpufile_mem_kind(r->buf, &kind, NULL) == 0)
+		return kind == GPUFILE_MEM_DEVICE ||
+		       kind == GPUFILE_MEM_MANAGED;
+	return 0;
+}
+
 static enum mechanism choose(const struct gpufile__cuda *t,
                              const struct gpufile__request *r, int prepared,
                              char *reason, size_t len)
@@ -348,6 +378,17 @@ static enum mechanism choose(const struct gpufile__cuda *t,
 			         r->is_write ? "Write" : "Read");
 			return MECH_CUFILE;
 		}
+	}
+	if (runs_gpu_work(r)) {
+		snprintf(
+		    reason, len,
+		    "blocking: a %s of device memory runs gpufile's own "
+		    "copies on the GPU, which a stream held by gpufile "
+		    "must not wait for (CUDA's rule for flag waits and "
+		    "host functions), so the call synchronises the stream "
+		    "and runs the %s through the %s path before it returns",
+		    io, io, gpufile_path_name(r->path));
+		return MECH_BLOCKING;
 	}
 	if (t->cuStreamWaitValue32 && !atomic_load(&wait_unsupported)) {
 		snprintf(reason, len,

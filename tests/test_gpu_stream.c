@@ -237,7 +237,7 @@ static void run(const char *compat)
 		CHECK_EQ(cu.cuStreamDestroy(s), 0);
 		s = NULL;
 	}
-	CHECK(strncmp(reason, "wait-value:", 11) == 0 ||
+	CHECK(strncmp(reason, "blocking:", 9) == 0 ||
 	      strncmp(reason, "cufile:", 7) == 0);
 	CHECK_EQ(cu.cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), 0);
 	check_read(h, s, FILE_SIZE, 0, FILE_SIZE, 1);

@@ -28,8 +28,16 @@
 #define FILE_SIZE ((6u << 20) + 123)
 #define SEED_FILE 61
 #define SEED_DEV  62
-#define BEFORE    0xAB /* what the kernel before writes */
-#define AFTER     0xCD /* what the kernel after writes */
+
+/* Where check_read, check_write and test_many put their buffers: the
+ * fake's device memory (dev_base; gpufile stages it through its own
+ * copies, so the call blocks: stream.c's runs_gpu_work) or plain host
+ * memory (host_base; the stream is held by a flag or a host function
+ * while a gpufile thread reads). */
+static unsigned char *io_base;
+static unsigned char *host_base;
+#define BEFORE 0xAB /* what the kernel before writes */
+#define AFTER  0xCD /* what the kernel after writes */
 #include "fake_cuda.h"
 
 #ifndef FAKE_CUFILE_PATH
@@ -46,8 +54,9 @@ struct kernel {
 	int expect_byte;       /* or: every byte must be this, or -1 */
 	const ssize_t *n_out;  /* *n_out when it ran */
 	ssize_t n_seen;
-	unsigned char *copy; /* buf as it ran, or NULL */
-	int ok;              /* buf held what was expected */
+	unsigned char *copy;      /* buf as it ran, or NULL */
+	const unsigned char *src; /* copied into buf after the checks */
+	int ok;                   /* buf held what was expected */
 	int ran;
 };
 
@@ -62,6 +71,8 @@ static void kernel_fn(void *arg)
 	    test_mismatch_byte(k->buf, k->len, (unsigned char)k->expect_byte) !=
 	        -1)
 		k->ok = 0;
+	if (k->src)
+		memcpy(k->buf, k->src, k->len);
 	if (k->copy)
 		memcpy(k->copy, k->buf, k->len);
 	if (k->n_out)
@@ -107,7 +118,7 @@ static size_t queued(CUstream s)
 static void check_read(gpufile_t *h, size_t size, int64_t off, ssize_t want,
                        const char *mech)
 {
-	unsigned char *dev = dev_base + 4096 + 1; /* unaligned on purpose */
+	unsigned char *dev = io_base + 4096 + 1; /* unaligned on purpose */
 	unsigned char *seen = test_malloc(size);
 	struct kernel before, after;
 	char reason[512];
@@ -173,7 +184,7 @@ static void check_read(gpufile_t *h, size_t size, int64_t off, ssize_t want,
 static void check_write(gpufile_t *h, const char *path, size_t size,
                         int64_t off, uint64_t seed)
 {
-	unsigned char *dev = dev_base + 8192 + 3;
+	unsigned char *dev = io_base + 8192 + 3;
 	unsigned char *pattern = test_malloc(size);
 	struct kernel before, after;
 	unsigned char *file;
@@ -191,12 +202,15 @@ static void check_write(gpufile_t *h, const char *path, size_t size,
 	 * buffer still zero. */
 	before = kernel(dev, size, -1);
 	before.expect_byte = 0;
+	if (io_base == host_base)
+		before.src = pattern; /* host memory: the "kernel" writes it */
 	launch(s, &before);
 	CHECK_EQ(fake.cuMemHostAlloc(&pinned_src, size, 0), 0);
 	memcpy(pinned_src, pattern, size);
-	CHECK_EQ(fake.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dev, pinned_src,
-	                                size, s),
-	         0);
+	if (io_base != host_base)
+		CHECK_EQ(fake.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dev,
+		                                pinned_src, size, s),
+		         0);
 	CHECK_EQ(gpufile_write_async(h, dev, size, off, s, &n), 0);
 	after = kernel(dev, size, AFTER); /* must not reach the file */
 	after.n_out = &n;
@@ -332,20 +346,20 @@ static void test_many(gpufile_t *h)
 	ssize_t n[STREAMS][PER];
 	struct kernel after[STREAMS];
 
-	memset(dev_base, 0, (size_t)STREAMS * PER * PIECE);
+	memset(io_base, 0, (size_t)STREAMS * PER * PIECE);
 	for (int i = 0; i < STREAMS; i++)
 		CHECK_EQ(fake.cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING), 0);
 	for (int r = 0; r < PER; r++)
 		for (int i = 0; i < STREAMS; i++) {
 			size_t at = ((size_t)i * PER + r) * PIECE;
 			n[i][r] = -1;
-			CHECK_EQ(gpufile_read_async(h, dev_base + at, PIECE,
+			CHECK_EQ(gpufile_read_async(h, io_base + at, PIECE,
 			                            (int64_t)at, s[i],
 			                            &n[i][r]),
 			         0);
 		}
 	for (int i = 0; i < STREAMS; i++) {
-		after[i] = kernel(dev_base, 1, -1);
+		after[i] = kernel(io_base, 1, -1);
 		after[i].n_out = &n[i][PER - 1];
 		launch(s[i], &after[i]);
 	}
@@ -356,9 +370,9 @@ static void test_many(gpufile_t *h)
 			CHECK_EQ(n[i][r], PIECE);
 		CHECK_EQ(fake.cuStreamDestroy(s[i]), 0);
 	}
-	CHECK_EQ(test_mismatch(dev_base, (size_t)STREAMS * PER * PIECE,
-	                       SEED_FILE, 0),
-	         -1);
+	CHECK_EQ(
+	    test_mismatch(io_base, (size_t)STREAMS * PER * PIECE, SEED_FILE, 0),
+	    -1);
 }
 
 /* ---- cuFile's own stream-ordered calls (libfake_cufile.so) ---- */
@@ -437,6 +451,12 @@ int main(void)
 		return 1;
 	}
 	dev_base = mem;
+	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
+	host_base = mem;
+	io_base = dev_base;
 	CHECK_EQ(test_make_file(rpath, FILE_SIZE, SEED_FILE), 0);
 	gpufile__cuda_override(&fake);
 	/* Never hand the fake's "device memory" to a real cuFile. */
@@ -451,17 +471,32 @@ int main(void)
 	if (!h || !w || !ro)
 		return test_finish("test_stream");
 
-	/* The flag wait: several tasks, through the bounce buffers. */
+	/* Device memory: gpufile's own copies run on the GPU, so the call
+	 * synchronises the stream and runs the request (several tasks,
+	 * through the bounce buffers); no flag wait is queued. */
+	io_base = dev_base;
+	check_read(h, (3u << 20) + 777, 5, (3u << 20) + 777, "blocking:");
+	check_read(h, 8192, FILE_SIZE - 4000, 4000, "blocking:"); /* EOF */
+	check_read(h, 4096, FILE_SIZE + 10, 0, "blocking:");
+	check_write(w, wpath, (2u << 20) + 11, 3, 67);
+	test_many(h);
+	CHECK_EQ(wait_ops, 0);
+
+	/* Host memory: the flag wait holds the stream while a gpufile
+	 * thread reads. */
+	io_base = host_base;
 	check_read(h, (3u << 20) + 777, 5, (3u << 20) + 777, "wait-value:");
 	check_read(h, 8192, FILE_SIZE - 4000, 4000, "wait-value:"); /* EOF */
 	check_read(h, 4096, FILE_SIZE + 10, 0, "wait-value:");
 	CHECK(wait_ops >= 3);
 	check_write(w, wpath, (2u << 20) + 11, 3, 65);
 	test_many(h);
+	io_base = dev_base;
 	test_errors(h, ro);
 
 	/* The driver refuses stream memory operations: a host function
-	 * holds the stream. */
+	 * holds the stream (host memory). */
+	io_base = host_base;
 	fake_wait_refused = 1;
 	{
 		long hostfn_before = hostfn_ops;
@@ -472,6 +507,7 @@ int main(void)
 		check_write(w, wpath, (1u << 20) + 1, 4096 * 3, 66);
 		CHECK(hostfn_ops - hostfn_before >= 3 * 2 + 3);
 	}
+	io_base = dev_base;
 
 	/* Neither: the call blocks, and n_out is set when it returns. */
 	{
@@ -509,6 +545,7 @@ int main(void)
 	gpufile_release();
 	gpufile__cuda_override(NULL);
 	test_cleanup();
-	free(mem);
+	free(dev_base);
+	free(host_base);
 	return test_finish("test_stream");
 }
