@@ -17,7 +17,16 @@ for _ in $(seq 400); do
 	kill -0 "$pid" 2>/dev/null || break
 	sleep 0.025
 done
-sleep 0.5 # let some ranges land
+# ...and until some ranges have landed (bounded): a capture right after
+# the open would show only its HEAD request.
+for _ in $(seq 400); do
+	"$g" stats "$pid" --json 2>/dev/null | python3 -c '
+import json, sys
+r = json.load(sys.stdin).get("remote_http") or {}
+sys.exit(0 if r.get("ranges", 0) > 0 else 1)' && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.025
+done
 echo "=== gpufile stats $pid (during its remote read)"
 "$g" stats "$pid" || true
 wait "$pid"

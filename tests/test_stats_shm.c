@@ -313,6 +313,19 @@ static void test_observe(void)
 		    strstr(out, "\"reason\": \"test: cuFile not available\"") !=
 		    NULL);
 		CHECK(strstr(out, "\"chosen\": \"posix\"") != NULL);
+		/* The text summary lists every path whose requests n counts
+		 * (mmap and remote were left out while n included them). */
+		snprintf(cmd, sizeof(cmd), "%s stats %d", cli(), (int)ch.pid);
+		CHECK_EQ(run(cmd, out, sizeof(out)), 0);
+		{
+			char want[128];
+			snprintf(
+			    want, sizeof(want),
+			    "reads  gpufile: n=%d cufile=0 (0 tasks) posix=0 "
+			    "small=0 host=%d mmap=0 remote=0",
+			    2 * BATCH, 2 * BATCH);
+			CHECK_CONTAINS(out, want);
+		}
 
 		/* The list shows the process and its bytes. */
 		snprintf(cmd, sizeof(cmd), "%s stats --json", cli());

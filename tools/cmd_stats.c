@@ -277,7 +277,8 @@ static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 }
 
 /* "reads   gpufile: n=.. cufile=..(.. tasks) posix=.. small=.. host=..
- *          | cuFile: n=.. nvfs=.. posix=.. p2p=.. unaligned=.." */
+ *          mmap=.. remote=.. | cuFile: n=.. nvfs=.. posix=.. p2p=..
+ *          unaligned=.." (n is the sum of the paths listed) */
 static void print_layers(const gpufile_stats_t *s, int d)
 {
 	uint64_t n = 0, nvfs = 0, posix = 0, p2p = 0, unal = 0;
@@ -285,12 +286,15 @@ static void print_layers(const gpufile_stats_t *s, int d)
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
 		n += s->path[p][d].ops;
 	printf("%-6s gpufile: n=%" PRIu64 " cufile=%" PRIu64 " (%" PRIu64
-	       " tasks) posix=%" PRIu64 " small=%" PRIu64 " host=%" PRIu64,
+	       " tasks) posix=%" PRIu64 " small=%" PRIu64 " host=%" PRIu64
+	       " mmap=%" PRIu64 " remote=%" PRIu64,
 	       d ? "writes" : "reads", n, s->path[GPUFILE_PATH_CUFILE][d].ops,
 	       s->path[GPUFILE_PATH_CUFILE][d].tasks,
 	       s->path[GPUFILE_PATH_POSIX][d].ops,
 	       s->path[GPUFILE_PATH_SMALL][d].ops,
-	       s->path[GPUFILE_PATH_HOST][d].ops);
+	       s->path[GPUFILE_PATH_HOST][d].ops,
+	       s->path[GPUFILE_PATH_MMAP][d].ops,
+	       s->path[GPUFILE_PATH_REMOTE][d].ops);
 	if (s->cufile_ngpus < 0) {
 		printf(" | cuFile: no counters (cuFile not used, or its "
 		       "stats not enabled)\n");
