@@ -105,45 +105,42 @@ static void describe(CUfileError_t e, char *out, size_t len)
 		         gpufile__cufile_status_name(e.err), (int)e.err);
 }
 
-/* Caller holds cufile_lock. */
-static int load_locked(void)
+/* Caller holds cufile_lock. Records why cuFile cannot be used (message
+ * already written), closes the library if open. Returns -1. */
+static int load_failed(int err)
 {
-	void *fn;
+	failure_err = err;
+	load_state = -1;
+	if (lib)
+		dlclose(lib);
+	lib = NULL;
+	return -1;
+}
 
-	if (load_state)
-		return load_state > 0 ? 0 : -1;
-	if (gpufile__config_string("cufile_library", library,
-	                           sizeof(library))) {
-		snprintf(message, sizeof(message), "%s", gpufile_errmsg());
-		failure_err = GPUFILE_ECONFIG;
-		load_state = -1;
-		return -1;
-	}
-	lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		snprintf(message, sizeof(message),
-		         "cannot load the cuFile library %.200s (%.250s)",
-		         library, dlerror());
-		failure_err = GPUFILE_ENOCUFILE;
-		load_state = -1;
-		return -1;
-	}
+/* Caller holds cufile_lock. Fills the table's entries of symbols[]; a
+ * required one missing is a failure. Returns 0 or -1. */
+static int resolve_listed(void)
+{
 	memset(&table, 0, sizeof(table));
 	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
-		fn = dlsym(lib, symbols[i].symbol);
+		void *fn = dlsym(lib, symbols[i].symbol);
+
 		if (!fn && !symbols[i].optional) {
 			snprintf(message, sizeof(message),
 			         "%.200s lacks %s: not a usable cuFile library",
 			         library, symbols[i].symbol);
-			failure_err = GPUFILE_ENOCUFILE;
-			load_state = -1;
-			dlclose(lib);
-			lib = NULL;
-			return -1;
+			return load_failed(GPUFILE_ENOCUFILE);
 		}
 		memcpy((char *)&table + symbols[i].offset, &fn, sizeof(fn));
 	}
-	/* Optional ones are recorded as a set; stats needs both calls. */
+	return 0;
+}
+
+/* Caller holds cufile_lock. The optional groups, each used whole or not
+ * at all: properties, version, stats (both calls), stream (read and
+ * write), batch (all four). */
+static void resolve_optional(void)
+{
 	if (table.cuFileDriverGetProperties)
 		table.optional |= GPUFILE__CUFILE_HAS_PROPS;
 	if (table.cuFileGetVersion)
@@ -160,7 +157,6 @@ static int load_locked(void)
 		table.optional |= GPUFILE__CUFILE_HAS_STREAM;
 	else
 		table.cuFileReadAsync = NULL, table.cuFileWriteAsync = NULL;
-	/* The batch API: all four entry points, or none used. */
 	table.cuFileBatchIOSetUp =
 	    (cuFileBatchIOSetUp_fn)dlsym(lib, "cuFileBatchIOSetUp");
 	table.cuFileBatchIOSubmit =
@@ -172,9 +168,14 @@ static int load_locked(void)
 	if (table.cuFileBatchIOSetUp && table.cuFileBatchIOSubmit &&
 	    table.cuFileBatchIOGetStatus && table.cuFileBatchIODestroy)
 		table.optional |= GPUFILE__CUFILE_HAS_BATCH;
-	/* cuFileDriverClose_v2 (1.10+) is the one to call at exit; the old
-	 * one stays for older libraries. */
-	fn = dlsym(lib, "cuFileDriverClose_v2");
+}
+
+/* Caller holds cufile_lock. cuFileDriverClose_v2 (1.10+) is the one to
+ * call at exit; the old one stays for older libraries. Returns 0 or -1. */
+static int resolve_close(void)
+{
+	void *fn = dlsym(lib, "cuFileDriverClose_v2");
+
 	if (fn)
 		table.optional |= GPUFILE__CUFILE_HAS_CLOSE_V2;
 	else
@@ -184,13 +185,32 @@ static int load_locked(void)
 		         "%.200s lacks cuFileDriverClose: not a usable cuFile "
 		         "library",
 		         library);
-		failure_err = GPUFILE_ENOCUFILE;
-		load_state = -1;
-		dlclose(lib);
-		lib = NULL;
-		return -1;
+		return load_failed(GPUFILE_ENOCUFILE);
 	}
 	memcpy(&table.cuFileDriverClose, &fn, sizeof(fn));
+	return 0;
+}
+
+/* Caller holds cufile_lock. */
+static int load_locked(void)
+{
+	if (load_state)
+		return load_state > 0 ? 0 : -1;
+	if (gpufile__config_string("cufile_library", library,
+	                           sizeof(library))) {
+		snprintf(message, sizeof(message), "%s", gpufile_errmsg());
+		return load_failed(GPUFILE_ECONFIG);
+	}
+	lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(message, sizeof(message),
+		         "cannot load the cuFile library %.200s (%.250s)",
+		         library, dlerror());
+		return load_failed(GPUFILE_ENOCUFILE);
+	}
+	if (resolve_listed() || resolve_close())
+		return -1;
+	resolve_optional();
 	version = 0;
 	if (table.cuFileGetVersion) {
 		int v = 0;

@@ -107,22 +107,15 @@ static void add_task_size(gpufile_plan_t *p, uint64_t len, uint64_t count)
 	p->ntask_sizes++;
 }
 
-/* gpufile_explain() into the library's own struct out, zeroed. */
-static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
-                int registered, const gpufile_cufile_config_t *cfg,
-                gpufile_plan_t *out)
+/* The settings and cuFile configuration a plan is made with, into out
+ * (task_size 0: the setting). Returns 0 or an error. */
+static int plan_inputs(uint64_t task_size, int registered,
+                       const gpufile_cufile_config_t *cfg, gpufile_plan_t *out)
 {
 	size_t ts_setting, threshold;
 	unsigned nthreads;
-	uint64_t base, end, max_parts = 0;
 	int rc;
 
-	if (size > (uint64_t)INT64_MAX || offset > (uint64_t)INT64_MAX - size)
-		return gpufile__fail(
-		    -EINVAL,
-		    "explain: offset %llu with size %llu is out "
-		    "of range",
-		    (unsigned long long)offset, (unsigned long long)size);
 	rc = gpufile_get_task_size(&ts_setting);
 	if (rc == 0)
 		rc = gpufile_get_gds_threshold(&threshold);
@@ -142,19 +135,21 @@ static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
 		if (rc)
 			return rc;
 	}
-	if (!task_size)
-		task_size = ts_setting;
-	out->read_size = size;
-	out->offset = offset;
-	out->task_size = task_size;
+	out->task_size = task_size ? task_size : ts_setting;
 	out->gds_threshold = threshold;
 	out->registered = registered ? 1 : 0;
 	out->nthreads = nthreads;
+	return 0;
+}
 
-	/* Tasks, exactly as pool.c splits: at multiples of task_size in
-	 * the file. */
-	base = offset - offset % task_size;
-	end = offset + size;
+/* gpufile's tasks, exactly as pool.c splits a request: at multiples of
+ * task_size in the file. */
+static void plan_tasks(gpufile_plan_t *out)
+{
+	const uint64_t size = out->read_size, offset = out->offset,
+	               task_size = out->task_size;
+	const uint64_t base = offset - offset % task_size, end = offset + size;
+
 	out->tasks = size ? div_up(end - base, task_size) : 0;
 	if (out->tasks == 1) {
 		add_task_size(out, size, 1);
@@ -167,11 +162,16 @@ static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
 		add_task_size(out, end - last_start, 1);
 	}
 	out->whole_task_size = offset ? offset + size : size;
+}
 
-	/* The threshold applies to the request as a whole (file.c): a
-	 * request at or above it sends every task to cuFile, even a short
-	 * tail task. */
-	out->below_threshold = size < threshold;
+/* cuFile's schedule of each distinct task size. The threshold applies to
+ * the request as a whole (file.c): a request at or above it sends every
+ * task to cuFile, even a short tail task. */
+static void plan_cufile(gpufile_plan_t *out)
+{
+	uint64_t max_parts = 0;
+
+	out->below_threshold = out->read_size < out->gds_threshold;
 	out->cufile_requests = out->below_threshold ? 0 : out->tasks;
 	if (!out->below_threshold) {
 		for (int i = 0; i < out->ntask_sizes; i++) {
@@ -184,14 +184,36 @@ static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
 		}
 	}
 	out->parts_in_flight =
-	    min_u64(nthreads, out->cufile_requests) * max_parts;
+	    min_u64(out->nthreads, out->cufile_requests) * max_parts;
 	snprintf(out->model_note, sizeof(out->model_note), "%s",
-	         registered
+	         out->registered
 	             ? "registered buffer: NVIDIA documents the split for "
 	               "unregistered buffers only; gpufile's model applies "
 	               "the same rule (an assumption, not a measurement)"
 	             : "unregistered buffer: the rule NVIDIA documents "
 	               "(cufile.json execution section)");
+}
+
+/* gpufile_explain() into the library's own struct out, zeroed. */
+static int plan(uint64_t size, uint64_t offset, uint64_t task_size,
+                int registered, const gpufile_cufile_config_t *cfg,
+                gpufile_plan_t *out)
+{
+	int rc;
+
+	if (size > (uint64_t)INT64_MAX || offset > (uint64_t)INT64_MAX - size)
+		return gpufile__fail(
+		    -EINVAL,
+		    "explain: offset %llu with size %llu is out "
+		    "of range",
+		    (unsigned long long)offset, (unsigned long long)size);
+	rc = plan_inputs(task_size, registered, cfg, out);
+	if (rc)
+		return rc;
+	out->read_size = size;
+	out->offset = offset;
+	plan_tasks(out);
+	plan_cufile(out);
 	return 0;
 }
 
