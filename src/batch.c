@@ -137,6 +137,11 @@ struct gpufile_batch {
 	int busy;        /* submitted and not complete */
 	int complete;    /* every entry of the last submit is done */
 	unsigned active; /* workers between taking a submit and going idle */
+	/* Workers that have taken the current gen (or were started after
+	 * it): a submit may rewrite the entries and chunks only when every
+	 * worker has, or one woken late for the previous submit could take
+	 * a chunk of the next while it is being written. */
+	unsigned caught_up;
 	pthread_cond_t idle; /* active became 0 */
 	unsigned nworkers;   /* started */
 	unsigned nalloc;     /* workers in w */
@@ -812,6 +817,7 @@ static void *worker_main(void *arg)
 		if (b->stop)
 			break;
 		seen = b->gen;
+		b->caught_up++;
 		b->active++;
 		pthread_mutex_unlock(&b->lock);
 		for (;;) {
@@ -881,6 +887,7 @@ static void batch_after_fork(struct gpufile_batch *b)
 	pthread_cond_init(&b->idle, NULL);
 	b->nworkers = 0;
 	b->active = 0;
+	b->caught_up = 0;
 	b->stop = 0;
 	for (unsigned k = 0; k < b->nalloc; k++) {
 		struct worker *w = &b->w[k];
@@ -1002,6 +1009,7 @@ static int start_workers(struct gpufile_batch *b, unsigned want)
 		w->started = 1;
 		pthread_mutex_lock(&b->lock);
 		b->nworkers = k + 1;
+		b->caught_up++; /* it starts at the current gen */
 		pthread_mutex_unlock(&b->lock);
 	}
 	if (!b->nworkers)
@@ -1233,8 +1241,11 @@ static int submit_ready(gpufile_batch_t *b,
 	pthread_mutex_lock(&b->lock);
 	busy = b->busy;
 	/* Workers that ended the last entry may still be on their way back
-	 * to sleep, reading nchunks: let them get there first. */
-	while (!busy && b->active)
+	 * to sleep, reading nchunks, and a worker woken for the last submit
+	 * may not have taken it yet (the others did all its chunks): let
+	 * every one take it and get back first. Each that takes it ends by
+	 * making active 0 again, which signals idle. */
+	while (!busy && (b->active || b->caught_up < b->nworkers))
 		pthread_cond_wait(&b->idle, &b->lock);
 	pthread_mutex_unlock(&b->lock);
 	if (busy)
@@ -1367,6 +1378,7 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 	b->complete = n == 0;
 	b->busy = n != 0;
 	b->gen++;
+	b->caught_up = 0;
 	pthread_cond_broadcast(&b->work);
 	pthread_mutex_unlock(&b->lock);
 	return 0;
