@@ -1402,15 +1402,8 @@ int gpufile_batch_wait(gpufile_batch_t *b, long timeout_ms)
 		return gpufile__fail(-EINVAL, "gpufile_batch_wait: batch is "
 		                              "NULL");
 	batch_after_fork(b);
-	if (timeout_ms > 0) {
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += timeout_ms / 1000;
-		until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
+	if (timeout_ms > 0)
+		gpufile__deadline(timeout_ms, &until);
 	pthread_mutex_lock(&b->lock);
 	while (!b->complete && rc == 0) {
 		if (timeout_ms == 0)

@@ -348,6 +348,10 @@ struct gpufile__request {
 	char errmsg[512];
 };
 
+/* *out = now (CLOCK_REALTIME, as pthread_cond_timedwait takes) plus
+ * timeout_ms milliseconds (> 0). */
+void gpufile__deadline(long timeout_ms, struct timespec *out);
+
 /* Initialises r for a request of size bytes split at multiples of
  * cfg.task_size in the file. */
 void gpufile__request_init(struct gpufile__request *r);

@@ -489,6 +489,17 @@ static void help(struct gpufile__request *r)
 	pthread_mutex_unlock(&pool.lock);
 }
 
+void gpufile__deadline(long timeout_ms, struct timespec *out)
+{
+	clock_gettime(CLOCK_REALTIME, out);
+	out->tv_sec += timeout_ms / 1000;
+	out->tv_nsec += (timeout_ms % 1000) * 1000000L;
+	if (out->tv_nsec >= 1000000000L) {
+		out->tv_sec++;
+		out->tv_nsec -= 1000000000L;
+	}
+}
+
 ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
 {
 	ssize_t result;
@@ -496,15 +507,8 @@ ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
 
 	if (timeout_ms != 0 && r->path == GPUFILE_PATH_HOST && !is_worker)
 		help(r);
-	if (timeout_ms > 0) {
-		clock_gettime(CLOCK_REALTIME, &deadline);
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
+	if (timeout_ms > 0)
+		gpufile__deadline(timeout_ms, &deadline);
 	pthread_mutex_lock(&r->lock);
 	while (!r->done) {
 		if (timeout_ms < 0) {
