@@ -298,6 +298,27 @@ final-last)
 	log "safetensors"
 	python3 bench/st_bench.py --dir $data --rounds 3 2>&1 | tee "$OUT/st_bench.log" | grep -E 'x faster|of raw|per tensor|median'
 	;;
+session4)
+	# The stream-ordered change (device memory on the posix path now
+	# blocks): every test on the GPU; pytest with a per-test limit whose
+	# thread method dumps every stack and exits if a test hangs in C;
+	# the stream tests again and again.
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+	grep -E "test_gpu_stream" "$OUT/ctest.log"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "python tests"
+	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs -p no:cacheprovider \
+		--timeout=120 --timeout-method=thread python/tests 2>&1 |
+		tee "$OUT/pytest.log" | tail -12
+	log "stream tests, 10 times"
+	for i in $(seq 10); do
+		python3 -m pytest -q -p no:cacheprovider --timeout=60 --timeout-method=thread \
+			python/tests/test_stream.py 2>&1 | tail -1
+		$B/tests/test_gpu_stream >"$OUT/gpu_stream_$i.log" 2>&1; echo "test_gpu_stream rc=$?"
+	done | tee "$OUT/stream_repeat.log"
+	;;
 st)
 	log "safetensors: C test"
 	GPUFILE_CLI=$root/$B/gpufile $B/tests/test_safetensors 2>&1 | tail -5
