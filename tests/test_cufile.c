@@ -253,18 +253,7 @@ static int fake_loaded(void)
 /* The fake's counters (all zero when it is not loaded). */
 static struct fake_cufile_counts fake(void)
 {
-	struct fake_cufile_counts c;
-	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
-
-	memset(&c, 0, sizeof(c));
-	if (lib) {
-		fake_cufile_counts_fn fn =
-		    (fake_cufile_counts_fn)dlsym(lib, "fake_cufile_counts");
-		if (fn)
-			fn(&c);
-		dlclose(lib);
-	}
-	return c;
+	return fake_cufile_read(FAKE_CUFILE_PATH);
 }
 
 static void *dev_alloc(size_t size)

@@ -80,18 +80,7 @@ static int fake_loaded(void)
 
 static struct fake_cufile_counts cufile_counts(void)
 {
-	struct fake_cufile_counts c;
-	void *lib = dlopen(FAKE_CUFILE_PATH, RTLD_NOW | RTLD_NOLOAD);
-
-	memset(&c, 0, sizeof(c));
-	if (lib) {
-		fake_cufile_counts_fn fn =
-		    (fake_cufile_counts_fn)dlsym(lib, "fake_cufile_counts");
-		if (fn)
-			fn(&c);
-		dlclose(lib);
-	}
-	return c;
+	return fake_cufile_read(FAKE_CUFILE_PATH);
 }
 
 static void setup(int mode, int cufile, int acc, int accel_only)

@@ -14,26 +14,10 @@
 
 #define SIZE ((size_t)(5u << 20) + 123)
 
+/* The whole object and 3,000,000 bytes at 1,234,567 into host memory. */
 static void read_host(const char *url)
 {
-	gpufile_t *h = NULL;
-	unsigned char *d = dest_new(SIZE);
-	int rc = gpufile_open(&h, url, "r");
-
-	CHECK_EQ(rc, 0);
-	if (rc) {
-		fprintf(stderr, "%s\n", gpufile_errmsg());
-		dest_free(d);
-		return;
-	}
-	CHECK_EQ(gpufile_size(h), SIZE);
-	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
-	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
-	memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
-	CHECK_EQ(gpufile_pread(h, d, 3000000, 1234567), 3000000);
-	CHECK_EQ(dest_bad(d, 3000000, 1234567, 1), 0);
-	gpufile_close(h);
-	dest_free(d);
+	CHECK_EQ(read_whole_and_part(url, SIZE, 3000000, 1234567), 0);
 }
 
 /* A device destination: each chunk is fetched into a pinned bounce

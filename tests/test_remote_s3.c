@@ -41,25 +41,7 @@ static pid_t start(const char *token)
 
 static void read_whole(const char *url)
 {
-	gpufile_t *h = NULL;
-	unsigned char *d = dest_new(SIZE);
-	int rc = gpufile_open(&h, url, "r");
-
-	CHECK_EQ(rc, 0);
-	if (rc) {
-		fprintf(stderr, "  %s: %s\n", url, gpufile_errmsg());
-		dest_free(d);
-		return;
-	}
-	CHECK_EQ(gpufile_size(h), SIZE);
-	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
-	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
-	memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
-	CHECK_EQ(gpufile_pread(h, d, 12345, 999999), 12345);
-	CHECK_EQ(dest_bad(d, 12345, 999999, 1), 0);
-	CHECK(strcmp(gpufile_filename(h), url) == 0);
-	gpufile_close(h);
-	dest_free(d);
+	CHECK_EQ(read_whole_and_part(url, SIZE, 12345, 999999), 0);
 }
 
 int main(void)

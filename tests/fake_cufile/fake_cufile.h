@@ -16,7 +16,9 @@
 #ifndef FAKE_CUFILE_H
 #define FAKE_CUFILE_H
 
+#include <dlfcn.h>
 #include <stdint.h>
+#include <string.h>
 
 struct fake_cufile_counts {
 	uint64_t driver_open, driver_close;
@@ -35,6 +37,24 @@ struct fake_cufile_counts {
 
 /* Exported by libfake_cufile.so; reach it with dlsym. */
 typedef void (*fake_cufile_counts_fn)(struct fake_cufile_counts *out);
+
+/* For tests: the counters of the fake at lib_path if the process has it
+ * loaded, else all zero (it is never loaded by this call). */
+static inline struct fake_cufile_counts fake_cufile_read(const char *lib_path)
+{
+	struct fake_cufile_counts c;
+	void *lib = dlopen(lib_path, RTLD_NOW | RTLD_NOLOAD);
+
+	memset(&c, 0, sizeof(c));
+	if (lib) {
+		fake_cufile_counts_fn fn =
+		    (fake_cufile_counts_fn)dlsym(lib, "fake_cufile_counts");
+		if (fn)
+			fn(&c);
+		dlclose(lib);
+	}
+	return c;
+}
 
 /* Faults the fake's cuFileRead and cuFileWrite inject, installed by a
  * test through fake_cufile_inject (dlsym; NULL clears them). A call fails

@@ -1,10 +1,12 @@
 /* Helpers of the remote tests (tests/test_remote*.c): start a local test
- * server that prints "PORT <n>", stop it, and check a destination byte by
- * byte with canaries around it. Header-only: the tests are one .c each. */
+ * server that prints "PORT <n>", stop it, check a destination byte by
+ * byte with canaries around it, and read a whole object and a part of
+ * it. Header-only: the tests are one .c each. */
 #ifndef GPUFILE_TEST_REMOTE_HELPERS_H
 #define GPUFILE_TEST_REMOTE_HELPERS_H
 
 #define _GNU_SOURCE
+#include <gpufile.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdint.h>
@@ -126,6 +128,43 @@ static inline size_t dest_bad(const unsigned char *d, size_t len, uint64_t off,
 			bad++;
 	}
 	return bad;
+}
+
+/* Opens url, checks its size and name, reads the whole object (size
+ * bytes) into host memory and then part bytes at offset at, each checked
+ * byte by byte with its canaries. Returns the number of failures, each
+ * printed with the url. */
+static inline int read_whole_and_part(const char *url, size_t size, size_t part,
+                                      uint64_t at)
+{
+	gpufile_t *h = NULL;
+	unsigned char *d = dest_new(size);
+	int failed = 0;
+
+	if (!d || gpufile_open(&h, url, "r")) {
+		fprintf(stderr, "  %s: %s\n", url,
+		        d ? gpufile_errmsg() : "no memory");
+		dest_free(d);
+		return 1;
+	}
+#define WHOLE_PART_CHECK(cond)                                                 \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "  %s: failed: %s\n", url, #cond);     \
+			failed++;                                              \
+		}                                                              \
+	} while (0)
+	WHOLE_PART_CHECK(gpufile_size(h) == (int64_t)size);
+	WHOLE_PART_CHECK(strcmp(gpufile_filename(h), url) == 0);
+	WHOLE_PART_CHECK(gpufile_pread(h, d, size, 0) == (ssize_t)size);
+	WHOLE_PART_CHECK(dest_bad(d, size, 0, 1) == 0);
+	memset(d - CANARY_LEN, CANARY, size + 2 * CANARY_LEN);
+	WHOLE_PART_CHECK(gpufile_pread(h, d, part, (off_t)at) == (ssize_t)part);
+	WHOLE_PART_CHECK(dest_bad(d, part, at, 1) == 0);
+#undef WHOLE_PART_CHECK
+	gpufile_close(h);
+	dest_free(d);
+	return failed;
 }
 
 #endif
