@@ -16,6 +16,9 @@
 #   gpu    gpufile read FILE --device 0 --window SIZE (one request into GPU
 #          memory, default settings), its "gbps"
 #   host   the same with --host (one request into a touched host buffer)
+#   gpu@NAME=VALUE,...  (or host@...) the same with gpufile settings set
+#          through the environment, GPUFILE_NAME=VALUE each, e.g.
+#          gpu@BOUNCE_BUFFERS=4,TASK_SIZE=16MiB
 #   fio:BS:QD:NJ  fio --ioengine=io_uring --direct=1 --rw=read, NJ jobs each
 #          reading its own slice (--offset_increment), --group_reporting,
 #          read.bw_bytes of the JSON output
@@ -70,12 +73,18 @@ read_once() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	case $r in
-	gpu | host)
-		local where=(--device 0)
-		[ "$r" = host ] && where=(--host)
+	gpu | host | gpu@* | host@*)
+		local where=(--device 0) settings=() kv
+		[ "${r%%@*}" = host ] && where=(--host)
+		if [ "$r" != "${r#*@}" ]; then
+			IFS=, read -r -a settings <<<"${r#*@}"
+			for kv in "${!settings[@]}"; do
+				settings[kv]=GPUFILE_${settings[kv]}
+			done
+		fi
 		local js
-		if js=$("$B/gpufile" read "$file" "${where[@]}" --window "$size" \
-			--json --no-progress 2>"$raw.err"); then
+		if js=$(env "${settings[@]}" "$B/gpufile" read "$file" "${where[@]}" \
+			--window "$size" --json --no-progress 2>"$raw.err"); then
 			python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["gbps"])' <<<"$js"
 		else
 			echo "cold_bench: $r: $(head -c 300 "$raw.err")" >&2
@@ -133,8 +142,8 @@ if not fio:
     sys.exit("cold_bench: no fio result")
 best = max(fio, key=fio.get)
 print("cold_bench: best fio config %s (bs:iodepth:numjobs) median %.2f GB/s" % (best, fio[best]))
-for r in ("gpu", "host"):
-    if r in med:
+for r in sorted(med, key=lambda r: -med[r]):
+    if not r.startswith("fio:"):
         print("cold_bench: gpufile %s median %.2f GB/s = %.3fx best fio (target >= 1.0)"
               % (r, med[r], med[r] / fio[best]))
 EOF
