@@ -10,6 +10,9 @@
 #   scripts/gpu_run.sh st      safetensors: its C and Python tests (against
 #                              safetensors.torch) and bench/st_bench.py;
 #                              on nvidia-h200-x2 also the two-GPU runs
+#   scripts/gpu_run.sh x2      on two GPUs: issue 14 goal 5
+#                              (bench/two_gpus.py), issue 16's two shards,
+#                              the two-GPU tests
 #   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
 #                              settings sweep), fio references, host-read
 #                              benchmark, cuFile benchmark, binding overhead
@@ -51,6 +54,7 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"
 target=all
 [ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = st ] && target="gpufile gpufile_cli test_safetensors"
+[ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -318,6 +322,25 @@ session4)
 			python/tests/test_stream.py 2>&1 | tail -1
 		$B/tests/test_gpu_stream >"$OUT/gpu_stream_$i.log" 2>&1; echo "test_gpu_stream rc=$?"
 	done | tee "$OUT/stream_repeat.log"
+	;;
+x2)
+	# On nvidia-h200-x2: issue 14 goal 5 (reads into GPU 1, both GPUs at
+	# once from one and from two processes, against the pinned copy) and
+	# issue 16's two shards at once, with the two-GPU tests. DEVICES=0,0
+	# tries the benchmark on one GPU.
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "two-GPU tests"
+	$B/tests/test_gpu_multi 2>&1 | tail -6; echo "test_gpu_multi rc=$?"
+	python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 --timeout-method=thread \
+		python/tests/test_safetensors_gpu.py python/tests/test_cuda_context.py 2>&1 | tail -6
+	log "issue 14 goal 5: two GPUs at once"
+	python3 bench/two_gpus.py --dir $data --rounds ${ROUNDS:-5} --devices ${DEVICES:-0,1} 2>&1 |
+		tee "$OUT/two_gpus.log" | tail -22
+	if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+		log "issue 16: two shards at once"
+		python3 bench/st_bench.py --dir $data --two-gpus --rounds 3 2>&1 |
+			tee "$OUT/st_bench_2gpu.log" | tail -10
+	fi
 	;;
 st)
 	log "safetensors: C test"
