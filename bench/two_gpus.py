@@ -67,7 +67,8 @@ def warm(path):
 
 
 def numa_node(dev):
-    bus = torch.cuda.get_device_properties(dev).pci_bus_id.lower()
+    p = torch.cuda.get_device_properties(dev)
+    bus = "%04x:%02x:%02x.0" % (p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
     try:
         with open("/sys/bus/pci/devices/%s/numa_node" % bus) as f:
             return f.read().strip()
