@@ -202,11 +202,10 @@ def main():
     gpufile.warmup()
     for r in readers:  # each context's first read, untimed
         r.read()
-    env = dict(os.environ)
     procs = [subprocess.Popen([sys.executable, __file__, "--child", str(devs[i]), paths[i],
                                "--rounds", str(args.rounds)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env) for i in (0, 1)]
+                              text=True) for i in (0, 1)]
     for p in procs:
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("a child process did not start (exit %s)" % p.poll())
