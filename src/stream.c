@@ -329,8 +329,6 @@ static int cufile_queue(const struct gpufile__cuda *t,
 
 /* ---- the decision ---- */
 
-/* Which mechanism a request on stream uses, and why (reason, len bytes).
- * r is prepared (file.c); cuFile's is tried by the caller. */
 /*
  * Whether the request itself puts work on the GPU: device (or managed)
  * memory on the posix side is staged through pinned buffers and copied
@@ -358,6 +356,8 @@ static int runs_gpu_work(const struct gpufile__request *r)
 	return 0;
 }
 
+/* Which mechanism a request on stream uses, and why (reason, len bytes).
+ * r is prepared (file.c); cuFile's is tried by the caller. */
 static enum mechanism choose(const struct gpufile__cuda *t,
                              const struct gpufile__request *r, int prepared,
                              char *reason, size_t len)
