@@ -23,13 +23,13 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 
 import torch
 
 import gpufile
 import gpufile.safetensors as gst
+from benchlib import run_together
 
 try:
     import safetensors.torch as sttorch
@@ -172,22 +172,12 @@ def two_gpus(args):
         torch.empty(1, device="cuda:%d" % dev)
     gpufile.warmup()
 
-    def both():
-        errs = []
+    def one(i):
+        torch.cuda.set_device(i)
+        run_gpufile(shards[i], i)
 
-        def one(i):
-            try:
-                torch.cuda.set_device(i)
-                run_gpufile(shards[i], i)
-            except BaseException as e:  # reported after both ended
-                errs.append(e)
-        th = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        if errs:
-            raise errs[0]
+    def both():
+        run_together([lambda: one(0), lambda: one(1)])
 
     for cold in ([False, True] if args.cold else [False]):
         mode = "cold" if cold else "warm"

@@ -35,12 +35,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import torch
 
 import gpufile
+from benchlib import run_together
 
 SIZE = 4 << 30
 SLICE = 1 << 20
@@ -124,21 +124,7 @@ class Copier:
 def at_once(jobs):
     """Runs job.read() of every job in its own thread; (first start, last
     end) over them."""
-    out, errs = [None] * len(jobs), []
-
-    def one(i):
-        try:
-            out[i] = jobs[i].read()
-        except BaseException as e:  # reported after all ended
-            errs.append(e)
-
-    th = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    if errs:
-        raise errs[0]
+    out = run_together([j.read for j in jobs])
     return min(s for s, _ in out), max(e for _, e in out)
 
 
