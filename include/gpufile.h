@@ -324,6 +324,23 @@ GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
 GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                                    int64_t file_offset);
 
+/* Reads nruns runs of run_size bytes, run i at file offset offsets[i],
+ * packed one after another into host (or pinned) memory: run i lands at
+ * buf + i * run_size. For many short runs (a block of columns of a
+ * row-major matrix, one run per row), where a request per run costs more
+ * than its bytes: the packed result is cut into about nthreads tasks,
+ * each copying its runs in turn (from a read-only map of the runs' span
+ * when the file holds them all at the call, else by pread), counted as
+ * one request on the host path. Device memory is refused (-EINVAL):
+ * gather into pinned memory and copy that to the GPU in one copy. A run
+ * the file does not fully hold is an error (-EIO naming the run), never a
+ * short count; a file cut short during the call may fault (SIGBUS) as any
+ * map of it would. Returns run_size * nruns (0 when that is 0) or an
+ * error. */
+GPUFILE_API ssize_t gpufile_pread_gather(gpufile_t *h, void *buf,
+                                         size_t run_size, size_t nruns,
+                                         const int64_t *offsets);
+
 /* Flushes the file's data to storage (fdatasync). Returns 0 or -errno
  * (0 at once for a remote object, which is read-only). */
 GPUFILE_API int gpufile_sync(gpufile_t *h);

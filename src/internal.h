@@ -432,6 +432,10 @@ extern const struct gpufile__task_ops gpufile__staged_ops;
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);
 
+/* gpufile_pread_gather copies runs from a map of the file (1, the
+ * default) or preads them (0); tests set 0 to reach the pread path. */
+extern int gpufile__gather_map;
+
 /* ---- parity with KvikIO: page cache, mmap, cuFile driver, fds ---- */
 
 /* How gpufile_page_cache_info() counts (page_cache.c): cachestat(2) with a
