@@ -10,6 +10,10 @@
 #   scripts/gpu_run.sh st      safetensors: its C and Python tests (against
 #                              safetensors.torch) and bench/st_bench.py;
 #                              on nvidia-h200-x2 also the two-GPU runs
+#   scripts/gpu_run.sh slice   safe_open(...).get_slice: the safetensors
+#                              Python tests (against safetensors' own
+#                              get_slice), bench/st_slice_bench.py and
+#                              bench/gather_bench
 #   scripts/gpu_run.sh x2      on two GPUs: issue 14 goal 5
 #                              (bench/two_gpus.py), issue 16's two shards,
 #                              the two-GPU tests
@@ -54,6 +58,7 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DGPUFILE_WERROR=ON "${extra[@]}" >"
 target=all
 [ "$mode" = quick ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = st ] && target="gpufile gpufile_cli test_safetensors"
+[ "$mode" = slice ] && target="gpufile gpufile_cli bench_gather_bench"
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
@@ -341,6 +346,20 @@ x2)
 		python3 bench/st_bench.py --dir $data --two-gpus --rounds 3 2>&1 |
 			tee "$OUT/st_bench_2gpu.log" | tail -10
 	fi
+	;;
+slice)
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "safetensors: Python tests, get_slice against safetensors' own"
+	python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 --timeout-method=thread \
+		python/tests/test_safetensors_slice.py python/tests/test_safetensors.py \
+		python/tests/test_safetensors_gpu.py 2>&1 | tee "$OUT/pytest.log" | tail -8
+	log "tensor-parallel slices against safetensors"
+	python3 bench/st_slice_bench.py --dir $data --rounds ${ROUNDS:-5} 2>&1 |
+		tee "$OUT/st_slice_bench.log"
+	log "gathered runs: from a map, by pread, hand-written pread threads"
+	cat $data/big.safetensors >/dev/null
+	$B/bench/gather_bench $data/big.safetensors --rounds ${ROUNDS:-5} 2>&1 |
+		tee "$OUT/gather_bench.log"
 	;;
 st)
 	log "safetensors: C test"

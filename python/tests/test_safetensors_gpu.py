@@ -1,9 +1,11 @@
 """gpufile.safetensors against the safetensors package on a GPU machine:
 tensor by tensor equality (torch.equal) with safetensors.torch.load_file,
-save_file bytes identical to safetensors.torch.save_file, CuPy loads, and
-a device_map over two GPUs. Skipped without torch, safetensors or a GPU."""
+save_file bytes identical to safetensors.torch.save_file, get_slice
+against safetensors' own, CuPy loads, and a device_map over two GPUs.
+Skipped without torch, safetensors or a GPU."""
 import os
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -283,6 +285,147 @@ def test_many_mixed_tensors_cupy(tmp_path):
         assert isinstance(g, cupy.ndarray) and g.shape == tuple(shape), name
         assert g.data.ptr % g.dtype.itemsize == 0, name
         assert cupy.asnumpy(g).tobytes() == blob, name
+
+
+# Index forms safetensors 0.8's get_slice takes (the pt framework); a
+# negative step it refuses, as torch does.
+SLICE_INDICES = [
+    slice(None), (slice(None), slice(1, 3)), 1, -1, (0, 1), (0, 1, 2), (slice(0, 2), 1),
+    slice(-1, None), slice(5, 10), slice(2, 1), (Ellipsis, 1), (1, Ellipsis),
+    (slice(None), Ellipsis, slice(1, 2)), slice(None, None, 2), None, (None, 1),
+    (slice(None), -3), (slice(None), slice(None), slice(0, 4, 3)), [0, 1],
+]
+
+
+# (RUN_MIN, GATHER_MIN) sending every selection of several runs to one
+# plan of gpufile/safetensors/_slice.py.
+SLICE_PLANS = {"runs": (1, 1), "gather": (1 << 40, 1), "span": (1 << 40, 1 << 40)}
+
+
+@pytest.mark.parametrize("plan", ["runs", "gather", "span", "default"])
+@pytest.mark.parametrize("device", ["cuda:0", "cpu"])
+def test_get_slice_equals_safetensors(tmp_path, monkeypatch, device, plan):
+    from safetensors import safe_open as ref_open
+    from gpufile.safetensors import _slice
+
+    if plan in SLICE_PLANS:
+        monkeypatch.setattr(_slice, "RUN_MIN", SLICE_PLANS[plan][0])
+        monkeypatch.setattr(_slice, "GATHER_MIN", SLICE_PLANS[plan][1])
+    g = torch.Generator().manual_seed(9)
+    d = {"bf16": torch.randn(2, 3, 4, generator=g).to(torch.bfloat16),
+         "f32": torch.randn(2, 3, 4, generator=g),
+         "i64": torch.randint(-2**40, 2**40, (2, 3, 4), generator=g),
+         "bool": torch.randint(0, 2, (2, 3, 4), generator=g).bool()}
+    if hasattr(torch, "float8_e4m3fn"):
+        d["f8"] = torch.randn(2, 3, 4, generator=g).to(torch.float8_e4m3fn)
+    p = str(tmp_path / "sl.safetensors")
+    safetensors_torch.save_file(d, p)
+    with ref_open(p, framework="pt", device=device) as r, \
+            gst.safe_open(p, framework="pt", device=device) as f:
+        for name in r.keys():
+            rs, fs = r.get_slice(name), f.get_slice(name)
+            assert fs.get_shape() == rs.get_shape()
+            assert fs.get_dtype() == rs.get_dtype()
+            for idx in SLICE_INDICES:
+                got = fs[idx]
+                assert got.is_contiguous(), (name, idx)
+                _same(got, rs[idx].contiguous())
+            with pytest.raises(ValueError, match=r"sl\.safetensors: tensor '%s'" % name):
+                fs[::-1]
+
+
+def _read_bytes():
+    """(bytes read into device memory, into host memory) so far."""
+    s = gpufile.stats()["gpufile"]["read"]
+    return sum(s[k]["bytes"] for k in ("posix", "cufile", "small")), s["host"]["bytes"]
+
+
+def test_get_slice_reads_its_bytes_into_gpu_memory(tmp_path):
+    w = torch.randn(4, 512, 1024)  # 8 MiB: four "experts"
+    p = str(tmp_path / "w.safetensors")
+    safetensors_torch.save_file({"w": w}, p)
+    ref = w.cuda()
+    span = ((3 * 512 + 511) * 1024 + 8) * 4
+    with gst.safe_open(p, framework="pt", device="cuda:0") as f:
+        sl = f.get_slice("w")
+        # index, bytes read into GPU memory, into host memory
+        for idx, dev, host in [(np.s_[1:3], 4 << 20, 0),           # one run
+                               (np.s_[:, 256:], 4 << 20, 0),       # four runs of 1 MiB
+                               (np.s_[:, :, :256], 0, 2 << 20),    # gathered (1 KiB runs)
+                               (np.s_[:, :, :8], span, 0)]:        # a span, copied out
+            d0, h0 = _read_bytes()
+            got = sl[idx]
+            d1, h1 = _read_bytes()
+            assert got.device == torch.device("cuda:0") and got.is_contiguous()
+            assert torch.equal(got, ref[idx])
+            assert (d1 - d0, h1 - h0) == (dev, host), idx
+
+
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_gathered_slices_queued_in_turn(tmp_path, side_stream):
+    # Gathered slices are copied to the GPU on the current stream from two
+    # pinned buffers used in turn: sixteen in a row, compared only after
+    # all were queued, must each hold their own columns.
+    w = torch.randn(64, 4096)  # rows of 16 KiB: 256 columns are 1 KiB runs
+    p = str(tmp_path / "q.safetensors")
+    safetensors_torch.save_file({"w": w}, p)
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        with gst.safe_open(p, framework="pt", device="cuda:0") as f:
+            sl = f.get_slice("w")
+            parts = [sl[:, k * 256:(k + 1) * 256] for k in range(16)]
+            sums = [x.sum() for x in parts]  # used in stream order at once
+    stream.synchronize()
+    for k, part in enumerate(parts):
+        assert torch.equal(part.cpu(), w[:, k * 256:(k + 1) * 256]), k
+        assert torch.allclose(sums[k].cpu(), w[:, k * 256:(k + 1) * 256].sum()), k
+
+
+def test_gather_refuses_device_memory(tmp_path):
+    import ctypes
+    from gpufile.safetensors import _core
+
+    p = str(tmp_path / "g.bin")
+    with open(p, "wb") as fh:
+        fh.write(bytes(range(256)) * 16)
+    lib = _core._c()
+    with gpufile.File(p) as f:
+        dst = torch.empty(64, dtype=torch.uint8, device="cuda:0")
+        offs = (ctypes.c_int64 * 2)(0, 100)
+        h = f._h.enter()
+        try:
+            rc = lib.gpufile_pread_gather(h, dst.data_ptr(), 32, 2, offs)
+        finally:
+            f._h.leave()
+        assert rc == -22
+        assert "host memory" in gpufile._lib.errmsg() and p in gpufile._lib.errmsg()
+
+
+def test_get_slice_cupy(tmp_path):
+    cupy = pytest.importorskip("cupy")
+    w = torch.arange(6 * 5 * 4, dtype=torch.int32).reshape(6, 5, 4)
+    p = str(tmp_path / "c.safetensors")
+    safetensors_torch.save_file({"w": w}, p)
+    ref = w.numpy()
+    with gst.safe_open(p, framework="cupy", device=0) as f:
+        sl = f.get_slice("w")
+        for idx in [np.s_[2:4], np.s_[:, 1:3], np.s_[..., 1], np.s_[::2, None], np.s_[[1, 0]]]:
+            got = sl[idx]
+            assert isinstance(got, cupy.ndarray) and got.flags.c_contiguous
+            assert got.shape == ref[idx].shape and (cupy.asnumpy(got) == ref[idx]).all()
+
+
+def test_get_slice_on_gpu_1(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    w = torch.randn(64, 300)
+    p = str(tmp_path / "g1.safetensors")
+    safetensors_torch.save_file({"w": w}, p)
+    with gst.safe_open(p, framework="pt", device="cuda:1") as f:
+        for idx in [np.s_[10:20], np.s_[:, 100:200]]:
+            got = f.get_slice("w")[idx]
+            assert got.device == torch.device("cuda:1")
+            assert torch.equal(got.cpu(), w[idx])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ parallel reads on gpufile's paths, so gpufile.stats() counts every byte.
     sd = load_file("model.safetensors", device="cuda:0")   # dict of torch tensors
     with safe_open("model.safetensors", framework="pt", device="cuda:0") as f:
         w = f.get_tensor(f.keys()[0])
+        rows = f.get_slice("lm_head.weight")[:4096]   # reads those rows only
     sd = load_checkpoint("path/to/model_dir", device_map={"lm_head": "cuda:1"},
                          device="cuda:0")
 
@@ -30,7 +31,7 @@ import contextlib
 import json
 import os
 
-from . import _core
+from . import _core, _slice
 from ._core import TensorInfo, dtype_order
 
 __all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoint",
@@ -143,14 +144,15 @@ def load(data, device="cpu", framework="pt"):
 
 class safe_open:
     """A safetensors file opened for reading single tensors, like
-    safetensors.safe_open: keys(), get_tensor(name), metadata(); a context
-    manager. Each get_tensor() reads that tensor alone into memory of its
-    own on device."""
+    safetensors.safe_open: keys(), get_tensor(name), get_slice(name),
+    metadata(); a context manager. Each get_tensor() reads that tensor
+    alone into memory of its own on device."""
 
     def __init__(self, filename, framework="pt", device="cpu"):
         self._fw = _core.framework(framework)
         self._device = _core._parse_cuda_device(device, os.fsdecode(filename))
         self._h = _core.Header(filename)
+        self._staging = _slice.Staging()
 
     def keys(self):
         """Tensor names, sorted."""
@@ -169,6 +171,14 @@ class safe_open:
         with _on_device(self._fw, self._device):
             return _core.load_group(self._h, [info], self._fw, self._device)[name]
 
+    def get_slice(self, name):
+        """Tensor name, to be read in parts: get_shape(), get_dtype() and
+        [index] (ints, slices, Ellipsis, None read only the bytes they
+        select, or the span they lie in; any other index reads the tensor
+        whole and indexes it in the framework). Each part has memory of its
+        own on device, C-contiguous. Nothing is read until it is indexed."""
+        return _slice.Slice(self, self._h.info(name))
+
     def tensor_info(self, name):
         """dtype, shape and data_offsets of tensor name, without reading it."""
         return self._h.info(name)
@@ -179,6 +189,7 @@ class safe_open:
 
     def close(self):
         self._h.close()
+        self._staging.drop()
 
     def __enter__(self):
         return self

@@ -53,6 +53,10 @@ def _c():
             "gpufile_safetensors_data_offset": (u64, [vp]),
             "gpufile_safetensors_dtype_name": (cp, [i]),
             "gpufile_safetensors_data_size": (u64, [vp]),
+            "gpufile_safetensors_handle": (vp, [vp]),
+            "gpufile_pread_gather": (ctypes.c_ssize_t, [vp, vp, ctypes.c_size_t,
+                                                        ctypes.c_size_t,
+                                                        ctypes.POINTER(ctypes.c_int64)]),
             "gpufile_safetensors_load": (ctypes.c_ssize_t, [vp, vp, ctypes.c_size_t]),
             "gpufile_safetensors_load_tensors": (ctypes.c_ssize_t,
                                                  [vp, i, ctypes.POINTER(i), ctypes.POINTER(vp)]),
@@ -294,6 +298,49 @@ class _Torch:
     def ptr(self, buf):
         return buf.data_ptr()
 
+    def empty(self, shape, info, device, path, sync=True):
+        """A new C-contiguous tensor of shape and info's dtype on device.
+        sync=False: the caller writes it on the current stream only (no
+        wait for the work queued there, see alloc())."""
+        t = self.torch
+        dtype = self.dtype(info, path)
+        if device is None:
+            return t.empty(shape, dtype=dtype)
+        dev = t.device("cuda", device)
+        out = t.empty(shape, dtype=dtype, device=dev)
+        if sync:
+            t.cuda.current_stream(dev).synchronize()  # as alloc()
+        return out
+
+    def gather(self, flat, shape, strides, out_shape):
+        """A C-contiguous copy of the elements of flat (1-d) at shape x
+        strides (in elements), shaped out_shape (as many elements)."""
+        view = flat.as_strided(shape, strides)
+        return view.clone(memory_format=self.torch.contiguous_format).view(out_shape)
+
+    def contiguous(self, obj):
+        return obj.contiguous()
+
+    def pinned(self, nbytes):
+        """(pinned host buffer of nbytes, its address)."""
+        buf = self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
+        return buf, buf.data_ptr()
+
+    def from_pinned(self, out, pinned, nbytes):
+        """Queues the copy of nbytes of pinned into out (device memory,
+        contiguous) on the current stream, as torch's own non_blocking
+        copies are: out is ready in stream order. Returns the event after
+        which pinned may be reused."""
+        t = self.torch
+        dst = out.view(-1).view(t.uint8)
+        dst.copy_(pinned[:nbytes], non_blocking=True)
+        done = t.cuda.Event()
+        done.record(t.cuda.current_stream(out.device))
+        return done
+
+    def wait(self, event):
+        event.synchronize()
+
     def view(self, buf, off, info, path):
         """The tensor info at byte off of buf, sharing buf's memory when
         the offset suits the dtype's alignment, else a copy."""
@@ -373,14 +420,35 @@ class _Numpy:
                              "framework=\"pt\")" % (path, info.name, info.dtype))
         return d
 
-    def alloc(self, nbytes, device):
+    def _host_only(self, device):
         if device is not None:
             raise ValueError("framework \"numpy\" loads into host memory; device "
                              "must be \"cpu\", not cuda:%d" % device)
+
+    def alloc(self, nbytes, device):
+        self._host_only(device)
         return self.np.empty(nbytes, dtype=self.np.uint8)
 
     def ptr(self, buf):
         return buf.ctypes.data
+
+    def empty(self, shape, info, device, path, sync=True):
+        self._host_only(device)
+        return self.np.empty(shape, dtype=self.dtype(info, path))
+
+    def gather(self, flat, shape, strides, out_shape):
+        isz = flat.dtype.itemsize
+        view = self._xp().lib.stride_tricks.as_strided(flat, shape, [s * isz for s in strides])
+        return view.copy(order="C").reshape(out_shape)
+
+    def contiguous(self, obj):
+        # asarray: an index may give a NumPy scalar; ascontiguousarray
+        # would make a 0-d result 1-d.
+        a = self._xp().asarray(obj)
+        return a if a.flags.c_contiguous else a.copy(order="C")
+
+    def _xp(self):
+        return self.np
 
     def view(self, buf, off, info, path):
         dtype = self.dtype(info, path)
@@ -447,6 +515,35 @@ class _Cupy(_Numpy):
 
     def ptr(self, buf):
         return buf.data.ptr
+
+    def empty(self, shape, info, device, path, sync=True):
+        if device is None:
+            self.alloc(0, device)  # raises
+        with self.cp.cuda.Device(device):
+            out = self.cp.empty(shape, dtype=self.dtype(info, path))
+            self.cp.cuda.get_current_stream().synchronize()  # as alloc()
+        return out
+
+    def gather(self, flat, shape, strides, out_shape):
+        with self.cp.cuda.Device(flat.device.id):
+            return super().gather(flat, shape, strides, out_shape)
+
+    def _xp(self):
+        return self.cp
+
+    def pinned(self, nbytes):
+        mem = self.cp.cuda.alloc_pinned_memory(nbytes)
+        return mem, mem.ptr
+
+    def from_pinned(self, out, pinned, nbytes):
+        """Copies, and returns once done (no event to wait for)."""
+        rt = self.cp.cuda.runtime
+        with self.cp.cuda.Device(out.device.id):
+            rt.memcpy(out.data.ptr, pinned.ptr, nbytes, rt.memcpyHostToDevice)
+        return None
+
+    def wait(self, event):
+        pass
 
     def view(self, buf, off, info, path):
         dtype = self.dtype(info, path)
