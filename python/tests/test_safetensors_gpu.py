@@ -366,7 +366,10 @@ def test_gathered_slices_queued_in_turn(tmp_path, side_stream):
     # Gathered slices are copied to the GPU on the current stream from two
     # pinned buffers used in turn: sixteen in a row, compared only after
     # all were queued, must each hold their own columns.
-    w = torch.randn(64, 4096)  # rows of 16 KiB: 256 columns are 1 KiB runs
+    # Integers, so that the sums queued on the stream are exact: rows of
+    # 16 KiB, 256 columns are 1 KiB runs.
+    w = torch.randint(-2**20, 2**20, (64, 4096), dtype=torch.int32,
+                      generator=torch.Generator().manual_seed(3))
     p = str(tmp_path / "q.safetensors")
     safetensors_torch.save_file({"w": w}, p)
     stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
@@ -378,7 +381,7 @@ def test_gathered_slices_queued_in_turn(tmp_path, side_stream):
     stream.synchronize()
     for k, part in enumerate(parts):
         assert torch.equal(part.cpu(), w[:, k * 256:(k + 1) * 256]), k
-        assert torch.allclose(sums[k].cpu(), w[:, k * 256:(k + 1) * 256].sum()), k
+        assert sums[k].item() == w[:, k * 256:(k + 1) * 256].sum().item(), k
 
 
 def test_gather_refuses_device_memory(tmp_path):
