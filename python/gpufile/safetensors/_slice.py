@@ -141,21 +141,13 @@ def plan(index, shape, where):
     return dims, tuple(out)
 
 
-def _strides(shape):
-    st, acc = [], 1
-    for n in reversed(shape):
-        st.append(acc)
-        acc *= n
-    return st[::-1]
-
-
 def runs(dims, shape, itemsize=1, base=0):
     """(array('q') of the byte offset of each contiguous run, base plus
     its place in the tensor, in result order; bytes per run) of a plan's
     dims over a C-contiguous tensor of shape. Every count must be > 0.
     The last dimension that varies is laid out by range() into the array
     (thousands of rows per weight: no Python loop per run)."""
-    st = [x * itemsize for x in _strides(shape)]
+    st = [x * itemsize for x in _core._contiguous_strides(shape)]
     k = len(shape) - 1
     while k >= 0 and dims[k] == (0, shape[k], 1):
         k -= 1
@@ -182,7 +174,7 @@ def runs(dims, shape, itemsize=1, base=0):
 
 def span(dims, shape):
     """(first, last) element offsets of a plan's selection."""
-    st = _strides(shape)
+    st = _core._contiguous_strides(shape)
     first = sum(s * st[d] for d, (s, c, p) in enumerate(dims))
     last = sum((s + (c - 1) * p) * st[d] for d, (s, c, p) in enumerate(dims))
     return first, last
@@ -371,7 +363,7 @@ class Slice:
         reader.read([(fw.ptr(buf) + at + p, k, file_off + p) for p, k in _pieces(n)])
         flat = fw.view(buf, at, info._replace(shape=(last - first + 1,), begin=0,
                                               end=n), h.path)
-        st = _strides(info.shape)
+        st = _core._contiguous_strides(info.shape)
         return fw.gather(flat, [c for _, c, _ in dims],
                          [p * st[d] for d, (_, _, p) in enumerate(dims)], out_shape)
 
