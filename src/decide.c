@@ -1,9 +1,10 @@
 /*
  * The one place where a request's data path is decided: a pure function
  * from facts to (path, reason), and the cheap platform facts it starts
- * from. file.c (requests and gpufile_path_info), mmap.c, probe.c
- * (gpufile check's prediction) and gpufile_buf_register all call
- * gpufile__decide(); none of them decides on its own.
+ * from. file.c (requests and gpufile_path_info, local and remote), mmap.c,
+ * remote.c (the path recorded at open), probe.c (gpufile check's
+ * prediction) and gpufile_buf_register all call gpufile__decide(); none of
+ * them decides on its own.
  *
  * The decision runs in two rounds. The first uses only facts that cost a
  * stat or a small sysfs read. Where they already settle the path it stops;
@@ -17,6 +18,7 @@
 #define _GNU_SOURCE
 #include "decide.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -92,6 +94,16 @@ void gpufile__decide(const struct gpufile__facts *f,
 {
 	memset(d, 0, sizeof(*d));
 	d->path = GPUFILE_PATH_POSIX;
+	if (f->source == GPUFILE__SOURCE_REMOTE) {
+		/* Every buffer alike: the ranges arrive in host memory. */
+		d->path = GPUFILE_PATH_REMOTE;
+		snprintf(d->reason, sizeof(d->reason), "%s",
+		         "remote: HTTP range requests through libcurl, one per "
+		         "task (and per bounce buffer for device memory, "
+		         "copied to the GPU while the next range arrives); "
+		         "cuFile reads local files only");
+		return;
+	}
 	if (f->source == GPUFILE__SOURCE_MMAP) {
 		/* The map's pages are the source: host buffers get a copy,
 		 * device buffers the pinned bounce buffers; never cuFile
@@ -127,6 +139,16 @@ void gpufile__decide(const struct gpufile__facts *f,
 		return;
 	}
 	decide_device(f, d);
+}
+
+void gpufile__decide_source(int source, struct gpufile__decision *d)
+{
+	static const struct gpufile__settings no_settings;
+	const struct gpufile__facts f = {.cfg = &no_settings, .source = source};
+
+	assert(source == GPUFILE__SOURCE_MMAP ||
+	       source == GPUFILE__SOURCE_REMOTE);
+	gpufile__decide(&f, d);
 }
 
 /* ---- cheap platform facts ---- */

@@ -7,7 +7,11 @@
 
 #include "internal.h"
 
-enum { GPUFILE__SOURCE_FILE = 0, GPUFILE__SOURCE_MMAP = 1 };
+enum {
+	GPUFILE__SOURCE_FILE = 0,
+	GPUFILE__SOURCE_MMAP = 1,
+	GPUFILE__SOURCE_REMOTE = 2, /* an http(s):// or s3:// object */
+};
 
 struct gpufile__facts {
 	const struct gpufile__settings *cfg;
@@ -35,6 +39,7 @@ struct gpufile__decision {
 
 /* The path of a request with facts f. Pure: no I/O, no locks. The table
  * it implements, first rule that applies:
+ *   source remote                        remote
  *   source mmap                          mmap
  *   host or pinned buffer                host
  *   size < gds_threshold                 small
@@ -49,6 +54,10 @@ struct gpufile__decision {
  *   otherwise                            cufile */
 void gpufile__decide(const struct gpufile__facts *f,
                      struct gpufile__decision *d);
+
+/* gpufile__decide() for a source whose path its kind alone settles (mmap,
+ * remote: the table's first rules), for every buffer and setting. */
+void gpufile__decide_source(int source, struct gpufile__decision *d);
 
 /* Where the cheap facts come from; tests replace the entries to play a
  * machine with nvidia-fs or P2PDMA. Each writes its evidence into why. */

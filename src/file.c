@@ -418,23 +418,31 @@ static void handle_platform_facts(struct gpufile *h, struct gpufile__facts *f)
 }
 
 /*
- * The path of a device request of size bytes in memory of kind kind on h
- * (ctx: the context owning it), by gpufile__decide: first from the cheap
- * facts; cuFile is loaded, its driver opened and the file registered only
- * when they leave cuFile possible. The first decision of a handle goes to
- * the statistics. Returns 0, or the error of a request that cannot run
+ * The path of a request of size bytes in memory of kind kind on h (ctx:
+ * the context owning it), by gpufile__decide. A remote handle or a host
+ * buffer settles it at once; a device request on a local file is decided
+ * first from the cheap facts, and cuFile is loaded, its driver opened and
+ * the file registered only when they leave cuFile possible. The first
+ * device decision of a local handle goes to the statistics (a remote one
+ * was recorded at open). Returns 0, or the error of a request that cannot run
  * (compat_mode=off without cuFile) with the message set.
  */
 static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
                   gpufile_mem_t kind, size_t size, void *ctx,
                   struct gpufile__decision *d)
 {
-	struct gpufile__facts f = {.cfg = cfg, .kind = kind, .size = size};
+	struct gpufile__facts f = {.cfg = cfg,
+	                           .source = h->remote ? GPUFILE__SOURCE_REMOTE
+	                                               : GPUFILE__SOURCE_FILE,
+	                           .kind = kind,
+	                           .size = size};
 	char why[sizeof(h->cufile_reason)];
 	int first = 0;
 
-	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
-		/* Decided by the buffer alone: no handle state, no lock. */
+	if (h->remote || kind == GPUFILE_MEM_HOST ||
+	    kind == GPUFILE_MEM_PINNED) {
+		/* Decided by the source or the buffer alone: no handle
+		 * state, no lock. */
 		gpufile__decide(&f, d);
 		return 0;
 	}
@@ -470,9 +478,10 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 }
 
 /*
- * The path of request r, by gpufile__decide (decide.c): host memory in
- * place, device memory below gds_threshold "small", managed memory the
- * bounce buffers, and the rest cuFile or the bounce buffers ("posix").
+ * The path of request r, by gpufile__decide (decide.c): a remote object
+ * its HTTP ranges, host memory in place, device memory below
+ * gds_threshold "small", managed memory the bounce buffers, and the rest
+ * cuFile or the bounce buffers ("posix").
  */
 static int decide_path(struct gpufile__request *r)
 {
@@ -491,12 +500,14 @@ static int decide_path(struct gpufile__request *r)
 		r->device = device;
 		r->cuda_ctx = ctx;
 	}
-	if (r->h->remote) /* remote.c: HTTP ranges, staged for the GPU */
-		return gpufile__remote_route(r);
 	rc = choose(r->h, &r->cfg, kind, r->size, ctx, &d);
 	if (rc)
 		return rc;
 	r->path = d.path;
+	if (d.path == GPUFILE_PATH_REMOTE) { /* HTTP ranges (remote.c) */
+		r->ops = &gpufile__remote_ops;
+		return 0;
+	}
 	if (d.path == GPUFILE_PATH_HOST) {
 		r->ops = &host_ops;
 		return 0;
@@ -766,11 +777,20 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "handle is NULL");
-	if (h->remote) /* remote.c: one path for every buffer */
-		return gpufile__remote_path_info(h, device_path, reason, len);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;
+	if (h->remote) { /* one path for every buffer, no O_DIRECT */
+		struct gpufile__decision d;
+
+		choose(h, &cfg, GPUFILE_MEM_DEVICE, cfg.gds_threshold, NULL,
+		       &d);
+		if (device_path)
+			*device_path = d.path;
+		if (reason && len)
+			snprintf(reason, len, "%s", d.reason);
+		return 0;
+	}
 	if (device_path)
 		*device_path = GPUFILE_PATH_POSIX;
 	{

@@ -47,11 +47,7 @@ struct gpufile_mmap {
 /* The decision for every request on a map: decide.c's first rule. */
 static void mmap_decision(struct gpufile__decision *d)
 {
-	static const struct gpufile__settings no_settings;
-	const struct gpufile__facts f = {.cfg = &no_settings,
-	                                 .source = GPUFILE__SOURCE_MMAP};
-
-	gpufile__decide(&f, d);
+	gpufile__decide_source(GPUFILE__SOURCE_MMAP, d);
 }
 
 static struct gpufile_mmap *of(struct gpufile__request *r)

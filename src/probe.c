@@ -981,7 +981,8 @@ static void check_file(struct list *l, const char *path,
 
 /* A URL (remote.c): endpoint, kind, credentials (present or not, never
  * their values), region, the HEAD (or bytes 0-0) result and the size: one
- * item per line of gpufile_remote_info()'s report. */
+ * item per line of gpufile_remote_info()'s report; then, for a URL that
+ * opens, the prediction. */
 static void check_remote(struct list *l, const char *url)
 {
 	char report[2048], shown[1024], *save = NULL;
@@ -1013,6 +1014,15 @@ static void check_remote(struct list *l, const char *url)
 	else
 		add(l, "file", GPUFILE_CHECK_PASS, shown,
 		    "a remote object, read with HTTP range requests");
+	/* Every buffer takes the remote path: one prediction, as
+	 * gpufile_path_info() and the request itself decide it. */
+	if (rc == 0) {
+		struct gpufile__decision d;
+
+		gpufile__decide_source(GPUFILE__SOURCE_REMOTE, &d);
+		add(l, "predict.gpufile", GPUFILE_CHECK_PASS,
+		    gpufile_path_name(d.path), "%s", d.reason);
+	}
 }
 
 int gpufile_check(const char *path, gpufile_check_item_t *items, int max)

@@ -24,6 +24,7 @@
  * under it.
  */
 #define _GNU_SOURCE
+#include "decide.h"
 #include "remote.h"
 #include "sigv4.h"
 
@@ -893,6 +894,7 @@ fail:
 int gpufile__remote_open(struct gpufile **out, const char *url,
                          const char *flags)
 {
+	struct gpufile__decision d;
 	struct gpufile__remote *rm;
 	struct gpufile *h;
 	int rc;
@@ -940,8 +942,8 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	         "a remote object: cuFile reads local files only");
 	snprintf(h->direct_reason, sizeof(h->direct_reason),
 	         "a remote object: no O_DIRECT");
-	gpufile__stats_file(h->path, GPUFILE_PATH_REMOTE,
-	                    "HTTP range requests through libcurl");
+	gpufile__decide_source(GPUFILE__SOURCE_REMOTE, &d);
+	gpufile__stats_file(h->path, d.path, d.reason);
 	*out = h;
 	return 0;
 }
@@ -1113,34 +1115,12 @@ int gpufile__remote_no_fd(struct gpufile *h, const char *what)
 	                     what, h->path);
 }
 
-int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
-                              char *reason, size_t len)
-{
-	(void)h;
-	if (device_path)
-		*device_path = GPUFILE_PATH_REMOTE;
-	if (reason && len)
-		snprintf(reason, len,
-		         "remote: HTTP range requests, one per task (and per "
-		         "bounce buffer for device memory, copied to the GPU "
-		         "while the next range arrives); cuFile reads local "
-		         "files only");
-	return 0;
-}
-
 static int remote_settle(struct gpufile__task_result *out, int idle)
 {
 	return gpufile__staged_ops.settle(out, idle);
 }
 
-static const struct gpufile__task_ops remote_ops = {
+const struct gpufile__task_ops gpufile__remote_ops = {
     .run = remote_task,
     .settle = remote_settle,
 };
-
-int gpufile__remote_route(struct gpufile__request *r)
-{
-	r->path = GPUFILE_PATH_REMOTE;
-	r->ops = &remote_ops;
-	return 0;
-}

@@ -41,16 +41,13 @@ int64_t gpufile__remote_size(struct gpufile *h);
 ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
                              int64_t off);
 
-/* The task function of every request on a remote handle: host buffers
- * are filled by gpufile__remote_read(); device buffers go through the
- * staging pipeline (gpufile__staged_task), which reads each chunk with
+/* The operations of every request on a remote handle, which
+ * gpufile__decide() sends down the remote path: host buffers are filled
+ * by gpufile__remote_read(); device buffers go through the staging
+ * pipeline (gpufile__staged_task), which reads each chunk with
  * gpufile__remote_read() into a pinned buffer while the previous chunk is
- * copied to the GPU. Routes r (sets r->path and r->ops). */
-int gpufile__remote_route(struct gpufile__request *r);
-
-/* gpufile_path_info() of a remote handle. Returns 0. */
-int gpufile__remote_path_info(struct gpufile *h, gpufile_path_t *device_path,
-                              char *reason, size_t len);
+ * copied to the GPU. */
+extern const struct gpufile__task_ops gpufile__remote_ops;
 
 /* The error of a call that needs a file descriptor (gpufile_fd, the
  * page-cache calls) on remote handle h: -ENOTSUP naming what and h. */

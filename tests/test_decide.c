@@ -251,6 +251,24 @@ static void test_pure(void)
 	gpufile__decide(&f, &d);
 	CHECK_EQ(d.path, GPUFILE_PATH_MMAP);
 	CHECK(!d.need_cufile);
+	/* A remote object: the remote path for every buffer and setting,
+	 * cuFile never asked (it reads local files only). */
+	f.source = GPUFILE__SOURCE_REMOTE;
+	for (int k = GPUFILE_MEM_HOST; k <= GPUFILE_MEM_MANAGED; k++)
+		for (int m = GPUFILE_COMPAT_AUTO; m <= GPUFILE_COMPAT_OFF;
+		     m++) {
+			struct gpufile__settings c = cfg;
+
+			c.compat_mode = m;
+			f.cfg = &c;
+			f.kind = (gpufile_mem_t)k;
+			gpufile__decide(&f, &d);
+			CHECK_EQ(d.path, GPUFILE_PATH_REMOTE);
+			CHECK(!d.need_cufile && !d.error);
+			CHECK_CONTAINS(d.reason, "cuFile reads local files");
+		}
+	f.cfg = &cfg;
+	f.kind = GPUFILE_MEM_DEVICE;
 	/* auto at defaults on a machine without nvidia-fs or P2PDMA: posix,
 	 * decided without asking for cuFile's facts. */
 	f.source = GPUFILE__SOURCE_FILE;

@@ -156,6 +156,48 @@ static void test_failed(void)
 	CHECK_EQ(gpufile_config_set("http_max_attempts", "3"), 0);
 }
 
+/* The path of a remote object is decided in one place (decide.c): the
+ * reason gpufile_path_info() gives, the one the statistics recorded at
+ * open and gpufile check's prediction are the same words. */
+static void test_one_decision(void)
+{
+	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+	gpufile_check_item_t items[96];
+	gpufile_path_t path = GPUFILE_PATH_POSIX;
+	char reason[1024];
+	const char *u = url("/ok/o.bin");
+	int nfiles, n, found = 0;
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_open(&h, u, "r"), 0);
+	CHECK_EQ(gpufile_path_info(h, &path, reason, sizeof(reason)), 0);
+	gpufile_close(h);
+	CHECK_EQ(path, GPUFILE_PATH_REMOTE);
+	CHECK_CONTAINS(reason, "remote: HTTP range requests");
+	nfiles = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	for (int i = 0; i < nfiles; i++) {
+		if (strcmp(files[i].path, u) != 0)
+			continue;
+		found = 1;
+		CHECK_EQ(files[i].chosen, GPUFILE_PATH_REMOTE);
+		CHECK(strncmp(files[i].reason, reason,
+		              sizeof(files[i].reason) - 1) == 0);
+	}
+	CHECK(found);
+	found = 0;
+	n = gpufile_check(u, items, 96);
+	for (int i = 0; i < n && i < 96; i++) {
+		if (strcmp(items[i].name, "predict.gpufile") != 0)
+			continue;
+		found = 1;
+		CHECK_EQ(items[i].status, GPUFILE_CHECK_PASS);
+		CHECK(strcmp(items[i].value, "remote") == 0);
+		CHECK(strncmp(items[i].why, reason, sizeof(items[i].why) - 1) ==
+		      0);
+	}
+	CHECK(found);
+}
+
 static void test_handles(void)
 {
 	char path[256], secret_url[512];
@@ -259,6 +301,7 @@ static void test_handles(void)
 		CHECK(strcmp(gpufile_path_name(GPUFILE_PATH_REMOTE),
 		             "remote") == 0);
 	}
+	test_one_decision();
 	dest_free(d);
 }
 
