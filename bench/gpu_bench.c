@@ -3,7 +3,12 @@
  * naive baseline, all measured in one run on the same file.
  *
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
- *             [--contention] [--reps N]
+ *             [--contention] [--chunked] [--cells LIST] [--reps N]
+ *
+ * --chunked: the staged path's copy pattern alone (16 streams, two pinned
+ * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
+ * gpufile's warm read, in one stretch: what chunked copies themselves give.
+ * --cells N:SIZE:BUFFERS:TASK,...: gpufile's warm read at those settings.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -375,6 +380,98 @@ static void contention(void *pinned, void *dev, double warm, double warm_med,
 	       warm_med / *small, warm / *big, warm_med / *big);
 }
 
+/*
+ * The copy pattern of the staged path without its reads: CHUNK_THREADS
+ * threads, each with its own non-blocking stream and two pinned buffers
+ * of chunk bytes (slices of the pinned allocation), copy their share of
+ * size bytes to the device chunk by chunk, alternating the buffers and
+ * waiting for a buffer's previous copy (its event) before reusing it, as
+ * a staging worker does. What the copy engines and the link give to
+ * chunk-sized copies from many streams, against one large cuMemcpy.
+ */
+#define CHUNK_THREADS 16
+
+struct chunk_arg {
+	CUcontext ctx;
+	char *src[2];
+	CUdeviceptr dst;
+	size_t len, chunk;
+	int err;
+};
+
+static void *chunk_worker(void *p)
+{
+	struct chunk_arg *a = p;
+	CUstream st = NULL;
+	CUevent ev[2] = {NULL, NULL};
+	int used[2] = {0, 0};
+
+	if (cu->cuCtxSetCurrent(a->ctx) ||
+	    cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) ||
+	    cu->cuEventCreate(&ev[0], CU_EVENT_DISABLE_TIMING) ||
+	    cu->cuEventCreate(&ev[1], CU_EVENT_DISABLE_TIMING)) {
+		a->err = 1;
+		return NULL;
+	}
+	for (size_t pos = 0, k = 0; pos < a->len && !a->err;
+	     pos += a->chunk, k ^= 1) {
+		size_t n = a->len - pos < a->chunk ? a->len - pos : a->chunk;
+
+		if (used[k] && cu->cuEventSynchronize(ev[k]))
+			a->err = 1;
+		if (cu->cuMemcpyHtoDAsync(a->dst + pos, a->src[k], n, st) ||
+		    cu->cuEventRecord(ev[k], st))
+			a->err = 1;
+		used[k] = 1;
+	}
+	if (cu->cuStreamSynchronize(st))
+		a->err = 1;
+	cu->cuEventDestroy(ev[0]);
+	cu->cuEventDestroy(ev[1]);
+	cu->cuStreamDestroy(st);
+	return NULL;
+}
+
+/* Best and median (*median) of reps runs of the pattern, GB/s. */
+static double chunked_copies(void *pinned, void *dev, size_t chunk,
+                             double *median)
+{
+	struct copy_stats cs = {0};
+	size_t slice = size / CHUNK_THREADS & ~(chunk - 1);
+	CUcontext ctx;
+
+	if (cu->cuCtxGetCurrent(&ctx))
+		die("cuCtxGetCurrent", 0);
+	for (int r = 0; r < reps && cs.n < 32; r++) {
+		pthread_t t[CHUNK_THREADS];
+		struct chunk_arg a[CHUNK_THREADS];
+		double t0 = now();
+
+		for (int i = 0; i < CHUNK_THREADS; i++) {
+			size_t off = slice * (size_t)i;
+			char *base = (char *)pinned + 2 * chunk * (size_t)i;
+
+			a[i] = (struct chunk_arg){
+			    .ctx = ctx,
+			    .src = {base, base + chunk},
+			    .dst = (CUdeviceptr)(uintptr_t)dev + off,
+			    .len = i + 1 == CHUNK_THREADS ? size - off : slice,
+			    .chunk = chunk,
+			};
+			if (pthread_create(&t[i], NULL, chunk_worker, &a[i]))
+				die("pthread_create", EAGAIN);
+		}
+		for (int i = 0; i < CHUNK_THREADS; i++) {
+			pthread_join(t[i], NULL);
+			if (a[i].err)
+				die("chunked copy", 0);
+		}
+		cs.all[cs.n++] = gbps(size, now() - t0);
+	}
+	*median = copies_median(&cs);
+	return copies_best(&cs);
+}
+
 /* ---- gpufile ---- */
 
 static double gpufile_io(const char *path, void *dev, int write, int n,
@@ -465,6 +562,49 @@ static void register_experiment(void *dev)
 	close(fd);
 }
 
+/* The settings cells of list ("NTHREADS:BOUNCE_SIZE:BOUNCE_BUFFERS:
+ * TASK_SIZE,..."), each the best and median of reps warm reads. */
+static void cells(void *dev, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+
+	printf("cells (warm, best and median of %d): nthreads "
+	       "bounce_buffer_size bounce_buffers task_size GB/s\n",
+	       reps);
+	for (char *c = strtok_r(copy, ",", &save); c;
+	     c = strtok_r(NULL, ",", &save)) {
+		static const char *const names[] = {
+		    "nthreads", "bounce_buffer_size", "bounce_buffers",
+		    "task_size"};
+		char *field[4], *fs = NULL;
+		double best, med;
+		int n = 0;
+
+		for (char *f = strtok_r(c, ":", &fs); f && n < 4;
+		     f = strtok_r(NULL, ":", &fs))
+			field[n++] = f;
+		if (n != 4) {
+			fprintf(stderr,
+			        "gpu_bench: --cells: '%s' is not "
+			        "N:SIZE:BUFFERS:TASK\n",
+			        c);
+			exit(2);
+		}
+		gpufile_release();
+		for (int i = 0; i < 4; i++)
+			if (gpufile_config_set(names[i], field[i]))
+				die(names[i], 0);
+		if (gpufile_warmup())
+			die("gpufile_warmup", 0);
+		best = gpufile_io(file, dev, 0, reps, &med);
+		printf("cell %s %s %s %s best %.2f median %.2f\n", field[0],
+		       field[1], field[2], field[3], best, med);
+	}
+	free(copy);
+	gpufile_release();
+	gpufile_config_reset();
+}
+
 static void sweep(void *dev)
 {
 	static const char *const nthreads[] = {"8", "16", "32"};
@@ -499,7 +639,9 @@ static void sweep(void *dev)
 
 int main(int argc, char **argv)
 {
-	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0;
+	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
+	    do_chunked = 0;
+	const char *cell_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
 	void *dev, *pinned;
 	char out_path[4096];
@@ -521,13 +663,17 @@ int main(int argc, char **argv)
 			do_contention = 1;
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--chunked"))
+			do_chunked = 1;
+		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
+			cell_list = argv[++i];
 		else
 			file = argv[i];
 	}
 	if (!file) {
 		fprintf(stderr, "usage: gpu_bench FILE [--size B] [--cold] "
 		                "[--sweep] [--register] [--contention] "
-		                "[--reps N]\n");
+		                "[--chunked] [--cells LIST] [--reps N]\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
@@ -569,6 +715,30 @@ int main(int argc, char **argv)
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);
+	if (do_chunked) {
+		/* Interleaved with the large copy, so a drift falls on
+		 * both; then gpufile again, for the ratio in one stretch. */
+		for (size_t chunk = 4 << 20; chunk <= 16 << 20; chunk <<= 2) {
+			double med,
+			    best = chunked_copies(pinned, dev, chunk, &med);
+			double one = copy_ceiling(pinned, dev, 1);
+			double wbest, wmed;
+
+			wbest = gpufile_io(file, dev, 0, reps, &wmed);
+			printf(
+			    "chunked: %d streams x 2 x %zu MiB pinned copies "
+			    "best %.2f median %.2f GB/s; one cuMemcpy %.2f "
+			    "(chunked/one %.3f); gpufile warm read best "
+			    "%.2f median %.2f: / chunked median %.3f, / "
+			    "one %.3f\n",
+			    CHUNK_THREADS, chunk >> 20, best, med, one,
+			    med / one, wbest, wmed, wmed / med, wmed / one);
+		}
+	}
+	if (cell_list) {
+		warm_cache(file);
+		cells(dev, cell_list);
+	}
 
 	/* Writes: device -> page cache of a second file. */
 	{

@@ -17,14 +17,23 @@
  *   pread T x B: T threads (8, 16, 24, 32), each pread()ing its
  *     contiguous slice of the file (size/T, rounded to 4 KiB) in blocks of
  *     B bytes (1, 4, 16 MiB, or the whole slice in one call loop).
+ *   mmap T x memcpy|stream: T threads (16, 32), each mapping its slice
+ *     (MAP_POPULATE) and copying it out with memcpy or with non-temporal
+ *     (streaming) stores, map and unmap timed: whether a copy that skips
+ *     the kernel's copy_to_user, or the destination's read-for-ownership,
+ *     beats pread into a file-sized buffer.
+ *   chunks T x B memcpy|stream[+dontneed]: one map of the file; T threads
+ *     take B-byte chunks in turn, populate each (MADV_POPULATE_READ), copy
+ *     it, and with +dontneed unmap its pages after: the shape a library's
+ *     tasks would have.
  *
  * Each round runs every reader once, as the best of R reads; the reader
  * order rotates from round to round so that no reader always runs first
  * (after another's page-cache or memory traffic). Reported per reader: the
  * median over the rounds of its best-of-R. Prints one line per reader and
  * a summary (gpufile at defaults, the best gpufile setting, the fastest
- * reference, and the ratios); --json adds one JSON object at the end.
- * GB/s are 1e9 bytes per second.
+ * pread reference, the fastest copy from a map, and the ratios); --json adds
+ *one JSON object at the end. GB/s are 1e9 bytes per second.
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
@@ -33,9 +42,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <immintrin.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,11 +55,21 @@
 #define MAX_ROUNDS  64
 #define MAX_THREADS 32
 
+enum copy_kind {
+	BY_PREAD,
+	BY_MAP_MEMCPY,       /* per slice: map (populated), memcpy, unmap */
+	BY_MAP_STREAM,       /* the same with streaming stores */
+	BY_CHUNKS_MEMCPY,    /* one map; chunks populated, then memcpy */
+	BY_CHUNKS_STREAM,    /* the same with streaming stores */
+	BY_CHUNKS_STREAM_DN, /* and each chunk's pages unmapped after */
+};
+
 struct reader {
 	char name[64];
-	unsigned gpufile_nthreads; /* 0: a pread reference */
+	unsigned gpufile_nthreads; /* 0: a hand-written reference */
 	unsigned threads;
 	size_t block; /* 0: the whole slice */
+	enum copy_kind how;
 	double best_of_round[MAX_ROUNDS];
 	double median;
 };
@@ -57,6 +79,7 @@ struct slice {
 	char *buf;
 	off_t off;
 	size_t len, block;
+	enum copy_kind how;
 	int err;
 };
 
@@ -107,14 +130,172 @@ static void *read_slice(void *p)
 	return NULL;
 }
 
+/* memcpy with non-temporal stores: the destination's lines are written
+ * without being read first (no read-for-ownership), one DRAM pass less
+ * than a plain copy into a buffer that is not in the caches. */
+__attribute__((target("avx2"))) static void
+copy_stream(char *dst, const char *src, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 128 <= n; i += 128) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(src + i));
+		__m256i b = _mm256_loadu_si256((const __m256i *)(src + i + 32));
+		__m256i c = _mm256_loadu_si256((const __m256i *)(src + i + 64));
+		__m256i d = _mm256_loadu_si256((const __m256i *)(src + i + 96));
+
+		_mm256_stream_si256((__m256i *)(dst + i), a);
+		_mm256_stream_si256((__m256i *)(dst + i + 32), b);
+		_mm256_stream_si256((__m256i *)(dst + i + 64), c);
+		_mm256_stream_si256((__m256i *)(dst + i + 96), d);
+	}
+	_mm_sfence();
+	memcpy(dst + i, src + i, n - i);
+}
+
+/* The same with 64-byte streaming stores (AVX-512): a full line per
+ * store, where two 32-byte ones must meet in a write-combining buffer. */
+__attribute__((target("avx512f"))) static void
+copy_stream512(char *dst, const char *src, size_t n)
+{
+	size_t i = 0, head = (64 - ((uintptr_t)dst & 63)) & 63;
+
+	if (head > n)
+		head = n;
+	memcpy(dst, src, head);
+	for (i = head; i + 256 <= n; i += 256) {
+		__m512i a = _mm512_loadu_si512((const void *)(src + i));
+		__m512i b = _mm512_loadu_si512((const void *)(src + i + 64));
+		__m512i c = _mm512_loadu_si512((const void *)(src + i + 128));
+		__m512i d = _mm512_loadu_si512((const void *)(src + i + 192));
+
+		_mm512_stream_si512((void *)(dst + i), a);
+		_mm512_stream_si512((void *)(dst + i + 64), b);
+		_mm512_stream_si512((void *)(dst + i + 128), c);
+		_mm512_stream_si512((void *)(dst + i + 192), d);
+	}
+	_mm_sfence();
+	memcpy(dst + i, src + i, n - i);
+}
+
+static void copy_nt(char *dst, const char *src, size_t n)
+{
+	if (__builtin_cpu_supports("avx512f"))
+		copy_stream512(dst, src, n);
+	else
+		copy_stream(dst, src, n);
+}
+
+/* Chunks of one map of the whole file, taken in turn by every thread (as
+ * the pool hands out tasks): each populated (MADV_POPULATE_READ), copied,
+ * and for BY_CHUNKS_STREAM_DN unmapped again (MADV_DONTNEED). */
+struct chunks {
+	char *map, *buf;
+	size_t size, block;
+	enum copy_kind how;
+	atomic_size_t next;
+	atomic_int err;
+};
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+static void *copy_chunks(void *p)
+{
+	struct chunks *c = p;
+
+	for (;;) {
+		size_t pos = atomic_fetch_add(&c->next, c->block);
+		size_t n;
+
+		if (pos >= c->size)
+			return NULL;
+		n = c->size - pos < c->block ? c->size - pos : c->block;
+		if (madvise(c->map + pos, n, MADV_POPULATE_READ) &&
+		    errno != EINVAL) {
+			atomic_store(&c->err, errno);
+			return NULL;
+		}
+		if (c->how == BY_CHUNKS_MEMCPY)
+			memcpy(c->buf + pos, c->map + pos, n);
+		else
+			copy_nt(c->buf + pos, c->map + pos, n);
+		if (c->how == BY_CHUNKS_STREAM_DN)
+			madvise(c->map + pos, n, MADV_DONTNEED);
+	}
+}
+
+static double chunks_parallel(int fd, char *buf, size_t size, unsigned threads,
+                              size_t block, enum copy_kind how)
+{
+	pthread_t tid[MAX_THREADS];
+	struct chunks c = {
+	    .buf = buf, .size = size, .block = block, .how = how};
+	double t0 = now(), dt;
+
+	c.map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	if (c.map == MAP_FAILED) {
+		perror("host_ref: mmap");
+		return -1;
+	}
+	for (unsigned i = 0; i < threads; i++)
+		if (pthread_create(&tid[i], NULL, copy_chunks, &c)) {
+			fprintf(stderr, "host_ref: pthread_create failed\n");
+			exit(1);
+		}
+	for (unsigned i = 0; i < threads; i++)
+		pthread_join(tid[i], NULL);
+	munmap(c.map, size);
+	dt = now() - t0;
+	if (atomic_load(&c.err)) {
+		fprintf(stderr, "host_ref: madvise: %s\n",
+		        strerror(atomic_load(&c.err)));
+		return -1;
+	}
+	return (double)size / dt / 1e9;
+}
+
+/* The slice from a shared read-only map of the file (its page-cache pages,
+ * mapped up front with MAP_POPULATE), copied by memcpy or by streaming
+ * stores; the map and its teardown are timed too. */
+static void map_slice(struct slice *s)
+{
+	char *m = mmap(NULL, s->len, PROT_READ, MAP_SHARED | MAP_POPULATE,
+	               s->fd, s->off);
+
+	if (m == MAP_FAILED) {
+		s->err = errno;
+		return;
+	}
+	if (s->how == BY_MAP_STREAM)
+		copy_nt(s->buf, m, s->len);
+	else
+		memcpy(s->buf, m, s->len);
+	munmap(m, s->len);
+}
+
+static void *copy_slice(void *p)
+{
+	struct slice *s = p;
+
+	if (s->how == BY_PREAD)
+		return read_slice(p);
+	map_slice(s);
+	return NULL;
+}
+
 /* One timed read of the whole file by T threads; returns GB/s or -1. */
 static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
-                             size_t block)
+                             size_t block, enum copy_kind how)
 {
 	pthread_t tid[MAX_THREADS];
 	struct slice s[MAX_THREADS];
 	size_t slice = size / threads & ~(size_t)4095;
 	double t0, dt;
+
+	if (how >= BY_CHUNKS_MEMCPY)
+		return chunks_parallel(fd, buf, size, threads, block, how);
 
 	for (unsigned i = 0; i < threads; i++) {
 		size_t off = slice * i;
@@ -125,11 +306,12 @@ static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
 		    .off = (off_t)off,
 		    .len = i + 1 == threads ? size - off : slice,
 		    .block = block,
+		    .how = how,
 		};
 	}
 	t0 = now();
 	for (unsigned i = 0; i < threads; i++)
-		if (pthread_create(&tid[i], NULL, read_slice, &s[i])) {
+		if (pthread_create(&tid[i], NULL, copy_slice, &s[i])) {
 			fprintf(stderr, "host_ref: pthread_create failed\n");
 			exit(1);
 		}
@@ -138,7 +320,8 @@ static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
 	dt = now() - t0;
 	for (unsigned i = 0; i < threads; i++)
 		if (s[i].err) {
-			fprintf(stderr, "host_ref: pread: %s\n",
+			fprintf(stderr, "host_ref: %s: %s\n",
+			        how == BY_PREAD ? "pread" : "mmap",
 			        strerror(s[i].err));
 			return -1;
 		}
@@ -185,11 +368,28 @@ int main(int argc, char **argv)
 	static const unsigned ref_threads[] = {8, 16, 24, 32};
 	static const size_t ref_blocks[] = {1 << 20, 4 << 20, 16 << 20, 0};
 	static const unsigned gf_threads[] = {16, 24, 32};
-	struct reader readers[4 + 16];
+	static const unsigned map_threads[] = {16, 32};
+	static const struct {
+		unsigned threads;
+		size_t block;
+		enum copy_kind how;
+		const char *name;
+	} chunk_readers[] = {
+	    {16, 4 << 20, BY_CHUNKS_MEMCPY, "chunks 16x4MiB memcpy"},
+	    {16, 4 << 20, BY_CHUNKS_STREAM, "chunks 16x4MiB stream"},
+	    {16, 4 << 20, BY_CHUNKS_STREAM_DN,
+	     "chunks 16x4MiB stream+dontneed"},
+	    {16, 1 << 20, BY_CHUNKS_STREAM, "chunks 16x1MiB stream"},
+	    {16, 16 << 20, BY_CHUNKS_STREAM, "chunks 16x16MiB stream"},
+	    {8, 4 << 20, BY_CHUNKS_STREAM, "chunks 8x4MiB stream"},
+	    {24, 4 << 20, BY_CHUNKS_STREAM, "chunks 24x4MiB stream"},
+	};
+	struct reader readers[4 + 16 + 4 + 7];
 	const char *path = NULL;
 	int rounds = 5, repeat = 3, json = 0, nreaders = 0, fd;
 	unsigned def_threads = 0;
-	struct reader *gf_def, *gf_best = NULL, *ref_best = NULL;
+	struct reader *gf_def, *gf_best = NULL, *ref_best = NULL,
+	                       *map_best = NULL;
 	gpufile_t *h;
 	struct stat st;
 	size_t size;
@@ -259,6 +459,30 @@ int main(int argc, char **argv)
 			    block_name(ref_blocks[b], bname, sizeof(bname)));
 			nreaders++;
 		}
+	for (size_t t = 0; t < 2; t++)
+		for (int how = BY_MAP_MEMCPY; how <= BY_MAP_STREAM; how++) {
+			if (how == BY_MAP_STREAM &&
+			    !__builtin_cpu_supports("avx2"))
+				continue;
+			readers[nreaders] =
+			    (struct reader){.threads = map_threads[t],
+			                    .how = (enum copy_kind)how};
+			snprintf(readers[nreaders].name,
+			         sizeof(readers[0].name), "mmap %ux%s",
+			         map_threads[t],
+			         how == BY_MAP_STREAM ? "stream" : "memcpy");
+			nreaders++;
+		}
+	for (size_t i = 0; i < 7; i++) {
+		readers[nreaders] = (struct reader){
+		    .threads = chunk_readers[i].threads,
+		    .block = chunk_readers[i].block,
+		    .how = chunk_readers[i].how,
+		};
+		snprintf(readers[nreaders].name, sizeof(readers[0].name), "%s",
+		         chunk_readers[i].name);
+		nreaders++;
+	}
 
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < nreaders; k++) {
@@ -274,9 +498,9 @@ int main(int argc, char **argv)
 			for (int i = 0; i < repeat; i++) {
 				double g = rd->gpufile_nthreads
 				               ? gpufile_whole(h, buf, size)
-				               : pread_parallel(fd, buf, size,
-				                                rd->threads,
-				                                rd->block);
+				               : pread_parallel(
+				                     fd, buf, size, rd->threads,
+				                     rd->block, rd->how);
 				if (g < 0)
 					return 1;
 				if (g > best)
@@ -298,6 +522,9 @@ int main(int argc, char **argv)
 		if (rd->gpufile_nthreads) {
 			if (!gf_best || rd->median > gf_best->median)
 				gf_best = rd;
+		} else if (rd->how != BY_PREAD) {
+			if (!map_best || rd->median > map_best->median)
+				map_best = rd;
 		} else if (!ref_best || rd->median > ref_best->median) {
 			ref_best = rd;
 		}
@@ -311,6 +538,13 @@ int main(int argc, char **argv)
 	printf("host_ref: best gpufile setting %s %.2f GB/s; ratio %.3f\n",
 	       gf_best->name, gf_best->median,
 	       gf_best->median / ref_best->median);
+	if (map_best)
+		printf("host_ref: fastest copy from a map %s %.2f GB/s; "
+		       "gpufile at defaults / it %.3f, it / fastest pread "
+		       "%.3f\n",
+		       map_best->name, map_best->median,
+		       gf_def->median / map_best->median,
+		       map_best->median / ref_best->median);
 	if (json) {
 		printf("{\"bytes\": %zu, \"rounds\": %d, \"repeat\": %d, "
 		       "\"gpufile_default_nthreads\": %u, "

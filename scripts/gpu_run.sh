@@ -25,6 +25,12 @@
 #                              parallel pread, the H2D ceiling under
 #                              page-cache traffic and the settings sweep,
 #                              cold reads against fio (~6 minutes)
+#   scripts/gpu_run.sh limits  issue 14 goals 2 and 3, what limits them:
+#                              the CPU and its caches, host reads against
+#                              pread and copies from a map (memcpy and
+#                              streaming stores), the staged path's copy
+#                              pattern alone against one cuMemcpy, and
+#                              gpufile at larger buffers and tasks
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -62,6 +68,7 @@ target=all
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
 
@@ -177,6 +184,22 @@ issue14)
 	echo "sweep, best 3 (nthreads bounce_buffer_size bounce_buffers task_size GB/s):"
 	grep '^sweep ' "$OUT/gpu_bench.log" | sort -k6 -nr | head -3
 	grep -E '^cold_bench: (best fio|gpufile|skipped)' "$OUT/cold.log"
+	;;
+limits)
+	log "CPU, caches, memory, transparent huge pages"
+	lscpu | grep -E 'Model name|Socket|Core|Thread|NUMA node|L[123]' | tr -s ' '
+	grep -E 'MemTotal|Hugepagesize' /proc/meminfo
+	cat /sys/kernel/mm/transparent_hugepage/enabled
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	log "goal 3: host reads, gpufile against pread and copies from a map"
+	$B/bench/host_ref $data/file.bin --rounds ${ROUNDS:-3} --repeat 2 2>&1 |
+		tee "$OUT/host_ref.log"
+	[ "${HOST_ONLY:-0}" = 1 ] && { log done; exit 0; }
+	log "goal 2: the chunked copy pattern, larger buffers and tasks"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --chunked \
+		--cells "${CELLS:-16:4MiB:2:4MiB,16:8MiB:2:8MiB,16:16MiB:2:16MiB,16:8MiB:2:16MiB,16:4MiB:3:4MiB,12:4MiB:2:4MiB,20:4MiB:2:4MiB,16:4MiB:2:4MiB}" 2>&1 |
+		tee "$OUT/gpu_bench.log"
 	;;
 validate)
 	# Issues 10, 11, 13, 16 on a real GPU (two where there are two): every
