@@ -25,6 +25,11 @@
 #                              parallel pread, the H2D ceiling under
 #                              page-cache traffic and the settings sweep,
 #                              cold reads against fio (~6 minutes)
+#   scripts/gpu_run.sh session5 every test on the GPU after the map copy
+#                              of warm host reads and the remote decision;
+#                              host reads at defaults and with
+#                              host_map_copy=off against pread and the map
+#                              references; the warm GPU read's ceilings
 #   scripts/gpu_run.sh limits  issue 14 goals 2 and 3, what limits them:
 #                              the CPU and its caches, host reads against
 #                              pread and copies from a map (memcpy and
@@ -184,6 +189,27 @@ issue14)
 	echo "sweep, best 3 (nthreads bounce_buffer_size bounce_buffers task_size GB/s):"
 	grep '^sweep ' "$OUT/gpu_bench.log" | sort -k6 -nr | head -3
 	grep -E '^cold_bench: (best fio|gpufile|skipped)' "$OUT/cold.log"
+	;;
+session5)
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+	grep -E "test_map_copy|test_gpu_stream|test_remote" "$OUT/ctest.log"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "python tests"
+	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs -p no:cacheprovider \
+		--timeout=120 --timeout-method=thread python/tests 2>&1 |
+		tee "$OUT/pytest.log" | tail -12
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	for m in auto off auto off; do
+		log "host reads, host_map_copy=$m"
+		GPUFILE_HOST_MAP_COPY=$m $B/bench/host_ref $data/file.bin --rounds 3 --repeat 3 2>&1 |
+			tee "$OUT/host_ref_$m.log" | grep -E 'gpufile nthreads|pread 16x|pread 32x16|chunks 16x4MiB stream |^host_ref: (gpufile at|best|fastest)'
+	done
+	log "warm 4 GiB into GPU memory: ceilings"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --contention --chunked 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -E '^(ceiling|gpufile warm|contention|chunked|warm read)'
 	;;
 limits)
 	log "CPU, caches, memory, transparent huge pages"

@@ -199,6 +199,11 @@ static struct setting settings[] = {
             default_remote_task_size,
             "bytes per task (one HTTP range) of a remote request; 0: "
             "task_size"),
+    SETTING("host_map_copy", KIND_MODE, 0, 2, default_mode_auto,
+            "host reads of 256 KiB or more that the page cache holds are "
+            "copied from a map of the file with streaming stores (SIGBUS "
+            "from a file cut short is caught and the range read again): "
+            "auto where the CPU has AVX-512, on also with AVX2, off: pread"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -217,9 +222,10 @@ enum {
 	S_HTTP_TIMEOUT,
 	S_HTTP_CODES,
 	S_REMOTE_CONNECTIONS,
-	S_REMOTE_TASK
+	S_REMOTE_TASK,
+	S_HOST_MAP_COPY
 };
-_Static_assert(S_REMOTE_TASK + 1 == NSETTINGS,
+_Static_assert(S_HOST_MAP_COPY + 1 == NSETTINGS,
                "the S_* positions name every entry of settings[]");
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -767,6 +773,11 @@ int gpufile__settings(struct gpufile__settings *s)
 		s->cufile_stats = (unsigned)settings[S_CUFILE_STATS].value;
 		s->cufile_accel_only = settings[S_CUFILE_ACCEL].value != 2;
 		s->remote_task_size = (size_t)settings[S_REMOTE_TASK].value;
+		s->host_map_copy = settings[S_HOST_MAP_COPY].value == 0
+		                       ? GPUFILE__MAP_COPY_AUTO
+		                   : settings[S_HOST_MAP_COPY].value == 1
+		                       ? GPUFILE__MAP_COPY_ON
+		                       : GPUFILE__MAP_COPY_OFF;
 	}
 	/* First use by I/O: say once what the environment got wrong, where
 	 * a user running a program (not gpufile config) will see it. */

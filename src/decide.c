@@ -121,7 +121,12 @@ void gpufile__decide(const struct gpufile__facts *f,
 	if (f->kind == GPUFILE_MEM_HOST || f->kind == GPUFILE_MEM_PINNED) {
 		d->path = GPUFILE_PATH_HOST;
 		snprintf(d->reason, sizeof(d->reason),
-		         "host: host memory is read and written in place");
+		         "host: host memory is read and written in place%s",
+		         f->cfg->host_map_copy == GPUFILE__MAP_COPY_OFF
+		             ? "; reads by pread (host_map_copy=off)"
+		             : "; warm reads of 256 KiB or more are copied "
+		               "from a map of the file with streaming stores "
+		               "where the CPU has them (host_map_copy)");
 		return;
 	}
 	if (f->size < f->cfg->gds_threshold) {

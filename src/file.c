@@ -315,6 +315,8 @@ static ssize_t host_task(struct gpufile__request *r, char *buf, size_t len,
 	if (r->is_write)
 		return gpufile__file_write(r->h, r->cfg.direct_io, buf, len,
 		                           off, scratch, GPUFILE__SCRATCH);
+	if (gpufile__map_read(r->h, &r->cfg, buf, len, off))
+		return (ssize_t)len;
 	return gpufile__file_read(r->h, r->cfg.direct_io, buf, len, off,
 	                          scratch, GPUFILE__SCRATCH);
 }

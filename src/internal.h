@@ -64,6 +64,15 @@ struct gpufile__settings {
 	int cufile_accel_only;   /* auto: cuFile only where accelerated */
 	/* task_size of remote requests; 0: task_size */
 	size_t remote_task_size;
+	int host_map_copy; /* GPUFILE__MAP_COPY_*: warm host reads from a map */
+};
+
+/* host_map_copy: auto copies with AVX-512 streaming stores only (the
+ * measured win, bench/README.md); on also with AVX2's; off never. */
+enum {
+	GPUFILE__MAP_COPY_OFF = 0,
+	GPUFILE__MAP_COPY_ON = 1,
+	GPUFILE__MAP_COPY_AUTO = 2
 };
 
 enum {
@@ -169,7 +178,8 @@ struct gpufile {
 	atomic_int inflight;     /* requests on this handle not yet ended */
 	pthread_mutex_t lock;    /* guards direct_reason and the map fields */
 	/* A read-only mapping of the file as long as it was when first
-	 * needed, used only to ask mincore() what the page cache holds. */
+	 * needed: mincore() asks it what the page cache holds, and warm
+	 * host reads are copied from it (gpufile__map_read). */
 	void *map;
 	size_t map_len;
 	int map_tried;
@@ -246,6 +256,39 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
  * I/O: a RWF_NOWAIT read would start readahead for what it misses, and a
  * following O_DIRECT read of the same range would then read it twice. */
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
+
+/* Host reads of at least this many bytes are copied from the file's map
+ * when the page cache holds them (host_map_copy): below it, the mincore()
+ * probe and the populate cost more than a copy saves. */
+#define GPUFILE__MAP_COPY_MIN (256u << 10)
+
+/* Copies [off, off+len) of h into host memory buf from the handle's map
+ * of the file, with streaming stores (map_copy.c), when cfg allows it, the
+ * range is at least GPUFILE__MAP_COPY_MIN bytes, inside the map and in the
+ * page cache, buf is writable and the SIGBUS guard holds. Returns len, or
+ * 0 when it copied nothing the caller can use (the caller then reads the
+ * range as before, which also gives a file cut short meanwhile its real
+ * end; buf's bytes past that end may then have been written). */
+ssize_t gpufile__map_read(struct gpufile *h,
+                          const struct gpufile__settings *cfg, char *buf,
+                          size_t len, int64_t off);
+
+/* map_copy.c. Installs the SIGBUS guard on first use; 1 when a guarded
+ * streaming copy can be made now under mode (GPUFILE__MAP_COPY_*: the CPU
+ * has AVX-512 streaming stores, or for ON AVX2's, and the SIGBUS handler
+ * in place is still gpufile's), else 0. */
+int gpufile__stream_copy_ready(int mode);
+/* After gpufile__stream_copy_ready() returned 1 on this thread: copies n
+ * bytes from src (a shared map of a file) to dst with streaming stores.
+ * Returns 0, or -EFAULT when a page of src raised SIGBUS (the file is
+ * shorter than the map): dst's n bytes then hold anything. */
+int gpufile__stream_copy(char *dst, const char *src, size_t n);
+/* Bytes copied by gpufile__stream_copy and faults it caught, so far. */
+void gpufile__stream_copy_counts(uint64_t *bytes, uint64_t *caught);
+/* Tests: called by gpufile__map_read after the range is populated and
+ * before it is copied (to cut the file short in between). */
+extern void (*gpufile__map_read_hook)(struct gpufile *h, int64_t off,
+                                      size_t len);
 
 /* The direct_io rule for a read of [off, off+len) of h, shared by the
  * host path and the cold device path: off never; on whenever h has an

@@ -1,0 +1,407 @@
+/*
+ * Warm host reads copied from the handle's map of the file with streaming
+ * stores (posix_io.c gpufile__map_read, map_copy.c), and the SIGBUS guard
+ * that turns a file cut short during the copy into pread's short read.
+ *
+ * In forked children first (before this process starts any thread), since
+ * they change the process's SIGBUS disposition:
+ *   - a handler the program had before gpufile's still gets the SIGBUS
+ *     that is not gpufile's;
+ *   - with the default disposition, such a SIGBUS still ends the process;
+ *   - a handler installed after gpufile's: gpufile stops copying from the
+ *     map (its faults would go to that handler) and reads stay right;
+ *   - host_map_copy=off never installs a handler.
+ * Then in this process: exact bytes (whole file, unaligned ranges, a range
+ * across the end, canaries) with the map copy counted, the same with
+ * host_map_copy=off and nothing copied from the map, a file cut short
+ * between the populate and the copy (the guard catches the fault, the
+ * range is read again, the result is the file's new end), and a buffer the
+ * caller cannot write (-EFAULT, not a crash).
+ */
+#define _GNU_SOURCE
+#include "gpufile.h"
+#include "internal.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB        (1u << 20)
+#define SIZE       (24 * MiB)
+#define SEED       11
+#define CANARY_LEN 4096
+
+static const char *file;
+static int cut_during; /* test_cut_short: the file is cut during a copy */
+
+static uint64_t map_bytes(void)
+{
+	uint64_t b = 0;
+
+	gpufile__stream_copy_counts(&b, NULL);
+	return b;
+}
+
+static uint64_t faults_caught(void)
+{
+	uint64_t c = 0;
+
+	gpufile__stream_copy_counts(NULL, &c);
+	return c;
+}
+
+/* Reads len bytes at off into a fresh buffer between canaries; returns
+ * what gpufile_pread returned, with *bad set when a byte or a canary is
+ * wrong. */
+static ssize_t read_checked(size_t len, int64_t off, size_t file_size, int *bad)
+{
+	char *m = test_malloc(len + 2 * CANARY_LEN);
+	char *buf = m + CANARY_LEN;
+	gpufile_t *h = NULL;
+	ssize_t n;
+	size_t want;
+
+	memset(m, 0xa5, len + 2 * CANARY_LEN);
+	*bad = 0;
+	if (gpufile_open(&h, file, "r")) {
+		fprintf(stderr, "open: %s\n", gpufile_errmsg());
+		free(m);
+		*bad = 1;
+		return -1;
+	}
+	n = gpufile_pread(h, buf, len, off);
+	gpufile_close(h);
+	want = (uint64_t)off >= file_size      ? 0
+	       : file_size - (size_t)off < len ? file_size - (size_t)off
+	                                       : len;
+	if (n != (ssize_t)want ||
+	    test_mismatch(buf, want, SEED, (uint64_t)off) != -1 ||
+	    test_mismatch_byte(buf + len, CANARY_LEN, 0xa5) != -1 ||
+	    test_mismatch_byte(m, CANARY_LEN, 0xa5) != -1)
+		*bad = 1;
+	/* Past the end: untouched, unless the file was cut short during the
+	 * copy (test_cut_short), where the bytes the copy had reached may
+	 * hold what the file held then. */
+	if (!cut_during &&
+	    test_mismatch_byte(buf + want, len - want, 0xa5) != -1)
+		*bad = 1;
+	free(m);
+	return n;
+}
+
+static int cpu_has_avx512(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __builtin_cpu_supports("avx512f");
+#else
+	return 0;
+#endif
+}
+
+static void warm(void)
+{
+	size_t len = 0;
+
+	free(test_read_file(file, &len));
+}
+
+/* ---- children: the process's SIGBUS disposition ---- */
+
+static sigjmp_buf user_env;
+static volatile sig_atomic_t user_handler_ran;
+
+static void user_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	user_handler_ran = 1;
+	siglongjmp(user_env, 1);
+}
+
+static void install_user_handler(void)
+{
+	struct sigaction act;
+
+	memset(&act, 0, sizeof(act));
+	act.sa_sigaction = user_handler;
+	act.sa_flags = SA_SIGINFO;
+	sigemptyset(&act.sa_mask);
+	sigaction(SIGBUS, &act, NULL);
+}
+
+/* A SIGBUS that is not gpufile's: a page of a map past its file's end. */
+static void foreign_sigbus(void)
+{
+	const char *p = test_path("foreign.bin");
+	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	volatile char *m;
+
+	if (fd < 0 || ftruncate(fd, 8192))
+		_exit(3);
+	m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED || ftruncate(fd, 0))
+		_exit(3);
+	(void)m[4096];
+}
+
+/* One host read that takes the map copy; exits 4 where it did not. */
+static void map_read_once(void)
+{
+	int bad;
+	uint64_t before = map_bytes();
+
+	if (read_checked(SIZE, 0, SIZE, &bad) != SIZE || bad)
+		_exit(4);
+	if (map_bytes() == before)
+		_exit(5);
+}
+
+static int run_child(void (*fn)(void), int *status)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		alarm(60); /* a SIGBUS passed on to nobody would loop */
+		fn();
+		_exit(0);
+	}
+	return waitpid(pid, status, 0) == pid ? 0 : -1;
+}
+
+static void child_handler_before(void)
+{
+	install_user_handler();
+	map_read_once();
+	if (sigsetjmp(user_env, 1) == 0)
+		foreign_sigbus();
+	_exit(user_handler_ran ? 0 : 6);
+}
+
+static void child_default(void)
+{
+	struct rlimit no_core = {0, 0};
+
+	setrlimit(RLIMIT_CORE, &no_core);
+	map_read_once();
+	foreign_sigbus();
+	_exit(0); /* survived: the default disposition was lost */
+}
+
+static void child_handler_after(void)
+{
+	int bad;
+	uint64_t before;
+
+	map_read_once();
+	install_user_handler();
+	before = map_bytes();
+	if (read_checked(SIZE, 0, SIZE, &bad) != SIZE || bad)
+		_exit(4);
+	if (map_bytes() != before)
+		_exit(7); /* copied from the map without its guard */
+	if (sigsetjmp(user_env, 1) == 0)
+		foreign_sigbus();
+	_exit(user_handler_ran ? 0 : 6);
+}
+
+static void child_off(void)
+{
+	struct sigaction before, cur;
+	int bad;
+
+	/* The default, or a sanitizer's handler: whatever it is, it stays. */
+	sigaction(SIGBUS, NULL, &before);
+	gpufile_config_set("host_map_copy", "off");
+	if (read_checked(SIZE, 0, SIZE, &bad) != SIZE || bad)
+		_exit(4);
+	if (map_bytes() != 0)
+		_exit(7);
+	if (sigaction(SIGBUS, NULL, &cur) ||
+	    cur.sa_handler != before.sa_handler)
+		_exit(8);
+	_exit(0);
+}
+
+static void test_children(void)
+{
+	int st = 0;
+
+	CHECK_EQ(run_child(child_handler_before, &st), 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "  handler before gpufile's: status 0x%x\n", st);
+	CHECK_EQ(run_child(child_default, &st), 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* Without gpufile, the sanitizer's own handler reports it and
+	 * exits (1 for ASan, 66 for TSan). */
+	CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
+#else
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+#endif
+	fprintf(stderr, "  default disposition: status 0x%x\n", st);
+	CHECK_EQ(run_child(child_handler_after, &st), 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "  handler after gpufile's: status 0x%x\n", st);
+	CHECK_EQ(run_child(child_off, &st), 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "  host_map_copy=off: status 0x%x\n", st);
+}
+
+/* ---- this process ---- */
+
+static void test_bytes(void)
+{
+	static const struct {
+		size_t len;
+		int64_t off;
+	} cases[] = {
+	    {SIZE, 0},
+	    {SIZE - 4097, 4097},
+	    {5 * MiB + 123, 3 * MiB + 7},
+	    {8 * MiB, SIZE - 3 * MiB - 11}, /* across the end */
+	    {300 << 10, 1},                 /* just above the minimum */
+	    {100 << 10, 5},                 /* below it: pread */
+	};
+	int bad;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ssize_t n =
+		    read_checked(cases[i].len, cases[i].off, SIZE, &bad);
+
+		if (bad)
+			fprintf(stderr, "case %zu: %zd bytes\n", i, n);
+		CHECK(!bad);
+	}
+}
+
+static void test_counted(void)
+{
+	uint64_t before = map_bytes();
+	int bad;
+
+	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
+	CHECK(!bad);
+	CHECK_EQ(map_bytes() - before, SIZE);
+	/* off: the same bytes, none from the map. */
+	CHECK_EQ(gpufile_config_set("host_map_copy", "off"), 0);
+	before = map_bytes();
+	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
+	CHECK(!bad);
+	CHECK_EQ(map_bytes(), before);
+	/* auto: the map only where the CPU has AVX-512's 64-byte stores. */
+	CHECK_EQ(gpufile_config_set("host_map_copy", "auto"), 0);
+	before = map_bytes();
+	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
+	CHECK(!bad);
+	CHECK_EQ(map_bytes() - before, cpu_has_avx512() ? SIZE : 0);
+	CHECK_EQ(gpufile_config_set("host_map_copy", "on"), 0);
+}
+
+static size_t cut_to;
+
+static void cut_short(struct gpufile *h, int64_t off, size_t len)
+{
+	(void)h;
+	(void)len;
+	/* Only the first task cuts: the count is then decided by it,
+	 * whatever the task on the other thread did. */
+	if (off == 0 && cut_to && truncate(file, (off_t)cut_to) == 0)
+		cut_to = 0;
+}
+
+/* The file cut short to end inside the first task, after its range was
+ * populated and before it is copied: the copy faults partway (or, within
+ * its last page, reads zeros), the guard or the size check after the copy
+ * sees it, and pread reads the range again to the new end. */
+static void test_cut_short(size_t end, int faults)
+{
+	uint64_t caught = faults_caught();
+	unsigned nthreads = 0;
+	int bad;
+
+	CHECK_EQ(gpufile_get_nthreads(&nthreads), 0);
+	if (test_make_file(file, SIZE, SEED)) {
+		CHECK(0);
+		return;
+	}
+	warm();
+
+	gpufile_release();
+	CHECK_EQ(gpufile_set_nthreads(1), 0);
+	cut_to = end;
+	cut_during = 1;
+	gpufile__map_read_hook = cut_short;
+	CHECK_EQ(read_checked(SIZE, 0, end, &bad), end);
+	CHECK(!bad);
+	gpufile__map_read_hook = NULL;
+	cut_during = 0;
+	gpufile_release();
+	CHECK_EQ(cut_to, 0);
+	/* The first task's own copy faults when the cut is before its last
+	 * page; a task copied on the other thread at the time may fault
+	 * too, so only "at least one" is certain. */
+	if (faults)
+		CHECK(faults_caught() - caught >= 1);
+	fprintf(stderr, "  cut to %zu bytes during the copy: caught %llu\n",
+	        end, (unsigned long long)(faults_caught() - caught));
+	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
+}
+
+static void test_unwritable(void)
+{
+	char *ro =
+	    mmap(NULL, 8 * MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	gpufile_t *h = NULL;
+
+	CHECK(ro != MAP_FAILED);
+	CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, ro, 8 * MiB, 0), -EFAULT);
+	gpufile_close(h);
+	munmap(ro, 8 * MiB);
+}
+
+int main(void)
+{
+	file = test_path("map_copy.bin");
+	if (test_make_file(file, SIZE, SEED))
+		return 1;
+	warm();
+	/* The library's own rule (map_copy.c): streaming stores need AVX2.
+	 * Asked here rather than of the library, whose first answer would
+	 * install its handler before the children start. */
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2"))
+#endif
+	{
+		fprintf(stderr, "test_map_copy: this CPU has no streaming "
+		                "stores gpufile uses (AVX2)\n");
+		test_cleanup();
+		return TEST_SKIP;
+	}
+	/* on: the copy with AVX2's stores too, which auto leaves to pread
+	 * (test_counted checks auto's rule). */
+	CHECK_EQ(gpufile_config_set("host_map_copy", "on"), 0);
+	test_children();
+	test_bytes();
+	test_counted();
+	test_unwritable();
+	/* Last: they cut the file short. Inside the first task, past its
+	 * first page: the copy faults. Inside the last page of the first
+	 * task: no fault (the page's tail reads as zeros), and only the
+	 * size checked after the copy sees it. */
+	test_cut_short(2 * MiB + 7, 1);
+	test_cut_short(4 * MiB - 100, 0);
+	return test_finish("test_map_copy");
+}
