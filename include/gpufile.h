@@ -912,8 +912,10 @@ GPUFILE_API int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset,
  * counted as path GPUFILE_PATH_MMAP. Host buffers are copied from the
  * mapping; device buffers go through the pinned bounce buffers (see
  * gpufile_mmap_path_info for why). Returns size or an error; -EIO when
- * the file shrank below the mapped range (a host read of lost pages
- * faults instead, as any access to the mapping would).
+ * the file shrank below the mapped range, for device reads and for host
+ * tasks of 256 KiB or more copied by gpufile's guarded streaming copy
+ * (host_map_copy); a smaller host task of lost pages faults instead
+ * (SIGBUS), as any access to the mapping would.
  */
 GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
                                        size_t size, int64_t file_offset);

@@ -273,6 +273,14 @@ ssize_t gpufile__map_read(struct gpufile *h,
                           const struct gpufile__settings *cfg, char *buf,
                           size_t len, int64_t off);
 
+/* 1 when MADV_POPULATE_READ/WRITE work here (Linux 5.14). */
+int gpufile__populate_works(void);
+/* 1 when the n bytes at p can be written (write=1) or read (0) without a
+ * signal, their pages faulted in now (MADV_POPULATE_*); 0 when they
+ * cannot, or the kernel cannot tell. Where MADV_POPULATE is missing,
+ * 1. */
+int gpufile__user_range_ok(const void *p, size_t n, int write);
+
 /* map_copy.c. Installs the SIGBUS guard on first use; 1 when a guarded
  * streaming copy can be made now under mode (GPUFILE__MAP_COPY_*: the CPU
  * has AVX-512 streaming stores, or for ON AVX2's, and the SIGBUS handler

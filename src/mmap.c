@@ -7,18 +7,21 @@
  * pool (which names r->h->path in messages and counts r->h->inflight) and
  * the staging path (which reads r->h->fd) serve it unchanged.
  *
- * Host targets are copied from the map (memcpy), one task per task_size
- * piece, in parallel. Device targets go through the pinned bounce-buffer
- * pipeline, whose reads take the same page-cache pages the map shows
- * (pread of the mapped range on the handle's descriptor), rather than a
- * cuMemcpyHtoD from the mapping: a copy from pageable memory is staged by
- * the CUDA driver through its own small pinned buffer and does not overlap
- * the next chunk's fetch, where the pipeline keeps the DMA busy while the
- * next chunk is read. A direct copy from pageable memory would only win
- * where the GPU reads host page tables (HMM/ATS systems), which gpufile
- * does not assume. A file that shrinks below the mapped range after
- * gpufile_mmap_open() makes host reads of the lost pages fault (SIGBUS, as
- * for any mapping) and device reads fail with -EIO.
+ * Host targets are copied from the map, one task per task_size piece, in
+ * parallel: by the guarded streaming copy of warm host reads (map_copy.c)
+ * where host_map_copy allows it, else by memcpy. Device targets go through the
+ * pinned bounce-buffer pipeline, whose reads take the same page-cache pages the
+ * map shows (pread of the mapped range on the handle's descriptor), rather than
+ * a cuMemcpyHtoD from the mapping: a copy from pageable memory is staged by the
+ * CUDA driver through its own small pinned buffer and does not overlap the next
+ * chunk's fetch, where the pipeline keeps the DMA busy while the next chunk is
+ * read. A direct copy from pageable memory would only win where the GPU reads
+ * host page tables (HMM/ATS systems), which gpufile does not assume. A file
+ * that shrinks below the mapped range after gpufile_mmap_open() makes device
+ * reads fail with -EIO, and host reads too where they take the guarded
+ * streaming copy (tasks of 256 KiB or more, host_map_copy, map_copy.c); a
+ * smaller host task, or one where the guard is not used, faults on the lost
+ * pages (SIGBUS), as any access to a mapping would.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -60,11 +63,33 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
                               int64_t off, char *msg, size_t msg_len)
 {
 	struct gpufile_mmap *m = of(r);
+	const char *src = m->data + (off - m->map_offset);
+	struct stat st;
 
-	(void)msg;
-	(void)msg_len;
-	memcpy(buf, m->data + (off - m->map_offset), len);
-	return (ssize_t)len;
+	if (len < GPUFILE__MAP_COPY_MIN || !gpufile__populate_works() ||
+	    !gpufile__stream_copy_ready(r->cfg.host_map_copy)) {
+		memcpy(buf, src, len);
+		return (ssize_t)len;
+	}
+	/* The guarded streaming copy of file.c's warm host reads
+	 * (map_copy.c): faster, and a page the file lost is an error
+	 * here, not a SIGBUS. */
+	if (!gpufile__user_range_ok(buf, len, 1)) {
+		snprintf(msg, msg_len,
+		         "reading %s: the buffer at %p cannot be written",
+		         m->file.path, (void *)buf);
+		return -EFAULT;
+	}
+	if (gpufile__user_range_ok(src, len, 0) &&
+	    gpufile__stream_copy(buf, src, len) == 0)
+		return (ssize_t)len;
+	if (gpufile__sys.fstat(m->file.fd, &st))
+		st.st_size = -1;
+	snprintf(msg, msg_len,
+	         "reading %s: the file ends at %lld, inside the range "
+	         "mapped at open (it shrank)",
+	         m->file.path, (long long)st.st_size);
+	return -EIO;
 }
 
 static const struct gpufile__task_ops mmap_host_ops = {.run = mmap_host_task};

@@ -155,7 +155,13 @@ static void probe_populate(void)
  * write from PROT_NONE memory must be an error, not a crash. Kernels
  * before 5.14 cannot check; there the copy goes ahead as before.
  */
-static int user_range_ok(const void *p, size_t n, int write)
+int gpufile__populate_works(void)
+{
+	pthread_once(&populate_once, probe_populate);
+	return populate_works;
+}
+
+int gpufile__user_range_ok(const void *p, size_t n, int write)
 {
 	const uintptr_t page = GPUFILE_ALIGN;
 	uintptr_t a, e;
@@ -258,7 +264,7 @@ static ssize_t scratch_step(struct gpufile *h, char *dst, int64_t *pos,
 	take = (size_t)got - skip;
 	if (take > (size_t)(end - *pos))
 		take = (size_t)(end - *pos);
-	if (user_range_ok(dst, take, 1)) {
+	if (gpufile__user_range_ok(dst, take, 1)) {
 		memcpy(dst, scratch + skip, take);
 	} else {
 		/* The kernel copies, from the page cache: -EFAULT where
@@ -388,8 +394,7 @@ ssize_t gpufile__map_read(struct gpufile *h,
 		return 0;
 	/* Without MADV_POPULATE (before Linux 5.14) neither the caller's
 	 * buffer nor the map can be checked before the copy. */
-	pthread_once(&populate_once, probe_populate);
-	if (!populate_works)
+	if (!gpufile__populate_works())
 		return 0;
 	map = handle_map(h, &map_len);
 	if (!map || (uint64_t)off + len > map_len ||
@@ -398,7 +403,7 @@ ssize_t gpufile__map_read(struct gpufile *h,
 		return 0;
 	/* The copy is made by this process, not the kernel: memory the
 	 * caller cannot write must be pread's -EFAULT, not a crash. */
-	if (!user_range_ok(buf, len, 1))
+	if (!gpufile__user_range_ok(buf, len, 1))
 		return 0;
 	a = (uintptr_t)(map + off) & ~(page - 1);
 	e = ((uintptr_t)(map + off) + len + page - 1) & ~(page - 1);
@@ -478,7 +483,7 @@ ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
 		if (!is_aligned((uintptr_t)src)) {
 			if (n > scratch_len)
 				n = scratch_len;
-			if (!user_range_ok(src, n, 0)) {
+			if (!gpufile__user_range_ok(src, n, 0)) {
 				/* The kernel copies, through the page cache:
 				 * -EFAULT where memcpy would crash. */
 				rc = gpufile__pwrite_full(h->fd, src, n, pos);

@@ -13,7 +13,9 @@
  *   - host_map_copy=off never installs a handler.
  * Then in this process: exact bytes (whole file, unaligned ranges, a range
  * across the end, canaries) with the map copy counted, the same with
- * host_map_copy=off and nothing copied from the map, a file cut short
+ * host_map_copy=off and nothing copied from the map, auto's rule (AVX-512
+ * only), a memory-mapped handle (the same copy; a file cut short under it
+ * is -EIO, not SIGBUS), a file cut short
  * between the populate and the copy (the guard catches the fault, the
  * range is read again, the result is the file's new end), and a buffer the
  * caller cannot write (-EFAULT, not a crash).
@@ -358,6 +360,33 @@ static void test_cut_short(size_t end, int faults)
 	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
 }
 
+/* Memory-mapped handles take the same guarded copy: counted, exact, and
+ * a file cut short under the map is -EIO naming it, not a SIGBUS. */
+static void test_mmap_handle(void)
+{
+	char *buf = test_malloc(SIZE);
+	char *ro =
+	    mmap(NULL, 8 * MiB, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	gpufile_mmap_t *m = NULL;
+	uint64_t before = map_bytes();
+
+	CHECK_EQ(gpufile_mmap_open(&m, file, "r", 0, 0), 0);
+	CHECK_EQ(gpufile_mmap_pread(m, buf, SIZE, 0), SIZE);
+	CHECK_EQ(test_mismatch(buf, SIZE, SEED, 0), -1);
+	CHECK_EQ(map_bytes() - before, SIZE);
+	CHECK_EQ(gpufile_mmap_pread(m, ro, 8 * MiB, 0), -EFAULT);
+	CHECK_CONTAINS(gpufile_errmsg(), "cannot be written");
+	CHECK_EQ(truncate(file, 3 * MiB), 0);
+	CHECK_EQ(gpufile_mmap_pread(m, buf, SIZE, 0), -EIO);
+	CHECK_CONTAINS(gpufile_errmsg(), "shrank");
+	CHECK_CONTAINS(gpufile_errmsg(), file);
+	gpufile_mmap_close(m);
+	munmap(ro, 8 * MiB);
+	free(buf);
+	CHECK_EQ(test_make_file(file, SIZE, SEED), 0);
+	warm();
+}
+
 static void test_unwritable(void)
 {
 	char *ro =
@@ -397,6 +426,7 @@ int main(void)
 	test_bytes();
 	test_counted();
 	test_unwritable();
+	test_mmap_handle();
 	/* Last: they cut the file short. Inside the first task, past its
 	 * first page: the copy faults. Inside the last page of the first
 	 * task: no fault (the page's tail reads as zeros), and only the
