@@ -334,9 +334,11 @@ GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
  * one request on the host path. Device memory is refused (-EINVAL):
  * gather into pinned memory and copy that to the GPU in one copy. A run
  * the file does not fully hold is an error (-EIO naming the run), never a
- * short count; a file cut short during the call may fault (SIGBUS) as any
- * map of it would. Returns run_size * nruns (0 when that is 0) or an
- * error. */
+ * short count, also when the file is cut short during the call (the copy's
+ * SIGBUS is caught by gpufile's handler, see host_map_copy; with
+ * host_map_copy=off no handler is installed and such a fault is the
+ * process's, as for any map of the file). Returns run_size * nruns (0
+ * when that is 0) or an error. */
 GPUFILE_API ssize_t gpufile_pread_gather(gpufile_t *h, void *buf,
                                          size_t run_size, size_t nruns,
                                          const int64_t *offsets);

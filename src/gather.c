@@ -21,8 +21,13 @@
  * naming the run. A pread per 2 KiB run cost 0.9 ms per block of 4096
  * runs on the H200 at 8, 16 or 32 threads alike (3.5 us per call); a
  * copy from the map has no system call per run. A file cut short between
- * the fstat and the copy makes the copy fault (SIGBUS), as any access to
- * a map of it would: the same exposure as safetensors' own loader.
+ * the fstat and the copy makes the copy fault (SIGBUS): the copies run
+ * under gpufile's SIGBUS guard (map_copy.c), and a task whose copies
+ * faulted, or that finds the file shorter than the span after them, reads
+ * its runs again by pread, which turns the first run the file lost into
+ * -EIO naming it. Only with host_map_copy=off (no handler
+ * installed) is the fault left to the process, as safetensors' own loader
+ * leaves it.
  */
 #include "internal.h"
 #include "remote.h"
@@ -44,19 +49,70 @@ struct gather {
 	const int64_t *offsets;
 	const char *map; /* file offset map_off, or NULL: pread */
 	int64_t map_off;
+	int64_t span_end; /* where the last-ending run ends */
 };
 
 /* Smallest task: below it a task's hand-off costs more than its reads. */
 #define GATHER_TASK_MIN ((size_t)64 << 10)
 
-/* One task: the packed bytes [off, off + len) of the result, where byte p
- * is byte p % run of run p / run. */
+/* A task's copies from the map: the packed bytes [off + done, off + len),
+ * where byte p is byte p % run of run p / run; done grows run by run, so
+ * that after a fault it says where the copies stopped. */
+struct map_copies {
+	const struct gather *g;
+	char *buf;
+	size_t len, done;
+	int64_t off;
+};
+
+static void copy_runs(void *arg)
+{
+	struct map_copies *c = arg;
+	const struct gather *g = c->g;
+
+	while (c->done < c->len) {
+		uint64_t pos = (uint64_t)c->off + c->done;
+		size_t i = (size_t)(pos / g->run);
+		size_t within = (size_t)(pos % g->run);
+		size_t take = g->run - within;
+		int64_t at = g->offsets[i] + (int64_t)within;
+
+		if (take > c->len - c->done)
+			take = c->len - c->done;
+		memcpy(c->buf + c->done, g->map + (at - g->map_off), take);
+		c->done += take;
+	}
+}
+
+/* One task: the packed bytes [off, off + len) of the result. From the map
+ * under the SIGBUS guard (where host_map_copy lets gpufile install it);
+ * after a fault, or where the file no longer holds the span, or without a
+ * map, by pread, which names the first run the file no longer holds. */
 static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
                            int64_t off, char *msg, size_t msg_len)
 {
 	const struct gather *g = (const struct gather *)r;
 	size_t done = 0;
+	struct stat st;
 
+	if (g->map) {
+		struct map_copies c = {g, buf, len, 0, off};
+
+		if (!gpufile__guard_ready(r->cfg.host_map_copy)) {
+			copy_runs(&c);
+			return (ssize_t)len;
+		}
+		if (gpufile__map_read_hook)
+			gpufile__map_read_hook(r->h, off, len);
+		/* A file cut inside a run's last page reads zeros there,
+		 * without a fault: only its size tells. Then, as after a
+		 * fault (bytes copied before it may be such zeros), the
+		 * task starts again by pread. */
+		if (gpufile__guarded(copy_runs, &c) == 0 &&
+		    gpufile__sys.fstat(r->h->fd, &st) == 0 &&
+		    st.st_size >= g->span_end)
+			return (ssize_t)len;
+	}
 	while (done < len) {
 		uint64_t pos = (uint64_t)off + done;
 		size_t i = (size_t)(pos / g->run);
@@ -67,11 +123,6 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 
 		if (take > len - done)
 			take = len - done;
-		if (g->map) {
-			memcpy(buf + done, g->map + (at - g->map_off), take);
-			done += take;
-			continue;
-		}
 		n = gpufile__pread_full(r->h->fd, buf + done, take, at);
 		if (n < 0) {
 			snprintf(msg, msg_len,
@@ -179,6 +230,7 @@ static void map_span(struct gather *g, int fd, size_t nruns, size_t *len)
 		return;
 	g->map = p;
 	g->map_off = lo;
+	g->span_end = hi;
 	*len = (size_t)(hi - lo);
 }
 

@@ -286,6 +286,15 @@ int gpufile__user_range_ok(const void *p, size_t n, int write);
  * has AVX-512 streaming stores, or for ON AVX2's, and the SIGBUS handler
  * in place is still gpufile's), else 0. */
 int gpufile__stream_copy_ready(int mode);
+/* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and
+ * still the process's handler: gpufile__guarded() may be called. */
+int gpufile__guard_ready(int mode);
+/* After gpufile__guard_ready() returned 1: runs fn(arg), which reads a
+ * shared map of a file, with the guard armed on this thread. Returns 0,
+ * or -EFAULT when a page it read raised SIGBUS (fn stopped there; what it
+ * recorded behind arg before then is kept). fn takes no lock and calls
+ * nothing that does. */
+int gpufile__guarded(void (*fn)(void *arg), void *arg);
 /* After gpufile__stream_copy_ready() returned 1 on this thread: copies n
  * bytes from src (a shared map of a file) to dst with streaming stores.
  * Returns 0, or -EFAULT when a page of src raised SIGBUS (the file is
@@ -294,7 +303,8 @@ int gpufile__stream_copy(char *dst, const char *src, size_t n);
 /* Bytes copied by gpufile__stream_copy and faults it caught, so far. */
 void gpufile__stream_copy_counts(uint64_t *bytes, uint64_t *caught);
 /* Tests: called by gpufile__map_read after the range is populated and
- * before it is copied (to cut the file short in between). */
+ * before it is copied, and by a gathered read's task before its copies
+ * from the map (to cut the file short in between). */
 extern void (*gpufile__map_read_hook)(struct gpufile *h, int64_t off,
                                       size_t len);
 

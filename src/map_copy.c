@@ -205,6 +205,14 @@ static int still_ours(void)
 	       (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus;
 }
 
+int gpufile__guard_ready(int mode)
+{
+	if (mode == GPUFILE__MAP_COPY_OFF)
+		return 0;
+	pthread_once(&guard_once, install);
+	return guard_installed && still_ours();
+}
+
 int gpufile__stream_copy_ready(int mode)
 {
 	if (mode == GPUFILE__MAP_COPY_OFF)
@@ -212,24 +220,45 @@ int gpufile__stream_copy_ready(int mode)
 	pthread_once(&cpu_once, find_copy);
 	if (!copy || (mode == GPUFILE__MAP_COPY_AUTO && !copy_wide))
 		return 0; /* and the handler is not installed */
-	pthread_once(&guard_once, install);
-	return guard_installed && still_ours();
+	return gpufile__guard_ready(mode);
 }
 
-int gpufile__stream_copy(char *dst, const char *src, size_t n)
+int gpufile__guarded(void (*fn)(void *arg), void *arg)
 {
-	/* Nothing that lives across the jump is changed after sigsetjmp:
-	 * the arguments are only read by the copy. The mask is saved (1):
-	 * the jump leaves the handler, where SIGBUS was blocked. */
+	/* Nothing of this frame is changed between sigsetjmp and the jump
+	 * (what fn changes lives behind arg). The mask is saved (1): the
+	 * jump leaves the handler, where SIGBUS was blocked. */
 	if (sigsetjmp(guard.env, 1)) {
 		atomic_fetch_add_explicit(&faults, 1, memory_order_relaxed);
 		return -EFAULT;
 	}
 	guard.armed = 1;
-	copy(dst, src, n);
+	fn(arg);
 	guard.armed = 0;
-	atomic_fetch_add_explicit(&map_bytes, n, memory_order_relaxed);
 	return 0;
+}
+
+struct stream_job {
+	char *dst;
+	const char *src;
+	size_t n;
+};
+
+static void stream_job(void *arg)
+{
+	struct stream_job *j = arg;
+
+	copy(j->dst, j->src, j->n);
+}
+
+int gpufile__stream_copy(char *dst, const char *src, size_t n)
+{
+	struct stream_job j = {dst, src, n};
+	int rc = gpufile__guarded(stream_job, &j);
+
+	if (rc == 0)
+		atomic_fetch_add_explicit(&map_bytes, n, memory_order_relaxed);
+	return rc;
 }
 
 void gpufile__stream_copy_counts(uint64_t *bytes, uint64_t *caught)

@@ -387,6 +387,42 @@ static void test_mmap_handle(void)
 	warm();
 }
 
+/* A gathered read (gpufile_pread_gather) copies its runs from a map of
+ * their span under the same guard: the file cut short before the first
+ * task's copies (the hook) is -EIO naming the first run it lost, found by
+ * pread from where the fault stopped the copies. */
+static void test_gather_cut(void)
+{
+	enum { RUNS = 512, RUN = 4096, STRIDE = 8192 };
+	const size_t cut = 100 * STRIDE + 100; /* inside run 100 */
+	int64_t offsets[RUNS];
+	char *buf = test_malloc((size_t)RUNS * RUN);
+	uint64_t caught = faults_caught();
+	gpufile_t *h = NULL;
+	ssize_t n;
+
+	for (int i = 0; i < RUNS; i++)
+		offsets[i] = (int64_t)i * STRIDE;
+	CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+	CHECK_EQ(gpufile_pread_gather(h, buf, RUN, RUNS, offsets), RUNS * RUN);
+	CHECK_EQ(test_mismatch(buf + 7 * RUN, RUN, SEED, 7 * STRIDE), -1);
+	cut_to = cut;
+	cut_during = 1;
+	gpufile__map_read_hook = cut_short;
+	n = gpufile_pread_gather(h, buf, RUN, RUNS, offsets);
+	gpufile__map_read_hook = NULL;
+	cut_during = 0;
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(gpufile_errmsg(), "run 100 ");
+	CHECK_CONTAINS(gpufile_errmsg(), file);
+	CHECK(faults_caught() - caught >= 1);
+	fprintf(stderr, "  gather cut short: %s\n", gpufile_errmsg());
+	gpufile_close(h);
+	free(buf);
+	CHECK_EQ(test_make_file(file, SIZE, SEED), 0);
+	warm();
+}
+
 static void test_unwritable(void)
 {
 	char *ro =
@@ -427,6 +463,7 @@ int main(void)
 	test_counted();
 	test_unwritable();
 	test_mmap_handle();
+	test_gather_cut();
 	/* Last: they cut the file short. Inside the first task, past its
 	 * first page: the copy faults. Inside the last page of the first
 	 * task: no fault (the page's tail reads as zeros), and only the
