@@ -84,6 +84,21 @@ make_file() { # path bytes
 	fi
 }
 
+# every_test REGEX: ctest (GPU tests included; the lines of the tests
+# REGEX names), then pytest with a per-test limit whose thread method
+# dumps every stack and exits if a test hangs in C.
+every_test() {
+	log "ctest"
+	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+	grep -E "$1" "$OUT/ctest.log"
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	log "python tests"
+	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs -p no:cacheprovider \
+		--timeout=120 --timeout-method=thread python/tests 2>&1 |
+		tee "$OUT/pytest.log" | tail -12
+}
+
 case $mode in
 quick)
 	make_file $data/file1g.bin $((1 << 30))
@@ -191,15 +206,7 @@ issue14)
 	grep -E '^cold_bench: (best fio|gpufile|skipped)' "$OUT/cold.log"
 	;;
 session5)
-	log "ctest"
-	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
-		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
-	grep -E "test_map_copy|test_gpu_stream|test_remote" "$OUT/ctest.log"
-	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
-	log "python tests"
-	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs -p no:cacheprovider \
-		--timeout=120 --timeout-method=thread python/tests 2>&1 |
-		tee "$OUT/pytest.log" | tail -12
+	every_test "test_map_copy|test_gpu_stream|test_remote"
 	make_file $data/file.bin $((4 << 30))
 	cat $data/file.bin >/dev/null
 	for m in auto off auto off; do
@@ -361,15 +368,7 @@ session4)
 	# blocks): every test on the GPU; pytest with a per-test limit whose
 	# thread method dumps every stack and exits if a test hangs in C;
 	# the stream tests again and again.
-	log "ctest"
-	(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
-		-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
-	grep -E "test_gpu_stream" "$OUT/ctest.log"
-	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
-	log "python tests"
-	GPUFILE_NGINX=$root/.carry/nginx/run python3 -m pytest -q -rs -p no:cacheprovider \
-		--timeout=120 --timeout-method=thread python/tests 2>&1 |
-		tee "$OUT/pytest.log" | tail -12
+	every_test "test_gpu_stream"
 	log "stream tests, 10 times"
 	for i in $(seq 10); do
 		python3 -m pytest -q -p no:cacheprovider --timeout=60 --timeout-method=thread \
