@@ -9,13 +9,14 @@
  * The handlers below (registered once, when the library is loaded) hold
  * every library lock across fork(), so the child's copy of each
  * structure is consistent, then let each module make its state the
- * child's own (pool.c, staging.c, cuda_shim.c, cufile_shim.c, config.c;
- * stats.c keeps its own handler).
+ * child's own (stream.c, pool.c, staging.c, cuda_shim.c, cufile_shim.c,
+ * config.c; stats.c keeps its own handler).
  *
  * Library lock order, which prepare follows and every code path obeys
  * (a thread holding one lock takes only locks further down):
  *   1. handles.lock (this file)
  *   2. a handle's lock (h->lock), all of them
+ *   2a. waiters.lock (stream.c: the stream-ordered requests' threads)
  *   3. pool.lock, then each in-flight request's lock (pool.c)
  *   4. stagers.lock (staging.c)
  *   5. cufile_lock (cufile_shim.c)
@@ -62,6 +63,7 @@ static void prepare(void)
 	pthread_mutex_lock(&handles.lock);
 	for (struct gpufile *h = handles.head; h; h = h->fnext)
 		pthread_mutex_lock(&h->lock);
+	gpufile__stream_atfork_prepare();
 	gpufile__pool_atfork_prepare();
 	gpufile__staging_atfork_prepare();
 	gpufile__cufile_atfork_prepare();
@@ -83,6 +85,7 @@ static void parent(void)
 	gpufile__cufile_atfork_parent();
 	gpufile__staging_atfork_parent();
 	gpufile__pool_atfork_parent();
+	gpufile__stream_atfork_parent();
 	unlock_handles();
 }
 
@@ -95,6 +98,7 @@ static void child(void)
 	gpufile__cufile_atfork_child();
 	gpufile__staging_atfork_child();
 	gpufile__pool_atfork_child(); /* cancels requests: h->inflight drops */
+	gpufile__stream_atfork_child(); /* and the parent's stream jobs' */
 	unlock_handles();
 }
 

@@ -435,6 +435,12 @@ void gpufile__request_destroy(struct gpufile__request *r);
 
 /* Waits until no request on h is in flight (gpufile_close). */
 void gpufile__handle_wait_idle(struct gpufile *h);
+/* Counts one more piece of work in flight on h outside the pool (a
+ * stream-ordered request, stream.c), and its end, which wakes a
+ * gpufile_close() waiting for h: both under pool.lock, as the pool's own
+ * counts are. */
+void gpufile__handle_hold(struct gpufile *h);
+void gpufile__handle_release(struct gpufile *h);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);
@@ -496,6 +502,14 @@ int gpufile__staging_warmup(const struct gpufile__settings *s);
 /* gpufile_pread_gather copies runs from a map of the file (1, the
  * default) or preads them (0); tests set 0 to reach the pread path. */
 extern int gpufile__gather_map;
+
+/* Threads stream.c has started to run stream-ordered requests (tests). */
+unsigned long gpufile__stream_waiters_started(void);
+/* stream.c's part of fork.c's handlers (its waiters.lock comes after the
+ * handles' locks and before pool.lock). */
+void gpufile__stream_atfork_prepare(void);
+void gpufile__stream_atfork_parent(void);
+void gpufile__stream_atfork_child(void);
 
 /* ---- parity with KvikIO: page cache, mmap, cuFile driver, fds ---- */
 

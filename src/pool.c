@@ -147,6 +147,21 @@ static void deactivate(struct gpufile__request *r)
 	r->anext = r->aprev = NULL;
 }
 
+void gpufile__handle_hold(struct gpufile *h)
+{
+	pthread_mutex_lock(&pool.lock);
+	atomic_fetch_add(&h->inflight, 1);
+	pthread_mutex_unlock(&pool.lock);
+}
+
+void gpufile__handle_release(struct gpufile *h)
+{
+	pthread_mutex_lock(&pool.lock);
+	if (atomic_fetch_sub(&h->inflight, 1) == 1)
+		pthread_cond_broadcast(&pool.idle);
+	pthread_mutex_unlock(&pool.lock);
+}
+
 void gpufile__handle_wait_idle(struct gpufile *h)
 {
 	pthread_mutex_lock(&pool.lock);
