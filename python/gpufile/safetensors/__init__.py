@@ -300,3 +300,37 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
     finally:
         for h in headers:
             h.close()
+
+
+def _framework_api(framework, name, default_device):
+    """load_file, load, save_file, save and load_checkpoint bound to one
+    framework with its default device, as safetensors.<name> has them: the
+    functions of the modules torch, numpy and cupy."""
+
+    def load_file_(filename, device=default_device, device_map=None):
+        return load_file(filename, device=device, framework=framework,
+                         device_map=device_map)
+
+    def load_(data, device=default_device):
+        return load(data, device=device, framework=framework)
+
+    def save_file_(tensors, filename, metadata=None):
+        return save_file(tensors, filename, metadata)
+
+    def save_(tensors, metadata=None):
+        return save(tensors, metadata)
+
+    def load_checkpoint_(index_json_or_dir, device=default_device, device_map=None,
+                         parallel=True):
+        return load_checkpoint(index_json_or_dir, device=device, device_map=device_map,
+                               framework=framework, parallel=parallel)
+
+    load_file_.__doc__ = (
+        "The tensors of a safetensors file as %s objects (see "
+        "gpufile.safetensors.load_file). device defaults to %r as in "
+        "safetensors.%s." % (name, default_device, name))
+    fns = (load_file_, load_, save_file_, save_, load_checkpoint_)
+    for fn in fns:
+        fn.__name__ = fn.__qualname__ = fn.__name__.rstrip("_")
+        fn.__module__ = "gpufile.safetensors." + name
+    return fns
