@@ -183,6 +183,8 @@ struct gpufile {
 	void *map;
 	size_t map_len;
 	int map_tried;
+	int map_mincore; /* mincore() on map tells the page cache (posix_io.c)
+	                  */
 	/* cuFile state, decided under lock at the first device request at
 	 * or above gds_threshold that compat_mode lets reach cuFile (or by
 	 * gpufile_path_info): registered, or why not (file.c). */

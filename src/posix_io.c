@@ -145,6 +145,12 @@ static void probe_populate(void)
 	populate_works = madvise(page, sizeof(page), MADV_POPULATE_WRITE) == 0;
 }
 
+int gpufile__populate_works(void)
+{
+	pthread_once(&populate_once, probe_populate);
+	return populate_works;
+}
+
 /*
  * 1 when the caller's n bytes at p can be written (write=1) or read
  * (write=0) by memcpy without a signal; 0 when they cannot, or when the
@@ -155,12 +161,6 @@ static void probe_populate(void)
  * write from PROT_NONE memory must be an error, not a crash. Kernels
  * before 5.14 cannot check; there the copy goes ahead as before.
  */
-int gpufile__populate_works(void)
-{
-	pthread_once(&populate_once, probe_populate);
-	return populate_works;
-}
-
 int gpufile__user_range_ok(const void *p, size_t n, int write)
 {
 	const uintptr_t page = GPUFILE_ALIGN;
@@ -314,9 +314,25 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 	return rest < 0 ? rest : (pos - off) + rest;
 }
 
+/* Whether mincore() reports the page cache for h's file: since Linux 5.0
+ * it does so only to a process that owns the file, may write it, or holds
+ * CAP_FOWNER, and to any other reports every page resident (so that
+ * nobody can watch another's reads). The write test goes through the
+ * descriptor's own inode (/proc/self/fd), not the path. */
+static int mincore_truthful(struct gpufile *h, const struct stat *st)
+{
+	char fdpath[64];
+
+	if (st->st_uid == geteuid() || geteuid() == 0)
+		return 1;
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", h->fd);
+	return faccessat(AT_FDCWD, fdpath, W_OK, AT_EACCESS) == 0;
+}
+
 /* h's read-only map of the file (made on first need, as long as the file
- * was then), or NULL where it cannot be mapped; *len: its length. */
-static char *handle_map(struct gpufile *h, size_t *len)
+ * was then), or NULL where it cannot be mapped; *len: its length;
+ * *truthful (may be NULL): whether mincore() on it tells the page cache. */
+static char *handle_map(struct gpufile *h, size_t *len, int *truthful)
 {
 	char *map;
 
@@ -330,11 +346,14 @@ static char *handle_map(struct gpufile *h, size_t *len)
 			if (m != MAP_FAILED) {
 				h->map = m;
 				h->map_len = (size_t)st.st_size;
+				h->map_mincore = mincore_truthful(h, &st);
 			}
 		}
 	}
 	map = h->map;
 	*len = h->map_len;
+	if (truthful)
+		*truthful = h->map_mincore;
 	pthread_mutex_unlock(&h->lock);
 	return map;
 }
@@ -345,7 +364,7 @@ int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len)
 	unsigned char vec[1024];
 	uint64_t start, stop;
 	size_t map_len;
-	char *map = handle_map(h, &map_len);
+	char *map = handle_map(h, &map_len, NULL);
 
 	/* Past the mapping (the file grew since): assume cached, so the
 	 * read goes through the page cache, which is always correct. */
@@ -385,6 +404,7 @@ ssize_t gpufile__map_read(struct gpufile *h,
 	const uintptr_t page = GPUFILE_ALIGN;
 	uintptr_t a, e;
 	size_t map_len;
+	int truthful;
 	char *map;
 
 	/* direct_io=on asks for O_DIRECT reads whatever is cached. */
@@ -396,8 +416,11 @@ ssize_t gpufile__map_read(struct gpufile *h,
 	 * buffer nor the map can be checked before the copy. */
 	if (!gpufile__populate_works())
 		return 0;
-	map = handle_map(h, &map_len);
-	if (!map || (uint64_t)off + len > map_len ||
+	map = handle_map(h, &map_len, &truthful);
+	/* Where mincore() says "cached" of every page whatever the truth,
+	 * a cold range would be faulted in page by page: pread's
+	 * readahead does that better. */
+	if (!map || !truthful || (uint64_t)off + len > map_len ||
 	    !gpufile__range_cached(h, off, len) ||
 	    !gpufile__stream_copy_ready(cfg->host_map_copy))
 		return 0;
