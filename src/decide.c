@@ -89,6 +89,40 @@ static int decide_device(const struct gpufile__facts *f,
 	                                   : "cufile_accel_only=off");
 }
 
+/* How host reads move their bytes (map_copy.c): the map copy where
+ * host_map_copy and the CPU's streaming stores allow it (auto: AVX-512
+ * only, bench/README.md says why), else pread. */
+static void decide_host_reads(const struct gpufile__facts *f,
+                              struct gpufile__decision *d)
+{
+	static const char *const modes[] = {"off", "on", "auto"};
+	const int mode = f->cfg->host_map_copy;
+	const char *stores =
+	    f->stream_copy == GPUFILE__STREAM_AVX512 ? "AVX-512" : "AVX2";
+	int copied = mode == GPUFILE__MAP_COPY_AUTO
+	                 ? f->stream_copy == GPUFILE__STREAM_AVX512
+	                 : mode == GPUFILE__MAP_COPY_ON &&
+	                       f->stream_copy != GPUFILE__STREAM_NONE;
+
+	if (copied)
+		snprintf(d->reason, sizeof(d->reason),
+		         "host: host memory is read and written in place; "
+		         "warm reads of 256 KiB or more are copied from a map "
+		         "of the file with %s streaming stores "
+		         "(host_map_copy=%s)",
+		         stores, modes[mode]);
+	else
+		snprintf(d->reason, sizeof(d->reason),
+		         "host: host memory is read and written in place; "
+		         "reads by pread (host_map_copy=%s%s)",
+		         modes[mode],
+		         mode == GPUFILE__MAP_COPY_OFF ? ""
+		         : f->stream_copy == GPUFILE__STREAM_NONE
+		             ? ": this CPU has no streaming stores gpufile uses"
+		             : ": this CPU has AVX2's streaming stores, not "
+		               "AVX-512's, which auto requires");
+}
+
 void gpufile__decide(const struct gpufile__facts *f,
                      struct gpufile__decision *d)
 {
@@ -120,13 +154,7 @@ void gpufile__decide(const struct gpufile__facts *f,
 	}
 	if (f->kind == GPUFILE_MEM_HOST || f->kind == GPUFILE_MEM_PINNED) {
 		d->path = GPUFILE_PATH_HOST;
-		snprintf(d->reason, sizeof(d->reason),
-		         "host: host memory is read and written in place%s",
-		         f->cfg->host_map_copy == GPUFILE__MAP_COPY_OFF
-		             ? "; reads by pread (host_map_copy=off)"
-		             : "; warm reads of 256 KiB or more are copied "
-		               "from a map of the file with streaming stores "
-		               "where the CPU has them (host_map_copy)");
+		decide_host_reads(f, d);
 		return;
 	}
 	if (f->size < f->cfg->gds_threshold) {
@@ -248,6 +276,7 @@ void gpufile__platform_reset(void)
 
 void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)
 {
+	f->stream_copy = gpufile__stream_copy_kind();
 	f->nvfs_loaded =
 	    gpufile__platform.nvfs_loaded(f->nvfs_why, sizeof(f->nvfs_why));
 	if (st)

@@ -22,6 +22,9 @@ struct gpufile__facts {
 	int nvfs_loaded;     /* the nvidia-fs kernel module */
 	int p2pdma_possible; /* PCI P2PDMA not ruled out for the file */
 	char nvfs_why[96], p2pdma_why[128];
+	/* The CPU's streaming stores for host reads (map_copy.c):
+	 * GPUFILE__STREAM_*. */
+	int stream_copy;
 	/* cuFile's facts, only once the first round asked for them. */
 	int cufile_known;       /* the fields below are filled */
 	int cufile_registered;  /* driver open and the file registered */

@@ -445,6 +445,7 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 	    kind == GPUFILE_MEM_PINNED) {
 		/* Decided by the source or the buffer alone: no handle
 		 * state, no lock. */
+		f.stream_copy = gpufile__stream_copy_kind();
 		gpufile__decide(&f, d);
 		return 0;
 	}

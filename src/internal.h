@@ -288,6 +288,12 @@ int gpufile__user_range_ok(const void *p, size_t n, int write);
  * has AVX-512 streaming stores, or for ON AVX2's, and the SIGBUS handler
  * in place is still gpufile's), else 0. */
 int gpufile__stream_copy_ready(int mode);
+/* The streaming stores this CPU has for the map copy, found once, no
+ * handler installed: host_map_copy=auto uses AVX-512's only, on also
+ * AVX2's. */
+enum { GPUFILE__STREAM_NONE, GPUFILE__STREAM_AVX2, GPUFILE__STREAM_AVX512 };
+int gpufile__stream_copy_kind(void);
+
 /* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and
  * still the process's handler: gpufile__guarded() may be called. */
 int gpufile__guard_ready(int mode);

@@ -205,6 +205,14 @@ static int still_ours(void)
 	       (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus;
 }
 
+int gpufile__stream_copy_kind(void)
+{
+	pthread_once(&cpu_once, find_copy);
+	return !copy       ? GPUFILE__STREAM_NONE
+	       : copy_wide ? GPUFILE__STREAM_AVX512
+	                   : GPUFILE__STREAM_AVX2;
+}
+
 int gpufile__guard_ready(int mode)
 {
 	if (mode == GPUFILE__MAP_COPY_OFF)
@@ -215,10 +223,10 @@ int gpufile__guard_ready(int mode)
 
 int gpufile__stream_copy_ready(int mode)
 {
-	if (mode == GPUFILE__MAP_COPY_OFF)
-		return 0;
-	pthread_once(&cpu_once, find_copy);
-	if (!copy || (mode == GPUFILE__MAP_COPY_AUTO && !copy_wide))
+	int kind = gpufile__stream_copy_kind();
+
+	if (mode == GPUFILE__MAP_COPY_OFF || kind == GPUFILE__STREAM_NONE ||
+	    (mode == GPUFILE__MAP_COPY_AUTO && kind != GPUFILE__STREAM_AVX512))
 		return 0; /* and the handler is not installed */
 	return gpufile__guard_ready(mode);
 }

@@ -246,6 +246,39 @@ static void test_pure(void)
 	f.size = 64 * MiB;
 	gpufile__decide(&f, &d);
 	CHECK_EQ(d.path, GPUFILE_PATH_HOST);
+	/* How host reads move bytes: auto takes AVX-512's streaming stores
+	 * only, on AVX2's too, off never; the reason says which and why. */
+	{
+		static const struct {
+			int mode, stores;
+			const char *says;
+		} host[] = {
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX512,
+		     "with AVX-512 streaming stores (host_map_copy=auto)"},
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX2,
+		     "pread (host_map_copy=auto: this CPU has AVX2's"},
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_NONE,
+		     "pread (host_map_copy=auto: this CPU has no streaming"},
+		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_AVX2,
+		     "with AVX2 streaming stores (host_map_copy=on)"},
+		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_NONE,
+		     "pread (host_map_copy=on: this CPU has no"},
+		    {GPUFILE__MAP_COPY_OFF, GPUFILE__STREAM_AVX512,
+		     "pread (host_map_copy=off)"},
+		};
+		struct gpufile__settings c = cfg;
+
+		f.cfg = &c;
+		for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) {
+			c.host_map_copy = host[i].mode;
+			f.stream_copy = host[i].stores;
+			gpufile__decide(&f, &d);
+			CHECK_EQ(d.path, GPUFILE_PATH_HOST);
+			CHECK_CONTAINS(d.reason, host[i].says);
+		}
+		f.cfg = &cfg;
+		f.stream_copy = 0;
+	}
 	f.source = GPUFILE__SOURCE_MMAP;
 	f.kind = GPUFILE_MEM_DEVICE;
 	gpufile__decide(&f, &d);
