@@ -25,8 +25,11 @@
  * still gpufile's (a program or runtime may install its own later): if
  * not, nothing is copied from the map and the caller uses pread, so a
  * handler that is not gpufile's never sees gpufile's faults.
- * The handler is installed only once a copy is to be made: never with
- * host_map_copy=off, nor under auto on a CPU without AVX-512.
+ * The handler is installed only once a guarded copy is to be made, and
+ * never with host_map_copy=off: by a streaming copy (a warm host read, a
+ * memory-mapped handle's host read; under auto only on a CPU with
+ * AVX-512), or by a gathered read's copies from its map (gather.c: memcpy
+ * of short runs, any CPU).
  *
  * The guard's state is per thread (initial-exec TLS, so the handler never
  * allocates); the process-wide part is set once, under guard_once.
