@@ -10,15 +10,18 @@
  *   - with the default disposition, such a SIGBUS still ends the process;
  *   - a handler installed after gpufile's: gpufile stops copying from the
  *     map (its faults would go to that handler) and reads stay right;
- *   - host_map_copy=off never installs a handler.
+ *   - host_map_copy=off never installs a handler;
+ *   - as nobody (from root), where mincore() says every page is cached,
+ *     nothing is copied from the map.
  * Then in this process: exact bytes (whole file, unaligned ranges, a range
  * across the end, canaries) with the map copy counted, the same with
  * host_map_copy=off and nothing copied from the map, auto's rule (AVX-512
- * only), a memory-mapped handle (the same copy; a file cut short under it
- * is -EIO, not SIGBUS), a file cut short
- * between the populate and the copy (the guard catches the fault, the
- * range is read again, the result is the file's new end), and a buffer the
- * caller cannot write (-EFAULT, not a crash).
+ * only), a buffer the caller cannot write (-EFAULT, not a crash), a
+ * memory-mapped handle (the same copy; a file cut short under it is -EIO,
+ * not SIGBUS), a gathered read cut short (-EIO naming the first run lost),
+ * and last a file cut short between the populate and the copy (the guard
+ * catches the fault, or the size check a cut inside the last page; the
+ * range is read again, the result is the file's new end).
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
