@@ -89,9 +89,9 @@ static int decide_device(const struct gpufile__facts *f,
 	                                   : "cufile_accel_only=off");
 }
 
-/* How host reads move their bytes (map_copy.c): the map copy where
- * host_map_copy and the CPU's streaming stores allow it (auto: AVX-512
- * only, bench/README.md says why), else pread. */
+/* How host reads move their bytes: the map copy where host_map_copy and
+ * the CPU's streaming stores allow it (gpufile__stream_copy_allowed, the
+ * rule map_copy.c applies), else pread. */
 static void decide_host_reads(const struct gpufile__facts *f,
                               struct gpufile__decision *d)
 {
@@ -99,12 +99,8 @@ static void decide_host_reads(const struct gpufile__facts *f,
 	const int mode = f->cfg->host_map_copy;
 	const char *stores =
 	    f->stream_copy == GPUFILE__STREAM_AVX512 ? "AVX-512" : "AVX2";
-	int copied = mode == GPUFILE__MAP_COPY_AUTO
-	                 ? f->stream_copy == GPUFILE__STREAM_AVX512
-	                 : mode == GPUFILE__MAP_COPY_ON &&
-	                       f->stream_copy != GPUFILE__STREAM_NONE;
 
-	if (copied)
+	if (gpufile__stream_copy_allowed(mode, f->stream_copy))
 		snprintf(d->reason, sizeof(d->reason),
 		         "host: host memory is read and written in place; "
 		         "warm reads of 256 KiB or more are copied from a map "

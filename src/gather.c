@@ -93,7 +93,6 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 {
 	const struct gather *g = (const struct gather *)r;
 	size_t done = 0;
-	struct stat st;
 
 	if (g->map) {
 		struct map_copies c = {g, buf, len, 0, off};
@@ -109,8 +108,7 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 		 * fault (bytes copied before it may be such zeros), the
 		 * task starts again by pread. */
 		if (gpufile__guarded(copy_runs, &c) == 0 &&
-		    gpufile__sys.fstat(r->h->fd, &st) == 0 &&
-		    st.st_size >= g->span_end)
+		    gpufile__file_holds(r->h, g->span_end))
 			return (ssize_t)len;
 	}
 	while (done < len) {

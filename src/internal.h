@@ -293,6 +293,10 @@ int gpufile__stream_copy_ready(int mode);
  * AVX2's. */
 enum { GPUFILE__STREAM_NONE, GPUFILE__STREAM_AVX2, GPUFILE__STREAM_AVX512 };
 int gpufile__stream_copy_kind(void);
+/* The rule, pure: 1 when host_map_copy mode lets a CPU with stores kind
+ * (GPUFILE__STREAM_*) copy from the map (decide.c words it, map_copy.c
+ * applies it). */
+int gpufile__stream_copy_allowed(int mode, int kind);
 
 /* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and
  * still the process's handler: gpufile__guarded() may be called. */
@@ -310,6 +314,8 @@ int gpufile__guarded(void (*fn)(void *arg), void *arg);
 int gpufile__stream_copy(char *dst, const char *src, size_t n);
 /* Bytes copied by gpufile__stream_copy and faults it caught, so far. */
 void gpufile__stream_copy_counts(uint64_t *bytes, uint64_t *caught);
+/* 1 when h's file is at least end bytes long now (fstat). */
+int gpufile__file_holds(struct gpufile *h, int64_t end);
 /* Tests: called by gpufile__map_read after the range is populated and
  * before it is copied, and by a gathered read's task before its copies
  * from the map (to cut the file short in between). */

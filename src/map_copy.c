@@ -103,22 +103,21 @@ __attribute__((target("avx2"))) static void copy_avx2(char *dst,
 typedef void (*copy_fn)(char *dst, const char *src, size_t n);
 
 /* The CPU's streaming copy, or NULL where it has none (then a map copy
- * gains nothing over pread's and is not made); *wide: 1 for 64-byte
- * stores. host_map_copy=auto takes only those: on the H200 host, 16
- * threads copying a 4 GiB file's map with AVX2's 32-byte streaming stores
- * reached 54.8 GB/s against 67-70 with AVX-512's, and on a 2-core AMD VM
- * with AVX2 alone the copy did not beat pread (12.8 against 14.2 GB/s). */
-static copy_fn streaming_copy(int *wide)
+ * gains nothing over pread's and is not made); *kind: which stores
+ * (GPUFILE__STREAM_*). */
+static copy_fn streaming_copy(int *kind)
 {
-	*wide = 0;
+	*kind = GPUFILE__STREAM_NONE;
 #ifdef HAVE_X86
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx512f")) {
-		*wide = 1;
+		*kind = GPUFILE__STREAM_AVX512;
 		return copy_avx512;
 	}
-	if (__builtin_cpu_supports("avx2"))
+	if (__builtin_cpu_supports("avx2")) {
+		*kind = GPUFILE__STREAM_AVX2;
 		return copy_avx2;
+	}
 #endif
 	return NULL;
 }
@@ -134,7 +133,7 @@ static __thread struct guard guard __attribute__((tls_model("initial-exec")));
 
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static copy_fn copy;  /* set once, under cpu_once */
-static int copy_wide; /* copy stores whole lines (AVX-512); cpu_once */
+static int copy_kind; /* its stores, GPUFILE__STREAM_*; cpu_once */
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static int guard_installed;       /* set once, under guard_once */
 static struct sigaction previous; /* the handler before gpufile's */
@@ -183,7 +182,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 
 static void find_copy(void)
 {
-	copy = streaming_copy(&copy_wide);
+	copy = streaming_copy(&copy_kind);
 }
 
 static void install(void)
@@ -211,9 +210,18 @@ static int still_ours(void)
 int gpufile__stream_copy_kind(void)
 {
 	pthread_once(&cpu_once, find_copy);
-	return !copy       ? GPUFILE__STREAM_NONE
-	       : copy_wide ? GPUFILE__STREAM_AVX512
-	                   : GPUFILE__STREAM_AVX2;
+	return copy_kind;
+}
+
+/* auto takes AVX-512's 64-byte stores only: on the H200 host, 16 threads
+ * copying a 4 GiB file's map with AVX2's 32-byte streaming stores reached
+ * 54.8 GB/s against 67-70 with AVX-512's, and on a 2-core AMD VM with
+ * AVX2 alone the copy did not beat pread (12.8 against 14.2 GB/s). */
+int gpufile__stream_copy_allowed(int mode, int kind)
+{
+	if (mode == GPUFILE__MAP_COPY_AUTO)
+		return kind == GPUFILE__STREAM_AVX512;
+	return mode == GPUFILE__MAP_COPY_ON && kind != GPUFILE__STREAM_NONE;
 }
 
 int gpufile__guard_ready(int mode)
@@ -226,10 +234,7 @@ int gpufile__guard_ready(int mode)
 
 int gpufile__stream_copy_ready(int mode)
 {
-	int kind = gpufile__stream_copy_kind();
-
-	if (mode == GPUFILE__MAP_COPY_OFF || kind == GPUFILE__STREAM_NONE ||
-	    (mode == GPUFILE__MAP_COPY_AUTO && kind != GPUFILE__STREAM_AVX512))
+	if (!gpufile__stream_copy_allowed(mode, gpufile__stream_copy_kind()))
 		return 0; /* and the handler is not installed */
 	return gpufile__guard_ready(mode);
 }

@@ -263,8 +263,8 @@ static void job_run(struct job *j)
  * waiter is started when a job is queued and no waiter is idle (so a job
  * stuck behind a long kernel on one stream does not hold up another
  * stream's), up to MAX_WAITERS; one idle for WAITER_IDLE_S seconds ends.
- * Measured before (stop 17 to here): a thread started and ended per
- * request, 200 requests in turn, 200 threads.
+ * (Each request used to start and end a thread of its own:
+ * test_stream_waiters counted 200 threads for 200 requests in turn.)
  *
  * A job is counted on its handle (gpufile__handle_hold) from its queueing
  * until it ended, and is on the queue or on the running list for exactly
