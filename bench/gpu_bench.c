@@ -3,11 +3,17 @@
  * naive baseline, all measured in one run on the same file.
  *
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
- *             [--contention] [--chunked] [--cells LIST] [--reps N]
+ *             [--contention] [--chunked] [--shapes LIST]
+ *             [--register-chunks LIST] [--cells LIST] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
  * gpufile's warm read, in one stretch: what chunked copies themselves give.
+ * --shapes STREAMS:CHUNK_MIB,...: the same pattern at other shapes, each
+ * beside one large copy: whether the copies' size or their number limits
+ * it.
+ * --register-chunks THREADS:CHUNK_MIB,...: the page cache registered with
+ * cuMemHostRegister a chunk at a time and copied straight to the GPU.
  * --cells N:SIZE:BUFFERS:TASK,...: gpufile's warm read at those settings.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
@@ -434,20 +440,20 @@ static void *chunk_worker(void *p)
 
 /* Best and median (*median) of reps runs of the pattern, GB/s. */
 static double chunked_copies(void *pinned, void *dev, size_t chunk,
-                             double *median)
+                             int nstreams, double *median)
 {
 	struct copy_stats cs = {0};
-	size_t slice = size / CHUNK_THREADS & ~(chunk - 1);
+	size_t slice = size / (size_t)nstreams & ~(chunk - 1);
 	CUcontext ctx;
 
 	if (cu->cuCtxGetCurrent(&ctx))
 		die("cuCtxGetCurrent", 0);
 	for (int r = 0; r < reps && cs.n < 32; r++) {
-		pthread_t t[CHUNK_THREADS];
-		struct chunk_arg a[CHUNK_THREADS];
+		pthread_t t[64];
+		struct chunk_arg a[64];
 		double t0 = now();
 
-		for (int i = 0; i < CHUNK_THREADS; i++) {
+		for (int i = 0; i < nstreams; i++) {
 			size_t off = slice * (size_t)i;
 			char *base = (char *)pinned + 2 * chunk * (size_t)i;
 
@@ -455,13 +461,13 @@ static double chunked_copies(void *pinned, void *dev, size_t chunk,
 			    .ctx = ctx,
 			    .src = {base, base + chunk},
 			    .dst = (CUdeviceptr)(uintptr_t)dev + off,
-			    .len = i + 1 == CHUNK_THREADS ? size - off : slice,
+			    .len = i + 1 == nstreams ? size - off : slice,
 			    .chunk = chunk,
 			};
 			if (pthread_create(&t[i], NULL, chunk_worker, &a[i]))
 				die("pthread_create", EAGAIN);
 		}
-		for (int i = 0; i < CHUNK_THREADS; i++) {
+		for (int i = 0; i < nstreams; i++) {
 			pthread_join(t[i], NULL);
 			if (a[i].err)
 				die("chunked copy", 0);
@@ -470,6 +476,35 @@ static double chunked_copies(void *pinned, void *dev, size_t chunk,
 	}
 	*median = copies_median(&cs);
 	return copies_best(&cs);
+}
+
+/* --shapes STREAMS:CHUNK_MIB,...: the copy pattern at other shapes (two
+ * buffers per stream), each beside one large copy. */
+static void shapes(void *pinned, void *dev, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+
+	for (char *c = strtok_r(copy, ",", &save); c;
+	     c = strtok_r(NULL, ",", &save)) {
+		int ns = 0, mib = 0;
+		double med, best, one;
+
+		if (sscanf(c, "%d:%d", &ns, &mib) != 2 || ns < 1 || ns > 64 ||
+		    mib < 1 || (size_t)ns * 2 * ((size_t)mib << 20) > size) {
+			fprintf(stderr,
+			        "gpu_bench: --shapes: '%s' is not "
+			        "STREAMS:CHUNK_MIB within the buffer\n",
+			        c);
+			exit(2);
+		}
+		best = chunked_copies(pinned, dev, (size_t)mib << 20, ns, &med);
+		one = copy_ceiling(pinned, dev, 1);
+		printf("shape: %d streams x 2 x %d MiB (%d MiB pinned) best "
+		       "%.2f median %.2f GB/s; one cuMemcpy %.2f (shape/one "
+		       "%.3f)\n",
+		       ns, mib, ns * 2 * mib, best, med, one, med / one);
+	}
+	free(copy);
 }
 
 /* ---- gpufile ---- */
@@ -562,6 +597,128 @@ static void register_experiment(void *dev)
 	close(fd);
 }
 
+/* --register-chunks THREADS:CHUNK_MIB,...: the page cache straight into
+ * the GPU, registered a chunk at a time: each thread maps its slice,
+ * registers a chunk (READ_ONLY), copies it, and unregisters the previous
+ * one once its copy ended, so registering overlaps copying. */
+struct reg_arg {
+	CUcontext ctx;
+	const char *map;
+	CUdeviceptr dst;
+	size_t off, len, chunk;
+	double reg_s;
+	int err;
+};
+
+static void *reg_worker(void *p)
+{
+	struct reg_arg *a = p;
+	CUstream st = NULL;
+	const char *prev = NULL;
+
+	if (cu->cuCtxSetCurrent(a->ctx) ||
+	    cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)) {
+		a->err = 1;
+		return NULL;
+	}
+	for (size_t pos = 0; pos < a->len && !a->err; pos += a->chunk) {
+		size_t n = a->len - pos < a->chunk ? a->len - pos : a->chunk;
+		const char *src = a->map + a->off + pos;
+		double t0 = now();
+
+		if (cu->cuMemHostRegister((void *)src, n,
+		                          CU_MEMHOSTREGISTER_READ_ONLY)) {
+			a->err = 2;
+			break;
+		}
+		a->reg_s += now() - t0;
+		if (prev) {
+			if (cu->cuStreamSynchronize(st) ||
+			    cu->cuMemHostUnregister((void *)prev))
+				a->err = 3;
+		}
+		if (cu->cuMemcpyHtoDAsync(a->dst + pos, src, n, st))
+			a->err = 4;
+		prev = src;
+	}
+	if (cu->cuStreamSynchronize(st))
+		a->err = 5;
+	if (prev)
+		cu->cuMemHostUnregister((void *)prev);
+	cu->cuStreamDestroy(st);
+	return NULL;
+}
+
+static void register_chunks(void *dev, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	int fd = open(file, O_RDONLY);
+	char *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	CUcontext ctx;
+
+	if (map == MAP_FAILED)
+		die("mmap", errno);
+	if (cu->cuCtxGetCurrent(&ctx))
+		die("cuCtxGetCurrent", 0);
+	for (char *c = strtok_r(copy, ",", &save); c;
+	     c = strtok_r(NULL, ",", &save)) {
+		int nt = 0, mib = 0;
+		struct copy_stats cs = {0};
+		double reg = 0;
+		int err = 0;
+
+		if (sscanf(c, "%d:%d", &nt, &mib) != 2 || nt < 1 || nt > 64 ||
+		    mib < 1) {
+			fprintf(stderr, "gpu_bench: --register-chunks: '%s'\n",
+			        c);
+			exit(2);
+		}
+		for (int r = 0; r < 5 && !err; r++) {
+			pthread_t t[64];
+			struct reg_arg a[64];
+			size_t chunk = (size_t)mib << 20;
+			size_t slice = size / (size_t)nt & ~(chunk - 1);
+			double t0 = now();
+
+			for (int i = 0; i < nt; i++) {
+				size_t off = slice * (size_t)i;
+
+				a[i] = (struct reg_arg){
+				    .ctx = ctx,
+				    .map = map,
+				    .dst = (CUdeviceptr)(uintptr_t)dev + off,
+				    .off = off,
+				    .len = i + 1 == nt ? size - off : slice,
+				    .chunk = chunk,
+				};
+				if (pthread_create(&t[i], NULL, reg_worker,
+				                   &a[i]))
+					die("pthread_create", EAGAIN);
+			}
+			for (int i = 0; i < nt; i++) {
+				pthread_join(t[i], NULL);
+				if (a[i].err)
+					err = a[i].err;
+				reg += a[i].reg_s;
+			}
+			cs.all[cs.n++] = gbps(size, now() - t0);
+		}
+		if (err) {
+			printf(
+			    "register-chunks %d x %d MiB: failed at step %d\n",
+			    nt, mib, err);
+			continue;
+		}
+		printf("register-chunks: %d threads x %d MiB best %.2f median "
+		       "%.2f GB/s; registering took %.3f thread-s per read\n",
+		       nt, mib, copies_best(&cs), copies_median(&cs),
+		       reg / cs.n);
+	}
+	munmap(map, size);
+	close(fd);
+	free(copy);
+}
+
 /* The settings cells of list ("NTHREADS:BOUNCE_SIZE:BOUNCE_BUFFERS:
  * TASK_SIZE,..."), each the best and median of reps warm reads. */
 static void cells(void *dev, const char *list)
@@ -641,7 +798,7 @@ int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
 	    do_chunked = 0;
-	const char *cell_list = NULL;
+	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
 	void *dev, *pinned;
 	char out_path[4096];
@@ -667,13 +824,19 @@ int main(int argc, char **argv)
 			do_chunked = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
 			cell_list = argv[++i];
+		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
+			shape_list = argv[++i];
+		else if (!strcmp(argv[i], "--register-chunks") && i + 1 < argc)
+			reg_list = argv[++i];
 		else
 			file = argv[i];
 	}
 	if (!file) {
 		fprintf(stderr, "usage: gpu_bench FILE [--size B] [--cold] "
 		                "[--sweep] [--register] [--contention] "
-		                "[--chunked] [--cells LIST] [--reps N]\n");
+		                "[--chunked] [--shapes LIST] "
+		                "[--register-chunks LIST] [--cells LIST] "
+		                "[--reps N]\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
@@ -719,8 +882,8 @@ int main(int argc, char **argv)
 		/* Interleaved with the large copy, so a drift falls on
 		 * both; then gpufile again, for the ratio in one stretch. */
 		for (size_t chunk = 4 << 20; chunk <= 16 << 20; chunk <<= 2) {
-			double med,
-			    best = chunked_copies(pinned, dev, chunk, &med);
+			double med, best = chunked_copies(pinned, dev, chunk,
+			                                  CHUNK_THREADS, &med);
 			double one = copy_ceiling(pinned, dev, 1);
 			double wbest, wmed;
 
@@ -734,6 +897,13 @@ int main(int argc, char **argv)
 			    CHUNK_THREADS, chunk >> 20, best, med, one,
 			    med / one, wbest, wmed, wmed / med, wmed / one);
 		}
+	}
+	if (shape_list)
+		shapes(pinned, dev, shape_list);
+	if (reg_list) {
+		warm_cache(file);
+		register_chunks(dev, reg_list);
+		verify(dev, pinned);
 	}
 	if (cell_list) {
 		warm_cache(file);

@@ -30,6 +30,9 @@
 #                              host reads at defaults and with
 #                              host_map_copy=off against pread and the map
 #                              references; the warm GPU read's ceilings
+#   scripts/gpu_run.sh gpu_bench  bench/gpu_bench on the 4 GiB file with
+#                              the options in $ARGS (e.g. --shapes,
+#                              --register-chunks, --cells)
 #   scripts/gpu_run.sh limits  issue 14 goals 2 and 3, what limits them:
 #                              the CPU and its caches, host reads against
 #                              pread and copies from a map (memcpy and
@@ -73,6 +76,7 @@ target=all
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
@@ -206,7 +210,6 @@ issue14)
 	grep -E '^cold_bench: (best fio|gpufile|skipped)' "$OUT/cold.log"
 	;;
 session5)
-	every_test "test_map_copy|test_gpu_stream|test_remote"
 	make_file $data/file.bin $((4 << 30))
 	cat $data/file.bin >/dev/null
 	for m in auto off auto off; do
@@ -214,9 +217,18 @@ session5)
 		GPUFILE_HOST_MAP_COPY=$m $B/bench/host_ref $data/file.bin --rounds 3 --repeat 3 2>&1 |
 			tee "$OUT/host_ref_$m.log" | grep -E 'gpufile nthreads|pread 16x|pread 32x16|chunks 16x4MiB stream |^host_ref: (gpufile at|best|fastest)'
 	done
-	log "warm 4 GiB into GPU memory: ceilings"
-	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --contention --chunked 2>&1 |
-		tee "$OUT/gpu_bench.log" | grep -E '^(ceiling|gpufile warm|contention|chunked|warm read)'
+	log "warm 4 GiB into GPU memory: ceilings, the copy pattern's shapes"
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --contention --chunked \
+		--shapes 16:4,8:8,4:16,2:32,16:16,4:32 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -E '^(ceiling|gpufile warm|contention|chunked|shape|warm read)'
+	every_test "test_map_copy|test_gpu_stream|test_remote"
+	;;
+gpu_bench)
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	# shellcheck disable=SC2086 # ARGS: several options
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) ${ARGS:-} 2>&1 |
+		tee "$OUT/gpu_bench.log"
 	;;
 limits)
 	log "CPU, caches, memory, transparent huge pages"
