@@ -88,7 +88,8 @@ extern "C" {
  *     gpufile_stats_self(&st);
  *
  *   - size 0, or smaller than the struct's first version (this header's
- *     size, as this is the first version with a size): -EINVAL, and
+ *     size, as this is the first version with a size, except where a
+ *     struct says which field its first version ended before): -EINVAL, and
  *     gpufile_errmsg() names the struct and the field ("gpufile_stats_t.size
  *     is 0: set it to sizeof(gpufile_stats_t)"); nothing is written.
  *   - size larger than the library's struct (a caller built against a
@@ -462,6 +463,16 @@ typedef struct gpufile_stats {
 	 * last opened. */
 	int nsettings;
 	gpufile_setting_value_t settings[GPUFILE_MAX_SETTINGS];
+	/* Of the bytes read on the host path (path[GPUFILE_PATH_HOST][0]),
+	 * those the CPU copied from a map of the file instead of reading
+	 * them with pread: warm host reads under host_map_copy, and gathered
+	 * reads (gpufile_pread_gather). map_copy_faults: copies from a map
+	 * (these, and a memory-mapped handle's) that a SIGBUS cut short
+	 * because the file shrank; their ranges were read again by pread,
+	 * or failed with -EIO. The struct's first version ended before
+	 * map_copy_bytes: a caller built without these fields gets the rest. */
+	uint64_t map_copy_bytes;
+	uint64_t map_copy_faults;
 } gpufile_stats_t;
 
 /* A snapshot of this process's counters since it started. Returns 0, or

@@ -99,6 +99,7 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 
 		if (!gpufile__guard_ready(r->cfg.host_map_copy)) {
 			copy_runs(&c);
+			gpufile__stats_map_copy(len, 0);
 			return (ssize_t)len;
 		}
 		if (gpufile__map_read_hook)
@@ -108,8 +109,10 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 		 * fault (bytes copied before it may be such zeros), the
 		 * task starts again by pread. */
 		if (gpufile__guarded(copy_runs, &c) == 0 &&
-		    gpufile__file_holds(r->h, g->span_end))
+		    gpufile__file_holds(r->h, g->span_end)) {
+			gpufile__stats_map_copy(len, 0);
 			return (ssize_t)len;
+		}
 	}
 	while (done < len) {
 		uint64_t pos = (uint64_t)off + done;

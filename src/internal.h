@@ -136,6 +136,8 @@ void gpufile__uring_reset(void);
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
                             uint64_t tasks, size_t size, uint64_t ns);
 void gpufile__stats_direct_fallback(void);
+/* bytes copied from a file's map; faulted: the copy was cut short. */
+void gpufile__stats_map_copy(uint64_t bytes, int faulted);
 /* A handle was opened: the path its device requests take, and why. */
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);

@@ -246,6 +246,7 @@ int gpufile__guarded(void (*fn)(void *arg), void *arg)
 	 * jump leaves the handler, where SIGBUS was blocked. */
 	if (sigsetjmp(guard.env, 1)) {
 		atomic_fetch_add_explicit(&faults, 1, memory_order_relaxed);
+		gpufile__stats_map_copy(0, 1);
 		return -EFAULT;
 	}
 	guard.armed = 1;

@@ -459,6 +459,7 @@ ssize_t gpufile__map_read(struct gpufile *h,
 
 		madvise((void *)a, e - a, MADV_DONTNEED);
 	}
+	gpufile__stats_map_copy(len, 0);
 	return (ssize_t)len;
 }
 

@@ -28,6 +28,7 @@
 #include "stats_segment.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -484,6 +485,16 @@ void gpufile__stats_direct_fallback(void)
 	ADD(get_segment()->direct_io_fallbacks, 1);
 }
 
+void gpufile__stats_map_copy(uint64_t bytes, int faulted)
+{
+	struct stats_seg *s = get_segment();
+
+	if (faulted)
+		ADD(s->map_copy_faults, 1);
+	else
+		ADD(s->map_copy_bytes, bytes);
+}
+
 /* Writes record f. Caller holds seg_lock. */
 static void write_file_record(struct stats_seg_file *f, const char *path,
                               gpufile_path_t chosen, int pending,
@@ -609,6 +620,12 @@ void gpufile__stats_direct_fallback(void)
 {
 }
 
+void gpufile__stats_map_copy(uint64_t bytes, int faulted)
+{
+	(void)bytes;
+	(void)faulted;
+}
+
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason)
 {
@@ -698,6 +715,8 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 		}
 	}
 	out->direct_io_fallbacks = LOAD(s->direct_io_fallbacks);
+	out->map_copy_bytes = LOAD(s->map_copy_bytes);
+	out->map_copy_faults = LOAD(s->map_copy_faults);
 	out->pid = s->pid;
 	out->uid = s->uid;
 	memcpy(out->command, s->command, sizeof(out->command));
@@ -1079,7 +1098,9 @@ static int stats_out(const char *fn, int pid, int self, gpufile_stats_t *out)
 
 	if (!out)
 		return gpufile__fail(-EINVAL, "%s: out is NULL", fn);
-	rc = GPUFILE__SIZED_CHECK(out, gpufile_stats_t);
+	/* Its first version ended before map_copy_bytes. */
+	rc = gpufile__sized_check(
+	    out, offsetof(gpufile_stats_t, map_copy_bytes), "gpufile_stats_t");
 	if (rc)
 		return rc;
 	/* About 15 KiB: not on the stack of a caller's (maybe small)

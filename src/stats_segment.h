@@ -24,8 +24,9 @@
 
 #define STATS_SEG_MAGIC 0x5441545346555047ull /* "GPUFSTAT" little-endian */
 #define STATS_SEG_VERSION                                                      \
-	4u /* 3: the memfd segment, the mmap path;                             \
-	    4: remote counters */
+	5u /* 3: the memfd segment, the mmap path;                             \
+	    4: remote counters;                                                \
+	    5: copies from file maps */
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
@@ -83,6 +84,9 @@ struct stats_seg {
 
 	_Atomic uint32_t nslots; /* slots handed out so far */
 	_Atomic uint64_t direct_io_fallbacks;
+	/* Host-path bytes copied from a map of the file (host_map_copy,
+	 * gathered reads), and guarded copies a SIGBUS cut short. */
+	_Atomic uint64_t map_copy_bytes, map_copy_faults;
 
 	_Atomic uint64_t files_opened; /* slot of file n: n % MAX_FILE_STATS */
 	struct stats_seg_file files[GPUFILE_MAX_FILE_STATS];

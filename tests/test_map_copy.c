@@ -65,6 +65,16 @@ static uint64_t faults_caught(void)
 	return c;
 }
 
+/* The process's statistics: what gpufile stats shows of the map copy. */
+static gpufile_stats_t stats_now(void)
+{
+	gpufile_stats_t st;
+
+	GPUFILE_INIT(st);
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	return st;
+}
+
 /* Reads len bytes at off into a fresh buffer between canaries; returns
  * what gpufile_pread returned, with *bad set when a byte or a canary is
  * wrong. */
@@ -322,17 +332,51 @@ static void test_bytes(void)
 static void test_counted(void)
 {
 	uint64_t before = map_bytes();
+	gpufile_stats_t s0 = stats_now(), s1;
 	int bad;
 
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes() - before, SIZE);
+	/* The statistics say it too: all of the host path's bytes. */
+	s1 = stats_now();
+	CHECK_EQ(s1.map_copy_bytes - s0.map_copy_bytes, SIZE);
+	CHECK_EQ(s1.path[GPUFILE_PATH_HOST][0].bytes -
+	             s0.path[GPUFILE_PATH_HOST][0].bytes,
+	         SIZE);
+	/* And gpufile stats, seen from another process. */
+	if (test_cli_path()) {
+		char out[1 << 16], want[160];
+
+		CHECK_EQ(test_cli_run(out, sizeof(out), "stats %d --json",
+		                      (int)getpid()),
+		         0);
+		snprintf(want, sizeof(want), "\"map_copy_bytes\": %llu",
+		         (unsigned long long)s1.map_copy_bytes);
+		CHECK_CONTAINS(out, want);
+		CHECK_EQ(
+		    test_cli_run(out, sizeof(out), "stats %d", (int)getpid()),
+		    0);
+		snprintf(
+		    want, sizeof(want),
+		    "host reads copied from the file's map (host_map_copy, "
+		    "gathered reads): %llu of %llu host-read bytes",
+		    (unsigned long long)s1.map_copy_bytes,
+		    (unsigned long long)s1.path[GPUFILE_PATH_HOST][0].bytes);
+		CHECK_CONTAINS(out, want);
+	}
 	/* off: the same bytes, none from the map. */
 	CHECK_EQ(gpufile_config_set("host_map_copy", "off"), 0);
 	before = map_bytes();
+	s0 = stats_now();
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes(), before);
+	s1 = stats_now();
+	CHECK_EQ(s1.map_copy_bytes, s0.map_copy_bytes);
+	CHECK_EQ(s1.path[GPUFILE_PATH_HOST][0].bytes -
+	             s0.path[GPUFILE_PATH_HOST][0].bytes,
+	         SIZE);
 	/* auto: the map only where the CPU has AVX-512's 64-byte stores. */
 	CHECK_EQ(gpufile_config_set("host_map_copy", "auto"), 0);
 	before = map_bytes();
@@ -357,38 +401,54 @@ static void cut_short(struct gpufile *h, int64_t off, size_t len)
 /* The file cut short to end inside the first task, after its range was
  * populated and before it is copied: the copy faults partway (or, within
  * its last page, reads zeros), the guard or the size check after the copy
- * sees it, and pread reads the range again to the new end. */
+ * sees it, and pread reads the range again to the new end. Read once as
+ * six tasks and once as that one task alone. */
 static void test_cut_short(size_t end, int faults)
 {
-	uint64_t caught = faults_caught();
 	unsigned nthreads = 0;
-	int bad;
 
 	CHECK_EQ(gpufile_get_nthreads(&nthreads), 0);
-	if (test_make_file(file, SIZE, SEED)) {
-		CHECK(0);
-		return;
-	}
-	warm();
+	for (int alone = 0; alone < 2; alone++) {
+		const size_t len = alone ? 4 * MiB : SIZE;
+		const uint64_t caught = faults_caught();
+		const gpufile_stats_t s0 = stats_now();
+		int bad;
 
-	gpufile_release();
-	CHECK_EQ(gpufile_set_nthreads(1), 0);
-	cut_to = end;
-	cut_during = 1;
-	gpufile__map_read_hook = cut_short;
-	CHECK_EQ(read_checked(SIZE, 0, end, &bad), end);
-	CHECK(!bad);
-	gpufile__map_read_hook = NULL;
-	cut_during = 0;
-	gpufile_release();
-	CHECK_EQ(cut_to, 0);
-	/* The first task's own copy faults when the cut is before its last
-	 * page; a task copied on the other thread at the time may fault
-	 * too, so only "at least one" is certain. */
-	if (faults)
-		CHECK(faults_caught() - caught >= 1);
-	fprintf(stderr, "  cut to %zu bytes during the copy: caught %llu\n",
-	        end, (unsigned long long)(faults_caught() - caught));
+		if (test_make_file(file, SIZE, SEED)) {
+			CHECK(0);
+			return;
+		}
+		warm();
+		gpufile_release();
+		CHECK_EQ(gpufile_set_nthreads(1), 0);
+		cut_to = end;
+		cut_during = 1;
+		gpufile__map_read_hook = cut_short;
+		CHECK_EQ(read_checked(len, 0, end, &bad), end);
+		CHECK(!bad);
+		gpufile__map_read_hook = NULL;
+		cut_during = 0;
+		gpufile_release();
+		CHECK_EQ(cut_to, 0);
+		/* The first task's own copy faults when the cut is before
+		 * its last page; a task copied on the other thread at the
+		 * time may fault too, so only "at least one" is certain. */
+		if (faults)
+			CHECK(faults_caught() - caught >= 1);
+		/* Every fault caught is in the statistics. */
+		CHECK_EQ(stats_now().map_copy_faults - s0.map_copy_faults,
+		         faults_caught() - caught);
+		/* The task that cut was read again by pread: alone, no byte
+		 * counts as copied from the map. (Among six, a task on the
+		 * other thread may have copied its range before the cut.) */
+		if (alone)
+			CHECK_EQ(stats_now().map_copy_bytes, s0.map_copy_bytes);
+		fprintf(stderr,
+		        "  cut to %zu bytes during the copy, %s: caught "
+		        "%llu\n",
+		        end, alone ? "one task" : "six tasks",
+		        (unsigned long long)(faults_caught() - caught));
+	}
 	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
 }
 

@@ -306,6 +306,8 @@ static void test_observe(void)
 		         2 * BATCH * READ_SIZE);
 		CHECK_EQ(json_path_field(out, "host", "errors"), 0);
 		CHECK_EQ(json_path_field(out, "cufile", "ops"), 0);
+		/* 4 KiB reads: below host_map_copy's 256 KiB, all pread. */
+		CHECK(strstr(out, "\"map_copy_bytes\": 0,") != NULL);
 		CHECK(strstr(out, "\"cufile_layer\"") != NULL);
 		CHECK(strstr(out, "\"nvfs_reads\": 256") != NULL);
 		CHECK(strstr(out, "\"files\"") != NULL);

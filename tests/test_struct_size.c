@@ -12,6 +12,7 @@
 #include "testlib.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct sized_case {
 	const char *fn;   /* for messages */
 	const char *type; /* the struct's name, as the message names it */
 	size_t size;      /* sizeof the struct */
+	size_t first;     /* its first version's size (0: size) */
 	int (*call)(void *out);
 	/* Checks a field that the call fills (the buffer started as 0xAA),
 	 * so that "filled" is seen, not assumed. */
@@ -113,18 +115,19 @@ static void filled_plan(const void *out)
 }
 
 static const struct sized_case cases[] = {
+    /* gpufile_stats_t grew map_copy_bytes and map_copy_faults. */
     {"gpufile_stats_self", "gpufile_stats_t", sizeof(gpufile_stats_t),
-     call_stats_self, filled_stats},
+     offsetof(gpufile_stats_t, map_copy_bytes), call_stats_self, filled_stats},
     {"gpufile_stats_read", "gpufile_stats_t", sizeof(gpufile_stats_t),
-     call_stats_read, filled_stats},
+     offsetof(gpufile_stats_t, map_copy_bytes), call_stats_read, filled_stats},
     {"gpufile_stats_remote", "gpufile_remote_stats_t",
-     sizeof(gpufile_remote_stats_t), call_stats_remote, filled_remote},
+     sizeof(gpufile_remote_stats_t), 0, call_stats_remote, filled_remote},
     {"gpufile_cufile_info", "gpufile_cufile_info_t",
-     sizeof(gpufile_cufile_info_t), call_cufile_info, filled_cufile_info},
+     sizeof(gpufile_cufile_info_t), 0, call_cufile_info, filled_cufile_info},
     {"gpufile_cufile_config_load", "gpufile_cufile_config_t",
-     sizeof(gpufile_cufile_config_t), call_config_load, filled_config},
-    {"gpufile_explain", "gpufile_plan_t", sizeof(gpufile_plan_t), call_explain,
-     filled_plan},
+     sizeof(gpufile_cufile_config_t), 0, call_config_load, filled_config},
+    {"gpufile_explain", "gpufile_plan_t", sizeof(gpufile_plan_t), 0,
+     call_explain, filled_plan},
 };
 
 /* Counts bytes of buf[from, to) that differ from value. */
@@ -175,13 +178,25 @@ static void refused(const struct sized_case *c, uint32_t declared)
 
 static void test_case(const struct sized_case *c)
 {
+	const size_t first = c->first ? c->first : c->size;
 	unsigned char *buf;
 
-	fprintf(stderr, "%s (%s, %zu bytes)\n", c->fn, c->type, c->size);
+	fprintf(stderr, "%s (%s, %zu bytes, first version %zu)\n", c->fn,
+	        c->type, c->size, first);
 	refused(c, 0);
 	CHECK_CONTAINS(gpufile_errmsg(), "set it to sizeof");
 	refused(c, 4);
-	refused(c, (uint32_t)c->size - 1);
+	refused(c, (uint32_t)first - 1);
+
+	/* An older caller's first version: filled to its end, no further. */
+	if (first < c->size) {
+		buf = canary_buf(c, (uint32_t)first);
+		CHECK_EQ(c->call(buf), 0);
+		CHECK_EQ(size_of(buf), first);
+		c->check_filled(buf);
+		CHECK_EQ(count_not(buf, first, c->size + 2 * TAIL, CANARY), 0);
+		free(buf);
+	}
 
 	/* Exactly the library's size: filled, nothing past it. */
 	buf = canary_buf(c, (uint32_t)c->size);

@@ -268,6 +268,8 @@ static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		json_path(&j, s, p, prev, seconds);
 	json_object_end(&j);
 	json_key_u64(&j, "direct_io_fallbacks", s->direct_io_fallbacks);
+	json_key_u64(&j, "map_copy_bytes", s->map_copy_bytes);
+	json_key_u64(&j, "map_copy_faults", s->map_copy_faults);
 	json_cufile_layer(&j, s);
 	json_key_u64(&j, "files_opened", s->files_opened);
 	remote_counters(&j, s->pid);
@@ -356,6 +358,16 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	if (s->direct_io_fallbacks)
 		printf("O_DIRECT refused on %" PRIu64 " file(s)\n",
 		       s->direct_io_fallbacks);
+	if (s->map_copy_bytes)
+		printf("host reads copied from the file's map (host_map_copy, "
+		       "gathered reads): %" PRIu64 " of %" PRIu64
+		       " host-read bytes (%s)\n",
+		       s->map_copy_bytes, s->path[GPUFILE_PATH_HOST][0].bytes,
+		       util_human_bytes(s->map_copy_bytes, hb, sizeof(hb)));
+	if (s->map_copy_faults)
+		printf("copies from a map that a SIGBUS cut short (the file "
+		       "shrank): %" PRIu64 "\n",
+		       s->map_copy_faults);
 	printf("files opened: %" PRIu64 "%s\n", s->files_opened,
 	       s->files_opened > (uint64_t)nfiles ? " (latest shown)" : "");
 	for (int i = 0; i < nfiles; i++)

@@ -187,6 +187,8 @@ def stats(pid=None, histograms=False):
         },
     }
     out["gpufile"]["direct_io_fallbacks"] = st.direct_io_fallbacks
+    out["gpufile"]["map_copy_bytes"] = st.map_copy_bytes
+    out["gpufile"]["map_copy_faults"] = st.map_copy_faults
     ngpus = st.cufile_ngpus
     cufile = {"ngpus": ngpus if ngpus >= 0 else None,
               "gpus": [_gpu(st.cufile[i]) for i in range(max(0, min(ngpus, S.MAX_GPUS)))]}

@@ -65,6 +65,8 @@ class Stats(_Sized):
         ("cufile", CufileGpu * MAX_GPUS),
         ("nsettings", c_int),
         ("settings", SettingValue * MAX_SETTINGS),
+        ("map_copy_bytes", c_uint64),
+        ("map_copy_faults", c_uint64),
     ]
 
 

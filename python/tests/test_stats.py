@@ -46,19 +46,26 @@ def test_stats_self_shape_and_counts(data_file):
 def test_stats_of_another_process(data_file):
     path, data = data_file
     code = ("import sys, gpufile, numpy as np\n"
-            "with gpufile.defaults.set(task_size=1 << 20):\n"
+            "with gpufile.defaults.set(task_size=1 << 20, host_map_copy='on'):\n"
             "    f = gpufile.File(sys.argv[1]); f.read(np.empty(%d, np.uint8))\n"
-            "print('ready', flush=True)\n"
+            "print('ready', gpufile.stats()['gpufile']['map_copy_bytes'], flush=True)\n"
             "sys.stdin.read()\n" % data.size)
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
     p = subprocess.Popen([sys.executable, "-c", code, path], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, env=env, universal_newlines=True)
     try:
-        assert p.stdout.readline().strip() == "ready"
+        word, mapped = p.stdout.readline().split()
+        assert word == "ready"
         s = gpufile.stats(p.pid)
         assert s["pid"] == p.pid
         assert s["gpufile"]["read"]["host"] == {"ops": 1, "tasks": 6,
                                                 "bytes": data.size, "errors": 0}
+        # What the child counted of its map copies, seen from here: its
+        # five 1 MiB tasks (where this CPU and the page cache allow the
+        # copy), never the last 123 bytes (below 256 KiB).
+        assert s["gpufile"]["map_copy_bytes"] == int(mapped)
+        assert int(mapped) in (0, data.size - 123)
+        assert s["gpufile"]["map_copy_faults"] == 0
         assert s["settings"]["task_size"]["value"] == str(1 << 20)
         assert any(q["pid"] == p.pid for q in gpufile.processes())
     finally:
