@@ -4,7 +4,8 @@
  *
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
  *             [--contention] [--chunked] [--shapes LIST]
- *             [--register-chunks LIST] [--cells LIST] [--reps N]
+ *             [--kernel-shapes LIST] [--register-chunks LIST]
+ *             [--cells LIST] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -12,6 +13,8 @@
  * --shapes STREAMS:CHUNK_MIB,...: the same pattern at other shapes, each
  * beside one large copy: whether the copies' size or their number limits
  * it.
+ * --kernel-shapes STREAMS:CHUNK_MIB,...: the same shapes with each copy
+ * made by a kernel instead of a copy engine (and one 4 GiB kernel copy).
  * --register-chunks THREADS:CHUNK_MIB,...: the page cache registered with
  * cuMemHostRegister a chunk at a time and copied straight to the GPU.
  * --cells N:SIZE:BUFFERS:TASK,...: gpufile's warm read at those settings.
@@ -29,6 +32,7 @@
 #include "gpufile.h"
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
@@ -397,6 +401,125 @@ static void contention(void *pinned, void *dev, double warm, double warm_med,
  */
 #define CHUNK_THREADS 16
 
+/*
+ * --kernel-shapes: the same pattern with each copy made by a kernel (the
+ * SMs load the pinned buffer over the link, 16 bytes a thread, and store
+ * to device memory) instead of a copy engine, to tell the copy engine's
+ * cost per copy from the link's. The kernel is PTX, JIT-compiled by the
+ * driver; the module API is taken from libcuda directly.
+ */
+static const char copy_ptx[] =
+    ".version 7.0\n"
+    ".target sm_80\n"
+    ".address_size 64\n"
+    ".visible .entry copy16(.param .u64 dst, .param .u64 src,\n"
+    "                       .param .u64 n16)\n"
+    "{\n"
+    "  .reg .pred p;\n"
+    "  .reg .b32 r<5>;\n"
+    "  .reg .b32 v<4>;\n"
+    "  .reg .b64 rd<10>;\n"
+    "  ld.param.u64 rd1, [dst];\n"
+    "  ld.param.u64 rd2, [src];\n"
+    "  ld.param.u64 rd3, [n16];\n"
+    "  mov.u32 r1, %ctaid.x;\n"
+    "  mov.u32 r2, %ntid.x;\n"
+    "  mov.u32 r3, %tid.x;\n"
+    "  mov.u32 r4, %nctaid.x;\n"
+    "  mul.wide.u32 rd4, r1, r2;\n"
+    "  cvt.u64.u32 rd5, r3;\n"
+    "  add.u64 rd4, rd4, rd5;\n"
+    "  mul.wide.u32 rd6, r4, r2;\n"
+    "LOOP:\n"
+    "  setp.ge.u64 p, rd4, rd3;\n"
+    "  @p bra DONE;\n"
+    "  shl.b64 rd7, rd4, 4;\n"
+    "  add.u64 rd8, rd2, rd7;\n"
+    "  add.u64 rd9, rd1, rd7;\n"
+    "  ld.global.v4.u32 {v0, v1, v2, v3}, [rd8];\n"
+    "  st.global.v4.u32 [rd9], {v0, v1, v2, v3};\n"
+    "  add.u64 rd4, rd4, rd6;\n"
+    "  bra LOOP;\n"
+    "DONE:\n"
+    "  ret;\n"
+    "}\n";
+
+static struct {
+	CUresult (*load)(void **mod, const void *image);
+	CUresult (*get)(void **fn, void *mod, const char *name);
+	CUresult (*launch)(void *fn, unsigned gx, unsigned gy, unsigned gz,
+	                   unsigned bx, unsigned by, unsigned bz,
+	                   unsigned shared, CUstream st, void **params,
+	                   void **extra);
+	void *fn;
+	unsigned grid; /* blocks per copy (0: one per 256 x 16 bytes) */
+} kcopy;
+
+static int copy_by_kernel;
+
+static int kernel_load(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	void *mod = NULL;
+	CUresult rc;
+
+	if (!lib)
+		return -1;
+	*(void **)&kcopy.load = dlsym(lib, "cuModuleLoadData");
+	*(void **)&kcopy.get = dlsym(lib, "cuModuleGetFunction");
+	*(void **)&kcopy.launch = dlsym(lib, "cuLaunchKernel");
+	if (!kcopy.load || !kcopy.get || !kcopy.launch)
+		return -1;
+	rc = kcopy.load(&mod, copy_ptx);
+	if (rc) {
+		printf("kernel: cuModuleLoadData failed (%d)\n", (int)rc);
+		return -1;
+	}
+	rc = kcopy.get(&kcopy.fn, mod, "copy16");
+	return rc ? -1 : 0;
+}
+
+/* n bytes (a multiple of 16) from src (pinned) to dst, on st. */
+static CUresult kernel_copy(CUdeviceptr dst, const void *src, size_t n,
+                            CUstream st)
+{
+	unsigned long long d = dst, sp = (unsigned long long)(uintptr_t)src,
+	                   n16 = n / 16;
+	void *params[] = {&d, &sp, &n16};
+	unsigned grid = kcopy.grid ? kcopy.grid : (unsigned)((n16 + 255) / 256);
+
+	return kcopy.launch(kcopy.fn, grid, 1, 1, 256, 1, 1, 0, st, params,
+	                    NULL);
+}
+
+/* The kernel's copy of pinned, checked: the device's bytes read back. */
+static void kernel_verify(void *dev, void *pinned)
+{
+	const size_t n = 64u << 20;
+	char *host = malloc(n);
+
+	memset(pinned, 0x5A, size);
+	for (size_t i = 0; i < size; i += 4096)
+		((char *)pinned)[i] = (char)(i >> 12);
+	if (!host ||
+	    kernel_copy((CUdeviceptr)(uintptr_t)dev, pinned, size, NULL) ||
+	    cu->cuStreamSynchronize(NULL))
+		die("kernel copy", 0);
+	for (size_t pos = 0; pos < size; pos += n) {
+		if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)host,
+		                 (CUdeviceptr)(uintptr_t)dev + pos, n) ||
+		    memcmp(host, (char *)pinned + pos, n)) {
+			fprintf(stderr,
+			        "gpu_bench: KERNEL COPY MISMATCH near "
+			        "%zu\n",
+			        pos);
+			exit(1);
+		}
+	}
+	free(host);
+	printf("kernel: its copy matches byte for byte\n");
+}
+
 struct chunk_arg {
 	CUcontext ctx;
 	char *src[2];
@@ -425,7 +548,10 @@ static void *chunk_worker(void *p)
 
 		if (used[k] && cu->cuEventSynchronize(ev[k]))
 			a->err = 1;
-		if (cu->cuMemcpyHtoDAsync(a->dst + pos, a->src[k], n, st) ||
+		if ((copy_by_kernel
+		         ? kernel_copy(a->dst + pos, a->src[k], n, st)
+		         : cu->cuMemcpyHtoDAsync(a->dst + pos, a->src[k], n,
+		                                 st)) ||
 		    cu->cuEventRecord(ev[k], st))
 			a->err = 1;
 		used[k] = 1;
@@ -482,6 +608,7 @@ static double chunked_copies(void *pinned, void *dev, size_t chunk,
  * buffers per stream), each beside one large copy. */
 static void shapes(void *pinned, void *dev, const char *list)
 {
+	const char *how = copy_by_kernel ? "kernel copies" : "copies";
 	char *copy = strdup(list), *save = NULL;
 
 	for (char *c = strtok_r(copy, ",", &save); c;
@@ -499,10 +626,10 @@ static void shapes(void *pinned, void *dev, const char *list)
 		}
 		best = chunked_copies(pinned, dev, (size_t)mib << 20, ns, &med);
 		one = copy_ceiling(pinned, dev, 1);
-		printf("shape: %d streams x 2 x %d MiB (%d MiB pinned) best "
-		       "%.2f median %.2f GB/s; one cuMemcpy %.2f (shape/one "
-		       "%.3f)\n",
-		       ns, mib, ns * 2 * mib, best, med, one, med / one);
+		printf("shape: %d streams x 2 x %d MiB %s (%d MiB pinned) "
+		       "best %.2f median %.2f GB/s; one cuMemcpy %.2f "
+		       "(shape/one %.3f)\n",
+		       ns, mib, how, ns * 2 * mib, best, med, one, med / one);
 	}
 	free(copy);
 }
@@ -798,7 +925,8 @@ int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
 	    do_chunked = 0;
-	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL;
+	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
+	           *kernel_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
 	void *dev, *pinned;
 	char out_path[4096];
@@ -826,6 +954,8 @@ int main(int argc, char **argv)
 			cell_list = argv[++i];
 		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
 			shape_list = argv[++i];
+		else if (!strcmp(argv[i], "--kernel-shapes") && i + 1 < argc)
+			kernel_list = argv[++i];
 		else if (!strcmp(argv[i], "--register-chunks") && i + 1 < argc)
 			reg_list = argv[++i];
 		else
@@ -835,6 +965,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: gpu_bench FILE [--size B] [--cold] "
 		                "[--sweep] [--register] [--contention] "
 		                "[--chunked] [--shapes LIST] "
+		                "[--kernel-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
 		                "[--reps N]\n");
 		return 2;
@@ -900,6 +1031,31 @@ int main(int argc, char **argv)
 	}
 	if (shape_list)
 		shapes(pinned, dev, shape_list);
+	if (kernel_list) {
+		if (kernel_load()) {
+			printf("kernel: no copy kernel\n");
+		} else {
+			double t0, one;
+
+			/* One kernel copying all of it, against one copy. */
+			for (int i = 0; i < 3; i++) {
+				t0 = now();
+				if (kernel_copy((CUdeviceptr)(uintptr_t)dev,
+				                pinned, size, NULL) ||
+				    cu->cuStreamSynchronize(NULL))
+					die("kernel copy", 0);
+				printf("kernel: one 4 GiB kernel copy %.2f "
+				       "GB/s\n",
+				       gbps(size, now() - t0));
+			}
+			one = copy_ceiling(pinned, dev, 1);
+			printf("kernel: one cuMemcpy %.2f GB/s\n", one);
+			kernel_verify(dev, pinned);
+			copy_by_kernel = 1;
+			shapes(pinned, dev, kernel_list);
+			copy_by_kernel = 0;
+		}
+	}
 	if (reg_list) {
 		warm_cache(file);
 		register_chunks(dev, reg_list);
