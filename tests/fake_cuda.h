@@ -5,8 +5,9 @@
  * when the library synchronises with the stream or an event recorded after
  * them, as on a GPU. It counts pinned memory, streams and events, and fails
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
- * fail_dtoh: the next N calls). Install with gpufile__cuda_override(&fake)
- * after pointing dev_base at DEV_SIZE bytes. Include once per program.
+ * fail_dtoh: the next N calls). Install with fake_install() (at the end),
+ * or with gpufile__cuda_override(&fake) after pointing dev_base at DEV_SIZE
+ * bytes. Include once per program.
  *
  * More than one device (test_multi_device.c): set fake_ndev (at most
  * FAKE_MAX_DEV) and point fake_dev_mem[1..] at DEV_SIZE bytes each before
@@ -34,8 +35,10 @@
 #define GPUFILE_TEST_FAKE_CUDA_H
 
 #include "cuda_shim.h"
+#include "gpufile.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -769,5 +772,30 @@ static const struct gpufile__cuda fake = {
     .cuMemHostGetDevicePointer = f_host_get_devptr,
     .cuMemcpyBatchAsync = f_memcpy_batch,
 };
+
+/* The usual start of a test on the fake: dev_base gets DEV_SIZE bytes (the
+ * test may free them), the table is installed, and compat_mode is on, so
+ * that the fake's "device memory" never reaches a real cuFile. Returns 0,
+ * or -1 (said on stderr). */
+static inline int fake_install(void)
+{
+	void *mem = NULL;
+
+	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
+		fprintf(stderr,
+		        "fake_cuda: no memory for %u bytes of device "
+		        "memory\n",
+		        (unsigned)DEV_SIZE);
+		return -1;
+	}
+	dev_base = mem;
+	gpufile__cuda_override(&fake);
+	if (gpufile_set_compat_mode(GPUFILE_COMPAT_ON)) {
+		fprintf(stderr, "fake_cuda: compat_mode on: %s\n",
+		        gpufile_errmsg());
+		return -1;
+	}
+	return 0;
+}
 
 #endif

@@ -71,16 +71,12 @@ int main(void)
 	gpufile_future_t *f = NULL;
 	gpufile_t *h = NULL;
 	size_t held, freed;
-	void *mem = NULL;
 	int threads;
 	long a0;
 
-	if (posix_memalign(&mem, 4096, DEV_SIZE))
+	if (fake_install())
 		return 1;
-	dev_base = mem;
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
-	gpufile__cuda_override(&fake);
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 	CHECK_EQ(gpufile_set_nthreads(4), 0);
 	CHECK_EQ(gpufile_set_task_size(1u << 20), 0);
 	CHECK_EQ(gpufile_set_bounce_buffer_size(1u << 20), 0);

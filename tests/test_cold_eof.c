@@ -124,17 +124,10 @@ int main(void)
 	    {"offset past eof", 100000, 1u << 20, 200000, 64u << 10, "4",
 	     16u << 20, 1},
 	};
-	void *mem = NULL;
 
 	signal(SIGALRM, on_alarm);
-	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
-		fprintf(stderr, "out of memory\n");
+	if (fake_install())
 		return 1;
-	}
-	dev_base = mem;
-	gpufile__cuda_override(&fake);
-	/* Never hand the fake's "device memory" to a real cuFile. */
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		run_case(&cases[i]);
 	gpufile_release();

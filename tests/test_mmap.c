@@ -151,15 +151,11 @@ static void test_device(const char *path)
 	gpufile_counter_t m0, m1;
 	gpufile_mmap_t *m = NULL;
 	gpufile_future_t *f = NULL;
-	void *mem = NULL;
 
-	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
+	if (fake_install()) {
 		test_failures++;
 		return;
 	}
-	dev_base = mem;
-	gpufile__cuda_override(&fake);
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 	CHECK_EQ(gpufile_set_task_size(1u << 20), 0);
 	m0 = counter(GPUFILE_PATH_MMAP);
 	CHECK_EQ(gpufile_mmap_open(&m, path, "r", 0, 0), 0);
@@ -189,7 +185,7 @@ static void test_device(const char *path)
 	CHECK_EQ(bad_copies, 0);
 	gpufile__cuda_override(NULL);
 	gpufile_config_reset();
-	free(mem);
+	free(dev_base);
 }
 
 int main(void)

@@ -619,7 +619,6 @@ static void test_cli(const char *good)
 int main(void)
 {
 	const char *good;
-	void *mem = NULL;
 
 	test_malformed();
 	good = write_st("good", good_json, GOOD_DATA);
@@ -631,16 +630,13 @@ int main(void)
 	/* Real GPUs (the GPU machine) or the fake driver, not both in one
 	 * process: the fake would meet the real driver's contexts. */
 	if (test_real_gpus() == 0) {
-		if (posix_memalign(&mem, 4096, DEV_SIZE))
+		if (fake_install())
 			return 1;
-		dev_base = mem;
-		gpufile__cuda_override(&fake);
-		CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 		test_device_load();
 		gpufile_release();
 		gpufile__cuda_override(NULL);
 		gpufile_config_reset();
-		free(mem);
+		free(dev_base);
 	}
 	test_cleanup();
 	return test_finish("test_safetensors");

@@ -410,17 +410,10 @@ int main(void)
 {
 	const char *rpath = test_path("staging-src");
 	const char *wpath = test_path("staging-dst");
-	void *mem = NULL;
 
-	if (posix_memalign(&mem, 4096, DEV_SIZE)) {
-		fprintf(stderr, "out of memory\n");
+	if (fake_install())
 		return 1;
-	}
-	dev_base = mem;
 	CHECK_EQ(test_make_file(rpath, FILE_SIZE, SEED_FILE), 0);
-	gpufile__cuda_override(&fake);
-	/* Never hand the fake's "device memory" to a real cuFile. */
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 
 	test_classify();
 	test_roundtrips(rpath, wpath, "auto");

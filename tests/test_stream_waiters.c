@@ -207,14 +207,10 @@ int main(void)
 	const char *path = test_path("waiters.bin");
 	unsigned char *buf = test_malloc(4u << 20);
 	gpufile_t *h = NULL, *h2 = NULL;
-	void *mem = NULL;
 
-	if (posix_memalign(&mem, 4096, DEV_SIZE))
+	if (fake_install())
 		return 1;
-	dev_base = mem;
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
-	gpufile__cuda_override(&fake);
-	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 	/* Every read through pread (the gate): no O_DIRECT, no map copy. */
 	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
 	CHECK_EQ(gpufile_config_set("host_map_copy", "off"), 0);
