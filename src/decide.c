@@ -91,7 +91,7 @@ static int decide_device(const struct gpufile__facts *f,
 
 /* How host reads move their bytes: the map copy where host_map_copy and
  * the CPU's streaming stores allow it (gpufile__stream_copy_allowed, the
- * rule map_copy.c applies), else pread. */
+ * rule map_copy.c applies) and the page cache is visible, else pread. */
 static void decide_host_reads(const struct gpufile__facts *f,
                               struct gpufile__decision *d)
 {
@@ -100,7 +100,17 @@ static void decide_host_reads(const struct gpufile__facts *f,
 	const char *stores =
 	    f->stream_copy == GPUFILE__STREAM_AVX512 ? "AVX-512" : "AVX2";
 
-	if (gpufile__stream_copy_allowed(mode, f->stream_copy))
+	if (gpufile__stream_copy_allowed(mode, f->stream_copy) &&
+	    f->cache_hidden)
+		snprintf(
+		    d->reason, sizeof(d->reason),
+		    "host: host memory is read and written in place; "
+		    "reads by pread (host_map_copy=%s): this process "
+		    "neither owns the file nor may write it, so the kernel "
+		    "does not say which of its pages are cached (mincore), "
+		    "and the map copy is made only of cached pages",
+		    modes[mode]);
+	else if (gpufile__stream_copy_allowed(mode, f->stream_copy))
 		snprintf(d->reason, sizeof(d->reason),
 		         "host: host memory is read and written in place; "
 		         "warm reads of 256 KiB or more are copied from a map "

@@ -25,6 +25,10 @@ struct gpufile__facts {
 	/* The CPU's streaming stores for host reads (map_copy.c):
 	 * GPUFILE__STREAM_*. */
 	int stream_copy;
+	/* 1: the kernel does not tell this process which pages of the file
+	 * are cached (gpufile__mincore_tells), so warm host reads cannot be
+	 * told from cold ones and are not copied from the map. */
+	int cache_hidden;
 	/* cuFile's facts, only once the first round asked for them. */
 	int cufile_known;       /* the fields below are filled */
 	int cufile_registered;  /* driver open and the file registered */

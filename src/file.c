@@ -443,9 +443,13 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 
 	if (h->remote || kind == GPUFILE_MEM_HOST ||
 	    kind == GPUFILE_MEM_PINNED) {
-		/* Decided by the source or the buffer alone: no handle
-		 * state, no lock. */
+		/* Decided by the source or the buffer alone, and for host
+		 * reads whether the map copy can see the page cache (asked
+		 * only where the copy could be made). */
 		f.stream_copy = gpufile__stream_copy_kind();
+		if (!h->remote && gpufile__stream_copy_allowed(
+		                      cfg->host_map_copy, f.stream_copy))
+			f.cache_hidden = !gpufile__cache_visible(h);
 		gpufile__decide(&f, d);
 		return 0;
 	}
@@ -824,11 +828,24 @@ int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path, char *reason,
 			snprintf(reason, len, "%s", d.reason);
 	}
 	if (reason && len) {
-		char direct[224];
+		char direct[320];
 		size_t used = strlen(reason);
+		/* Before h->lock, which it takes. */
+		const int visible = cfg.direct_io != GPUFILE__DIRECT_AUTO ||
+		                    gpufile__cache_visible(h);
 
 		pthread_mutex_lock(&h->lock);
-		if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused))
+		if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused) &&
+		    !visible)
+			snprintf(
+			    direct, sizeof(direct),
+			    "O_DIRECT available, but direct_io=auto reads "
+			    "every range through the page cache: this "
+			    "process neither owns the file nor may write "
+			    "it, so the kernel does not say which of its "
+			    "pages are cached (mincore); direct_io=on reads "
+			    "with O_DIRECT whatever is cached");
+		else if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused))
 			snprintf(direct, sizeof(direct),
 			         "O_DIRECT available (direct_io=%s)",
 			         cfg.direct_io == GPUFILE__DIRECT_ON ? "on"

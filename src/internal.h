@@ -260,6 +260,14 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
  * I/O: a RWF_NOWAIT read would start readahead for what it misses, and a
  * following O_DIRECT read of the same range would then read it twice. */
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
+/* Whether mincore() tells this process which pages of a file are cached:
+ * since Linux 5.0 only to a process that owns the file, may write it (the
+ * test runs on path, which may be /proc/self/fd/N) or is root; to any
+ * other it reports every page cached. */
+int gpufile__mincore_tells(const struct stat *st, const char *path);
+/* gpufile__mincore_tells for h's file (as when its map was made); 1 where
+ * h has no map (no claim is made from it). Takes h->lock. */
+int gpufile__cache_visible(struct gpufile *h);
 
 /* Host reads of at least this many bytes are copied from the file's map
  * when the page cache holds them (host_map_copy): below it, the mincore()

@@ -80,6 +80,17 @@ static int mincore_vec(int fd, uint64_t off, uint64_t len, unsigned char **vec)
 	return 0;
 }
 
+/* The error where the kernel does not show this process the file's page
+ * cache (cachestat refuses, mincore would report every page cached). */
+static int cache_hidden(const char *path, const char *how)
+{
+	return gpufile__fail(-EPERM,
+	                     "%s %s: the kernel does not tell this process "
+	                     "which pages of the file are cached, since it "
+	                     "neither owns the file nor may write it",
+	                     how, path);
+}
+
 /* Bytes of [off, end) that lie in cached pages, counted on fd. */
 static int count_cached(int fd, const char *path, uint64_t off, uint64_t end,
                         uint64_t *cached)
@@ -101,6 +112,8 @@ static int count_cached(int fd, const char *path, uint64_t off, uint64_t end,
 
 		if (n == -ENOSYS && method == GPUFILE__PC_AUTO)
 			goto use_mincore;
+		if (n == -EPERM)
+			return cache_hidden(path, "cachestat");
 		if (n < 0)
 			return gpufile__fail((int)n, "cachestat %s: %s", path,
 			                     strerror((int)-n));
@@ -127,7 +140,16 @@ static int count_cached(int fd, const char *path, uint64_t off, uint64_t end,
 	}
 use_mincore : {
 	unsigned char *vec;
-	int rc = mincore_vec(fd, first, last - first, &vec);
+	char fdpath[64];
+	struct stat st;
+	int rc;
+
+	/* Where mincore would say "cached" of every page, say why not. */
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	if (gpufile__sys.fstat(fd, &st) == 0 &&
+	    !gpufile__mincore_tells(&st, fdpath))
+		return cache_hidden(path, "mincore");
+	rc = mincore_vec(fd, first, last - first, &vec);
 
 	if (rc)
 		return gpufile__fail(rc, "mincore over a mapping of %s: %s",

@@ -319,14 +319,19 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
  * CAP_FOWNER, and to any other reports every page resident (so that
  * nobody can watch another's reads). The write test goes through the
  * descriptor's own inode (/proc/self/fd), not the path. */
+int gpufile__mincore_tells(const struct stat *st, const char *path)
+{
+	if (st->st_uid == geteuid() || geteuid() == 0)
+		return 1;
+	return faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0;
+}
+
 static int mincore_truthful(struct gpufile *h, const struct stat *st)
 {
 	char fdpath[64];
 
-	if (st->st_uid == geteuid() || geteuid() == 0)
-		return 1;
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", h->fd);
-	return faccessat(AT_FDCWD, fdpath, W_OK, AT_EACCESS) == 0;
+	return gpufile__mincore_tells(st, fdpath);
 }
 
 /* h's read-only map of the file (made on first need, as long as the file
@@ -383,6 +388,14 @@ static int map_cached(const char *map, size_t map_len, int64_t off, size_t len)
 		start += pages * page;
 	}
 	return 1;
+}
+
+int gpufile__cache_visible(struct gpufile *h)
+{
+	size_t map_len;
+	int truthful = 1;
+
+	return handle_map(h, &map_len, &truthful) ? truthful : 1;
 }
 
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len)

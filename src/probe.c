@@ -795,6 +795,43 @@ static int check_file_o_direct(struct list *l, const char *path,
 	return ok;
 }
 
+/* Whether the kernel tells this process which of the file's pages are
+ * cached, on which direct_io=auto and host_map_copy rely; f->cache_hidden
+ * for the host prediction. */
+static void check_file_cache_visible(struct list *l, const char *path,
+                                     const struct stat *st,
+                                     const struct gpufile__settings *s,
+                                     struct gpufile__facts *f)
+{
+	const int tells = gpufile__mincore_tells(st, path);
+
+	f->cache_hidden = !tells;
+	if (tells)
+		add(l, "file.page_cache_visible", GPUFILE_CHECK_PASS, "yes",
+		    "%s",
+		    geteuid() == 0 ? "mincore() tells root which pages of any "
+		                     "file are cached"
+		    : st->st_uid == geteuid()
+		        ? "mincore() tells this process which pages of its own "
+		          "file are cached"
+		        : "mincore() tells this process which pages are "
+		          "cached: "
+		          "it may write the file");
+	else
+		add(l, "file.page_cache_visible", GPUFILE_CHECK_UNKNOWN, "no",
+		    "this process neither owns the file nor may write it, so "
+		    "mincore() reports every page cached (Linux 5.0 on): "
+		    "direct_io=%s %s, and host reads are not copied from the "
+		    "map",
+		    s->direct_io == GPUFILE__DIRECT_ON    ? "on"
+		    : s->direct_io == GPUFILE__DIRECT_OFF ? "off"
+		                                          : "auto",
+		    s->direct_io == GPUFILE__DIRECT_AUTO
+		        ? "reads every range through the page cache, cold or "
+		          "not (direct_io=on reads with O_DIRECT)"
+		        : "is not affected");
+}
+
 /* cuFile's layer, as if it receives the read; f holds the decision's
  * facts (cuFile's own when they were gathered). */
 static void predict_cufile(const struct file_facts *ff,
@@ -951,6 +988,7 @@ static void check_file(struct list *l, const char *path,
 	check_file_fs(l, path, cfg, &ff);
 	check_file_block_device(l, &ff.st, gpus, ngpus);
 	ff.direct_ok = check_file_o_direct(l, path, &ff.st);
+	check_file_cache_visible(l, path, &ff.st, s, &f);
 
 	gpufile__platform_facts(&f, &ff.st);
 	predict_gpufile(path, cp, s, settings_ok, GPUFILE_MEM_DEVICE,

@@ -65,6 +65,47 @@ static void test_platform(void)
 	CHECK_EQ(gpufile_check(NULL, NULL, 0), n);
 }
 
+/* As nobody, root's file read-only: the kernel reports every page cached
+ * to us, and check says what that costs (direct_io=auto cannot tell cold
+ * ranges; no map copy, also in the host prediction at host_map_copy=on). */
+static void test_hidden_cache(const char *path)
+{
+	pid_t pid;
+	int st = 0;
+
+	/* nobody may reach the file: search permission on the test's
+	 * directory (0700 from mkdtemp) for the child's run. */
+	CHECK_EQ(chmod(path, 0644), 0);
+	CHECK_EQ(chmod(test_dir(), 0711), 0);
+	pid = fork();
+	if (pid == 0) {
+		const gpufile_check_item_t *it;
+		int n;
+
+		if (setresgid(65534, 65534, 65534) ||
+		    setresuid(65534, 65534, 65534))
+			_exit(9);
+		gpufile_config_set("host_map_copy", "on");
+		n = gpufile_check(path, items, MAX);
+		it = find(n, "file.page_cache_visible");
+		if (!it || it->status != GPUFILE_CHECK_UNKNOWN ||
+		    strcmp(it->value, "no") != 0 ||
+		    !strstr(it->why, "direct_io=auto reads every range "
+		                     "through the page cache"))
+			_exit(2);
+		it = find(n, "predict.gpufile host");
+		if (!it ||
+		    !strstr(it->why, "reads by pread (host_map_copy=on): "
+		                     "this process neither owns"))
+			_exit(3);
+		_exit(0);
+	}
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+	CHECK_EQ(chmod(test_dir(), 0700), 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "as nobody: status 0x%x\n", st);
+}
+
 static void test_file(void)
 {
 	const char *path = test_path("f");
@@ -77,6 +118,12 @@ static void test_file(void)
 	CHECK(find(n, "file.fs") != NULL);
 	CHECK(find(n, "file.block_device") != NULL);
 	CHECK(find(n, "file.o_direct") != NULL);
+	/* Our own file: the kernel shows us its page cache. */
+	it = find(n, "file.page_cache_visible");
+	CHECK(it && it->status == GPUFILE_CHECK_PASS &&
+	      strcmp(it->value, "yes") == 0);
+	if (geteuid() == 0)
+		test_hidden_cache(path);
 	it = find(n, "predict.gpufile");
 	CHECK(it && (strcmp(it->value, "cufile") == 0 ||
 	             strcmp(it->value, "posix") == 0));

@@ -249,21 +249,33 @@ static void test_pure(void)
 	/* How host reads move bytes: auto takes AVX-512's streaming stores
 	 * only, on AVX2's too, off never; the reason says which and why. */
 	{
+		/* hidden: the kernel does not show this process the file's
+		 * page cache, which only matters where the copy could be
+		 * made. */
 		static const struct {
-			int mode, stores;
+			int mode, stores, hidden;
 			const char *says;
 		} host[] = {
-		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX512,
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX512, 0,
 		     "with AVX-512 streaming stores (host_map_copy=auto)"},
-		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX2,
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX2, 0,
 		     "pread (host_map_copy=auto: this CPU has AVX2's"},
-		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_NONE,
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_NONE, 0,
 		     "pread (host_map_copy=auto: this CPU has no streaming"},
-		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_AVX2,
+		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_AVX2, 0,
 		     "with AVX2 streaming stores (host_map_copy=on)"},
-		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_NONE,
+		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_NONE, 0,
 		     "pread (host_map_copy=on: this CPU has no"},
-		    {GPUFILE__MAP_COPY_OFF, GPUFILE__STREAM_AVX512,
+		    {GPUFILE__MAP_COPY_OFF, GPUFILE__STREAM_AVX512, 0,
+		     "pread (host_map_copy=off)"},
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX512, 1,
+		     "pread (host_map_copy=auto): this process neither owns "
+		     "the file nor may write it"},
+		    {GPUFILE__MAP_COPY_ON, GPUFILE__STREAM_AVX2, 1,
+		     "pread (host_map_copy=on): this process neither owns"},
+		    {GPUFILE__MAP_COPY_AUTO, GPUFILE__STREAM_AVX2, 1,
+		     "pread (host_map_copy=auto: this CPU has AVX2's"},
+		    {GPUFILE__MAP_COPY_OFF, GPUFILE__STREAM_AVX512, 1,
 		     "pread (host_map_copy=off)"},
 		};
 		struct gpufile__settings c = cfg;
@@ -272,12 +284,14 @@ static void test_pure(void)
 		for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) {
 			c.host_map_copy = host[i].mode;
 			f.stream_copy = host[i].stores;
+			f.cache_hidden = host[i].hidden;
 			gpufile__decide(&f, &d);
 			CHECK_EQ(d.path, GPUFILE_PATH_HOST);
 			CHECK_CONTAINS(d.reason, host[i].says);
 		}
 		f.cfg = &cfg;
 		f.stream_copy = 0;
+		f.cache_hidden = 0;
 	}
 	f.source = GPUFILE__SOURCE_MMAP;
 	f.kind = GPUFILE_MEM_DEVICE;

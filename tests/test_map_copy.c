@@ -267,7 +267,21 @@ static void child_not_owner(void)
 	if (gpufile_pread(h, buf, SIZE, 0) != SIZE ||
 	    test_mismatch(buf, SIZE, SEED, 0) != -1)
 		_exit(4);
-	_exit(map_bytes() == before ? 0 : 7);
+	if (map_bytes() != before)
+		_exit(7);
+	/* The handle's reason says why direct_io=auto cannot tell cold
+	 * ranges here, rather than "O_DIRECT available". */
+	{
+		char why[1024];
+
+		if (gpufile_path_info(h, NULL, why, sizeof(why)) ||
+		    !strstr(why, "O_DIRECT available, but direct_io=auto "
+		                 "reads every range through the page cache: "
+		                 "this process neither owns the file nor may "
+		                 "write it"))
+			_exit(8);
+	}
+	_exit(0);
 }
 
 static void test_children(void)
