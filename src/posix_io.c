@@ -314,11 +314,10 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 	return rest < 0 ? rest : (pos - off) + rest;
 }
 
-/* Whether mincore() reports the page cache for h's file: since Linux 5.0
- * it does so only to a process that owns the file, may write it, or holds
- * CAP_FOWNER, and to any other reports every page resident (so that
- * nobody can watch another's reads). The write test goes through the
- * descriptor's own inode (/proc/self/fd), not the path. */
+/* Since Linux 5.0 mincore() reports the page cache only to a process that
+ * owns the file, may write it, or holds CAP_FOWNER, and to any other
+ * reports every page resident (so that nobody can watch another's reads);
+ * cachestat() refuses the same processes. */
 int gpufile__mincore_tells(const struct stat *st, const char *path)
 {
 	if (st->st_uid == geteuid() || geteuid() == 0)
@@ -326,6 +325,8 @@ int gpufile__mincore_tells(const struct stat *st, const char *path)
 	return faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) == 0;
 }
 
+/* Whether mincore() reports the page cache for h's file. The write test
+ * goes through the descriptor's own inode (/proc/self/fd), not the path. */
 static int mincore_truthful(struct gpufile *h, const struct stat *st)
 {
 	char fdpath[64];

@@ -28,10 +28,10 @@
 #include "stats_segment.h"
 
 #include <dirent.h>
-#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
