@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -160,6 +161,55 @@ static void test_device_window(const char *file, size_t size)
 	fprintf(stderr, "device window:\n%s\n", out);
 }
 
+/* The read's host bytes copied from the file's map: as many as the same
+ * read in this process copies at the same setting (which depends on the
+ * CPU), in JSON and in the text, and none with host_map_copy=off. */
+static void test_map_copy_bytes(const char *file, size_t size)
+{
+	char *buf = test_malloc(size);
+	gpufile_stats_t s0, s1;
+	gpufile_t *h = NULL;
+	char want[160];
+	uint64_t mapped;
+
+	CHECK_EQ(gpufile_config_set("host_map_copy", "on"), 0);
+	GPUFILE_INIT(s0);
+	GPUFILE_INIT(s1);
+	CHECK_EQ(gpufile_stats_self(&s0), 0);
+	CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, buf, size, 0), (long long)size);
+	gpufile_close(h);
+	CHECK_EQ(gpufile_stats_self(&s1), 0);
+	mapped = s1.map_copy_bytes - s0.map_copy_bytes;
+	gpufile_config_reset();
+	free(buf);
+	fprintf(stderr, "host_map_copy=on here: %llu of %zu bytes mapped\n",
+	        (unsigned long long)mapped, size);
+
+	setenv("GPUFILE_HOST_MAP_COPY", "on", 1);
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host --json", file),
+	         0);
+	snprintf(want, sizeof(want), "\"map_copy_bytes\": %llu",
+	         (unsigned long long)mapped);
+	CHECK_CONTAINS(out, want);
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host", file), 0);
+	if (mapped) {
+		snprintf(want, sizeof(want),
+		         "of those, %llu copied from the file's map "
+		         "(host_map_copy), %llu read by the kernel",
+		         (unsigned long long)mapped,
+		         (unsigned long long)(size - mapped));
+		CHECK_CONTAINS(out, want);
+	} else {
+		CHECK(!strstr(out, "copied from the file's map"));
+	}
+	setenv("GPUFILE_HOST_MAP_COPY", "off", 1);
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host --json", file),
+	         0);
+	CHECK_CONTAINS(out, "\"map_copy_bytes\": 0");
+	unsetenv("GPUFILE_HOST_MAP_COPY");
+}
+
 int main(void)
 {
 	const char *file = test_path("f");
@@ -172,6 +222,7 @@ int main(void)
 	CHECK_EQ(test_make_file(file, size, 7), 0);
 	test_short(file, size);
 	test_window(file, size);
+	test_map_copy_bytes(file, size);
 	test_device_window(file, size);
 	test_bounded_memory();
 	test_cleanup();

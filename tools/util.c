@@ -386,6 +386,11 @@ void util_json_paths(struct json *j, const char *key,
 		json_object_end(j);
 	}
 	json_object_end(j);
+	/* Reads: of the host path's bytes, those copied from the file's
+	 * map (host_map_copy, gathered reads) rather than by pread. */
+	if (dir == 0)
+		json_key_u64(j, "map_copy_bytes",
+		             after->map_copy_bytes - before->map_copy_bytes);
 }
 
 /* ---- gpufile-specific text pieces ---- */
@@ -406,6 +411,17 @@ void util_print_paths(const struct gpufile_stats *before,
 		       gpufile_path_name((gpufile_path_t)p), a->ops - b->ops,
 		       a->tasks - b->tasks, a->bytes - b->bytes,
 		       a->errors - b->errors);
+		if (dir == 0 && p == GPUFILE_PATH_HOST &&
+		    after->map_copy_bytes != before->map_copy_bytes) {
+			uint64_t m =
+			    after->map_copy_bytes - before->map_copy_bytes;
+
+			printf("           of those, %" PRIu64
+			       " copied from the file's map (host_map_copy), "
+			       "%" PRIu64 " read by the kernel (pread, "
+			       "O_DIRECT)\n",
+			       m, a->bytes - b->bytes - m);
+		}
 		shown = 1;
 	}
 	if (!shown)

@@ -119,8 +119,9 @@ struct gpufile_stats;
 int util_json_settings(struct json *j, const char *key);
 
 /* Writes key: {PATH: {"ops", "tasks", "bytes", "errors"}, ...} for all
- * four paths, the counters being after - before in direction dir (0 read,
- * 1 write). */
+ * paths, the counters being after - before in direction dir (0 read,
+ * 1 write); for reads then "map_copy_bytes", the host bytes copied from
+ * the file's map. */
 void util_json_paths(struct json *j, const char *key,
                      const struct gpufile_stats *before,
                      const struct gpufile_stats *after, int dir);
@@ -128,7 +129,8 @@ void util_json_paths(struct json *j, const char *key,
 /* ---- gpufile-specific text pieces, on the public API ---- */
 
 /* Prints one line per path that served requests in direction dir (0
- * read, 1 write) between before and after, or "(no requests)". */
+ * read, 1 write) between before and after, or "(no requests)"; under the
+ * host path's reads, how many bytes were copied from the file's map. */
 void util_print_paths(const struct gpufile_stats *before,
                       const struct gpufile_stats *after, int dir);
 
