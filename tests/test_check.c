@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,8 +81,7 @@ static void test_hidden_cache(const char *path)
 		const gpufile_check_item_t *it;
 		int n;
 
-		if (setresgid(65534, 65534, 65534) ||
-		    setresuid(65534, 65534, 65534))
+		if (test_become_nobody())
 			_exit(9);
 		gpufile_config_set("host_map_copy", "on");
 		n = gpufile_check(path, items, MAX);
@@ -294,9 +292,7 @@ static void test_unreadable(void)
 		const gpufile_check_item_t *it;
 		int n, rc;
 
-		if (geteuid() == 0 &&
-		    (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
-		     setresuid(65534, 65534, 65534)))
+		if (geteuid() == 0 && test_become_nobody())
 			_exit(77);
 		n = gpufile_check(path, items, MAX);
 		it = find(n, "file");

@@ -17,18 +17,9 @@
 #define SEED      17
 #define FILE_SIZE ((size_t)4 << 20)
 
-static gpufile_stats_t stats_now(void)
-{
-	gpufile_stats_t st;
-
-	GPUFILE_INIT(st);
-	gpufile_stats_self(&st);
-	return st;
-}
-
 static gpufile_counter_t host_reads(void)
 {
-	return stats_now().path[GPUFILE_PATH_HOST][0];
+	return test_stats_self().path[GPUFILE_PATH_HOST][0];
 }
 
 /* The bytes run i should hold: the file's pattern at offsets[i]. */
@@ -53,7 +44,7 @@ static void gather_and_check(gpufile_t *h, size_t run, size_t n,
                              const int64_t *offsets, const char *what)
 {
 	char *out = test_malloc(run * n + 1);
-	const uint64_t mapped = stats_now().map_copy_bytes;
+	const uint64_t mapped = test_stats_self().map_copy_bytes;
 	gpufile_counter_t before = host_reads(), after;
 
 	out[run * n] = 0x5A; /* nothing written past the packed result */
@@ -66,7 +57,7 @@ static void gather_and_check(gpufile_t *h, size_t run, size_t n,
 	CHECK_EQ(after.bytes - before.bytes, (long long)(run * n));
 	CHECK_EQ(after.errors - before.errors, 0);
 	/* Copied from the map, where the read made one. */
-	CHECK_EQ(stats_now().map_copy_bytes - mapped,
+	CHECK_EQ(test_stats_self().map_copy_bytes - mapped,
 	         gpufile__gather_map ? (long long)(run * n) : 0);
 	free(out);
 }

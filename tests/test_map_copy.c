@@ -65,16 +65,6 @@ static uint64_t faults_caught(void)
 	return c;
 }
 
-/* The process's statistics: what gpufile stats shows of the map copy. */
-static gpufile_stats_t stats_now(void)
-{
-	gpufile_stats_t st;
-
-	GPUFILE_INIT(st);
-	CHECK_EQ(gpufile_stats_self(&st), 0);
-	return st;
-}
-
 /* Reads len bytes at off into a fresh buffer between canaries; returns
  * what gpufile_pread returned, with *bad set when a byte or a canary is
  * wrong. */
@@ -261,7 +251,7 @@ static void child_not_owner(void)
 
 	if (chmod(file, 0644) || gpufile_open(&h, file, "r"))
 		_exit(3);
-	if (setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+	if (test_become_nobody())
 		_exit(9);
 	before = map_bytes();
 	if (gpufile_pread(h, buf, SIZE, 0) != SIZE ||
@@ -346,14 +336,14 @@ static void test_bytes(void)
 static void test_counted(void)
 {
 	uint64_t before = map_bytes();
-	gpufile_stats_t s0 = stats_now(), s1;
+	gpufile_stats_t s0 = test_stats_self(), s1;
 	int bad;
 
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes() - before, SIZE);
 	/* The statistics say it too: all of the host path's bytes. */
-	s1 = stats_now();
+	s1 = test_stats_self();
 	CHECK_EQ(s1.map_copy_bytes - s0.map_copy_bytes, SIZE);
 	CHECK_EQ(s1.path[GPUFILE_PATH_HOST][0].bytes -
 	             s0.path[GPUFILE_PATH_HOST][0].bytes,
@@ -382,11 +372,11 @@ static void test_counted(void)
 	/* off: the same bytes, none from the map. */
 	CHECK_EQ(gpufile_config_set("host_map_copy", "off"), 0);
 	before = map_bytes();
-	s0 = stats_now();
+	s0 = test_stats_self();
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes(), before);
-	s1 = stats_now();
+	s1 = test_stats_self();
 	CHECK_EQ(s1.map_copy_bytes, s0.map_copy_bytes);
 	CHECK_EQ(s1.path[GPUFILE_PATH_HOST][0].bytes -
 	             s0.path[GPUFILE_PATH_HOST][0].bytes,
@@ -425,7 +415,7 @@ static void test_cut_short(size_t end, int faults)
 	for (int alone = 0; alone < 2; alone++) {
 		const size_t len = alone ? 4 * MiB : SIZE;
 		const uint64_t caught = faults_caught();
-		const gpufile_stats_t s0 = stats_now();
+		const gpufile_stats_t s0 = test_stats_self();
 		int bad;
 
 		if (test_make_file(file, SIZE, SEED)) {
@@ -450,13 +440,14 @@ static void test_cut_short(size_t end, int faults)
 		if (faults)
 			CHECK(faults_caught() - caught >= 1);
 		/* Every fault caught is in the statistics. */
-		CHECK_EQ(stats_now().map_copy_faults - s0.map_copy_faults,
+		CHECK_EQ(test_stats_self().map_copy_faults - s0.map_copy_faults,
 		         faults_caught() - caught);
 		/* The task that cut was read again by pread: alone, no byte
 		 * counts as copied from the map. (Among six, a task on the
 		 * other thread may have copied its range before the cut.) */
 		if (alone)
-			CHECK_EQ(stats_now().map_copy_bytes, s0.map_copy_bytes);
+			CHECK_EQ(test_stats_self().map_copy_bytes,
+			         s0.map_copy_bytes);
 		fprintf(stderr,
 		        "  cut to %zu bytes during the copy, %s: caught "
 		        "%llu\n",

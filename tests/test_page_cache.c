@@ -239,8 +239,7 @@ static void test_not_owner(void)
 
 		if (gpufile_open(&h, path, "r"))
 			_exit(2);
-		if (setresgid(65534, 65534, 65534) ||
-		    setresuid(65534, 65534, 65534))
+		if (test_become_nobody())
 			_exit(9);
 		for (int m = 0; m < 2; m++) {
 			int rc;

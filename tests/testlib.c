@@ -2,6 +2,7 @@
 #include "testlib.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -192,6 +193,23 @@ const char *test_cli_path(void)
 	const char *cli = getenv("GPUFILE_CLI");
 
 	return cli && access(cli, X_OK) == 0 ? cli : NULL;
+}
+
+gpufile_stats_t test_stats_self(void)
+{
+	gpufile_stats_t st;
+
+	GPUFILE_INIT(st);
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	return st;
+}
+
+int test_become_nobody(void)
+{
+	return setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+	               setresuid(65534, 65534, 65534)
+	           ? -1
+	           : 0;
 }
 
 int test_cli_run(char *out, size_t len, const char *fmt, ...)

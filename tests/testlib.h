@@ -53,6 +53,14 @@ extern int test_failures;
 		}                                                              \
 	} while (0)
 
+/* This process's statistics (gpufile_stats_self), counted as a failed
+ * check when they cannot be read. */
+gpufile_stats_t test_stats_self(void);
+
+/* Drops this process (root) to user and group nobody (65534), with no
+ * supplementary groups. Returns 0, or -1 when it could not. */
+int test_become_nobody(void);
+
 /* A fresh directory for the test's files (GPUFILE_TEST_DIR or /tmp),
  * removed by test_cleanup(). Returns its path. */
 const char *test_dir(void);
