@@ -31,37 +31,29 @@
 
 static struct {
 	pthread_mutex_t lock;
-	struct gpufile *head;
+	LIST_HEAD(, gpufile) open; /* every open handle (tracked) */
 } handles = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void gpufile__fork_track(struct gpufile *h)
 {
 	pthread_mutex_lock(&handles.lock);
-	h->fprev = NULL;
-	h->fnext = handles.head;
-	if (handles.head)
-		handles.head->fprev = h;
-	handles.head = h;
+	LIST_INSERT_HEAD(&handles.open, h, tracked);
 	pthread_mutex_unlock(&handles.lock);
 }
 
 void gpufile__fork_untrack(struct gpufile *h)
 {
 	pthread_mutex_lock(&handles.lock);
-	if (h->fprev)
-		h->fprev->fnext = h->fnext;
-	else
-		handles.head = h->fnext;
-	if (h->fnext)
-		h->fnext->fprev = h->fprev;
-	h->fnext = h->fprev = NULL;
+	LIST_REMOVE(h, tracked);
 	pthread_mutex_unlock(&handles.lock);
 }
 
 static void prepare(void)
 {
+	struct gpufile *h;
+
 	pthread_mutex_lock(&handles.lock);
-	for (struct gpufile *h = handles.head; h; h = h->fnext)
+	LIST_FOREACH (h, &handles.open, tracked)
 		pthread_mutex_lock(&h->lock);
 	gpufile__stream_atfork_prepare();
 	gpufile__pool_atfork_prepare();
@@ -73,7 +65,9 @@ static void prepare(void)
 
 static void unlock_handles(void)
 {
-	for (struct gpufile *h = handles.head; h; h = h->fnext)
+	struct gpufile *h;
+
+	LIST_FOREACH (h, &handles.open, tracked)
 		pthread_mutex_unlock(&h->lock);
 	pthread_mutex_unlock(&handles.lock);
 }

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/queue.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/uio.h>
@@ -204,7 +205,7 @@ struct gpufile {
 	char nvfs_why[96], p2pdma_why[128];
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */
-	struct gpufile *fnext, *fprev;
+	LIST_ENTRY(gpufile) tracked;
 	struct gpufile__remote
 	    *remote; /* a remote object (remote.c), or NULL */
 };
@@ -408,12 +409,12 @@ struct gpufile__request {
 	char *cufile_base;   /* registered buffer holding buf, or buf */
 
 	/* Guarded by the pool lock. */
-	uint64_t next_task; /* next task to claim */
-	struct gpufile__request *qnext, *qprev;
+	uint64_t next_task;                       /* next task to claim */
+	TAILQ_ENTRY(gpufile__request) queue_link; /* while queued */
 	int queued;
 	/* On the pool's list of requests in flight (submitted, not yet
 	 * completed), which a forked child cancels (pool.c). */
-	struct gpufile__request *anext, *aprev;
+	LIST_ENTRY(gpufile__request) active_link;
 
 	uint64_t start_ns; /* when the request was initialised */
 	atomic_uint_fast64_t tasks_ended;

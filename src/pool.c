@@ -47,14 +47,16 @@ static struct {
 	pthread_cond_t space;  /* a request ended: room for one more */
 	pthread_cond_t exited; /* a worker exited */
 	pthread_cond_t idle;   /* some handle's inflight dropped to 0 */
-	struct gpufile__request *head, *tail;
-	unsigned nworkers;               /* running and taking tasks */
-	unsigned exiting;                /* left the count, still flushing */
-	unsigned target;                 /* wanted */
-	unsigned inflight;               /* submitted, not yet ended */
-	struct gpufile__request *active; /* the requests counted by inflight */
+	/* Queued requests, oldest first; the requests counted by inflight. */
+	TAILQ_HEAD(, gpufile__request) queue;
+	LIST_HEAD(, gpufile__request) active;
+	unsigned nworkers; /* running and taking tasks */
+	unsigned exiting;  /* left the count, still flushing */
+	unsigned target;   /* wanted */
+	unsigned inflight; /* submitted, not yet ended */
 } pool = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .queue = TAILQ_HEAD_INITIALIZER(pool.queue),
     .work = PTHREAD_COND_INITIALIZER,
     .space = PTHREAD_COND_INITIALIZER,
     .exited = PTHREAD_COND_INITIALIZER,
@@ -77,13 +79,11 @@ void gpufile__request_init(struct gpufile__request *r)
 	r->ntasks = r->size ? ((uint64_t)(end - base) + ts - 1) / ts : 0;
 	r->start_ns = gpufile__now_ns();
 	r->next_task = 0;
-	r->qnext = r->qprev = NULL;
 	r->queued = 0;
 	atomic_init(&r->tasks_ended, 0);
 	atomic_init(&r->bytes, 0);
 	atomic_init(&r->failed, 0);
 	atomic_init(&r->fail_at, INT64_MAX);
-	r->anext = r->aprev = NULL;
 	atomic_init(&r->eof_at, INT64_MAX);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
@@ -104,15 +104,7 @@ static void dequeue(struct gpufile__request *r)
 {
 	if (!r->queued)
 		return;
-	if (r->qprev)
-		r->qprev->qnext = r->qnext;
-	else
-		pool.head = r->qnext;
-	if (r->qnext)
-		r->qnext->qprev = r->qprev;
-	else
-		pool.tail = r->qprev;
-	r->qnext = r->qprev = NULL;
+	TAILQ_REMOVE(&pool.queue, r, queue_link);
 	r->queued = 0;
 }
 
@@ -122,11 +114,7 @@ static void activate(struct gpufile__request *r)
 {
 	pool.inflight++;
 	atomic_fetch_add(&r->h->inflight, 1);
-	r->aprev = NULL;
-	r->anext = pool.active;
-	if (pool.active)
-		pool.active->aprev = r;
-	pool.active = r;
+	LIST_INSERT_HEAD(&pool.active, r, active_link);
 }
 
 /* Caller holds pool.lock. */
@@ -138,13 +126,7 @@ static void deactivate(struct gpufile__request *r)
 	 * the handle before this thread releases pool.lock. */
 	if (atomic_fetch_sub(&r->h->inflight, 1) == 1)
 		pthread_cond_broadcast(&pool.idle);
-	if (r->aprev)
-		r->aprev->anext = r->anext;
-	else
-		pool.active = r->anext;
-	if (r->anext)
-		r->anext->aprev = r->aprev;
-	r->anext = r->aprev = NULL;
+	LIST_REMOVE(r, active_link);
 }
 
 void gpufile__handle_hold(struct gpufile *h)
@@ -339,14 +321,14 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct gpufile__request *r;
 
-		if (!pool.head && holding) {
+		if (TAILQ_EMPTY(&pool.queue) && holding) {
 			/* Nothing queued: end the task whose last step this
 			 * worker left running before going to sleep. */
 			pthread_mutex_unlock(&pool.lock);
 			settle(1);
 			pthread_mutex_lock(&pool.lock);
 		}
-		while (!pool.head && pool.nworkers <= pool.target)
+		while (TAILQ_EMPTY(&pool.queue) && pool.nworkers <= pool.target)
 			pthread_cond_wait(&pool.work, &pool.lock);
 		if (pool.nworkers > pool.target) {
 			/* Leave the count at once: every surplus worker
@@ -360,7 +342,7 @@ static void *worker_main(void *arg)
 			pool.exiting++;
 			break;
 		}
-		r = pool.head;
+		r = TAILQ_FIRST(&pool.queue);
 		if (atomic_load_explicit(&r->failed, memory_order_relaxed)) {
 			/* End the unclaimed tasks of a failed request at once.
 			 */
@@ -462,12 +444,7 @@ int gpufile__request_submit(struct gpufile__request *r)
 		pthread_cond_wait(&pool.space, &pool.lock);
 	activate(r);
 	r->queued = 1;
-	r->qprev = pool.tail;
-	if (pool.tail)
-		pool.tail->qnext = r;
-	else
-		pool.head = r;
-	pool.tail = r;
+	TAILQ_INSERT_TAIL(&pool.queue, r, queue_link);
 	if (r->ntasks > 1)
 		pthread_cond_broadcast(&pool.work);
 	else
@@ -562,28 +539,30 @@ ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
  */
 void gpufile__pool_atfork_prepare(void)
 {
+	struct gpufile__request *r;
+
 	pthread_mutex_lock(&pool.lock);
-	for (struct gpufile__request *r = pool.active; r; r = r->anext)
+	LIST_FOREACH (r, &pool.active, active_link)
 		pthread_mutex_lock(&r->lock);
 }
 
 void gpufile__pool_atfork_parent(void)
 {
-	for (struct gpufile__request *r = pool.active; r; r = r->anext)
+	struct gpufile__request *r;
+
+	LIST_FOREACH (r, &pool.active, active_link)
 		pthread_mutex_unlock(&r->lock);
 	pthread_mutex_unlock(&pool.lock);
 }
 
 void gpufile__pool_atfork_child(void)
 {
-	struct gpufile__request *r = pool.active;
+	struct gpufile__request *r;
 
-	while (r) {
-		struct gpufile__request *next = r->anext;
-
+	/* The lists are dropped whole below: no request is taken off. */
+	LIST_FOREACH (r, &pool.active, active_link) {
 		pthread_cond_init(&r->cond, NULL);
 		r->queued = 0;
-		r->qnext = r->qprev = r->anext = r->aprev = NULL;
 		r->next_task = r->ntasks;
 		atomic_store(&r->failed, 1);
 		atomic_store(&r->fail_at, INT64_MIN);
@@ -599,10 +578,9 @@ void gpufile__pool_atfork_child(void)
 		r->done = 1;
 		atomic_fetch_sub(&r->h->inflight, 1);
 		pthread_mutex_unlock(&r->lock);
-		r = next;
 	}
-	pool.active = NULL;
-	pool.head = pool.tail = NULL;
+	LIST_INIT(&pool.active);
+	TAILQ_INIT(&pool.queue);
 	pool.nworkers = 0;
 	pool.exiting = 0;
 	pool.inflight = 0;

@@ -168,7 +168,7 @@ struct job {
 	int refs; /* host-func: the thread and the host function */
 	/* On waiters' queue (queued) or running list (taken, not ended):
 	 * under waiters.lock. */
-	struct job *next, *prev;
+	TAILQ_ENTRY(job) link;
 };
 
 static void job_unref(struct job *j)
@@ -278,11 +278,13 @@ static void job_run(struct job *j)
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t work;
-	struct job *head, *tail; /* queued, oldest first (next) */
-	struct job *running;     /* taken, not ended (next, prev) */
+	TAILQ_HEAD(, job) queue;   /* queued, oldest first */
+	TAILQ_HEAD(, job) running; /* taken, not ended */
 	int nwaiters, nidle;
 } waiters = {.lock = PTHREAD_MUTEX_INITIALIZER,
-             .work = PTHREAD_COND_INITIALIZER};
+             .work = PTHREAD_COND_INITIALIZER,
+             .queue = TAILQ_HEAD_INITIALIZER(waiters.queue),
+             .running = TAILQ_HEAD_INITIALIZER(waiters.running)};
 
 static atomic_ulong waiters_started;
 
@@ -291,35 +293,13 @@ unsigned long gpufile__stream_waiters_started(void)
 	return atomic_load(&waiters_started);
 }
 
-/* Caller holds waiters.lock. */
-static void running_link(struct job *j)
-{
-	j->prev = NULL;
-	j->next = waiters.running;
-	if (waiters.running)
-		waiters.running->prev = j;
-	waiters.running = j;
-}
-
-/* Caller holds waiters.lock. */
-static void running_unlink(struct job *j)
-{
-	if (j->prev)
-		j->prev->next = j->next;
-	else
-		waiters.running = j->next;
-	if (j->next)
-		j->next->prev = j->prev;
-	j->next = j->prev = NULL;
-}
-
 /* The job's request has ended: off the running list and uncounted on its
  * handle in one step (a fork sees it on the list and counted, or
  * neither). */
 static void job_ended(struct job *j)
 {
 	pthread_mutex_lock(&waiters.lock);
-	running_unlink(j);
+	TAILQ_REMOVE(&waiters.running, j, link);
 	gpufile__handle_release(j->h);
 	pthread_mutex_unlock(&waiters.lock);
 }
@@ -329,7 +309,7 @@ static void *waiter(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&waiters.lock);
 	for (;;) {
-		struct job *j = waiters.head;
+		struct job *j = TAILQ_FIRST(&waiters.queue);
 
 		if (!j) {
 			struct timespec until;
@@ -341,14 +321,12 @@ static void *waiter(void *arg)
 			rc = pthread_cond_timedwait(&waiters.work,
 			                            &waiters.lock, &until);
 			waiters.nidle--;
-			if (rc == ETIMEDOUT && !waiters.head)
+			if (rc == ETIMEDOUT && TAILQ_EMPTY(&waiters.queue))
 				break;
 			continue;
 		}
-		waiters.head = j->next;
-		if (!waiters.head)
-			waiters.tail = NULL;
-		running_link(j);
+		TAILQ_REMOVE(&waiters.queue, j, link);
+		TAILQ_INSERT_TAIL(&waiters.running, j, link);
 		pthread_mutex_unlock(&waiters.lock);
 		job_run(j);
 		pthread_mutex_lock(&waiters.lock);
@@ -383,12 +361,7 @@ static int waiter_queue(struct job *j)
 		return -1;
 	}
 	gpufile__handle_hold(j->h);
-	j->next = NULL;
-	if (waiters.tail)
-		waiters.tail->next = j;
-	else
-		waiters.head = j;
-	waiters.tail = j;
+	TAILQ_INSERT_TAIL(&waiters.queue, j, link);
 	pthread_cond_signal(&waiters.work);
 	pthread_mutex_unlock(&waiters.lock);
 	return 0;
@@ -408,12 +381,14 @@ void gpufile__stream_atfork_parent(void)
  * are the parent's: their streams and threads are not here. */
 void gpufile__stream_atfork_child(void)
 {
-	struct job *lists[2] = {waiters.head, waiters.running};
+	struct job *j;
 
-	for (int i = 0; i < 2; i++)
-		for (struct job *j = lists[i]; j; j = j->next)
-			atomic_fetch_sub(&j->h->inflight, 1);
-	waiters.head = waiters.tail = waiters.running = NULL;
+	TAILQ_FOREACH (j, &waiters.queue, link)
+		atomic_fetch_sub(&j->h->inflight, 1);
+	TAILQ_FOREACH (j, &waiters.running, link)
+		atomic_fetch_sub(&j->h->inflight, 1);
+	TAILQ_INIT(&waiters.queue);
+	TAILQ_INIT(&waiters.running);
 	waiters.nwaiters = waiters.nidle = 0;
 	pthread_cond_init(&waiters.work, NULL);
 	pthread_mutex_unlock(&waiters.lock);
@@ -713,7 +688,7 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 	 * still holds), counted and listed as a waiter's job is. */
 	pthread_mutex_lock(&waiters.lock);
 	gpufile__handle_hold(j->h);
-	running_link(j);
+	TAILQ_INSERT_TAIL(&waiters.running, j, link);
 	pthread_mutex_unlock(&waiters.lock);
 	job_run(j);
 	return 0;
