@@ -309,6 +309,15 @@ GPUFILE_API const char *gpufile_filename(gpufile_t *h);
  * rest of buf is left as it was. On failure returns the error of the
  * lowest-offset task that failed; then the contents of buf are unspecified,
  * but no task touches buf after the call has returned.
+ * Device memory may belong to any CUDA context, a device's primary one or
+ * one the program created; the thread need not have it current. Work
+ * still queued on a stream that writes buf (a cudaMemset, which returns
+ * before it ran, or a kernel) must have ended before the call: gpufile's
+ * copies do not wait for it (see gpufile_pwrite). What gpufile keeps for
+ * later requests (streams, pinned bounce buffers) lives in the primary
+ * contexts it holds, or carries its context's id: a context the program
+ * destroys (cuCtxDestroy), or a primary one it resets (cudaDeviceReset),
+ * takes none of gpufile's state with it that a later request would use.
  */
 GPUFILE_API ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size,
                                   int64_t file_offset);

@@ -30,6 +30,11 @@
 #                              host reads at defaults and with
 #                              host_map_copy=off against pread and the map
 #                              references; the warm GPU read's ceilings
+#   scripts/gpu_run.sh session6 test_gpu_contexts (several contexts in
+#                              one process, one destroyed, the primary
+#                              reset) on its own, then every test
+#   scripts/gpu_run.sh contexts test_gpu_contexts alone, after printing
+#                              what the driver does with ended contexts
 #   scripts/gpu_run.sh gpu_bench  bench/gpu_bench on the 4 GiB file with
 #                              the options in $ARGS (e.g. --shapes,
 #                              --register-chunks, --cells)
@@ -76,6 +81,7 @@ target=all
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = contexts ] && target="gpufile_static test_gpu_contexts"
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -222,6 +228,15 @@ session5)
 		--shapes 16:4,8:8,4:16,2:32,16:16,4:32 2>&1 |
 		tee "$OUT/gpu_bench.log" | grep -E '^(ceiling|gpufile warm|contention|chunked|shape|warm read)'
 	every_test "test_map_copy|test_gpu_stream|test_remote"
+	;;
+contexts)
+	TEST_GPU_CONTEXTS_PROBE=1 GPUFILE_TEST_DIR=$data $B/tests/test_gpu_contexts 2>&1 | tee "$OUT/probe.log"
+	GPUFILE_TEST_DIR=$data $B/tests/test_gpu_contexts 2>&1 | tee "$OUT/contexts.log"
+	;;
+session6)
+	log "several contexts in one process"
+	GPUFILE_TEST_DIR=$data $B/tests/test_gpu_contexts 2>&1 | tee "$OUT/contexts.log"
+	every_test "test_gpu_contexts|test_gpu_stream|test_fork"
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))

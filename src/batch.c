@@ -86,6 +86,11 @@ struct entry {
 struct slot {
 	char *mem; /* pinned, SLOT_BYTES */
 	CUstream stream;
+	/* The contexts mem and stream were made in, with their ids: a batch
+	 * may read into another device at its next submit, and a context
+	 * may end under it (cuda_shim.h, gpufile__ctx_same). */
+	CUcontext mem_ctx, stream_ctx;
+	unsigned long long mem_id, stream_id;
 	unsigned *pending; /* device entries waiting for this slot's copies */
 	unsigned npending;
 };
@@ -118,6 +123,8 @@ struct gpufile_batch {
 	unsigned *chunk_start; /* nchunks + 1 boundaries */
 	unsigned n, nchunks;
 	CUcontext staged_ctx; /* the context of staged entries */
+	int staged_device;    /* its device, whose primary context the
+	                       * slots' pinned memory is allocated in */
 	CUcontext cufile_ctx; /* the context of cuFile batch entries */
 	uint64_t start_ns;
 
@@ -240,28 +247,49 @@ static void read_failed(struct entry *e, unsigned i, ssize_t err)
 
 /* ---- the slots and their copies ---- */
 
+/* Drops slot sl's stream and memory where their contexts have ended (the
+ * driver freed them), and its stream where it belongs to a context other
+ * than ctx (NULL: every one). No copy of the slot may still run. */
+static void slot_drop(const struct gpufile__cuda *t, struct slot *sl,
+                      CUcontext ctx)
+{
+	if (sl->stream &&
+	    (!ctx || sl->stream_ctx != ctx ||
+	     !gpufile__ctx_same(t, sl->stream_ctx, sl->stream_id))) {
+		if (gpufile__ctx_same(t, sl->stream_ctx, sl->stream_id))
+			t->cuStreamDestroy(sl->stream);
+		sl->stream = NULL;
+	}
+	if (sl->mem && !gpufile__ctx_same(t, sl->mem_ctx, sl->mem_id))
+		sl->mem = NULL;
+}
+
+/* Gives both slots pinned memory (in the staged device's primary
+ * context, which gpufile holds: a context the program created could be
+ * destroyed with it) and a stream in w->ctx. */
 static int slot_setup(struct worker *w, const struct gpufile__cuda *t,
                       char *msg, size_t len)
 {
-	CUresult rc = t->cuCtxSetCurrent(w->ctx);
+	CUcontext mem_ctx = w->ctx;
+	CUresult rc;
+	int err;
 
-	if (rc != CUDA_SUCCESS)
-		return gpufile__cuda_fail(rc, msg, len, "cuCtxSetCurrent");
+	if (w->b->staged_device >= 0 &&
+	    (err = gpufile__primary_context(w->b->staged_device,
+	                                    (void **)&mem_ctx))) {
+		snprintf(msg, len, "%s", gpufile_errmsg());
+		return err;
+	}
 	for (int s = 0; s < 2; s++) {
 		struct slot *sl = &w->slot[s];
 
+		slot_drop(t, sl, w->ctx);
 		if (sl->mem)
 			continue;
-		rc = sl->stream ? CUDA_SUCCESS
-		                : t->cuStreamCreate(&sl->stream,
-		                                    CU_STREAM_NON_BLOCKING);
-		if (rc != CUDA_SUCCESS) {
-			sl->stream = NULL;
-			return gpufile__cuda_fail(rc, msg, len,
-			                          "cuStreamCreate");
-		}
-		rc = t->cuMemHostAlloc((void **)&sl->mem, SLOT_BYTES,
-		                       CU_MEMHOSTALLOC_PORTABLE);
+		rc = t->cuCtxSetCurrent(mem_ctx);
+		if (rc == CUDA_SUCCESS)
+			rc = t->cuMemHostAlloc((void **)&sl->mem, SLOT_BYTES,
+			                       CU_MEMHOSTALLOC_PORTABLE);
 		if (rc != CUDA_SUCCESS) {
 			sl->mem = NULL;
 			return gpufile__cuda_fail(
@@ -269,6 +297,25 @@ static int slot_setup(struct worker *w, const struct gpufile__cuda *t,
 			    "cuMemHostAlloc of a %u-byte batch slot",
 			    SLOT_BYTES);
 		}
+		sl->mem_ctx = mem_ctx;
+		gpufile__ctx_id(t, mem_ctx, &sl->mem_id);
+	}
+	rc = t->cuCtxSetCurrent(w->ctx);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, msg, len, "cuCtxSetCurrent");
+	for (int s = 0; s < 2; s++) {
+		struct slot *sl = &w->slot[s];
+
+		if (sl->stream)
+			continue;
+		rc = t->cuStreamCreate(&sl->stream, CU_STREAM_NON_BLOCKING);
+		if (rc != CUDA_SUCCESS) {
+			sl->stream = NULL;
+			return gpufile__cuda_fail(rc, msg, len,
+			                          "cuStreamCreate");
+		}
+		sl->stream_ctx = w->ctx;
+		gpufile__ctx_id(t, w->ctx, &sl->stream_id);
 	}
 	return 0;
 }
@@ -843,10 +890,10 @@ static void worker_free(struct worker *w)
 	for (int s = 0; s < 2; s++) {
 		struct slot *sl = &w->slot[s];
 
+		if (t)
+			slot_drop(t, sl, NULL);
 		if (t && sl->mem)
 			t->cuMemFreeHost(sl->mem);
-		if (t && sl->stream)
-			t->cuStreamDestroy(sl->stream);
 		free(sl->pending);
 	}
 #ifdef GPUFILE_HAVE_LIBURING
@@ -1161,8 +1208,10 @@ static int decide_device(struct gpufile_batch *b, unsigned i,
 	cache->way = e->way;
 	cache->path = e->path;
 	cache->valid = 1;
-	if (e->way == WAY_STAGED && !b->staged_ctx)
+	if (e->way == WAY_STAGED && !b->staged_ctx) {
 		b->staged_ctx = r.cuda_ctx;
+		b->staged_device = r.device;
+	}
 	if (e->way == WAY_STAGED && r.cuda_ctx != b->staged_ctx)
 		cache->way = e->way = WAY_SINGLE;
 	return 0;
@@ -1266,6 +1315,7 @@ static int decide_all(gpufile_batch_t *b, const gpufile_batch_entry_t *entries,
 	int rc;
 
 	b->staged_ctx = NULL;
+	b->staged_device = -1;
 	b->cufile_ctx = NULL;
 	memset(b->path_entries, 0, sizeof(b->path_entries));
 	memset(b->path_size, 0, sizeof(b->path_size));

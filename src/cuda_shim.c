@@ -72,6 +72,8 @@ static const struct {
     OPT(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
     OPT(cuStreamGetCtx, "cuStreamGetCtx"),
     OPT(cuStreamIsCapturing, "cuStreamIsCapturing"),
+    OPT(cuCtxGetId, "cuCtxGetId"),
+    OPT(cuCtxGetDevice, "cuCtxGetDevice"),
 #undef OPT
 #undef SYM
 };
@@ -480,7 +482,34 @@ static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	const struct gpufile__cuda *table;
 	CUcontext ctx;
+	unsigned long long id; /* gpufile__ctx_id when retained */
 } primary[MAX_PRIMARY];
+
+int gpufile__ctx_id(const struct gpufile__cuda *t, CUcontext ctx,
+                    unsigned long long *id)
+{
+	*id = 0;
+	if (!t->cuCtxGetId)
+		return 0;
+	return t->cuCtxGetId(ctx, id) == CUDA_SUCCESS ? 0 : -1;
+}
+
+int gpufile__ctx_same(const struct gpufile__cuda *t, CUcontext ctx,
+                      unsigned long long id)
+{
+	unsigned long long now;
+
+	return ctx && gpufile__ctx_id(t, ctx, &now) == 0 && now == id;
+}
+
+int gpufile__current_device(const struct gpufile__cuda *t)
+{
+	CUdevice dev = 0;
+
+	if (t->cuCtxGetDevice && t->cuCtxGetDevice(&dev) == CUDA_SUCCESS)
+		return dev;
+	return 0;
+}
 
 int gpufile__primary_context(int device, void **ctx)
 {
@@ -495,7 +524,12 @@ int gpufile__primary_context(int device, void **ctx)
 	if (device < 0 || device >= MAX_PRIMARY)
 		return gpufile__fail(-ENODEV, "no CUDA device %d", device);
 	pthread_mutex_lock(&primary_lock);
-	if (primary[device].ctx && primary[device].table == t) {
+	/* A primary context reset (cudaDeviceReset) is destroyed under
+	 * gpufile's reference: cuCtxGetId answers
+	 * CUDA_ERROR_CONTEXT_IS_DESTROYED (709) until it is retained again,
+	 * which gives the same handle and a new id (driver 580, H200). */
+	if (primary[device].ctx && primary[device].table == t &&
+	    gpufile__ctx_same(t, primary[device].ctx, primary[device].id)) {
 		*ctx = primary[device].ctx;
 		pthread_mutex_unlock(&primary_lock);
 		return 0;
@@ -506,6 +540,7 @@ int gpufile__primary_context(int device, void **ctx)
 	if (cr == CUDA_SUCCESS) {
 		primary[device].table = t;
 		primary[device].ctx = c;
+		gpufile__ctx_id(t, c, &primary[device].id);
 		*ctx = c;
 	}
 	pthread_mutex_unlock(&primary_lock);

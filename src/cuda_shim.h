@@ -106,6 +106,11 @@ struct gpufile__cuda {
 	                               struct CUmemcpyAttributes_st *attrs,
 	                               size_t *attrs_idxs, size_t num_attrs,
 	                               CUstream stream);
+	/* Optional (CUDA 12.0 on): a context's id, unique in the process,
+	 * which tells a context from one destroyed before it (see
+	 * gpufile__ctx_same); the current context's device. */
+	CUresult (*cuCtxGetId)(CUcontext ctx, unsigned long long *id);
+	CUresult (*cuCtxGetDevice)(CUdevice *dev);
 };
 
 /* The driver, loaded (dlopen + cuInit) on first call; NULL with the
@@ -130,6 +135,30 @@ int gpufile__cuda_fail(CUresult rc, char *msg, size_t msg_len, const char *fmt,
  * thread's message naming the device.
  */
 int gpufile__primary_context(int device, void **ctx);
+/*
+ * Contexts that end under gpufile. A program may destroy a context it
+ * created (cuCtxDestroy), or reset a primary one (cudaDeviceReset,
+ * cuDevicePrimaryCtxReset), while gpufile keeps streams, events or pinned
+ * memory made in it; the driver frees them with the context, and its
+ * handle may then name a new context (test_gpu_contexts saw both on the
+ * H200). A call on a dead handle is undefined: cuCtxSetCurrent of a
+ * destroyed context aborted in the driver ("free(): invalid pointer"),
+ * while cuCtxGetId answers CUDA_ERROR_CONTEXT_IS_DESTROYED. So what
+ * gpufile keeps in a context is kept with its id, and is used only while
+ * the handle still has that id.
+ *
+ * gpufile__ctx_id: *id of ctx (0 where the driver lacks cuCtxGetId);
+ * returns 0, or -1 when the driver says ctx has ended.
+ * gpufile__ctx_same: 1 when ctx is non-NULL and still has id (always,
+ * where the driver lacks cuCtxGetId: there the handle is all there is).
+ * gpufile__current_device: the current context's device ordinal, or 0.
+ */
+int gpufile__ctx_id(const struct gpufile__cuda *t, CUcontext ctx,
+                    unsigned long long *id);
+int gpufile__ctx_same(const struct gpufile__cuda *t, CUcontext ctx,
+                      unsigned long long id);
+int gpufile__current_device(const struct gpufile__cuda *t);
+
 /* The calling thread's current context, else device 0's primary one.
  * Returns 0, or an error (no CUDA, no device). */
 int gpufile__current_or_primary(void **ctx);

@@ -64,7 +64,8 @@ void gpufile__uring_reset(void)
 
 struct stager {
 	struct stager *next;
-	CUcontext ctx; /* context the stream and events belong to */
+	CUcontext ctx;             /* context the stream and events belong to */
+	unsigned long long ctx_id; /* its id (gpufile__ctx_same) */
 	CUstream stream;
 	/* Streams and events this stager made in other contexts, kept for
 	 * when a request on that device comes back: the pinned buffers are
@@ -75,6 +76,7 @@ struct stager {
 	 * GPU's throughput on the two-H200 machine. */
 	struct lane {
 		CUcontext ctx; /* NULL: slot unused */
+		unsigned long long id;
 		CUstream stream;
 		CUevent event[MAX_BUFFERS];
 		unsigned long last; /* lane_clock when it was last current */
@@ -82,6 +84,10 @@ struct stager {
 	unsigned long lane_clock;
 	unsigned nbufs;
 	size_t buf_size; /* usable bytes per buffer */
+	/* The context the pinned buffers were allocated in, and its id:
+	 * the device's primary one, which gpufile holds (stager_prepare). */
+	CUcontext buf_ctx;
+	unsigned long long buf_id;
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
@@ -137,17 +143,67 @@ static size_t stager_bytes(const struct stager *s)
 
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
 
-/* Destroys a stream and its events in their context. */
+/* Destroys a stream and its events in their context, where it has not
+ * ended (and taken them with it). */
 static void lane_destroy(const struct gpufile__cuda *t, struct lane *l,
                          unsigned nbufs)
 {
-	t->cuCtxSetCurrent(l->ctx);
-	for (unsigned i = 0; i < nbufs; i++)
-		if (l->event[i])
-			t->cuEventDestroy(l->event[i]);
-	if (l->stream)
-		t->cuStreamDestroy(l->stream);
+	if (gpufile__ctx_same(t, l->ctx, l->id)) {
+		t->cuCtxSetCurrent(l->ctx);
+		for (unsigned i = 0; i < nbufs; i++)
+			if (l->event[i])
+				t->cuEventDestroy(l->event[i]);
+		if (l->stream)
+			t->cuStreamDestroy(l->stream);
+	}
 	memset(l, 0, sizeof(*l));
+}
+
+/* Ends the deferred task, if any, with an error and no CUDA call: the
+ * context its last copy ran in (or copied from) has ended, so its bytes
+ * cannot be known to have arrived. */
+static void lose_deferred(struct stager *s, const char *what)
+{
+	struct gpufile__task_result *done = &s->settled;
+
+	if (!s->deferred.active)
+		return;
+	assert(!s->has_settled);
+	s->deferred.active = 0;
+	done->r = s->deferred.r;
+	done->off = s->deferred.off;
+	done->len = s->deferred.len;
+	done->n = gpufile__fail(GPUFILE_ECUDA,
+	                        "copying %s to the GPU: %s ended while the "
+	                        "copy ran",
+	                        done->r->h->path, what);
+	snprintf(done->msg, sizeof(done->msg), "%s", gpufile_errmsg());
+	s->has_settled = 1;
+}
+
+/* Forgets, without a CUDA call on any of it, what s kept in contexts that
+ * have ended (cuda_shim.h, gpufile__ctx_same): cached lanes, the current
+ * stream and events, the pinned buffers (then buf[] is NULL). */
+static void forget_dead(const struct gpufile__cuda *t, struct stager *s)
+{
+	for (unsigned k = 0; k < MAX_LANES; k++)
+		if (s->lanes[k].ctx &&
+		    !gpufile__ctx_same(t, s->lanes[k].ctx, s->lanes[k].id))
+			memset(&s->lanes[k], 0, sizeof(s->lanes[k]));
+	if (s->ctx && !gpufile__ctx_same(t, s->ctx, s->ctx_id)) {
+		lose_deferred(s, "the destination's CUDA context");
+		s->ctx = NULL;
+		s->stream = NULL;
+		memset(s->event, 0, sizeof(s->event));
+		memset(s->pending, 0, sizeof(s->pending));
+	}
+	if (s->nbufs && s->buf[0] &&
+	    !gpufile__ctx_same(t, s->buf_ctx, s->buf_id)) {
+		lose_deferred(s, "the CUDA context of the bounce buffers");
+		memset(s->buf, 0, sizeof(s->buf));
+		memset(s->pending, 0, sizeof(s->pending));
+		s->buf_ctx = NULL;
+	}
 }
 
 static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
@@ -159,29 +215,35 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	CUcontext caller = NULL;
 	int restore = t->cuCtxGetCurrent(&caller) == CUDA_SUCCESS;
 
+	forget_dead(t, s);
 	for (unsigned k = 0; k < MAX_LANES; k++)
 		if (s->lanes[k].ctx)
 			lane_destroy(t, &s->lanes[k], s->nbufs);
 	if (s->ctx)
 		t->cuCtxSetCurrent(s->ctx);
 	for (unsigned i = 0; i < s->nbufs; i++) {
-		if (s->buf[i])
-			t->cuMemFreeHost(s->buf[i]);
 		if (s->event[i])
 			t->cuEventDestroy(s->event[i]);
-		s->buf[i] = NULL;
 		s->event[i] = NULL;
 		s->pending[i] = 0;
 	}
+	if (s->stream)
+		t->cuStreamDestroy(s->stream);
+	s->stream = NULL;
+	if (s->buf_ctx)
+		t->cuCtxSetCurrent(s->buf_ctx);
+	for (unsigned i = 0; i < s->nbufs; i++) {
+		if (s->buf[i])
+			t->cuMemFreeHost(s->buf[i]);
+		s->buf[i] = NULL;
+	}
+	s->buf_ctx = NULL;
 #ifdef GPUFILE_HAVE_LIBURING
 	if (s->ring_ok)
 		io_uring_queue_exit(&s->ring);
 	s->ring_ok = 0;
 	s->ring_broken = 0;
 #endif
-	if (s->stream)
-		t->cuStreamDestroy(s->stream);
-	s->stream = NULL;
 	s->ctx = NULL;
 	s->nbufs = 0;
 	s->buf_size = 0;
@@ -190,35 +252,43 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 		t->cuCtxSetCurrent(caller);
 }
 
-/* Makes ctx's stream and events the current ones of s (whose copies have
- * all finished), keeping the pinned buffers: the current lane goes into
- * the cache, and ctx's comes out of it or is made. */
+/* Makes ctx's (whose id is id) stream and events the current ones of s
+ * (whose copies have all finished), keeping the pinned buffers: the
+ * current lane, if any, goes into the cache, and ctx's comes out of it or
+ * is made. */
 static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
-                         CUcontext ctx, char *msg, size_t msg_len)
+                         CUcontext ctx, unsigned long long id, char *msg,
+                         size_t msg_len)
 {
-	struct lane cur = {s->ctx, s->stream, {0}, ++s->lane_clock},
+	struct lane cur = {.ctx = s->ctx,
+	                   .id = s->ctx_id,
+	                   .stream = s->stream,
+	                   .last = ++s->lane_clock},
 	            *slot = NULL;
 	CUresult rc;
 
 	memcpy(cur.event, s->event, sizeof(cur.event));
-	for (unsigned k = 0; k < MAX_LANES && !slot; k++)
+	for (unsigned k = 0; k < MAX_LANES && !slot && s->ctx; k++)
 		if (!s->lanes[k].ctx)
 			slot = &s->lanes[k];
-	if (!slot) { /* more devices than lanes: the least recently used
-		      * goes (always the same slot would drop the device
-		      * just left, and keep ones long unused) */
+	if (!slot && s->ctx) { /* more devices than lanes: the least
+		                * recently used goes (always the same slot
+		                * would drop the device just left, and keep
+		                * ones long unused) */
 		slot = &s->lanes[0];
 		for (unsigned k = 1; k < MAX_LANES; k++)
 			if (s->lanes[k].last < slot->last)
 				slot = &s->lanes[k];
 		lane_destroy(t, slot, s->nbufs);
 	}
-	*slot = cur;
+	if (slot)
+		*slot = cur;
 	memset(s->event, 0, sizeof(s->event));
 	s->stream = NULL;
 	s->ctx = ctx;
+	s->ctx_id = id;
 	for (unsigned k = 0; k < MAX_LANES; k++) {
-		if (s->lanes[k].ctx == ctx) {
+		if (s->lanes[k].ctx == ctx && s->lanes[k].id == id) {
 			s->stream = s->lanes[k].stream;
 			memcpy(s->event, s->lanes[k].event, sizeof(s->event));
 			memset(&s->lanes[k], 0, sizeof(s->lanes[k]));
@@ -254,34 +324,49 @@ static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
 
 /* Gives s buffers, events and a stream in context ctx, matching the
  * settings. Reuses what s has when nothing changed, and its pinned
- * buffers when only the context did. */
+ * buffers when only the context did. device: ctx's ordinal, whose primary
+ * context the buffers are allocated in (-1: in ctx). */
 static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
-                          CUcontext ctx, const struct gpufile__settings *cfg,
-                          char *msg, size_t msg_len)
+                          CUcontext ctx, int device,
+                          const struct gpufile__settings *cfg, char *msg,
+                          size_t msg_len)
 {
+	unsigned long long id;
+	CUcontext buf_ctx = ctx;
 	CUresult rc;
+	int same_bufs, err;
 
-	if (s->ctx == ctx && s->nbufs == cfg->bounce_buffers &&
-	    s->buf_size == cfg->bounce_buffer_size)
+	if (gpufile__ctx_id(t, ctx, &id)) {
+		snprintf(msg, msg_len,
+		         "the destination's CUDA context has been destroyed");
+		return GPUFILE_ECUDA;
+	}
+	forget_dead(t, s);
+	same_bufs = s->nbufs && s->buf[0] && s->nbufs == cfg->bounce_buffers &&
+	            s->buf_size == cfg->bounce_buffer_size;
+	if (s->ctx == ctx && s->ctx_id == id && same_bufs)
 		return 0;
 	if (s->stream) {
 		t->cuStreamSynchronize(s->stream);
 		settle_deferred(t, s);
 	}
-	if (s->ctx && s->nbufs == cfg->bounce_buffers &&
-	    s->buf_size == cfg->bounce_buffer_size)
-		return stager_switch(t, s, ctx, msg, msg_len);
+	if (same_bufs)
+		return stager_switch(t, s, ctx, id, msg, msg_len);
 	stager_free_buffers(t, s);
-	rc = t->cuCtxSetCurrent(ctx);
+	/* In the device's primary context, which gpufile holds for the
+	 * process's life, not in ctx: a context the program creates and
+	 * later destroys takes its pinned memory with it (reads into the
+	 * other contexts then failed with EFAULT in test_gpu_contexts). */
+	if (device >= 0 &&
+	    (err = gpufile__primary_context(device, (void **)&buf_ctx))) {
+		snprintf(msg, msg_len, "%s", gpufile_errmsg());
+		return err;
+	}
+	rc = t->cuCtxSetCurrent(buf_ctx);
 	if (rc != CUDA_SUCCESS)
 		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
-	s->ctx = ctx;
-	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
-	if (rc != CUDA_SUCCESS) {
-		s->stream = NULL;
-		stager_free_buffers(t, s);
-		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
-	}
+	s->buf_ctx = buf_ctx;
+	gpufile__ctx_id(t, buf_ctx, &s->buf_id);
 	for (unsigned i = 0; i < cfg->bounce_buffers; i++) {
 		s->nbufs = i + 1;
 		rc = t->cuMemHostAlloc((void **)&s->buf[i],
@@ -295,6 +380,21 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 			    "cuMemHostAlloc of a %zu-byte bounce buffer",
 			    cfg->bounce_buffer_size + GPUFILE_ALIGN);
 		}
+	}
+	rc = t->cuCtxSetCurrent(ctx);
+	if (rc != CUDA_SUCCESS) {
+		stager_free_buffers(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
+	}
+	s->ctx = ctx;
+	s->ctx_id = id;
+	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	if (rc != CUDA_SUCCESS) {
+		s->stream = NULL;
+		stager_free_buffers(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
+	}
+	for (unsigned i = 0; i < s->nbufs; i++) {
 		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
 		if (rc != CUDA_SUCCESS) {
 			s->event[i] = NULL;
@@ -912,8 +1012,8 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 		return -ENOMEM;
 	}
 	held = NULL;
-	err =
-	    stager_prepare(t, s, (CUcontext)r->cuda_ctx, &r->cfg, msg, msg_len);
+	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, r->device, &r->cfg,
+	                     msg, msg_len);
 	if (!err) {
 		rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
 		if (rc != CUDA_SUCCESS)
@@ -958,8 +1058,10 @@ static int staged_settle(struct gpufile__task_result *out, int idle)
 
 	if (!s)
 		return 0;
-	if (idle && t)
+	if (idle && t) {
+		forget_dead(t, s);
 		settle_deferred(t, s);
+	}
 	if (s->has_settled) {
 		*out = s->settled;
 		s->has_settled = 0;
@@ -981,19 +1083,23 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 {
 	const struct gpufile__cuda *t = gpufile__cuda();
 	struct stager *list = NULL;
-	CUcontext ctx = NULL;
+	CUcontext ctx = NULL, cur = NULL;
 	char msg[256];
-	int err = 0;
+	int err = 0, device;
 
 	if (!t)
 		return GPUFILE_ENOCUDA;
 	if (gpufile__current_or_primary((void **)&ctx))
 		return GPUFILE_ECUDA;
+	/* ctx is the current one, else device 0's primary. */
+	device = t->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur
+	             ? gpufile__current_device(t)
+	             : 0;
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
 		struct stager *s = stager_acquire(t, cfg->nthreads);
 		if (!s)
 			break;
-		err = stager_prepare(t, s, ctx, cfg, msg, sizeof(msg));
+		err = stager_prepare(t, s, ctx, device, cfg, msg, sizeof(msg));
 		s->next = list;
 		list = s;
 	}

@@ -41,9 +41,12 @@
  * stored the flag: a stream still waiting on the old value is released by
  * the new one too ((int32_t)(*flag - value) >= 0, as CUDA compares).
  *
- * Lock order: slot_lock alone; a job's lock alone; waiters.lock before
+ * Lock order: slot_lock alone (but for cuda_shim.c's primary_lock, taken
+ * when a slab is allocated); a job's lock alone; waiters.lock before
  * pool.lock (gpufile__handle_release), and after every handle's lock
- * (fork.c). No CUDA call and no I/O runs under any of them.
+ * (fork.c). No I/O runs under any of them, and no CUDA call but, under
+ * slot_lock, a slab's allocation and the checks that its context lives
+ * (cuCtxGetId): none waits for GPU work.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -72,29 +75,68 @@ static atomic_int wait_unsupported;
 #define MAX_SLABS      64
 
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+/* A slab lives in the primary context of the device whose stream first
+ * needed it, which gpufile holds for the process's life (a context the
+ * program creates could be destroyed with the slab's memory). Only a
+ * reset of that context (cudaDeviceReset) ends it: the slab is then
+ * forgotten (host NULL), never reused, and its slots are dropped. */
 static struct {
-	uint32_t *host;
+	uint32_t *host; /* NULL: its context ended */
 	CUdeviceptr dev;
+	CUcontext ctx;
+	unsigned long long id; /* ctx's id (gpufile__ctx_same) */
 } slabs[MAX_SLABS];
 static int nslabs;
 static int free_slots[MAX_SLABS * SLOTS_PER_SLAB];
 static int nfree;
 
-/* Caller holds slot_lock; ctx is current. Adds a slab to the free list.
- * Returns 0 or an error. */
+/* Caller holds slot_lock. Whether slab k's memory is still there. */
+static int slab_alive(const struct gpufile__cuda *t, int k)
+{
+	return slabs[k].host && gpufile__ctx_same(t, slabs[k].ctx, slabs[k].id);
+}
+
+/* Caller holds slot_lock. Forgets slab k, whose context ended with its
+ * memory: its free slots leave the list, held ones are dropped when
+ * their requests end. */
+static void slab_forget(int k)
+{
+	int n = 0;
+
+	slabs[k].host = NULL;
+	for (int i = 0; i < nfree; i++)
+		if (free_slots[i] / SLOTS_PER_SLAB != k)
+			free_slots[n++] = free_slots[i];
+	nfree = n;
+}
+
+/* Caller holds slot_lock; the stream's context is current. Adds a slab
+ * to the free list. Returns 0 or an error. */
 static int add_slab(const struct gpufile__cuda *t)
 {
 	void *p = NULL;
 	CUdeviceptr dev;
+	CUcontext old = NULL, ctx;
 	CUresult cr;
+	int rc;
 
 	if (nslabs == MAX_SLABS)
 		return gpufile__fail(-EAGAIN,
-		                     "stream-ordered request: %d requests are "
-		                     "already waiting on streams",
+		                     "stream-ordered request: the %d flags "
+		                     "are all taken, by requests waiting on "
+		                     "streams or by contexts reset under them",
 		                     MAX_SLABS * SLOTS_PER_SLAB);
-	cr = t->cuMemHostAlloc(
-	    &p, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+	t->cuCtxGetCurrent(&old);
+	rc =
+	    gpufile__primary_context(gpufile__current_device(t), (void **)&ctx);
+	if (rc)
+		return rc;
+	cr = t->cuCtxSetCurrent(ctx);
+	if (cr == CUDA_SUCCESS)
+		cr = t->cuMemHostAlloc(&p, 4096,
+		                       CU_MEMHOSTALLOC_PORTABLE |
+		                           CU_MEMHOSTALLOC_DEVICEMAP);
+	t->cuCtxSetCurrent(old);
 	if (cr != CUDA_SUCCESS)
 		return gpufile__cuda_fail(cr, NULL, 0,
 		                          "cuMemHostAlloc of the stream flags");
@@ -111,6 +153,8 @@ static int add_slab(const struct gpufile__cuda *t)
 	}
 	slabs[nslabs].host = p;
 	slabs[nslabs].dev = dev;
+	slabs[nslabs].ctx = ctx;
+	gpufile__ctx_id(t, ctx, &slabs[nslabs].id);
 	for (int i = SLOTS_PER_SLAB - 1; i >= 0; i--)
 		free_slots[nfree++] = nslabs * SLOTS_PER_SLAB + i;
 	nslabs++;
@@ -122,18 +166,44 @@ static int slot_get(const struct gpufile__cuda *t, int *slot)
 	int rc = 0;
 
 	pthread_mutex_lock(&slot_lock);
-	if (nfree == 0)
-		rc = add_slab(t);
-	if (rc == 0)
-		*slot = free_slots[--nfree];
+	for (;;) {
+		if (nfree == 0 && (rc = add_slab(t)) != 0)
+			break;
+		if (slab_alive(t, free_slots[nfree - 1] / SLOTS_PER_SLAB)) {
+			*slot = free_slots[--nfree];
+			break;
+		}
+		slab_forget(free_slots[nfree - 1] / SLOTS_PER_SLAB);
+	}
 	pthread_mutex_unlock(&slot_lock);
 	return rc;
 }
 
+/* Gives the slot back; of a slab forgotten meanwhile, drops it. */
 static void slot_put(int slot)
 {
 	pthread_mutex_lock(&slot_lock);
-	free_slots[nfree++] = slot;
+	if (slabs[slot / SLOTS_PER_SLAB].host)
+		free_slots[nfree++] = slot;
+	pthread_mutex_unlock(&slot_lock);
+}
+
+/* Stores value into slot's flag, which releases the stream waiting on it,
+ * unless the slab's context has ended (and its memory with it). Then
+ * gives the slot back. */
+static void slot_release(const struct gpufile__cuda *t, int slot,
+                         uint32_t value)
+{
+	const int k = slot / SLOTS_PER_SLAB;
+
+	pthread_mutex_lock(&slot_lock);
+	if (slab_alive(t, k)) {
+		__atomic_store_n(&slabs[k].host[slot % SLOTS_PER_SLAB], value,
+		                 __ATOMIC_SEQ_CST);
+		free_slots[nfree++] = slot;
+	} else if (slabs[k].host) {
+		slab_forget(k);
+	}
 	pthread_mutex_unlock(&slot_lock);
 }
 
@@ -234,8 +304,7 @@ static void job_run(struct job *j)
 	if (j->mech == MECH_WAIT_VALUE) {
 		/* *n_out and the bytes are stored before the flag: the
 		 * stream's work after reads them once the flag is seen. */
-		__atomic_store_n(slot_host(j->slot), j->seq, __ATOMIC_SEQ_CST);
-		slot_put(j->slot);
+		slot_release(t, j->slot, j->seq);
 		pthread_mutex_destroy(&j->lock);
 		pthread_cond_destroy(&j->cond);
 		free(j);

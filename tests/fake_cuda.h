@@ -30,6 +30,16 @@
  * fake_wait_refused makes cuStreamWaitValue32 answer
  * CUDA_ERROR_NOT_SUPPORTED (a test removes an entry point by installing
  * a copy of the table with that field NULL).
+ *
+ * A context that ends under the library (test_context_reset.c):
+ * fake_ctx_reset(d) does to device d's primary context what
+ * cuDevicePrimaryCtxReset does. Its id (cuCtxGetId) changes, and reads
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED until the context is retained again;
+ * its streams, events and pinned memory end. A later use of one of them
+ * (a call with the stream or event, a copy from or free of the memory)
+ * fails and counts in stale_uses (copies in bad_copies); the memory stays
+ * allocated, filled with FAKE_DEAD_BYTE, so that a write into it is seen
+ * by fake_dead_intact().
  */
 #ifndef GPUFILE_TEST_FAKE_CUDA_H
 #define GPUFILE_TEST_FAKE_CUDA_H
@@ -47,11 +57,13 @@
 #ifndef DEV_SIZE
 #define DEV_SIZE (40u << 20)
 #endif
-#define CUDA_ERROR_OUT_OF_MEMORY   2
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CUDA_ERROR_INVALID_HANDLE  400
-#define CUDA_ERROR_FAKE_COPY       999
-#define FAKE_MAX_DEV               16
+#define CUDA_ERROR_OUT_OF_MEMORY        2
+#define CUDA_ERROR_INVALID_CONTEXT      201
+#define CUDA_ERROR_INVALID_HANDLE       400
+#define CUDA_ERROR_FAKE_COPY            999
+#define CUDA_ERROR_CONTEXT_IS_DESTROYED 709
+#define FAKE_DEAD_BYTE                  0xDB
+#define FAKE_MAX_DEV                    16
 
 static unsigned char *dev_base; /* the "device memory" of device 0 */
 static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
@@ -61,6 +73,9 @@ static int fake_ndev = 1;
 static unsigned char *fake_dev_mem[FAKE_MAX_DEV]; /* [0]: dev_base */
 static size_t fake_dev_used[FAKE_MAX_DEV];        /* cuMemAlloc's bump */
 static _Thread_local struct CUctx_st *fake_cur;   /* when fake_ndev > 1 */
+/* Contexts reset (fake_ctx_reset): how often, and whether since retained. */
+static unsigned fake_ctx_gen[FAKE_MAX_DEV];
+static int fake_ctx_dead[FAKE_MAX_DEV];
 
 /* Device d's primary context: fake_ctx for device 0. */
 static struct CUctx_st *fake_ctx_of(int d)
@@ -106,6 +121,7 @@ struct op {
 
 struct CUstream_st {
 	struct CUctx_st *ctx; /* current when it was made */
+	unsigned gen;         /* fake_ctx_gen of its device then */
 	struct op *ops;
 	size_t nops, cap;
 	size_t done; /* ops[0, done) have run */
@@ -114,6 +130,7 @@ struct CUstream_st {
 
 struct CUevent_st {
 	struct CUctx_st *ctx;       /* current when it was made */
+	unsigned gen;               /* fake_ctx_gen of its device then */
 	struct CUstream_st *stream; /* where last recorded, or NULL */
 	size_t seq;                 /* ops of stream before the record */
 };
@@ -138,6 +155,39 @@ static int bad_copies; /* copies touching memory they should not */
  * allocated CU_MEMHOSTALLOC_PORTABLE (pageable, synchronous there). */
 static long streams_created, events_created;
 static int ctx_mismatches, cross_device_copies, nonportable_copies;
+/* Calls on what a reset context took with it (see the top); the pinned
+ * memory it took, kept allocated and filled with FAKE_DEAD_BYTE. */
+static int stale_uses;
+static struct {
+	void *ptr;
+	size_t size;
+} fake_dead[MAX_PINNED];
+static int fake_ndead;
+/* Every stream and event not destroyed: those a reset ended stay here
+ * (the library must forget them, not destroy them), so that they are
+ * not leaks. */
+#define FAKE_MAX_HANDLES 65536
+static void *fake_handles[FAKE_MAX_HANDLES];
+
+/* Caller holds fake_lock. */
+static void fake_handle_add(void *h)
+{
+	for (int i = 0; i < FAKE_MAX_HANDLES; i++)
+		if (!fake_handles[i]) {
+			fake_handles[i] = h;
+			return;
+		}
+}
+
+/* Caller holds fake_lock. */
+static void fake_handle_remove(void *h)
+{
+	for (int i = 0; i < FAKE_MAX_HANDLES; i++)
+		if (fake_handles[i] == h) {
+			fake_handles[i] = NULL;
+			return;
+		}
+}
 static int fail_ctxset; /* fail the next N cuCtxSetCurrent(non-NULL) */
 static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
 static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
@@ -183,12 +233,27 @@ static int in_pinned(const void *p, size_t size)
 	return 0;
 }
 
+/* Caller holds fake_lock. Whether a stream or event made in ctx at gen
+ * ended with a reset of its context since; counts the use if so. */
+static int fake_stale(const struct CUctx_st *ctx, unsigned gen)
+{
+	const int d = fake_ctx_device(ctx);
+
+	if (d < 0 || gen == fake_ctx_gen[d])
+		return 0;
+	stale_uses++;
+	return 1;
+}
+
 /* Caller holds fake_lock. 0, or why a copy on s (to or from device memory
- * at dev) is refused: s belongs to a context that is not current. */
+ * at dev) is refused: s belongs to a context that is not current, or
+ * ended. */
 static CUresult check_stream_ctx(const struct CUstream_st *s, const void *dev)
 {
 	int d = dev_of(dev, 1);
 
+	if ((uintptr_t)s > 2 && fake_stale(s->ctx, s->gen))
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	if ((uintptr_t)s > 2 && s->ctx != fake_current()) {
 		ctx_mismatches++;
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -288,7 +353,37 @@ static CUresult f_primary_retain(CUcontext *ctx, CUdevice d)
 {
 	if (d < 0 || d >= fake_ndev)
 		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_lock);
+	fake_ctx_dead[d] = 0;
+	pthread_mutex_unlock(&fake_lock);
 	*ctx = fake_ctx_of(d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_get_id(CUcontext ctx, unsigned long long *id)
+{
+	const int d = fake_ctx_device(ctx);
+	CUresult rc = CUDA_SUCCESS;
+
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&fake_lock);
+	if (fake_ctx_dead[d])
+		rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	else
+		*id = (unsigned long long)fake_ctx_gen[d] * FAKE_MAX_DEV +
+		      (unsigned long long)d + 1;
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
+}
+
+static CUresult f_ctx_get_device(CUdevice *dev)
+{
+	const int d = fake_ctx_device(fake_current());
+
+	if (d < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*dev = d;
 	return CUDA_SUCCESS;
 }
 
@@ -305,8 +400,12 @@ static CUresult f_ctx_set(CUcontext ctx)
 	if (ctx != NULL) {
 		pthread_mutex_lock(&fake_lock);
 		int fail = fail_ctxset > 0;
+		int dead = fake_ctx_dead[fake_ctx_device(ctx)];
 		fail_ctxset -= fail;
+		stale_uses += dead;
 		pthread_mutex_unlock(&fake_lock);
+		if (dead)
+			return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 		if (fail)
 			return CUDA_ERROR_INVALID_CONTEXT;
 	}
@@ -429,6 +528,8 @@ static CUresult f_free_host(void *p)
 	CUresult rc = CUDA_ERROR_INVALID_VALUE;
 
 	pthread_mutex_lock(&fake_lock);
+	for (int i = 0; i < fake_ndead; i++)
+		stale_uses += fake_dead[i].ptr == p;
 	for (int i = 0; i < MAX_PINNED; i++) {
 		if (pinned[i].ptr == p) {
 			pinned_live -= pinned[i].size;
@@ -577,6 +678,8 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	(*s)->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
+	(*s)->gen = fake_ctx_gen[fake_ctx_device(fake_current())];
+	fake_handle_add(*s);
 	streams_live++;
 	streams_created++;
 	pthread_mutex_unlock(&fake_lock);
@@ -591,6 +694,10 @@ static CUresult f_stream_sync(CUstream s)
 	if ((uintptr_t)s <= 2)
 		return CUDA_SUCCESS;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(s->ctx, s->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	run_ops(s, s->nops);
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
@@ -601,8 +708,13 @@ static CUresult f_stream_destroy(CUstream s)
 	if (!s)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(s->ctx, s->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	run_ops(s, s->nops); /* work already queued still completes */
 	streams_live--;
+	fake_handle_remove(s);
 	pthread_mutex_unlock(&fake_lock);
 	free(s->ops);
 	free(s);
@@ -619,6 +731,8 @@ static CUresult f_event_create(CUevent *e, unsigned flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	(*e)->ctx = fake_current();
 	pthread_mutex_lock(&fake_lock);
+	(*e)->gen = fake_ctx_gen[fake_ctx_device(fake_current())];
+	fake_handle_add(*e);
 	events_live++;
 	events_created++;
 	pthread_mutex_unlock(&fake_lock);
@@ -630,7 +744,12 @@ static CUresult f_event_destroy(CUevent e)
 	if (!e)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(e->ctx, e->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	events_live--;
+	fake_handle_remove(e);
 	pthread_mutex_unlock(&fake_lock);
 	free(e);
 	return CUDA_SUCCESS;
@@ -643,6 +762,10 @@ static CUresult f_event_record(CUevent e, CUstream s)
 	if (!e || (uintptr_t)s <= 2)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(e->ctx, e->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	if (e->ctx != s->ctx) { /* the real driver refuses this too */
 		ctx_mismatches++;
 		pthread_mutex_unlock(&fake_lock);
@@ -666,6 +789,10 @@ static CUresult f_event_sync(CUevent e)
 	if (!e)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(e->ctx, e->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	if (e->stream)
 		run_ops(e->stream, e->seq);
 	pthread_mutex_unlock(&fake_lock);
@@ -680,6 +807,10 @@ static CUresult f_wait_value32(CUstream s, CUdeviceptr addr, unsigned value,
 	if (flags != CU_STREAM_WAIT_VALUE_GEQ || !s)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if (fake_stale(s->ctx, s->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	if (fake_wait_refused) {
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -699,6 +830,10 @@ static CUresult f_launch_host_func(CUstream s, CUhostFn fn, void *data)
 	if (!s || !fn)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
+	if ((uintptr_t)s > 2 && fake_stale(s->ctx, s->gen)) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
 	hostfn_ops++;
 	rc = enqueue(s,
 	             (struct op){OP_HOSTFN, NULL, NULL, 0, NULL, 0, fn, data});
@@ -733,6 +868,9 @@ static CUresult f_error_name(CUresult rc, const char **name)
 		break;
 	case CUDA_ERROR_NOT_SUPPORTED:
 		*name = "CUDA_ERROR_NOT_SUPPORTED";
+		break;
+	case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+		*name = "CUDA_ERROR_CONTEXT_IS_DESTROYED";
 		break;
 	default:
 		*name = "CUDA_ERROR_UNKNOWN";
@@ -771,7 +909,45 @@ static const struct gpufile__cuda fake = {
     .cuLaunchHostFunc = f_launch_host_func,
     .cuMemHostGetDevicePointer = f_host_get_devptr,
     .cuMemcpyBatchAsync = f_memcpy_batch,
+    .cuCtxGetId = f_ctx_get_id,
+    .cuCtxGetDevice = f_ctx_get_device,
 };
+
+/* What cuDevicePrimaryCtxReset does to device d's primary context (see
+ * the top). */
+static inline void fake_ctx_reset(int d)
+{
+	pthread_mutex_lock(&fake_lock);
+	fake_ctx_gen[d]++;
+	fake_ctx_dead[d] = 1;
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (!pinned[i].ptr || pinned[i].ctx != fake_ctx_of(d) ||
+		    fake_ndead == MAX_PINNED)
+			continue;
+		memset(pinned[i].ptr, FAKE_DEAD_BYTE, pinned[i].size);
+		fake_dead[fake_ndead].ptr = pinned[i].ptr;
+		fake_dead[fake_ndead++].size = pinned[i].size;
+		pinned_live -= pinned[i].size;
+		pinned_count--;
+		pinned[i].ptr = NULL;
+	}
+	pthread_mutex_unlock(&fake_lock);
+}
+
+/* 1 when no byte of the memory resets took was written since. */
+static inline int fake_dead_intact(void)
+{
+	int intact = 1;
+
+	pthread_mutex_lock(&fake_lock);
+	for (int i = 0; i < fake_ndead; i++) {
+		const unsigned char *c = fake_dead[i].ptr;
+		for (size_t k = 0; k < fake_dead[i].size; k++)
+			intact &= c[k] == FAKE_DEAD_BYTE;
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return intact;
+}
 
 /* The usual start of a test on the fake: dev_base gets DEV_SIZE bytes (the
  * test may free them), the table is installed, and compat_mode is on, so
