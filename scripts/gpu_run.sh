@@ -20,11 +20,13 @@
 #   scripts/gpu_run.sh bench   the device benchmark (4 GiB, warm, cold, the
 #                              settings sweep), fio references, host-read
 #                              benchmark, cuFile benchmark, binding overhead
-#   scripts/gpu_run.sh issue14 issue 14 goals 2-4 on one warm/cold 4 GiB
-#                              file: host reads against hand-written
-#                              parallel pread, the H2D ceiling under
-#                              page-cache traffic and the settings sweep,
-#                              cold reads against fio (~6 minutes)
+#   scripts/gpu_run.sh issue14 issue 14 goals 1-4: the first read in a
+#                              fresh process against compat_mode=on; on
+#                              one warm/cold 4 GiB file host reads
+#                              against hand-written parallel pread, the
+#                              H2D ceiling under page-cache traffic and
+#                              the settings sweep, cold reads against fio
+#                              (~7 minutes)
 #   scripts/gpu_run.sh session5 every test on the GPU after the map copy
 #                              of warm host reads and the remote decision;
 #                              host reads at defaults and with
@@ -80,7 +82,7 @@ target=all
 [ "$mode" = slice ] && target="gpufile gpufile_cli bench_gather_bench"
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
-[ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref bench_first_read"
 [ "$mode" = contexts ] && target="gpufile_static test_gpu_contexts"
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
@@ -193,8 +195,10 @@ bench)
 		tee "$OUT/cufile_bench.log" | grep -v '^PASS' | tail -30
 	;;
 issue14)
-	# Goals 2-4 of issue 14, each against its reference in the same run;
+	# Goals 1-4 of issue 14, each against its reference in the same run;
 	# bench/README.md has the method of each.
+	log "goal 1: the first read in a fresh process, defaults against compat_mode=on"
+	bash bench/first_read.sh $B $data 5 2>&1 | tee "$OUT/first_read.log"
 	make_file $data/file.bin $((4 << 30))
 	log "goal 3: warm 4 GiB into host memory, gpufile against parallel pread"
 	cat $data/file.bin >/dev/null
@@ -208,6 +212,7 @@ issue14)
 	BUILD_DIR=$B ROUNDS=5 OUT_LOG="$OUT/cold_raw.txt" bash bench/cold_bench.sh $data/file.bin 2>&1 |
 		tee "$OUT/cold.log" | sed -n '/medians over/,$p'
 	log "issue 14 summary"
+	grep -E '^(file|4g|64m|1m) ' "$OUT/first_read.log"
 	grep -E '^host_ref: (gpufile at defaults|best gpufile)' "$OUT/host_ref.log"
 	grep -E '^(ceiling|gpufile warm read|contention: pinned)' "$OUT/gpu_bench.log" | cut -c1-160
 	grep -E '^warm read / (pinned|H2D)' "$OUT/gpu_bench.log"
