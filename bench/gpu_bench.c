@@ -5,7 +5,7 @@
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
  *             [--contention] [--chunked] [--shapes LIST]
  *             [--kernel-shapes LIST] [--register-chunks LIST]
- *             [--cells LIST] [--reps N]
+ *             [--cells LIST] [--ctx-id-cost] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -18,6 +18,11 @@
  * --register-chunks THREADS:CHUNK_MIB,...: the page cache registered with
  * cuMemHostRegister a chunk at a time and copied straight to the GPU.
  * --cells N:SIZE:BUFFERS:TASK,...: gpufile's warm read at those settings.
+ * --ctx-id-cost: what a context check costs (one cuCtxGetId call: one per
+ * device request, and one per task where the bounce buffers live in
+ * another context than the destination, staging.c), by one thread and by
+ * 16 at once, against the time of one worker's 4 MiB task at the warm
+ * read's median.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -921,10 +926,55 @@ static void sweep(void *dev)
 	gpufile_config_reset();
 }
 
+#define CTX_ID_CALLS 200000
+
+static void *ctx_id_calls(void *arg)
+{
+	unsigned long long id;
+
+	for (int i = 0; i < CTX_ID_CALLS; i++)
+		if (cu->cuCtxGetId((CUcontext)arg, &id))
+			die("cuCtxGetId", 0);
+	return NULL;
+}
+
+/* ns per cuCtxGetId call with nthreads calling at once. */
+static double ctx_id_ns(CUcontext ctx, int nthreads)
+{
+	pthread_t th[16];
+	double t0 = now();
+
+	for (int i = 0; i < nthreads; i++)
+		if (pthread_create(&th[i], NULL, ctx_id_calls, ctx))
+			die("pthread_create", 0);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	return (now() - t0) * 1e9 / CTX_ID_CALLS;
+}
+
+static void ctx_id_cost(CUcontext ctx, double warm_med)
+{
+	const double task_us = (4 << 20) / (warm_med * 1e3) * 16;
+
+	if (!cu->cuCtxGetId) {
+		printf("ctx-id: the driver has no cuCtxGetId\n");
+		return;
+	}
+	for (int round = 0; round < 2; round++) {
+		const double one = ctx_id_ns(ctx, 1), all = ctx_id_ns(ctx, 16);
+
+		printf("ctx-id: cuCtxGetId %.0f ns a call alone, %.0f ns each "
+		       "with 16 threads calling; one call against one "
+		       "worker's 4 MiB task (%.1f us at the warm median, 16 "
+		       "workers): %.5f\n",
+		       one, all, task_us, all / 1e3 / task_us);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
-	    do_chunked = 0;
+	    do_chunked = 0, do_ctx_id = 0;
 	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
 	           *kernel_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
@@ -950,6 +1000,8 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--chunked"))
 			do_chunked = 1;
+		else if (!strcmp(argv[i], "--ctx-id-cost"))
+			do_ctx_id = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
 			cell_list = argv[++i];
 		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
@@ -967,7 +1019,7 @@ int main(int argc, char **argv)
 		                "[--chunked] [--shapes LIST] "
 		                "[--kernel-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
-		                "[--reps N]\n");
+		                "[--ctx-id-cost] [--reps N]\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
@@ -1006,6 +1058,8 @@ int main(int argc, char **argv)
 	printf("gpufile warm read: best %.2f GB/s, median %.2f GB/s\n", warm,
 	       warm_med);
 	verify(dev, pinned);
+	if (do_ctx_id)
+		ctx_id_cost(ctx, warm_med);
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);

@@ -34,7 +34,9 @@
 #                              references; the warm GPU read's ceilings
 #   scripts/gpu_run.sh session6 test_gpu_contexts (several contexts in
 #                              one process, one destroyed, the primary
-#                              reset) on its own, then every test
+#                              reset) on its own, every test, then what
+#                              a context check costs and the warm 4 GiB
+#                              read against its ceilings
 #   scripts/gpu_run.sh contexts test_gpu_contexts alone, after printing
 #                              what the driver does with ended contexts
 #   scripts/gpu_run.sh gpu_bench  bench/gpu_bench on the 4 GiB file with
@@ -242,6 +244,11 @@ session6)
 	log "several contexts in one process"
 	GPUFILE_TEST_DIR=$data $B/tests/test_gpu_contexts 2>&1 | tee "$OUT/contexts.log"
 	every_test "test_gpu_contexts|test_gpu_stream|test_fork"
+	log "the context checks' cost; the warm 4 GiB read against its ceilings"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --ctx-id-cost --contention 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -E '^(ctx-id|ceiling|gpufile warm|contention|warm read / (pinned|H2D))'
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))

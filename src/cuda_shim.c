@@ -489,7 +489,7 @@ int gpufile__ctx_id(const struct gpufile__cuda *t, CUcontext ctx,
                     unsigned long long *id)
 {
 	*id = 0;
-	if (!t->cuCtxGetId)
+	if (!t || !t->cuCtxGetId)
 		return 0;
 	return t->cuCtxGetId(ctx, id) == CUDA_SUCCESS ? 0 : -1;
 }

@@ -506,6 +506,12 @@ static int decide_path(struct gpufile__request *r)
 			return rc;
 		r->device = device;
 		r->cuda_ctx = ctx;
+		if (gpufile__ctx_id(gpufile__cuda(), ctx, &r->cuda_ctx_id))
+			return gpufile__fail(
+			    GPUFILE_ECUDA,
+			    "%s: the CUDA context of buffer %p "
+			    "has been destroyed",
+			    r->h->path, r->buf);
 	}
 	rc = choose(r->h, &r->cfg, kind, r->size, ctx, &d);
 	if (rc)

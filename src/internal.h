@@ -403,8 +403,9 @@ struct gpufile__request {
 	gpufile_path_t path;
 	struct gpufile__settings cfg;
 	uint64_t ntasks;
-	int device;          /* CUDA ordinal of buf for device paths */
-	void *cuda_ctx;      /* context that owns buf */
+	int device;     /* CUDA ordinal of buf for device paths */
+	void *cuda_ctx; /* context that owns buf */
+	unsigned long long cuda_ctx_id; /* its id (gpufile__ctx_id), or 0 */
 	void *cufile_handle; /* the cufile path: h's registered handle */
 	char *cufile_base;   /* registered buffer holding buf, or buf */
 

@@ -311,6 +311,11 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 		return rc;
 	r->device = device;
 	r->cuda_ctx = ctx;
+	if (gpufile__ctx_id(gpufile__cuda(), ctx, &r->cuda_ctx_id))
+		return gpufile__fail(GPUFILE_ECUDA,
+		                     "the CUDA context of buffer %p has been "
+		                     "destroyed",
+		                     buf);
 	r->ops = &gpufile__staged_ops;
 	r->cfg.direct_io = GPUFILE__DIRECT_OFF; /* the map's pages */
 	return 0;

@@ -197,8 +197,7 @@ static void forget_dead(const struct gpufile__cuda *t, struct stager *s)
 		memset(s->event, 0, sizeof(s->event));
 		memset(s->pending, 0, sizeof(s->pending));
 	}
-	if (s->nbufs && s->buf[0] &&
-	    !gpufile__ctx_same(t, s->buf_ctx, s->buf_id)) {
+	if (s->buf_ctx && !gpufile__ctx_same(t, s->buf_ctx, s->buf_id)) {
 		lose_deferred(s, "the CUDA context of the bounce buffers");
 		memset(s->buf, 0, sizeof(s->buf));
 		memset(s->pending, 0, sizeof(s->pending));
@@ -322,28 +321,35 @@ static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
 	return 0;
 }
 
-/* Gives s buffers, events and a stream in context ctx, matching the
- * settings. Reuses what s has when nothing changed, and its pinned
- * buffers when only the context did. device: ctx's ordinal, whose primary
- * context the buffers are allocated in (-1: in ctx). */
+/* Whether s's buffers have cfg's shape (and were not lost). */
+static int bufs_fit(const struct stager *s, const struct gpufile__settings *cfg)
+{
+	return s->nbufs && s->buf[0] && s->nbufs == cfg->bounce_buffers &&
+	       s->buf_size == cfg->bounce_buffer_size;
+}
+
+/* Gives s buffers, events and a stream in context ctx (whose id is id,
+ * gpufile__ctx_id), matching the settings. Reuses what s has when nothing
+ * changed, and its pinned buffers when only the context did. device:
+ * ctx's ordinal, whose primary context the buffers are allocated in (-1:
+ * in ctx). */
 static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
-                          CUcontext ctx, int device,
+                          CUcontext ctx, unsigned long long id, int device,
                           const struct gpufile__settings *cfg, char *msg,
                           size_t msg_len)
 {
-	unsigned long long id;
 	CUcontext buf_ctx = ctx;
 	CUresult rc;
 	int same_bufs, err;
 
-	if (gpufile__ctx_id(t, ctx, &id)) {
-		snprintf(msg, msg_len,
-		         "the destination's CUDA context has been destroyed");
-		return GPUFILE_ECUDA;
-	}
+	/* The task before was in ctx, which lives (its id is the request's):
+	 * then no driver call, unless the buffers are in another context. */
+	if (s->ctx == ctx && s->ctx_id == id && bufs_fit(s, cfg) &&
+	    ((s->buf_ctx == ctx && s->buf_id == id) ||
+	     gpufile__ctx_same(t, s->buf_ctx, s->buf_id)))
+		return 0;
 	forget_dead(t, s);
-	same_bufs = s->nbufs && s->buf[0] && s->nbufs == cfg->bounce_buffers &&
-	            s->buf_size == cfg->bounce_buffer_size;
+	same_bufs = bufs_fit(s, cfg);
 	if (s->ctx == ctx && s->ctx_id == id && same_bufs)
 		return 0;
 	if (s->stream) {
@@ -1012,8 +1018,8 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 		return -ENOMEM;
 	}
 	held = NULL;
-	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, r->device, &r->cfg,
-	                     msg, msg_len);
+	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, r->cuda_ctx_id,
+	                     r->device, &r->cfg, msg, msg_len);
 	if (!err) {
 		rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
 		if (rc != CUDA_SUCCESS)
@@ -1084,6 +1090,7 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 	const struct gpufile__cuda *t = gpufile__cuda();
 	struct stager *list = NULL;
 	CUcontext ctx = NULL, cur = NULL;
+	unsigned long long id;
 	char msg[256];
 	int err = 0, device;
 
@@ -1095,11 +1102,16 @@ int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 	device = t->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur
 	             ? gpufile__current_device(t)
 	             : 0;
+	if (gpufile__ctx_id(t, ctx, &id))
+		return gpufile__fail(GPUFILE_ECUDA, "gpufile_warmup: the "
+		                                    "current CUDA context has "
+		                                    "been destroyed");
 	for (unsigned i = 0; i < cfg->nthreads && !err; i++) {
 		struct stager *s = stager_acquire(t, cfg->nthreads);
 		if (!s)
 			break;
-		err = stager_prepare(t, s, ctx, device, cfg, msg, sizeof(msg));
+		err = stager_prepare(t, s, ctx, id, device, cfg, msg,
+		                     sizeof(msg));
 		s->next = list;
 		list = s;
 	}
