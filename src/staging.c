@@ -159,26 +159,39 @@ static void lane_destroy(const struct gpufile__cuda *t, struct lane *l,
 	memset(l, 0, sizeof(*l));
 }
 
-/* Ends the deferred task, if any, with an error and no CUDA call: the
- * context its last copy ran in (or copied from) has ended, so its bytes
- * cannot be known to have arrived. */
-static void lose_deferred(struct stager *s, const char *what)
+/* Moves the deferred task, if any, into s->settled (msg empty) and
+ * returns it, with has_settled set; NULL when there is none. */
+static struct gpufile__task_result *take_deferred(struct stager *s)
 {
 	struct gpufile__task_result *done = &s->settled;
 
 	if (!s->deferred.active)
-		return;
+		return NULL;
 	assert(!s->has_settled);
 	s->deferred.active = 0;
 	done->r = s->deferred.r;
 	done->off = s->deferred.off;
 	done->len = s->deferred.len;
+	done->n = s->deferred.n;
+	done->msg[0] = '\0';
+	s->has_settled = 1;
+	return done;
+}
+
+/* Ends the deferred task, if any, with an error and no CUDA call: the
+ * context its last copy ran in (or copied from) has ended, so its bytes
+ * cannot be known to have arrived. */
+static void lose_deferred(struct stager *s, const char *what)
+{
+	struct gpufile__task_result *done = take_deferred(s);
+
+	if (!done)
+		return;
 	done->n = gpufile__fail(GPUFILE_ECUDA,
 	                        "copying %s to the GPU: %s ended while the "
 	                        "copy ran",
 	                        done->r->h->path, what);
 	snprintf(done->msg, sizeof(done->msg), "%s", gpufile_errmsg());
-	s->has_settled = 1;
 }
 
 /* Forgets, without a CUDA call on any of it, what s kept in contexts that
@@ -251,6 +264,30 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 		t->cuCtxSetCurrent(caller);
 }
 
+/* Gives s a stream and its events in the current context, s->ctx.
+ * Returns 0, or an error with s's buffers freed. */
+static int lane_make(const struct gpufile__cuda *t, struct stager *s, char *msg,
+                     size_t msg_len)
+{
+	CUresult rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+
+	if (rc != CUDA_SUCCESS) {
+		s->stream = NULL;
+		stager_free_buffers(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
+	}
+	for (unsigned i = 0; i < s->nbufs; i++) {
+		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
+		if (rc != CUDA_SUCCESS) {
+			s->event[i] = NULL;
+			stager_free_buffers(t, s);
+			return gpufile__cuda_fail(rc, msg, msg_len,
+			                          "cuEventCreate");
+		}
+	}
+	return 0;
+}
+
 /* Makes ctx's (whose id is id) stream and events the current ones of s
  * (whose copies have all finished), keeping the pinned buffers: the
  * current lane, if any, goes into the cache, and ctx's comes out of it or
@@ -301,24 +338,7 @@ static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
 		stager_free_buffers(t, s);
 		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
 	}
-	if (s->stream)
-		return 0;
-	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
-	if (rc != CUDA_SUCCESS) {
-		s->stream = NULL;
-		stager_free_buffers(t, s);
-		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
-	}
-	for (unsigned i = 0; i < s->nbufs; i++) {
-		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
-		if (rc != CUDA_SUCCESS) {
-			s->event[i] = NULL;
-			stager_free_buffers(t, s);
-			return gpufile__cuda_fail(rc, msg, msg_len,
-			                          "cuEventCreate");
-		}
-	}
-	return 0;
+	return s->stream ? 0 : lane_make(t, s, msg, msg_len);
 }
 
 /* Whether s's buffers have cfg's shape (and were not lost). */
@@ -394,21 +414,9 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 	}
 	s->ctx = ctx;
 	s->ctx_id = id;
-	rc = t->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
-	if (rc != CUDA_SUCCESS) {
-		s->stream = NULL;
-		stager_free_buffers(t, s);
-		return gpufile__cuda_fail(rc, msg, msg_len, "cuStreamCreate");
-	}
-	for (unsigned i = 0; i < s->nbufs; i++) {
-		rc = t->cuEventCreate(&s->event[i], CU_EVENT_DISABLE_TIMING);
-		if (rc != CUDA_SUCCESS) {
-			s->event[i] = NULL;
-			stager_free_buffers(t, s);
-			return gpufile__cuda_fail(rc, msg, msg_len,
-			                          "cuEventCreate");
-		}
-	}
+	err = lane_make(t, s, msg, msg_len);
+	if (err)
+		return err;
 	s->buf_size = cfg->bounce_buffer_size;
 #ifdef GPUFILE_HAVE_LIBURING
 	/* Without a ring (old kernel, seccomp) cold reads use the
@@ -512,25 +520,17 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
  * for staged_settle. */
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s)
 {
-	struct gpufile__task_result *done = &s->settled;
+	struct gpufile__task_result *done = take_deferred(s);
 	CUresult rc;
 
-	if (!s->deferred.active)
+	if (!done)
 		return;
-	assert(!s->has_settled);
-	s->deferred.active = 0;
-	done->r = s->deferred.r;
-	done->off = s->deferred.off;
-	done->len = s->deferred.len;
-	done->n = s->deferred.n;
-	done->msg[0] = '\0';
 	rc = t->cuEventSynchronize(s->event[s->deferred.buf]);
 	s->pending[s->deferred.buf] = 0;
 	if (rc != CUDA_SUCCESS)
 		done->n = gpufile__cuda_fail(
 		    rc, done->msg, sizeof(done->msg),
 		    "finishing copies of %s to the GPU", done->r->h->path);
-	s->has_settled = 1;
 }
 
 /* After an error: no copy of ours may still touch the caller's buffer. */

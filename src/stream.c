@@ -161,7 +161,9 @@ static int add_slab(const struct gpufile__cuda *t)
 	return 0;
 }
 
-static int slot_get(const struct gpufile__cuda *t, int *slot)
+/* Takes a free slot of a live slab: *slot, and *value, what its flag
+ * holds (read under slot_lock: another thread may forget the slab). */
+static int slot_get(const struct gpufile__cuda *t, int *slot, uint32_t *value)
 {
 	int rc = 0;
 
@@ -171,6 +173,10 @@ static int slot_get(const struct gpufile__cuda *t, int *slot)
 			break;
 		if (slab_alive(t, free_slots[nfree - 1] / SLOTS_PER_SLAB)) {
 			*slot = free_slots[--nfree];
+			*value =
+			    __atomic_load_n(&slabs[*slot / SLOTS_PER_SLAB]
+			                         .host[*slot % SLOTS_PER_SLAB],
+			                    __ATOMIC_SEQ_CST);
 			break;
 		}
 		slab_forget(free_slots[nfree - 1] / SLOTS_PER_SLAB);
@@ -205,11 +211,6 @@ static void slot_release(const struct gpufile__cuda *t, int slot,
 		slab_forget(k);
 	}
 	pthread_mutex_unlock(&slot_lock);
-}
-
-static uint32_t *slot_host(int slot)
-{
-	return &slabs[slot / SLOTS_PER_SLAB].host[slot % SLOTS_PER_SLAB];
 }
 
 static CUdeviceptr slot_dev(int slot)
@@ -687,11 +688,12 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 	int rc;
 
 	if (j->mech == MECH_WAIT_VALUE) {
-		rc = slot_get(t, &j->slot);
+		uint32_t now;
+
+		rc = slot_get(t, &j->slot, &now);
 		if (rc)
 			return rc;
-		j->seq =
-		    __atomic_load_n(slot_host(j->slot), __ATOMIC_SEQ_CST) + 1;
+		j->seq = now + 1;
 		cr = t->cuStreamWaitValue32(stream, slot_dev(j->slot), j->seq,
 		                            CU_STREAM_WAIT_VALUE_GEQ);
 		if (cr == CUDA_SUCCESS)

@@ -913,6 +913,28 @@ static const struct gpufile__cuda fake = {
     .cuCtxGetDevice = f_ctx_get_device,
 };
 
+/* A counter of the fake's (htod_calls, stale_uses, ...), read under its
+ * lock while the library's threads may count. */
+static inline long fake_read_long(const long *c)
+{
+	long v;
+
+	pthread_mutex_lock(&fake_lock);
+	v = *c;
+	pthread_mutex_unlock(&fake_lock);
+	return v;
+}
+
+static inline int fake_read_int(const int *c)
+{
+	int v;
+
+	pthread_mutex_lock(&fake_lock);
+	v = *c;
+	pthread_mutex_unlock(&fake_lock);
+	return v;
+}
+
 /* What cuDevicePrimaryCtxReset does to device d's primary context (see
  * the top). */
 static inline void fake_ctx_reset(int d)

@@ -32,26 +32,6 @@
 
 static const char *path;
 
-static long get(const long *c)
-{
-	long v;
-
-	pthread_mutex_lock(&fake_lock);
-	v = *c;
-	pthread_mutex_unlock(&fake_lock);
-	return v;
-}
-
-static int get_int(const int *c)
-{
-	int v;
-
-	pthread_mutex_lock(&fake_lock);
-	v = *c;
-	pthread_mutex_unlock(&fake_lock);
-	return v;
-}
-
 /* Reads the file into device dev, sync then async. 0 when right. */
 static int read_device(gpufile_t *h, int dev)
 {
@@ -125,7 +105,7 @@ static void test_reset(void)
 	CHECK_EQ(read_device(h, 0), 0);
 	CHECK_EQ(read_device(h, 1), 0);
 	CHECK_EQ(read_stream_host(h, 0), 0);
-	allocs = get(&hostalloc_calls);
+	allocs = fake_read_long(&hostalloc_calls);
 
 	fake_ctx_reset(0);
 	/* Device 1, before anyone retains device 0's context again: the
@@ -137,9 +117,9 @@ static void test_reset(void)
 	CHECK_EQ(retain(0), 0);
 	CHECK_EQ(read_device(h, 0), 0);
 	CHECK_EQ(read_stream_host(h, 0), 0);
-	CHECK(get(&hostalloc_calls) > allocs);
-	CHECK_EQ(get_int(&stale_uses), 0);
-	CHECK_EQ(get_int(&bad_copies), 0);
+	CHECK(fake_read_long(&hostalloc_calls) > allocs);
+	CHECK_EQ(fake_read_int(&stale_uses), 0);
+	CHECK_EQ(fake_read_int(&bad_copies), 0);
 	CHECK(fake_dead_intact());
 
 	/* Twice: what was made after the first reset ends too. */
@@ -149,10 +129,10 @@ static void test_reset(void)
 	CHECK_EQ(read_device(h, 0), 0);
 	gpufile_close(h);
 	gpufile_release();
-	CHECK_EQ(get_int(&stale_uses), 0);
-	CHECK_EQ(get_int(&bad_copies), 0);
+	CHECK_EQ(fake_read_int(&stale_uses), 0);
+	CHECK_EQ(fake_read_int(&bad_copies), 0);
 	CHECK(fake_dead_intact());
-	CHECK_EQ(get_int(&ctx_mismatches), 0);
+	CHECK_EQ(fake_read_int(&ctx_mismatches), 0);
 }
 
 /* One batch, its entries in device 0's memory, then in device 1's. */
@@ -187,7 +167,7 @@ static void test_batch_moves(void)
 			         -1);
 		}
 	}
-	CHECK_EQ(get_int(&ctx_mismatches), 0);
+	CHECK_EQ(fake_read_int(&ctx_mismatches), 0);
 	gpufile_batch_free(b);
 	gpufile_close(h);
 }

@@ -33,26 +33,6 @@
 
 static const char *path;
 
-static long get(const long *c)
-{
-	long v;
-
-	pthread_mutex_lock(&fake_lock);
-	v = *c;
-	pthread_mutex_unlock(&fake_lock);
-	return v;
-}
-
-static int get_int(const int *c)
-{
-	int v;
-
-	pthread_mutex_lock(&fake_lock);
-	v = *c;
-	pthread_mutex_unlock(&fake_lock);
-	return v;
-}
-
 /* Reads size bytes at off into device dev (sync, or as two async halves)
  * and checks every byte. 0 when right. */
 static int read_check(gpufile_t *h, int dev, size_t size, int64_t off,
@@ -123,8 +103,8 @@ static void test_alternate(void)
 		return;
 	CHECK_EQ(read_check(h, 0, FILE_SIZE, 0, 0), 0);
 	CHECK_EQ(read_check(h, 1, FILE_SIZE, 0, 0), 0);
-	allocs = get(&hostalloc_calls);
-	streams = get(&streams_created);
+	allocs = fake_read_long(&hostalloc_calls);
+	streams = fake_read_long(&streams_created);
 	CHECK(allocs > 0);
 	for (int round = 0; round < 3; round++) {
 		CHECK_EQ(read_all_sizes(h, 0), 0);
@@ -132,8 +112,8 @@ static void test_alternate(void)
 	}
 	/* No pinned memory after the first reads, and no new stream: each
 	 * device's stream is kept and found again. */
-	CHECK_EQ(get(&hostalloc_calls), allocs);
-	CHECK_EQ(get(&streams_created), streams);
+	CHECK_EQ(fake_read_long(&hostalloc_calls), allocs);
+	CHECK_EQ(fake_read_long(&streams_created), streams);
 	gpufile_close(h);
 }
 
@@ -156,7 +136,7 @@ static void test_switch_failure(void)
 	pthread_mutex_unlock(&fake_lock);
 	CHECK(gpufile_pread(h, dst, 1u << 20, 0) < 0);
 	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_INVALID_CONTEXT");
-	CHECK_EQ(get_int(&fail_ctxset), 0);
+	CHECK_EQ(fake_read_int(&fail_ctxset), 0);
 	CHECK_EQ(read_check(h, 1, FILE_SIZE, 0, 0), 0);
 	CHECK_EQ(read_check(h, 0, FILE_SIZE, 0, 1), 0);
 	CHECK_EQ(read_check(h, 1, FILE_SIZE, 0, 1), 0);
@@ -195,25 +175,26 @@ static void test_concurrent(void)
 
 	gpufile_release();
 	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
-	streams = get(&streams_created);
-	events = get(&events_created);
+	streams = fake_read_long(&streams_created);
+	events = fake_read_long(&events_created);
 	/* Every stager made up front, so that any later allocation is a
 	 * reallocation. */
 	CHECK_EQ(gpufile_warmup(), 0);
-	allocs = get(&hostalloc_calls);
-	CHECK_EQ(get_int(&pinned_count), (int)(nthreads * NBUFS));
+	allocs = fake_read_long(&hostalloc_calls);
+	CHECK_EQ(fake_read_int(&pinned_count), (int)(nthreads * NBUFS));
 	for (int i = 0; i < 2; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, reader_main, &rd[i]), 0);
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
 	CHECK_EQ(rd[0].failures, 0);
 	CHECK_EQ(rd[1].failures, 0);
-	CHECK_EQ(get(&hostalloc_calls), allocs);
-	CHECK_EQ(get_int(&pinned_count), (int)(nthreads * NBUFS));
+	CHECK_EQ(fake_read_long(&hostalloc_calls), allocs);
+	CHECK_EQ(fake_read_int(&pinned_count), (int)(nthreads * NBUFS));
 	/* At most one stream per stager and device, and its events: not one
 	 * per task. */
-	CHECK(get(&streams_created) - streams <= 2 * (long)nthreads);
-	CHECK(get(&events_created) - events <= 2 * (long)nthreads * NBUFS);
+	CHECK(fake_read_long(&streams_created) - streams <= 2 * (long)nthreads);
+	CHECK(fake_read_long(&events_created) - events <=
+	      2 * (long)nthreads * NBUFS);
 }
 
 /* One worker cycling through every device, more than it keeps streams
@@ -235,17 +216,18 @@ static void test_many_devices(void)
 		for (int d = 0; d < NDEV; d++) {
 			CHECK_EQ(read_check(h, d, (1u << 20) + 5, 3, d & 1), 0);
 			if (cycle == 0 && d == 0)
-				allocs = get(&hostalloc_calls);
+				allocs = fake_read_long(&hostalloc_calls);
 		}
 	}
-	CHECK_EQ(get(&hostalloc_calls), allocs);
-	CHECK(get_int(&streams_live) > 0);
-	CHECK(get_int(&streams_live) < NDEV);
-	streams = get(&streams_created);
+	CHECK_EQ(fake_read_long(&hostalloc_calls), allocs);
+	CHECK(fake_read_int(&streams_live) > 0);
+	CHECK(fake_read_int(&streams_live) < NDEV);
+	streams = fake_read_long(&streams_created);
 	CHECK_EQ(read_check(h, NDEV - 3, 4096, 0, 0), 0);
 	CHECK_EQ(read_check(h, NDEV - 2, 4096, 0, 0), 0);
-	CHECK_EQ(get(&streams_created), streams);
-	CHECK_EQ(get_int(&events_live), get_int(&streams_live) * NBUFS);
+	CHECK_EQ(fake_read_long(&streams_created), streams);
+	CHECK_EQ(fake_read_int(&events_live),
+	         fake_read_int(&streams_live) * NBUFS);
 	gpufile_close(h);
 }
 
@@ -262,27 +244,27 @@ static void test_free(void)
 		return;
 	for (int d = 0; d < NDEV; d++)
 		CHECK_EQ(read_check(h, d, FILE_SIZE, 0, 1), 0);
-	CHECK(get_int(&streams_live) > 1);
+	CHECK(fake_read_int(&streams_live) > 1);
 	/* The streams live in other contexts than the caller's: freeing them
 	 * must not leave the caller on another device (the CUDA runtime
 	 * takes the current context for its current device). */
 	fake_cur = fake_ctx_of(2);
 	gpufile_bounce_buffer_free();
 	CHECK(fake_cur == fake_ctx_of(2));
-	CHECK_EQ(get_int(&streams_live), 0);
-	CHECK_EQ(get_int(&events_live), 0);
-	CHECK_EQ(get_int(&pinned_count), 0);
+	CHECK_EQ(fake_read_int(&streams_live), 0);
+	CHECK_EQ(fake_read_int(&events_live), 0);
+	CHECK_EQ(fake_read_int(&pinned_count), 0);
 
 	for (int d = NDEV - 1; d >= 0; d -= 2)
 		CHECK_EQ(read_check(h, d, FILE_SIZE, 0, 0), 0);
-	CHECK(get_int(&streams_live) > 1);
+	CHECK(fake_read_int(&streams_live) > 1);
 	gpufile_close(h);
 	fake_cur = fake_ctx_of(3);
 	gpufile_release();
 	CHECK(fake_cur == fake_ctx_of(3));
-	CHECK_EQ(get_int(&streams_live), 0);
-	CHECK_EQ(get_int(&events_live), 0);
-	CHECK_EQ(get_int(&pinned_count), 0);
+	CHECK_EQ(fake_read_int(&streams_live), 0);
+	CHECK_EQ(fake_read_int(&events_live), 0);
+	CHECK_EQ(fake_read_int(&pinned_count), 0);
 }
 
 int main(void)
@@ -314,10 +296,10 @@ int main(void)
 	test_switch_failure();
 	test_free();
 
-	CHECK_EQ(get_int(&bad_copies), 0);
-	CHECK_EQ(get_int(&ctx_mismatches), 0);
-	CHECK_EQ(get_int(&cross_device_copies), 0);
-	CHECK_EQ(get_int(&nonportable_copies), 0);
+	CHECK_EQ(fake_read_int(&bad_copies), 0);
+	CHECK_EQ(fake_read_int(&ctx_mismatches), 0);
+	CHECK_EQ(fake_read_int(&cross_device_copies), 0);
+	CHECK_EQ(fake_read_int(&nonportable_copies), 0);
 	gpufile__cuda_override(NULL);
 	gpufile_config_reset();
 	for (int d = 0; d < NDEV; d++)
