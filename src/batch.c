@@ -270,22 +270,24 @@ static void slot_drop(const struct gpufile__cuda *t, struct slot *sl,
 static int slot_setup(struct worker *w, const struct gpufile__cuda *t,
                       char *msg, size_t len)
 {
-	CUcontext mem_ctx = w->ctx;
+	CUcontext mem_ctx = NULL;
 	CUresult rc;
 	int err;
 
-	if (w->b->staged_device >= 0 &&
-	    (err = gpufile__primary_context(w->b->staged_device,
-	                                    (void **)&mem_ctx))) {
-		snprintf(msg, len, "%s", gpufile_errmsg());
-		return err;
-	}
 	for (int s = 0; s < 2; s++) {
 		struct slot *sl = &w->slot[s];
 
 		slot_drop(t, sl, w->ctx);
 		if (sl->mem)
 			continue;
+		/* Looked up only when memory is needed: not every round. */
+		mem_ctx = w->ctx;
+		if (w->b->staged_device >= 0 &&
+		    (err = gpufile__primary_context(w->b->staged_device,
+		                                    (void **)&mem_ctx))) {
+			snprintf(msg, len, "%s", gpufile_errmsg());
+			return err;
+		}
 		rc = t->cuCtxSetCurrent(mem_ctx);
 		if (rc == CUDA_SUCCESS)
 			rc = t->cuMemHostAlloc((void **)&sl->mem, SLOT_BYTES,

@@ -159,6 +159,15 @@ static void lane_destroy(const struct gpufile__cuda *t, struct lane *l,
 	memset(l, 0, sizeof(*l));
 }
 
+/* s's current stream and events (of s->ctx) as a lane. */
+static struct lane current_lane(const struct stager *s)
+{
+	struct lane l = {.ctx = s->ctx, .id = s->ctx_id, .stream = s->stream};
+
+	memcpy(l.event, s->event, sizeof(l.event));
+	return l;
+}
+
 /* Moves the deferred task, if any, into s->settled (msg empty) and
  * returns it, with has_settled set; NULL when there is none. */
 static struct gpufile__task_result *take_deferred(struct stager *s)
@@ -231,16 +240,13 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	for (unsigned k = 0; k < MAX_LANES; k++)
 		if (s->lanes[k].ctx)
 			lane_destroy(t, &s->lanes[k], s->nbufs);
-	if (s->ctx)
-		t->cuCtxSetCurrent(s->ctx);
-	for (unsigned i = 0; i < s->nbufs; i++) {
-		if (s->event[i])
-			t->cuEventDestroy(s->event[i]);
-		s->event[i] = NULL;
-		s->pending[i] = 0;
+	if (s->ctx) {
+		struct lane cur = current_lane(s);
+
+		lane_destroy(t, &cur, s->nbufs);
 	}
-	if (s->stream)
-		t->cuStreamDestroy(s->stream);
+	memset(s->event, 0, sizeof(s->event));
+	memset(s->pending, 0, sizeof(s->pending));
 	s->stream = NULL;
 	if (s->buf_ctx)
 		t->cuCtxSetCurrent(s->buf_ctx);
@@ -296,14 +302,10 @@ static int stager_switch(const struct gpufile__cuda *t, struct stager *s,
                          CUcontext ctx, unsigned long long id, char *msg,
                          size_t msg_len)
 {
-	struct lane cur = {.ctx = s->ctx,
-	                   .id = s->ctx_id,
-	                   .stream = s->stream,
-	                   .last = ++s->lane_clock},
-	            *slot = NULL;
+	struct lane cur = current_lane(s), *slot = NULL;
 	CUresult rc;
 
-	memcpy(cur.event, s->event, sizeof(cur.event));
+	cur.last = ++s->lane_clock;
 	for (unsigned k = 0; k < MAX_LANES && !slot && s->ctx; k++)
 		if (!s->lanes[k].ctx)
 			slot = &s->lanes[k];
