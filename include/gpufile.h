@@ -827,7 +827,10 @@ GPUFILE_API int gpufile_memcpy(void *dst, const void *src, size_t size);
 GPUFILE_API int gpufile_warmup(void);
 
 /* Upper bound, in bytes, of the pinned host memory gpufile holds with the
- * current settings: nthreads * buffers_per_worker * bounce_buffer_size. */
+ * current settings: 3 * nthreads * buffers_per_worker * (bounce_buffer_size
+ * + 4096). One third is the bounce buffers; the rest, at most two arenas
+ * for stream-ordered reads staged on their stream (gpufile_read_async),
+ * is allocated only once such a read runs. */
 GPUFILE_API size_t gpufile_pinned_bytes_max(void);
 
 /* Stops the worker pool and frees every bounce buffer. Requests must not
@@ -894,8 +897,10 @@ GPUFILE_API int gpufile_fd(gpufile_t *h, int direct);
  * keeps running, and the next device request allocates buffers again
  * (tens of milliseconds). Buffers that device requests running at the call
  * still use are freed, and counted, when those requests end: the call
- * waits for them. Returns 0 when none were held. Unlike
- * gpufile_release(), it may be called while requests are in flight. */
+ * waits for them. The arenas of stream-ordered reads staged on their
+ * stream are freed, and counted, where no read uses them; the others are
+ * kept. Returns 0 when none were held. Unlike gpufile_release(), it may
+ * be called while requests are in flight. */
 GPUFILE_API size_t gpufile_bounce_buffer_free(void);
 
 /* ------------------------------------------------------------------ */
@@ -1168,15 +1173,25 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * How the order is kept (gpufile_stream_info() says which, and why):
  * where the file's device requests take cuFile and libcufile has
  * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
- * stream ("cufile"). Device (or managed) memory otherwise runs gpufile's
- * own copies on the GPU, which a held stream must not wait for (CUDA's
- * rule for flag waits and host functions): the call synchronises the
- * stream and runs the request through the pipelined bounce buffers
- * before returning ("blocking"). For host memory the stream waits
- * (cuStreamWaitValue32) for a flag that gpufile sets once the request
- * has run ("wait-value"); where the driver refuses stream memory
- * operations, a host function holds the stream instead ("host-func");
- * a driver with neither makes the call block as for device memory.
+ * stream ("cufile"). A read into device (or managed) memory on the posix
+ * path of up to nthreads * bounce_buffers * bounce_buffer_size bytes
+ * (128 MiB at the defaults, counted from file_offset rounded down to
+ * bounce_buffer_size), on a stream of the buffer's context, is staged on
+ * the stream ("staged"): the stream itself copies the bytes from pinned
+ * memory of gpufile's, each copy behind a flag wait (cuStreamWaitValue32)
+ * that gpufile's threads release once they have read its part of the
+ * file; the call returns at once. *n_out and the bytes past the file's
+ * end are as with gpufile_pread, except that where the file is cut short
+ * after the call, the destination past its new end gets zeros. Larger
+ * reads, and writes from device memory, run gpufile's own copies on the
+ * GPU, which a held stream must not wait for (CUDA's rule for flag waits
+ * and host functions): the call synchronises the stream and runs the
+ * request through the pipelined bounce buffers before returning
+ * ("blocking"). For host memory the stream waits (cuStreamWaitValue32)
+ * for a flag that gpufile sets once the request has run ("wait-value");
+ * where the driver refuses stream memory operations, a host function
+ * holds the stream instead ("host-func"); a driver with neither makes
+ * the call block as for device memory.
  *
  * Where gpufile differs from KvikIO's FileHandle::read_async and from
  * cuFileReadAsync on purpose: size and offsets are values read at the
@@ -1197,9 +1212,9 @@ GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
 
 /* How a stream-ordered read (is_write 0) or write (1) of size bytes
  * into/from buf on h would keep its order, as a sentence starting with
- * "cufile:", "wait-value:", "host-func:" or "blocking:" written into
- * reason (len bytes, NUL-terminated; may be NULL). Queues nothing; may
- * load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
+ * "cufile:", "staged:", "wait-value:", "host-func:" or "blocking:",
+ * written into reason (len bytes, NUL-terminated; may be NULL). Queues nothing;
+ * may load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
  * the error gpufile_read_async() would return for these arguments. */
 GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
                                     int is_write, char *reason, size_t len);

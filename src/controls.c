@@ -29,5 +29,5 @@ int gpufile_fd(gpufile_t *h, int direct)
 
 size_t gpufile_bounce_buffer_free(void)
 {
-	return gpufile__staging_free();
+	return gpufile__staging_free() + gpufile__stage_buffers_free();
 }

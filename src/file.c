@@ -888,7 +888,9 @@ size_t gpufile_pinned_bytes_max(void)
 
 	if (gpufile__settings(&cfg))
 		return 0;
-	return (size_t)cfg.nthreads * cfg.bounce_buffers *
+	/* The stagers' buffers, and twice as many for stream-ordered reads
+	 * staged on the caller's stream (stream_stage.c). */
+	return 3 * (size_t)cfg.nthreads * cfg.bounce_buffers *
 	       (cfg.bounce_buffer_size + GPUFILE_ALIGN);
 }
 
@@ -896,4 +898,5 @@ void gpufile_release(void)
 {
 	gpufile__pool_stop();
 	gpufile__staging_release();
+	gpufile__stage_buffers_free();
 }

@@ -9,8 +9,8 @@
  * The handlers below (registered once, when the library is loaded) hold
  * every library lock across fork(), so the child's copy of each
  * structure is consistent, then let each module make its state the
- * child's own (stream.c, pool.c, staging.c, cuda_shim.c, cufile_shim.c,
- * config.c; stats.c keeps its own handler).
+ * child's own (stream.c, pool.c, staging.c, stream_stage.c, cuda_shim.c,
+ * cufile_shim.c, config.c; stats.c keeps its own handler).
  *
  * Library lock order, which prepare follows and every code path obeys
  * (a thread holding one lock takes only locks further down):
@@ -19,6 +19,7 @@
  *   2a. waiters.lock (stream.c: the stream-ordered requests' threads)
  *   3. pool.lock, then each in-flight request's lock (pool.c)
  *   4. stagers.lock (staging.c)
+ *   4a. cache.lock (stream_stage.c: stream-ordered reads' pinned buffers)
  *   5. cufile_lock (cufile_shim.c)
  *   6. cuda_lock (cuda_shim.c)
  *   7. config_lock (config.c)
@@ -58,6 +59,7 @@ static void prepare(void)
 	gpufile__stream_atfork_prepare();
 	gpufile__pool_atfork_prepare();
 	gpufile__staging_atfork_prepare();
+	gpufile__stage_atfork_prepare();
 	gpufile__cufile_atfork_prepare();
 	gpufile__cuda_atfork_prepare();
 	gpufile__config_atfork_prepare();
@@ -77,6 +79,7 @@ static void parent(void)
 	gpufile__config_atfork_parent();
 	gpufile__cuda_atfork_parent();
 	gpufile__cufile_atfork_parent();
+	gpufile__stage_atfork_parent();
 	gpufile__staging_atfork_parent();
 	gpufile__pool_atfork_parent();
 	gpufile__stream_atfork_parent();
@@ -90,6 +93,7 @@ static void child(void)
 	gpufile__config_atfork_child();
 	gpufile__cuda_atfork_child();
 	gpufile__cufile_atfork_child();
+	gpufile__stage_atfork_child();
 	gpufile__staging_atfork_child();
 	gpufile__pool_atfork_child(); /* cancels requests: h->inflight drops */
 	gpufile__stream_atfork_child(); /* and the parent's stream jobs' */

@@ -529,6 +529,14 @@ int gpufile__staging_warmup(const struct gpufile__settings *s);
  * default) or preads them (0); tests set 0 to reach the pread path. */
 extern int gpufile__gather_map;
 
+/* The pinned buffers of stream-ordered reads staged on the caller's
+ * stream (stream_stage.c): frees the idle ones and returns their bytes
+ * (gpufile_bounce_buffer_free, gpufile_release); fork.c's handlers. */
+size_t gpufile__stage_buffers_free(void);
+void gpufile__stage_atfork_prepare(void);
+void gpufile__stage_atfork_parent(void);
+void gpufile__stage_atfork_child(void);
+
 /* Threads stream.c has started to run stream-ordered requests (tests). */
 unsigned long gpufile__stream_waiters_started(void);
 /* stream.c's part of fork.c's handlers (its waiters.lock comes after the

@@ -21,18 +21,29 @@
  *               where the driver refuses stream memory operations
  *               (CUDA_ERROR_NOT_SUPPORTED) or lacks the wait. It occupies
  *               one of the driver's callback threads while it waits.
- *   blocking    device (or managed) memory on the posix path, whose
- *               request runs gpufile's own copies on the GPU (see
- *               runs_gpu_work), or a driver with neither of the above
- *               (older than CUDA 10): the call synchronises the stream,
- *               runs the request (the pool and its pipelined bounce
- *               buffers) and returns once *n_out is written. Correct
- *               order; no overlap with the caller's work after it.
+ *   staged      a read into device memory on the posix path of up to
+ *               one staging arena, on a stream of the buffer's context:
+ *               the stream itself copies the bytes from gpufile's pinned
+ *               memory, each copy behind a flag wait that filler threads
+ *               release once they have read its part of the file
+ *               (stream_stage.c, which says why that cannot deadlock); a
+ *               waiter waits for the copies, writes *n_out and releases
+ *               the work after.
+ *   blocking    a write from device (or managed) memory on the posix
+ *               path, or a read the staged mechanism cannot take (see
+ *               choose), whose request runs gpufile's own copies on the
+ *               GPU (see runs_gpu_work), or a driver with neither of the
+ *               above (older than CUDA 10): the call synchronises the
+ *               stream, runs the request (the pool and its pipelined
+ *               bounce buffers) and returns once *n_out is written.
+ *               Correct order; no overlap with the caller's work after
+ *               it.
  *
- * The wait-value and host-func jobs run on waiter threads (below), taken
- * in the order they were queued, not on the pool's workers: a waiter
- * sleeps in cuEventSynchronize until the stream reaches the request, and
- * then waits for its pool request like any caller.
+ * The wait-value, host-func and staged jobs run on waiter threads
+ * (below), taken in the order they were queued, not on the pool's
+ * workers: a waiter sleeps in cuEventSynchronize until the stream reaches
+ * the request, and then waits for its pool request like any caller (a
+ * staged job: for its fillers, then for its copies).
  *
  * The flags live in slabs of mapped pinned memory that are never freed (a
  * stream may still be waiting on one when gpufile_release() runs). A slot
@@ -42,15 +53,15 @@
  * the new one too ((int32_t)(*flag - value) >= 0, as CUDA compares).
  *
  * Lock order: slot_lock alone (but for cuda_shim.c's primary_lock, taken
- * when a slab is allocated); a job's lock alone; waiters.lock before
+ * when a slab is allocated), or after a staged read's lock
+ * (stream_stage.c); a job's lock alone; waiters.lock before
  * pool.lock (gpufile__handle_release), and after every handle's lock
  * (fork.c). No I/O runs under any of them, and no CUDA call but, under
  * slot_lock, a slab's allocation and the checks that its context lives
  * (cuCtxGetId): none waits for GPU work.
  */
 #define _GNU_SOURCE
-#include "internal.h"
-#include "cuda_shim.h"
+#include "stream.h"
 #include "cufile_shim.h"
 
 #include <errno.h>
@@ -62,6 +73,7 @@ enum mechanism {
 	MECH_CUFILE,
 	MECH_WAIT_VALUE,
 	MECH_HOST_FUNC,
+	MECH_STAGED,
 	MECH_BLOCKING,
 };
 
@@ -161,9 +173,10 @@ static int add_slab(const struct gpufile__cuda *t)
 	return 0;
 }
 
-/* Takes a free slot of a live slab: *slot, and *value, what its flag
- * holds (read under slot_lock: another thread may forget the slab). */
-static int slot_get(const struct gpufile__cuda *t, int *slot, uint32_t *value)
+/* A free slot of a live slab; its value is read under slot_lock (another
+ * thread may forget the slab). */
+int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
+                             uint32_t *value)
 {
 	int rc = 0;
 
@@ -185,8 +198,8 @@ static int slot_get(const struct gpufile__cuda *t, int *slot, uint32_t *value)
 	return rc;
 }
 
-/* Gives the slot back; of a slab forgotten meanwhile, drops it. */
-static void slot_put(int slot)
+/* Of a slab forgotten meanwhile, the slot is dropped. */
+void gpufile__stream_flag_put(int slot)
 {
 	pthread_mutex_lock(&slot_lock);
 	if (slabs[slot / SLOTS_PER_SLAB].host)
@@ -194,26 +207,40 @@ static void slot_put(int slot)
 	pthread_mutex_unlock(&slot_lock);
 }
 
-/* Stores value into slot's flag, which releases the stream waiting on it,
- * unless the slab's context has ended (and its memory with it). Then
- * gives the slot back. */
-static void slot_release(const struct gpufile__cuda *t, int slot,
-                         uint32_t value)
+/* Caller holds slot_lock. Stores value into slot's flag unless the slab's
+ * context has ended (and its memory with it); returns whether it did. */
+static int flag_store(const struct gpufile__cuda *t, int slot, uint32_t value)
 {
 	const int k = slot / SLOTS_PER_SLAB;
 
-	pthread_mutex_lock(&slot_lock);
 	if (slab_alive(t, k)) {
 		__atomic_store_n(&slabs[k].host[slot % SLOTS_PER_SLAB], value,
 		                 __ATOMIC_SEQ_CST);
-		free_slots[nfree++] = slot;
-	} else if (slabs[k].host) {
-		slab_forget(k);
+		return 1;
 	}
+	if (slabs[k].host)
+		slab_forget(k);
+	return 0;
+}
+
+void gpufile__stream_flag_store(const struct gpufile__cuda *t, int slot,
+                                uint32_t value)
+{
+	pthread_mutex_lock(&slot_lock);
+	flag_store(t, slot, value);
 	pthread_mutex_unlock(&slot_lock);
 }
 
-static CUdeviceptr slot_dev(int slot)
+void gpufile__stream_flag_release(const struct gpufile__cuda *t, int slot,
+                                  uint32_t value)
+{
+	pthread_mutex_lock(&slot_lock);
+	if (flag_store(t, slot, value))
+		free_slots[nfree++] = slot;
+	pthread_mutex_unlock(&slot_lock);
+}
+
+CUdeviceptr gpufile__stream_flag_dev(int slot)
 {
 	return slabs[slot / SLOTS_PER_SLAB].dev +
 	       (CUdeviceptr)(slot % SLOTS_PER_SLAB) * sizeof(uint32_t);
@@ -233,7 +260,8 @@ struct job {
 	enum mechanism mech;
 	int slot;     /* wait-value: the flag */
 	uint32_t seq; /* wait-value: the value that releases the stream */
-	pthread_mutex_t lock; /* host-func: guards done and refs */
+	struct gpufile__stage *stage; /* staged */
+	pthread_mutex_t lock;         /* host-func: guards done and refs */
 	pthread_cond_t cond;
 	int done;
 	int refs; /* host-func: the thread and the host function */
@@ -242,6 +270,13 @@ struct job {
 	TAILQ_ENTRY(job) link;
 };
 
+static void job_free(struct job *j)
+{
+	pthread_mutex_destroy(&j->lock);
+	pthread_cond_destroy(&j->cond);
+	free(j);
+}
+
 static void job_unref(struct job *j)
 {
 	int last;
@@ -249,11 +284,8 @@ static void job_unref(struct job *j)
 	pthread_mutex_lock(&j->lock);
 	last = --j->refs == 0;
 	pthread_mutex_unlock(&j->lock);
-	if (last) {
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
-		free(j);
-	}
+	if (last)
+		job_free(j);
 }
 
 /* The host function of the host-func mechanism: holds the stream until
@@ -271,6 +303,22 @@ static void hold_stream(void *arg)
 
 static void job_ended(struct job *j); /* waiters, below */
 
+/* The staged mechanism's job: the stream orders the copies itself, so
+ * nothing waits for the work before; stream_stage.c waits for the copies,
+ * stores *n_out and releases the stream. Ends the job. */
+static void staged_run(const struct gpufile__cuda *t, struct job *j)
+{
+	CUcontext old = NULL;
+
+	t->cuCtxGetCurrent(&old);
+	t->cuCtxSetCurrent(j->ctx);
+	gpufile__stage_run(j->stage);
+	t->cuCtxSetCurrent(old);
+	job_ended(j); /* h may be closed from here */
+	gpufile__stage_free(j->stage);
+	job_free(j);
+}
+
 /* Waits for the work queued before the call, runs the request, writes
  * *n_out and releases the stream. Ends the job. */
 static void job_run(struct job *j)
@@ -280,6 +328,10 @@ static void job_run(struct job *j)
 	CUresult cr;
 	ssize_t n;
 
+	if (j->mech == MECH_STAGED) {
+		staged_run(t, j);
+		return;
+	}
 	t->cuCtxGetCurrent(&old);
 	cr = t->cuCtxSetCurrent(j->ctx);
 	if (cr == CUDA_SUCCESS)
@@ -305,10 +357,8 @@ static void job_run(struct job *j)
 	if (j->mech == MECH_WAIT_VALUE) {
 		/* *n_out and the bytes are stored before the flag: the
 		 * stream's work after reads them once the flag is seen. */
-		slot_release(t, j->slot, j->seq);
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
-		free(j);
+		gpufile__stream_flag_release(t, j->slot, j->seq);
+		job_free(j);
 	} else if (j->mech == MECH_HOST_FUNC) {
 		pthread_mutex_lock(&j->lock);
 		j->done = 1;
@@ -316,9 +366,7 @@ static void job_run(struct job *j)
 		pthread_mutex_unlock(&j->lock);
 		job_unref(j);
 	} else {
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
-		free(j);
+		job_free(j);
 	}
 }
 
@@ -573,6 +621,31 @@ static int runs_gpu_work(const struct gpufile__request *r)
 	return 0;
 }
 
+/* Why a request of device memory cannot be staged on the stream
+ * (stream_stage.c), or NULL when it can. */
+static const char *staged_refusal(const struct gpufile__cuda *t,
+                                  const struct gpufile__request *r,
+                                  int prepared)
+{
+	if (r->is_write)
+		return "only reads are staged on the stream, not writes";
+	if (!prepared || !r->cuda_ctx)
+		return "the buffer's device is not known";
+	if (r->path != GPUFILE_PATH_POSIX && r->path != GPUFILE_PATH_SMALL)
+		return "only reads of a local file are staged on the "
+		       "stream";
+	if (!t->cuStreamWaitValue32 || atomic_load(&wait_unsupported))
+		return "the driver does not wait on flags "
+		       "(cuStreamWaitValue32)";
+	if (!gpufile__stage_fits(&r->cfg, r->offset, r->size))
+		return "the read is larger than one staging arena "
+		       "(nthreads x bounce_buffers x bounce_buffer_size "
+		       "bytes): the stream's queue holds too few operations "
+		       "for it, so the call would wait for most of the read "
+		       "anyway (bench/README.md)";
+	return NULL;
+}
+
 /* Which mechanism a request on stream uses, and why (reason, len bytes).
  * r is prepared (file.c); cuFile's is tried by the caller. */
 static enum mechanism choose(const struct gpufile__cuda *t,
@@ -597,14 +670,26 @@ static enum mechanism choose(const struct gpufile__cuda *t,
 		}
 	}
 	if (runs_gpu_work(r)) {
+		const char *why = staged_refusal(t, r, prepared);
+
+		if (!why) {
+			snprintf(reason, len,
+			         "staged: the stream copies the file's bytes "
+			         "from gpufile's pinned buffers itself, each "
+			         "copy waiting (cuStreamWaitValue32) until "
+			         "gpufile's threads have read its part of the "
+			         "file into its buffer through the %s path",
+			         gpufile_path_name(r->path));
+			return MECH_STAGED;
+		}
 		snprintf(
 		    reason, len,
-		    "blocking: a %s of device memory runs gpufile's own "
-		    "copies on the GPU, which a stream held by gpufile "
-		    "must not wait for (CUDA's rule for flag waits and "
-		    "host functions), so the call synchronises the stream "
-		    "and runs the %s through the %s path before it returns",
-		    io, io, gpufile_path_name(r->path));
+		    "blocking: %s; a %s of device memory that runs gpufile's "
+		    "own copies on the GPU must not hold the stream (CUDA's "
+		    "rule for flag waits and host functions), so the call "
+		    "synchronises the stream and runs the %s through the %s "
+		    "path before it returns",
+		    why, io, io, gpufile_path_name(r->path));
 		return MECH_BLOCKING;
 	}
 	if (t->cuStreamWaitValue32 && !atomic_load(&wait_unsupported)) {
@@ -690,15 +775,16 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 	if (j->mech == MECH_WAIT_VALUE) {
 		uint32_t now;
 
-		rc = slot_get(t, &j->slot, &now);
+		rc = gpufile__stream_flag_get(t, &j->slot, &now);
 		if (rc)
 			return rc;
 		j->seq = now + 1;
-		cr = t->cuStreamWaitValue32(stream, slot_dev(j->slot), j->seq,
-		                            CU_STREAM_WAIT_VALUE_GEQ);
+		cr = t->cuStreamWaitValue32(stream,
+		                            gpufile__stream_flag_dev(j->slot),
+		                            j->seq, CU_STREAM_WAIT_VALUE_GEQ);
 		if (cr == CUDA_SUCCESS)
 			return 0;
-		slot_put(j->slot);
+		gpufile__stream_flag_put(j->slot);
 		if (cr == CUDA_ERROR_NOT_SUPPORTED && t->cuLaunchHostFunc) {
 			atomic_store(&wait_unsupported, 1);
 			return 1;
@@ -722,6 +808,20 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 	return cr == CUDA_SUCCESS
 	           ? 0
 	           : gpufile__cuda_fail(cr, NULL, 0, "cuStreamSynchronize");
+}
+
+/* From here the stream waits for j: it must run. Queues it for a waiter,
+ * or, blocking or when no waiter could be started, runs it here (the
+ * order still holds), counted and listed as a waiter's job is. */
+static void job_dispatch(struct job *j)
+{
+	if (j->mech != MECH_BLOCKING && waiter_queue(j) == 0)
+		return;
+	pthread_mutex_lock(&waiters.lock);
+	gpufile__handle_hold(j->h);
+	TAILQ_INSERT_TAIL(&waiters.running, j, link);
+	pthread_mutex_unlock(&waiters.lock);
+	job_run(j);
 }
 
 /* Queues the posix-side mechanisms: the event, the hold, the thread. */
@@ -752,16 +852,7 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 		t->cuEventDestroy(j->before);
 		return rc;
 	}
-	/* From here the stream waits for this job: it must run. */
-	if (j->mech != MECH_BLOCKING && waiter_queue(j) == 0)
-		return 0;
-	/* Blocking, or no waiter could be started: run it here (the order
-	 * still holds), counted and listed as a waiter's job is. */
-	pthread_mutex_lock(&waiters.lock);
-	gpufile__handle_hold(j->h);
-	TAILQ_INSERT_TAIL(&waiters.running, j, link);
-	pthread_mutex_unlock(&waiters.lock);
-	job_run(j);
+	job_dispatch(j);
 	return 0;
 }
 
@@ -858,6 +949,55 @@ static int start_job(const struct gpufile__cuda *t, gpufile_t *h, void *buf,
 	return rc;
 }
 
+/*
+ * Starts a staged read (stream_stage.c): its waits and copies on the
+ * stream, its fillers, and a waiter for its end. Returns 0, or 1 when it
+ * could not start and nothing is queued (the caller then blocks
+ * instead), or an error.
+ */
+static int start_staged(const struct gpufile__cuda *t,
+                        const struct gpufile__request *r, ssize_t *n_out,
+                        CUcontext ctx, CUstream stream)
+{
+	struct gpufile__stage *st;
+	struct job *j;
+	int rc, unsupported = 0;
+
+	/* The stream's copies write the buffer: they must run in its
+	 * context. */
+	if (ctx != r->cuda_ctx)
+		return 1;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return gpufile__fail(-ENOMEM,
+		                     "gpufile_read_async %s: out of "
+		                     "memory",
+		                     r->h->path);
+	rc = gpufile__stage_new(t, r, stream, n_out, &st);
+	if (rc == 0)
+		rc = gpufile__stage_queue(st, &unsupported);
+	if (rc) {
+		free(j);
+		if (rc == GPUFILE_ECUDA && unsupported) {
+			atomic_store(&wait_unsupported, 1);
+			return 1;
+		}
+		return rc;
+	}
+	j->mech = MECH_STAGED;
+	j->h = r->h;
+	j->n_out = n_out;
+	j->ctx = ctx;
+	j->stage = st;
+	j->refs = 1;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	/* Without a waiter this waits here; the fillers and the stream
+	 * end it. */
+	job_dispatch(j);
+	return 0;
+}
+
 static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
                      void *stream_arg, ssize_t *n_out, int is_write)
 {
@@ -893,7 +1033,12 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		goto out;
 	}
 	rc = pick_mechanism(t, &r, prepared, stream, n_out, what, &mech);
-	if (rc == 0 && mech != MECH_CUFILE)
+	if (rc == 0 && mech == MECH_STAGED &&
+	    (rc = start_staged(t, &r, n_out, ctx, stream)) == 1) {
+		rc = 0;
+		mech = MECH_BLOCKING;
+	}
+	if (rc == 0 && mech != MECH_CUFILE && mech != MECH_STAGED)
 		rc = start_job(t, h, buf, size, offset, is_write, n_out, ctx,
 		               mech, stream, what);
 	t->cuCtxSetCurrent(old);

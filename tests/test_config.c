@@ -127,7 +127,7 @@ static void test_defaults(void)
 	CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
 	CHECK_EQ(sz, 4u << 20);
 	CHECK_EQ(gpufile_pinned_bytes_max(),
-	         (size_t)nthreads_want * 2 * ((4u << 20) + 4096));
+	         3 * (size_t)nthreads_want * 2 * ((4u << 20) + 4096));
 
 	/* Source names are distinct words. */
 	CHECK(strcmp(gpufile_source_name(GPUFILE_SOURCE_DEFAULT), "default") ==
@@ -463,7 +463,7 @@ static void test_setters(void)
 	CHECK_EQ(gpufile_get_bounce_buffer_size(&sz), 0);
 	CHECK_EQ(sz, 1u << 20);
 	CHECK_EQ(gpufile_config_set("bounce_buffers", "3"), 0);
-	CHECK_EQ(gpufile_pinned_bytes_max(), 3u * 3 * ((1u << 20) + 4096));
+	CHECK_EQ(gpufile_pinned_bytes_max(), 3 * 3u * 3 * ((1u << 20) + 4096));
 
 	/* Setting names are matched without regard to case. */
 	CHECK_EQ(gpufile_config_set("TASK_SIZE", "8k"), 0);

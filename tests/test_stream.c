@@ -6,8 +6,9 @@
  * gpufile touches the buffer (it sees the buffer untouched, and its own
  * writes are overwritten by the read, or written by the write), one queued
  * after must see the file's bytes and *n_out. Every mechanism is run: the
- * flag wait (cuStreamWaitValue32), the host function where the driver
- * refuses the wait, the blocking fallback without either, and cuFile's
+ * flag wait (cuStreamWaitValue32), the staged read of device memory, the
+ * host function where the driver refuses the wait, the blocking fallback
+ * without either, and cuFile's
  * own cuFileReadAsync/WriteAsync (libfake_cufile.so). Errors: a failing
  * read reaches *n_out and releases the stream; bad arguments queue
  * nothing.
@@ -30,10 +31,10 @@
 #define SEED_DEV  62
 
 /* Where check_read, check_write and test_many put their buffers: the
- * fake's device memory (dev_base; gpufile stages it through its own
- * copies, so the call blocks: stream.c's runs_gpu_work) or plain host
- * memory (host_base; the stream is held by a flag or a host function
- * while a gpufile thread reads). */
+ * fake's device memory (dev_base; a read is staged on the stream, a write
+ * blocks: stream.c's runs_gpu_work) or plain host memory (host_base; the
+ * stream is held by a flag or a host function while a gpufile thread
+ * reads). */
 static unsigned char *io_base;
 static unsigned char *host_base;
 #define BEFORE 0xAB /* what the kernel before writes */
@@ -306,7 +307,8 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 		CHECK_EQ(n, -EIO);
 		gpufile__sys_reset();
 	}
-	/* The driver refuses the event: an error naming it, n_out alone. */
+	/* The driver refuses the event recorded before anything else
+	 * (host memory): an error naming it, n_out alone. */
 	{
 		static struct gpufile__cuda broken;
 		broken = fake;
@@ -314,11 +316,25 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 		gpufile__cuda_override(&broken);
 		n = -777;
 		before = queued(s);
-		CHECK_EQ(gpufile_read_async(h, dev, 4096, 0, s, &n),
+		CHECK_EQ(gpufile_read_async(h, host_base, 4096, 0, s, &n),
 		         GPUFILE_ECUDA);
 		CHECK_CONTAINS(gpufile_errmsg(), "cuEventRecord");
 		CHECK_EQ(n, -777);
 		CHECK_EQ(queued(s), before);
+		/* A staged read (device memory) has queued its first wait
+		 * by then: the failure reaches n_out, and the stream goes
+		 * on. */
+		{
+			struct kernel after = kernel(dev, 4096, -1);
+			after.n_out = &n;
+			CHECK_EQ(gpufile_read_async(h, dev, 4096, 0, s, &n), 0);
+			launch(s, &after);
+			CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+			CHECK_EQ(after.ran, 1);
+			CHECK_EQ(after.n_seen, GPUFILE_ECUDA);
+			CHECK_EQ(n, GPUFILE_ECUDA);
+			n = -777;
+		}
 		gpufile__cuda_override(&fake);
 	}
 	/* A stream capturing a graph: refused, naming it. */
@@ -463,6 +479,9 @@ int main(void)
 	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 	CHECK_EQ(gpufile_config_set("task_size", "1MiB"), 0);
 	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "256KiB"), 0);
+	/* A staging region of 4 x 2 x 256 KiB = 2 MiB, on any machine. */
+	CHECK_EQ(gpufile_set_nthreads(4), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffers", "2"), 0);
 	/* Page-cache reads only: the injected EIO goes through pread. */
 	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
 	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
@@ -471,16 +490,20 @@ int main(void)
 	if (!h || !w || !ro)
 		return test_finish("test_stream");
 
-	/* Device memory: gpufile's own copies run on the GPU, so the call
-	 * synchronises the stream and runs the request (several tasks,
-	 * through the bounce buffers); no flag wait is queued. */
+	/* Device memory: a read of up to one region (here 2 MiB) is
+	 * staged on the stream: one wait and one copy per 16 MiB, and a
+	 * wait for the end (test_stream_stage has the details). A larger
+	 * read, and a write, synchronise the stream and run the request
+	 * through the bounce buffers, with no flag wait. */
 	io_base = dev_base;
-	check_read(h, (3u << 20) + 777, 5, (3u << 20) + 777, "blocking:");
-	check_read(h, 8192, FILE_SIZE - 4000, 4000, "blocking:"); /* EOF */
-	check_read(h, 4096, FILE_SIZE + 10, 0, "blocking:");
-	check_write(w, wpath, (2u << 20) + 11, 3, 67);
+	check_read(h, (1u << 20) + 777, 5, (1u << 20) + 777, "staged:");
+	check_read(h, 8192, FILE_SIZE - 4000, 4000, "staged:"); /* EOF */
+	check_read(h, 4096, FILE_SIZE + 10, 0, "staged:");
 	test_many(h);
-	CHECK_EQ(wait_ops, 0);
+	CHECK_EQ(wait_ops, 2 + 2 + 1 + 64 * 2);
+	check_read(h, (3u << 20) + 777, 5, (3u << 20) + 777, "blocking:");
+	check_write(w, wpath, (2u << 20) + 11, 3, 67);
+	CHECK_EQ(wait_ops, 2 + 2 + 1 + 64 * 2);
 
 	/* Host memory: the flag wait holds the stream while a gpufile
 	 * thread reads. */

@@ -426,7 +426,7 @@ class File:
 
     def stream_info(self, buf, size=None, write=False):
         """How a stream-ordered request on buf keeps its order: a sentence
-        starting with "cufile:", "wait-value:", "host-func:" or
+        starting with "cufile:", "staged:", "wait-value:", "host-func:" or
         "blocking:"."""
         from . import _stream
         b, n, _ = self._prepare(buf, size, 0, not write, "stream_info",

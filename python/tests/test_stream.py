@@ -142,6 +142,7 @@ with gpufile.File(path) as f:
         time.sleep(0.001)
     r["n"] = fut.get()
     r["final_is_after"] = ctypes.string_at(ptr, size) == b"\xcd" * size
+res["wait_ops_read"] = cuda.fake_cuda_wait_ops()
 
 with gpufile.File(out, "w") as f:
     w = res["write"]
@@ -193,16 +194,18 @@ def test_ordering_with_the_fake_driver(data_file, tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    # Device memory: gpufile's copies run on the GPU, so the call
-    # synchronises the stream instead of holding it with a flag wait
-    # (src/stream.c, runs_gpu_work); the order must hold all the same.
-    assert res["info"].startswith("blocking:"), res["info"]
+    # Device memory: a read is staged on the stream (src/stream_stage.c):
+    # its copy waits for a flag, and one more wait holds the work after;
+    # a write synchronises the stream instead (no flag wait). The order
+    # must hold either way.
+    assert res["info"].startswith("staged:"), res["info"]
     r = res["read"]
     assert r == {"before_saw_untouched": True, "after_saw_file": True,
                  "after_n": size, "n": size, "final_is_after": True}, r
     w = res["write"]
     assert w == {"after_n": size, "n": size, "file_is_pattern": True}, w
-    assert res["wait_ops"] == 0
+    assert res["wait_ops_read"] == 2, res   # one chunk, and the end
+    assert res["wait_ops"] == res["wait_ops_read"], res
 
 
 # ---- on the GPU ----

@@ -1,0 +1,65 @@
+/*
+ * What stream.c (stream-ordered requests and their flags) and
+ * stream_stage.c (reads of device memory staged on the caller's stream)
+ * share.
+ */
+#ifndef GPUFILE_STREAM_H
+#define GPUFILE_STREAM_H
+
+#include "internal.h"
+#include "cuda_shim.h"
+
+/* ---- flags (stream.c) ---- */
+
+/*
+ * A flag is a 32-bit word of mapped pinned memory that a stream waits on
+ * (cuStreamWaitValue32, GEQ). gpufile__stream_flag_get takes a free one:
+ * *slot, and *value, what it holds now (wait for more than that).
+ * gpufile__stream_flag_store stores value, releasing the waits up to it,
+ * and keeps the slot; gpufile__stream_flag_release stores it and gives
+ * the slot back; gpufile__stream_flag_put gives back a slot nothing waits
+ * on. Neither store writes once the flag's context has ended (its memory
+ * went with it).
+ */
+int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
+                             uint32_t *value);
+CUdeviceptr gpufile__stream_flag_dev(int slot);
+void gpufile__stream_flag_store(const struct gpufile__cuda *t, int slot,
+                                uint32_t value);
+void gpufile__stream_flag_release(const struct gpufile__cuda *t, int slot,
+                                  uint32_t value);
+void gpufile__stream_flag_put(int slot);
+
+/* ---- staged reads on the caller's stream (stream_stage.c) ---- */
+
+struct gpufile__stage;
+
+/* Whether a read of size bytes at offset fits one staging arena (the
+ * only reads staged on the stream). */
+int gpufile__stage_fits(const struct gpufile__settings *cfg, int64_t offset,
+                        size_t size);
+/*
+ * Prepares the read r (prepared by file.c: device memory, the posix path,
+ * gpufile__stage_fits) to run on stream, whose context owns the buffer
+ * and is current: takes pinned memory for it (waiting while none has
+ * room) and a flag. Returns 0 with *out, or an error (nothing is queued).
+ */
+int gpufile__stage_new(const struct gpufile__cuda *t,
+                       const struct gpufile__request *r, CUstream stream,
+                       ssize_t *n_out, struct gpufile__stage **out);
+/* Queues the read's waits and copies on the stream and starts the fillers.
+ * Returns 0 once the stream holds the request (a driver failure after
+ * the first operation ends up in the result): then call
+ * gpufile__stage_run, on a thread that may wait for the stream. Or the
+ * error of the first operation, with nothing queued and st freed;
+ * *unsupported is then 1 when the driver refused the wait as
+ * CUDA_ERROR_NOT_SUPPORTED. */
+int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported);
+/* Waits until every piece is read and the stream's copies have run, gives
+ * the pinned memory back, stores *n_out, then lets the stream go past the
+ * request; returns the result. st's handle is not used after it; free st
+ * with gpufile__stage_free. */
+ssize_t gpufile__stage_run(struct gpufile__stage *st);
+void gpufile__stage_free(struct gpufile__stage *st);
+
+#endif

@@ -1,0 +1,763 @@
+/*
+ * Stream-ordered reads of device memory on the posix path ("staged"):
+ * the caller's stream itself copies the file's bytes out of pinned memory
+ * of gpufile's, so that gpufile_read_async returns at once.
+ *
+ * A read of up to one arena (nthreads * bounce_buffers * bounce_buffer_
+ * size bytes, 128 MiB at the defaults, counted from the read's offset
+ * rounded down to bounce_buffer_size) is cut into pieces of bounce_
+ * buffer_size, edges at multiples of it in the file, held in a span of as
+ * many consecutive units of an arena, and the pieces into groups of about
+ * STAGE_COPY bytes. At the call the stream gets, per group, a wait for
+ * the request's flag to reach seq + (pieces up to the group's end)
+ * (cuStreamWaitValue32, GEQ) and one copy of the group; then an event,
+ * and a wait for seq + pieces + 1: the work queued after the call. Filler
+ * threads read the pieces from the file (pread, or O_DIRECT for cold
+ * ranges, as a host read would), and the flag rises over the pieces
+ * filled in file order. A waiter (stream.c) waits for every piece and the
+ * event, stores *n_out, then the last value (in that order: once the
+ * caller can see the request ended, no CUDA call of gpufile's names its
+ * stream or context).
+ *
+ * Measured on the H200 first (2026-12-02): one wait, copy and event per
+ * 4 MiB chunk through a ring of reused buffers, to take reads of any
+ * size. The stream's queue holds only so many operations: the call of a
+ * warm 4 GiB read (3073 of them) returned after 0.95 of the read, and the
+ * read ran at 0.88x of gpufile_pread (a wait between every two copies
+ * stops the copy engine's pipeline). Hence few operations, no reuse
+ * within a read, and larger reads block instead (stream.c).
+ *
+ * Why no deadlock: CUDA runs a stream's work in order, and a stream
+ * blocked in a flag wait may hold up, in a shared hardware queue, work
+ * queued later on other streams (the reason stream.c never lets a held
+ * stream wait for gpufile's own copy streams: the Python suite hung that
+ * way on the H200). Here every wait is released by a filler, which waits
+ * for nothing but the file: fillers are threads of their own, never the
+ * pool's workers (a worker may wait for a copy held up behind this very
+ * stream), and they never wait for the GPU.
+ *
+ * Arenas are allocated portable in the primary context of the
+ * destination's device, at most MAX_ARENAS, kept until gpufile_release()
+ * or gpufile_bounce_buffer_free(); a call waits while none has room,
+ * which ends without the caller (the fillers and the stream run it).
+ *
+ * Lock order: a stage's lock, then stream.c's slot_lock (the flag
+ * stores); the arenas' and the fillers' locks alone. No I/O runs under
+ * any of them.
+ */
+#define _GNU_SOURCE
+#include "stream.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+
+#define MAX_ARENAS 2
+#define STAGE_COPY (16u << 20) /* bytes per copy (measured: bench/README) */
+
+/* ---- the arenas ---- */
+
+/*
+ * An arena is one pinned allocation of nthreads * bounce_buffers units of
+ * bounce_buffer_size bytes; a read takes a span of as many consecutive
+ * units as it has pieces (first fit), so that small reads share an arena
+ * and one copy can take several pieces. A 4 MiB read used to take a whole
+ * 128 MiB region: with two of them, the third of 32 such calls queued back
+ * to back waited for the first read to end (H200, 2026-12-02).
+ */
+struct arena {
+	struct arena *next;
+	char *p;
+	size_t unit; /* bytes per unit */
+	unsigned nunits;
+	unsigned char *used;
+	unsigned busy; /* units in use */
+	int dead;      /* its context ended: no new spans */
+	CUcontext ctx; /* the primary context it lives in, and its id */
+	unsigned long long id;
+};
+
+struct span {
+	struct arena *a;
+	unsigned first, n;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t back; /* units came back */
+	struct arena *list;
+	unsigned count; /* arenas, made or being made */
+} arenas = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0};
+
+static unsigned arena_units(const struct gpufile__settings *cfg)
+{
+	return cfg->nthreads * cfg->bounce_buffers;
+}
+
+static void arena_free(const struct gpufile__cuda *t, struct arena *a)
+{
+	if (t && a->p && gpufile__ctx_same(t, a->ctx, a->id))
+		t->cuMemFreeHost(a->p);
+	free(a->used);
+	free(a);
+}
+
+static struct arena *arena_alloc(const struct gpufile__cuda *t, size_t unit,
+                                 unsigned nunits, int device)
+{
+	struct arena *a = calloc(1, sizeof(*a));
+	CUcontext old = NULL;
+	CUresult cr;
+
+	if (!a || !(a->used = calloc(nunits, 1))) {
+		free(a);
+		gpufile__fail(-ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (gpufile__primary_context(device, (void **)&a->ctx)) {
+		arena_free(NULL, a);
+		return NULL;
+	}
+	gpufile__ctx_id(t, a->ctx, &a->id);
+	t->cuCtxGetCurrent(&old);
+	cr = t->cuCtxSetCurrent(a->ctx);
+	if (cr == CUDA_SUCCESS)
+		cr = t->cuMemHostAlloc((void **)&a->p, unit * nunits,
+		                       CU_MEMHOSTALLOC_PORTABLE);
+	t->cuCtxSetCurrent(old);
+	if (cr != CUDA_SUCCESS) {
+		gpufile__cuda_fail(
+		    cr, NULL, 0,
+		    "cuMemHostAlloc of %zu bytes of pinned memory "
+		    "for stream-ordered reads",
+		    unit * nunits);
+		a->p = NULL;
+		arena_free(NULL, a);
+		return NULL;
+	}
+	a->unit = unit;
+	a->nunits = nunits;
+	return a;
+}
+
+/* Caller holds arenas.lock. The first unit of n free consecutive ones in
+ * a, or -1. */
+static int arena_fit(const struct arena *a, unsigned n)
+{
+	unsigned run = 0;
+
+	for (unsigned i = 0; i < a->nunits; i++) {
+		run = a->used[i] ? 0 : run + 1;
+		if (run == n)
+			return (int)(i + 1 - n);
+	}
+	return -1;
+}
+
+/* Caller holds arenas.lock. Moves the idle arenas that cannot serve
+ * (their context ended, or made with other settings) to *gone. */
+static void arenas_prune(const struct gpufile__cuda *t, size_t unit,
+                         unsigned nunits, struct arena **gone)
+{
+	struct arena **pp = &arenas.list, *a;
+
+	while ((a = *pp)) {
+		if (!a->dead && !gpufile__ctx_same(t, a->ctx, a->id))
+			a->dead = 1;
+		if (a->busy == 0 &&
+		    (a->dead || a->unit != unit || a->nunits != nunits)) {
+			*pp = a->next;
+			arenas.count--;
+			a->next = *gone;
+			*gone = a;
+			continue;
+		}
+		pp = &a->next;
+	}
+}
+
+/* A span of n units of unit bytes (arenas of nunits), a new arena made in
+ * device's primary context when none has room and fewer than MAX_ARENAS
+ * exist; waits while every one is full. Returns 0, or an error with the
+ * thread's message. */
+static int span_take(const struct gpufile__cuda *t, size_t unit,
+                     unsigned nunits, int device, unsigned n, struct span *out)
+{
+	struct arena *gone = NULL, *made = NULL;
+	int rc = 0;
+
+	pthread_mutex_lock(&arenas.lock);
+	for (;;) {
+		struct arena *a;
+		int first = -1;
+
+		if (made) {
+			made->next = arenas.list;
+			arenas.list = made;
+			made = NULL;
+		}
+		arenas_prune(t, unit, nunits, &gone);
+		for (a = arenas.list; a; a = a->next)
+			if (!a->dead && a->unit == unit &&
+			    a->nunits == nunits &&
+			    (first = arena_fit(a, n)) >= 0)
+				break;
+		if (a) {
+			memset(a->used + first, 1, n);
+			a->busy += n;
+			*out = (struct span){a, (unsigned)first, n};
+			break;
+		}
+		if (arenas.count < MAX_ARENAS) {
+			arenas.count++;
+			pthread_mutex_unlock(&arenas.lock);
+			made = arena_alloc(t, unit, nunits, device);
+			pthread_mutex_lock(&arenas.lock);
+			if (!made) {
+				arenas.count--;
+				pthread_cond_broadcast(&arenas.back);
+				rc = GPUFILE_ECUDA;
+				break;
+			}
+			continue;
+		}
+		pthread_cond_wait(&arenas.back, &arenas.lock);
+	}
+	pthread_mutex_unlock(&arenas.lock);
+	while (gone) {
+		struct arena *a = gone;
+
+		gone = a->next;
+		arena_free(t, a);
+	}
+	return rc;
+}
+
+static void span_give(struct span sp)
+{
+	pthread_mutex_lock(&arenas.lock);
+	memset(sp.a->used + sp.first, 0, sp.n);
+	sp.a->busy -= sp.n;
+	pthread_cond_broadcast(&arenas.back);
+	pthread_mutex_unlock(&arenas.lock);
+}
+
+size_t gpufile__stage_buffers_free(void)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	struct arena *idle = NULL, **pp, *a;
+	size_t bytes = 0;
+
+	pthread_mutex_lock(&arenas.lock);
+	for (pp = &arenas.list; (a = *pp);) {
+		if (a->busy == 0) {
+			*pp = a->next;
+			arenas.count--;
+			a->next = idle;
+			idle = a;
+		} else {
+			pp = &a->next;
+		}
+	}
+	pthread_mutex_unlock(&arenas.lock);
+	while ((a = idle)) {
+		idle = a->next;
+		bytes += a->unit * a->nunits;
+		arena_free(t, a);
+	}
+	return bytes;
+}
+
+/* ---- the fillers ---- */
+
+struct gpufile__stage;
+
+struct piece_task {
+	TAILQ_ENTRY(piece_task) link;
+	struct gpufile__stage *st;
+	uint32_t piece;
+};
+
+#define FILLER_IDLE_S 5
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t work;
+	TAILQ_HEAD(, piece_task) queue;
+	unsigned queued; /* tasks on the queue */
+	unsigned nfillers, nidle;
+} fillers = {.lock = PTHREAD_MUTEX_INITIALIZER,
+             .work = PTHREAD_COND_INITIALIZER,
+             .queue = TAILQ_HEAD_INITIALIZER(fillers.queue)};
+
+static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch);
+
+static void *filler(void *arg)
+{
+	char *scratch = NULL;
+
+	(void)arg;
+	pthread_mutex_lock(&fillers.lock);
+	for (;;) {
+		struct piece_task *task = TAILQ_FIRST(&fillers.queue);
+
+		if (!task) {
+			struct timespec until;
+			int rc;
+
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += FILLER_IDLE_S;
+			fillers.nidle++;
+			rc = pthread_cond_timedwait(&fillers.work,
+			                            &fillers.lock, &until);
+			fillers.nidle--;
+			if (rc == ETIMEDOUT && TAILQ_EMPTY(&fillers.queue))
+				break;
+			continue;
+		}
+		TAILQ_REMOVE(&fillers.queue, task, link);
+		fillers.queued--;
+		pthread_mutex_unlock(&fillers.lock);
+		if (!scratch)
+			scratch = gpufile__thread_scratch();
+		fill_piece(task->st, task->piece, scratch);
+		pthread_mutex_lock(&fillers.lock);
+	}
+	fillers.nfillers--;
+	pthread_mutex_unlock(&fillers.lock);
+	return NULL;
+}
+
+/* Queues n tasks, and starts fillers while fewer are idle than tasks wait,
+ * up to max in all (a 4 MiB piece takes one thread ~0.7 ms to read from
+ * the page cache: reads of one piece each, queued back to back, need as
+ * many fillers as those of many pieces). Returns 0, or -1 when no filler
+ * exists and none could be started (nothing is then queued). */
+static int fillers_submit(struct piece_task *tasks, uint32_t n, unsigned max)
+{
+	pthread_attr_t attr;
+	unsigned started = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&fillers.lock);
+	for (uint32_t i = 0; i < n; i++)
+		TAILQ_INSERT_TAIL(&fillers.queue, &tasks[i], link);
+	fillers.queued += n;
+	while (fillers.nfillers < max &&
+	       fillers.nidle + started < fillers.queued &&
+	       pthread_attr_init(&attr) == 0) {
+		pthread_t tid;
+
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&tid, &attr, filler, NULL);
+		pthread_attr_destroy(&attr);
+		if (rc)
+			break;
+		fillers.nfillers++;
+		started++;
+	}
+	rc = fillers.nfillers ? 0 : -1;
+	if (rc) {
+		for (uint32_t i = 0; i < n; i++)
+			TAILQ_REMOVE(&fillers.queue, &tasks[i], link);
+		fillers.queued -= n;
+	}
+	pthread_cond_broadcast(&fillers.work);
+	pthread_mutex_unlock(&fillers.lock);
+	return rc;
+}
+
+/* fork(): the child has none of the fillers, nor their stages' threads;
+ * the arenas are the parent's pinned memory (CUDA maps it
+ * MADV_DONTFORK), unusable there. */
+void gpufile__stage_atfork_prepare(void)
+{
+	pthread_mutex_lock(&arenas.lock);
+	pthread_mutex_lock(&fillers.lock);
+}
+
+void gpufile__stage_atfork_parent(void)
+{
+	pthread_mutex_unlock(&fillers.lock);
+	pthread_mutex_unlock(&arenas.lock);
+}
+
+void gpufile__stage_atfork_child(void)
+{
+	TAILQ_INIT(&fillers.queue);
+	fillers.queued = fillers.nfillers = fillers.nidle = 0;
+	pthread_cond_init(&fillers.work, NULL);
+	pthread_mutex_unlock(&fillers.lock);
+	while (arenas.list) {
+		struct arena *a = arenas.list;
+
+		arenas.list = a->next;
+		a->p = NULL; /* the parent's */
+		arena_free(NULL, a);
+	}
+	arenas.count = 0;
+	pthread_cond_init(&arenas.back, NULL);
+	pthread_mutex_unlock(&arenas.lock);
+}
+
+/* ---- a staged read ---- */
+
+struct gpufile__stage {
+	const struct gpufile__cuda *t;
+	struct gpufile *h;
+	struct gpufile__settings cfg;
+	gpufile_path_t path; /* counted as */
+	CUstream stream;
+	CUdeviceptr dst;
+	int64_t off;  /* the read: [off, off + size) of the file */
+	size_t size;  /* as asked, up to the file's end at the call */
+	size_t asked; /* as asked */
+	size_t piece; /* bounce_buffer_size */
+	int64_t base; /* off rounded down to a multiple of piece */
+	uint32_t npieces, per_group;
+	struct span span; /* its units hold [base, base + n * piece) */
+	struct piece_task *tasks;
+	CUevent event; /* after the last copy, or NULL */
+	int slot;
+	uint32_t seq; /* the flag: seq + pieces filled in file order */
+	ssize_t *n_out;
+	uint64_t start_ns;
+
+	pthread_mutex_t lock; /* guards what follows */
+	pthread_cond_t cond;
+	unsigned char *filled;
+	uint32_t prefix; /* pieces [0, prefix) are filled */
+	uint32_t ended;  /* pieces filled */
+	int queue_done;  /* the caller is done queueing */
+	ssize_t queue_err;
+	int span_lost;      /* copies of unknown end may read it */
+	uint32_t err_piece; /* lowest piece that failed (npieces: none) */
+	ssize_t err;
+	uint32_t short_piece; /* lowest piece cut short (npieces: none) */
+	size_t short_n;       /* the bytes it had */
+};
+
+int gpufile__stage_fits(const struct gpufile__settings *cfg, int64_t offset,
+                        size_t size)
+{
+	const size_t head =
+	    (size_t)((uint64_t)offset % cfg->bounce_buffer_size);
+
+	return size <=
+	       (size_t)arena_units(cfg) * cfg->bounce_buffer_size - head;
+}
+
+static int64_t piece_pos(const struct gpufile__stage *st, uint32_t p)
+{
+	const int64_t pos = st->base + (int64_t)((uint64_t)p * st->piece);
+
+	return pos < st->off ? st->off : pos;
+}
+
+static int64_t piece_end(const struct gpufile__stage *st, uint32_t p)
+{
+	const int64_t end = st->off + (int64_t)st->size;
+	const int64_t next =
+	    st->base + (int64_t)((uint64_t)(p + 1) * st->piece);
+
+	return next < end ? next : end;
+}
+
+/* Where file offset pos lies in the read's span. */
+static char *region_at(const struct gpufile__stage *st, int64_t pos)
+{
+	const struct span *sp = &st->span;
+
+	return sp->a->p + sp->first * sp->a->unit + (pos - st->base);
+}
+
+static void stage_free(struct gpufile__stage *st)
+{
+	if (st->span.a)
+		span_give(st->span);
+	pthread_mutex_destroy(&st->lock);
+	pthread_cond_destroy(&st->cond);
+	free(st->tasks);
+	free(st->filled);
+	free(st);
+}
+
+int gpufile__stage_new(const struct gpufile__cuda *t,
+                       const struct gpufile__request *r, CUstream stream,
+                       ssize_t *n_out, struct gpufile__stage **out)
+{
+	struct gpufile__stage *st = calloc(1, sizeof(*st));
+	const int64_t fsize = gpufile_size(r->h);
+	char why[384];
+	int rc;
+
+	*out = NULL;
+	if (!st)
+		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
+		                     r->h->path);
+	if (fsize < 0) {
+		free(st);
+		return (int)fsize;
+	}
+	st->t = t;
+	st->h = r->h;
+	st->cfg = r->cfg;
+	st->path = r->path;
+	st->stream = stream;
+	st->n_out = n_out;
+	st->dst = (CUdeviceptr)(uintptr_t)r->buf;
+	st->off = r->offset;
+	st->asked = r->size;
+	st->size = r->offset >= fsize ? 0
+	           : (uint64_t)(fsize - r->offset) < r->size
+	               ? (size_t)(fsize - r->offset)
+	               : r->size;
+	st->piece = r->cfg.bounce_buffer_size;
+	st->base = st->off - (int64_t)((uint64_t)st->off % st->piece);
+	st->npieces = st->size
+	                  ? (uint32_t)(((uint64_t)(st->off + (int64_t)st->size -
+	                                           st->base) +
+	                                st->piece - 1) /
+	                               st->piece)
+	                  : 0;
+	st->per_group = (uint32_t)((STAGE_COPY + st->piece - 1) / st->piece);
+	st->err_piece = st->short_piece = st->npieces;
+	st->start_ns = gpufile__now_ns();
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->cond, NULL);
+	st->tasks = calloc(st->npieces + 1, sizeof(*st->tasks));
+	st->filled = calloc(st->npieces + 1, 1);
+	if (!st->tasks || !st->filled) {
+		stage_free(st);
+		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
+		                     r->h->path);
+	}
+	if (st->npieces && span_take(t, st->piece, arena_units(&r->cfg),
+	                             r->device, st->npieces, &st->span)) {
+		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
+		stage_free(st);
+		return gpufile__fail(GPUFILE_ECUDA, "reading %s: %s",
+		                     r->h->path, why);
+	}
+	rc = gpufile__stream_flag_get(t, &st->slot, &st->seq);
+	if (rc) {
+		stage_free(st);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+/* Caller holds st->lock; every piece is filled and the call is done
+ * queueing. What *n_out must hold. */
+static ssize_t result(const struct gpufile__stage *st)
+{
+	if (st->queue_err)
+		return st->queue_err;
+	if (st->err_piece < st->npieces && st->err_piece <= st->short_piece)
+		return st->err;
+	if (st->short_piece < st->npieces)
+		return (ssize_t)(piece_pos(st, st->short_piece) +
+		                 (int64_t)st->short_n - st->off);
+	return (ssize_t)st->size;
+}
+
+/* Reads piece p into the span; bytes past what the file gave (a file
+ * cut short since the call, an error) are zeroed, so that the copy never
+ * puts another read's bytes into the destination. Pieces past a failure
+ * or the file's end are not read. Raises the flag over the pieces filled
+ * in file order. */
+static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
+{
+	const int64_t pos = piece_pos(st, p);
+	const size_t len = (size_t)(piece_end(st, p) - pos);
+	char *buf = region_at(st, pos);
+	uint32_t before;
+	ssize_t n = 0;
+	int skip;
+
+	pthread_mutex_lock(&st->lock);
+	skip = p > st->err_piece || p > st->short_piece;
+	pthread_mutex_unlock(&st->lock);
+	if (!skip)
+		n = gpufile__file_read(st->h, st->cfg.direct_io, buf, len, pos,
+		                       scratch, GPUFILE__SCRATCH);
+	if (n < 0)
+		memset(buf, 0, len);
+	else if ((size_t)n < len)
+		memset(buf + n, 0, len - (size_t)n);
+
+	pthread_mutex_lock(&st->lock);
+	before = st->prefix;
+	if (!skip && n < 0 && p < st->err_piece) {
+		st->err_piece = p;
+		st->err = n;
+	} else if (!skip && n >= 0 && (size_t)n < len && p < st->short_piece) {
+		st->short_piece = p;
+		st->short_n = (size_t)n;
+	}
+	st->filled[p] = 1;
+	while (st->prefix < st->npieces && st->filled[st->prefix])
+		st->prefix++;
+	if (st->prefix != before)
+		gpufile__stream_flag_store(st->t, st->slot,
+		                           st->seq + st->prefix);
+	if (++st->ended == st->npieces)
+		pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* Queues group g: its wait, unless queued already (the first), and its
+ * copy. */
+static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
+{
+	const struct gpufile__cuda *t = st->t;
+	const uint32_t first = g * st->per_group;
+	const uint32_t last = first + st->per_group < st->npieces
+	                          ? first + st->per_group
+	                          : st->npieces;
+	const int64_t pos = piece_pos(st, first);
+	CUresult cr = CUDA_SUCCESS;
+
+	if (wait)
+		cr = t->cuStreamWaitValue32(
+		    st->stream, gpufile__stream_flag_dev(st->slot),
+		    st->seq + last, CU_STREAM_WAIT_VALUE_GEQ);
+	if (cr == CUDA_SUCCESS)
+		cr = t->cuMemcpyHtoDAsync(
+		    st->dst + (CUdeviceptr)(pos - st->off), region_at(st, pos),
+		    (size_t)(piece_end(st, last - 1) - pos), st->stream);
+	return cr;
+}
+
+/* The stream's first operation: a wait (group 0's, or the end's). */
+static CUresult queue_first(struct gpufile__stage *st)
+{
+	const uint32_t first =
+	    st->per_group < st->npieces ? st->per_group : st->npieces;
+
+	return st->t->cuStreamWaitValue32(
+	    st->stream, gpufile__stream_flag_dev(st->slot),
+	    st->seq + (st->npieces ? first : 1), CU_STREAM_WAIT_VALUE_GEQ);
+}
+
+int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
+{
+	const struct gpufile__cuda *t = st->t;
+	const uint32_t ngroups =
+	    (st->npieces + st->per_group - 1) / st->per_group;
+	CUresult cr = queue_first(st);
+	uint32_t g = 0;
+	int rc;
+
+	*unsupported = cr == CUDA_ERROR_NOT_SUPPORTED;
+	if (cr != CUDA_SUCCESS) {
+		/* Nothing on the stream: the request is off. */
+		rc = gpufile__cuda_fail(cr, NULL, 0,
+		                        "reading %s: cuStreamWaitValue32 on "
+		                        "the stream",
+		                        st->h->path);
+		gpufile__stream_flag_put(st->slot);
+		stage_free(st);
+		return rc;
+	}
+	for (uint32_t p = 0; p < st->npieces; p++)
+		st->tasks[p] = (struct piece_task){.st = st, .piece = p};
+	if (st->npieces &&
+	    fillers_submit(st->tasks, st->npieces, st->cfg.nthreads) != 0) {
+		/* No filler: the pieces are read here (the wait is
+		 * queued), then the stream goes on as below. */
+		char *scratch = gpufile__thread_scratch();
+
+		for (uint32_t p = 0; p < st->npieces; p++)
+			fill_piece(st, p, scratch);
+	}
+	for (g = 0; g < ngroups; g++) {
+		cr = queue_group(st, g, g > 0);
+		if (cr != CUDA_SUCCESS)
+			break;
+	}
+	if (cr == CUDA_SUCCESS && ngroups) {
+		cr = t->cuEventCreate(&st->event, CU_EVENT_DISABLE_TIMING |
+		                                      CU_EVENT_BLOCKING_SYNC);
+		if (cr == CUDA_SUCCESS &&
+		    (cr = t->cuEventRecord(st->event, st->stream)) !=
+		        CUDA_SUCCESS) {
+			t->cuEventDestroy(st->event);
+			st->event = NULL;
+		}
+	}
+	rc = cr == CUDA_SUCCESS
+	         ? 0
+	         : gpufile__cuda_fail(cr, NULL, 0,
+	                              "reading %s: queueing copy %u of %u "
+	                              "on the stream",
+	                              st->h->path, g, ngroups);
+	/* The end, queued after a failure too, so that the work after
+	 * still waits for *n_out (which then holds the failure). */
+	if (st->npieces) {
+		cr = t->cuStreamWaitValue32(
+		    st->stream, gpufile__stream_flag_dev(st->slot),
+		    st->seq + st->npieces + 1, CU_STREAM_WAIT_VALUE_GEQ);
+		if (cr != CUDA_SUCCESS && rc == 0)
+			rc = gpufile__cuda_fail(
+			    cr, NULL, 0,
+			    "reading %s: cuStreamWaitValue32 "
+			    "on the stream",
+			    st->h->path);
+	}
+	pthread_mutex_lock(&st->lock);
+	/* Copies were queued, and nothing will tell when they have ended:
+	 * the span cannot be reused (gpufile__stage_run leaves it). */
+	st->span_lost = rc && g && !st->event;
+	st->queue_err = rc;
+	st->queue_done = 1;
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+	return 0;
+}
+
+ssize_t gpufile__stage_run(struct gpufile__stage *st)
+{
+	const struct gpufile__cuda *t = st->t;
+	ssize_t n;
+
+	pthread_mutex_lock(&st->lock);
+	while (!st->queue_done || st->ended < st->npieces)
+		pthread_cond_wait(&st->cond, &st->lock);
+	n = result(st);
+	pthread_mutex_unlock(&st->lock);
+	/* Once the last copy has run, nothing reads the span. This comes
+	 * before the stream is let go: once the caller sees the request
+	 * ended, gpufile touches none of its CUDA objects (the caller may
+	 * destroy the stream, or the context, right away). */
+	if (st->event) {
+		CUresult cr = t->cuEventSynchronize(st->event);
+
+		if (cr != CUDA_SUCCESS && n >= 0)
+			n = gpufile__cuda_fail(cr, NULL, 0,
+			                       "reading %s: waiting for the "
+			                       "copies on the stream",
+			                       st->h->path);
+		t->cuEventDestroy(st->event);
+	}
+	if (!st->span_lost && st->span.a)
+		span_give(st->span);
+	st->span.a = NULL;
+	gpufile__stats_request(st->path, 0, n, st->npieces, st->asked,
+	                       gpufile__now_ns() - st->start_ns);
+	/* Atomic: a caller may peek at *n_out before the stream gets
+	 * there; it then sees the old value or the final one. */
+	__atomic_store_n(st->n_out, n, __ATOMIC_RELEASE);
+	/* The work after may run from here. */
+	gpufile__stream_flag_release(t, st->slot, st->seq + st->npieces + 1);
+	return n;
+}
+
+void gpufile__stage_free(struct gpufile__stage *st)
+{
+	stage_free(st);
+}

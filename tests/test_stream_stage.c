@@ -1,0 +1,520 @@
+/*
+ * Stream-ordered reads of device memory staged on the caller's stream
+ * (stream_stage.c), on the fake driver (fake_cuda.h), whose copies read
+ * their pinned source only when the stream runs them: a copy let through
+ * before its bytes were read would put the wrong bytes in the destination.
+ *
+ * What must hold:
+ * - the call returns while the work queued before it has not ended (a
+ *   host function that waits for the test); the work after sees the
+ *   file's bytes and *n_out; nothing outside the destination is written;
+ *   end-of-file as gpufile_pread;
+ * - a read larger than one arena (nthreads * bounce_buffers *
+ *   bounce_buffer_size) blocks instead, saying why;
+ * - reads of one piece each, queued back to back, are read by as many
+ *   fillers at once (nthreads);
+ * - several streams at once, small reads sharing an arena and large ones
+ *   more than two arenas hold (a call then waits for room), are right,
+ *   and at most two arenas are held, all given back by
+ *   gpufile_bounce_buffer_free();
+ * - an I/O error, a file that ends early, and a copy the driver refuses
+ *   after the first operation reach *n_out, and the stream goes on
+ *   (never left waiting); bytes past a file's early end are zeros, never
+ *   stale region bytes;
+ * - device 1, and device 0 after its primary context was reset: new
+ *   pinned memory and flags, nothing of the dead context used;
+ * - a driver refusing the flag wait (CUDA_ERROR_NOT_SUPPORTED) makes the
+ *   read block instead, still right.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "internal.h"
+#include "cuda_shim.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEV_SIZE  (64u << 20)
+#define FILE_SIZE ((30u << 20) + 333)
+#define SEED      91
+#define CHUNK     (1u << 20)  /* bounce_buffer_size: a piece */
+#define REGION    (24u << 20) /* an arena: nthreads 6 x bounce_buffers 4 */
+#include "fake_cuda.h"
+
+static const char *path;
+
+/* ---- host functions standing in for kernels ---- */
+
+/* Holds the stream until the test opens it (at most 10 s). */
+struct gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int open, ended, timed_out;
+};
+
+static void gate_fn(void *arg)
+{
+	struct gate *g = arg;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 10;
+	pthread_mutex_lock(&g->lock);
+	while (!g->open)
+		if (pthread_cond_timedwait(&g->cond, &g->lock, &until) ==
+		    ETIMEDOUT) {
+			g->timed_out = 1;
+			break;
+		}
+	g->ended = 1;
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* Records what the work after the request sees. */
+struct after {
+	const ssize_t *n_out;
+	ssize_t n_seen;
+	const unsigned char *buf;
+	unsigned char *copy;
+	size_t len;
+	int ran;
+};
+
+static void after_fn(void *arg)
+{
+	struct after *a = arg;
+
+	a->n_seen = *a->n_out;
+	if (a->copy)
+		memcpy(a->copy, a->buf, a->len);
+	__atomic_store_n(&a->ran, 1, __ATOMIC_SEQ_CST);
+}
+
+static CUstream new_stream(void)
+{
+	CUstream s = NULL;
+
+	CHECK_EQ(fake.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), 0);
+	return s;
+}
+
+/* Reads size bytes at off into dst on s with the work after recorded; the
+ * stream is synchronised. Returns *n_out, after checking that the work
+ * after saw it; the destination as the work after saw it is in copy. */
+static ssize_t read_on(gpufile_t *h, CUstream s, unsigned char *dst,
+                       size_t size, int64_t off, unsigned char *copy)
+{
+	struct after a = {0};
+	ssize_t n = -777;
+
+	CHECK_EQ(gpufile_read_async(h, dst, size, off, s, &n), 0);
+	a.n_out = &n;
+	a.buf = dst;
+	a.copy = copy;
+	a.len = size;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(a.ran, 1);
+	CHECK_EQ(a.n_seen, n);
+	return n;
+}
+
+/* ---- the call returns at once; order and bytes ---- */
+
+static void test_returns_at_once(gpufile_t *h)
+{
+	const size_t size = 20 * CHUNK + 333; /* 21 pieces, 2 copies */
+	const int64_t off = 777;
+	unsigned char *dst = dev_base + 4096 + 5;
+	unsigned char *seen = test_malloc(size);
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+	                 0, 0};
+	struct after a = {0};
+	char reason[512];
+	ssize_t n = -777;
+	CUstream s = new_stream();
+
+	CHECK_EQ(gpufile_stream_info(h, dst, size, 0, reason, sizeof(reason)),
+	         0);
+	CHECK(strncmp(reason, "staged:", 7) == 0);
+	memset(dst - 4096, 0xA5, size + 8192);
+	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g), 0);
+	CHECK_EQ(gpufile_read_async(h, dst, size, off, s, &n), 0);
+	/* Back while the work before still waits for us: the call did not
+	 * synchronise the stream. (*n_out may already hold the result:
+	 * it is stored once the file is read, before the stream gets
+	 * there.) */
+	pthread_mutex_lock(&g.lock);
+	CHECK_EQ(g.ended, 0);
+	CHECK_EQ(g.timed_out, 0);
+	g.open = 1;
+	pthread_cond_broadcast(&g.cond);
+	pthread_mutex_unlock(&g.lock);
+	a.n_out = &n;
+	a.buf = dst;
+	a.copy = seen;
+	a.len = size;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(g.timed_out, 0);
+	CHECK_EQ(a.ran, 1);
+	CHECK_EQ(a.n_seen, (ssize_t)size);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(seen, size, SEED, (uint64_t)off), -1);
+	CHECK_EQ(test_mismatch_byte(dst - 4096, 4096, 0xA5), -1);
+	CHECK_EQ(test_mismatch_byte(dst + size, 4096, 0xA5), -1);
+
+	/* At end-of-file, and past it. */
+	memset(dst, 0xA5, 3 * CHUNK);
+	CHECK_EQ(read_on(h, s, dst, 3 * CHUNK, FILE_SIZE - 5000, NULL), 5000);
+	CHECK_EQ(test_mismatch(dst, 5000, SEED, FILE_SIZE - 5000), -1);
+	CHECK_EQ(test_mismatch_byte(dst + 5000, 3 * CHUNK - 5000, 0xA5), -1);
+	memset(dst, 0xA5, 4096);
+	CHECK_EQ(read_on(h, s, dst, 4096, FILE_SIZE + 1, NULL), 0);
+	CHECK_EQ(test_mismatch_byte(dst, 4096, 0xA5), -1);
+
+	/* Larger than a region (counted from the offset rounded down to a
+	 * piece): the call blocks, saying why. */
+	CHECK_EQ(gpufile_stream_info(h, dst, REGION - 776, 0, reason,
+	                             sizeof(reason)),
+	         0);
+	CHECK(strncmp(reason, "staged:", 7) == 0);
+	CHECK_EQ(gpufile_stream_info(h, dst, REGION, 0, reason, sizeof(reason)),
+	         0);
+	CHECK(strncmp(reason, "staged:", 7) == 0);
+	CHECK_EQ(
+	    gpufile_stream_info(h, dst, REGION + 1, 0, reason, sizeof(reason)),
+	    0);
+	CHECK(strncmp(reason, "blocking:", 9) == 0);
+	CHECK_CONTAINS(reason, "larger than one staging arena");
+	n = -777;
+	CHECK_EQ(gpufile_read_async(h, dst, REGION + 1, 3, s, &n), 0);
+	CHECK_EQ(n, (ssize_t)REGION + 1); /* written before the return */
+	CHECK_EQ(test_mismatch(dst, REGION + 1, SEED, 3), -1);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	free(seen);
+}
+
+/* ---- many requests, few buffers ---- */
+
+static void test_many(gpufile_t *h)
+{
+	enum { STREAMS = 3, PER = 4 };
+	const size_t piece = 5 * CHUNK / 2 - 7;
+	CUstream s[STREAMS];
+	ssize_t n[STREAMS][PER];
+	struct after a[STREAMS];
+
+	memset(dev_base, 0, (size_t)STREAMS * PER * piece);
+	for (int i = 0; i < STREAMS; i++)
+		s[i] = new_stream();
+	for (int r = 0; r < PER; r++)
+		for (int i = 0; i < STREAMS; i++) {
+			const size_t at = ((size_t)i * PER + r) * piece;
+
+			n[i][r] = -1;
+			CHECK_EQ(gpufile_read_async(h, dev_base + at, piece,
+			                            (int64_t)at, s[i],
+			                            &n[i][r]),
+			         0);
+		}
+	for (int i = 0; i < STREAMS; i++) {
+		a[i] = (struct after){.n_out = &n[i][PER - 1]};
+		CHECK_EQ(fake.cuLaunchHostFunc(s[i], after_fn, &a[i]), 0);
+	}
+	for (int i = STREAMS - 1; i >= 0; i--) {
+		CHECK_EQ(fake.cuStreamSynchronize(s[i]), 0);
+		CHECK_EQ(a[i].n_seen, (ssize_t)piece);
+		for (int r = 0; r < PER; r++)
+			CHECK_EQ(n[i][r], (ssize_t)piece);
+		CHECK_EQ(fake.cuStreamDestroy(s[i]), 0);
+	}
+	CHECK_EQ(
+	    test_mismatch(dev_base, (size_t)STREAMS * PER * piece, SEED, 0),
+	    -1);
+
+	/* Three reads of 20 pieces at once: two arenas hold two of them,
+	 * the third call waits for room. */
+	{
+		const size_t big = 20 * CHUNK;
+		ssize_t nb[STREAMS];
+
+		memset(dev_base, 0, STREAMS * big);
+		for (int i = 0; i < STREAMS; i++) {
+			s[i] = new_stream();
+			nb[i] = -1;
+			CHECK_EQ(gpufile_read_async(h, dev_base + i * big, big,
+			                            (int64_t)i * (5 << 20),
+			                            s[i], &nb[i]),
+			         0);
+		}
+		for (int i = 0; i < STREAMS; i++) {
+			CHECK_EQ(fake.cuStreamSynchronize(s[i]), 0);
+			CHECK_EQ(nb[i], (ssize_t)big);
+			CHECK_EQ(test_mismatch(dev_base + i * big, big, SEED,
+			                       (uint64_t)i * (5 << 20)),
+			         -1);
+			CHECK_EQ(fake.cuStreamDestroy(s[i]), 0);
+		}
+	}
+}
+
+/* ---- fillers at once ---- */
+
+/* pread that waits (up to 5 s) until want calls are in it at once. */
+static pthread_mutex_t meet_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t meet_cond = PTHREAD_COND_INITIALIZER;
+static int meet_in, meet_want, meet_peak;
+
+static ssize_t meeting_pread(int fd, void *buf, size_t len, off_t off)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	pthread_mutex_lock(&meet_lock);
+	if (++meet_in > meet_peak)
+		meet_peak = meet_in;
+	pthread_cond_broadcast(&meet_cond);
+	while (meet_peak < meet_want &&
+	       pthread_cond_timedwait(&meet_cond, &meet_lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&meet_lock);
+	len = (size_t)pread(fd, buf, len, off);
+	pthread_mutex_lock(&meet_lock);
+	meet_in--;
+	pthread_mutex_unlock(&meet_lock);
+	return (ssize_t)len;
+}
+
+/* Six reads of one piece each, queued back to back, are read by six
+ * fillers at once (nthreads), not one after another. */
+static void test_fillers_at_once(gpufile_t *h)
+{
+	enum { N = 6 };
+	ssize_t n[N];
+	CUstream s = new_stream();
+
+	meet_want = N;
+	meet_peak = 0;
+	gpufile__sys.pread = meeting_pread;
+	for (int i = 0; i < N; i++) {
+		n[i] = -1;
+		CHECK_EQ(gpufile_read_async(h, dev_base + (size_t)i * CHUNK,
+		                            CHUNK, (int64_t)i * CHUNK, s,
+		                            &n[i]),
+		         0);
+	}
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	gpufile__sys_reset();
+	CHECK_EQ(meet_peak, N);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(n[i], (ssize_t)CHUNK);
+	CHECK_EQ(test_mismatch(dev_base, N * CHUNK, SEED, 0), -1);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+}
+
+/* ---- failures ---- */
+
+static int64_t fail_from = -1; /* pread fails (eio) or ends (!eio) here */
+static int fail_eio;
+
+static ssize_t cut_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (fail_from >= 0 && off + (off_t)len > fail_from) {
+		if (off >= fail_from) {
+			if (fail_eio) {
+				errno = EIO;
+				return -1;
+			}
+			return 0;
+		}
+		len = (size_t)(fail_from - off);
+	}
+	return pread(fd, buf, len, off);
+}
+
+static long htod_fail_at = -1; /* the copy (counted from 0) refused */
+static long htod_seen;
+
+static CUresult refusing_htod(CUdeviceptr dst, const void *src, size_t size,
+                              CUstream s)
+{
+	if (__atomic_fetch_add(&htod_seen, 1, __ATOMIC_SEQ_CST) == htod_fail_at)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake.cuMemcpyHtoDAsync(dst, src, size, s);
+}
+
+static void test_errors_midway(gpufile_t *h)
+{
+	const size_t size = 19 * CHUNK; /* 2 copies */
+	unsigned char *dst = dev_base + (1u << 20);
+	unsigned char *seen = test_malloc(size);
+	static struct gpufile__cuda refusing;
+	CUstream s = new_stream();
+	ssize_t n;
+
+	/* An I/O error in the fourth chunk. */
+	gpufile__sys.pread = cut_pread;
+	fail_from = 3 * CHUNK + 100;
+	fail_eio = 1;
+	CHECK_EQ(read_on(h, s, dst, size, 0, NULL), -EIO);
+	/* The file ends early (cut since the call): the bytes the file had,
+	 * zeros after them. */
+	fail_eio = 0;
+	memset(dst, 0xA5, size);
+	n = read_on(h, s, dst, size, 50, seen);
+	CHECK_EQ(n, (ssize_t)(3 * CHUNK + 50));
+	CHECK_EQ(test_mismatch(seen, (size_t)n, SEED, 50), -1);
+	CHECK_EQ(test_mismatch_byte(seen + n, size - (size_t)n, 0), -1);
+	fail_from = -1;
+	gpufile__sys_reset();
+
+	/* The driver refuses the second copy while the call queues: the
+	 * call has queued the first wait, so the failure goes to n_out,
+	 * and the stream is released. */
+	refusing = fake;
+	refusing.cuMemcpyHtoDAsync = refusing_htod;
+	htod_seen = 0;
+	htod_fail_at = 1;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(read_on(h, s, dst, size, 0, NULL), GPUFILE_ECUDA);
+	gpufile__cuda_override(&fake);
+	htod_fail_at = -1;
+
+	/* And the next read on the stream is right. */
+	CHECK_EQ(read_on(h, s, dst, size, 4096, seen), (ssize_t)size);
+	CHECK_EQ(test_mismatch(seen, size, SEED, 4096), -1);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	free(seen);
+}
+
+/* ---- device 1; a reset primary context ---- */
+
+/* A staged read of 20 MiB + 3 into device dev, on a stream of its
+ * context. 0 when right. */
+static int read_device(gpufile_t *h, int dev)
+{
+	const size_t size = 20 * CHUNK + 3;
+	unsigned char *dst = fake_dev_base(dev) + (2u << 20) + 9;
+	unsigned char *seen = test_malloc(size);
+	char reason[512];
+	CUstream s;
+	ssize_t n;
+	int bad;
+
+	fake_cur = fake_ctx_of(dev);
+	s = new_stream();
+	CHECK_EQ(gpufile_stream_info(h, dst, size, 0, reason, sizeof(reason)),
+	         0);
+	CHECK(strncmp(reason, "staged:", 7) == 0);
+	n = read_on(h, s, dst, size, 5, seen);
+	bad = n != (ssize_t)size || test_mismatch(seen, size, SEED, 5) != -1;
+	if (bad)
+		fprintf(stderr, "  device %d: %zd\n", dev, n);
+	fake.cuStreamDestroy(s);
+	fake_cur = fake_ctx_of(0);
+	free(seen);
+	return bad;
+}
+
+static void test_contexts(gpufile_t *h)
+{
+	CUcontext ctx;
+	long allocs;
+
+	CHECK_EQ(read_device(h, 1), 0);
+	CHECK_EQ(read_device(h, 0), 0);
+	allocs = fake_read_long(&hostalloc_calls);
+	/* Device 0's buffers and flags end with its context: the reads
+	 * into device 1 (before device 0's context lives again) and then
+	 * into device 0 get new ones. */
+	fake_ctx_reset(0);
+	CHECK_EQ(read_device(h, 1), 0);
+	CHECK(fake_read_long(&hostalloc_calls) > allocs);
+	CHECK_EQ(fake.cuDevicePrimaryCtxRetain(&ctx, 0), 0);
+	CHECK_EQ(read_device(h, 0), 0);
+	fake_ctx_reset(0);
+	CHECK_EQ(fake.cuDevicePrimaryCtxRetain(&ctx, 0), 0);
+	CHECK_EQ(read_device(h, 0), 0);
+	CHECK_EQ(fake_read_int(&stale_uses), 0);
+	CHECK_EQ(fake_read_int(&bad_copies), 0);
+	CHECK(fake_dead_intact());
+	CHECK_EQ(fake_read_int(&ctx_mismatches), 0);
+}
+
+/* ---- a driver that refuses flag waits ---- */
+
+static void test_wait_refused(gpufile_t *h)
+{
+	unsigned char *dst = dev_base + 4096;
+	char reason[512];
+	ssize_t n = -777;
+	CUstream s = new_stream();
+
+	fake_wait_refused = 1;
+	/* Not known yet: the read tries the staged way, then blocks. */
+	CHECK_EQ(gpufile_read_async(h, dst, 3 * CHUNK, 11, s, &n), 0);
+	CHECK_EQ(n, (ssize_t)(3 * CHUNK)); /* written before the return */
+	CHECK_EQ(test_mismatch(dst, 3 * CHUNK, SEED, 11), -1);
+	CHECK_EQ(
+	    gpufile_stream_info(h, dst, 3 * CHUNK, 0, reason, sizeof(reason)),
+	    0);
+	CHECK(strncmp(reason, "blocking:", 9) == 0);
+	CHECK_CONTAINS(reason, "cuStreamWaitValue32");
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	fake_wait_refused = 0;
+}
+
+int main(void)
+{
+	gpufile_t *h = NULL;
+	size_t freed;
+
+	fake_ndev = 2;
+	if (posix_memalign((void **)&fake_dev_mem[1], 4096, DEV_SIZE))
+		return 1;
+	if (fake_install() != 0)
+		return 1;
+	fake_dev_mem[0] = dev_base;
+	fake_cur = fake_ctx_of(0);
+	path = test_path("stream-stage.bin");
+	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
+	/* Regions of 24 pieces of 1 MiB, 6 fillers; reads through the
+	 * page cache (the injected failures replace pread). */
+	CHECK_EQ(gpufile_set_nthreads(6), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffers", "4"), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "1MiB"), 0);
+	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	if (!h)
+		return test_finish("test_stream_stage");
+
+	/* First: no filler exists yet. */
+	test_fillers_at_once(h);
+	test_returns_at_once(h);
+	CHECK(gpufile_bounce_buffer_free() >= REGION);
+	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
+	test_many(h);
+	/* Only staged reads ran since: their arenas, two. */
+	freed = gpufile_bounce_buffer_free();
+	CHECK_EQ(freed, 2 * REGION);
+	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
+	test_errors_midway(h);
+	test_contexts(h);
+	test_wait_refused(h);
+	gpufile_close(h);
+	gpufile_release();
+	CHECK_EQ(fake_read_int(&stale_uses), 0);
+	CHECK_EQ(fake_read_int(&bad_copies), 0);
+	CHECK(fake_dead_intact());
+	gpufile__cuda_override(NULL);
+	free(fake_dev_mem[1]);
+	free(dev_base);
+	return test_finish("test_stream_stage");
+}
