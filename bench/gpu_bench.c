@@ -5,7 +5,7 @@
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
  *             [--contention] [--chunked] [--shapes LIST]
  *             [--kernel-shapes LIST] [--register-chunks LIST]
- *             [--cells LIST] [--ctx-id-cost] [--reps N]
+ *             [--cells LIST] [--ctx-id-cost] [--stream] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -23,6 +23,11 @@
  * another context than the destination, staging.c), by one thread and by
  * 16 at once, against the time of one worker's 4 MiB task at the warm
  * read's median.
+ *
+ * --stream: k reads back to back through gpufile_read_async on one stream
+ * (device memory: staged on the stream, stream_stage.c), interleaved with
+ * the same through gpufile_pread: each one's GB/s, and how long the calls
+ * took (32 x 4 MiB, 8 x 64 MiB, 4 x 128 MiB).
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -696,6 +701,110 @@ static void verify(void *dev, void *pinned)
 	printf("verify: device copy matches %s byte for byte\n", file);
 }
 
+/* ---- stream-ordered reads (--stream) ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* One round of --stream: k reads of piece bytes, one after another in
+ * the file and in dev, on stream s through gpufile_read_async (async) or
+ * by gpufile_pread: GB/s from the first call to the last byte, and the
+ * time the calls took (*call_ms). */
+static double stream_round(gpufile_t *h, void *dev, CUstream s, size_t piece,
+                           int k, int async, double *call_ms)
+{
+	ssize_t got[64];
+	double t0 = now();
+
+	for (int i = 0; i < k && i < 64; i++) {
+		const size_t at = (size_t)i * piece;
+		int rc = 0;
+
+		got[i] = -1;
+		if (async)
+			rc = gpufile_read_async(h, (char *)dev + at, piece,
+			                        (int64_t)at, s, &got[i]);
+		else
+			got[i] = gpufile_pread(h, (char *)dev + at, piece,
+			                       (int64_t)at);
+		if (rc)
+			die("gpufile_read_async", rc);
+	}
+	*call_ms = (now() - t0) * 1e3;
+	if (cu->cuStreamSynchronize(s))
+		die("cuStreamSynchronize", 0);
+	for (int i = 0; i < k && i < 64; i++)
+		if (got[i] != (ssize_t)piece)
+			die(async ? "gpufile_read_async" : "gpufile_pread",
+			    got[i]);
+	return gbps((size_t)k * piece, now() - t0);
+}
+
+/* Stream-ordered reads of device memory (staged on the stream:
+ * stream_stage.c) against gpufile_pread of the same bytes, interleaved,
+ * medians of reps rounds: k reads of piece bytes back to back on one
+ * stream (the calls return before the reads end, so k of them queue up)
+ * for a few shapes up to one staging region. */
+static void stream_reads(void *dev, void *pinned)
+{
+	static const struct {
+		size_t piece;
+		int k;
+	} shape[] = {{4u << 20, 32}, {64u << 20, 8}, {128u << 20, 4}};
+	const int n = reps < 32 ? reps : 32;
+	char reason[512];
+	gpufile_t *h;
+	CUstream s;
+	int rc = gpufile_open(&h, file, "r");
+
+	if (rc)
+		die("gpufile_open", rc);
+	if (cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))
+		die("cuStreamCreate", 0);
+	for (size_t j = 0; j < sizeof(shape) / sizeof(shape[0]); j++) {
+		double a[32], b[32], ca[32], cb[32];
+		const size_t piece = shape[j].piece;
+		const int k = shape[j].k;
+
+		if ((size_t)k * piece > size)
+			continue;
+		if (gpufile_stream_info(h, dev, piece, 0, reason,
+		                        sizeof(reason)) == 0)
+			printf("stream: %zu MiB: %.60s...\n", piece >> 20,
+			       reason);
+		for (int i = 0; i < n; i++) {
+			a[i] = stream_round(h, dev, s, piece, k, 1, &ca[i]);
+			b[i] = stream_round(h, dev, s, piece, k, 0, &cb[i]);
+		}
+		qsort(a, (size_t)n, sizeof(double), cmp_double);
+		qsort(b, (size_t)n, sizeof(double), cmp_double);
+		qsort(ca, (size_t)n, sizeof(double), cmp_double);
+		qsort(cb, (size_t)n, sizeof(double), cmp_double);
+		printf("stream: %d x %zu MiB, medians of %d: read_async %.2f "
+		       "GB/s (its %d calls took %.2f ms), pread %.2f GB/s "
+		       "(%.2f ms); async/pread %.3f\n",
+		       k, piece >> 20, n, a[n / 2], k, ca[n / 2], b[n / 2],
+		       cb[n / 2], a[n / 2] / b[n / 2]);
+	}
+	/* The bytes of the last shape's async round, checked. */
+	{
+		double ms;
+		const size_t keep = size;
+
+		stream_round(h, dev, s, 64u << 20, 8, 1, &ms);
+		size = (size_t)8 * (64u << 20) < keep ? (size_t)8 * (64u << 20)
+		                                      : keep;
+		verify(dev, pinned);
+		size = keep;
+	}
+	cu->cuStreamDestroy(s);
+	gpufile_close(h);
+}
+
 /* Reads the page cache straight into the GPU: map the file, register
  * the mapping read-only with the driver, one DMA. */
 static void register_experiment(void *dev)
@@ -974,7 +1083,7 @@ static void ctx_id_cost(CUcontext ctx, double warm_med)
 int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
-	    do_chunked = 0, do_ctx_id = 0;
+	    do_chunked = 0, do_ctx_id = 0, do_stream = 0;
 	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
 	           *kernel_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
@@ -1002,6 +1111,8 @@ int main(int argc, char **argv)
 			do_chunked = 1;
 		else if (!strcmp(argv[i], "--ctx-id-cost"))
 			do_ctx_id = 1;
+		else if (!strcmp(argv[i], "--stream"))
+			do_stream = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
 			cell_list = argv[++i];
 		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
@@ -1019,7 +1130,7 @@ int main(int argc, char **argv)
 		                "[--chunked] [--shapes LIST] "
 		                "[--kernel-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
-		                "[--ctx-id-cost] [--reps N]\n");
+		                "[--ctx-id-cost] [--stream] [--reps N]\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
@@ -1060,6 +1171,8 @@ int main(int argc, char **argv)
 	verify(dev, pinned);
 	if (do_ctx_id)
 		ctx_id_cost(ctx, warm_med);
+	if (do_stream)
+		stream_reads(dev, pinned);
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);

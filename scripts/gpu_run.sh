@@ -37,6 +37,11 @@
 #                              reset) on its own, every test, then what
 #                              a context check costs and the warm 4 GiB
 #                              read against its ceilings
+#   scripts/gpu_run.sh stage   stream-ordered reads of device memory
+#                              staged on the stream: test_gpu_stream and
+#                              test_stream_stage first, every test, then
+#                              read_async against pread on the warm
+#                              4 GiB file (gpu_bench --stream)
 #   scripts/gpu_run.sh contexts test_gpu_contexts alone, after printing
 #                              what the driver does with ended contexts
 #   scripts/gpu_run.sh gpu_bench  bench/gpu_bench on the 4 GiB file with
@@ -249,6 +254,18 @@ session6)
 	cat $data/file.bin >/dev/null
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --ctx-id-cost --contention 2>&1 |
 		tee "$OUT/gpu_bench.log" | grep -E '^(ctx-id|ceiling|gpufile warm|contention|warm read / (pinned|H2D))'
+	;;
+stage)
+	log "stream-ordered reads staged on the stream"
+	for t in test_gpu_stream test_stream_stage test_stream; do
+		GPUFILE_TEST_DIR=$data timeout 120 $B/tests/$t 2>&1 | tee "$OUT/$t.log" | tail -6
+	done
+	every_test "test_gpu_stream|test_stream|test_fork"
+	log "read_async against pread, warm 4 GiB"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --stream --reps 7 --contention 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -E '^(stream|ceiling|gpufile warm|verify|warm read / pinned)'
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))
