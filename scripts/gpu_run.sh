@@ -42,6 +42,9 @@
 #                              test_stream_stage first, every test, then
 #                              read_async against pread on the warm
 #                              4 GiB file (gpu_bench --stream)
+#   scripts/gpu_run.sh repeat  N (10) runs of each test in TESTS (the
+#                              staged reads' tests, test_map_copy,
+#                              test_gpu_contexts), failures counted
 #   scripts/gpu_run.sh contexts test_gpu_contexts alone, after printing
 #                              what the driver does with ended contexts
 #   scripts/gpu_run.sh gpu_bench  bench/gpu_bench on the 4 GiB file with
@@ -93,6 +96,7 @@ target=all
 [ "$mode" = contexts ] && target="gpufile_static test_gpu_contexts"
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
 
@@ -254,6 +258,17 @@ session6)
 	cat $data/file.bin >/dev/null
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --ctx-id-cost --contention 2>&1 |
 		tee "$OUT/gpu_bench.log" | grep -E '^(ctx-id|ceiling|gpufile warm|contention|warm read / (pinned|H2D))'
+	;;
+repeat)
+	# N runs of each test in $TESTS (default: the staged stream reads'
+	# tests and test_map_copy), failures counted.
+	for t in ${TESTS:-test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts}; do
+		f=0
+		for i in $(seq 1 "${N:-10}"); do
+			GPUFILE_TEST_DIR=$data timeout 120 $B/tests/$t >"$OUT/$t.$i.log" 2>&1 || f=$((f + 1))
+		done
+		echo "$t: $f of ${N:-10} runs failed"
+	done
 	;;
 stage)
 	log "stream-ordered reads staged on the stream"
