@@ -1180,8 +1180,12 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * the stream ("staged"): the stream itself copies the bytes from pinned
  * memory of gpufile's, each copy behind a flag wait (cuStreamWaitValue32)
  * that gpufile's threads release once they have read its part of the
- * file; the call returns at once. *n_out and the bytes past the file's
- * end are as with gpufile_pread, except that where the file is cut short
+ * file; the call returns at once, unless gpufile's two staging arenas
+ * have no room for the read (a read of more than half an arena takes
+ * most of one): it then waits until an earlier staged read has ended,
+ * so the streams of earlier staged reads must not wait for anything the
+ * caller does after the call. *n_out and the bytes past the file's end
+ * are as with gpufile_pread, except that where the file is cut short
  * after the call, the destination past its new end gets zeros. Larger
  * reads, and writes from device memory, run gpufile's own copies on the
  * GPU, which a held stream must not wait for (CUDA's rule for flag waits

@@ -39,7 +39,9 @@
  * Arenas are allocated portable in the primary context of the
  * destination's device, at most MAX_ARENAS, kept until gpufile_release()
  * or gpufile_bounce_buffer_free(); a call waits while none has room,
- * which ends without the caller (the fillers and the stream run it).
+ * which ends without the caller (the fillers and the stream run it),
+ * unless the stream of an earlier staged read waits for something the
+ * caller does after the call: the contract says so (gpufile.h).
  *
  * Lock order: a stage's lock, then stream.c's slot_lock (the flag
  * stores); the arenas' and the fillers' locks alone. No I/O runs under
@@ -189,6 +191,11 @@ static int span_take(const struct gpufile__cuda *t, size_t unit,
 	struct arena *gone = NULL, *made = NULL;
 	int rc = 0;
 
+	if (n > nunits) /* never fits: gpufile__stage_fits said otherwise */
+		return gpufile__fail(-EINVAL,
+		                     "a staged read of %u pieces is larger "
+		                     "than an arena of %u",
+		                     n, nunits);
 	pthread_mutex_lock(&arenas.lock);
 	for (;;) {
 		struct arena *a;
