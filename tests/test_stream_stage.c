@@ -23,6 +23,8 @@
  *   stale region bytes;
  * - device 1, and device 0 after its primary context was reset: new
  *   pinned memory and flags, nothing of the dead context used;
+ * - fork() while a staged read is in flight: the child closes the handle
+ *   at once and reads; the parent's read ends right;
  * - a driver refusing the flag wait (CUDA_ERROR_NOT_SUPPORTED) makes the
  *   read block instead, still right.
  */
@@ -34,6 +36,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -447,6 +450,69 @@ static void test_contexts(gpufile_t *h)
 	CHECK_EQ(fake_read_int(&ctx_mismatches), 0);
 }
 
+/* ---- fork() with a staged read in flight ---- */
+
+/* The child has none of the parent's threads: the staged read in flight
+ * (its stream held by a gate) is not counted on the handle there, which
+ * closes at once, and the child's own host reads work; the parent's read
+ * ends right once the gate opens. */
+static void test_fork_in_flight(gpufile_t *h)
+{
+	const size_t size = 6 * CHUNK + 5;
+	unsigned char *dst = dev_base + (8u << 20);
+	unsigned char *seen = test_malloc(size);
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+	                 0, 0};
+	struct after a = {0};
+	ssize_t n = -777;
+	CUstream s = new_stream();
+	int status = 0;
+	pid_t pid;
+
+	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g), 0);
+	CHECK_EQ(gpufile_read_async(h, dst, size, 3, s, &n), 0);
+	a.n_out = &n;
+	a.buf = dst;
+	a.copy = seen;
+	a.len = size;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		char buf[4096];
+		gpufile_t *c = NULL;
+
+		alarm(30); /* a child stuck in close ends here */
+		test_failures = 0;
+		CHECK_EQ(gpufile_close(h), 0);
+		CHECK_EQ(gpufile_open(&c, path, "r"), 0);
+		if (c) {
+			CHECK_EQ(gpufile_pread(c, buf, sizeof(buf), 4096),
+			         (ssize_t)sizeof(buf));
+			CHECK_EQ(test_mismatch(buf, sizeof(buf), SEED, 4096),
+			         -1);
+			gpufile_close(c);
+		}
+		_exit(test_failures ? 1 : 0);
+	}
+	CHECK(pid > 0);
+	pthread_mutex_lock(&g.lock);
+	CHECK_EQ(g.ended, 0); /* the read was in flight at the fork */
+	g.open = 1;
+	pthread_cond_broadcast(&g.cond);
+	pthread_mutex_unlock(&g.lock);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(a.n_seen, (ssize_t)size);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(seen, size, SEED, 3), -1);
+	if (pid > 0) {
+		CHECK_EQ(waitpid(pid, &status, 0), pid);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	free(seen);
+}
+
 /* ---- a driver that refuses flag waits ---- */
 
 static void test_wait_refused(gpufile_t *h)
@@ -507,6 +573,7 @@ int main(void)
 	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
 	test_errors_midway(h);
 	test_contexts(h);
+	test_fork_in_flight(h);
 	test_wait_refused(h);
 	gpufile_close(h);
 	gpufile_release();
