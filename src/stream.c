@@ -917,35 +917,45 @@ static int pick_mechanism(const struct gpufile__cuda *t,
 	return 0;
 }
 
+/* A job of mechanism mech for a request on h in context ctx, or NULL with
+ * the thread's message naming what (out of memory). */
+static struct job *job_new(enum mechanism mech, gpufile_t *h, ssize_t *n_out,
+                           CUcontext ctx, const char *what)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j) {
+		gpufile__fail(-ENOMEM, "%s %s: out of memory", what, h->path);
+		return NULL;
+	}
+	j->mech = mech;
+	j->h = h;
+	j->n_out = n_out;
+	j->ctx = ctx;
+	j->refs = 1;
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	return j;
+}
+
 /* Makes the job of a posix-side request and queues it on stream. */
 static int start_job(const struct gpufile__cuda *t, gpufile_t *h, void *buf,
                      size_t size, int64_t offset, int is_write, ssize_t *n_out,
                      CUcontext ctx, enum mechanism mech, CUstream stream,
                      const char *what)
 {
-	struct job *j = calloc(1, sizeof(*j));
+	struct job *j = job_new(mech, h, n_out, ctx, what);
 	int rc;
 
 	if (!j)
-		return gpufile__fail(-ENOMEM, "%s %s: out of memory", what,
-		                     h->path);
-	j->mech = mech;
-	j->h = h;
+		return -ENOMEM;
 	j->buf = buf;
 	j->size = size;
 	j->offset = offset;
 	j->is_write = is_write;
-	j->n_out = n_out;
-	j->ctx = ctx;
-	j->refs = 1;
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->cond, NULL);
 	rc = queue_job(t, j, stream);
-	if (rc) {
-		pthread_mutex_destroy(&j->lock);
-		pthread_cond_destroy(&j->cond);
-		free(j);
-	}
+	if (rc)
+		job_free(j);
 	return rc;
 }
 
@@ -967,31 +977,21 @@ static int start_staged(const struct gpufile__cuda *t,
 	 * context. */
 	if (ctx != r->cuda_ctx)
 		return 1;
-	j = calloc(1, sizeof(*j));
+	j = job_new(MECH_STAGED, r->h, n_out, ctx, "gpufile_read_async");
 	if (!j)
-		return gpufile__fail(-ENOMEM,
-		                     "gpufile_read_async %s: out of "
-		                     "memory",
-		                     r->h->path);
+		return -ENOMEM;
 	rc = gpufile__stage_new(t, r, stream, n_out, &st);
 	if (rc == 0)
 		rc = gpufile__stage_queue(st, &unsupported);
 	if (rc) {
-		free(j);
+		job_free(j);
 		if (rc == GPUFILE_ECUDA && unsupported) {
 			atomic_store(&wait_unsupported, 1);
 			return 1;
 		}
 		return rc;
 	}
-	j->mech = MECH_STAGED;
-	j->h = r->h;
-	j->n_out = n_out;
-	j->ctx = ctx;
 	j->stage = st;
-	j->refs = 1;
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->cond, NULL);
 	/* Without a waiter this waits here; the fillers and the stream
 	 * end it. */
 	job_dispatch(j);

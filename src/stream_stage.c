@@ -280,8 +280,6 @@ size_t gpufile__stage_buffers_free(void)
 
 /* ---- the fillers ---- */
 
-struct gpufile__stage;
-
 struct piece_task {
 	TAILQ_ENTRY(piece_task) link;
 	struct gpufile__stage *st;
@@ -481,7 +479,7 @@ static char *region_at(const struct gpufile__stage *st, int64_t pos)
 	return sp->a->p + sp->first * sp->a->unit + (pos - st->base);
 }
 
-static void stage_free(struct gpufile__stage *st)
+void gpufile__stage_free(struct gpufile__stage *st)
 {
 	if (st->span.a)
 		span_give(st->span);
@@ -538,20 +536,20 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	st->tasks = calloc(st->npieces + 1, sizeof(*st->tasks));
 	st->filled = calloc(st->npieces + 1, 1);
 	if (!st->tasks || !st->filled) {
-		stage_free(st);
+		gpufile__stage_free(st);
 		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
 		                     r->h->path);
 	}
 	if (st->npieces && span_take(t, st->piece, arena_units(&r->cfg),
 	                             r->device, st->npieces, &st->span)) {
 		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
-		stage_free(st);
+		gpufile__stage_free(st);
 		return gpufile__fail(GPUFILE_ECUDA, "reading %s: %s",
 		                     r->h->path, why);
 	}
 	rc = gpufile__stream_flag_get(t, &st->slot, &st->seq);
 	if (rc) {
-		stage_free(st);
+		gpufile__stage_free(st);
 		return rc;
 	}
 	*out = st;
@@ -668,7 +666,7 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		                        "the stream",
 		                        st->h->path);
 		gpufile__stream_flag_put(st->slot);
-		stage_free(st);
+		gpufile__stage_free(st);
 		return rc;
 	}
 	for (uint32_t p = 0; p < st->npieces; p++)
@@ -762,9 +760,4 @@ ssize_t gpufile__stage_run(struct gpufile__stage *st)
 	/* The work after may run from here. */
 	gpufile__stream_flag_release(t, st->slot, st->seq + st->npieces + 1);
 	return n;
-}
-
-void gpufile__stage_free(struct gpufile__stage *st)
-{
-	stage_free(st);
 }
