@@ -11,15 +11,15 @@
  *
  * More than one device (test_multi_device.c): set fake_ndev (at most
  * FAKE_MAX_DEV) and point fake_dev_mem[1..] at DEV_SIZE bytes each before
- * use. Device d then has one primary context, fake_ctx_of(d); the current
- * context is per thread and starts as none, as with the real driver; each
- * stream and event belongs to the context current when it was made, and a
- * copy on a stream of a context that is not current, or an event recorded
- * on another context's stream, fails (CUDA_ERROR_INVALID_CONTEXT /
- * CUDA_ERROR_INVALID_HANDLE) and counts in ctx_mismatches. cuMemAlloc
- * carves device memory from the current context's device, and
- * cuPointerGetAttributes reports that device and its context. With one
- * device (the default) everything behaves as before: fake_ctx is always
+ * use, or install with fake_install_devices(n). Device d then has one primary
+ * context, fake_ctx_of(d); the current context is per thread and starts as
+ * none, as with the real driver; each stream and event belongs to the context
+ * current when it was made, and a copy on a stream of a context that is not
+ * current, or an event recorded on another context's stream, fails
+ * (CUDA_ERROR_INVALID_CONTEXT / CUDA_ERROR_INVALID_HANDLE) and counts in
+ * ctx_mismatches. cuMemAlloc carves device memory from the current context's
+ * device, and cuPointerGetAttributes reports that device and its context. With
+ * one device (the default) everything behaves as before: fake_ctx is always
  * current and cuMemAlloc fails.
  *
  * Stream-ordered requests (test_stream.c) use three more ops: a host
@@ -994,6 +994,33 @@ static inline int fake_install(void)
 		return -1;
 	}
 	return 0;
+}
+
+/* fake_install() with ndev devices (at most FAKE_MAX_DEV): fake_dev_mem[d]
+ * gets DEV_SIZE bytes each ([0] is dev_base). Free with fake_uninstall().
+ * Returns 0, or -1 (said on stderr). */
+static inline int fake_install_devices(int ndev)
+{
+	fake_ndev = ndev;
+	for (int d = 1; d < ndev; d++)
+		if (posix_memalign((void **)&fake_dev_mem[d], 4096, DEV_SIZE)) {
+			fprintf(stderr, "fake_cuda: no memory for device %d\n",
+			        d);
+			return -1;
+		}
+	if (fake_install() != 0)
+		return -1;
+	fake_dev_mem[0] = dev_base;
+	return 0;
+}
+
+/* Restores the real driver and frees what fake_install_devices took. */
+static inline void fake_uninstall(void)
+{
+	gpufile__cuda_override(NULL);
+	for (int d = 1; d < fake_ndev; d++)
+		free(fake_dev_mem[d]);
+	free(dev_base);
 }
 
 #endif

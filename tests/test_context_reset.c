@@ -174,19 +174,13 @@ static void test_batch_moves(void)
 
 int main(void)
 {
-	fake_ndev = 2;
-	if (posix_memalign((void **)&fake_dev_mem[1], 4096, DEV_SIZE))
+	if (fake_install_devices(2) != 0)
 		return 1;
-	if (fake_install() != 0)
-		return 1;
-	fake_dev_mem[0] = dev_base;
 	path = test_path("context-reset.bin");
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
 	test_reset();
 	test_batch_moves();
 	gpufile_release();
-	gpufile__cuda_override(NULL);
-	free(fake_dev_mem[1]);
-	free(dev_base);
+	fake_uninstall();
 	return test_finish("test_context_reset");
 }

@@ -96,6 +96,17 @@ static void after_fn(void *arg)
 	__atomic_store_n(&a->ran, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Queues on s the work after a request: it records *n_out and copies
+ * [dst, dst + len) into copy (unless NULL). a must live until it ran. */
+static void launch_after(CUstream s, struct after *a, const ssize_t *n_out,
+                         const unsigned char *dst, unsigned char *copy,
+                         size_t len)
+{
+	*a = (struct after){
+	    .n_out = n_out, .buf = dst, .copy = copy, .len = len};
+	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, a), 0);
+}
+
 static CUstream new_stream(void)
 {
 	CUstream s = NULL;
@@ -114,11 +125,7 @@ static ssize_t read_on(gpufile_t *h, CUstream s, unsigned char *dst,
 	ssize_t n = -777;
 
 	CHECK_EQ(gpufile_read_async(h, dst, size, off, s, &n), 0);
-	a.n_out = &n;
-	a.buf = dst;
-	a.copy = copy;
-	a.len = size;
-	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	launch_after(s, &a, &n, dst, copy, size);
 	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
 	CHECK_EQ(a.ran, 1);
 	CHECK_EQ(a.n_seen, n);
@@ -156,11 +163,7 @@ static void test_returns_at_once(gpufile_t *h)
 	g.open = 1;
 	pthread_cond_broadcast(&g.cond);
 	pthread_mutex_unlock(&g.lock);
-	a.n_out = &n;
-	a.buf = dst;
-	a.copy = seen;
-	a.len = size;
-	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	launch_after(s, &a, &n, dst, seen, size);
 	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
 	CHECK_EQ(g.timed_out, 0);
 	CHECK_EQ(a.ran, 1);
@@ -225,10 +228,8 @@ static void test_many(gpufile_t *h)
 			                            &n[i][r]),
 			         0);
 		}
-	for (int i = 0; i < STREAMS; i++) {
-		a[i] = (struct after){.n_out = &n[i][PER - 1]};
-		CHECK_EQ(fake.cuLaunchHostFunc(s[i], after_fn, &a[i]), 0);
-	}
+	for (int i = 0; i < STREAMS; i++)
+		launch_after(s[i], &a[i], &n[i][PER - 1], NULL, NULL, 0);
 	for (int i = STREAMS - 1; i >= 0; i--) {
 		CHECK_EQ(fake.cuStreamSynchronize(s[i]), 0);
 		CHECK_EQ(a[i].n_seen, (ssize_t)piece);
@@ -471,11 +472,7 @@ static void test_fork_in_flight(gpufile_t *h)
 
 	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g), 0);
 	CHECK_EQ(gpufile_read_async(h, dst, size, 3, s, &n), 0);
-	a.n_out = &n;
-	a.buf = dst;
-	a.copy = seen;
-	a.len = size;
-	CHECK_EQ(fake.cuLaunchHostFunc(s, after_fn, &a), 0);
+	launch_after(s, &a, &n, dst, seen, size);
 	fflush(NULL);
 	pid = fork();
 	if (pid == 0) {
@@ -542,12 +539,8 @@ int main(void)
 	gpufile_t *h = NULL;
 	size_t freed;
 
-	fake_ndev = 2;
-	if (posix_memalign((void **)&fake_dev_mem[1], 4096, DEV_SIZE))
+	if (fake_install_devices(2) != 0)
 		return 1;
-	if (fake_install() != 0)
-		return 1;
-	fake_dev_mem[0] = dev_base;
 	fake_cur = fake_ctx_of(0);
 	path = test_path("stream-stage.bin");
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
@@ -580,8 +573,6 @@ int main(void)
 	CHECK_EQ(fake_read_int(&stale_uses), 0);
 	CHECK_EQ(fake_read_int(&bad_copies), 0);
 	CHECK(fake_dead_intact());
-	gpufile__cuda_override(NULL);
-	free(fake_dev_mem[1]);
-	free(dev_base);
+	fake_uninstall();
 	return test_finish("test_stream_stage");
 }
