@@ -239,7 +239,7 @@ ssize_t gpufile_pread_gather(gpufile_t *h, void *buf, size_t run_size,
                              size_t nruns, const int64_t *offsets)
 {
 	struct gather g;
-	size_t total, task, map_len;
+	size_t total = 0, task, map_len;
 	ssize_t result;
 	int rc = check(h, buf, run_size, nruns, offsets, &total);
 

@@ -110,6 +110,9 @@ struct gpufile__syscalls {
 	int (*fstat)(int fd, struct stat *st);
 	int (*fstatfs)(int fd, struct statfs *st);
 	int (*fdatasync)(int fd);
+	/* Whether a range of a file's map is in the page cache: the map copy
+	 * and direct_io=auto ask it (posix_io.c). */
+	int (*mincore)(void *addr, size_t len, unsigned char *vec);
 };
 extern struct gpufile__syscalls gpufile__sys;
 /* Restores the real system calls. */

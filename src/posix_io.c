@@ -381,7 +381,8 @@ static int map_cached(const char *map, size_t map_len, int64_t off, size_t len)
 		size_t pages = (size_t)((stop - start + page - 1) / page);
 		if (pages > sizeof(vec))
 			pages = sizeof(vec);
-		if (mincore((void *)(map + start), pages * page, vec))
+		if (gpufile__sys.mincore((void *)(map + start), pages * page,
+		                         vec))
 			return 1;
 		for (size_t i = 0; i < pages; i++)
 			if (!(vec[i] & 1))

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int sys_open(const char *path, int flags, mode_t mode)
@@ -23,6 +24,7 @@ static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
 		.open = sys_open, .close = close, .pread = pread,              \
 		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat,      \
 		.fstatfs = fstatfs, .fdatasync = fdatasync,                    \
+		.mincore = mincore,                                            \
 	}
 
 static const struct gpufile__syscalls real_syscalls = REAL_SYSCALLS;

@@ -70,6 +70,13 @@ const char *test_path(const char *name);
 void test_fill(void *buf, size_t len, uint64_t seed, uint64_t offset);
 /* Writes len pattern bytes (seed) to path; returns 0 or -1. */
 int test_make_file(const char *path, size_t len, uint64_t seed);
+/* A mincore(2) that says every page is in the page cache: for
+ * gpufile__sys.mincore in tests whose reads must find their file cached.
+ * Reading a file in does not keep it there: the kernel may evict it at
+ * any time, and on CI's machines under other tests' memory pressure it
+ * did, even pages locked with mlock(2). A page said cached that is not is
+ * read in when touched: the same bytes, only slower. */
+int test_mincore_all_cached(void *addr, size_t len, unsigned char *vec);
 /* Removes test_dir() and everything in it. */
 void test_cleanup(void);
 /* Prints "N passed, M failed" style summary and returns the exit code. */
