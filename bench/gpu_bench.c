@@ -27,7 +27,9 @@
  * --stream: k reads back to back through gpufile_read_async on one stream
  * (device memory: staged on the stream, stream_stage.c), interleaved with
  * the same through gpufile_pread: each one's GB/s, and how long the calls
- * took (32 x 4 MiB, 8 x 64 MiB, 4 x 128 MiB).
+ * took (32 x 4 MiB, 8 x 64 MiB, 4 x 128 MiB); then the same for writes
+ * (gpufile_write_async against gpufile_pwrite) into FILE.stream-out, in
+ * the page cache.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -710,57 +712,71 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* One round of --stream: k reads of piece bytes, one after another in
- * the file and in dev, on stream s through gpufile_read_async (async) or
- * by gpufile_pread: GB/s from the first call to the last byte, and the
- * time the calls took (*call_ms). */
+/* One round of --stream: k reads (or writes) of piece bytes, one after
+ * another in the file and in dev, on stream s through gpufile_read_async
+ * or gpufile_write_async (async), or by gpufile_pread or gpufile_pwrite:
+ * GB/s from the first call to the last byte, and the time the calls took
+ * (*call_ms). */
 static double stream_round(gpufile_t *h, void *dev, CUstream s, size_t piece,
-                           int k, int async, double *call_ms)
+                           int k, int async, int is_write, double *call_ms)
 {
+	const char *name =
+	    async ? (is_write ? "gpufile_write_async" : "gpufile_read_async")
+	          : (is_write ? "gpufile_pwrite" : "gpufile_pread");
 	ssize_t got[64];
 	double t0 = now();
 
 	for (int i = 0; i < k && i < 64; i++) {
-		const size_t at = (size_t)i * piece;
+		char *at = (char *)dev + (size_t)i * piece;
+		const int64_t off = (int64_t)((size_t)i * piece);
 		int rc = 0;
 
 		got[i] = -1;
-		if (async)
-			rc = gpufile_read_async(h, (char *)dev + at, piece,
-			                        (int64_t)at, s, &got[i]);
+		if (async && is_write)
+			rc = gpufile_write_async(h, at, piece, off, s, &got[i]);
+		else if (async)
+			rc = gpufile_read_async(h, at, piece, off, s, &got[i]);
+		else if (is_write)
+			got[i] = gpufile_pwrite(h, at, piece, off);
 		else
-			got[i] = gpufile_pread(h, (char *)dev + at, piece,
-			                       (int64_t)at);
+			got[i] = gpufile_pread(h, at, piece, off);
 		if (rc)
-			die("gpufile_read_async", rc);
+			die(name, rc);
 	}
 	*call_ms = (now() - t0) * 1e3;
 	if (cu->cuStreamSynchronize(s))
 		die("cuStreamSynchronize", 0);
 	for (int i = 0; i < k && i < 64; i++)
 		if (got[i] != (ssize_t)piece)
-			die(async ? "gpufile_read_async" : "gpufile_pread",
-			    got[i]);
+			die(name, got[i]);
 	return gbps((size_t)k * piece, now() - t0);
 }
 
-/* Stream-ordered reads of device memory (staged on the stream:
- * stream_stage.c) against gpufile_pread of the same bytes, interleaved,
- * medians of reps rounds: k reads of piece bytes back to back on one
- * stream (the calls return before the reads end, so k of them queue up)
- * for a few shapes up to one staging region. */
-static void stream_reads(void *dev, void *pinned)
+/* Stream-ordered reads (or writes) of device memory (staged on the
+ * stream: stream_stage.c) against gpufile_pread (gpufile_pwrite) of the
+ * same bytes, interleaved, medians of reps rounds: k requests of piece
+ * bytes back to back on one stream (the calls return before the requests
+ * end, so k of them queue up) for a few shapes up to one staging region.
+ * Then the bytes of an async round of 8 x 64 MiB are checked. */
+static void stream_requests(void *dev, void *pinned, int is_write)
 {
 	static const struct {
 		size_t piece;
 		int k;
 	} shape[] = {{4u << 20, 32}, {64u << 20, 8}, {128u << 20, 4}};
 	const int n = reps < 32 ? reps : 32;
-	char reason[512];
+	const char *io = is_write ? "write" : "read";
+	char reason[512], out[4096];
+	const char *path = file;
 	gpufile_t *h;
 	CUstream s;
-	int rc = gpufile_open(&h, file, "r");
+	int rc;
 
+	if (is_write) {
+		snprintf(out, sizeof(out), "%s.stream-out", file);
+		path = out;
+	}
+	rc = gpufile_open(&h, path, is_write ? "w+" : "r");
 	if (rc)
 		die("gpufile_open", rc);
 	if (cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING))
@@ -772,37 +788,43 @@ static void stream_reads(void *dev, void *pinned)
 
 		if ((size_t)k * piece > size)
 			continue;
-		if (gpufile_stream_info(h, dev, piece, 0, reason,
+		if (gpufile_stream_info(h, dev, piece, is_write, reason,
 		                        sizeof(reason)) == 0)
-			printf("stream: %zu MiB: %.60s...\n", piece >> 20,
-			       reason);
+			printf("stream %s: %zu MiB: %.60s...\n", io,
+			       piece >> 20, reason);
 		for (int i = 0; i < n; i++) {
-			a[i] = stream_round(h, dev, s, piece, k, 1, &ca[i]);
-			b[i] = stream_round(h, dev, s, piece, k, 0, &cb[i]);
+			a[i] = stream_round(h, dev, s, piece, k, 1, is_write,
+			                    &ca[i]);
+			b[i] = stream_round(h, dev, s, piece, k, 0, is_write,
+			                    &cb[i]);
 		}
 		qsort(a, (size_t)n, sizeof(double), cmp_double);
 		qsort(b, (size_t)n, sizeof(double), cmp_double);
 		qsort(ca, (size_t)n, sizeof(double), cmp_double);
 		qsort(cb, (size_t)n, sizeof(double), cmp_double);
-		printf("stream: %d x %zu MiB, medians of %d: read_async %.2f "
-		       "GB/s (its %d calls took %.2f ms), pread %.2f GB/s "
-		       "(%.2f ms); async/pread %.3f\n",
-		       k, piece >> 20, n, a[n / 2], k, ca[n / 2], b[n / 2],
-		       cb[n / 2], a[n / 2] / b[n / 2]);
+		printf("stream: %d x %zu MiB, medians of %d: %s_async %.2f "
+		       "GB/s (its %d calls took %.2f ms), p%s %.2f GB/s "
+		       "(%.2f ms); async/p%s %.3f\n",
+		       k, piece >> 20, n, io, a[n / 2], k, ca[n / 2], io,
+		       b[n / 2], cb[n / 2], io, a[n / 2] / b[n / 2]);
 	}
-	/* The bytes of the last shape's async round, checked. */
 	{
 		double ms;
 		const size_t keep = size;
+		const char *keep_file = file;
 
-		stream_round(h, dev, s, 64u << 20, 8, 1, &ms);
+		stream_round(h, dev, s, 64u << 20, 8, 1, is_write, &ms);
 		size = (size_t)8 * (64u << 20) < keep ? (size_t)8 * (64u << 20)
 		                                      : keep;
+		file = path; /* a write: its file against the device bytes */
 		verify(dev, pinned);
+		file = keep_file;
 		size = keep;
 	}
 	cu->cuStreamDestroy(s);
 	gpufile_close(h);
+	if (is_write)
+		unlink(out);
 }
 
 /* Reads the page cache straight into the GPU: map the file, register
@@ -1171,8 +1193,10 @@ int main(int argc, char **argv)
 	verify(dev, pinned);
 	if (do_ctx_id)
 		ctx_id_cost(ctx, warm_med);
-	if (do_stream)
-		stream_reads(dev, pinned);
+	if (do_stream) {
+		stream_requests(dev, pinned, 0);
+		stream_requests(dev, pinned, 1);
+	}
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);

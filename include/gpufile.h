@@ -1173,21 +1173,24 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * How the order is kept (gpufile_stream_info() says which, and why):
  * where the file's device requests take cuFile and libcufile has
  * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
- * stream ("cufile"). A read into device (or managed) memory on the posix
- * path of up to nthreads * bounce_buffers * bounce_buffer_size bytes
- * (128 MiB at the defaults, counted from file_offset rounded down to
- * bounce_buffer_size), on a stream of the buffer's context, is staged on
- * the stream ("staged"): the stream itself copies the bytes from pinned
- * memory of gpufile's, each copy behind a flag wait (cuStreamWaitValue32)
- * that gpufile's threads release once they have read its part of the
- * file; the call returns at once, unless gpufile's two staging arenas
- * have no room for the read (a read of more than half an arena takes
- * most of one): it then waits until an earlier staged read has ended,
- * so the streams of earlier staged reads must not wait for anything the
- * caller does after the call. *n_out and the bytes past the file's end
- * are as with gpufile_pread, except that where the file is cut short
+ * stream ("cufile"). A read into, or a write from, device (or managed)
+ * memory on the posix path of up to nthreads * bounce_buffers *
+ * bounce_buffer_size bytes (128 MiB at the defaults, counted from
+ * file_offset rounded down to bounce_buffer_size), on a stream of the
+ * buffer's context, is staged on the stream ("staged"): the stream itself
+ * copies the bytes between the buffer and pinned memory of gpufile's. A
+ * read's copies each wait for a flag (cuStreamWaitValue32) that gpufile's
+ * threads release once they have read its part of the file; a write's
+ * copies come first, and gpufile's threads write the file once they have
+ * run (nothing is written when a copy failed), while the stream waits for
+ * the end. The call returns at once, unless gpufile's two staging arenas
+ * have no room for the request (one of more than half an arena takes
+ * most of one): it then waits until an earlier staged request has ended,
+ * so the streams of earlier staged requests must not wait for anything
+ * the caller does after the call. *n_out and the bytes past the file's
+ * end are as with gpufile_pread, except that where the file is cut short
  * after the call, the destination past its new end gets zeros. Larger
- * reads, and writes from device memory, run gpufile's own copies on the
+ * requests, and appends, of device memory run gpufile's own copies on the
  * GPU, which a held stream must not wait for (CUDA's rule for flag waits
  * and host functions): the call synchronises the stream and runs the
  * request through the pipelined bounce buffers before returning

@@ -37,11 +37,13 @@
 #                              reset) on its own, every test, then what
 #                              a context check costs and the warm 4 GiB
 #                              read against its ceilings
-#   scripts/gpu_run.sh stage   stream-ordered reads of device memory
-#                              staged on the stream: test_gpu_stream and
-#                              test_stream_stage first, every test, then
-#                              read_async against pread on the warm
-#                              4 GiB file (gpu_bench --stream)
+#   scripts/gpu_run.sh stage   stream-ordered reads and writes of device
+#                              memory staged on the stream:
+#                              test_gpu_stream and test_stream_stage
+#                              first, every test, then read_async against
+#                              pread on the warm 4 GiB file, and
+#                              write_async against pwrite
+#                              (gpu_bench --stream)
 #   scripts/gpu_run.sh repeat  N (10) runs of each test in TESTS (the
 #                              staged reads' tests, test_map_copy,
 #                              test_gpu_contexts), failures counted
@@ -276,7 +278,7 @@ stage)
 		GPUFILE_TEST_DIR=$data timeout 120 $B/tests/$t 2>&1 | tee "$OUT/$t.log" | tail -6
 	done
 	every_test "test_gpu_stream|test_stream|test_fork"
-	log "read_async against pread, warm 4 GiB"
+	log "read_async against pread, write_async against pwrite, warm 4 GiB"
 	make_file $data/file.bin $((4 << 30))
 	cat $data/file.bin >/dev/null
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --stream --reps 7 --contention 2>&1 |

@@ -21,23 +21,24 @@
  *               where the driver refuses stream memory operations
  *               (CUDA_ERROR_NOT_SUPPORTED) or lacks the wait. It occupies
  *               one of the driver's callback threads while it waits.
- *   staged      a read into device memory on the posix path of up to
- *               one staging arena, on a stream of the buffer's context:
- *               the stream itself copies the bytes from gpufile's pinned
- *               memory, each copy behind a flag wait that filler threads
- *               release once they have read its part of the file
- *               (stream_stage.c, which says why that cannot deadlock); a
- *               waiter waits for the copies, writes *n_out and releases
- *               the work after.
- *   blocking    a write from device (or managed) memory on the posix
- *               path, or a read the staged mechanism cannot take (see
- *               choose), whose request runs gpufile's own copies on the
- *               GPU (see runs_gpu_work), or a driver with neither of the
- *               above (older than CUDA 10): the call synchronises the
- *               stream, runs the request (the pool and its pipelined
- *               bounce buffers) and returns once *n_out is written.
- *               Correct order; no overlap with the caller's work after
- *               it.
+ *   staged      a read into, or a write from, device memory on the posix
+ *               path of up to one staging arena, on a stream of the
+ *               buffer's context: the stream itself copies the bytes
+ *               between the buffer and gpufile's pinned memory. A read's
+ *               copies each wait for a flag that filler threads release
+ *               once they have read its part of the file; a write's
+ *               copies go first, and fillers write the file once they
+ *               have run (stream_stage.c, which says why neither can
+ *               deadlock). A waiter waits for the copies (and a write's
+ *               fillers), writes *n_out and releases the work after.
+ *   blocking    a request of device (or managed) memory that the staged
+ *               mechanism cannot take (see choose), whose request runs
+ *               gpufile's own copies on the GPU (see runs_gpu_work), or a
+ *               driver with neither of the above (older than CUDA 10):
+ *               the call synchronises the stream, runs the request (the
+ *               pool and its pipelined bounce buffers) and returns once
+ *               *n_out is written. Correct order; no overlap with the
+ *               caller's work after it.
  *
  * The wait-value, host-func and staged jobs run on waiter threads
  * (below), taken in the order they were queued, not on the pool's
@@ -627,22 +628,27 @@ static const char *staged_refusal(const struct gpufile__cuda *t,
                                   const struct gpufile__request *r,
                                   int prepared)
 {
-	if (r->is_write)
-		return "only reads are staged on the stream, not writes";
+	if (r->is_write && r->h->append)
+		return "an append's offset is placed only when it runs";
 	if (!prepared || !r->cuda_ctx)
 		return "the buffer's device is not known";
 	if (r->path != GPUFILE_PATH_POSIX && r->path != GPUFILE_PATH_SMALL)
-		return "only reads of a local file are staged on the "
+		return "only requests of a local file are staged on the "
 		       "stream";
 	if (!t->cuStreamWaitValue32 || atomic_load(&wait_unsupported))
 		return "the driver does not wait on flags "
 		       "(cuStreamWaitValue32)";
 	if (!gpufile__stage_fits(&r->cfg, r->offset, r->size))
-		return "the read is larger than one staging arena "
-		       "(nthreads x bounce_buffers x bounce_buffer_size "
-		       "bytes): the stream's queue holds too few operations "
-		       "for it, so the call would wait for most of the read "
-		       "anyway (bench/README.md)";
+		return r->is_write
+		           ? "the write is larger than one staging arena "
+		             "(nthreads x bounce_buffers x "
+		             "bounce_buffer_size bytes)"
+		           : "the read is larger than one staging arena "
+		             "(nthreads x bounce_buffers x "
+		             "bounce_buffer_size bytes): the stream's queue "
+		             "holds too few operations for it, so the call "
+		             "would wait for most of the read anyway "
+		             "(bench/README.md)";
 	return NULL;
 }
 
@@ -672,6 +678,17 @@ static enum mechanism choose(const struct gpufile__cuda *t,
 	if (runs_gpu_work(r)) {
 		const char *why = staged_refusal(t, r, prepared);
 
+		if (!why && r->is_write) {
+			snprintf(
+			    reason, len,
+			    "staged: the stream copies the buffer's bytes "
+			    "into gpufile's pinned buffers itself, then "
+			    "waits (cuStreamWaitValue32) until gpufile's "
+			    "threads have written them to the file through "
+			    "the %s path",
+			    gpufile_path_name(r->path));
+			return MECH_STAGED;
+		}
 		if (!why) {
 			snprintf(reason, len,
 			         "staged: the stream copies the file's bytes "
@@ -960,8 +977,8 @@ static int start_job(const struct gpufile__cuda *t, gpufile_t *h, void *buf,
 }
 
 /*
- * Starts a staged read (stream_stage.c): its waits and copies on the
- * stream, its fillers, and a waiter for its end. Returns 0, or 1 when it
+ * Starts a staged request (stream_stage.c): its waits and copies on the
+ * stream, a read's fillers, and a waiter for its end. Returns 0, or 1 when it
  * could not start and nothing is queued (the caller then blocks
  * instead), or an error.
  */
@@ -973,11 +990,12 @@ static int start_staged(const struct gpufile__cuda *t,
 	struct job *j;
 	int rc, unsupported = 0;
 
-	/* The stream's copies write the buffer: they must run in its
-	 * context. */
+	/* The stream's copies read or write the buffer: they must run in
+	 * its context. */
 	if (ctx != r->cuda_ctx)
 		return 1;
-	j = job_new(MECH_STAGED, r->h, n_out, ctx, "gpufile_read_async");
+	j = job_new(MECH_STAGED, r->h, n_out, ctx,
+	            r->is_write ? "gpufile_write_async" : "gpufile_read_async");
 	if (!j)
 		return -ENOMEM;
 	rc = gpufile__stage_new(t, r, stream, n_out, &st);

@@ -30,24 +30,25 @@ void gpufile__stream_flag_release(const struct gpufile__cuda *t, int slot,
                                   uint32_t value);
 void gpufile__stream_flag_put(int slot);
 
-/* ---- staged reads on the caller's stream (stream_stage.c) ---- */
+/* ---- staged requests on the caller's stream (stream_stage.c) ---- */
 
 struct gpufile__stage;
 
-/* Whether a read of size bytes at offset fits one staging arena (the
- * only reads staged on the stream). */
+/* Whether a request of size bytes at offset fits one staging arena (the
+ * only ones staged on the stream). */
 int gpufile__stage_fits(const struct gpufile__settings *cfg, int64_t offset,
                         size_t size);
 /*
- * Prepares the read r (prepared by file.c: device memory, the posix path,
- * gpufile__stage_fits) to run on stream, whose context owns the buffer
- * and is current: takes pinned memory for it (waiting while none has
+ * Prepares the read or write r (prepared by file.c: device memory, the
+ * posix path, gpufile__stage_fits) to run on stream, whose context owns the
+ * buffer and is current: takes pinned memory for it (waiting while none has
  * room) and a flag. Returns 0 with *out, or an error (nothing is queued).
  */
 int gpufile__stage_new(const struct gpufile__cuda *t,
                        const struct gpufile__request *r, CUstream stream,
                        ssize_t *n_out, struct gpufile__stage **out);
-/* Queues the read's waits and copies on the stream and starts the fillers.
+/* Queues the request's waits and copies on the stream and starts a read's
+ * fillers.
  * Returns 0 once the stream holds the request (a driver failure after
  * the first operation ends up in the result): then call
  * gpufile__stage_run, on a thread that may wait for the stream. Or the
@@ -55,7 +56,8 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
  * *unsupported is then 1 when the driver refused the wait as
  * CUDA_ERROR_NOT_SUPPORTED. */
 int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported);
-/* Waits until every piece is read and the stream's copies have run, gives
+/* Waits until every piece is read and the stream's copies have run (a
+ * write: until the copies have run, then has every piece written), gives
  * the pinned memory back, stores *n_out, then lets the stream go past the
  * request; returns the result. st's handle is not used after it; free st
  * with gpufile__stage_free. */

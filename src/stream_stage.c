@@ -1,7 +1,9 @@
 /*
- * Stream-ordered reads of device memory on the posix path ("staged"):
- * the caller's stream itself copies the file's bytes out of pinned memory
- * of gpufile's, so that gpufile_read_async returns at once.
+ * Stream-ordered reads and writes of device memory on the posix path
+ * ("staged"): the caller's stream itself copies the file's bytes out of
+ * pinned memory of gpufile's (a read), or the buffer's bytes into it (a
+ * write), so that gpufile_read_async and gpufile_write_async return at
+ * once.
  *
  * A read of up to one arena (nthreads * bounce_buffers * bounce_buffer_
  * size bytes, 128 MiB at the defaults, counted from the read's offset
@@ -19,6 +21,15 @@
  * caller can see the request ended, no CUDA call of gpufile's names its
  * stream or context).
  *
+ * A write of up to one arena is cut the same way, but its copies (device
+ * to host, one per group) come first, behind a wait the flag already
+ * satisfies (a driver that refuses waits then refuses it with nothing
+ * else queued, as a read's first wait); then the event and the wait for
+ * seq + pieces + 1. The waiter waits for the event, and only then gives
+ * the pieces to the fillers, which write them to the file (pwrite, or
+ * O_DIRECT where direct_io=on, as a host write would); once all are
+ * written it stores *n_out and releases the stream.
+ *
  * Measured on the H200 first (2026-12-02): one wait, copy and event per
  * 4 MiB chunk through a ring of reused buffers, to take reads of any
  * size. The stream's queue holds only so many operations: the call of a
@@ -32,7 +43,8 @@
  * queued later on other streams (the reason stream.c never lets a held
  * stream wait for gpufile's own copy streams: the Python suite hung that
  * way on the H200). Here every wait is released by a filler, which waits
- * for nothing but the file: fillers are threads of their own, never the
+ * for nothing but the file (a write's, also for copies queued before the
+ * wait): fillers are threads of their own, never the
  * pool's workers (a worker may wait for a copy held up behind this very
  * stream), and they never wait for the GPU.
  *
@@ -77,7 +89,8 @@ struct arena {
 	unsigned nunits;
 	unsigned char *used;
 	unsigned busy; /* units in use */
-	int dead;      /* its context ended: no new spans */
+	unsigned lost; /* of them, units copies of unknown end may touch */
+	int dead;      /* its context ended, or units lost: no new spans */
 	CUcontext ctx; /* the primary context it lives in, and its id */
 	unsigned long long id;
 };
@@ -91,8 +104,9 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t back; /* units came back */
 	struct arena *list;
-	unsigned count; /* arenas, made or being made */
-} arenas = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0};
+	unsigned count;     /* arenas, made or being made */
+	struct arena *lost; /* left, never freed: see span_lose */
+} arenas = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, NULL};
 
 static unsigned arena_units(const struct gpufile__settings *cfg)
 {
@@ -160,7 +174,8 @@ static int arena_fit(const struct arena *a, unsigned n)
 }
 
 /* Caller holds arenas.lock. Moves the idle arenas that cannot serve
- * (their context ended, or made with other settings) to *gone. */
+ * (their context ended, or made with other settings) to *gone, and those
+ * whose only units in use are lost to arenas.lost. */
 static void arenas_prune(const struct gpufile__cuda *t, size_t unit,
                          unsigned nunits, struct arena **gone)
 {
@@ -169,6 +184,13 @@ static void arenas_prune(const struct gpufile__cuda *t, size_t unit,
 	while ((a = *pp)) {
 		if (!a->dead && !gpufile__ctx_same(t, a->ctx, a->id))
 			a->dead = 1;
+		if (a->lost && a->busy == a->lost) {
+			*pp = a->next;
+			arenas.count--;
+			a->next = arenas.lost;
+			arenas.lost = a;
+			continue;
+		}
 		if (a->busy == 0 &&
 		    (a->dead || a->unit != unit || a->nunits != nunits)) {
 			*pp = a->next;
@@ -252,6 +274,24 @@ static void span_give(struct span sp)
 	pthread_mutex_unlock(&arenas.lock);
 }
 
+/*
+ * A span that copies queued on a stream may still read or write, with no
+ * event to tell when they end (the driver refused a copy, then the event
+ * after the ones queued). Its units are never given back, and its arena
+ * takes no new span; once nothing else of it is in use it leaves the
+ * list for arenas.lost, its pinned memory never freed, and a new arena
+ * may take its place: requests after it never wait for units that cannot
+ * come back. Each such double failure costs one arena of pinned memory.
+ */
+static void span_lose(struct span sp)
+{
+	pthread_mutex_lock(&arenas.lock);
+	sp.a->lost += sp.n;
+	sp.a->dead = 1;
+	pthread_cond_broadcast(&arenas.back);
+	pthread_mutex_unlock(&arenas.lock);
+}
+
 size_t gpufile__stage_buffers_free(void)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
@@ -298,7 +338,7 @@ static struct {
              .work = PTHREAD_COND_INITIALIZER,
              .queue = TAILQ_HEAD_INITIALIZER(fillers.queue)};
 
-static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch);
+static void piece_run(struct gpufile__stage *st, uint32_t p, char *scratch);
 
 static void *filler(void *arg)
 {
@@ -328,7 +368,7 @@ static void *filler(void *arg)
 		pthread_mutex_unlock(&fillers.lock);
 		if (!scratch)
 			scratch = gpufile__thread_scratch();
-		fill_piece(task->st, task->piece, scratch);
+		piece_run(task->st, task->piece, scratch);
 		pthread_mutex_lock(&fillers.lock);
 	}
 	fillers.nfillers--;
@@ -396,10 +436,13 @@ void gpufile__stage_atfork_child(void)
 	fillers.queued = fillers.nfillers = fillers.nidle = 0;
 	pthread_cond_init(&fillers.work, NULL);
 	pthread_mutex_unlock(&fillers.lock);
-	while (arenas.list) {
-		struct arena *a = arenas.list;
+	while (arenas.list || arenas.lost) {
+		struct arena *a = arenas.list ? arenas.list : arenas.lost;
 
-		arenas.list = a->next;
+		if (a == arenas.list)
+			arenas.list = a->next;
+		else
+			arenas.lost = a->next;
 		a->p = NULL; /* the parent's */
 		arena_free(NULL, a);
 	}
@@ -408,20 +451,21 @@ void gpufile__stage_atfork_child(void)
 	pthread_mutex_unlock(&arenas.lock);
 }
 
-/* ---- a staged read ---- */
+/* ---- a staged request ---- */
 
 struct gpufile__stage {
 	const struct gpufile__cuda *t;
 	struct gpufile *h;
 	struct gpufile__settings cfg;
 	gpufile_path_t path; /* counted as */
+	int is_write;
 	CUstream stream;
-	CUdeviceptr dst;
-	int64_t off;  /* the read: [off, off + size) of the file */
-	size_t size;  /* as asked, up to the file's end at the call */
-	size_t asked; /* as asked */
-	size_t piece; /* bounce_buffer_size */
-	int64_t base; /* off rounded down to a multiple of piece */
+	CUdeviceptr dst; /* the device buffer (a write's source) */
+	int64_t off;     /* the request: [off, off + size) of the file */
+	size_t size;     /* as asked; a read's up to the file's end then */
+	size_t asked;    /* as asked */
+	size_t piece;    /* bounce_buffer_size */
+	int64_t base;    /* off rounded down to a multiple of piece */
 	uint32_t npieces, per_group;
 	struct span span; /* its units hold [base, base + n * piece) */
 	struct piece_task *tasks;
@@ -434,8 +478,8 @@ struct gpufile__stage {
 	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t cond;
 	unsigned char *filled;
-	uint32_t prefix; /* pieces [0, prefix) are filled */
-	uint32_t ended;  /* pieces filled */
+	uint32_t prefix; /* pieces [0, prefix) are filled (a read's) */
+	uint32_t ended;  /* pieces filled, or written */
 	int queue_done;  /* the caller is done queueing */
 	ssize_t queue_err;
 	int span_lost;      /* copies of unknown end may read it */
@@ -490,19 +534,25 @@ void gpufile__stage_free(struct gpufile__stage *st)
 	free(st);
 }
 
+static const char *verb(int is_write)
+{
+	return is_write ? "writing" : "reading";
+}
+
 int gpufile__stage_new(const struct gpufile__cuda *t,
                        const struct gpufile__request *r, CUstream stream,
                        ssize_t *n_out, struct gpufile__stage **out)
 {
 	struct gpufile__stage *st = calloc(1, sizeof(*st));
-	const int64_t fsize = gpufile_size(r->h);
+	/* A write is not cut at the file's end. */
+	const int64_t fsize = r->is_write ? INT64_MAX : gpufile_size(r->h);
 	char why[384];
 	int rc;
 
 	*out = NULL;
 	if (!st)
-		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
-		                     r->h->path);
+		return gpufile__fail(-ENOMEM, "%s %s: out of memory",
+		                     verb(r->is_write), r->h->path);
 	if (fsize < 0) {
 		free(st);
 		return (int)fsize;
@@ -511,6 +561,7 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	st->h = r->h;
 	st->cfg = r->cfg;
 	st->path = r->path;
+	st->is_write = r->is_write;
 	st->stream = stream;
 	st->n_out = n_out;
 	st->dst = (CUdeviceptr)(uintptr_t)r->buf;
@@ -537,15 +588,15 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	st->filled = calloc(st->npieces + 1, 1);
 	if (!st->tasks || !st->filled) {
 		gpufile__stage_free(st);
-		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
-		                     r->h->path);
+		return gpufile__fail(-ENOMEM, "%s %s: out of memory",
+		                     verb(r->is_write), r->h->path);
 	}
 	if (st->npieces && span_take(t, st->piece, arena_units(&r->cfg),
 	                             r->device, st->npieces, &st->span)) {
 		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
 		gpufile__stage_free(st);
-		return gpufile__fail(GPUFILE_ECUDA, "reading %s: %s",
-		                     r->h->path, why);
+		return gpufile__fail(GPUFILE_ECUDA, "%s %s: %s",
+		                     verb(r->is_write), r->h->path, why);
 	}
 	rc = gpufile__stream_flag_get(t, &st->slot, &st->seq);
 	if (rc) {
@@ -556,8 +607,8 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	return 0;
 }
 
-/* Caller holds st->lock; every piece is filled and the call is done
- * queueing. What *n_out must hold. */
+/* Caller holds st->lock; every piece is filled (or written) and the call
+ * is done queueing. What *n_out must hold. */
 static ssize_t result(const struct gpufile__stage *st)
 {
 	if (st->queue_err)
@@ -615,8 +666,45 @@ static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 	pthread_mutex_unlock(&st->lock);
 }
 
-/* Queues group g: its wait, unless queued already (the first), and its
- * copy. */
+/* Writes piece p of a staged write from the span (its copy has ended) to
+ * the file. Pieces past a failure are not written. */
+static void write_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
+{
+	const int64_t pos = piece_pos(st, p);
+	const size_t len = (size_t)(piece_end(st, p) - pos);
+	ssize_t n = 0;
+	int skip;
+
+	pthread_mutex_lock(&st->lock);
+	skip = p > st->err_piece || p > st->short_piece;
+	pthread_mutex_unlock(&st->lock);
+	if (!skip)
+		n = gpufile__file_write(st->h, st->cfg.direct_io,
+		                        region_at(st, pos), len, pos, scratch,
+		                        GPUFILE__SCRATCH);
+	pthread_mutex_lock(&st->lock);
+	if (!skip && n < 0 && p < st->err_piece) {
+		st->err_piece = p;
+		st->err = n;
+	} else if (!skip && n >= 0 && (size_t)n < len && p < st->short_piece) {
+		st->short_piece = p;
+		st->short_n = (size_t)n;
+	}
+	if (++st->ended == st->npieces)
+		pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+}
+
+static void piece_run(struct gpufile__stage *st, uint32_t p, char *scratch)
+{
+	if (st->is_write)
+		write_piece(st, p, scratch);
+	else
+		fill_piece(st, p, scratch);
+}
+
+/* Queues group g: a read's wait, unless queued already (the first), and
+ * its copy; a write's copy. */
 static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
 {
 	const struct gpufile__cuda *t = st->t;
@@ -627,26 +715,52 @@ static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
 	const int64_t pos = piece_pos(st, first);
 	CUresult cr = CUDA_SUCCESS;
 
+	const CUdeviceptr dev = st->dst + (CUdeviceptr)(pos - st->off);
+	const size_t len = (size_t)(piece_end(st, last - 1) - pos);
+
+	if (st->is_write)
+		return t->cuMemcpyDtoHAsync(region_at(st, pos), dev, len,
+		                            st->stream);
 	if (wait)
 		cr = t->cuStreamWaitValue32(
 		    st->stream, gpufile__stream_flag_dev(st->slot),
 		    st->seq + last, CU_STREAM_WAIT_VALUE_GEQ);
 	if (cr == CUDA_SUCCESS)
-		cr = t->cuMemcpyHtoDAsync(
-		    st->dst + (CUdeviceptr)(pos - st->off), region_at(st, pos),
-		    (size_t)(piece_end(st, last - 1) - pos), st->stream);
+		cr = t->cuMemcpyHtoDAsync(dev, region_at(st, pos), len,
+		                          st->stream);
 	return cr;
 }
 
-/* The stream's first operation: a wait (group 0's, or the end's). */
+/* The stream's first operation: a wait (a read's group 0, or the end's
+ * where nothing is copied; a write's for the value the flag holds, which
+ * lets the stream through at once). */
 static CUresult queue_first(struct gpufile__stage *st)
 {
 	const uint32_t first =
 	    st->per_group < st->npieces ? st->per_group : st->npieces;
+	const uint32_t value = !st->npieces   ? st->seq + 1
+	                       : st->is_write ? st->seq
+	                                      : st->seq + first;
 
-	return st->t->cuStreamWaitValue32(
-	    st->stream, gpufile__stream_flag_dev(st->slot),
-	    st->seq + (st->npieces ? first : 1), CU_STREAM_WAIT_VALUE_GEQ);
+	return st->t->cuStreamWaitValue32(st->stream,
+	                                  gpufile__stream_flag_dev(st->slot),
+	                                  value, CU_STREAM_WAIT_VALUE_GEQ);
+}
+
+/* Gives every piece to the fillers, or runs them here where no filler
+ * exists (a read's first wait is queued by then: the stream goes on once
+ * they are read). */
+static void pieces_start(struct gpufile__stage *st)
+{
+	for (uint32_t p = 0; p < st->npieces; p++)
+		st->tasks[p] = (struct piece_task){.st = st, .piece = p};
+	if (st->npieces &&
+	    fillers_submit(st->tasks, st->npieces, st->cfg.nthreads) != 0) {
+		char *scratch = gpufile__thread_scratch();
+
+		for (uint32_t p = 0; p < st->npieces; p++)
+			piece_run(st, p, scratch);
+	}
 }
 
 int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
@@ -662,45 +776,50 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 	if (cr != CUDA_SUCCESS) {
 		/* Nothing on the stream: the request is off. */
 		rc = gpufile__cuda_fail(cr, NULL, 0,
-		                        "reading %s: cuStreamWaitValue32 on "
+		                        "%s %s: cuStreamWaitValue32 on "
 		                        "the stream",
-		                        st->h->path);
+		                        verb(st->is_write), st->h->path);
 		gpufile__stream_flag_put(st->slot);
 		gpufile__stage_free(st);
 		return rc;
 	}
-	for (uint32_t p = 0; p < st->npieces; p++)
-		st->tasks[p] = (struct piece_task){.st = st, .piece = p};
-	if (st->npieces &&
-	    fillers_submit(st->tasks, st->npieces, st->cfg.nthreads) != 0) {
-		/* No filler: the pieces are read here (the wait is
-		 * queued), then the stream goes on as below. */
-		char *scratch = gpufile__thread_scratch();
-
-		for (uint32_t p = 0; p < st->npieces; p++)
-			fill_piece(st, p, scratch);
-	}
+	/* A read's fillers start now; a write's once its copies ended. */
+	if (!st->is_write)
+		pieces_start(st);
 	for (g = 0; g < ngroups; g++) {
 		cr = queue_group(st, g, g > 0);
 		if (cr != CUDA_SUCCESS)
 			break;
 	}
-	if (cr == CUDA_SUCCESS && ngroups) {
-		cr = t->cuEventCreate(&st->event, CU_EVENT_DISABLE_TIMING |
-		                                      CU_EVENT_BLOCKING_SYNC);
-		if (cr == CUDA_SUCCESS &&
-		    (cr = t->cuEventRecord(st->event, st->stream)) !=
-		        CUDA_SUCCESS) {
+	/* The event after the copies queued, all of them or those before
+	 * a refused one: it tells when the span is no longer touched. */
+	if (g > 0) {
+		CUresult ev =
+		    t->cuEventCreate(&st->event, CU_EVENT_DISABLE_TIMING |
+		                                     CU_EVENT_BLOCKING_SYNC);
+
+		if (ev == CUDA_SUCCESS &&
+		    (ev = t->cuEventRecord(st->event, st->stream)) !=
+		        CUDA_SUCCESS)
 			t->cuEventDestroy(st->event);
+		if (ev != CUDA_SUCCESS)
 			st->event = NULL;
-		}
+		if (cr == CUDA_SUCCESS)
+			cr = ev;
 	}
-	rc = cr == CUDA_SUCCESS
-	         ? 0
-	         : gpufile__cuda_fail(cr, NULL, 0,
-	                              "reading %s: queueing copy %u of %u "
-	                              "on the stream",
-	                              st->h->path, g, ngroups);
+	if (cr == CUDA_SUCCESS)
+		rc = 0;
+	else if (g < ngroups)
+		rc = gpufile__cuda_fail(cr, NULL, 0,
+		                        "%s %s: queueing copy %u of %u on the "
+		                        "stream",
+		                        verb(st->is_write), st->h->path, g + 1,
+		                        ngroups);
+	else
+		rc = gpufile__cuda_fail(cr, NULL, 0,
+		                        "%s %s: recording an event after the "
+		                        "copies on the stream",
+		                        verb(st->is_write), st->h->path);
 	/* The end, queued after a failure too, so that the work after
 	 * still waits for *n_out (which then holds the failure). */
 	if (st->npieces) {
@@ -708,15 +827,15 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		    st->stream, gpufile__stream_flag_dev(st->slot),
 		    st->seq + st->npieces + 1, CU_STREAM_WAIT_VALUE_GEQ);
 		if (cr != CUDA_SUCCESS && rc == 0)
-			rc = gpufile__cuda_fail(
-			    cr, NULL, 0,
-			    "reading %s: cuStreamWaitValue32 "
-			    "on the stream",
-			    st->h->path);
+			rc =
+			    gpufile__cuda_fail(cr, NULL, 0,
+			                       "%s %s: cuStreamWaitValue32 "
+			                       "on the stream",
+			                       verb(st->is_write), st->h->path);
 	}
 	pthread_mutex_lock(&st->lock);
 	/* Copies were queued, and nothing will tell when they have ended:
-	 * the span cannot be reused (gpufile__stage_run leaves it). */
+	 * the span cannot be reused (gpufile__stage_run loses it). */
 	st->span_lost = rc && g && !st->event;
 	st->queue_err = rc;
 	st->queue_done = 1;
@@ -725,35 +844,71 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 	return 0;
 }
 
+/* Waits for the stream's copies (where their event was recorded) and
+ * destroys the event; returns n, or the wait's failure where n is not
+ * one already. */
+static ssize_t copies_ended(struct gpufile__stage *st, ssize_t n)
+{
+	const struct gpufile__cuda *t = st->t;
+	CUresult cr;
+
+	if (!st->event)
+		return n;
+	cr = t->cuEventSynchronize(st->event);
+	if (cr != CUDA_SUCCESS && n >= 0)
+		n = gpufile__cuda_fail(cr, NULL, 0,
+		                       "%s %s: waiting for the copies on the "
+		                       "stream",
+		                       verb(st->is_write), st->h->path);
+	t->cuEventDestroy(st->event);
+	st->event = NULL;
+	return n;
+}
+
+/* Waits until every piece is filled or written; returns the result. */
+static ssize_t pieces_ended(struct gpufile__stage *st)
+{
+	ssize_t n;
+
+	pthread_mutex_lock(&st->lock);
+	while (st->ended < st->npieces)
+		pthread_cond_wait(&st->cond, &st->lock);
+	n = result(st);
+	pthread_mutex_unlock(&st->lock);
+	return n;
+}
+
 ssize_t gpufile__stage_run(struct gpufile__stage *st)
 {
 	const struct gpufile__cuda *t = st->t;
 	ssize_t n;
 
 	pthread_mutex_lock(&st->lock);
-	while (!st->queue_done || st->ended < st->npieces)
+	while (!st->queue_done)
 		pthread_cond_wait(&st->cond, &st->lock);
-	n = result(st);
 	pthread_mutex_unlock(&st->lock);
-	/* Once the last copy has run, nothing reads the span. This comes
-	 * before the stream is let go: once the caller sees the request
-	 * ended, gpufile touches none of its CUDA objects (the caller may
-	 * destroy the stream, or the context, right away). */
-	if (st->event) {
-		CUresult cr = t->cuEventSynchronize(st->event);
-
-		if (cr != CUDA_SUCCESS && n >= 0)
-			n = gpufile__cuda_fail(cr, NULL, 0,
-			                       "reading %s: waiting for the "
-			                       "copies on the stream",
-			                       st->h->path);
-		t->cuEventDestroy(st->event);
+	/* The copies are waited for before the stream is let go: once the
+	 * caller sees the request ended, gpufile touches none of its CUDA
+	 * objects (the caller may destroy the stream, or the context, right
+	 * away). After a read's last copy nothing reads the span; after a
+	 * write's, the span holds the buffer's bytes, and only then are
+	 * they written (none where a copy was not queued, or failed). */
+	if (st->is_write) {
+		n = copies_ended(st, st->queue_err);
+		if (n == 0) {
+			pieces_start(st);
+			n = pieces_ended(st);
+		}
+	} else {
+		n = copies_ended(st, pieces_ended(st));
 	}
-	if (!st->span_lost && st->span.a)
+	if (st->span.a && st->span_lost)
+		span_lose(st->span);
+	else if (st->span.a)
 		span_give(st->span);
 	st->span.a = NULL;
-	gpufile__stats_request(st->path, 0, n, st->npieces, st->asked,
-	                       gpufile__now_ns() - st->start_ns);
+	gpufile__stats_request(st->path, st->is_write, n, st->npieces,
+	                       st->asked, gpufile__now_ns() - st->start_ns);
 	/* Atomic: a caller may peek at *n_out before the stream gets
 	 * there; it then sees the old value or the final one. */
 	__atomic_store_n(st->n_out, n, __ATOMIC_RELEASE);

@@ -5,9 +5,9 @@
  * buffer: a read that did not wait for it would be overwritten, a write
  * that did not wait would write the old bytes. The work after is a
  * cuMemcpyDtoHAsync into pinned memory (it must see the file's bytes)
- * and a cuMemsetD8Async (it must not reach the file). A read staged on
- * the stream must return while the kernel still spins. Also the plain
- * variant with a cuMemsetD8Async before, end-of-file, and both paths
+ * and a cuMemsetD8Async (it must not reach the file). A read or write
+ * staged on the stream must return while the kernel still spins. Also the
+ * plain variant with a cuMemsetD8Async before, end-of-file, and both paths
  * (compat_mode on: the pipelined bounce buffers; auto: cuFile where the
  * machine accelerates it; off: cuFile's cuFileReadAsync/WriteAsync, or a
  * line saying why not). Skips (77) without a GPU.
@@ -186,13 +186,23 @@ static void check_write(CUstream s, size_t size)
 	size_t len = 0;
 	ssize_t n = -777;
 
+	char reason[512];
+
 	CHECK_EQ(gpufile_open(&w, path, "w"), 0);
 	if (!w)
 		return;
+	CHECK_EQ(gpufile_stream_info(w, dev, size, 1, reason, sizeof(reason)),
+	         0);
+	printf("  write of %zu bytes: %s\n", size, reason);
+	CHECK(strncmp(reason, "staged:", 7) == 0 ||
+	      strncmp(reason, "cufile:", 7) == 0);
 	CHECK_EQ(cu.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dev, 0, size, s),
 	         0);
 	launch_spin_fill(s, dev, size, 0x5A);
 	CHECK_EQ(gpufile_write_async(w, dev, size, 0, s, &n), 0);
+	if (strncmp(reason, "staged:", 7) == 0)
+		/* Back while the kernel before still spins. */
+		CHECK_EQ(cu.cuStreamQuery(s), 600 /* CUDA_ERROR_NOT_READY */);
 	CHECK_EQ(cu.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dev, 0, size, s),
 	         0);
 	CHECK_EQ(cu.cuStreamSynchronize(s), 0);

@@ -492,9 +492,11 @@ int main(void)
 
 	/* Device memory: a read of up to one region (here 2 MiB) is
 	 * staged on the stream: one wait and one copy per 16 MiB, and a
-	 * wait for the end (test_stream_stage has the details). A larger
-	 * read, and a write, synchronise the stream and run the request
-	 * through the bounce buffers, with no flag wait. */
+	 * wait for the end (test_stream_stage has the details); a write
+	 * too: a wait the flag already passes, its copies, and the wait
+	 * for the end. A larger read or write synchronises the stream and
+	 * runs the request through the bounce buffers, with no flag
+	 * wait. */
 	io_base = dev_base;
 	check_read(h, (1u << 20) + 777, 5, (1u << 20) + 777, "staged:");
 	check_read(h, 8192, FILE_SIZE - 4000, 4000, "staged:"); /* EOF */
@@ -504,6 +506,8 @@ int main(void)
 	check_read(h, (3u << 20) + 777, 5, (3u << 20) + 777, "blocking:");
 	check_write(w, wpath, (2u << 20) + 11, 3, 67);
 	CHECK_EQ(wait_ops, 2 + 2 + 1 + 64 * 2);
+	check_write(w, wpath, (1u << 20) + 11, 3, 68);
+	CHECK_EQ(wait_ops, 2 + 2 + 1 + 64 * 2 + 2);
 
 	/* Host memory: the flag wait holds the stream while a gpufile
 	 * thread reads. */

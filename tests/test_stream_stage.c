@@ -1,8 +1,9 @@
 /*
- * Stream-ordered reads of device memory staged on the caller's stream
- * (stream_stage.c), on the fake driver (fake_cuda.h), whose copies read
- * their pinned source only when the stream runs them: a copy let through
- * before its bytes were read would put the wrong bytes in the destination.
+ * Stream-ordered reads and writes of device memory staged on the caller's
+ * stream (stream_stage.c), on the fake driver (fake_cuda.h), whose copies
+ * read their source only when the stream runs them: a copy let through
+ * before its bytes were read would put the wrong bytes in the destination,
+ * and a write's file bytes taken before its copy ran would be wrong.
  *
  * What must hold:
  * - the call returns while the work queued before it has not ended (a
@@ -20,13 +21,23 @@
  * - an I/O error, a file that ends early, and a copy the driver refuses
  *   after the first operation reach *n_out, and the stream goes on
  *   (never left waiting); bytes past a file's early end are zeros, never
- *   stale region bytes;
+ *   stale region bytes; where the event after the copies is refused too,
+ *   the arena is left, and later reads get a new one instead of waiting
+ *   forever;
  * - device 1, and device 0 after its primary context was reset: new
  *   pinned memory and flags, nothing of the dead context used;
  * - fork() while a staged read is in flight: the child closes the handle
  *   at once and reads; the parent's read ends right;
  * - a driver refusing the flag wait (CUDA_ERROR_NOT_SUPPORTED) makes the
- *   read block instead, still right.
+ *   read block instead, still right;
+ * - writes: the call returns while the work before (which fills the
+ *   buffer) has not run, and nothing reaches the file before it ran; the
+ *   file gets the bytes the work before left, not those the work after
+ *   writes; the work after sees *n_out; a write's pieces are written by
+ *   the fillers at once; past the file's end, zero bytes, and one byte
+ *   over an arena (blocking, saying why); a failed pwrite and a copy the
+ *   driver refuses midway reach *n_out (the latter writes nothing), and
+ *   the stream goes on.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -34,6 +45,7 @@
 #include "cuda_shim.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -47,7 +59,7 @@
 #define REGION    (24u << 20) /* an arena: nthreads 6 x bounce_buffers 4 */
 #include "fake_cuda.h"
 
-static const char *path;
+static const char *path, *wpath;
 
 /* ---- host functions standing in for kernels ---- */
 
@@ -342,15 +354,36 @@ static ssize_t cut_pread(int fd, void *buf, size_t len, off_t off)
 	return pread(fd, buf, len, off);
 }
 
-static long htod_fail_at = -1; /* the copy (counted from 0) refused */
-static long htod_seen;
+static long copy_fail_at = -1; /* the copy (counted from 0) refused */
+static long copies_seen;
+
+static int copy_refused(void)
+{
+	return __atomic_fetch_add(&copies_seen, 1, __ATOMIC_SEQ_CST) ==
+	       copy_fail_at;
+}
 
 static CUresult refusing_htod(CUdeviceptr dst, const void *src, size_t size,
                               CUstream s)
 {
-	if (__atomic_fetch_add(&htod_seen, 1, __ATOMIC_SEQ_CST) == htod_fail_at)
+	if (copy_refused())
 		return CUDA_ERROR_INVALID_VALUE;
 	return fake.cuMemcpyHtoDAsync(dst, src, size, s);
+}
+
+static CUresult refusing_record(CUevent e, CUstream s)
+{
+	(void)e;
+	(void)s;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult refusing_dtoh(void *dst, CUdeviceptr src, size_t size,
+                              CUstream s)
+{
+	if (copy_refused())
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake.cuMemcpyDtoHAsync(dst, src, size, s);
 }
 
 static void test_errors_midway(gpufile_t *h)
@@ -383,12 +416,34 @@ static void test_errors_midway(gpufile_t *h)
 	 * and the stream is released. */
 	refusing = fake;
 	refusing.cuMemcpyHtoDAsync = refusing_htod;
-	htod_seen = 0;
-	htod_fail_at = 1;
+	copies_seen = 0;
+	copy_fail_at = 1;
+	gpufile_bounce_buffer_free();
 	gpufile__cuda_override(&refusing);
 	CHECK_EQ(read_on(h, s, dst, size, 0, NULL), GPUFILE_ECUDA);
 	gpufile__cuda_override(&fake);
-	htod_fail_at = -1;
+	copy_fail_at = -1;
+	/* Its span came back (the event after the first copy told when
+	 * that copy ended): the arena is idle. */
+	CHECK_EQ(gpufile_bounce_buffer_free(), REGION);
+
+	/* The event after the copies queued refused too: nothing tells
+	 * when they end, so the span is never given back and its arena is
+	 * left (never freed). Twice, for both arenas: a read after them
+	 * gets a new arena, rather than waiting forever for room. */
+	refusing.cuEventRecord = refusing_record;
+	for (int i = 0; i < 2; i++) {
+		copies_seen = 0;
+		copy_fail_at = 1;
+		gpufile__cuda_override(&refusing);
+		CHECK_EQ(read_on(h, s, dst, size, 0, NULL), GPUFILE_ECUDA);
+		gpufile__cuda_override(&fake);
+	}
+	copy_fail_at = -1;
+	refusing.cuEventRecord = fake.cuEventRecord;
+	CHECK_EQ(read_on(h, s, dst, size, 0, NULL), (ssize_t)size);
+	/* Only the new arena is idle; the lost ones are not freed. */
+	CHECK_EQ(gpufile_bounce_buffer_free(), REGION);
 
 	/* And the next read on the stream is right. */
 	CHECK_EQ(read_on(h, s, dst, size, 4096, seen), (ssize_t)size);
@@ -534,15 +589,214 @@ static void test_wait_refused(gpufile_t *h)
 	fake_wait_refused = 0;
 }
 
+/* ---- writes ---- */
+
+/* The work before a write: fills the buffer with the pattern of the file
+ * offset it goes to, once the gate opens. */
+struct produce {
+	struct gate *gate;
+	unsigned char *dst;
+	size_t len;
+	uint64_t seed, off;
+};
+
+static void produce_fn(void *arg)
+{
+	struct produce *p = arg;
+
+	if (p->gate)
+		gate_fn(p->gate);
+	test_fill(p->dst, p->len, p->seed, p->off);
+}
+
+/* The work after a write: records *n_out, then overwrites the buffer
+ * (which must not reach the file). */
+static void scribble_fn(void *arg)
+{
+	struct after *a = arg;
+
+	a->n_seen = *a->n_out;
+	memset((void *)a->buf, 0x5A, a->len);
+	__atomic_store_n(&a->ran, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Writes size bytes of the pattern (seed, off) from dst at off on s: the
+ * work before fills dst, the work after scribbles over it. Returns
+ * *n_out, after checking that the work after saw it. */
+static ssize_t write_on(gpufile_t *w, CUstream s, unsigned char *dst,
+                        size_t size, int64_t off, uint64_t seed)
+{
+	struct produce p = {NULL, dst, size, seed, (uint64_t)off};
+	struct after a = {.buf = dst, .len = size};
+	ssize_t n = -777;
+
+	memset(dst, 0, size);
+	CHECK_EQ(fake.cuLaunchHostFunc(s, produce_fn, &p), 0);
+	CHECK_EQ(gpufile_write_async(w, dst, size, off, s, &n), 0);
+	a.n_out = &n;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, scribble_fn, &a), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(a.ran, 1);
+	CHECK_EQ(a.n_seen, n);
+	return n;
+}
+
+/* 0 when the file at wpath holds the pattern (seed, off) over [off, off +
+ * len). */
+static int file_holds(int64_t off, size_t len, uint64_t seed)
+{
+	unsigned char *buf = test_malloc(len);
+	int fd = open(wpath, O_RDONLY);
+	int bad = fd < 0 || pread(fd, buf, len, off) != (ssize_t)len ||
+	          test_mismatch(buf, len, seed, (uint64_t)off) != -1;
+
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return bad;
+}
+
+/* pwrite that waits (up to 5 s) until want calls are in it at once. */
+static ssize_t meeting_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	pthread_mutex_lock(&meet_lock);
+	if (++meet_in > meet_peak)
+		meet_peak = meet_in;
+	pthread_cond_broadcast(&meet_cond);
+	while (meet_peak < meet_want &&
+	       pthread_cond_timedwait(&meet_cond, &meet_lock, &until) == 0)
+		;
+	pthread_mutex_unlock(&meet_lock);
+	len = (size_t)pwrite(fd, buf, len, off);
+	pthread_mutex_lock(&meet_lock);
+	meet_in--;
+	pthread_mutex_unlock(&meet_lock);
+	return (ssize_t)len;
+}
+
+static int64_t pwrite_fail_from = -1; /* pwrite fails with EIO here */
+
+static ssize_t failing_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	if (pwrite_fail_from >= 0 && off + (off_t)len > pwrite_fail_from) {
+		errno = EIO;
+		return -1;
+	}
+	return pwrite(fd, buf, len, off);
+}
+
+static void test_writes(gpufile_t *w)
+{
+	const size_t size = 20 * CHUNK + 333; /* 21 pieces, 2 copies */
+	const int64_t off = 777;
+	unsigned char *dst = dev_base + 4096 + 5;
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+	                 0, 0};
+	struct produce p = {&g, dst, size, SEED + 1, (uint64_t)off};
+	struct after a = {.buf = dst, .len = size};
+	static struct gpufile__cuda refusing;
+	char reason[512];
+	ssize_t n = -777;
+	CUstream s = new_stream();
+
+	CHECK_EQ(gpufile_stream_info(w, dst, size, 1, reason, sizeof(reason)),
+	         0);
+	CHECK(strncmp(reason, "staged:", 7) == 0);
+	CHECK_CONTAINS(reason, "written them to the file");
+	memset(dst, 0, size);
+	CHECK_EQ(fake.cuLaunchHostFunc(s, produce_fn, &p), 0);
+	CHECK_EQ(gpufile_write_async(w, dst, size, off, s, &n), 0);
+	a.n_out = &n;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, scribble_fn, &a), 0);
+	/* Back while the work before still waits; and (50 ms later) the
+	 * file has nothing yet: the pieces wait for the copies. */
+	test_sleep_ms(50);
+	pthread_mutex_lock(&g.lock);
+	CHECK_EQ(g.ended, 0);
+	CHECK_EQ(g.timed_out, 0);
+	CHECK_EQ(gpufile_size(w), 0);
+	g.open = 1;
+	pthread_cond_broadcast(&g.cond);
+	pthread_mutex_unlock(&g.lock);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(g.timed_out, 0);
+	CHECK_EQ(a.ran, 1);
+	CHECK_EQ(a.n_seen, (ssize_t)size);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(file_holds(off, size, SEED + 1), 0);
+	CHECK_EQ(gpufile_size(w), off + (int64_t)size);
+
+	/* Six pieces written by six fillers at once. */
+	meet_want = 6;
+	meet_peak = 0;
+	gpufile__sys.pwrite = meeting_pwrite;
+	CHECK_EQ(write_on(w, s, dst, 6 * CHUNK, 0, SEED + 2), 6 * CHUNK);
+	gpufile__sys_reset();
+	CHECK_EQ(meet_peak, 6);
+	CHECK_EQ(file_holds(0, 6 * CHUNK, SEED + 2), 0);
+
+	/* Past the file's end (it grows), and nothing at all. */
+	CHECK_EQ(write_on(w, s, dst, CHUNK + 1, (int64_t)(40 * CHUNK), SEED),
+	         CHUNK + 1);
+	CHECK_EQ(file_holds((int64_t)(40 * CHUNK), CHUNK + 1, SEED), 0);
+	CHECK_EQ(write_on(w, s, dst, 0, 5, SEED), 0);
+
+	/* One byte over an arena: blocking, saying why. */
+	CHECK_EQ(
+	    gpufile_stream_info(w, dst, REGION + 1, 1, reason, sizeof(reason)),
+	    0);
+	CHECK(strncmp(reason, "blocking:", 9) == 0);
+	CHECK_CONTAINS(reason, "write is larger than one staging arena");
+	CHECK_EQ(write_on(w, s, dst, REGION + 1, 3, SEED + 3), REGION + 1);
+	CHECK_EQ(file_holds(3, REGION + 1, SEED + 3), 0);
+
+	/* An I/O error in the fourth piece. */
+	gpufile__sys.pwrite = failing_pwrite;
+	pwrite_fail_from = 3 * CHUNK + 100;
+	CHECK_EQ(write_on(w, s, dst, 19 * CHUNK, 0, SEED), -EIO);
+	pwrite_fail_from = -1;
+	gpufile__sys_reset();
+	/* The stream went on; the next write is whole. */
+	CHECK_EQ(write_on(w, s, dst, 19 * CHUNK, 0, SEED + 6), 19 * CHUNK);
+	CHECK_EQ(file_holds(0, 19 * CHUNK, SEED + 6), 0);
+
+	/* The driver refuses the second copy while the call queues: the
+	 * failure goes to n_out, nothing is written, and the stream goes
+	 * on. */
+	refusing = fake;
+	refusing.cuMemcpyDtoHAsync = refusing_dtoh;
+	copies_seen = 0;
+	copy_fail_at = 1;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(write_on(w, s, dst, 19 * CHUNK, 0, SEED + 4), GPUFILE_ECUDA);
+	gpufile__cuda_override(&fake);
+	copy_fail_at = -1;
+	CHECK_EQ(file_holds(0, 19 * CHUNK, SEED + 6), 0);
+
+	/* The next write on the stream is right, and a read after it on
+	 * the same stream sees it. */
+	CHECK_EQ(write_on(w, s, dst, 19 * CHUNK, 4096, SEED + 5), 19 * CHUNK);
+	CHECK_EQ(file_holds(4096, 19 * CHUNK, SEED + 5), 0);
+	memset(dst, 0, 19 * CHUNK);
+	CHECK_EQ(read_on(w, s, dst, 19 * CHUNK, 4096, NULL), 19 * CHUNK);
+	CHECK_EQ(test_mismatch(dst, 19 * CHUNK, SEED + 5, 4096), -1);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+}
+
 int main(void)
 {
-	gpufile_t *h = NULL;
+	gpufile_t *h = NULL, *w = NULL;
 	size_t freed;
 
 	if (fake_install_devices(2) != 0)
 		return 1;
 	fake_cur = fake_ctx_of(0);
 	path = test_path("stream-stage.bin");
+	wpath = test_path("stream-stage-w.bin");
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
 	/* Regions of 24 pieces of 1 MiB, 6 fillers; reads through the
 	 * page cache (the injected failures replace pread). */
@@ -551,7 +805,8 @@ int main(void)
 	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "1MiB"), 0);
 	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
 	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
-	if (!h)
+	CHECK_EQ(gpufile_open(&w, wpath, "w+"), 0);
+	if (!h || !w)
 		return test_finish("test_stream_stage");
 
 	/* First: no filler exists yet. */
@@ -567,7 +822,10 @@ int main(void)
 	test_errors_midway(h);
 	test_contexts(h);
 	test_fork_in_flight(h);
+	test_writes(w);
+	/* Last: a refused wait is remembered for the process. */
 	test_wait_refused(h);
+	gpufile_close(w);
 	gpufile_close(h);
 	gpufile_release();
 	CHECK_EQ(fake_read_int(&stale_uses), 0);

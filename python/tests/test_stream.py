@@ -196,8 +196,8 @@ def test_ordering_with_the_fake_driver(data_file, tmp_path):
     res = json.loads(p.stdout.strip().splitlines()[-1])
     # Device memory: a read is staged on the stream (src/stream_stage.c):
     # its copy waits for a flag, and one more wait holds the work after;
-    # a write synchronises the stream instead (no flag wait). The order
-    # must hold either way.
+    # a write too: its copy comes first, behind a wait the flag already
+    # passes, and the wait for its end holds the work after.
     assert res["info"].startswith("staged:"), res["info"]
     r = res["read"]
     assert r == {"before_saw_untouched": True, "after_saw_file": True,
@@ -205,7 +205,7 @@ def test_ordering_with_the_fake_driver(data_file, tmp_path):
     w = res["write"]
     assert w == {"after_n": size, "n": size, "file_is_pattern": True}, w
     assert res["wait_ops_read"] == 2, res   # one chunk, and the end
-    assert res["wait_ops"] == res["wait_ops_read"], res
+    assert res["wait_ops"] == res["wait_ops_read"] + 2, res
 
 
 # ---- on the GPU ----
