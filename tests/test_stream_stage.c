@@ -34,10 +34,10 @@
  *   buffer) has not run, and nothing reaches the file before it ran; the
  *   file gets the bytes the work before left, not those the work after
  *   writes; the work after sees *n_out; a write's pieces are written by
- *   the fillers at once; past the file's end, zero bytes, and one byte
- *   over an arena (blocking, saying why); a failed pwrite and a copy the
- *   driver refuses midway reach *n_out (the latter writes nothing), and
- *   the stream goes on.
+ *   the fillers at once, a group's while the next group's copy runs; past the
+ * file's end, zero bytes, and one byte over an arena (blocking, saying why); a
+ * failed pwrite and a copy the driver refuses midway reach *n_out (the latter
+ * writes nothing), and the stream goes on.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -689,6 +689,48 @@ static ssize_t failing_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
+/* A write of two groups: the waiter's first event wait must be for the
+ * first group's copy alone (a copy follows its event on the stream), and
+ * by its second wait a pwrite must have started (the first group's
+ * pieces went out before the second group's copy was waited for). */
+static int sync_calls, first_wait_early, overlap_seen;
+static int pwrites_started;
+
+static ssize_t counting_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	pthread_mutex_lock(&meet_lock);
+	pwrites_started++;
+	pthread_cond_broadcast(&meet_cond);
+	pthread_mutex_unlock(&meet_lock);
+	return pwrite(fd, buf, len, off);
+}
+
+static CUresult overlap_event_sync(CUevent e)
+{
+	const int call = __atomic_add_fetch(&sync_calls, 1, __ATOMIC_SEQ_CST);
+
+	if (call == 1 && e->stream) {
+		pthread_mutex_lock(&fake_lock);
+		for (size_t i = e->seq; i < e->stream->nops; i++)
+			if (e->stream->ops[i].kind == OP_COPY)
+				first_wait_early = 1;
+		pthread_mutex_unlock(&fake_lock);
+	} else if (call == 2) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 5;
+		pthread_mutex_lock(&meet_lock);
+		while (!pwrites_started &&
+		       pthread_cond_timedwait(&meet_cond, &meet_lock, &until) ==
+		           0)
+			;
+		overlap_seen = first_wait_early && pwrites_started > 0;
+		pthread_mutex_unlock(&meet_lock);
+	}
+	return fake.cuEventSynchronize(e);
+}
+
 static void test_writes(gpufile_t *w)
 {
 	const size_t size = 20 * CHUNK + 333; /* 21 pieces, 2 copies */
@@ -738,6 +780,20 @@ static void test_writes(gpufile_t *w)
 	gpufile__sys_reset();
 	CHECK_EQ(meet_peak, 6);
 	CHECK_EQ(file_holds(0, 6 * CHUNK, SEED + 2), 0);
+
+	/* Two groups (16 MiB each): the first's pieces are written while
+	 * the second's copy is waited for. */
+	refusing = fake;
+	refusing.cuEventSynchronize = overlap_event_sync;
+	sync_calls = pwrites_started = overlap_seen = first_wait_early = 0;
+	gpufile__sys.pwrite = counting_pwrite;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(write_on(w, s, dst, 20 * CHUNK, 0, SEED + 7), 20 * CHUNK);
+	gpufile__cuda_override(&fake);
+	gpufile__sys_reset();
+	CHECK(sync_calls >= 2);
+	CHECK_EQ(overlap_seen, 1);
+	CHECK_EQ(file_holds(0, 20 * CHUNK, SEED + 7), 0);
 
 	/* Past the file's end (it grows), and nothing at all. */
 	CHECK_EQ(write_on(w, s, dst, CHUNK + 1, (int64_t)(40 * CHUNK), SEED),
