@@ -5,7 +5,7 @@
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
  *             [--contention] [--chunked] [--shapes LIST]
  *             [--kernel-shapes LIST] [--register-chunks LIST]
- *             [--cells LIST] [--ctx-id-cost] [--stream] [--reps N]
+ *             [--cells LIST] [--ctx-id-cost] [--stream] [--small] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -30,6 +30,11 @@
  * took (32 x 4 MiB, 8 x 64 MiB, 4 x 128 MiB); then the same for writes
  * (gpufile_write_async against gpufile_pwrite) into FILE.stream-out, in
  * the page cache.
+ *
+ * --small: k device reads of 1, 4 and 16 MiB back to back with
+ * gpufile_pread, split into tasks of at least 512 KiB where they have
+ * fewer tasks than workers (file.c), against the same with that split off,
+ * interleaved.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -827,6 +832,76 @@ static void stream_requests(void *dev, void *pinned, int is_write)
 		unlink(out);
 }
 
+/* ---- small device reads (--small) ---- */
+
+/* k device reads of piece bytes with gpufile_pread, one after another in
+ * the file and in dev: GB/s. */
+static double small_round(gpufile_t *h, void *dev, size_t piece, int k)
+{
+	double t0 = now();
+
+	for (int i = 0; i < k; i++) {
+		const size_t at = (size_t)i * piece;
+		ssize_t n =
+		    gpufile_pread(h, (char *)dev + at, piece, (int64_t)at);
+
+		if (n != (ssize_t)piece)
+			die("gpufile_pread", n);
+	}
+	return gbps((size_t)k * piece, now() - t0);
+}
+
+/* Device reads of 1, 4 and 16 MiB, k back to back: split into tasks of
+ * at least 512 KiB where they have fewer tasks than workers (file.c),
+ * against the same with that split off (gpufile__split_min = SIZE_MAX:
+ * task_size tasks, as before), interleaved, medians of reps rounds. */
+static void small_reads(void *dev, void *pinned)
+{
+	static const struct {
+		size_t piece;
+		int k;
+	} shape[] = {{1u << 20, 64}, {4u << 20, 32}, {16u << 20, 16}};
+	const int n = reps < 32 ? reps : 32;
+	gpufile_t *h;
+	int rc = gpufile_open(&h, file, "r");
+
+	if (rc)
+		die("gpufile_open", rc);
+	for (size_t j = 0; j < sizeof(shape) / sizeof(shape[0]); j++) {
+		double a[32], b[32];
+		const size_t piece = shape[j].piece;
+		const int k = shape[j].k;
+
+		if ((size_t)k * piece > size)
+			continue;
+		for (int i = 0; i < n; i++) {
+			gpufile__split_min = 512u << 10;
+			a[i] = small_round(h, dev, piece, k);
+			gpufile__split_min = SIZE_MAX;
+			b[i] = small_round(h, dev, piece, k);
+		}
+		gpufile__split_min = 512u << 10;
+		qsort(a, (size_t)n, sizeof(double), cmp_double);
+		qsort(b, (size_t)n, sizeof(double), cmp_double);
+		printf("small: %d x %zu MiB device preads, medians of %d: "
+		       "split %.2f GB/s (%.3f ms each), task_size tasks %.2f "
+		       "GB/s (%.3f ms each); split/unsplit %.3f\n",
+		       k, piece >> 20, n, a[n / 2],
+		       (double)piece / (a[n / 2] * 1e6), b[n / 2],
+		       (double)piece / (b[n / 2] * 1e6), a[n / 2] / b[n / 2]);
+	}
+	{
+		const size_t keep = size;
+
+		small_round(h, dev, 4u << 20, 32);
+		size = (size_t)32 * (4u << 20) < keep ? (size_t)32 * (4u << 20)
+		                                      : keep;
+		verify(dev, pinned);
+		size = keep;
+	}
+	gpufile_close(h);
+}
+
 /* Reads the page cache straight into the GPU: map the file, register
  * the mapping read-only with the driver, one DMA. */
 static void register_experiment(void *dev)
@@ -1105,7 +1180,7 @@ static void ctx_id_cost(CUcontext ctx, double warm_med)
 int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
-	    do_chunked = 0, do_ctx_id = 0, do_stream = 0;
+	    do_chunked = 0, do_ctx_id = 0, do_stream = 0, do_small = 0;
 	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
 	           *kernel_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
@@ -1135,6 +1210,8 @@ int main(int argc, char **argv)
 			do_ctx_id = 1;
 		else if (!strcmp(argv[i], "--stream"))
 			do_stream = 1;
+		else if (!strcmp(argv[i], "--small"))
+			do_small = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
 			cell_list = argv[++i];
 		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
@@ -1152,7 +1229,8 @@ int main(int argc, char **argv)
 		                "[--chunked] [--shapes LIST] "
 		                "[--kernel-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
-		                "[--ctx-id-cost] [--stream] [--reps N]\n");
+		                "[--ctx-id-cost] [--stream] [--small] "
+		                "[--reps N]\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
@@ -1197,6 +1275,8 @@ int main(int argc, char **argv)
 		stream_requests(dev, pinned, 0);
 		stream_requests(dev, pinned, 1);
 	}
+	if (do_small)
+		small_reads(dev, pinned);
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);

@@ -43,7 +43,8 @@
 #                              first, every test, then read_async against
 #                              pread on the warm 4 GiB file, and
 #                              write_async against pwrite
-#                              (gpu_bench --stream)
+#                              (gpu_bench --stream), and small device
+#                              preads split or not (--small)
 #   scripts/gpu_run.sh repeat  N (10) runs of each test in TESTS (the
 #                              staged reads' tests, test_map_copy,
 #                              test_gpu_contexts), failures counted
@@ -281,8 +282,8 @@ stage)
 	log "read_async against pread, write_async against pwrite, warm 4 GiB"
 	make_file $data/file.bin $((4 << 30))
 	cat $data/file.bin >/dev/null
-	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --stream --reps 7 --contention 2>&1 |
-		tee "$OUT/gpu_bench.log" | grep -E '^(stream|ceiling|gpufile warm|verify|warm read / pinned)'
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --stream --small --reps 7 --contention 2>&1 |
+		tee "$OUT/gpu_bench.log" | grep -E '^(stream|small|ceiling|gpufile warm|verify|warm read / pinned)'
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))

@@ -115,6 +115,9 @@ struct gpufile__syscalls {
 	int (*mincore)(void *addr, size_t len, unsigned char *vec);
 };
 extern struct gpufile__syscalls gpufile__sys;
+/* The smallest task a device read of fewer tasks than workers is split
+ * into (file.c): 512 KiB; benchmarks set SIZE_MAX to compare. */
+extern size_t gpufile__split_min;
 /* Restores the real system calls. */
 void gpufile__sys_reset(void);
 

@@ -291,6 +291,63 @@ static void test_pipeline(const char *rpath, const char *wpath)
 	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 }
 
+/* A device read of fewer tasks than workers is cut into smaller tasks,
+ * halving task_size down to 512 KiB (file.c); writes, and reads of as
+ * many tasks as workers, keep task_size. */
+static void test_small_reads_split(const char *rpath, const char *wpath)
+{
+	static const struct {
+		size_t size;
+		int64_t off;
+		uint64_t tasks;
+		int is_write;
+	} cases[] = {
+	    {4u << 20, 0, 8, 0},                   /* 8 x 512 KiB */
+	    {(4u << 20) + 1, (4 << 20) - 1, 9, 0}, /* 512 KiB edges */
+	    {2u << 20, 0, 4, 0},                   /* 512 KiB is the least */
+	    {1u << 20, 0, 2, 0},
+	    {300u << 10, 5, 1, 0},      /* below 2 x 512 KiB */
+	    {16u << 20, 0, 8, 0},       /* 8 x 2 MiB */
+	    {(20u << 20) + 5, 3, 6, 0}, /* 6 of 4 MiB: already 6 */
+	    {4u << 20, 0, 1, 1},        /* a write: one task */
+	};
+	gpufile_t *h = NULL, *wh = NULL;
+
+	CHECK_EQ(gpufile_set_task_size(4u << 20), 0);
+	CHECK_EQ(gpufile_set_nthreads(8), 0);
+	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+	CHECK_EQ(gpufile_open(&wh, wpath, "w+"), 0);
+	if (!h || !wh)
+		return;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const size_t size = cases[i].size;
+		const int64_t off = cases[i].off;
+		const int w = cases[i].is_write;
+		gpufile_stats_t a = stats(), b;
+		ssize_t n;
+
+		if (cases[i].size == (20u << 20) + 5)
+			CHECK_EQ(gpufile_set_nthreads(6), 0);
+		memset(dev_base, CANARY, size + 4096);
+		n = w ? gpufile_pwrite(wh, dev_base, size, off)
+		      : gpufile_pread(h, dev_base, size, off);
+		b = stats();
+		CHECK_EQ(n, (ssize_t)size);
+		if (!w)
+			CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE,
+			                       (uint64_t)off),
+			         -1);
+		CHECK_EQ(test_mismatch_byte(dev_base + size, 4096, CANARY), -1);
+		CHECK_EQ(b.path[GPUFILE_PATH_POSIX][w].tasks -
+		             a.path[GPUFILE_PATH_POSIX][w].tasks,
+		         cases[i].tasks);
+	}
+	gpufile_close(h);
+	gpufile_close(wh);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+}
+
 /* Driver failures: an error naming the call, then later requests work. */
 static void test_driver_failures(const char *rpath, const char *wpath)
 {
@@ -426,6 +483,7 @@ int main(void)
 	test_roundtrips(rpath, wpath, "auto");
 	test_roundtrips(rpath, wpath, "on");
 	test_pipeline(rpath, wpath);
+	test_small_reads_split(rpath, wpath);
 	test_driver_failures(rpath, wpath);
 	test_bound_after_shrink(rpath);
 

@@ -86,6 +86,15 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 		printf("%s %" PRIu64 " x %s", i ? "," : "", p->task_counts[i],
 		       exact(p->task_sizes[i], a, sizeof(a)));
 	printf("\n");
+	/* file.c: device reads through the bounce buffers of fewer tasks
+	 * than workers are split finer, down to 512 KiB tasks. */
+	if (p->tasks < p->nthreads && p->read_size >= (1u << 20) &&
+	    p->task_size >= (1u << 20))
+		printf("  where the read takes gpufile's bounce buffers "
+		       "instead of cuFile, fewer tasks\n  than the %u workers "
+		       "are cut finer: task_size halved, down to 512 KiB,\n"
+		       "  until there are %u\n",
+		       p->nthreads, p->nthreads);
 	if (p->below_threshold)
 		printf("  the read is below gds_threshold: every task takes "
 		       "gpufile's POSIX path (\"small\"); cuFile receives "
