@@ -631,6 +631,33 @@ static ssize_t result(const struct gpufile__stage *st)
 	return (ssize_t)st->size;
 }
 
+/* Whether piece p lies past a piece that failed or was cut short: it is
+ * then neither read nor written. */
+static int piece_skipped(struct gpufile__stage *st, uint32_t p)
+{
+	int skip;
+
+	pthread_mutex_lock(&st->lock);
+	skip = p > st->err_piece || p > st->short_piece;
+	pthread_mutex_unlock(&st->lock);
+	return skip;
+}
+
+/* Caller holds st->lock. Records what piece p's read or write of len
+ * bytes returned: the lowest piece that failed, and the lowest cut
+ * short, are kept. */
+static void piece_outcome(struct gpufile__stage *st, uint32_t p, ssize_t n,
+                          size_t len)
+{
+	if (n < 0 && p < st->err_piece) {
+		st->err_piece = p;
+		st->err = n;
+	} else if (n >= 0 && (size_t)n < len && p < st->short_piece) {
+		st->short_piece = p;
+		st->short_n = (size_t)n;
+	}
+}
+
 /* Reads piece p into the span; bytes past what the file gave (a file
  * cut short since the call, an error) are zeroed, so that the copy never
  * puts another read's bytes into the destination. Pieces past a failure
@@ -641,13 +668,10 @@ static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 	const int64_t pos = piece_pos(st, p);
 	const size_t len = (size_t)(piece_end(st, p) - pos);
 	char *buf = region_at(st, pos);
+	const int skip = piece_skipped(st, p);
 	uint32_t before;
 	ssize_t n = 0;
-	int skip;
 
-	pthread_mutex_lock(&st->lock);
-	skip = p > st->err_piece || p > st->short_piece;
-	pthread_mutex_unlock(&st->lock);
 	if (!skip)
 		n = gpufile__file_read(st->h, st->cfg.direct_io, buf, len, pos,
 		                       scratch, GPUFILE__SCRATCH);
@@ -658,13 +682,8 @@ static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 
 	pthread_mutex_lock(&st->lock);
 	before = st->prefix;
-	if (!skip && n < 0 && p < st->err_piece) {
-		st->err_piece = p;
-		st->err = n;
-	} else if (!skip && n >= 0 && (size_t)n < len && p < st->short_piece) {
-		st->short_piece = p;
-		st->short_n = (size_t)n;
-	}
+	if (!skip)
+		piece_outcome(st, p, n, len);
 	st->filled[p] = 1;
 	while (st->prefix < st->npieces && st->filled[st->prefix])
 		st->prefix++;
@@ -682,24 +701,16 @@ static void write_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 {
 	const int64_t pos = piece_pos(st, p);
 	const size_t len = (size_t)(piece_end(st, p) - pos);
+	const int skip = piece_skipped(st, p);
 	ssize_t n = 0;
-	int skip;
 
-	pthread_mutex_lock(&st->lock);
-	skip = p > st->err_piece || p > st->short_piece;
-	pthread_mutex_unlock(&st->lock);
 	if (!skip)
 		n = gpufile__file_write(st->h, st->cfg.direct_io,
 		                        region_at(st, pos), len, pos, scratch,
 		                        GPUFILE__SCRATCH);
 	pthread_mutex_lock(&st->lock);
-	if (!skip && n < 0 && p < st->err_piece) {
-		st->err_piece = p;
-		st->err = n;
-	} else if (!skip && n >= 0 && (size_t)n < len && p < st->short_piece) {
-		st->short_piece = p;
-		st->short_n = (size_t)n;
-	}
+	if (!skip)
+		piece_outcome(st, p, n, len);
 	if (++st->ended == st->npieces)
 		pthread_cond_broadcast(&st->cond);
 	pthread_mutex_unlock(&st->lock);

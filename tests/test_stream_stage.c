@@ -281,12 +281,14 @@ static void test_many(gpufile_t *h)
 
 /* ---- fillers at once ---- */
 
-/* pread that waits (up to 5 s) until want calls are in it at once. */
+/* A meeting of pread or pwrite calls (fillers at once). */
 static pthread_mutex_t meet_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t meet_cond = PTHREAD_COND_INITIALIZER;
 static int meet_in, meet_want, meet_peak;
 
-static ssize_t meeting_pread(int fd, void *buf, size_t len, off_t off)
+/* A call enters the meeting: it waits there (up to 5 s) until meet_want
+ * calls have been in it at once. */
+static void meet_enter(void)
 {
 	struct timespec until;
 
@@ -300,11 +302,23 @@ static ssize_t meeting_pread(int fd, void *buf, size_t len, off_t off)
 	       pthread_cond_timedwait(&meet_cond, &meet_lock, &until) == 0)
 		;
 	pthread_mutex_unlock(&meet_lock);
-	len = (size_t)pread(fd, buf, len, off);
+}
+
+static void meet_leave(void)
+{
 	pthread_mutex_lock(&meet_lock);
 	meet_in--;
 	pthread_mutex_unlock(&meet_lock);
-	return (ssize_t)len;
+}
+
+static ssize_t meeting_pread(int fd, void *buf, size_t len, off_t off)
+{
+	ssize_t n;
+
+	meet_enter();
+	n = pread(fd, buf, len, off);
+	meet_leave();
+	return n;
 }
 
 /* Six reads of one piece each, queued back to back, are read by six
@@ -659,23 +673,12 @@ static int file_holds(int64_t off, size_t len, uint64_t seed)
 /* pwrite that waits (up to 5 s) until want calls are in it at once. */
 static ssize_t meeting_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
-	struct timespec until;
+	ssize_t n;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 5;
-	pthread_mutex_lock(&meet_lock);
-	if (++meet_in > meet_peak)
-		meet_peak = meet_in;
-	pthread_cond_broadcast(&meet_cond);
-	while (meet_peak < meet_want &&
-	       pthread_cond_timedwait(&meet_cond, &meet_lock, &until) == 0)
-		;
-	pthread_mutex_unlock(&meet_lock);
-	len = (size_t)pwrite(fd, buf, len, off);
-	pthread_mutex_lock(&meet_lock);
-	meet_in--;
-	pthread_mutex_unlock(&meet_lock);
-	return (ssize_t)len;
+	meet_enter();
+	n = pwrite(fd, buf, len, off);
+	meet_leave();
+	return n;
 }
 
 static int64_t pwrite_fail_from = -1; /* pwrite fails with EIO here */
