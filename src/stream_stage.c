@@ -711,8 +711,10 @@ static void write_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 	pthread_mutex_lock(&st->lock);
 	if (!skip)
 		piece_outcome(st, p, n, len);
-	if (++st->ended == st->npieces)
-		pthread_cond_broadcast(&st->cond);
+	/* The waiter may wait for fewer than all (after a failed wait for
+	 * a later group's copy: write_groups). */
+	st->ended++;
+	pthread_cond_broadcast(&st->cond);
 	pthread_mutex_unlock(&st->lock);
 }
 
@@ -734,10 +736,9 @@ static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
 	                          ? first + st->per_group
 	                          : st->npieces;
 	const int64_t pos = piece_pos(st, first);
-	CUresult cr = CUDA_SUCCESS;
-
 	const CUdeviceptr dev = st->dst + (CUdeviceptr)(pos - st->off);
 	const size_t len = (size_t)(piece_end(st, last - 1) - pos);
+	CUresult cr = CUDA_SUCCESS;
 
 	if (st->is_write)
 		return t->cuMemcpyDtoHAsync(region_at(st, pos), dev, len,

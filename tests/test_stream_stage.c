@@ -734,6 +734,15 @@ static CUresult overlap_event_sync(CUevent e)
 	return fake.cuEventSynchronize(e);
 }
 
+/* Fails the second event wait (a write's second group): the waiter then
+ * still waits for the first group's pieces, and does not hang. */
+static CUresult failing_second_sync(CUevent e)
+{
+	if (__atomic_add_fetch(&sync_calls, 1, __ATOMIC_SEQ_CST) == 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake.cuEventSynchronize(e);
+}
+
 static void test_writes(gpufile_t *w)
 {
 	const size_t size = 20 * CHUNK + 333; /* 21 pieces, 2 copies */
@@ -797,6 +806,15 @@ static void test_writes(gpufile_t *w)
 	CHECK(sync_calls >= 2);
 	CHECK_EQ(overlap_seen, 1);
 	CHECK_EQ(file_holds(0, 20 * CHUNK, SEED + 7), 0);
+
+	/* The wait for the second group's copy fails: n_out has the
+	 * failure, once the first group's pieces are written. */
+	refusing.cuEventSynchronize = failing_second_sync;
+	sync_calls = 0;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(write_on(w, s, dst, 20 * CHUNK, 0, SEED + 8), GPUFILE_ECUDA);
+	gpufile__cuda_override(&fake);
+	CHECK_EQ(file_holds(0, 16 * CHUNK, SEED + 8), 0);
 
 	/* Past the file's end (it grows), and nothing at all. */
 	CHECK_EQ(write_on(w, s, dst, CHUNK + 1, (int64_t)(40 * CHUNK), SEED),
