@@ -34,7 +34,8 @@
  * --small: k device reads of 1, 4 and 16 MiB back to back with
  * gpufile_pread, split into tasks of at least 512 KiB where they have
  * fewer tasks than workers (file.c), against the same with that split off,
- * interleaved.
+ * interleaved; then 1 and 4 MiB cold (the range dropped from the page
+ * cache before each round).
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -851,6 +852,57 @@ static double small_round(gpufile_t *h, void *dev, size_t piece, int k)
 	return gbps((size_t)k * piece, now() - t0);
 }
 
+/* The same, cold: before each round the range's pages are dropped from
+ * the page cache (POSIX_FADV_DONTNEED: the file is clean), then read in
+ * again after the last. */
+static void small_cold(gpufile_t *h, void *dev, int n)
+{
+	static const struct {
+		size_t piece;
+		int k;
+	} shape[] = {{1u << 20, 64}, {4u << 20, 32}};
+	int fd = open(file, O_RDONLY);
+
+	if (fd < 0)
+		die("open", errno);
+	for (size_t j = 0; j < sizeof(shape) / sizeof(shape[0]); j++) {
+		const size_t piece = shape[j].piece;
+		const int k = shape[j].k;
+		const off_t span = (off_t)((size_t)k * piece);
+		double a[32], b[32];
+
+		if ((size_t)span > size)
+			continue;
+		for (int i = 0; i < n; i++) {
+			gpufile__split_min = 512u << 10;
+			posix_fadvise(fd, 0, span, POSIX_FADV_DONTNEED);
+			a[i] = small_round(h, dev, piece, k);
+			gpufile__split_min = SIZE_MAX;
+			posix_fadvise(fd, 0, span, POSIX_FADV_DONTNEED);
+			b[i] = small_round(h, dev, piece, k);
+		}
+		gpufile__split_min = 512u << 10;
+		qsort(a, (size_t)n, sizeof(double), cmp_double);
+		qsort(b, (size_t)n, sizeof(double), cmp_double);
+		printf("small cold: %d x %zu MiB device preads, medians of %d: "
+		       "split %.2f GB/s, task_size tasks %.2f GB/s; "
+		       "split/unsplit %.3f\n",
+		       k, piece >> 20, n, a[n / 2], b[n / 2],
+		       a[n / 2] / b[n / 2]);
+	}
+	{
+		char *buf = malloc(64 << 20);
+
+		for (off_t at = 0;
+		     buf && at < (off_t)(128u << 20) && (size_t)at < size;
+		     at += 64 << 20)
+			if (pread(fd, buf, 64 << 20, at) < 0)
+				break;
+		free(buf);
+	}
+	close(fd);
+}
+
 /* Device reads of 1, 4 and 16 MiB, k back to back: split into tasks of
  * at least 512 KiB where they have fewer tasks than workers (file.c),
  * against the same with that split off (gpufile__split_min = SIZE_MAX:
@@ -899,6 +951,7 @@ static void small_reads(void *dev, void *pinned)
 		verify(dev, pinned);
 		size = keep;
 	}
+	small_cold(h, dev, n);
 	gpufile_close(h);
 }
 
