@@ -304,8 +304,9 @@ GPUFILE_API const char *gpufile_filename(gpufile_t *h);
  * Reads up to size bytes at file_offset into buf, which may be host memory
  * (pageable or pinned) or device memory of any GPU. The request is split
  * into tasks at multiples of task_size in the file, run in parallel (a
- * device read through the bounce buffers of fewer tasks than nthreads:
- * at halves of task_size, down to 512 KiB, until it has nthreads tasks).
+ * device read through the bounce buffers, from the page cache, of fewer
+ * tasks than nthreads: at halves of task_size, down to 512 KiB, until it
+ * has nthreads tasks).
  * Returns the number of bytes read: size, or fewer when the file ends
  * first, in which case exactly the bytes up to end-of-file are read and the
  * rest of buf is left as it was. On failure returns the error of the

@@ -587,14 +587,15 @@ static void append_submitted(struct gpufile *h)
 
 /*
  * A device read through the bounce buffers (the posix and small paths) of
- * fewer tasks than there are workers gets smaller tasks, halving
- * task_size down to gpufile__split_min (512 KiB), so that more workers
- * read it at once: one worker reads a 4 MiB task out of the page cache in
- * about 0.7 ms, and a 4 MiB device gpufile_pread took 0.9 ms on the H200
- * (bench/README.md).
- * Tasks stay at multiples of their size in the file, so O_DIRECT's
- * alignment holds. Writes keep task_size: buffered writes to one file take
- * turns on its lock.
+ * fewer tasks than there are workers, read from the page cache, gets
+ * smaller tasks, halving task_size down to gpufile__split_min (512 KiB),
+ * so that more workers read it at once: one worker reads a 4 MiB task out
+ * of the page cache in about 0.7 ms, and a 4 MiB device gpufile_pread took
+ * 0.9 ms on the H200 (bench/README.md). A range O_DIRECT would read (cold,
+ * or direct_io=on) keeps task_size: split, cold 1 and 4 MiB reads ran at
+ * 0.97 and 0.96x. Tasks stay at multiples of their size in the file.
+ * Writes keep task_size: buffered writes to one file take turns on its
+ * lock.
  */
 size_t gpufile__split_min = 512u << 10; /* SIZE_MAX: no split (benches) */
 
@@ -610,7 +611,10 @@ static void split_small_read(struct gpufile__request *r)
 	size_t ts = r->cfg.task_size;
 
 	if (r->is_write || !r->cuda_ctx || r->h->remote ||
-	    (r->path != GPUFILE_PATH_POSIX && r->path != GPUFILE_PATH_SMALL))
+	    (r->path != GPUFILE_PATH_POSIX && r->path != GPUFILE_PATH_SMALL) ||
+	    tasks_of(r, ts) >= r->cfg.nthreads ||
+	    gpufile__direct_read_wanted(r->h, r->cfg.direct_io, r->size,
+	                                r->offset))
 		return;
 	while (ts / 2 >= gpufile__split_min && ts % 2 == 0 &&
 	       tasks_of(r, ts) < r->cfg.nthreads)

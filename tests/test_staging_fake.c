@@ -291,16 +291,25 @@ static void test_pipeline(const char *rpath, const char *wpath)
 	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 }
 
-/* A device read of fewer tasks than workers is cut into smaller tasks,
- * halving task_size down to 512 KiB (file.c); writes, and reads of as
- * many tasks as workers, keep task_size. */
+/* A device read of fewer tasks than workers, from the page cache, is cut
+ * into smaller tasks, halving task_size down to 512 KiB (file.c); writes,
+ * reads of as many tasks as workers, and cold reads (O_DIRECT would read
+ * them) keep task_size. The library is told what is cached (mincore):
+ * the test's file could be evicted at any time. */
+static int none_cached(void *addr, size_t len, unsigned char *vec)
+{
+	(void)addr;
+	memset(vec, 0, (len + 4095) / 4096);
+	return 0;
+}
+
 static void test_small_reads_split(const char *rpath, const char *wpath)
 {
 	static const struct {
 		size_t size;
 		int64_t off;
 		uint64_t tasks;
-		int is_write;
+		int is_write; /* 2: a read of a range not cached */
 	} cases[] = {
 	    {4u << 20, 0, 8, 0},                   /* 8 x 512 KiB */
 	    {(4u << 20) + 1, (4 << 20) - 1, 9, 0}, /* 512 KiB edges */
@@ -310,6 +319,7 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 	    {16u << 20, 0, 8, 0},       /* 8 x 2 MiB */
 	    {(20u << 20) + 5, 3, 6, 0}, /* 6 of 4 MiB: already 6 */
 	    {4u << 20, 0, 1, 1},        /* a write: one task */
+	    {4u << 20, 0, 1, 2},        /* cold: one task */
 	};
 	gpufile_t *h = NULL, *wh = NULL;
 
@@ -322,9 +332,14 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const size_t size = cases[i].size;
 		const int64_t off = cases[i].off;
-		const int w = cases[i].is_write;
-		gpufile_stats_t a = stats(), b;
+		const int w = cases[i].is_write == 1;
+		gpufile_stats_t a, b;
 		ssize_t n;
+
+		gpufile__sys.mincore = cases[i].is_write == 2
+		                           ? none_cached
+		                           : test_mincore_all_cached;
+		a = stats();
 
 		if (cases[i].size == (20u << 20) + 5)
 			CHECK_EQ(gpufile_set_nthreads(6), 0);
@@ -342,6 +357,7 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 		             a.path[GPUFILE_PATH_POSIX][w].tasks,
 		         cases[i].tasks);
 	}
+	gpufile__sys_reset();
 	gpufile_close(h);
 	gpufile_close(wh);
 	gpufile_config_reset();

@@ -91,9 +91,10 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 	if (p->tasks < p->nthreads && p->read_size >= (1u << 20) &&
 	    p->task_size >= (1u << 20))
 		printf("  where the read takes gpufile's bounce buffers "
-		       "instead of cuFile, fewer tasks\n  than the %u workers "
-		       "are cut finer: task_size halved, down to 512 KiB,\n"
-		       "  until there are %u\n",
+		       "instead of cuFile and the page\n  cache holds it, "
+		       "fewer tasks than the %u workers are cut finer:\n"
+		       "  task_size halved, down to 512 KiB, until there are "
+		       "%u\n",
 		       p->nthreads, p->nthreads);
 	if (p->below_threshold)
 		printf("  the read is below gds_threshold: every task takes "
