@@ -852,44 +852,72 @@ static double small_round(gpufile_t *h, void *dev, size_t piece, int k)
 	return gbps((size_t)k * piece, now() - t0);
 }
 
-/* The same, cold: before each round the range's pages are dropped from
- * the page cache (POSIX_FADV_DONTNEED: the file is clean), then read in
- * again after the last. */
-static void small_cold(gpufile_t *h, void *dev, int n)
+/* n rounds of k reads of piece bytes, split against unsplit (task_size
+ * tasks: gpufile__split_min = SIZE_MAX), interleaved; where fd is not -1
+ * (cold), the range is dropped from the page cache (POSIX_FADV_DONTNEED:
+ * the file is clean) before each round. Prints the medians. */
+static void small_pair(gpufile_t *h, void *dev, size_t piece, int k, int n,
+                       int fd)
+{
+	const off_t span = (off_t)((size_t)k * piece);
+	double a[32], b[32];
+
+	for (int i = 0; i < 2 * n; i++) {
+		gpufile__split_min = i % 2 ? SIZE_MAX : 512u << 10;
+		if (fd >= 0)
+			posix_fadvise(fd, 0, span, POSIX_FADV_DONTNEED);
+		(i % 2 ? b : a)[i / 2] = small_round(h, dev, piece, k);
+	}
+	gpufile__split_min = 512u << 10;
+	qsort(a, (size_t)n, sizeof(double), cmp_double);
+	qsort(b, (size_t)n, sizeof(double), cmp_double);
+	printf("small%s: %d x %zu MiB device preads, medians of %d: split "
+	       "%.2f GB/s (%.3f ms each), task_size tasks %.2f GB/s (%.3f ms "
+	       "each); split/unsplit %.3f\n",
+	       fd >= 0 ? " cold" : "", k, piece >> 20, n, a[n / 2],
+	       (double)piece / (a[n / 2] * 1e6), b[n / 2],
+	       (double)piece / (b[n / 2] * 1e6), a[n / 2] / b[n / 2]);
+}
+
+/* Device reads of 1, 4 and 16 MiB, k back to back: split into tasks of
+ * at least 512 KiB where they have fewer tasks than workers and the page
+ * cache holds them (file.c), against the same with that split off,
+ * medians of reps rounds; then 1 and 4 MiB cold. */
+static void small_reads(void *dev, void *pinned)
 {
 	static const struct {
 		size_t piece;
-		int k;
-	} shape[] = {{1u << 20, 64}, {4u << 20, 32}};
+		int k, cold;
+	} shape[] = {{1u << 20, 64, 0},
+	             {4u << 20, 32, 0},
+	             {16u << 20, 16, 0},
+	             {1u << 20, 64, 1},
+	             {4u << 20, 32, 1}};
+	const int n = reps < 32 ? reps : 32;
 	int fd = open(file, O_RDONLY);
+	gpufile_t *h;
+	int rc = gpufile_open(&h, file, "r");
 
-	if (fd < 0)
-		die("open", errno);
+	if (rc || fd < 0)
+		die("gpufile_open", rc ? rc : -errno);
 	for (size_t j = 0; j < sizeof(shape) / sizeof(shape[0]); j++) {
-		const size_t piece = shape[j].piece;
-		const int k = shape[j].k;
-		const off_t span = (off_t)((size_t)k * piece);
-		double a[32], b[32];
-
-		if ((size_t)span > size)
+		if ((size_t)shape[j].k * shape[j].piece > size)
 			continue;
-		for (int i = 0; i < n; i++) {
-			gpufile__split_min = 512u << 10;
-			posix_fadvise(fd, 0, span, POSIX_FADV_DONTNEED);
-			a[i] = small_round(h, dev, piece, k);
-			gpufile__split_min = SIZE_MAX;
-			posix_fadvise(fd, 0, span, POSIX_FADV_DONTNEED);
-			b[i] = small_round(h, dev, piece, k);
+		if (shape[j].cold && j > 0 && !shape[j - 1].cold) {
+			const size_t keep = size;
+
+			/* The warm rounds' bytes, checked. */
+			small_round(h, dev, 4u << 20, 32);
+			size = (size_t)32 * (4u << 20) < keep
+			           ? (size_t)32 * (4u << 20)
+			           : keep;
+			verify(dev, pinned);
+			size = keep;
 		}
-		gpufile__split_min = 512u << 10;
-		qsort(a, (size_t)n, sizeof(double), cmp_double);
-		qsort(b, (size_t)n, sizeof(double), cmp_double);
-		printf("small cold: %d x %zu MiB device preads, medians of %d: "
-		       "split %.2f GB/s, task_size tasks %.2f GB/s; "
-		       "split/unsplit %.3f\n",
-		       k, piece >> 20, n, a[n / 2], b[n / 2],
-		       a[n / 2] / b[n / 2]);
+		small_pair(h, dev, shape[j].piece, shape[j].k, n,
+		           shape[j].cold ? fd : -1);
 	}
+	/* The dropped range read in again, for what runs next. */
 	{
 		char *buf = malloc(64 << 20);
 
@@ -901,57 +929,6 @@ static void small_cold(gpufile_t *h, void *dev, int n)
 		free(buf);
 	}
 	close(fd);
-}
-
-/* Device reads of 1, 4 and 16 MiB, k back to back: split into tasks of
- * at least 512 KiB where they have fewer tasks than workers (file.c),
- * against the same with that split off (gpufile__split_min = SIZE_MAX:
- * task_size tasks, as before), interleaved, medians of reps rounds. */
-static void small_reads(void *dev, void *pinned)
-{
-	static const struct {
-		size_t piece;
-		int k;
-	} shape[] = {{1u << 20, 64}, {4u << 20, 32}, {16u << 20, 16}};
-	const int n = reps < 32 ? reps : 32;
-	gpufile_t *h;
-	int rc = gpufile_open(&h, file, "r");
-
-	if (rc)
-		die("gpufile_open", rc);
-	for (size_t j = 0; j < sizeof(shape) / sizeof(shape[0]); j++) {
-		double a[32], b[32];
-		const size_t piece = shape[j].piece;
-		const int k = shape[j].k;
-
-		if ((size_t)k * piece > size)
-			continue;
-		for (int i = 0; i < n; i++) {
-			gpufile__split_min = 512u << 10;
-			a[i] = small_round(h, dev, piece, k);
-			gpufile__split_min = SIZE_MAX;
-			b[i] = small_round(h, dev, piece, k);
-		}
-		gpufile__split_min = 512u << 10;
-		qsort(a, (size_t)n, sizeof(double), cmp_double);
-		qsort(b, (size_t)n, sizeof(double), cmp_double);
-		printf("small: %d x %zu MiB device preads, medians of %d: "
-		       "split %.2f GB/s (%.3f ms each), task_size tasks %.2f "
-		       "GB/s (%.3f ms each); split/unsplit %.3f\n",
-		       k, piece >> 20, n, a[n / 2],
-		       (double)piece / (a[n / 2] * 1e6), b[n / 2],
-		       (double)piece / (b[n / 2] * 1e6), a[n / 2] / b[n / 2]);
-	}
-	{
-		const size_t keep = size;
-
-		small_round(h, dev, 4u << 20, 32);
-		size = (size_t)32 * (4u << 20) < keep ? (size_t)32 * (4u << 20)
-		                                      : keep;
-		verify(dev, pinned);
-		size = keep;
-	}
-	small_cold(h, dev, n);
 	gpufile_close(h);
 }
 
