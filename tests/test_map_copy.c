@@ -535,15 +535,6 @@ static void test_gather_cut(void)
 	warm();
 }
 
-static int none_cached(void *addr, size_t len, unsigned char *vec)
-{
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-
-	(void)addr;
-	memset(vec, 0, (len + page - 1) / page);
-	return 0;
-}
-
 /* A range not in the page cache is left to pread (whose readahead reads
  * it in better than the copy's faults would): the same bytes, none from
  * the map. */
@@ -552,7 +543,7 @@ static void test_uncached(void)
 	const uint64_t before = map_bytes();
 	int bad;
 
-	gpufile__sys.mincore = none_cached;
+	gpufile__sys.mincore = test_mincore_none_cached;
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes(), before);

@@ -296,13 +296,6 @@ static void test_pipeline(const char *rpath, const char *wpath)
  * reads of as many tasks as workers, and cold reads (O_DIRECT would read
  * them) keep task_size. The library is told what is cached (mincore):
  * the test's file could be evicted at any time. */
-static int none_cached(void *addr, size_t len, unsigned char *vec)
-{
-	(void)addr;
-	memset(vec, 0, (len + 4095) / 4096);
-	return 0;
-}
-
 static void test_small_reads_split(const char *rpath, const char *wpath)
 {
 	static const struct {
@@ -337,7 +330,7 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 		ssize_t n;
 
 		gpufile__sys.mincore = cases[i].is_write == 2
-		                           ? none_cached
+		                           ? test_mincore_none_cached
 		                           : test_mincore_all_cached;
 		a = stats();
 

@@ -55,13 +55,24 @@ void test_fill(void *buf, size_t len, uint64_t seed, uint64_t offset)
 	}
 }
 
-int test_mincore_all_cached(void *addr, size_t len, unsigned char *vec)
+static int mincore_all(size_t len, unsigned char *vec, int cached)
 {
 	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 
-	(void)addr;
-	memset(vec, 1, (len + page - 1) / page);
+	memset(vec, cached, (len + page - 1) / page);
 	return 0;
+}
+
+int test_mincore_all_cached(void *addr, size_t len, unsigned char *vec)
+{
+	(void)addr;
+	return mincore_all(len, vec, 1);
+}
+
+int test_mincore_none_cached(void *addr, size_t len, unsigned char *vec)
+{
+	(void)addr;
+	return mincore_all(len, vec, 0);
 }
 
 int test_make_file(const char *path, size_t len, uint64_t seed)

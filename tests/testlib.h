@@ -77,6 +77,8 @@ int test_make_file(const char *path, size_t len, uint64_t seed);
  * did, even pages locked with mlock(2). A page said cached that is not is
  * read in when touched: the same bytes, only slower. */
 int test_mincore_all_cached(void *addr, size_t len, unsigned char *vec);
+/* The other side: no page is cached. */
+int test_mincore_none_cached(void *addr, size_t len, unsigned char *vec);
 /* Removes test_dir() and everything in it. */
 void test_cleanup(void);
 /* Prints "N passed, M failed" style summary and returns the exit code. */
