@@ -399,7 +399,7 @@ static struct {
 	pthread_cond_t work;
 	TAILQ_HEAD(, job) queue;   /* queued, oldest first */
 	TAILQ_HEAD(, job) running; /* taken, not ended */
-	int nwaiters, nidle;
+	unsigned nwaiters, nidle;
 } waiters = {.lock = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER,
              .queue = TAILQ_HEAD_INITIALIZER(waiters.queue),
@@ -423,6 +423,20 @@ static void job_ended(struct job *j)
 	pthread_mutex_unlock(&waiters.lock);
 }
 
+int gpufile__idle_wait(pthread_cond_t *work, pthread_mutex_t *lock,
+                       unsigned *nidle, unsigned secs)
+{
+	struct timespec until;
+	int rc;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += secs;
+	(*nidle)++;
+	rc = pthread_cond_timedwait(work, lock, &until);
+	(*nidle)--;
+	return rc;
+}
+
 static void *waiter(void *arg)
 {
 	(void)arg;
@@ -431,16 +445,10 @@ static void *waiter(void *arg)
 		struct job *j = TAILQ_FIRST(&waiters.queue);
 
 		if (!j) {
-			struct timespec until;
-			int rc;
-
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += WAITER_IDLE_S;
-			waiters.nidle++;
-			rc = pthread_cond_timedwait(&waiters.work,
-			                            &waiters.lock, &until);
-			waiters.nidle--;
-			if (rc == ETIMEDOUT && TAILQ_EMPTY(&waiters.queue))
+			if (gpufile__idle_wait(&waiters.work, &waiters.lock,
+			                       &waiters.nidle,
+			                       WAITER_IDLE_S) == ETIMEDOUT &&
+			    TAILQ_EMPTY(&waiters.queue))
 				break;
 			continue;
 		}

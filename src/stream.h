@@ -9,6 +9,14 @@
 #include "internal.h"
 #include "cuda_shim.h"
 
+/* Caller holds lock. Waits on work as an idle thread of a set (counted
+ * in *nidle while it waits), for at most secs seconds; returns what
+ * pthread_cond_timedwait returned (ETIMEDOUT: the thread may end, if its
+ * queue is still empty). The waiters (stream.c) and the fillers
+ * (stream_stage.c) idle this way. */
+int gpufile__idle_wait(pthread_cond_t *work, pthread_mutex_t *lock,
+                       unsigned *nidle, unsigned secs);
+
 /* ---- flags (stream.c) ---- */
 
 /*

@@ -354,16 +354,10 @@ static void *filler(void *arg)
 		struct piece_task *task = TAILQ_FIRST(&fillers.queue);
 
 		if (!task) {
-			struct timespec until;
-			int rc;
-
-			clock_gettime(CLOCK_REALTIME, &until);
-			until.tv_sec += FILLER_IDLE_S;
-			fillers.nidle++;
-			rc = pthread_cond_timedwait(&fillers.work,
-			                            &fillers.lock, &until);
-			fillers.nidle--;
-			if (rc == ETIMEDOUT && TAILQ_EMPTY(&fillers.queue))
+			if (gpufile__idle_wait(&fillers.work, &fillers.lock,
+			                       &fillers.nidle,
+			                       FILLER_IDLE_S) == ETIMEDOUT &&
+			    TAILQ_EMPTY(&fillers.queue))
 				break;
 			continue;
 		}
