@@ -686,25 +686,22 @@ static enum mechanism choose(const struct gpufile__cuda *t,
 	if (runs_gpu_work(r)) {
 		const char *why = staged_refusal(t, r, prepared);
 
-		if (!why && r->is_write) {
+		if (!why) {
 			snprintf(
 			    reason, len,
-			    "staged: the stream copies the buffer's bytes "
-			    "into gpufile's pinned buffers itself, then "
-			    "waits (cuStreamWaitValue32) until gpufile's "
-			    "threads have written them to the file through "
-			    "the %s path",
+			    "staged: the stream copies %s through the %s "
+			    "path",
+			    r->is_write
+			        ? "the buffer's bytes into gpufile's pinned "
+			          "buffers itself, then waits "
+			          "(cuStreamWaitValue32) until gpufile's "
+			          "threads have written them to the file"
+			        : "the file's bytes from gpufile's pinned "
+			          "buffers itself, each copy waiting "
+			          "(cuStreamWaitValue32) until gpufile's "
+			          "threads have read its part of the file "
+			          "into its buffer",
 			    gpufile_path_name(r->path));
-			return MECH_STAGED;
-		}
-		if (!why) {
-			snprintf(reason, len,
-			         "staged: the stream copies the file's bytes "
-			         "from gpufile's pinned buffers itself, each "
-			         "copy waiting (cuStreamWaitValue32) until "
-			         "gpufile's threads have read its part of the "
-			         "file into its buffer through the %s path",
-			         gpufile_path_name(r->path));
 			return MECH_STAGED;
 		}
 		snprintf(
