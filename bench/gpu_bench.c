@@ -4,8 +4,11 @@
  *
  *   gpu_bench FILE [--size BYTES] [--cold] [--sweep] [--register]
  *             [--contention] [--chunked] [--shapes LIST]
- *             [--kernel-shapes LIST] [--register-chunks LIST]
- *             [--cells LIST] [--ctx-id-cost] [--stream] [--small] [--reps N]
+ *             [--kernel-shapes LIST] [--batch-copies LIST]
+ *             [--pooled-shapes LIST]
+ *             [--register-chunks LIST]
+ *             [--cells LIST] [--ctx-id-cost] [--stream] [--small]
+ *             [--pool-ab] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -15,6 +18,11 @@
  * it.
  * --kernel-shapes STREAMS:CHUNK_MIB,...: the same shapes with each copy
  * made by a kernel instead of a copy engine (and one 4 GiB kernel copy).
+ * --batch-copies CHUNK_MIB:PER_CALL,...: all of the buffer copied on one
+ * stream with no waits, PER_CALL chunks per cuMemcpyBatchAsync (1: plain
+ * copies): whether batching lowers the cost per copy.
+ * --pooled-shapes THREADS:CHUNK_MIB:K,...: a model of the staged warm read
+ * whose copies are pooled across threads, K per cuMemcpyBatchAsync.
  * --register-chunks THREADS:CHUNK_MIB,...: the page cache registered with
  * cuMemHostRegister a chunk at a time and copied straight to the GPU.
  * --cells N:SIZE:BUFFERS:TASK,...: gpufile's warm read at those settings.
@@ -36,6 +44,9 @@
  * fewer tasks than workers (file.c), against the same with that split off,
  * interleaved; then 1 and 4 MiB cold (the range dropped from the page
  * cache before each round).
+ *
+ * --pool-ab: the warm read with its copies pooled (the default, up to 8 a
+ * call) and one a call, interleaved, against the pinned copy ceiling.
  *
  * --contention: the pinned H2D ceiling measured alone and while 16 threads
  * copy the warm file out of the page cache (issue 14, goal 2), the limit a
@@ -652,6 +663,93 @@ static void shapes(void *pinned, void *dev, const char *list)
 	free(copy);
 }
 
+/* --batch-copies CHUNK_MIB:PER_CALL,...: all of the pinned buffer copied
+ * to the device on one stream in chunks, queued back to back with no wait
+ * between them, PER_CALL chunks per call: 1 is one cuMemcpyHtoDAsync per
+ * chunk, more is one cuMemcpyBatchAsync of that many. Chunk i comes from
+ * source chunk i ^ 1, so that no two chunks of a call are adjacent in
+ * both memories (the staged path's bounce buffers are not) and a driver
+ * cannot merge them into one copy. Whether the per-copy cost of the 4 MiB
+ * pattern (issue 14, goal 2) is the call's or the copy engine's. */
+static double batch_round(void *pinned, void *dev, size_t chunk,
+                          size_t per_call)
+{
+	size_t n = size / chunk, attr_idx = 0;
+	CUdeviceptr *dsts = calloc(per_call, sizeof(*dsts));
+	CUdeviceptr *srcs = calloc(per_call, sizeof(*srcs));
+	size_t *sizes = calloc(per_call, sizeof(*sizes));
+	struct CUmemcpyAttributes_st attr;
+	CUstream st;
+	double t0;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	if (!dsts || !srcs || !sizes || n < 2 || n % 2 ||
+	    cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
+		die("batch copies: setup", 0);
+	t0 = now();
+	for (size_t i = 0; i < n; i += per_call) {
+		size_t k = n - i < per_call ? n - i : per_call;
+
+		for (size_t j = 0; j < k; j++) {
+			dsts[j] = (CUdeviceptr)(uintptr_t)dev + (i + j) * chunk;
+			srcs[j] = (CUdeviceptr)(uintptr_t)pinned +
+			          ((i + j) ^ 1) * chunk;
+			sizes[j] = chunk;
+		}
+		if (per_call == 1
+		        ? cu->cuMemcpyHtoDAsync(
+		              dsts[0], (void *)(uintptr_t)srcs[0], chunk, st)
+		        : cu->cuMemcpyBatchAsync(dsts, srcs, sizes, k, &attr,
+		                                 &attr_idx, 1, st))
+			die("batch copies: copy", 0);
+	}
+	if (cu->cuStreamSynchronize(st))
+		die("batch copies: cuStreamSynchronize", 0);
+	t0 = now() - t0;
+	cu->cuStreamDestroy(st);
+	free(dsts);
+	free(srcs);
+	free(sizes);
+	return gbps(size, t0);
+}
+
+static void batch_copies(void *pinned, void *dev, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+
+	if (!cu->cuMemcpyBatchAsync) {
+		printf("batch: the driver has no cuMemcpyBatchAsync_v2\n");
+		free(copy);
+		return;
+	}
+	for (char *c = strtok_r(copy, ",", &save); c;
+	     c = strtok_r(NULL, ",", &save)) {
+		int mib = 0, per = 0;
+		struct copy_stats cs = {0};
+		double one;
+
+		if (sscanf(c, "%d:%d", &mib, &per) != 2 || mib < 1 || per < 1 ||
+		    per > 4096 || ((size_t)mib << 20) * 2 > size) {
+			fprintf(stderr,
+			        "gpu_bench: --batch-copies: '%s' is not "
+			        "CHUNK_MIB:PER_CALL within the buffer\n",
+			        c);
+			exit(2);
+		}
+		for (int r = 0; r < reps && cs.n < 32; r++)
+			cs.all[cs.n++] = batch_round(
+			    pinned, dev, (size_t)mib << 20, (size_t)per);
+		one = copy_ceiling(pinned, dev, 1);
+		printf("batch: %d MiB chunks, %d per call, one stream: best "
+		       "%.2f median %.2f GB/s; one cuMemcpy %.2f (batch/one "
+		       "%.3f)\n",
+		       mib, per, copies_best(&cs), copies_median(&cs), one,
+		       copies_median(&cs) / one);
+	}
+	free(copy);
+}
+
 /* ---- gpufile ---- */
 
 static double gpufile_io(const char *path, void *dev, int write, int n,
@@ -709,6 +807,208 @@ static void verify(void *dev, void *pinned)
 	printf("verify: device copy matches %s byte for byte\n", file);
 }
 
+/* --pooled-shapes THREADS:CHUNK_MIB:K,...: a model of the staged warm read
+ * with its copies pooled: THREADS threads, two pinned buffers of CHUNK
+ * each, pread their share of the warm file chunk by chunk into a buffer
+ * and post its copy to one queue; whoever posts the K-th pending copy
+ * queues them all in one cuMemcpyBatchAsync on one shared stream and
+ * records each buffer's event after it. A thread that must wait for a
+ * buffer whose copy is still in the queue sends the queue first. K 1 is
+ * one copy per chunk, on the shared stream. */
+struct pool_copy {
+	CUdeviceptr dst, src;
+	size_t n;
+	CUevent ev;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	CUstream stream;
+	struct pool_copy q[256];
+	unsigned nq, k;
+	unsigned long calls;
+	int err;
+} pooled = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Under pooled.lock. */
+static void pooled_send(void)
+{
+	CUdeviceptr dsts[256], srcs[256];
+	size_t sizes[256], attr_idx = 0;
+	struct CUmemcpyAttributes_st attr;
+
+	if (!pooled.nq)
+		return;
+	memset(&attr, 0, sizeof(attr));
+	attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	for (unsigned i = 0; i < pooled.nq; i++) {
+		dsts[i] = pooled.q[i].dst;
+		srcs[i] = pooled.q[i].src;
+		sizes[i] = pooled.q[i].n;
+	}
+	if (pooled.nq == 1
+	        ? cu->cuMemcpyHtoDAsync(dsts[0], (void *)(uintptr_t)srcs[0],
+	                                sizes[0], pooled.stream)
+	        : cu->cuMemcpyBatchAsync(dsts, srcs, sizes, pooled.nq, &attr,
+	                                 &attr_idx, 1, pooled.stream))
+		pooled.err = 1;
+	for (unsigned i = 0; i < pooled.nq; i++)
+		if (cu->cuEventRecord(pooled.q[i].ev, pooled.stream))
+			pooled.err = 1;
+	pooled.calls++;
+	pooled.nq = 0;
+}
+
+struct pooled_arg {
+	CUcontext ctx;
+	int fd;
+	char *buf[2];
+	CUdeviceptr dst;
+	off_t off;
+	size_t len, chunk;
+	int err;
+};
+
+static void *pooled_worker(void *p)
+{
+	struct pooled_arg *a = p;
+	CUevent ev[2] = {NULL, NULL};
+	int used[2] = {0, 0};
+
+	if (cu->cuCtxSetCurrent(a->ctx) ||
+	    cu->cuEventCreate(&ev[0], CU_EVENT_DISABLE_TIMING) ||
+	    cu->cuEventCreate(&ev[1], CU_EVENT_DISABLE_TIMING)) {
+		a->err = 1;
+		return NULL;
+	}
+	for (size_t pos = 0, k = 0; pos < a->len && !a->err;
+	     pos += a->chunk, k ^= 1) {
+		size_t n = a->len - pos < a->chunk ? a->len - pos : a->chunk;
+
+		if (used[k]) {
+			pthread_mutex_lock(&pooled.lock);
+			for (unsigned i = 0; i < pooled.nq; i++)
+				if (pooled.q[i].ev == ev[k]) {
+					pooled_send();
+					break;
+				}
+			pthread_mutex_unlock(&pooled.lock);
+			if (cu->cuEventSynchronize(ev[k]))
+				a->err = 1;
+		}
+		if (pread(a->fd, a->buf[k], n, a->off + (off_t)pos) !=
+		    (ssize_t)n)
+			a->err = 1;
+		pthread_mutex_lock(&pooled.lock);
+		pooled.q[pooled.nq++] = (struct pool_copy){
+		    .dst = a->dst + pos,
+		    .src = (CUdeviceptr)(uintptr_t)a->buf[k],
+		    .n = n,
+		    .ev = ev[k],
+		};
+		if (pooled.nq >= pooled.k)
+			pooled_send();
+		pthread_mutex_unlock(&pooled.lock);
+		used[k] = 1;
+	}
+	pthread_mutex_lock(&pooled.lock);
+	pooled_send();
+	pthread_mutex_unlock(&pooled.lock);
+	for (int k = 0; k < 2; k++)
+		if (used[k] && cu->cuEventSynchronize(ev[k]))
+			a->err = 1;
+	cu->cuEventDestroy(ev[0]);
+	cu->cuEventDestroy(ev[1]);
+	return NULL;
+}
+
+static double pooled_round(void *pinned, void *dev, int fd, size_t chunk,
+                           int nthreads)
+{
+	size_t slice = size / (size_t)nthreads & ~(chunk - 1);
+	pthread_t t[64];
+	struct pooled_arg a[64];
+	CUcontext ctx;
+	double t0 = now();
+
+	if (cu->cuCtxGetCurrent(&ctx))
+		die("cuCtxGetCurrent", 0);
+	for (int i = 0; i < nthreads; i++) {
+		size_t off = slice * (size_t)i;
+		char *base = (char *)pinned + 2 * chunk * (size_t)i;
+
+		a[i] = (struct pooled_arg){
+		    .ctx = ctx,
+		    .fd = fd,
+		    .buf = {base, base + chunk},
+		    .dst = (CUdeviceptr)(uintptr_t)dev + off,
+		    .off = (off_t)off,
+		    .len = i + 1 == nthreads ? size - off : slice,
+		    .chunk = chunk,
+		};
+		if (pthread_create(&t[i], NULL, pooled_worker, &a[i]))
+			die("pthread_create", EAGAIN);
+	}
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(t[i], NULL);
+		if (a[i].err)
+			die("pooled copy", 0);
+	}
+	if (pooled.err)
+		die("pooled copy: the batch", 0);
+	return gbps(size, now() - t0);
+}
+
+static void pooled_shapes(void *pinned, void *dev, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	int fd = open(file, O_RDONLY);
+
+	if (fd < 0)
+		die("open", errno);
+	if (!cu->cuMemcpyBatchAsync) {
+		printf("pooled: the driver has no cuMemcpyBatchAsync_v2\n");
+		free(copy);
+		close(fd);
+		return;
+	}
+	if (cu->cuStreamCreate(&pooled.stream, CU_STREAM_NON_BLOCKING))
+		die("cuStreamCreate", 0);
+	for (char *c = strtok_r(copy, ",", &save); c;
+	     c = strtok_r(NULL, ",", &save)) {
+		int nt = 0, mib = 0, k = 0;
+		struct copy_stats cs = {0};
+		double g;
+
+		if (sscanf(c, "%d:%d:%d", &nt, &mib, &k) != 3 || nt < 1 ||
+		    nt > 64 || mib < 1 || k < 1 || k > 256 ||
+		    (size_t)nt * 2 * ((size_t)mib << 20) > size) {
+			fprintf(stderr,
+			        "gpu_bench: --pooled-shapes: '%s' is not "
+			        "THREADS:CHUNK_MIB:K within the buffer\n",
+			        c);
+			exit(2);
+		}
+		pooled.k = (unsigned)k;
+		pooled.calls = 0;
+		for (int r = 0; r < reps && cs.n < 32; r++)
+			cs.all[cs.n++] = pooled_round(pinned, dev, fd,
+			                              (size_t)mib << 20, nt);
+		verify(dev, pinned);
+		g = gpufile_io(file, dev, 0, reps, NULL);
+		printf("pooled: %d threads x 2 x %d MiB, K %d (%.1f copies per "
+		       "call): best %.2f median %.2f GB/s; gpufile warm read "
+		       "best %.2f\n",
+		       nt, mib, k,
+		       (double)(size / ((size_t)mib << 20)) /
+		           (double)(pooled.calls / (unsigned long)cs.n),
+		       copies_best(&cs), copies_median(&cs), g);
+	}
+	cu->cuStreamDestroy(pooled.stream);
+	free(copy);
+	close(fd);
+}
+
 /* ---- stream-ordered reads (--stream) ---- */
 
 static int cmp_double(const void *a, const void *b)
@@ -716,6 +1016,58 @@ static int cmp_double(const void *a, const void *b)
 	const double x = *(const double *)a, y = *(const double *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* --pool-ab: gpufile's warm read with its copies pooled (staging.c, up to
+ * 8 a call, the default) and one a call (gpufile__pool_copies 1), rounds
+ * interleaved, each pair followed by the pinned copy ceiling (best of
+ * reps); medians of each. */
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double timed_read(gpufile_t *h, void *dev)
+{
+	double t0 = now();
+	ssize_t got = gpufile_pread(h, dev, size, 0);
+
+	if (got != (ssize_t)size)
+		die("gpufile_pread", got);
+	return gbps(size, now() - t0);
+}
+
+static void pool_ab(void *pinned, void *dev)
+{
+	double on[32], off[32], one[32], m_on, m_off, m_one;
+	int n = reps < 32 ? reps : 32;
+	gpufile_t *h;
+	int rc = gpufile_open(&h, file, "r");
+
+	if (rc)
+		die("gpufile_open", rc);
+	for (int i = 0; i < n; i++) {
+		int first = i % 2; /* alternate which goes first */
+
+		gpufile__pool_copies = first ? 1 : 8;
+		(first ? off : on)[i] = timed_read(h, dev);
+		gpufile__pool_copies = first ? 8 : 1;
+		(first ? on : off)[i] = timed_read(h, dev);
+		one[i] = copy_ceiling(pinned, dev, 1);
+	}
+	gpufile__pool_copies = 8;
+	timed_read(h, dev);
+	gpufile_close(h);
+	verify(dev, pinned);
+	m_on = median_of(on, n);
+	m_off = median_of(off, n);
+	m_one = median_of(one, n);
+	printf("pool: warm read, copies pooled (8 a call) median %.2f GB/s, "
+	       "one a call %.2f, pinned cuMemcpy %.2f: pooled/copy %.3f, "
+	       "one-a-call/copy %.3f, pooled/one-a-call %.3f (%d rounds)\n",
+	       m_on, m_off, m_one, m_on / m_one, m_off / m_one, m_on / m_off,
+	       n);
 }
 
 /* One round of --stream: k reads (or writes) of piece bytes, one after
@@ -1210,9 +1562,10 @@ static void ctx_id_cost(CUcontext ctx, double warm_med)
 int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
-	    do_chunked = 0, do_ctx_id = 0, do_stream = 0, do_small = 0;
+	    do_chunked = 0, do_ctx_id = 0, do_stream = 0, do_small = 0,
+	    do_pool_ab = 0;
 	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
-	           *kernel_list = NULL;
+	           *kernel_list = NULL, *batch_list = NULL, *pooled_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
 	void *dev, *pinned;
 	char out_path[4096];
@@ -1242,10 +1595,16 @@ int main(int argc, char **argv)
 			do_stream = 1;
 		else if (!strcmp(argv[i], "--small"))
 			do_small = 1;
+		else if (!strcmp(argv[i], "--pool-ab"))
+			do_pool_ab = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
 			cell_list = argv[++i];
 		else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
 			shape_list = argv[++i];
+		else if (!strcmp(argv[i], "--pooled-shapes") && i + 1 < argc)
+			pooled_list = argv[++i];
+		else if (!strcmp(argv[i], "--batch-copies") && i + 1 < argc)
+			batch_list = argv[++i];
 		else if (!strcmp(argv[i], "--kernel-shapes") && i + 1 < argc)
 			kernel_list = argv[++i];
 		else if (!strcmp(argv[i], "--register-chunks") && i + 1 < argc)
@@ -1258,8 +1617,11 @@ int main(int argc, char **argv)
 		                "[--sweep] [--register] [--contention] "
 		                "[--chunked] [--shapes LIST] "
 		                "[--kernel-shapes LIST] "
+		                "[--batch-copies LIST] "
+		                "[--pooled-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
 		                "[--ctx-id-cost] [--stream] [--small] "
+		                "[--pool-ab] "
 		                "[--reps N]\n");
 		return 2;
 	}
@@ -1307,6 +1669,8 @@ int main(int argc, char **argv)
 	}
 	if (do_small)
 		small_reads(dev, pinned);
+	if (do_pool_ab)
+		pool_ab(pinned, dev);
 	if (do_contention)
 		contention(pinned, dev, warm, warm_med, &h2d_alone, &h2d_small,
 		           &h2d_big);
@@ -1332,6 +1696,10 @@ int main(int argc, char **argv)
 	}
 	if (shape_list)
 		shapes(pinned, dev, shape_list);
+	if (batch_list)
+		batch_copies(pinned, dev, batch_list);
+	if (pooled_list)
+		pooled_shapes(pinned, dev, pooled_list);
 	if (kernel_list) {
 		if (kernel_load()) {
 			printf("kernel: no copy kernel\n");

@@ -45,6 +45,13 @@
 #                              write_async against pwrite
 #                              (gpu_bench --stream), and small device
 #                              preads split or not (--small)
+#   scripts/gpu_run.sh pool    pooled copies of the warm staged read:
+#                              test_staging_fake and the GPU tests first,
+#                              every test, then the warm 4 GiB read pooled
+#                              and one copy a call, interleaved, against
+#                              the pinned copy ceiling (gpu_bench
+#                              --pool-ab), and the copy calls alone
+#                              (--batch-copies)
 #   scripts/gpu_run.sh repeat  N (10) runs of each test in TESTS (the
 #                              staged reads' tests, test_map_copy,
 #                              test_gpu_contexts), failures counted
@@ -284,6 +291,19 @@ stage)
 	cat $data/file.bin >/dev/null
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --stream --small --reps 7 --contention 2>&1 |
 		tee "$OUT/gpu_bench.log" | grep -E '^(stream|small|ceiling|gpufile warm|verify|warm read / pinned)'
+	;;
+pool)
+	log "pooled copies"
+	for t in test_staging_fake test_gpu test_gpu_contexts test_parity_gpu; do
+		GPUFILE_TEST_DIR=$data timeout 300 $B/tests/$t 2>&1 | tee "$OUT/$t.log" | tail -4
+	done
+	every_test "test_gpu|test_staging|test_parity|test_batch"
+	log "warm 4 GiB read, copies pooled and one a call"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --reps 9 --pool-ab --contention \
+		--batch-copies 4:1,4:8,16:1 2>&1 | tee "$OUT/gpu_bench.log" |
+		grep -E '^(pool|batch|ceiling|gpufile warm|verify|warm read / pinned|DATA)'
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))

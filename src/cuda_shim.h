@@ -15,10 +15,11 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 
-#define CUDA_SUCCESS               0
-#define CUDA_ERROR_INVALID_VALUE   1
-#define CUDA_ERROR_NOT_INITIALIZED 3
-#define CUDA_ERROR_NOT_READY       600
+#define CUDA_SUCCESS                    0
+#define CUDA_ERROR_INVALID_VALUE        1
+#define CUDA_ERROR_NOT_INITIALIZED      3
+#define CUDA_ERROR_NOT_READY            600
+#define CUDA_ERROR_CONTEXT_IS_DESTROYED 709
 
 #define CU_POINTER_ATTRIBUTE_CONTEXT          1
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE      2

@@ -118,6 +118,10 @@ extern struct gpufile__syscalls gpufile__sys;
 /* The smallest task a device read of fewer tasks than workers is split
  * into (file.c): 512 KiB; benchmarks set SIZE_MAX to compare. */
 extern size_t gpufile__split_min;
+/* The most copies the warm staged reader sends to the GPU in one call
+ * (staging.c, "pooled copies"): 8; 1 sends each on its own, as benchmarks
+ * do to compare. */
+extern unsigned gpufile__pool_copies;
 /* Restores the real system calls. */
 void gpufile__sys_reset(void);
 

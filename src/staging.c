@@ -8,7 +8,8 @@
  * the copy of chunk k to the GPU runs, chunk k+1 is read into the next
  * buffer, and a buffer is reused only after its event says its copy ended.
  * Writes run the other way round: the copy of chunk k+1 from the GPU runs
- * while chunk k is written to the file.
+ * while chunk k is written to the file. The warm reader's copies are
+ * pooled across stagers, several to a call ("Pooled copies" below).
  *
  * Stagers are kept on a free list and handed to whichever thread runs a
  * device task; at most nthreads exist, so pinned memory is bounded by
@@ -91,8 +92,16 @@ struct stager {
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
-	unsigned next_buf;        /* rotates across tasks */
-	unsigned gen;             /* bfree.gen when acquired */
+	/* Pooled copies: buf[i]'s last copy went through queue pool_q
+	 * (in_pool[i], the owner's own); it still waits there to be sent
+	 * (queued[i]), and what its send returned (sent_rc[i]), both under
+	 * pool.lock. */
+	struct copy_queue *pool_q;
+	int in_pool[MAX_BUFFERS];
+	int queued[MAX_BUFFERS];
+	CUresult sent_rc[MAX_BUFFERS];
+	unsigned next_buf; /* rotates across tasks */
+	unsigned gen;      /* bfree.gen when acquired */
 	/* A worker's task whose last copy to the GPU may still run; it ends
 	 * once that copy has (see settle_deferred). */
 	struct {
@@ -102,6 +111,9 @@ struct stager {
 		ssize_t n;
 		unsigned buf;
 		int active;
+		/* A pooled copy of the task that failed, found while it was
+		 * deferred (wait_buffer). */
+		CUresult rc;
 	} deferred;
 	/* The deferred task once its copy finished, until staged_settle
 	 * hands it to the pool (which ends it). */
@@ -139,6 +151,236 @@ static struct {
 static size_t stager_bytes(const struct stager *s)
 {
 	return (size_t)s->nbufs * (s->buf_size + GPUFILE_ALIGN);
+}
+
+/*
+ * Pooled copies. A copy engine pays about 3.4 us for each copy call it is
+ * given (bench/README.md, "--batch-copies"): 4 MiB copies one to a call
+ * reach 0.96x of one large copy, the same copies eight to a
+ * cuMemcpyBatchAsync 0.995x. So the warm reader does not queue a chunk's
+ * copy on its own stream: it posts it to its context's queue, and whoever
+ * posts the k-th waiting copy sends them all in one call on the queue's
+ * stream, recording each buffer's event after it. Whoever must wait for
+ * a buffer whose copy still waits in the queue sends the queue first, so
+ * no copy is waited for before the GPU has it. A context's pooled copies
+ * run on one stream in the order they were posted: the event of a task's
+ * last copy still says that its earlier ones have ended.
+ *
+ * k = bounce buffers of all workers / 4, at most gpufile__pool_copies:
+ * 8 at the defaults (16 workers x 2), so that most buffers are being
+ * filled while a quarter wait or copy. Below 2, without
+ * cuMemcpyBatchAsync, or where no queue can be had, each copy goes on the
+ * stager's own stream.
+ */
+#define POOL_QUEUES 8 /* contexts with a queue at once */
+#define POOL_MAX    64
+
+unsigned gpufile__pool_copies = 8;
+
+struct pooled_copy {
+	CUdeviceptr dst;
+	const char *src;
+	size_t n;
+	struct stager *owner;
+	unsigned buf;
+};
+
+struct copy_queue {
+	CUcontext ctx; /* NULL: slot unused */
+	unsigned long long id;
+	CUstream stream;
+	struct pooled_copy q[POOL_MAX];
+	unsigned n;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct copy_queue queue[POOL_QUEUES];
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The copies per call for cfg's workers (see above). */
+static unsigned pool_k(const struct gpufile__settings *cfg)
+{
+	size_t k = (size_t)cfg->nthreads * cfg->bounce_buffers / 4;
+
+	if (k > gpufile__pool_copies)
+		k = gpufile__pool_copies;
+	return k > POOL_MAX ? POOL_MAX : (unsigned)k;
+}
+
+/* Under pool.lock: sends every waiting copy of cq in one call on its
+ * stream, then records each buffer's event. When the call fails, nothing
+ * it may have begun outlives it (the stream is waited for) and each
+ * copy's owner gets the error; when only a record fails, the stream is
+ * waited for too, and the copies count as done. */
+static void pool_send(const struct gpufile__cuda *t, struct copy_queue *cq)
+{
+	CUdeviceptr dsts[POOL_MAX], srcs[POOL_MAX];
+	size_t sizes[POOL_MAX], attr_idx = 0;
+	struct CUmemcpyAttributes_st attr;
+	CUresult rc, rec = CUDA_SUCCESS;
+
+	if (!cq->n)
+		return;
+	if (cq->n == 1) {
+		rc = t->cuMemcpyHtoDAsync(cq->q[0].dst, cq->q[0].src,
+		                          cq->q[0].n, cq->stream);
+	} else {
+		memset(&attr, 0, sizeof(attr));
+		attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+		for (unsigned i = 0; i < cq->n; i++) {
+			dsts[i] = cq->q[i].dst;
+			srcs[i] = (CUdeviceptr)(uintptr_t)cq->q[i].src;
+			sizes[i] = cq->q[i].n;
+		}
+		rc = t->cuMemcpyBatchAsync(dsts, srcs, sizes, cq->n, &attr,
+		                           &attr_idx, 1, cq->stream);
+	}
+	for (unsigned i = 0;
+	     i < cq->n && rc == CUDA_SUCCESS && rec == CUDA_SUCCESS; i++) {
+		const struct pooled_copy *p = &cq->q[i];
+
+		rec = t->cuEventRecord(p->owner->event[p->buf], cq->stream);
+	}
+	if (rc != CUDA_SUCCESS || rec != CUDA_SUCCESS)
+		t->cuStreamSynchronize(cq->stream);
+	for (unsigned i = 0; i < cq->n; i++) {
+		const struct pooled_copy *p = &cq->q[i];
+
+		p->owner->queued[p->buf] = 0;
+		p->owner->sent_rc[p->buf] = rc;
+	}
+	cq->n = 0;
+}
+
+/* Under pool.lock: removes what queue cq holds, without a CUDA call (its
+ * context has ended), each waiting copy's owner getting that error. */
+static void pool_drop(struct copy_queue *cq)
+{
+	for (unsigned i = 0; i < cq->n; i++) {
+		const struct pooled_copy *p = &cq->q[i];
+
+		p->owner->queued[p->buf] = 0;
+		p->owner->sent_rc[p->buf] = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	}
+	memset(cq, 0, sizeof(*cq));
+}
+
+/* The queue of s's context (current), made on first use; NULL where s
+ * copies on its own stream (see above). */
+static struct copy_queue *pool_queue(const struct gpufile__cuda *t,
+                                     const struct stager *s, unsigned k)
+{
+	struct copy_queue *cq = NULL, *slot = NULL;
+
+	if (k < 2 || !t->cuMemcpyBatchAsync)
+		return NULL;
+	pthread_mutex_lock(&pool.lock);
+	for (unsigned i = 0; i < POOL_QUEUES && !cq; i++) {
+		struct copy_queue *q = &pool.queue[i];
+
+		if (q->ctx == s->ctx && q->id == s->ctx_id)
+			cq = q;
+		else if (!q->ctx && !slot)
+			slot = q;
+	}
+	/* All taken: one whose context has ended (its stream with it). */
+	for (unsigned i = 0; i < POOL_QUEUES && !cq && !slot; i++)
+		if (!gpufile__ctx_same(t, pool.queue[i].ctx,
+		                       pool.queue[i].id)) {
+			slot = &pool.queue[i];
+			pool_drop(slot);
+		}
+	if (!cq && slot &&
+	    t->cuStreamCreate(&slot->stream, CU_STREAM_NON_BLOCKING) ==
+	        CUDA_SUCCESS) {
+		slot->ctx = s->ctx;
+		slot->id = s->ctx_id;
+		cq = slot;
+	}
+	pthread_mutex_unlock(&pool.lock);
+	return cq;
+}
+
+/* Posts the copy of n bytes of buffer b (at src) to dst into queue cq,
+ * and sends the queue once k copies wait there. 0, or -1 where cq no
+ * longer is s's context's (it ended and the slot was taken). */
+static int pool_post(const struct gpufile__cuda *t, struct copy_queue *cq,
+                     struct stager *s, unsigned b, CUdeviceptr dst,
+                     const char *src, size_t n, unsigned k)
+{
+	pthread_mutex_lock(&pool.lock);
+	if (cq->ctx != s->ctx || cq->id != s->ctx_id) {
+		pthread_mutex_unlock(&pool.lock);
+		return -1;
+	}
+	cq->q[cq->n++] = (struct pooled_copy){dst, src, n, s, b};
+	s->queued[b] = 1;
+	s->sent_rc[b] = CUDA_SUCCESS;
+	if (cq->n >= k || cq->n == POOL_MAX)
+		pool_send(t, cq);
+	pthread_mutex_unlock(&pool.lock);
+	s->pool_q = cq;
+	s->in_pool[b] = 1;
+	s->pending[b] = 1;
+	return 0;
+}
+
+/* Makes sure buffer b's last copy, if pooled, has been given to the GPU
+ * (its queue sent where it still waits there); what the send returned. */
+static CUresult pool_sent(const struct gpufile__cuda *t, struct stager *s,
+                          unsigned b)
+{
+	CUresult rc;
+
+	if (!s->in_pool[b])
+		return CUDA_SUCCESS;
+	s->in_pool[b] = 0;
+	pthread_mutex_lock(&pool.lock);
+	if (s->queued[b])
+		pool_send(t, s->pool_q);
+	rc = s->sent_rc[b];
+	pthread_mutex_unlock(&pool.lock);
+	return rc;
+}
+
+/* Takes s's copies out of every queue unsent, without a CUDA call: their
+ * context or their buffers have ended, or s is being freed. */
+static void pool_forget(struct stager *s)
+{
+	pthread_mutex_lock(&pool.lock);
+	for (unsigned i = 0; i < POOL_QUEUES; i++) {
+		struct copy_queue *cq = &pool.queue[i];
+		unsigned kept = 0;
+
+		for (unsigned j = 0; j < cq->n; j++)
+			if (cq->q[j].owner != s)
+				cq->q[kept++] = cq->q[j];
+		cq->n = kept;
+	}
+	memset(s->queued, 0, sizeof(s->queued));
+	pthread_mutex_unlock(&pool.lock);
+	memset(s->in_pool, 0, sizeof(s->in_pool));
+}
+
+/* gpufile_release() with no stager left: the queues' streams go. */
+static void pool_release(const struct gpufile__cuda *t)
+{
+	CUcontext caller = NULL;
+	int restore = t->cuCtxGetCurrent(&caller) == CUDA_SUCCESS;
+
+	pthread_mutex_lock(&pool.lock);
+	for (unsigned i = 0; i < POOL_QUEUES; i++) {
+		struct copy_queue *cq = &pool.queue[i];
+
+		if (cq->ctx && gpufile__ctx_same(t, cq->ctx, cq->id) &&
+		    t->cuCtxSetCurrent(cq->ctx) == CUDA_SUCCESS)
+			t->cuStreamDestroy(cq->stream);
+		memset(cq, 0, sizeof(*cq));
+	}
+	pthread_mutex_unlock(&pool.lock);
+	if (restore)
+		t->cuCtxSetCurrent(caller);
 }
 
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
@@ -213,6 +455,7 @@ static void forget_dead(const struct gpufile__cuda *t, struct stager *s)
 		    !gpufile__ctx_same(t, s->lanes[k].ctx, s->lanes[k].id))
 			memset(&s->lanes[k], 0, sizeof(s->lanes[k]));
 	if (s->ctx && !gpufile__ctx_same(t, s->ctx, s->ctx_id)) {
+		pool_forget(s);
 		lose_deferred(s, "the destination's CUDA context");
 		s->ctx = NULL;
 		s->stream = NULL;
@@ -220,6 +463,7 @@ static void forget_dead(const struct gpufile__cuda *t, struct stager *s)
 		memset(s->pending, 0, sizeof(s->pending));
 	}
 	if (s->buf_ctx && !gpufile__ctx_same(t, s->buf_ctx, s->buf_id)) {
+		pool_forget(s);
 		lose_deferred(s, "the CUDA context of the bounce buffers");
 		memset(s->buf, 0, sizeof(s->buf));
 		memset(s->pending, 0, sizeof(s->pending));
@@ -237,6 +481,7 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	int restore = t->cuCtxGetCurrent(&caller) == CUDA_SUCCESS;
 
 	forget_dead(t, s);
+	pool_forget(s); /* none waits by now; be sure, s may be freed */
 	for (unsigned k = 0; k < MAX_LANES; k++)
 		if (s->lanes[k].ctx)
 			lane_destroy(t, &s->lanes[k], s->nbufs);
@@ -501,7 +746,9 @@ static void stager_return(const struct gpufile__cuda *t, struct stager *s)
 	}
 }
 
-/* Waits for the copy that last used buffer i. */
+/* Waits for the copy that last used buffer i. A pooled copy that could
+ * not be sent fails the task it belongs to: the deferred one while there
+ * is one (every copy in the pool is then its), else this one. */
 static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
                        unsigned i, char *msg, size_t msg_len)
 {
@@ -510,6 +757,16 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
 	if (!s->pending[i])
 		return 0;
 	s->pending[i] = 0;
+	rc = pool_sent(t, s, i);
+	if (rc != CUDA_SUCCESS) {
+		if (!s->deferred.active)
+			return gpufile__cuda_fail(
+			    rc, msg, msg_len,
+			    "copying a chunk to the GPU (pooled with others)");
+		if (s->deferred.rc == CUDA_SUCCESS)
+			s->deferred.rc = rc;
+		return 0;
+	}
 	rc = t->cuEventSynchronize(s->event[i]);
 	if (rc != CUDA_SUCCESS)
 		return gpufile__cuda_fail(
@@ -523,23 +780,47 @@ static int wait_buffer(const struct gpufile__cuda *t, struct stager *s,
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s)
 {
 	struct gpufile__task_result *done = take_deferred(s);
-	CUresult rc;
+	CUresult rc = s->deferred.rc;
 
 	if (!done)
 		return;
-	rc = t->cuEventSynchronize(s->event[s->deferred.buf]);
-	s->pending[s->deferred.buf] = 0;
+	/* Every pooled copy still unsent is the deferred task's. */
+	for (unsigned i = 0; i < s->nbufs; i++) {
+		CUresult sent = pool_sent(t, s, i);
+
+		if (rc == CUDA_SUCCESS)
+			rc = sent;
+	}
 	if (rc != CUDA_SUCCESS)
-		done->n = gpufile__cuda_fail(
-		    rc, done->msg, sizeof(done->msg),
-		    "finishing copies of %s to the GPU", done->r->h->path);
+		done->n = gpufile__cuda_fail(rc, done->msg, sizeof(done->msg),
+		                             "copying %s to the GPU (pooled "
+		                             "with other copies)",
+		                             done->r->h->path);
+	/* Each buffer's last copy is the task's or ended before it: one
+	 * event would do where all ran on one stream, but a task may have
+	 * moved from the pool to its own stream. */
+	for (unsigned i = 0; i < s->nbufs; i++) {
+		CUresult ended = s->pending[i]
+		                     ? t->cuEventSynchronize(s->event[i])
+		                     : CUDA_SUCCESS;
+
+		s->pending[i] = 0;
+		if (ended != CUDA_SUCCESS && done->n >= 0)
+			done->n = gpufile__cuda_fail(
+			    ended, done->msg, sizeof(done->msg),
+			    "finishing copies of %s to the GPU",
+			    done->r->h->path);
+	}
 }
 
 /* After an error: no copy of ours may still touch the caller's buffer. */
 static void drain(const struct gpufile__cuda *t, struct stager *s)
 {
+	settle_deferred(t, s); /* first: the pool's copies may be its */
+	for (unsigned i = 0; i < s->nbufs; i++)
+		if (s->in_pool[i] && pool_sent(t, s, i) == CUDA_SUCCESS)
+			t->cuEventSynchronize(s->event[i]);
 	t->cuStreamSynchronize(s->stream);
-	settle_deferred(t, s);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		s->pending[i] = 0;
 }
@@ -552,6 +833,8 @@ static int wait_all(const struct gpufile__cuda *t, struct stager *s, char *msg,
 	settle_deferred(t, s);
 	for (unsigned i = 0; i < s->nbufs && !err; i++)
 		err = wait_buffer(t, s, i, msg, msg_len);
+	if (err)
+		drain(t, s);
 	return err;
 }
 
@@ -841,9 +1124,10 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
                                 char *msg, size_t msg_len, int may_defer)
 {
 	const int64_t end = off + (int64_t)len;
+	const unsigned k = pool_k(&r->cfg);
+	struct copy_queue *cq = pool_queue(t, s, k);
 	int64_t pos = off;
 	unsigned b = 0;
-	CUresult rc;
 	int err;
 
 	while (pos < end) {
@@ -866,7 +1150,10 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		}
 		/* The previous task's last copy ran while we read. */
 		settle_deferred(t, s);
-		if (n > 0) {
+		if (n > 0 && (!cq || pool_post(t, cq, s, b,
+		                               dst + (CUdeviceptr)(pos - off),
+		                               bounce, (size_t)n, k))) {
+			cq = NULL;
 			err = copy_to_device(
 			    t, s, r, b, dst + (CUdeviceptr)(pos - off), bounce,
 			    (size_t)n, pos, msg, msg_len);
@@ -883,17 +1170,12 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		s->deferred.len = len;
 		s->deferred.n = pos - off;
 		s->deferred.buf = b;
+		s->deferred.rc = CUDA_SUCCESS;
 		s->deferred.active = 1;
 		return GPUFILE__TASK_DEFERRED;
 	}
-	rc = t->cuStreamSynchronize(s->stream);
-	for (unsigned i = 0; i < s->nbufs; i++)
-		s->pending[i] = 0;
-	if (rc != CUDA_SUCCESS)
-		return gpufile__cuda_fail(rc, msg, msg_len,
-		                          "finishing copies of %s to the GPU",
-		                          r->h->path);
-	return pos - off;
+	err = wait_all(t, s, msg, msg_len);
+	return err ? err : pos - off;
 fail:
 	drain(t, s);
 	return err;
@@ -1138,6 +1420,9 @@ void gpufile__staging_release(void)
 		free(s);
 		stagers.count--;
 	}
+	/* A stager in use may still post to a queue. */
+	if (t && stagers.count == 0)
+		pool_release(t);
 	pthread_mutex_unlock(&stagers.lock);
 }
 
@@ -1172,6 +1457,8 @@ size_t gpufile__staging_free(void)
 	while (bfree.old_out)
 		pthread_cond_wait(&bfree.back, &stagers.lock);
 	bytes += bfree.old_bytes;
+	if (t && stagers.count == 0)
+		pool_release(t); /* no stager left to post to a queue */
 	pthread_mutex_unlock(&stagers.lock);
 	pthread_mutex_unlock(&bfree.serial);
 	return bytes;
@@ -1183,8 +1470,9 @@ size_t gpufile__staging_free(void)
  * forgets every stager without a CUDA call (the pinned pages are not even
  * mapped in the child: CUDA maps them with MADV_DONTFORK). Stagers in use
  * at the fork belong to threads that do not exist in the child, so the
- * count starts again at zero. A ring's descriptor and mappings are the
- * child's own copies: closing them leaves the parent's ring alone.
+ * count starts again at zero, and the copy queues are emptied. A ring's
+ * descriptor and mappings are the child's own copies: closing them leaves
+ * the parent's ring alone.
  */
 void gpufile__staging_atfork_prepare(void)
 {
@@ -1216,6 +1504,9 @@ void gpufile__staging_atfork_child(void)
 	bfree.old_out = 0;
 	bfree.old_bytes = 0;
 	held = NULL; /* the forking thread is not a worker; be sure */
+	/* The queues' streams and copies are the parent's. */
+	pthread_mutex_init(&pool.lock, NULL);
+	memset(pool.queue, 0, sizeof(pool.queue));
 	pthread_cond_init(&stagers.freed, NULL);
 	pthread_mutex_unlock(&stagers.lock);
 }

@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -268,14 +270,16 @@ static void test_pipeline(const char *rpath, const char *wpath)
 	if (!h)
 		return;
 	pthread_mutex_lock(&fake_lock);
-	htod_before = htod_calls;
+	htod_before = htod_calls + batch_copies;
 	pthread_mutex_unlock(&fake_lock);
 	memset(dev_base, 0, FILE_SIZE);
 	CHECK_EQ(gpufile_pread(h, dev_base + 3, FILE_SIZE - 7, 7),
 	         (ssize_t)FILE_SIZE - 7);
 	CHECK_EQ(test_mismatch(dev_base + 3, FILE_SIZE - 7, SEED_FILE, 7), -1);
 	pthread_mutex_lock(&fake_lock);
-	CHECK(htod_calls - htod_before >= (long)(FILE_SIZE / (64 << 10)));
+	/* At least one copy per chunk, alone or pooled with others. */
+	CHECK(htod_calls + batch_copies - htod_before >=
+	      (long)(FILE_SIZE / (64 << 10)));
 	pthread_mutex_unlock(&fake_lock);
 	{
 		static const size_t sizes[] = {(64 << 10) - 1, (64 << 10) + 1,
@@ -358,6 +362,125 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 }
 
 /* Driver failures: an error naming the call, then later requests work. */
+/* Pooled copies (staging.c): the warm reader's copies go to the GPU
+ * several to a cuMemcpyBatchAsync; a send that fails fails the read whose
+ * copies it held, and no other. */
+static sem_t gate;
+static atomic_int gate_armed;
+
+/* pread that holds its first call after gate_armed until gate is
+ * posted. */
+static ssize_t gated_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (atomic_exchange(&gate_armed, 0))
+		sem_wait(&gate);
+	return pread(fd, buf, len, off);
+}
+
+static long batch_calls_now(long *copies)
+{
+	long calls;
+
+	pthread_mutex_lock(&fake_lock);
+	calls = batch_copy_calls;
+	*copies = batch_copies;
+	pthread_mutex_unlock(&fake_lock);
+	return calls;
+}
+
+static void test_pooled_copies(const char *rpath)
+{
+	const size_t chunk = 64u << 10;
+	gpufile_t *h = NULL;
+	gpufile_future_t *fa = NULL, *fb = NULL;
+	long calls, copies, copies1, htod;
+	ssize_t n;
+
+	gpufile_release();
+	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
+	CHECK_EQ(gpufile_set_bounce_buffer_size(chunk), 0);
+	CHECK_EQ(gpufile_set_task_size(1u << 20), 0);
+	CHECK_EQ(gpufile_set_nthreads(4), 0); /* 4 x 2 buffers: 2 a call */
+	CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+	if (!h)
+		return;
+	gpufile__sys.mincore = test_mincore_none_cached; /* pread, no map */
+
+	/* Several copies a call, every byte in place: fewer copy calls than
+	 * chunks, and copies for every chunk. */
+	htod = fake_read_long(&htod_calls);
+	calls = batch_calls_now(&copies);
+	memset(dev_base, CANARY, FILE_SIZE + 4096);
+	CHECK_EQ(gpufile_pread(h, dev_base + 1, FILE_SIZE - 9, 9),
+	         (ssize_t)FILE_SIZE - 9);
+	CHECK_EQ(test_mismatch(dev_base + 1, FILE_SIZE - 9, SEED_FILE, 9), -1);
+	CHECK_EQ(dev_base[0], CANARY);
+	CHECK_EQ(test_mismatch_byte(dev_base + FILE_SIZE - 8, 4096, CANARY),
+	         -1);
+	calls = batch_calls_now(&copies1) - calls;
+	htod = fake_read_long(&htod_calls) - htod;
+	CHECK(calls > 0);
+	CHECK(htod + calls < (long)(FILE_SIZE / chunk) * 3 / 4);
+	CHECK(htod + copies1 - copies >= (long)(FILE_SIZE / chunk));
+
+	/* Off (one copy a call): no batch. */
+	gpufile__pool_copies = 1;
+	calls = batch_calls_now(&copies);
+	memset(dev_base, 0, FILE_SIZE);
+	CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+	CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
+	CHECK_EQ(batch_calls_now(&copies) - calls, 0);
+	gpufile__pool_copies = 8;
+
+	/* A send fails: the read fails, naming the file; the next reads. */
+	pthread_mutex_lock(&fake_lock);
+	fail_batch = 1;
+	pthread_mutex_unlock(&fake_lock);
+	n = gpufile_pread(h, dev_base, FILE_SIZE, 0);
+	CHECK_EQ(n, GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
+	CHECK_CONTAINS(gpufile_errmsg(), rpath);
+	memset(dev_base, 0, FILE_SIZE);
+	CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
+	CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
+
+	/* One worker with 8 buffers (2 a call), tasks of 8 chunks. Read A's
+	 * first send fails; A's task ends deferred, and the worker's next
+	 * task, read B's, finds the failure when it reuses A's first buffer:
+	 * A fails, B reads every byte. */
+	gpufile_release();
+	CHECK_EQ(gpufile_set_nthreads(1), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffers", "8"), 0);
+	CHECK_EQ(gpufile_set_task_size(8 * chunk), 0);
+	CHECK_EQ(sem_init(&gate, 0, 0), 0);
+	gpufile__sys.pread = gated_pread;
+	atomic_store(&gate_armed, 1);
+	pthread_mutex_lock(&fake_lock);
+	fail_batch = 1;
+	pthread_mutex_unlock(&fake_lock);
+	memset(dev_base, 0, 16 * chunk);
+	CHECK_EQ(gpufile_pread_async(h, dev_base, 8 * chunk, 0, &fa), 0);
+	CHECK_EQ(gpufile_pread_async(h, dev_base + 8 * chunk, 8 * chunk,
+	                             (int64_t)(8 * chunk), &fb),
+	         0);
+	sem_post(&gate); /* both queued: the worker goes on */
+	if (fa && fb) {
+		CHECK_EQ(gpufile_future_wait(fa), GPUFILE_ECUDA);
+		CHECK_EQ(gpufile_future_wait(fb), (ssize_t)(8 * chunk));
+		CHECK_EQ(test_mismatch(dev_base + 8 * chunk, 8 * chunk,
+		                       SEED_FILE, 8 * chunk),
+		         -1);
+	}
+	gpufile_future_free(fa);
+	gpufile_future_free(fb);
+	sem_destroy(&gate);
+	gpufile__sys_reset();
+	CHECK_EQ(bad_copies, 0);
+	gpufile_close(h);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+}
+
 static void test_driver_failures(const char *rpath, const char *wpath)
 {
 	const size_t size = (5u << 20) + 11;
@@ -494,6 +617,7 @@ int main(void)
 	test_pipeline(rpath, wpath);
 	test_small_reads_split(rpath, wpath);
 	test_driver_failures(rpath, wpath);
+	test_pooled_copies(rpath);
 	test_bound_after_shrink(rpath);
 
 	/* release frees every pinned buffer, stream and event. */
