@@ -209,20 +209,28 @@ static unsigned pool_k(const struct gpufile__settings *cfg)
 }
 
 /* Under pool.lock: sends every waiting copy of cq in one call on its
- * stream, then records each buffer's event. When the call fails, nothing
- * it may have begun outlives it (the stream is waited for) and each
- * copy's owner gets the error; when only a record fails, the stream is
- * waited for too, and the copies count as done. */
+ * stream, then records each buffer's event, in cq's context (made current
+ * for it where the caller's is another: a worker settling its last task
+ * before it moves to another device). When the call fails, nothing it may
+ * have begun outlives it (the stream is waited for) and each copy's owner
+ * gets the error; when only a record fails, the stream is waited for too,
+ * and the copies count as done. */
 static void pool_send(const struct gpufile__cuda *t, struct copy_queue *cq)
 {
 	CUdeviceptr dsts[POOL_MAX], srcs[POOL_MAX];
 	size_t sizes[POOL_MAX], attr_idx = 0;
 	struct CUmemcpyAttributes_st attr;
 	CUresult rc, rec = CUDA_SUCCESS;
+	CUcontext caller = NULL;
 
 	if (!cq->n)
 		return;
-	if (cq->n == 1) {
+	if (t->cuCtxGetCurrent(&caller) != CUDA_SUCCESS)
+		caller = NULL;
+	if (caller != cq->ctx &&
+	    (rc = t->cuCtxSetCurrent(cq->ctx)) != CUDA_SUCCESS) {
+		caller = cq->ctx; /* nothing to put back */
+	} else if (cq->n == 1) {
 		rc = t->cuMemcpyHtoDAsync(cq->q[0].dst, cq->q[0].src,
 		                          cq->q[0].n, cq->stream);
 	} else {
@@ -244,6 +252,8 @@ static void pool_send(const struct gpufile__cuda *t, struct copy_queue *cq)
 	}
 	if (rc != CUDA_SUCCESS || rec != CUDA_SUCCESS)
 		t->cuStreamSynchronize(cq->stream);
+	if (caller != cq->ctx)
+		t->cuCtxSetCurrent(caller);
 	for (unsigned i = 0; i < cq->n; i++) {
 		const struct pooled_copy *p = &cq->q[i];
 

@@ -5,7 +5,9 @@
  * when the library synchronises with the stream or an event recorded after
  * them, as on a GPU. It counts pinned memory, streams and events, and fails
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
- * fail_dtoh: the next N calls). Install with fake_install() (at the end),
+ * fail_dtoh: the next N calls; fail_to_dev: the next N host-to-device
+ * copy calls, single or batched, for readers whose copies may go either
+ * way, staging.c's pooled copies). Install with fake_install() (at the end),
  * or with gpufile__cuda_override(&fake) after pointing dev_base at DEV_SIZE
  * bytes. Include once per program.
  *
@@ -146,6 +148,7 @@ static struct {
 static size_t pinned_live, pinned_peak;
 static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
+static int fail_to_dev; /* the next N of f_htod and f_memcpy_batch */
 static long htod_calls, dtoh_calls, hostalloc_calls;
 static int bad_copies; /* copies touching memory they should not */
 /* More than one device: streams and events ever made; calls refused
@@ -572,8 +575,11 @@ static CUresult f_htod(CUdeviceptr dst, const void *src, size_t size,
 
 	pthread_mutex_lock(&fake_lock);
 	htod_calls++;
-	if (fail_htod > 0) {
-		fail_htod--;
+	if (fail_htod > 0 || fail_to_dev > 0) {
+		if (fail_htod > 0)
+			fail_htod--;
+		else
+			fail_to_dev--;
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_FAKE_COPY;
 	}
@@ -613,8 +619,11 @@ static CUresult f_memcpy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs,
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_lock);
 	batch_copy_calls++;
-	if (fail_batch > 0) {
-		fail_batch--;
+	if (fail_batch > 0 || fail_to_dev > 0) {
+		if (fail_batch > 0)
+			fail_batch--;
+		else
+			fail_to_dev--;
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_FAKE_COPY;
 	}

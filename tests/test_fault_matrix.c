@@ -516,7 +516,7 @@ static void arm(enum path p, const struct fault *f, long k)
 	inject_set(f->kind, f->is_write, k, f->err, f->short_by, at, len);
 	pthread_mutex_lock(&fake_lock);
 	fail_hostalloc = f->cuda == 1 ? 1000 : 0;
-	fail_htod = f->cuda == 2 ? 1 : 0;
+	fail_to_dev = f->cuda == 2 ? 1 : 0; /* alone or pooled */
 	pthread_mutex_unlock(&fake_lock);
 }
 
@@ -525,7 +525,7 @@ static void disarm(void)
 	inject_set(F_NONE, 0, -1, 0, 0, 0, 0);
 	cufile_set(F_NONE, 0, 0, 0, 0, 0, 0);
 	pthread_mutex_lock(&fake_lock);
-	fail_hostalloc = fail_htod = 0;
+	fail_hostalloc = fail_to_dev = 0;
 	pthread_mutex_unlock(&fake_lock);
 }
 

@@ -530,9 +530,10 @@ static void test_driver_failures(const char *rpath, const char *wpath)
 	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
 	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
 
-	/* A copy to the GPU fails. */
+	/* A copy to the GPU fails (alone or pooled with others: which, the
+	 * timing of the workers decides). */
 	pthread_mutex_lock(&fake_lock);
-	fail_htod = 1;
+	fail_to_dev = 1;
 	pthread_mutex_unlock(&fake_lock);
 	n = gpufile_pread(h, dev_base, size, 0);
 	CHECK_EQ(n, GPUFILE_ECUDA);
@@ -543,7 +544,7 @@ static void test_driver_failures(const char *rpath, const char *wpath)
 	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
 	/* ... in a small request. */
 	pthread_mutex_lock(&fake_lock);
-	fail_htod = 1;
+	fail_to_dev = 1;
 	pthread_mutex_unlock(&fake_lock);
 	CHECK_EQ(gpufile_pread(h, dev_base, 1000, 0), GPUFILE_ECUDA);
 	CHECK(gpufile_errmsg()[0] != '\0');
