@@ -36,10 +36,20 @@ nginx = os.environ.get("GPUFILE_NGINX") or shutil.which("nginx") or "/usr/sbin/n
 prefix = tempfile.mkdtemp(prefix="gpufile-nginx-")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n different free ports. Each socket stays bound until all are
+    chosen: ports asked for one after another can come back equal (the
+    first is free again once its socket closes), and nginx, given one
+    port for both servers, takes the HTTP one for TLS too and exits with
+    'no "ssl_certificate" is defined' (a CI run did, once)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def fail(msg):
@@ -137,7 +147,7 @@ signal.signal(signal.SIGINT, stop)
 # (bounded). A port taken by another process in the meantime makes nginx
 # exit with "Address already in use": then again with new ports.
 for attempt in range(20):
-    http_port, https_port = free_port(), free_port()
+    http_port, https_port = free_ports(2)
     write_conf(http_port, https_port)
     proc = subprocess.Popen([nginx, "-p", prefix, "-c", conf, "-e", "stderr",
                              "-g", "daemon off;"], stderr=subprocess.PIPE,
