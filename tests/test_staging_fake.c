@@ -81,6 +81,23 @@ static int64_t ops_delta(const gpufile_stats_t *a, const gpufile_stats_t *b,
 	return (int64_t)(b->path[p][w].ops - a->path[p][w].ops);
 }
 
+/* The next copy call *knob counts (fail_batch, fail_to_dev) fails: a read
+ * of size bytes fails, naming the fake's error and the file; the next
+ * read gets every byte. */
+static void read_after_copy_fails(gpufile_t *h, const char *rpath, size_t size,
+                                  int *knob)
+{
+	pthread_mutex_lock(&fake_lock);
+	*knob = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
+	CHECK_CONTAINS(gpufile_errmsg(), rpath);
+	memset(dev_base, 0, size);
+	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+}
+
 /* ---- tests ---- */
 
 static void test_classify(void)
@@ -394,7 +411,6 @@ static void test_pooled_copies(const char *rpath)
 	gpufile_t *h = NULL;
 	gpufile_future_t *fa = NULL, *fb = NULL;
 	long calls, copies, copies1, htod;
-	ssize_t n;
 
 	gpufile_release();
 	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
@@ -432,17 +448,8 @@ static void test_pooled_copies(const char *rpath)
 	CHECK_EQ(batch_calls_now(&copies) - calls, 0);
 	gpufile__pool_copies = 8;
 
-	/* A send fails: the read fails, naming the file; the next reads. */
-	pthread_mutex_lock(&fake_lock);
-	fail_batch = 1;
-	pthread_mutex_unlock(&fake_lock);
-	n = gpufile_pread(h, dev_base, FILE_SIZE, 0);
-	CHECK_EQ(n, GPUFILE_ECUDA);
-	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
-	CHECK_CONTAINS(gpufile_errmsg(), rpath);
-	memset(dev_base, 0, FILE_SIZE);
-	CHECK_EQ(gpufile_pread(h, dev_base, FILE_SIZE, 0), (ssize_t)FILE_SIZE);
-	CHECK_EQ(test_mismatch(dev_base, FILE_SIZE, SEED_FILE, 0), -1);
+	/* A send fails. */
+	read_after_copy_fails(h, rpath, FILE_SIZE, &fail_batch);
 
 	/* One worker with 8 buffers (2 a call), tasks of 8 chunks. Read A's
 	 * first send fails; A's task ends deferred, and the worker's next
@@ -532,16 +539,7 @@ static void test_driver_failures(const char *rpath, const char *wpath)
 
 	/* A copy to the GPU fails (alone or pooled with others: which, the
 	 * timing of the workers decides). */
-	pthread_mutex_lock(&fake_lock);
-	fail_to_dev = 1;
-	pthread_mutex_unlock(&fake_lock);
-	n = gpufile_pread(h, dev_base, size, 0);
-	CHECK_EQ(n, GPUFILE_ECUDA);
-	CHECK_CONTAINS(gpufile_errmsg(), "CUDA_ERROR_FAKE_COPY");
-	CHECK_CONTAINS(gpufile_errmsg(), rpath);
-	memset(dev_base, 0, size);
-	CHECK_EQ(gpufile_pread(h, dev_base, size, 0), (ssize_t)size);
-	CHECK_EQ(test_mismatch(dev_base, size, SEED_FILE, 0), -1);
+	read_after_copy_fails(h, rpath, size, &fail_to_dev);
 	/* ... in a small request. */
 	pthread_mutex_lock(&fake_lock);
 	fail_to_dev = 1;
