@@ -1022,12 +1022,6 @@ static int cmp_double(const void *a, const void *b)
  * 8 a call, the default) and one a call (gpufile__pool_copies 1), rounds
  * interleaved, each pair followed by the pinned copy ceiling (best of
  * reps); medians of each. */
-static double median_of(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static double timed_read(gpufile_t *h, void *dev)
 {
 	double t0 = now();
@@ -1040,34 +1034,36 @@ static double timed_read(gpufile_t *h, void *dev)
 
 static void pool_ab(void *pinned, void *dev)
 {
-	double on[32], off[32], one[32], m_on, m_off, m_one;
-	int n = reps < 32 ? reps : 32;
+	struct copy_stats on = {0}, off = {0}, one = {0};
+	double m_on, m_off, m_one;
 	gpufile_t *h;
 	int rc = gpufile_open(&h, file, "r");
 
 	if (rc)
 		die("gpufile_open", rc);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < reps && one.n < 32; i++) {
 		int first = i % 2; /* alternate which goes first */
+		struct copy_stats *a = first ? &off : &on;
+		struct copy_stats *b = first ? &on : &off;
 
 		gpufile__pool_copies = first ? 1 : 8;
-		(first ? off : on)[i] = timed_read(h, dev);
+		a->all[a->n++] = timed_read(h, dev);
 		gpufile__pool_copies = first ? 8 : 1;
-		(first ? on : off)[i] = timed_read(h, dev);
-		one[i] = copy_ceiling(pinned, dev, 1);
+		b->all[b->n++] = timed_read(h, dev);
+		one.all[one.n++] = copy_ceiling(pinned, dev, 1);
 	}
 	gpufile__pool_copies = 8;
 	timed_read(h, dev);
 	gpufile_close(h);
 	verify(dev, pinned);
-	m_on = median_of(on, n);
-	m_off = median_of(off, n);
-	m_one = median_of(one, n);
+	m_on = copies_median(&on);
+	m_off = copies_median(&off);
+	m_one = copies_median(&one);
 	printf("pool: warm read, copies pooled (8 a call) median %.2f GB/s, "
 	       "one a call %.2f, pinned cuMemcpy %.2f: pooled/copy %.3f, "
 	       "one-a-call/copy %.3f, pooled/one-a-call %.3f (%d rounds)\n",
 	       m_on, m_off, m_one, m_on / m_one, m_off / m_one, m_on / m_off,
-	       n);
+	       one.n);
 }
 
 /* One round of --stream: k reads (or writes) of piece bytes, one after
