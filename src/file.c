@@ -200,11 +200,19 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	*out = NULL;
 	if (!path)
 		return gpufile__fail(-EINVAL, "gpufile_open: path is NULL");
-	if (parse_flags(flags, &oflags, &readable, &writable, &append))
+	if (parse_flags(flags, &oflags, &readable, &writable, &append)) {
+		char url[1024]; /* a URL's password and query left out */
+		const char *shown = path;
+
+		if (gpufile__is_url(path)) {
+			gpufile__remote_redact(path, url, sizeof(url));
+			shown = url;
+		}
 		return gpufile__fail(GPUFILE_EFLAGS,
 		                     "opening %s: invalid flags \"%s\" "
 		                     "(use r, r+, w, w+ or a)",
-		                     path, flags ? flags : "(null)");
+		                     shown, flags ? flags : "(null)");
+	}
 	if (gpufile__is_url(path)) /* http(s)://, s3:// (remote.c) */
 		return gpufile__remote_open(out, path, flags);
 	rc = gpufile__settings(&cfg);

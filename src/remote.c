@@ -18,7 +18,10 @@
  *     bytes past the range never reach the destination;
  *   - a range succeeds only when every byte arrived; otherwise the task
  *     fails, naming the redacted URL, the range and the HTTP status or
- *     curl error.
+ *     curl error;
+ *   - bytes of two versions of the object are never mixed: a response
+ *     whose Content-Range total or strong ETag differs from the object's
+ *     at open fails the range (-ESTALE) before any of its bytes land.
  * Lock order: rm->lock (the handle's lock, h->lock, level 2 of fork.c's
  * order) is held only to take or give a connection, and nothing is taken
  * under it.
@@ -28,7 +31,6 @@
 #include "remote.h"
 #include "sigv4.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -76,6 +78,10 @@ struct gpufile__remote {
 	char region[64];
 	char *access_key, *secret_key, *session_token;
 	int64_t size;
+	/* The object's strong ETag when it was opened ("" when it had none
+	 * or a weak one): every later response must carry the same. */
+	char etag[128];
+	long size_status; /* HTTP status of the answer that gave the size */
 
 	unsigned max_attempts;
 	long timeout_s;
@@ -185,6 +191,11 @@ static CURL *conn_new(struct gpufile__remote *rm)
 	 * signature elsewhere); plain URLs may. */
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, rm->s3_signed ? 0L : 1L);
 	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+	/* An S3 key is a name, not a path: "a/../b" is that key, and libcurl
+	 * would otherwise remove its dot segments (another object, and a
+	 * request that no longer matches its signature). */
+	if (rm->s3)
+		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	if (!ca || !ca[0])
@@ -250,8 +261,14 @@ struct sink {
 	int accepted;       /* -1 unknown, 0 body discarded, 1 written */
 	int overflow;       /* the server sent more than the range */
 	int range_mismatch; /* 206 naming another range, or 200 for part */
+	int changed;        /* the object is not the one opened */
 	long status;        /* of the last response */
 	int64_t cr_start, cr_end, cr_total; /* Content-Range, -1 if none */
+	char etag[128]; /* of the last response, "" if none */
+	/* What the object was when opened: its size (-1 while opening) and
+	 * strong ETag ("" for none), to tell a changed object. */
+	int64_t expect_total;
+	const char *expect_etag;
 };
 
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
@@ -263,19 +280,40 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		/* A new response (after a redirect or a 100): reset. */
 		s->cr_start = s->cr_end = s->cr_total = -1;
 		s->accepted = -1;
+		s->etag[0] = '\0';
 	} else if (len > 14 && strncasecmp(line, "content-range:", 14) == 0) {
-		long long a, b;
-		char total[32];
+		long long a, b, total;
+		char star[32];
 
 		if (sscanf(line + 14, " bytes %lld-%lld/%31[0-9*]", &a, &b,
-		           total) == 3) {
+		           star) == 3) {
 			s->cr_start = a;
 			s->cr_end = b;
 			s->cr_total =
-			    total[0] == '*' ? -1 : strtoll(total, NULL, 10);
+			    star[0] == '*' ? -1 : strtoll(star, NULL, 10);
+		} else if (sscanf(line + 14, " bytes */%lld", &total) == 1) {
+			/* An unsatisfiable range (416): only the size. */
+			s->cr_total = total;
 		}
+	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
+		const char *v = line + 5;
+		size_t n;
+
+		v += strspn(v, " \t");
+		n = strcspn(v, "\r\n");
+		while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+			n--;
+		if (n < sizeof(s->etag))
+			snprintf(s->etag, sizeof(s->etag), "%.*s", (int)n, v);
 	}
 	return len;
+}
+
+/* A strong entity tag: not W/"..." (a weak one may differ between two
+ * servers holding the same bytes). */
+static int strong_etag(const char *etag)
+{
+	return etag[0] == '"';
 }
 
 /* Decides once per response whether its body is the range asked. */
@@ -283,6 +321,16 @@ static void accept_body(struct sink *s)
 {
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
 	s->accepted = 0;
+	if ((s->status == 200 || s->status == 206) &&
+	    ((s->expect_total >= 0 && s->cr_total >= 0 &&
+	      s->cr_total != s->expect_total) ||
+	     (s->expect_etag && s->expect_etag[0] && strong_etag(s->etag) &&
+	      strcmp(s->etag, s->expect_etag) != 0))) {
+		/* Bytes of another version of the object: never mixed with
+		 * the ones already read. */
+		s->changed = 1;
+		return;
+	}
 	if (s->status == 206) {
 		if (s->cr_start == s->off &&
 		    s->cr_end == s->off + (int64_t)s->want - 1)
@@ -304,7 +352,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 
 	if (s->accepted < 0)
 		accept_body(s);
-	if (s->range_mismatch)
+	if (s->range_mismatch || s->changed)
 		return 0; /* stop now: do not download a whole object */
 	if (s->accepted == 0 || !s->dst)
 		return len; /* an error page: read and dropped */
@@ -353,7 +401,7 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 {
 	struct gpufile__sigv4_header hd[5];
 	struct gpufile__sigv4_request rq = {0};
-	char date[20], auth[512], line[4096];
+	char date[20], auth[512], line[600];
 	time_t now = time(NULL);
 	struct tm tm;
 	int n = 0, rc;
@@ -385,16 +433,15 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 		return rc;
 	for (int i = 0; i < n; i++) {
 		struct curl_slist *more;
-		int len;
+		char *header;
 
 		if (strcmp(hd[i].name, "range") == 0)
 			continue; /* added by the caller */
 		/* A session token runs to a few KiB: never cut it. */
-		len = snprintf(line, sizeof(line), "%s: %s", hd[i].name,
-		               hd[i].value);
-		if (len < 0 || (size_t)len >= sizeof(line))
-			return -ENAMETOOLONG;
-		more = curl_slist_append(*list, line);
+		if (asprintf(&header, "%s: %s", hd[i].name, hd[i].value) < 0)
+			return -ENOMEM;
+		more = curl_slist_append(*list, header);
+		free(header);
 		if (!more)
 			return -ENOMEM;
 		*list = more;
@@ -414,9 +461,10 @@ static void sink_reset(struct sink *s)
 {
 	s->got = 0;
 	s->accepted = -1;
-	s->overflow = s->range_mismatch = 0;
+	s->overflow = s->range_mismatch = s->changed = 0;
 	s->status = 0;
 	s->cr_start = s->cr_end = s->cr_total = -1;
+	s->etag[0] = '\0';
 }
 
 /* The request's headers: the S3 signature when signed, and the Range of a
@@ -502,6 +550,22 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
                  CURLcode cc, const char *errbuf, int *err, char *why,
                  size_t why_len)
 {
+	if (s->changed) {
+		*err = -ESTALE;
+		if (s->expect_total >= 0 && s->cr_total >= 0 &&
+		    s->cr_total != s->expect_total)
+			snprintf(
+			    why, why_len,
+			    "the object changed since it was opened (%" PRId64
+			    " bytes then, %" PRId64 " now)",
+			    s->expect_total, s->cr_total);
+		else
+			snprintf(why, why_len,
+			         "the object changed since it was opened (ETag "
+			         "%.48s then, %.48s now)",
+			         s->expect_etag, s->etag);
+		return EX_FAIL;
+	}
 	if (s->range_mismatch) {
 		*err = -EIO;
 		if (s->status == 200)
@@ -624,6 +688,8 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
 	s.want = len;
 	s.off = off;
 	s.whole_ok = off == 0 && (int64_t)len == rm->size;
+	s.expect_total = rm->size;
+	s.expect_etag = rm->etag;
 	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
 	         off, off + (int64_t)len - 1);
 	rc = with_retries(rm, &s, 0, what);
@@ -638,7 +704,10 @@ static void remote_free(struct gpufile__remote *rm)
 {
 	if (!rm)
 		return;
-	for (unsigned i = 0; i < rm->nidle; i++)
+	/* In a forked child the idle connections are its parent's too: left
+	 * unclosed, as conn_get leaves them (a TLS close would end the
+	 * parent's session). */
+	for (unsigned i = 0; rm->owner == getpid() && i < rm->nidle; i++)
 		curl_easy_cleanup(rm->idle[i]);
 	free(rm->idle);
 	pthread_mutex_destroy(&rm->own_lock);
@@ -676,19 +745,29 @@ static int s3_url(struct gpufile__remote *rm, const char *url,
 	int n;
 
 	if (endpoint) {
-		const char *ep_path = strstr(endpoint, "://");
+		const int scheme = strncasecmp(endpoint, "http://", 7) == 0 ? 7
+		                   : strncasecmp(endpoint, "https://", 8) == 0
+		                       ? 8
+		                       : 0;
+		const char *host = endpoint + scheme;
+		const char *ep_path = host + strcspn(host, "/?#");
 		size_t eplen = strlen(endpoint);
 
-		if (!ep_path)
+		if (!scheme || ep_path == host || *ep_path == '?' ||
+		    *ep_path == '#') {
+			char shown[512];
+
+			gpufile__remote_redact(endpoint, shown, sizeof(shown));
 			return gpufile__fail(
 			    -EINVAL,
 			    "opening %s: AWS_ENDPOINT_URL=\"%s\" is not an "
-			    "http:// or https:// URL",
-			    url, endpoint);
-		while (eplen && endpoint[eplen - 1] == '/')
+			    "http:// or https:// URL with a host (and "
+			    "optionally a path, no query)",
+			    url, shown);
+		}
+		/* Trailing slashes of the path, never of the scheme. */
+		while (endpoint + eplen > ep_path && endpoint[eplen - 1] == '/')
 			eplen--;
-		ep_path += 3;
-		ep_path += strcspn(ep_path, "/");
 		n = snprintf(path, path_len, "%.*s/%.*s/%s",
 		             (int)(eplen - (size_t)(ep_path - endpoint)),
 		             ep_path, (int)blen, bucket, key);
@@ -776,12 +855,46 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 	return s3_credentials(rm, url, path);
 }
 
-/* The object's size: HEAD, or for a presigned URL (signed for GET only)
- * a GET of byte 0 whose Content-Range names the total. */
+/* Asks for byte 0 the size and the version of the object. The fallback
+ * of learn_size, and the way for a presigned URL (signed for GET only):
+ * the Content-Range of the answer names the total. */
+static int learn_size_by_get(struct gpufile__remote *rm, struct sink *s)
+{
+	char one;
+	int rc;
+
+	s->dst = &one;
+	s->want = 1;
+	rc = with_retries(rm, s, 0, "opening (GET bytes 0-0)");
+	/* s3rver 3.7 answers bytes=0-0 with bytes 0 to the end (it reads
+	 * an end of 0 as none). Only the size is asked here, and a
+	 * Content-Range from 0 carries it whole in its total; no byte of
+	 * this response reached a destination (on_body stopped at the
+	 * mismatch), and data ranges still must be exactly the range
+	 * asked. */
+	if (rc && s->range_mismatch && s->status == 206 && s->cr_start == 0 &&
+	    s->cr_total > 0 && s->cr_end < s->cr_total)
+		rc = 0;
+	/* An empty object has no byte 0: "416, bytes *\/0" (RFC 9110). */
+	if (rc && s->status == 416 && s->cr_total == 0)
+		rc = 0;
+	if (rc == 0 && s->cr_total < 0)
+		rc = gpufile__fail(-EPROTO,
+		                   "opening %s: the response to bytes 0-0 "
+		                   "has no Content-Range total, so the "
+		                   "size is unknown",
+		                   rm->shown);
+	rm->size = s->cr_total;
+	return rc;
+}
+
+/* The object's size and strong ETag: HEAD, else (a URL signed for GET
+ * only, a server without HEAD or whose HEAD gives no length) a GET of
+ * byte 0. */
 static int learn_size(struct gpufile__remote *rm)
 {
-	struct sink s = {0};
-	char one;
+	struct sink s = {.expect_total = -1};
+	curl_off_t cl = -1;
 	int rc;
 
 	s.c = conn_get(rm);
@@ -789,55 +902,28 @@ static int learn_size(struct gpufile__remote *rm)
 		return gpufile__fail(-ENOMEM, "opening %s: no curl handle",
 		                     rm->shown);
 	if (!rm->presigned) {
-		curl_off_t cl = -1;
-
 		rc = with_retries(rm, &s, 1, "opening (HEAD)");
-		/* A URL signed for GET only (presigned without the usual
-		 * query names) or a server without HEAD: ask for byte 0. */
-		if (rc && !rm->s3_signed &&
-		    (s.status == 403 || s.status == 405 || s.status == 501)) {
-			curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
-			conn_put(rm, s.c);
-			rm->presigned = 1;
-			rc = learn_size(rm);
-			if (rc)
-				rm->presigned = 0;
-			return rc;
-		}
-		if (rc == 0) {
+		if (rc == 0)
 			curl_easy_getinfo(
 			    s.c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-			if (cl < 0)
-				rc = gpufile__fail(
-				    -EPROTO,
-				    "opening %s: the HEAD response has no "
-				    "Content-Length, so the size is unknown",
-				    rm->shown);
-			rm->size = cl;
-		}
 		curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+		rm->size = cl;
+		/* A refused HEAD on a signed request means the credentials,
+		 * not the method: that error stands. */
+		if ((rc == 0 && cl < 0) ||
+		    (rc && !rm->s3_signed &&
+		     (s.status == 403 || s.status == 405 || s.status == 501))) {
+			rm->presigned = 1;
+			rc = learn_size_by_get(rm, &s);
+			if (rc)
+				rm->presigned = 0;
+		}
 	} else {
-		s.dst = &one;
-		s.want = 1;
-		rc = with_retries(rm, &s, 0, "opening (GET bytes 0-0)");
-		/* s3rver 3.7 answers bytes=0-0 with bytes 0 to the end (it
-		 * reads an end of 0 as none). Only the size is asked here, and
-		 * a Content-Range from 0 carries it whole in its total; no
-		 * byte of this response reached a destination (on_body
-		 * stopped at the mismatch), and data ranges still must be
-		 * exactly the range asked. */
-		if (rc && s.range_mismatch && s.status == 206 &&
-		    s.cr_start == 0 && s.cr_total > 0 && s.cr_end < s.cr_total)
-			rc = 0;
-		if (rc == 0 && s.cr_total < 0)
-			rc = gpufile__fail(
-			    -EPROTO,
-			    "opening %s: the response to bytes 0-0 "
-			    "has no Content-Range total, so the "
-			    "size is unknown",
-			    rm->shown);
-		rm->size = s.cr_total;
+		rc = learn_size_by_get(rm, &s);
 	}
+	rm->size_status = s.status;
+	if (rc == 0 && strong_etag(s.etag))
+		snprintf(rm->etag, sizeof(rm->etag), "%s", s.etag);
 	conn_put(rm, s.c);
 	return rc;
 }
@@ -1024,9 +1110,9 @@ int gpufile_remote_info(const char *url, char *out, size_t len)
 			if (rc == 0)
 				snprintf(
 				    out + used, len - used,
-				    "%s: HTTP %s\nsize: %" PRId64 " bytes\n",
+				    "%s: HTTP %ld\nsize: %" PRId64 " bytes\n",
 				    rm->presigned ? "GET bytes 0-0" : "HEAD",
-				    rm->presigned ? "206" : "200", rm->size);
+				    rm->size_status, rm->size);
 			else
 				snprintf(out + used, len - used, "%s: %s\n",
 				         rm->presigned ? "GET bytes 0-0"

@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include "sigv4.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +26,15 @@ int gpufile__sigv4_uri_encode(const char *text, int keep_slash, char *out,
 	size_t o = 0;
 
 	for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-		if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' ||
-		    *p == '~' || (keep_slash && *p == '/')) {
+		/* RFC 3986 unreserved characters, by their ASCII codes:
+		 * isalnum() follows the locale, and a single-byte locale
+		 * would leave bytes above 0x7f unencoded. */
+		const int unreserved = (*p >= 'A' && *p <= 'Z') ||
+		                       (*p >= 'a' && *p <= 'z') ||
+		                       (*p >= '0' && *p <= '9') || *p == '-' ||
+		                       *p == '.' || *p == '_' || *p == '~';
+
+		if (unreserved || (keep_slash && *p == '/')) {
 			if (o + 1 >= len)
 				return -ENAMETOOLONG;
 			out[o++] = (char)*p;

@@ -156,6 +156,91 @@ static void test_failed(void)
 	CHECK_EQ(gpufile_config_set("http_max_attempts", "3"), 0);
 }
 
+/* An object that changes under an open handle: bytes of two versions are
+ * never mixed; the read fails, naming what changed. */
+static void test_changed(void)
+{
+	char msg[1024], want[128];
+	ssize_t n;
+
+	n = read_mode("grow", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -ESTALE);
+	snprintf(want, sizeof(want),
+	         "changed since it was opened (%zu bytes then, %zu now)", SIZE,
+	         2 * SIZE);
+	CHECK_CONTAINS(msg, want);
+	CHECK_CONTAINS(msg, "not retried");
+	CHECK_CONTAINS(msg, url("/grow/object.bin"));
+
+	n = read_mode("etagswap", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -ESTALE);
+	CHECK_CONTAINS(msg, "(ETag \"v1\" then, \"v2\" now)");
+
+	/* Weak tags may differ between servers of the same bytes. */
+	CHECK_EQ(read_mode("weaketag", 0, SIZE, 1, msg, sizeof(msg)), SIZE);
+}
+
+/* The size when HEAD cannot give it: an empty object behind a server
+ * without HEAD (416 to bytes=0-0), and a HEAD without Content-Length. */
+static void test_size_fallbacks(void)
+{
+	char msg[1024], report[2048];
+	gpufile_t *h = NULL;
+	unsigned char *d = dest_new(100);
+
+	CHECK_EQ(gpufile_open(&h, url("/empty/e.bin"), "r"), 0);
+	if (h) {
+		CHECK_EQ(gpufile_size(h), 0);
+		CHECK_EQ(gpufile_pread(h, d, 100, 0), 0);
+		CHECK_EQ(dest_bad(d, 100, 0, 0), 0);
+		gpufile_close(h);
+	}
+	CHECK_EQ(
+	    gpufile_remote_info(url("/empty/e.bin"), report, sizeof(report)),
+	    0);
+	CHECK_CONTAINS(report, "GET bytes 0-0: HTTP 416\nsize: 0 bytes");
+	dest_free(d);
+	CHECK_EQ(read_mode("chunkedhead", 0, SIZE, 1, msg, sizeof(msg)), SIZE);
+}
+
+/* s3:// keys are names: "dir/../object.bin" is sent as it is (and signed
+ * as it is), never normalised into another key. AWS_ENDPOINT_URL is
+ * checked before use. */
+static void test_s3_keys(void)
+{
+	char endpoint[64], msg[1024];
+	gpufile_t *h = NULL;
+	unsigned char *d = dest_new(SIZE);
+	const char *bad[] = {"http://", "https:///", "http:///bucket",
+	                     "ftp://127.0.0.1",
+	                     "http://h?X-Amz-Signature=SECRET"};
+
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d/", port);
+	setenv("AWS_ENDPOINT_URL", endpoint, 1);
+	CHECK_EQ(gpufile_open(&h, "s3://keepdots/dir/../object.bin", "r"), 0);
+	if (h) {
+		CHECK_EQ(gpufile_pread(h, d, SIZE, 0), SIZE);
+		CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+		gpufile_close(h);
+	} else {
+		fprintf(stderr, "  keepdots: %s\n", gpufile_errmsg());
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("AWS_ENDPOINT_URL", bad[i], 1);
+		CHECK_EQ(gpufile_open(&h, "s3://b/k.bin", "r"), -EINVAL);
+		snprintf(msg, sizeof(msg), "AWS_ENDPOINT_URL=\"%.*s",
+		         (int)strcspn(bad[i], "?"), bad[i]);
+		CHECK_CONTAINS(gpufile_errmsg(), msg);
+		CHECK_CONTAINS(gpufile_errmsg(),
+		               "is not an http:// or https://");
+		CHECK(!strstr(gpufile_errmsg(), "SECRET"));
+	}
+	unsetenv("AWS_ENDPOINT_URL");
+	dest_free(d);
+}
+
 /* The path of a remote object is decided in one place (decide.c): the
  * reason gpufile_path_info() gives, the one the statistics recorded at
  * open and gpufile check's prediction are the same words. */
@@ -256,6 +341,11 @@ static void test_handles(void)
 	         port);
 	rc = gpufile_open(&h, secret_url, "r");
 	CHECK_EQ(rc, -ENOENT);
+	CHECK(!strstr(gpufile_errmsg(), "SECRET"));
+	/* A bad flag string is refused before the URL is looked at: the
+	 * message still shows it redacted. */
+	CHECK_EQ(gpufile_open(&h, secret_url, "rb"), GPUFILE_EFLAGS);
+	CHECK_CONTAINS(gpufile_errmsg(), "invalid flags \"rb\"");
 	CHECK(!strstr(gpufile_errmsg(), "SECRET"));
 	CHECK_CONTAINS(gpufile_errmsg(), "/e404/o.bin?<query redacted>");
 	fprintf(stderr, "  redacted: %s\n", gpufile_errmsg());
@@ -381,6 +471,26 @@ static void test_cli(void)
 	rc = cli(args, out, sizeof(out));
 	CHECK_EQ(rc, 0);
 	CHECK_CONTAINS(out, "\"remote\": {\n      \"ops\": 1,");
+	/* The tool shows the URL as the library does: no password, no
+	 * query, in the report (text and JSON) and in its errors. */
+	for (int json = 0; json < 2; json++) {
+		snprintf(args, sizeof(args),
+		         "read 'http://u:pwSECRET@127.0.0.1:%d/ok/o.bin?"
+		         "token=SECRET' --host%s",
+		         port, json ? " --json" : "");
+		rc = cli(args, out, sizeof(out));
+		CHECK_EQ(rc, 0);
+		CHECK_CONTAINS(out, "/ok/o.bin?<query redacted>");
+		CHECK(!strstr(out, "SECRET"));
+	}
+	snprintf(args, sizeof(args),
+	         "read 'http://u:pwSECRET@127.0.0.1:%d/ok/o.bin?token=SECRET' "
+	         "--host --offset 99999999",
+	         port);
+	rc = cli(args, out, sizeof(out));
+	CHECK(rc != 0);
+	CHECK_CONTAINS(out, "past the end");
+	CHECK(!strstr(out, "SECRET"));
 }
 
 int main(void)
@@ -409,6 +519,9 @@ int main(void)
 	test_recovered();
 	test_failed();
 	test_handles();
+	test_changed();
+	test_size_fallbacks();
+	test_s3_keys();
 	test_settings();
 	test_cli();
 	server_stop(pid);

@@ -9,7 +9,9 @@
 #include "testlib.h"
 
 #include "remote.h"
+#include <dirent.h>
 #include <gpufile.h>
+#include <limits.h>
 
 #define SIZE ((size_t)300000)
 
@@ -20,6 +22,30 @@ static uint64_t connects(void)
 	GPUFILE_INIT(st);
 	CHECK_EQ(gpufile_stats_remote(0, &st), 0);
 	return st.connects;
+}
+
+/* The sockets this process has open. */
+static int open_sockets(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char link[PATH_MAX], target[64];
+		ssize_t len;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+		len = readlink(link, target, sizeof(target) - 1);
+		if (len > 0) {
+			target[len] = '\0';
+			n += strncmp(target, "socket:", 7) == 0;
+		}
+	}
+	closedir(d);
+	return n;
 }
 
 /* Reads 100000 bytes at off with the calling thread; 0 when all in place. */
@@ -83,6 +109,23 @@ int main(void)
 	/* The parent's connection still serves it, untouched. */
 	c0 = connects();
 	CHECK_EQ(read_range(h, 150000), 0);
+	CHECK_EQ(connects() - c0, 0);
+
+	/* A child that only closes the handle leaves the parent's
+	 * connection open: a close would end a TLS session the parent
+	 * goes on using (close_notify on the shared socket). */
+	child = fork();
+	if (child == 0) {
+		int before = open_sockets();
+
+		gpufile_close(h);
+		_exit(before >= 1 && open_sockets() == before ? 0 : 1);
+	}
+	CHECK(child > 0);
+	waitpid(child, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	c0 = connects();
+	CHECK_EQ(read_range(h, 50000), 0);
 	CHECK_EQ(connects() - c0, 0);
 	gpufile_close(h);
 	server_stop(pid);

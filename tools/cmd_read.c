@@ -355,6 +355,9 @@ int cmd_read(int argc, char **argv)
 		return util_error("read", "%s", gpufile_errmsg());
 	if (gpufile_open(&h, o.file, "r"))
 		return util_error("read", "%s", gpufile_errmsg());
+	/* From here the file is named as the library shows it: a URL without
+	 * its user information and query (a password, a signature). */
+	o.file = gpufile_filename(h);
 	rc = read_file(h, &o, &r, &t);
 	if (rc == 0 && o.json)
 		report_json(&o, &r, &t);

@@ -16,6 +16,14 @@ SIZE bytes at every path; the first path component picks a behaviour:
   /stall/...          GET: headers, then no byte for STALL seconds
   /stallonce/...      the first attempt of each range stalls, then correct
   /presigned/...      HEAD 403 (signed for GET only); GET ranges correct
+  /grow/...           HEAD says SIZE; each 206 names a total of 2 * SIZE
+  /etagswap/...       HEAD: ETag "v1"; GETs: ETag "v2" (a new version)
+  /weaketag/...       HEAD: ETag W/"v1"; GETs: W/"v2" (weak: not compared)
+  /empty/...          an empty object behind a server without HEAD (405):
+                      GET bytes=0-0 is 416 with Content-Range bytes */0
+  /chunkedhead/...    HEAD without Content-Length (chunked); GETs correct
+  /keepdots/...       correct only for a path holding "/../" as sent (an
+                      S3 key is not normalised), else 404
 
 Prints "PORT <n>" on stdout once listening; runs until killed.
 Usage: fault_server.py SIZE [STALL_SECONDS]
@@ -61,21 +69,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if body:
             self.wfile.write(body)
 
+    def etag(self, head):
+        m = self.mode()
+        if m == "etagswap":
+            return [("ETag", '"v1"' if head else '"v2"')]
+        if m == "weaketag":
+            return [("ETag", 'W/"v1"' if head else 'W/"v2"')]
+        return []
+
     def do_HEAD(self):
         m = self.mode()
-        if m == "e404":
+        if m == "e404" or (m == "keepdots" and "/../" not in self.path):
             return self.send(404, [("Content-Length", "0")])
         if m == "presigned":
             return self.send(403, [("Content-Length", "0")])
+        if m == "empty":
+            return self.send(405, [("Content-Length", "0")])
+        if m == "chunkedhead":
+            return self.send(200, [("Transfer-Encoding", "chunked")])
         self.send(200, [("Content-Length", str(SIZE)),
-                        ("Accept-Ranges", "bytes")])
+                        ("Accept-Ranges", "bytes")] + self.etag(True))
 
     def do_GET(self):
         m = self.mode()
         rng = self.headers.get("Range", "")
-        if m == "e404":
+        if m == "e404" or (m == "keepdots" and "/../" not in self.path):
             body = b"<html>not found</html>"
             return self.send(404, [("Content-Length", str(len(body)))], body)
+        if m == "empty":
+            return self.send(416, [("Content-Length", "0"),
+                                   ("Content-Range", "bytes */0")])
         if m == "e403":
             body = b"<Error>AccessDenied</Error>"
             return self.send(403, [("Content-Length", str(len(body)))], body)
@@ -85,8 +108,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         b = min(b, SIZE - 1)
         body = DATA[a:b + 1]
         key = (m, a, b)
+        total = 2 * SIZE if m == "grow" else SIZE
         ok = [("Content-Length", str(len(body))),
-              ("Content-Range", "bytes %d-%d/%d" % (a, b, SIZE))]
+              ("Content-Range", "bytes %d-%d/%d" % (a, b, total))]
+        ok += self.etag(False)
         if m == "flaky503" and first_time(key):
             err = b"slow down"
             return self.send(503, [("Content-Length", str(len(err)))], err)
