@@ -134,11 +134,19 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 			return n;
 		}
 		if ((size_t)n < take) {
+			/* A read of 0 bytes started at or past the end:
+			 * only the size says where that is. */
+			struct stat st;
+			long long eof = at + n;
+
+			if (n == 0 && gpufile__sys.fstat(r->h->fd, &st) == 0)
+				eof = (long long)st.st_size;
 			snprintf(msg, msg_len,
 			         "reading %s: run %zu (%zu bytes at offset "
-			         "%lld): the file ends at %lld, inside the run",
+			         "%lld): the file ends at %lld, %s the run",
 			         r->h->path, i, g->run,
-			         (long long)g->offsets[i], (long long)(at + n));
+			         (long long)g->offsets[i], eof,
+			         eof > g->offsets[i] ? "inside" : "before");
 			return -EIO;
 		}
 		done += take;

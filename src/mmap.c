@@ -17,11 +17,12 @@
  * chunk's fetch, where the pipeline keeps the DMA busy while the next chunk is
  * read. A direct copy from pageable memory would only win where the GPU reads
  * host page tables (HMM/ATS systems), which gpufile does not assume. A file
- * that shrinks below the mapped range after gpufile_mmap_open() makes device
- * reads fail with -EIO, and host reads too where they take the guarded
- * streaming copy (tasks of 256 KiB or more, host_map_copy, map_copy.c); a
- * smaller host task, or one where the guard is not used, faults on the lost
- * pages (SIGBUS), as any access to a mapping would.
+ * that shrinks below the mapped range after gpufile_mmap_open() makes reads
+ * of the lost bytes fail with -EIO, synchronous or not, device or host: host
+ * copies run under gpufile's SIGBUS guard (map_copy.c) and check the size
+ * after copying; only with host_map_copy=off, where gpufile installs no
+ * handler, does a host read of a lost page fault (SIGBUS), as any access to
+ * a mapping would.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -59,30 +60,12 @@ static struct gpufile_mmap *of(struct gpufile__request *r)
 	                               offsetof(struct gpufile_mmap, file));
 }
 
-static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
-                              int64_t off, char *msg, size_t msg_len)
+/* The file shrank under the map after gpufile_mmap_open(): -EIO, the
+ * message naming its end now. */
+static ssize_t shrank(struct gpufile_mmap *m, char *msg, size_t msg_len)
 {
-	struct gpufile_mmap *m = of(r);
-	const char *src = m->data + (off - m->map_offset);
 	struct stat st;
 
-	if (len < GPUFILE__MAP_COPY_MIN || !gpufile__populate_works() ||
-	    !gpufile__stream_copy_ready(r->cfg.host_map_copy)) {
-		memcpy(buf, src, len);
-		return (ssize_t)len;
-	}
-	/* The guarded streaming copy of file.c's warm host reads
-	 * (map_copy.c): faster, and a page the file lost is an error
-	 * here, not a SIGBUS. */
-	if (!gpufile__user_range_ok(buf, len, 1)) {
-		snprintf(msg, msg_len,
-		         "reading %s: the buffer at %p cannot be written",
-		         m->file.path, (void *)buf);
-		return -EFAULT;
-	}
-	if (gpufile__user_range_ok(src, len, 0) &&
-	    gpufile__stream_copy(buf, src, len) == 0)
-		return (ssize_t)len;
 	if (gpufile__sys.fstat(m->file.fd, &st))
 		st.st_size = -1;
 	snprintf(msg, msg_len,
@@ -92,7 +75,91 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 	return -EIO;
 }
 
+struct map_memcpy {
+	char *dst;
+	const char *src;
+	size_t n;
+};
+
+static void map_memcpy(void *arg)
+{
+	const struct map_memcpy *c = arg;
+
+	memcpy(c->dst, c->src, c->n);
+}
+
+/* Copies len bytes of the map at src into buf: by the streaming copy of
+ * file.c's warm host reads for large tasks (map_copy.c), else by memcpy,
+ * under the SIGBUS guard wherever host_map_copy lets gpufile install it
+ * (unguarded, a page the file lost raises SIGBUS, as any access to a map
+ * would). Returns 1 copied, 0 a page the file lost faulted. */
+static int copy_from_map(const struct gpufile__request *r, char *buf,
+                         const char *src, size_t len)
+{
+	struct map_memcpy c = {buf, src, len};
+
+	if (len >= GPUFILE__MAP_COPY_MIN && gpufile__populate_works() &&
+	    gpufile__stream_copy_ready(r->cfg.host_map_copy))
+		return gpufile__user_range_ok(src, len, 0) &&
+		       gpufile__stream_copy(buf, src, len) == 0;
+	if (gpufile__guard_ready(r->cfg.host_map_copy))
+		return gpufile__guarded(map_memcpy, &c) == 0;
+	memcpy(buf, src, len);
+	return 1;
+}
+
+static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
+                              int64_t off, char *msg, size_t msg_len)
+{
+	struct gpufile_mmap *m = of(r);
+	const char *src = m->data + (off - m->map_offset);
+
+	/* The copy is made by this process, not the kernel: memory the
+	 * caller cannot write is pread's -EFAULT, not a SIGSEGV. */
+	if (!gpufile__user_range_ok(buf, len, 1)) {
+		snprintf(msg, msg_len,
+		         "reading %s: the buffer at %p cannot be written",
+		         m->file.path, (void *)buf);
+		return -EFAULT;
+	}
+	/* A file cut inside the range's last page reads zeros there, with
+	 * no fault: only its size tells. */
+	if (copy_from_map(r, buf, src, len) &&
+	    gpufile__file_holds(&m->file, off + (int64_t)len))
+		return (ssize_t)len;
+	return shrank(m, msg, msg_len);
+}
+
 static const struct gpufile__task_ops mmap_host_ops = {.run = mmap_host_task};
+
+/* Device targets: the staging path's tasks, whose pread of the mapped
+ * range comes back short only where the file shrank under the map (every
+ * request lies inside it). A short task is that error, for blocking and
+ * asynchronous reads alike, deferred tasks included. */
+static ssize_t mmap_device_task(struct gpufile__request *r, char *buf,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len)
+{
+	ssize_t n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
+
+	if (n != GPUFILE__TASK_DEFERRED && n >= 0 && (size_t)n < len)
+		return shrank(of(r), msg, msg_len);
+	return n;
+}
+
+static int mmap_device_settle(struct gpufile__task_result *out, int idle)
+{
+	int reported = gpufile__staged_ops.settle(out, idle);
+
+	if (reported && out->n >= 0 && (size_t)out->n < out->len)
+		out->n = shrank(of(out->r), out->msg, sizeof(out->msg));
+	return reported;
+}
+
+static const struct gpufile__task_ops mmap_device_ops = {
+    .run = mmap_device_task,
+    .settle = mmap_device_settle,
+};
 
 /* Checks gpufile_mmap_open's arguments (and clears *out). */
 static int check_args(gpufile_mmap_t **out, const char *path, const char *flags,
@@ -316,22 +383,9 @@ static int prepare(struct gpufile__request *r, struct gpufile_mmap *m,
 		                     "the CUDA context of buffer %p has been "
 		                     "destroyed",
 		                     buf);
-	r->ops = &gpufile__staged_ops;
+	r->ops = &mmap_device_ops;
 	r->cfg.direct_io = GPUFILE__DIRECT_OFF; /* the map's pages */
 	return 0;
-}
-
-/* A device read that came back short: the file shrank under the map. */
-static ssize_t check_short(struct gpufile_mmap *m, ssize_t n, size_t size,
-                           int64_t offset)
-{
-	if (n >= 0 && (size_t)n < size)
-		return gpufile__fail(
-		    -EIO,
-		    "reading %s: the file ends at %lld, inside "
-		    "the range mapped at open (it shrank)",
-		    m->file.path, (long long)(offset + n));
-	return n;
 }
 
 ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf, size_t size,
@@ -355,7 +409,7 @@ ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf, size_t size,
 	}
 	result = gpufile__request_wait(&r, -1);
 	gpufile__request_destroy(&r);
-	return check_short(m, result, size, offset);
+	return result;
 }
 
 int gpufile_mmap_pread_async(gpufile_mmap_t *m, void *buf, size_t size,

@@ -134,9 +134,11 @@ static void test_errors(gpufile_t *h, const char *path)
 	CHECK_EQ(gpufile_pread_gather(h, buf, 4096, 8, off), -EIO);
 	CHECK_CONTAINS(gpufile_errmsg(), "run 5 (4096 bytes at offset");
 	CHECK_CONTAINS(gpufile_errmsg(), "the file ends at 4194304");
+	CHECK_CONTAINS(gpufile_errmsg(), "inside the run");
 	off[5] = FILE_SIZE + 4096;
 	CHECK_EQ(gpufile_pread_gather(h, buf, 4096, 8, off), -EIO);
 	CHECK_CONTAINS(gpufile_errmsg(), "run 5");
+	CHECK_CONTAINS(gpufile_errmsg(), "the file ends at 4194304, before");
 	off[5] = 20480;
 
 	/* A read error of run 3 is the call's, with the run named; the

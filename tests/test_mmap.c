@@ -11,6 +11,7 @@
 #include "cuda_shim.h"
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -179,13 +180,81 @@ static void test_device(const char *path)
 	CHECK_EQ(truncate(spath, 1u << 20), 0);
 	CHECK_EQ(gpufile_mmap_pread(m, dev_base, 3u << 20, 0), -EIO);
 	CHECK_CONTAINS(gpufile_errmsg(), "shrank");
+	/* Asynchronous reads too, and the message names the end the file
+	 * has now, also for a read that starts past it. */
+	CHECK_EQ(gpufile_mmap_pread_async(m, dev_base, 3u << 20, 0, &f), 0);
+	CHECK_EQ(gpufile_future_wait(f), -EIO);
+	gpufile_future_free(f);
+	CHECK_EQ(gpufile_mmap_pread(m, dev_base, 1u << 20, 2u << 20), -EIO);
+	CHECK_CONTAINS(gpufile_errmsg(), "the file ends at 1048576");
 	CHECK_EQ(gpufile_mmap_close(m), 0);
+	/* Cut inside the last task only: its copy may be left running (a
+	 * deferred task), whose short count must still be the error. */
+	for (int sync = 0; sync < 2; sync++) {
+		CHECK_EQ(test_make_file(spath, 3u << 20, SEED), 0);
+		CHECK_EQ(gpufile_mmap_open(&m, spath, "r", 0, 0), 0);
+		CHECK_EQ(truncate(spath, (5u << 20) / 2), 0);
+		if (sync) {
+			CHECK_EQ(gpufile_mmap_pread(m, dev_base, 3u << 20, 0),
+			         -EIO);
+		} else {
+			CHECK_EQ(gpufile_mmap_pread_async(m, dev_base, 3u << 20,
+			                                  0, &f),
+			         0);
+			CHECK_EQ(gpufile_future_wait(f), -EIO);
+			gpufile_future_free(f);
+		}
+		CHECK_EQ(gpufile_mmap_close(m), 0);
+	}
 
 	gpufile_release();
 	CHECK_EQ(bad_copies, 0);
 	gpufile__cuda_override(NULL);
 	gpufile_config_reset();
 	free(dev_base);
+}
+
+/* A file cut under the map: host reads of the lost bytes are -EIO, never
+ * zeros or a SIGBUS, whatever the task sizes (host_map_copy auto and on:
+ * both install the guard); memory the caller cannot write is -EFAULT. */
+static void test_host_shrink(void)
+{
+	const char *spath = test_path("cut.bin");
+	const char *modes[] = {"auto", "on"};
+	const size_t size = (3u << 20) + 8192;
+	char *buf = test_malloc(size);
+	char *ro =
+	    mmap(NULL, 1u << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	gpufile_mmap_t *m = NULL;
+
+	CHECK_EQ(gpufile_set_task_size(1u << 20), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(gpufile_config_set("host_map_copy", modes[i]), 0);
+		/* Cut inside the last page: no fault, the tail reads as
+		 * zeros; only the size after the copy tells. */
+		CHECK_EQ(test_make_file(spath, size, SEED), 0);
+		CHECK_EQ(gpufile_mmap_open(&m, spath, "r", 0, 0), 0);
+		CHECK_EQ(truncate(spath, size - 100), 0);
+		CHECK_EQ(gpufile_mmap_pread(m, buf, size, 0), -EIO);
+		CHECK_CONTAINS(gpufile_errmsg(), "ends at 3153820");
+		/* Whole pages lost, in a last task of 8 KiB and in a small
+		 * read of its own (both copied by memcpy): a fault caught. */
+		CHECK_EQ(truncate(spath, 3u << 20), 0);
+		CHECK_EQ(gpufile_mmap_pread(m, buf, size, 0), -EIO);
+		CHECK_CONTAINS(gpufile_errmsg(), "shrank");
+		CHECK_EQ(gpufile_mmap_pread(m, buf, 4096, 3u << 20), -EIO);
+		CHECK_CONTAINS(gpufile_errmsg(), "ends at 3145728");
+		/* What the file still holds reads right. */
+		CHECK_EQ(gpufile_mmap_pread(m, buf, 3u << 20, 0), 3u << 20);
+		CHECK_EQ(test_mismatch(buf, 3u << 20, SEED, 0), -1);
+		CHECK(ro != MAP_FAILED);
+		CHECK_EQ(gpufile_mmap_pread(m, ro, 4096, 0), -EFAULT);
+		CHECK_CONTAINS(gpufile_errmsg(), "cannot be written");
+		CHECK_EQ(gpufile_mmap_close(m), 0);
+	}
+	gpufile_config_reset();
+	munmap(ro, 1u << 20);
+	free(buf);
 }
 
 int main(void)
@@ -195,6 +264,7 @@ int main(void)
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
 	test_host(path);
 	test_open_errors(path);
+	test_host_shrink();
 	test_device(path);
 	test_cleanup();
 	return test_finish("test_mmap");
