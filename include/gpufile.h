@@ -309,7 +309,10 @@ GPUFILE_API const char *gpufile_filename(gpufile_t *h);
  * has nthreads tasks).
  * Returns the number of bytes read: size, or fewer when the file ends
  * first, in which case exactly the bytes up to end-of-file are read and the
- * rest of buf is left as it was. On failure returns the error of the
+ * rest of buf is left as it was (unless the file grew during the call: a
+ * task above the end the call returns may then have read the new bytes;
+ * tasks above an end of file already found are not run).
+ * On failure returns the error of the
  * lowest-offset task that failed; then the contents of buf are unspecified,
  * but no task touches buf after the call has returned.
  * Device memory may belong to any CUDA context, a device's primary one or
@@ -382,8 +385,10 @@ GPUFILE_API int gpufile_future_done(gpufile_future_t *f);
  * called again and returns the same value. */
 GPUFILE_API ssize_t gpufile_future_wait(gpufile_future_t *f);
 
-/* Waits at most timeout_ms milliseconds. Returns as gpufile_future_wait,
- * or -ETIMEDOUT when f has not completed yet. */
+/* Waits at most timeout_ms milliseconds (the calling thread may run one of
+ * f's tasks meanwhile, which can take it past the timeout by that task).
+ * Returns as gpufile_future_wait, or -ETIMEDOUT when f has not completed
+ * yet. */
 GPUFILE_API ssize_t gpufile_future_wait_for(gpufile_future_t *f,
                                             long timeout_ms);
 

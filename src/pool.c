@@ -25,6 +25,10 @@
  *     not yet started it skipped it once a higher task failed, and the
  *     higher task's error was returned; test_errors saw -ENXIO for
  *     -EIO once in ~22 runs under ASan on a loaded machine.)
+ *   - tasks of a read that start at or above an end of file a task found
+ *     are not run (a read of INT64_MAX bytes of a small file is a few
+ *     tasks, not 2^43), and an error at or above the end of file is not
+ *     the result: the read ends there, however the tasks were scheduled;
  *   - a request is on the active list from submission until it
  *     completes; completion leaves the list, the counts and sets done
  *     under pool.lock, so a fork sees each request either finished or
@@ -201,9 +205,14 @@ static void complete(struct gpufile__request *r)
 	ssize_t result;
 
 	pthread_mutex_lock(&r->lock);
-	if (r->error_offset == INT64_MAX) {
-		int64_t eof = atomic_load(&r->eof_at);
-		r->result = (ssize_t)((eof < end ? eof : end) - r->offset);
+	{
+		const int64_t eof = atomic_load(&r->eof_at);
+
+		/* An error at or above the end of file is not part of the
+		 * read (such tasks may have run or not: see above). */
+		if (r->error_offset == INT64_MAX || r->error_offset >= eof)
+			r->result =
+			    (ssize_t)((eof < end ? eof : end) - r->offset);
 	}
 	result = r->result;
 	pthread_mutex_unlock(&r->lock);
@@ -265,6 +274,51 @@ static void settle(int idle)
 		task_end(done.r, done.off, done.len, done.n, done.msg);
 }
 
+/* Ends left tasks of r that will never run (they add no byte, no error
+ * and no end of file), at once: a request of 2^40 tasks past the end of a
+ * small file must not cost 2^40 steps. */
+static void tasks_skipped(struct gpufile__request *r, uint64_t left)
+{
+	const uint64_t ntasks = r->ntasks; /* as in task_end */
+
+	if (left && atomic_fetch_add(&r->tasks_ended, left) + left == ntasks)
+		complete(r);
+}
+
+/* The first file offset task index of r covers. */
+static int64_t task_start(const struct gpufile__request *r, uint64_t index)
+{
+	const uint64_t ts = r->cfg.task_size;
+	const int64_t base = r->offset - (int64_t)((uint64_t)r->offset % ts);
+	const int64_t toff = base + (int64_t)(index * ts);
+
+	return toff < r->offset ? r->offset : toff;
+}
+
+/* Caller holds pool.lock. 1 when no unclaimed task of r can move a byte:
+ * a task below them failed, or a read met the end of the file below them
+ * (the result ends there, whatever they would read). */
+static int rest_is_void(struct gpufile__request *r)
+{
+	return atomic_load_explicit(&r->failed, memory_order_relaxed) ||
+	       (r->next_task < r->ntasks &&
+	        task_start(r, r->next_task) >= atomic_load(&r->eof_at));
+}
+
+/* Caller holds pool.lock (released while the tasks end, held again on
+ * return). Ends the unclaimed tasks of r unrun (see rest_is_void). */
+static void end_unclaimed(struct gpufile__request *r)
+{
+	const uint64_t left = r->ntasks - r->next_task;
+
+	r->next_task = r->ntasks;
+	if (r->queued)
+		dequeue(r);
+	pthread_mutex_unlock(&pool.lock);
+	tasks_skipped(r, left);
+	pthread_mutex_lock(&pool.lock);
+}
+
 static void run_task(struct gpufile__request *r, uint64_t index)
 {
 	const size_t ts = r->cfg.task_size;
@@ -283,7 +337,8 @@ static void run_task(struct gpufile__request *r, uint64_t index)
 	msg[0] = '\0';
 	if (gpufile__pool_task_hook)
 		gpufile__pool_task_hook(r, toff);
-	if (toff < atomic_load(&r->fail_at)) {
+	/* Above a failed task, or above a read's end of file: not run. */
+	if (toff < atomic_load(&r->fail_at) && toff < atomic_load(&r->eof_at)) {
 		if (holding && holding != r->ops)
 			settle(1);
 		n = r->ops->run(r, r->buf + (toff - r->offset),
@@ -297,7 +352,7 @@ static void run_task(struct gpufile__request *r, uint64_t index)
 		if (n == GPUFILE__TASK_DEFERRED)
 			return; /* settle() ends it later */
 	} else {
-		n = 0; /* skipped: the request has already failed */
+		n = 0; /* skipped */
 		toff = tend = end;
 	}
 	task_end(r, toff, (size_t)(tend - toff), n, msg);
@@ -343,18 +398,11 @@ static void *worker_main(void *arg)
 			break;
 		}
 		r = TAILQ_FIRST(&pool.queue);
-		if (atomic_load_explicit(&r->failed, memory_order_relaxed)) {
-			/* End the unclaimed tasks of a failed request at once.
-			 */
-			uint64_t left = r->ntasks - r->next_task;
-			const int64_t end = r->offset + (int64_t)r->size;
-			r->next_task = r->ntasks;
-			dequeue(r);
+		if (rest_is_void(r)) {
+			/* Each lies above the failed task or the end of file,
+			 * found by a task claimed before them. */
+			end_unclaimed(r);
 			pthread_mutex_unlock(&pool.lock);
-			/* Each lies above the failed task, which was claimed
-			 * before them: end them unrun. */
-			for (uint64_t i = 0; i < left; i++)
-				task_end(r, end, 0, 0, NULL);
 		} else {
 			uint64_t index = claim(r);
 			pthread_mutex_unlock(&pool.lock);
@@ -462,18 +510,42 @@ void gpufile__request_run_inline(struct gpufile__request *r)
 		complete(r);
 		return;
 	}
-	for (uint64_t i = 0; i < r->ntasks; i++)
+	/* r is this thread's alone: no lock for its task count. */
+	for (uint64_t i = 0; i < r->ntasks; i++) {
+		if (atomic_load(&r->failed) ||
+		    task_start(r, i) >= atomic_load(&r->eof_at)) {
+			tasks_skipped(r, r->ntasks - i);
+			return;
+		}
 		run_task(r, i);
+	}
+}
+
+static int past(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec &&
+	        now.tv_nsec >= deadline->tv_nsec);
 }
 
 /* Runs unclaimed tasks of r in the calling thread while it would
- * otherwise only wait. */
-static void help(struct gpufile__request *r)
+ * otherwise only wait; with a deadline (NULL: none), starts none after it
+ * (a wait that gives up at the deadline may overrun it by one task). */
+static void help(struct gpufile__request *r, const struct timespec *deadline)
 {
 	pthread_mutex_lock(&pool.lock);
 	while (r->queued && r->next_task < r->ntasks &&
-	       !atomic_load_explicit(&r->failed, memory_order_relaxed)) {
-		uint64_t index = claim(r);
+	       !(deadline && past(deadline))) {
+		uint64_t index;
+
+		if (rest_is_void(r)) {
+			end_unclaimed(r);
+			break;
+		}
+		index = claim(r);
 		pthread_mutex_unlock(&pool.lock);
 		run_task(r, index);
 		pthread_mutex_lock(&pool.lock);
@@ -497,10 +569,10 @@ ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
 	ssize_t result;
 	struct timespec deadline;
 
-	if (timeout_ms != 0 && r->path == GPUFILE_PATH_HOST && !is_worker)
-		help(r);
 	if (timeout_ms > 0)
 		gpufile__deadline(timeout_ms, &deadline);
+	if (timeout_ms != 0 && r->path == GPUFILE_PATH_HOST && !is_worker)
+		help(r, timeout_ms > 0 ? &deadline : NULL);
 	pthread_mutex_lock(&r->lock);
 	while (!r->done) {
 		if (timeout_ms < 0) {

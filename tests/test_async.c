@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <string.h>
 #include <unistd.h>
@@ -490,6 +491,84 @@ static void test_shrink_keeps_a_worker(void)
 	gpufile_config_reset();
 }
 
+static atomic_long tasks_run;
+
+static void count_task(struct gpufile__request *r, int64_t off)
+{
+	(void)r;
+	(void)off;
+	atomic_fetch_add(&tasks_run, 1);
+}
+
+static void slow_task(struct gpufile__request *r, int64_t off)
+{
+	count_task(r, off);
+	test_sleep_ms(20);
+}
+
+/* A wait with a timeout lends its thread to the request's tasks (host
+ * reads) only until the deadline: 64 tasks of 20 ms on one worker cannot
+ * end within 1 ms, so the wait must give up, not run them all (it did, in
+ * 650 ms). */
+static void test_wait_for_keeps_its_deadline(void)
+{
+	const char *path = test_path("waitfor.bin");
+	gpufile_future_t *f = NULL;
+	gpufile_t *h = NULL;
+	char *buf = test_malloc(64 << 10);
+
+	CHECK_EQ(test_make_file(path, 64 << 10, 5), 0);
+	CHECK_EQ(gpufile_set_nthreads(1), 0);
+	CHECK_EQ(gpufile_set_task_size(1 << 10), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	atomic_store(&tasks_run, 0);
+	gpufile__pool_task_hook = slow_task;
+	CHECK_EQ(gpufile_pread_async(h, buf, 64 << 10, 0, &f), 0);
+	CHECK_EQ(gpufile_future_wait_for(f, 1), -ETIMEDOUT);
+	CHECK(atomic_load(&tasks_run) < 64);
+	CHECK_EQ(gpufile_future_wait(f), 64 << 10);
+	CHECK_EQ(atomic_load(&tasks_run), 64);
+	gpufile__pool_task_hook = NULL;
+	gpufile_future_free(f);
+	CHECK_EQ(test_mismatch(buf, 64 << 10, 5, 0), -1);
+	gpufile_close(h);
+	free(buf);
+	gpufile_config_reset();
+}
+
+/* Tasks above a read's end of file are not run: a read of INT64_MAX bytes
+ * of a 4 KiB file (2^43 tasks at 1 MiB) returns 4096 after a few tasks,
+ * blocking or not (it ran for days). */
+static void test_huge_read_past_eof(void)
+{
+	const char *path = test_path("small.bin");
+	const size_t huge = (size_t)INT64_MAX;
+	gpufile_future_t *f = NULL;
+	gpufile_t *h = NULL;
+	char *buf = test_malloc(1 << 20);
+
+	CHECK_EQ(test_make_file(path, 4096, 6), 0);
+	CHECK_EQ(gpufile_set_task_size(1 << 20), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	atomic_store(&tasks_run, 0);
+	gpufile__pool_task_hook = count_task;
+	/* buf is far smaller than the read: only its first 4096 bytes may
+	 * be written (ASan would see any other). */
+	CHECK_EQ(gpufile_pread(h, buf, huge, 0), 4096);
+	CHECK_EQ(gpufile_pread_async(h, buf, huge - 5, 5, &f), 0);
+	CHECK_EQ(gpufile_future_wait(f), 4091);
+	gpufile_future_free(f);
+	CHECK_EQ(gpufile_pread_async(h, buf, huge, 0, &f), 0);
+	CHECK_EQ(gpufile_future_wait_for(f, 60000), 4096);
+	gpufile_future_free(f);
+	CHECK(atomic_load(&tasks_run) < 1000);
+	gpufile__pool_task_hook = NULL;
+	CHECK_EQ(test_mismatch(buf, 4096, 6, 0), -1);
+	gpufile_close(h);
+	free(buf);
+	gpufile_config_reset();
+}
+
 int main(void)
 {
 	static const char *const backends[] = {"off", "on", "auto"};
@@ -503,6 +582,8 @@ int main(void)
 	test_back_pressure();
 	test_nthreads_changes();
 	test_shrink_keeps_a_worker();
+	test_wait_for_keeps_its_deadline();
+	test_huge_read_past_eof();
 	free(src);
 	free(dst);
 	gpufile_release();

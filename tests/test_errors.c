@@ -647,6 +647,33 @@ static void test_lower_task_late(gpufile_t *h, const char *path)
 	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
 }
 
+/* An error above the end of file is not a read's result: the read ends
+ * at the end of file, whether the failing task ran before the end was
+ * found (forced here: the task at the end waits for the failure) or was
+ * skipped because it had been. */
+static void test_error_past_eof(gpufile_t *h)
+{
+	unsigned char *buf = test_malloc(FSIZE + 4 * TS);
+	unsigned nthreads = 0;
+
+	CHECK_EQ(gpufile_get_nthreads(&nthreads), 0);
+	CHECK_EQ(gpufile_set_nthreads(nthreads < 2 ? 2 : nthreads), 0);
+	for (int forced = 0; forced < 2; forced++) {
+		if (forced) {
+			atomic_store(&late_at, FSIZE);
+			gpufile__pool_task_hook = late_hook;
+		}
+		add_fault(FSIZE + TS, 1, EIO, 0, 0);
+		inject_install();
+		CHECK_EQ(gpufile_pread(h, buf, FSIZE + 4 * TS, 0), FSIZE);
+		CHECK_EQ(test_mismatch(buf, FSIZE, SEED, 0), -1);
+		inject_reset();
+		gpufile__pool_task_hook = NULL;
+	}
+	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
+	free(buf);
+}
+
 /* Async requests fail the same way. */
 static void test_async_faults(gpufile_t *h, const char *path)
 {
@@ -738,6 +765,7 @@ static void run_faults(const char *backend)
 	test_retries(h, strcmp(backend, "on") == 0);
 	test_task_faults(h, path);
 	test_lower_task_late(h, path);
+	test_error_past_eof(h);
 	test_async_faults(h, path);
 	test_canary(h);
 	CHECK_EQ(gpufile_close(h), 0);
