@@ -282,7 +282,9 @@ typedef struct gpufile gpufile_t;
  * serve (and a read of one could wait forever on another process). The
  * open itself never blocks on them. A directory fails with -EISDIR, a FIFO
  * or socket with -ESPIPE, a character device with -ENODEV; the message
- * names the path and its kind.
+ * names the path and its kind. A block device's size is the kernel's
+ * (BLKGETSIZE64: its st_size is 0), its end is an end of file, it may be
+ * read with O_DIRECT, and "a" is refused with -EINVAL (its size is fixed).
  * An http://, https:// or s3:// URL opens a read-only remote object ("r"
  * only, else -EROFS): see gpufile_remote_info() below.
  */

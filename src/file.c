@@ -193,6 +193,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	struct gpufile__settings cfg;
 	struct gpufile *h;
 	struct stat st;
+	int64_t size;
 	int oflags, readable, writable, append, rc;
 
 	if (!out)
@@ -225,6 +226,16 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		                     path);
 	}
 	rc = open_fd(h, flags, oflags, &st);
+	if (rc == 0 && append && S_ISBLK(st.st_mode))
+		rc = gpufile__fail(
+		    -EINVAL,
+		    "opening %s (\"a\"): it is a block device, "
+		    "whose size is fixed: nothing can be appended "
+		    "(open it \"r+\" and write at offsets)",
+		    path);
+	if (rc == 0 && (rc = gpufile__fd_size(h->fd, &size)))
+		rc = gpufile__fail(rc, "opening %s: its size: %s", path,
+		                   strerror(-rc));
 	if (rc) {
 		if (h->fd >= 0)
 			gpufile__sys.close(h->fd);
@@ -235,13 +246,13 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h->readable = readable;
 	h->writable = writable;
 	h->append = append;
-	atomic_init(&h->append_pos, (int64_t)st.st_size);
+	atomic_init(&h->append_pos, size);
 	atomic_init(&h->direct_refused, 0);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
 	h->cufile_state = GPUFILE__CUFILE_UNDECIDED;
 	h->cufile_fd = -1;
-	if (S_ISREG(st.st_mode))
+	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
 		open_direct(h, oflags, cfg.direct_io);
 	else
 		h->direct_fd = -1;
@@ -281,16 +292,18 @@ int gpufile_close(gpufile_t *h)
 
 int64_t gpufile_size(gpufile_t *h)
 {
-	struct stat st;
+	int64_t size;
+	int rc;
 
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_size: handle is NULL");
 	if (h->remote)
 		return gpufile__remote_size(h);
-	if (gpufile__sys.fstat(h->fd, &st) < 0)
-		return gpufile__fail(-errno, "fstat %s: %s", h->path,
-		                     strerror(errno));
-	return (int64_t)st.st_size;
+	rc = gpufile__fd_size(h->fd, &size);
+	if (rc)
+		return gpufile__fail(rc, "the size of %s: %s", h->path,
+		                     strerror(-rc));
+	return size;
 }
 
 const char *gpufile_filename(gpufile_t *h)
@@ -641,6 +654,10 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	if (!buf && size)
 		return gpufile__fail(-EFAULT, "%s %s: buffer is NULL",
 		                     is_write ? "writing" : "reading", h->path);
+	/* An "a" handle's writes ignore file_offset (append_begin places
+	 * them): only their size is checked here. */
+	if (is_write && h->append)
+		offset = 0;
 	if (offset < 0 || size > (size_t)INT64_MAX ||
 	    (int64_t)size > INT64_MAX - offset)
 		return gpufile__fail(

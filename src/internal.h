@@ -255,7 +255,7 @@ ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off);
 ssize_t gpufile__direct_pread(int fd, char *buf, size_t len, int64_t off);
 /* O_DIRECT failed with EINVAL at I/O time (off): use the page cache for
  * h from now on, and record why. */
-void gpufile__refuse_direct(struct gpufile *h, int64_t off);
+void gpufile__refuse_direct(struct gpufile *h, int64_t off, int is_write);
 /* Writes len bytes; returns len or -errno (never a short count). */
 ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off);
 
@@ -337,6 +337,12 @@ int gpufile__stream_copy(char *dst, const char *src, size_t n);
 void gpufile__stream_copy_counts(uint64_t *bytes, uint64_t *caught);
 /* 1 when h's file is at least end bytes long now (fstat). */
 int gpufile__file_holds(struct gpufile *h, int64_t end);
+/* The size of the file or block device open as fd (st_size, or for a block
+ * device BLKGETSIZE64: its st_size is 0). Returns 0 or -errno. */
+int gpufile__fd_size(int fd, int64_t *size);
+/* 1 when off is before the end of h's file or device: a short read there
+ * is not end-of-file. */
+int gpufile__before_eof(struct gpufile *h, int64_t off);
 /* Tests: called by gpufile__map_read after the range is populated and
  * before it is copied, and by a gathered read's task before its copies
  * from the map (to cut the file short in between). */

@@ -215,7 +215,8 @@ int gpufile_page_cache_info(gpufile_t *h, const char *path, int64_t offset,
 	}
 	/* size 0 means "to the end of the file", as for posix_fadvise(). */
 	end = (uint64_t)st.st_size;
-	if (size && (uint64_t)offset + size < end)
+	/* offset + size may pass 2^64 (size SIZE_MAX: "all of it"). */
+	if (size && (uint64_t)offset < end && size < end - (uint64_t)offset)
 		end = (uint64_t)offset + size;
 	rc = count_cached(fd, name, (uint64_t)offset, end, &cached);
 	if (rc == 0) {

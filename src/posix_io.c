@@ -9,9 +9,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,15 +116,16 @@ static uint64_t align_up(uint64_t v)
 
 /* O_DIRECT failed with EINVAL after open succeeded (some FUSE and network
  * file systems): use the page cache for this handle from now on. */
-void gpufile__refuse_direct(struct gpufile *h, int64_t off)
+void gpufile__refuse_direct(struct gpufile *h, int64_t off, int is_write)
 {
 	if (atomic_exchange(&h->direct_refused, 1))
 		return;
 	pthread_mutex_lock(&h->lock);
 	snprintf(h->direct_reason, sizeof(h->direct_reason),
-	         "O_DIRECT read at offset %lld failed with EINVAL; "
-	         "reading through the page cache",
-	         (long long)off);
+	         "O_DIRECT %s at offset %lld failed with EINVAL; %s "
+	         "through the page cache",
+	         is_write ? "write" : "read", (long long)off,
+	         is_write ? "writing" : "reading");
 	pthread_mutex_unlock(&h->lock);
 	gpufile__stats_direct_fallback();
 }
@@ -177,12 +180,29 @@ int gpufile__user_range_ok(const void *p, size_t n, int write)
 	               write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0;
 }
 
-/* 1 when off is before the end of h's file. */
-static int before_eof(struct gpufile *h, int64_t off)
+int gpufile__fd_size(int fd, int64_t *size)
 {
 	struct stat st;
+	uint64_t bytes;
 
-	return gpufile__sys.fstat(h->fd, &st) == 0 && off < st.st_size;
+	if (gpufile__sys.fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISBLK(st.st_mode)) {
+		*size = (int64_t)st.st_size;
+		return 0;
+	}
+	/* A block device's st_size is 0: its size is the kernel's. */
+	if (ioctl(fd, BLKGETSIZE64, &bytes) < 0)
+		return -errno;
+	*size = (int64_t)bytes;
+	return 0;
+}
+
+int gpufile__before_eof(struct gpufile *h, int64_t off)
+{
+	int64_t size;
+
+	return gpufile__fd_size(h->fd, &size) == 0 && off < size;
 }
 
 /* How one step of direct_range ended, besides a negative error. */
@@ -199,7 +219,7 @@ enum {
 static size_t direct_span(struct gpufile *h, const char *dst, int64_t pos,
                           int64_t end)
 {
-	struct stat st;
+	int64_t size;
 	size_t n;
 
 	if (!is_aligned((uint64_t)pos) || !is_aligned((uintptr_t)dst) ||
@@ -210,10 +230,9 @@ static size_t direct_span(struct gpufile *h, const char *dst, int64_t pos,
 	 * end-of-file zero-fills the rest of that block in dst (ext4 does),
 	 * beyond the count it returns, where the caller's bytes must stay as
 	 * they were. That block goes through scratch instead. */
-	if (gpufile__sys.fstat(h->direct_fd, &st) == 0 &&
-	    pos + (int64_t)n > (int64_t)st.st_size) {
-		int64_t whole =
-		    (int64_t)st.st_size & ~(int64_t)(GPUFILE_ALIGN - 1);
+	if (gpufile__fd_size(h->direct_fd, &size) == 0 &&
+	    pos + (int64_t)n > size) {
+		int64_t whole = size & ~(int64_t)(GPUFILE_ALIGN - 1);
 		n = whole > pos ? (size_t)(whole - pos) : 0;
 	}
 	return n;
@@ -231,7 +250,7 @@ static ssize_t direct_step(struct gpufile *h, char *dst, size_t n, int64_t *pos)
 		return got;
 	*pos += got;
 	if ((size_t)got < n)
-		return before_eof(h, *pos) ? STEP_REST : STEP_END;
+		return gpufile__before_eof(h, *pos) ? STEP_REST : STEP_END;
 	return STEP_ON;
 }
 
@@ -279,7 +298,8 @@ static ssize_t scratch_step(struct gpufile *h, char *dst, int64_t *pos,
 	}
 	*pos += (int64_t)take;
 	if ((size_t)got < wl)
-		return *pos < end && before_eof(h, *pos) ? STEP_REST : STEP_END;
+		return *pos < end && gpufile__before_eof(h, *pos) ? STEP_REST
+		                                                  : STEP_END;
 	return STEP_ON;
 }
 
@@ -306,7 +326,7 @@ static ssize_t direct_range(struct gpufile *h, char *buf, size_t len,
 	if (step == STEP_ON || step == STEP_END)
 		return pos - off;
 	if (step == STEP_BUFFERED)
-		gpufile__refuse_direct(h, pos);
+		gpufile__refuse_direct(h, pos, 0);
 	/* Also where an O_DIRECT read came back short before end-of-file
 	 * (some file systems return any count): the page cache finishes. */
 	rest = gpufile__pread_full(h->fd, buf + (pos - off),
@@ -492,8 +512,14 @@ ssize_t gpufile__file_read(struct gpufile *h, int direct_mode, char *buf,
 int gpufile__direct_read_wanted(struct gpufile *h, int direct_mode, size_t len,
                                 int64_t off)
 {
+	/* O_DIRECT reads whole blocks: a range whose last block ends past
+	 * INT64_MAX cannot be read so (the kernel's EINVAL would read as a
+	 * refusal of O_DIRECT, for the whole handle). */
+	const int64_t last_block = INT64_MAX & ~(int64_t)(GPUFILE_ALIGN - 1);
+
 	if (direct_mode == GPUFILE__DIRECT_OFF || h->direct_fd < 0 ||
-	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed))
+	    atomic_load_explicit(&h->direct_refused, memory_order_relaxed) ||
+	    off > last_block || (int64_t)len > last_block - off)
 		return 0;
 	if (direct_mode == GPUFILE__DIRECT_ON)
 		return 1;
@@ -545,7 +571,7 @@ ssize_t gpufile__file_write(struct gpufile *h, int direct_mode, const char *buf,
 		}
 		rc = gpufile__pwrite_full(h->direct_fd, src, n, pos);
 		if (rc == -EINVAL) {
-			gpufile__refuse_direct(h, pos);
+			gpufile__refuse_direct(h, pos, 1);
 			rc = gpufile__pwrite_full(h->fd, buf + (pos - off),
 			                          (size_t)(mid_end - pos), pos);
 			if (rc < 0)

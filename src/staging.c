@@ -887,15 +887,6 @@ static int copy_to_device(const struct gpufile__cuda *t, struct stager *s,
  * reads queued at the device. Chunks are consumed in file order; a buffer
  * gets its next read once the copy of its previous chunk to the GPU ended.
  */
-/* 1 when off is before the end of h's file (a short read there is not
- * end-of-file). */
-static int before_eof(struct gpufile *h, int64_t off)
-{
-	struct stat st;
-
-	return gpufile__sys.fstat(h->fd, &st) == 0 && off < st.st_size;
-}
-
 struct cold_chunk {
 	int64_t pos, end,
 	    ws;    /* data range, and where the aligned read starts */
@@ -1021,7 +1012,7 @@ static ssize_t cold_chunk_bytes(struct stager *s, struct gpufile__request *r,
 	if (got == -EINVAL) {
 		/* O_DIRECT refused at I/O time: the caller continues from
 		 * here through the page cache. */
-		gpufile__refuse_direct(r->h, c->pos);
+		gpufile__refuse_direct(r->h, c->pos, 0);
 		return -EINVAL;
 	}
 	if (got < 0)
@@ -1038,7 +1029,8 @@ static ssize_t cold_chunk_bytes(struct stager *s, struct gpufile__request *r,
 	valid = (size_t)got > skip ? (size_t)got - skip : 0;
 	if (valid > want)
 		valid = want;
-	if (valid < want && before_eof(r->h, c->pos + (int64_t)valid)) {
+	if (valid < want &&
+	    gpufile__before_eof(r->h, c->pos + (int64_t)valid)) {
 		/* A short count that is not end-of-file (some file systems
 		 * return any count): finish through the page cache. */
 		ssize_t more =

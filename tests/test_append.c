@@ -126,6 +126,26 @@ static void append_after_other_writer(const char *path)
 	check_hello_at_end(path, 5 + 100 + 5);
 }
 
+/* An "a" handle ignores file_offset, whatever its value: -1 and INT64_MAX
+ * append as 0 does (they were refused as out of range). */
+static void append_ignores_offset(const char *path)
+{
+	gpufile_future_t *f = NULL;
+	gpufile_t *h = NULL;
+
+	unlink(path);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h)
+		return;
+	CHECK_EQ(gpufile_pwrite(h, "12345", 5, -1), 5);
+	CHECK_EQ(gpufile_pwrite(h, "67890", 5, INT64_MAX), 5);
+	CHECK_EQ(gpufile_pwrite_async(h, "hello", 5, INT64_MIN, &f), 0);
+	CHECK_EQ(gpufile_future_wait(f), 5);
+	gpufile_future_free(f);
+	CHECK_EQ(gpufile_close(h), 0);
+	check_hello_at_end(path, 15);
+}
+
 /* Appends in flight together are placed one after another. */
 static void appends_in_flight(const char *path)
 {
@@ -240,6 +260,7 @@ int main(void)
 	append_after_fault(path, 1u << 20, 1000 + (300 << 10) + 7, ENOSPC);
 	append_after_fault(path, 1u << 20, 1000 + (500 << 10), EDQUOT);
 	append_after_other_writer(path);
+	append_ignores_offset(path);
 	appends_in_flight(path);
 	appends_from_threads(path);
 

@@ -445,6 +445,11 @@ static void test_refused_at_io(const char *path, int is_write)
 	CHECK_EQ(after.direct_io_fallbacks - before.direct_io_fallbacks, 1);
 	CHECK_EQ(gpufile_path_info(h, NULL, reason, sizeof(reason)), 0);
 	CHECK_CONTAINS(reason, "EINVAL");
+	/* The operation that was refused, in its own words. */
+	CHECK_CONTAINS(reason, is_write ? "O_DIRECT write at offset"
+	                                : "O_DIRECT read at offset");
+	CHECK_CONTAINS(reason, is_write ? "writing through the page cache"
+	                                : "reading through the page cache");
 
 	/* From now on the handle does not try O_DIRECT. */
 	counting_install();
@@ -466,6 +471,35 @@ static void test_refused_at_io(const char *path, int is_write)
 out:
 	atomic_store(&einval_on_direct, 0);
 	gpufile__sys_reset();
+	free(buf);
+	gpufile_config_reset();
+}
+
+/* A read whose last block would end past INT64_MAX cannot be made with
+ * O_DIRECT: it is read through the page cache (here: 0 bytes, past the
+ * end), and the handle keeps O_DIRECT for its other reads. Before, the
+ * kernel's EINVAL for that block was taken as O_DIRECT refused, for good. */
+static void test_read_at_the_top(const char *path)
+{
+	unsigned char *buf = aligned_buffer(FILE_SIZE);
+	char reason[512] = "";
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED_A), 0);
+	CHECK_EQ(gpufile_config_set("direct_io", "on"), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	if (h) {
+		CHECK_EQ(gpufile_pread(h, buf, 100, INT64_MAX - 100), 0);
+		CHECK_EQ(gpufile_pread(h, buf, 5000, INT64_MAX - 5000), 0);
+		CHECK_EQ(gpufile_path_info(h, NULL, reason, sizeof(reason)), 0);
+		CHECK(!strstr(reason, "EINVAL"));
+		counting_install();
+		CHECK_EQ(gpufile_pread(h, buf, 1 << 20, 0), 1 << 20);
+		CHECK_EQ(test_mismatch(buf, 1 << 20, SEED_A, 0), -1);
+		CHECK(atomic_load(&direct_reads) > 0);
+		gpufile__sys_reset();
+		CHECK_EQ(gpufile_close(h), 0);
+	}
 	free(buf);
 	gpufile_config_reset();
 }
@@ -510,6 +544,7 @@ int main(void)
 		test_auto(disk);
 		test_refused_at_io(disk, 0);
 		test_refused_at_io(disk, 1);
+		test_read_at_the_top(disk);
 	}
 	test_refused_at_open(disk, 1);
 	if (have_shm) {

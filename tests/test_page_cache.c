@@ -65,6 +65,10 @@ static void test_counts(void)
 	/* Past the end: nothing; across it: clipped. */
 	CHECK_EQ(cached(h, NULL, (int64_t)size + 10, 100, 0), 0);
 	CHECK_EQ(cached(h, NULL, (int64_t)size - 50, 1000, 50), 50);
+	/* A size whose end passes 2^64 is "to the end", not a wrapped end
+	 * before the offset (total 0). */
+	CHECK_EQ(cached(h, NULL, 4096, SIZE_MAX, size - 4096), size - 4096);
+	CHECK_EQ(cached(h, NULL, 1, SIZE_MAX - 1, size - 1), size - 1);
 
 	CHECK_EQ(gpufile_drop_page_cache(h, 0, 0), 0);
 	CHECK_EQ(cached(h, NULL, 0, 0, size), 0);
