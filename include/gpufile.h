@@ -1045,11 +1045,15 @@ typedef struct gpufile_safetensors_tensor {
 /*
  * Opens path read-only (a gpufile handle, settings as gpufile_open) and
  * parses its header. The header must be at most 100,000,000 bytes and
- * inside the file, valid UTF-8, a JSON object; every tensor entry must
- * have a known dtype (BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16,
- * BF16, F32, F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ,
- * F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4),
- * a shape of integers, and data_offsets [begin, end] with
+ * inside the file, valid UTF-8, a JSON object in strict RFC 8259 JSON as
+ * the reference reads it (no byte-order mark; between tokens only space,
+ * tab, LF and CR; no raw control character in a string; no leading
+ * zeros), with no \u0000 in any string (names and metadata are C
+ * strings); every tensor entry must have a known dtype (BOOL, U8, I8,
+ * I16, U16, I32, U32, I64, U64, F16, BF16, F32, F64, C64, F8_E4M3,
+ * F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4), a
+ * shape and data_offsets [begin, end] of plain integers below 2^53 (no
+ * "4.0", "4e0" or "-0"), with
  * prod(shape) * bits / 8 == end - begin (no overflow); sorted by offset
  * the tensors must cover the data section exactly (no overlap, gap or
  * trailing bytes, as the reference reader requires); no name twice;

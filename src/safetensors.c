@@ -10,12 +10,22 @@
  * section. Offsets are relative to the data section.
  *
  * Validation follows the reference reader, so that a file accepted here is
- * one the reference accepts too: header at most 100,000,000 bytes, the
+ * one the reference accepts too: header at most 100,000,000 bytes, strict
+ * RFC 8259 JSON as serde_json reads it (cJSON is laxer: check_lexical()
+ * below holds what it lets through), each of dtype, shape and
+ * data_offsets given once per tensor, __metadata__ at most once, the
  * tensors, sorted by offsets, cover the data section exactly (no overlap,
  * no gap, nothing after the last one), and prod(shape) * dtype bits / 8 ==
  * end - begin, computed without overflow. Where the reference stops at the
  * first problem with a bare code (InvalidOffset, TensorInvalidInfo), this
  * file names the file, the tensor and the field.
+ *
+ * Two limits are narrower than the reference's, as C and cJSON need: no
+ * string may hold \u0000 (names and metadata are C strings), and shape
+ * and data_offsets entries stay below 2^53 (cJSON holds numbers as
+ * doubles; the reference takes any usize). A __metadata__ key given twice
+ * keeps its first place and its last value, as serde's HashMap and a
+ * Python dict do.
  *
  * After gpufile_safetensors_open() returns, the object is immutable: any
  * number of threads may read accessors and run loads at once.
@@ -35,8 +45,8 @@
 /* The reference's MAX_HEADER_SIZE: a larger length is taken as a corrupt
  * or hostile file, not a header worth allocating for. */
 #define ST_MAX_HEADER 100000000ull
-/* cJSON keeps numbers as doubles: integers above 2^53 would be rounded,
- * so they are refused rather than silently changed. */
+/* cJSON keeps numbers as doubles, exact below 2^53 only: 2^53 + 1 reads
+ * as 2^53, so from 2^53 up integers are refused rather than changed. */
 #define ST_MAX_EXACT (1ull << 53)
 
 /* Every dtype the format lists, in the reference's enum order (save_file
@@ -145,6 +155,354 @@ static long long utf8_invalid_at(const unsigned char *s, size_t len)
 
 #if GPUFILE_HAVE_CJSON
 
+/*
+ * The rules of RFC 8259 that cJSON relaxes and the reference (serde_json)
+ * keeps, checked on the raw header text before cJSON parses it:
+ *  - between tokens only space, tab, LF and CR (cJSON skips every byte up
+ *    to 0x20, so 0x01-0x1f would pass as whitespace or padding);
+ *  - no UTF-8 byte-order mark before the text (cJSON skips one);
+ *  - no raw control character inside a string;
+ *  - numbers as -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? (cJSON takes
+ *    whatever strtod takes: "04", "1.", "-.5");
+ * and two of gpufile's own:
+ *  - no \u0000 in any string: cJSON hands out C strings, in which
+ *    "a\u0000x" is "a" (two such names would merge, and a key
+ *    "__metadata__\u0000x" would be taken as the metadata);
+ *  - each number of a tensor's "shape" and "data_offsets" arrays is a
+ *    plain integer below 2^53: serde's usize refuses "4.0", "4e0" and
+ *    "-0", which cJSON's double would take as 4 and 0, and from 2^53 up
+ *    the double is rounded (see ST_MAX_EXACT).
+ * Structure, escapes and surrogates are left to cJSON, which refuses what
+ * is wrong with them: the scan need only be right for well-formed JSON.
+ */
+struct st_lex {
+	const gpufile_safetensors_t *st;
+	const char *text; /* NUL-terminated, no other NUL (checked before) */
+	size_t len, at;   /* at: the next byte to scan */
+	long depth;       /* 1 inside the root object, 2 in a tensor entry */
+	/* The raw text (between the quotes) of the member key at depth 1 (a
+	 * tensor name) and at depth 2 (a field), NULL until it is read. */
+	const char *name, *field;
+	size_t name_len, field_len;
+	int dims; /* depth 3 is the array of a "shape" or "data_offsets" */
+	int item; /* index of the next value in that array */
+};
+
+/* Room for st_quote(): ST_QUOTE bytes, "..." and a NUL. */
+#define ST_QUOTE     48
+#define ST_QUOTE_BUF (ST_QUOTE + 4)
+
+/* s (len bytes of header text: UTF-8, no control characters) for a
+ * message, cut after ST_QUOTE bytes at a character boundary, with "..."
+ * when cut; into buf (ST_QUOTE_BUF bytes). */
+static const char *st_quote(const char *s, size_t len, char *buf)
+{
+	size_t n = len;
+
+	if (n > ST_QUOTE) {
+		n = ST_QUOTE;
+		while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(buf, s, n);
+	strcpy(buf + n, n < len ? "..." : "");
+	return buf;
+}
+
+/* The value of the 4 hex digits at s, or -1. */
+static long hex4(const char *s)
+{
+	long v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		int c = s[i], d = c >= '0' && c <= '9'   ? c - '0'
+		                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+		                                         : -1;
+		if (d < 0)
+			return -1;
+		v = v * 16 + d;
+	}
+	return v;
+}
+
+/* Whether the JSON string text s (len bytes between the quotes) decodes
+ * to want (ASCII): a key may be spelled "sh\u0061pe". */
+static int json_key_is(const char *s, size_t len, const char *want)
+{
+	static const char esc[] = "bfnrt", ctl[] = "\b\f\n\r\t";
+	size_t i = 0;
+
+	while (i < len) {
+		long c = (unsigned char)s[i++];
+
+		if (c == '\\' && i < len) {
+			const char *e = strchr(esc, s[i]);
+
+			c = (unsigned char)s[i++];
+			if (e)
+				c = (unsigned char)ctl[e - esc];
+			else if (c == 'u' && len - i >= 4) {
+				c = hex4(s + i);
+				i += 4;
+			}
+		}
+		if (*want == '\0' || c != (unsigned char)*want++)
+			return 0;
+	}
+	return *want == '\0';
+}
+
+/* " (tensor \"w\", field \"shape\")", " (__metadata__ key \"k\")" or
+ * "" at the top level: where lx is, for a message; into buf. */
+static const char *lex_where(const struct st_lex *lx, char *buf, size_t size)
+{
+	char n[ST_QUOTE_BUF], f[ST_QUOTE_BUF] = "";
+
+	buf[0] = '\0';
+	if (lx->depth < 2 || !lx->name)
+		return buf;
+	st_quote(lx->name, lx->name_len, n);
+	if (lx->field)
+		st_quote(lx->field, lx->field_len, f);
+	if (json_key_is(lx->name, lx->name_len, "__metadata__"))
+		snprintf(buf, size, " (__metadata__%s%s%s)",
+		         lx->field ? " key \"" : "", f, lx->field ? "\"" : "");
+	else
+		snprintf(buf, size, " (tensor \"%s\"%s%s%s)", n,
+		         lx->field ? ", field \"" : "", f,
+		         lx->field ? "\"" : "");
+	return buf;
+}
+
+/* Index of the first byte of s at or after i that is not a digit. */
+static size_t skip_digits(const char *s, size_t i)
+{
+	while (s[i] >= '0' && s[i] <= '9')
+		i++;
+	return i;
+}
+
+/* The length of the JSON number at s (NUL-terminated), or 0 when none
+ * starts there. */
+static size_t json_number_len(const char *s)
+{
+	size_t i = s[0] == '-';
+
+	if (s[i] == '0')
+		i++;
+	else if (s[i] >= '1' && s[i] <= '9')
+		i = skip_digits(s, i);
+	else
+		return 0;
+	if (s[i] == '.') {
+		if (s[++i] < '0' || s[i] > '9')
+			return 0;
+		i = skip_digits(s, i);
+	}
+	if (s[i] == 'e' || s[i] == 'E') {
+		i += s[i + 1] == '+' || s[i + 1] == '-';
+		if (s[++i] < '0' || s[i] > '9')
+			return 0;
+		i = skip_digits(s, i);
+	}
+	return i;
+}
+
+/* Whether s (len bytes of a number token) is 0 or a digit string without
+ * a leading zero below 2^53. */
+static int plain_integer(const char *s, size_t len)
+{
+	uint64_t v = 0;
+
+	if (len == 0 || len > 16 || (s[0] == '0' && len > 1))
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	return v < ST_MAX_EXACT;
+}
+
+/* The number token at lx->at. */
+static int lex_number(struct st_lex *lx)
+{
+	const char *s = lx->text + lx->at;
+	/* cJSON's extent of a number: every byte strtod might want. */
+	size_t n = strspn(s, "0123456789+-.eE");
+	char q[ST_QUOTE_BUF], f[ST_QUOTE_BUF], where[3 * ST_QUOTE_BUF];
+
+	st_quote(s, n, q);
+	if (lx->dims && lx->depth == 3 && !plain_integer(s, n))
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": %s[%d] is %s, not an "
+		    "integer in [0, 2^53) (header byte %zu)",
+		    lx->st->path, st_quote(lx->name, lx->name_len, f),
+		    json_key_is(lx->field, lx->field_len, "shape")
+		        ? "shape"
+		        : "data_offsets",
+		    lx->item, q, lx->at);
+	if (json_number_len(s) != n)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: header byte %zu%s: %s is not a JSON number (RFC 8259: "
+		    "no leading zero, no '+', digits both sides of a '.')",
+		    lx->st->path, lx->at, lex_where(lx, where, sizeof(where)),
+		    q);
+	lx->at += n;
+	return 0;
+}
+
+/* The string at lx->at (its opening quote): past it on return, its text
+ * (between the quotes) in *s and *len. */
+static int lex_string(struct st_lex *lx, const char **s, size_t *len)
+{
+	const char *p = lx->text + lx->at + 1;
+	size_t i, n = lx->len - lx->at - 1;
+	char q[ST_QUOTE_BUF], where[3 * ST_QUOTE_BUF];
+
+	for (i = 0; i < n && p[i] != '"'; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if (c < 0x20)
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: header byte %zu%s: raw control character "
+			    "0x%02x in the string \"%s\" (JSON writes it "
+			    "escaped: \\u%04x)",
+			    lx->st->path, lx->at + 1 + i,
+			    lex_where(lx, where, sizeof(where)), c,
+			    st_quote(p, i, q), c);
+		if (c != '\\' || i + 1 >= n)
+			continue;
+		if (n - i >= 6 && memcmp(p + i + 1, "u0000", 5) == 0)
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: header byte %zu%s: the string \"%s\" holds "
+			    "\\u0000, a NUL character, which gpufile cannot "
+			    "keep in a name or value (C strings end there)",
+			    lx->st->path, lx->at + 1 + i,
+			    lex_where(lx, where, sizeof(where)),
+			    st_quote(p, i + 6, q));
+		i++; /* the escaped byte cannot end the string */
+	}
+	*s = p;
+	*len = i;
+	/* Past the closing quote, or at the end when there is none (then
+	 * cJSON refuses the text). */
+	lx->at = i < n ? lx->at + i + 2 : lx->len;
+	return 0;
+}
+
+/* Whether the array opening at depth 2 is a tensor's shape or
+ * data_offsets. */
+static int lex_dims_open(const struct st_lex *lx)
+{
+	return lx->name && lx->field &&
+	       !json_key_is(lx->name, lx->name_len, "__metadata__") &&
+	       (json_key_is(lx->field, lx->field_len, "shape") ||
+	        json_key_is(lx->field, lx->field_len, "data_offsets"));
+}
+
+/* A string just scanned at depth 1 or 2 is a member key when a ':'
+ * follows: it names the tensor or the field until the next member. */
+static void lex_key(struct st_lex *lx, const char *s, size_t len)
+{
+	size_t at;
+
+	if (lx->at >= lx->len)
+		return;
+	at = lx->at + strspn(lx->text + lx->at, " \t\n\r");
+	if (at >= lx->len || lx->text[at] != ':')
+		return;
+	if (lx->depth == 1) {
+		lx->name = s;
+		lx->name_len = len;
+	} else if (lx->depth == 2) {
+		lx->field = s;
+		lx->field_len = len;
+	}
+}
+
+static int check_lexical(const gpufile_safetensors_t *st, const char *text,
+                         size_t len)
+{
+	struct st_lex lx = {.st = st, .text = text, .len = len};
+	char where[3 * ST_QUOTE_BUF];
+	const char *s = NULL;
+	size_t slen = 0;
+	int rc = 0;
+
+	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header byte 0 starts a UTF-8 "
+		                     "byte-order mark (EF BB BF), which JSON "
+		                     "does not allow",
+		                     st->path);
+	while (rc == 0 && lx.at < len) {
+		unsigned char c = (unsigned char)text[lx.at];
+
+		if (c == '"') {
+			rc = lex_string(&lx, &s, &slen);
+			if (rc == 0)
+				lex_key(&lx, s, slen);
+			continue;
+		}
+		if (c == '-' || (c >= '0' && c <= '9')) {
+			rc = lex_number(&lx);
+			continue;
+		}
+		switch (c) {
+		case '{':
+		case '[':
+			if (lx.depth == 0) {
+				lx.name = NULL;
+			} else if (lx.depth == 1) {
+				lx.field = NULL;
+			} else if (lx.depth == 2 && c == '[' &&
+			           lex_dims_open(&lx)) {
+				lx.dims = 1;
+				lx.item = 0;
+			}
+			lx.depth++;
+			break;
+		case '}':
+		case ']':
+			if (--lx.depth < 3)
+				lx.dims = 0;
+			break;
+		case ',':
+			/* A new member or item: its key is not read yet. */
+			if (lx.depth == 1)
+				lx.name = NULL;
+			else if (lx.depth == 2)
+				lx.field = NULL;
+			else if (lx.depth == 3)
+				lx.item++;
+			break;
+		case ' ':
+		case '\t':
+		case '\n':
+		case '\r':
+			break;
+		default:
+			if (c < 0x20)
+				return gpufile__fail(
+				    -EBADMSG,
+				    "%s: header byte %zu%s is 0x%02x, a "
+				    "control character: between JSON tokens "
+				    "only space, tab, LF and CR may stand",
+				    st->path, lx.at,
+				    lex_where(&lx, where, sizeof(where)), c);
+			/* true, false, null and stray bytes: cJSON's. */
+		}
+		lx.at++;
+	}
+	return rc;
+}
+
 /* A JSON number that is a non-negative integer cJSON holds exactly. */
 static int json_u64(const cJSON *v, uint64_t *out)
 {
@@ -153,7 +511,7 @@ static int json_u64(const cJSON *v, uint64_t *out)
 	if (!cJSON_IsNumber(v))
 		return -1;
 	d = v->valuedouble;
-	if (!(d >= 0) || d > (double)ST_MAX_EXACT || d != (double)(uint64_t)d)
+	if (!(d >= 0) || d >= (double)ST_MAX_EXACT || d != (double)(uint64_t)d)
 		return -1;
 	*out = (uint64_t)d;
 	return 0;
@@ -260,7 +618,7 @@ static int parse_shape(gpufile_safetensors_t *st, struct st_tensor *t,
 			return gpufile__fail(-EBADMSG,
 			                     "%s: tensor \"%s\": shape[%d] is "
 			                     "%s, not an integer "
-			                     "in [0, 2^53]",
+			                     "in [0, 2^53)",
 			                     st->path, t->name, i,
 			                     json_text(d, text, sizeof(text)));
 		t->shape[i++] = dim;
@@ -289,7 +647,7 @@ static int parse_offsets(gpufile_safetensors_t *st, struct st_tensor *t,
 		return gpufile__fail(
 		    -EBADMSG,
 		    "%s: tensor \"%s\": data_offsets %s is not [begin, end] "
-		    "of two integers in [0, 2^53]",
+		    "of two integers in [0, 2^53)",
 		    st->path, t->name, json_text(offs, text, sizeof(text)));
 	if (t->end < t->begin)
 		return gpufile__fail(-EBADMSG,
@@ -468,6 +826,9 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 		    "%s: header holds a NUL byte at header byte "
 		    "%td: not a JSON text",
 		    st->path, nul - text);
+	rc = check_lexical(st, text, len);
+	if (rc != 0)
+		return rc;
 	root = cJSON_ParseWithOpts(text, &end, 1);
 	if (!root) {
 		size_t pos = end && end >= text && end <= text + len

@@ -236,6 +236,141 @@ static void test_malformed(void)
 	           NULL);
 }
 
+/* Opens path, which must be accepted; NULL (and a failed check) if not. */
+static gpufile_safetensors_t *expect_ok(const char *path)
+{
+	gpufile_safetensors_t *st = NULL;
+	int rc = gpufile_safetensors_open(&st, path);
+
+	if (rc != 0)
+		fprintf(stderr, "%s refused: %s\n", path, gpufile_errmsg());
+	CHECK_EQ(rc, 0);
+	return st;
+}
+
+/* One U8 tensor "w" with the given shape and data_offsets JSON text. */
+#define ENTRY(shape, offs)                                                     \
+	"{\"w\":{\"dtype\":\"U8\",\"shape\":" shape ",\"data_offsets\":" offs  \
+	"}}"
+
+/* JSON as RFC 8259 and the reference (serde_json) read it, where cJSON
+ * alone is laxer; and no \u0000, which C strings cannot hold. */
+static void test_strict_json(void)
+{
+	gpufile_safetensors_t *st;
+	gpufile_safetensors_tensor_t t;
+	const char *p;
+
+	/* Between tokens: space, tab, LF, CR only. */
+	p = write_st("ctl-ws", "{\x01\"w\":" ENTRY("[1]", "[0,1]") "}", 1);
+	expect_bad(p, -EBADMSG, "header byte 1 is 0x01", "control character",
+	           NULL);
+	p = write_st("ctl-pad", ENTRY("[1]", "[0,1]") "\x0b\x0c", 1);
+	expect_bad(p, -EBADMSG, "is 0x0b", "control character", NULL);
+	p = write_st("ctl-in-entry",
+	             "{\"w\":{\"dtype\":\"U8\",\x1f\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "header byte 19 (tensor \"w\") is 0x1f", NULL,
+	           NULL);
+	/* Inside strings: no raw control character. */
+	p = write_st("ctl-in-name",
+	             "{\"ab\ncd\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "header byte 4", "raw control character 0x0a",
+	           "string \"ab\"");
+	p = write_st("bom", "\xef\xbb\xbf{}", 0);
+	expect_bad(p, -EBADMSG, "header byte 0", "byte-order mark", NULL);
+
+	/* Numbers as RFC 8259 writes them, wherever they are. */
+	p = write_st("num-lead0",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1],\"extra\":04}}",
+	             1);
+	expect_bad(p, -EBADMSG, "04 is not a JSON number",
+	           "(tensor \"w\", field \"extra\")", NULL);
+	p = write_st("num-dot",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1],\"extra\":[1.]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "1. is not a JSON number", NULL, NULL);
+	p = write_st("num-neg-dot",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1],\"extra\":-.5}}",
+	             1);
+	expect_bad(p, -EBADMSG, "-.5 is not a JSON number", NULL, NULL);
+
+	/* shape and data_offsets: plain integers (serde's usize), below
+	 * 2^53 (cJSON's double). */
+	p = write_st("dims-float", ENTRY("[4.0]", "[0,4]"), 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": shape[0] is 4.0",
+	           "not an integer in [0, 2^53)", "header byte 28");
+	p = write_st("dims-lead0", ENTRY("[1,04]", "[0,4]"), 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": shape[1] is 04", NULL, NULL);
+	p = write_st("dims-exp", ENTRY("[4]", "[0,4e0]"), 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": data_offsets[1] is 4e0", NULL,
+	           NULL);
+	p = write_st("dims-negzero", ENTRY("[4]", "[-0,4]"), 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": data_offsets[0] is -0", NULL,
+	           NULL);
+	/* Once printed as "[0,null]": the text itself is named now. */
+	p = write_st("dims-inf", ENTRY("[4]", "[0,1e400]"), 4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": data_offsets[1] is 1e400", NULL,
+	           NULL);
+	/* A key spelled with an escape is still the field. */
+	p = write_st("dims-escaped-key",
+	             "{\"w\":{\"dtype\":\"U8\",\"sh\\u0061pe\":[1.0],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "tensor \"w\": shape[0] is 1.0", NULL, NULL);
+	/* 2^53 + 1 would read as 2^53; neither is taken, 2^53 - 1 is. */
+	p = write_st("dims-2p53", ENTRY("[0,9007199254740992]", "[0,0]"), 0);
+	expect_bad(p, -EBADMSG, "shape[1] is 9007199254740992", "2^53", NULL);
+	p = write_st("dims-2p53+1", ENTRY("[0,9007199254740993]", "[0,0]"), 0);
+	expect_bad(p, -EBADMSG, "shape[1] is 9007199254740993", "2^53", NULL);
+	p = write_st("dims-2p53-1", ENTRY("[0,9007199254740991]", "[0,0]"), 0);
+	st = expect_ok(p);
+	if (st) {
+		CHECK_EQ(gpufile_safetensors_tensor(st, 0, &t), 0);
+		CHECK_EQ(t.shape[1], 9007199254740991ull);
+		gpufile_safetensors_close(st);
+	}
+
+	/* \u0000: "a\u0000x" and "a\u0000y" were both "a"; a key
+	 * "__metadata__\u0000x" was the metadata. */
+	p = write_st("nul-names",
+	             "{\"a\\u0000x\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1]},\"a\\u0000y\":{\"dtype\":\"U8\","
+	             "\"shape\":[1],\"data_offsets\":[1,2]}}",
+	             2);
+	expect_bad(p, -EBADMSG, "header byte 3", "string \"a\\u0000\"", "NUL");
+	p = write_st("nul-meta-name",
+	             "{\"__metadata__\\u0000x\":{\"a\":\"b\"}}", 0);
+	expect_bad(p, -EBADMSG, "string \"__metadata__\\u0000\"", "NUL", NULL);
+	p = write_st("nul-meta-key", "{\"__metadata__\":{\"k\\u0000\":\"v\"}}",
+	             0);
+	expect_bad(p, -EBADMSG, "(__metadata__)", "string \"k\\u0000\"", NULL);
+	p = write_st("nul-meta-value",
+	             "{\"__metadata__\":{\"k\":\"v\\u0000\"}}", 0);
+	expect_bad(p, -EBADMSG, "(__metadata__ key \"k\")",
+	           "string \"v\\u0000\"", NULL);
+
+	/* What JSON allows stays allowed: tab, CR and LF between tokens, an
+	 * escaped backslash before "u0000", escaped control characters, and
+	 * any valid number outside shape and data_offsets. */
+	p = write_st("strict-ok",
+	             "\t{\r\n\"w\\\\u0000\" : {\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1],\"extra\":[-0,1.5e-3,0,-1E+2],"
+	             "\"note\":\"\\u0001\\n\"}}\n\r\t ",
+	             1);
+	st = expect_ok(p);
+	if (st) {
+		CHECK(gpufile_safetensors_find(st, "w\\u0000") == 0);
+		gpufile_safetensors_close(st);
+	}
+}
+
 /* The header of the well-formed file below: a scalar, an empty tensor,
  * tensors of several dtypes, in no particular key order; data 0..63. */
 static const char good_json[] =
@@ -621,6 +756,7 @@ int main(void)
 	const char *good;
 
 	test_malformed();
+	test_strict_json();
 	good = write_st("good", good_json, GOOD_DATA);
 	test_accessors(good);
 	test_host_loads(good);
