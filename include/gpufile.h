@@ -1053,11 +1053,11 @@ typedef struct gpufile_safetensors_tensor {
  * I16, U16, I32, U32, I64, U64, F16, BF16, F32, F64, C64, F8_E4M3,
  * F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4), a
  * shape and data_offsets [begin, end] of plain integers below 2^53 (no
- * "4.0", "4e0" or "-0"), with
+ * "4.0", "4e0" or "-0"), each given once, with
  * prod(shape) * bits / 8 == end - begin (no overflow); sorted by offset
  * the tensors must cover the data section exactly (no overlap, gap or
  * trailing bytes, as the reference reader requires); no name twice;
- * __metadata__, when present, maps strings to strings. Tensors are
+ * __metadata__, at most once, maps strings to strings. Tensors are
  * indexed in offset order.
  * Returns 0 with *out owning the object, or: -errno from opening or
  * reading; -EBADMSG for a malformed header, the message naming the file,

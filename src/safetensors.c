@@ -694,11 +694,35 @@ static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
 	return 0;
 }
 
+/* Field name of the entry v into *out (NULL when absent). A field given
+ * twice is refused, as serde refuses it ("duplicate field"): cJSON would
+ * hand out the first, another reader might take the last. */
+static int entry_field(const gpufile_safetensors_t *st,
+                       const struct st_tensor *t, const cJSON *v,
+                       const char *name, const cJSON **out)
+{
+	const cJSON *f;
+
+	*out = NULL;
+	cJSON_ArrayForEach(f, v)
+	{
+		if (strcmp(f->string, name) != 0)
+			continue;
+		if (*out)
+			return gpufile__fail(-EBADMSG,
+			                     "%s: tensor \"%s\": field \"%s\" "
+			                     "is given twice",
+			                     st->path, t->name, name);
+		*out = f;
+	}
+	return 0;
+}
+
 /* Fills t from the header entry v (name already set). */
 static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
                         const cJSON *v)
 {
-	const cJSON *shape;
+	const cJSON *dtype, *shape, *offs;
 	char text[96];
 	uint64_t nelem = 1; /* set by parse_shape; GCC cannot tell */
 	int rc;
@@ -709,13 +733,17 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 		    "%s: tensor \"%s\": entry %s is not an "
 		    "object with dtype, shape and data_offsets",
 		    st->path, t->name, json_text(v, text, sizeof(text)));
-	shape = cJSON_GetObjectItemCaseSensitive(v, "shape");
-	rc = parse_dtype(st, t, cJSON_GetObjectItemCaseSensitive(v, "dtype"));
+	rc = entry_field(st, t, v, "dtype", &dtype);
+	if (rc == 0)
+		rc = entry_field(st, t, v, "shape", &shape);
+	if (rc == 0)
+		rc = entry_field(st, t, v, "data_offsets", &offs);
+	if (rc == 0)
+		rc = parse_dtype(st, t, dtype);
 	if (rc == 0)
 		rc = parse_shape(st, t, shape, &nelem);
 	if (rc == 0)
-		rc = parse_offsets(
-		    st, t, cJSON_GetObjectItemCaseSensitive(v, "data_offsets"));
+		rc = parse_offsets(st, t, offs);
 	if (rc == 0)
 		rc = check_span(st, t, shape, nelem);
 	return rc;
@@ -813,7 +841,7 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 	const char *end = NULL;
 	long long bad = utf8_invalid_at((const unsigned char *)text, len);
 	cJSON *root, *v;
-	int n = 0, rc = 0;
+	int n = 0, rc = 0, have_meta = 0;
 
 	if (bad >= 0)
 		return gpufile__fail(-EBADMSG,
@@ -857,7 +885,9 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 		if (rc != 0)
 			break;
 		if (strcmp(v->string, "__metadata__") == 0) {
-			if (st->meta_key)
+			/* Counted, not read off st->meta_key: a first
+			 * "__metadata__": null leaves that NULL. */
+			if (have_meta++)
 				rc = gpufile__fail(
 				    -EBADMSG, "%s: __metadata__ appears twice",
 				    st->path);

@@ -73,6 +73,18 @@ static void expect_bad(const char *path, int err, const char *frag1,
 		gpufile_safetensors_close(st);
 }
 
+/* Opens path, which must be accepted; NULL (and a failed check) if not. */
+static gpufile_safetensors_t *expect_ok(const char *path)
+{
+	gpufile_safetensors_t *st = NULL;
+	int rc = gpufile_safetensors_open(&st, path);
+
+	if (rc != 0)
+		fprintf(stderr, "%s refused: %s\n", path, gpufile_errmsg());
+	CHECK_EQ(rc, 0);
+	return st;
+}
+
 static void test_malformed(void)
 {
 	const char *p;
@@ -231,21 +243,54 @@ static void test_malformed(void)
 	p = write_st("meta-list", "{\"__metadata__\":[\"pt\"]}", 0);
 	expect_bad(p, -EBADMSG, "__metadata__", "not an object", NULL);
 
+	/* A field or __metadata__ given twice: serde's "duplicate field"
+	 * (cJSON alone took the first). An unknown field twice is ignored
+	 * twice, as serde ignores it. */
+	p = write_st("dup-dtype",
+	             "{\"w\":{\"dtype\":\"F32\",\"dtype\":\"U8\",\"shape\":[4],"
+	             "\"data_offsets\":[0,16]}}",
+	             16);
+	expect_bad(p, -EBADMSG, "tensor \"w\": field \"dtype\"", "given twice",
+	           NULL);
+	p = write_st("dup-shape",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":"
+	             "[0,4],\"shape\":[2]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": field \"shape\"", "given twice",
+	           NULL);
+	p = write_st("dup-offsets",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":"
+	             "[0,4],\"data_offsets\":[0,8]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"w\": field \"data_offsets\"",
+	           "given twice", NULL);
+	p = write_st("dup-meta-null",
+	             "{\"__metadata__\":null,\"__metadata__\":{\"a\":\"b\"}}",
+	             0);
+	expect_bad(p, -EBADMSG, "__metadata__ appears twice", NULL, NULL);
+	p = write_st("dup-meta",
+	             "{\"__metadata__\":{\"a\":\"b\"},\"__metadata__\":null}",
+	             0);
+	expect_bad(p, -EBADMSG, "__metadata__ appears twice", NULL, NULL);
+	{
+		gpufile_safetensors_t *st;
+
+		p = write_st("dup-unknown",
+		             "{\"__metadata__\":null,\"w\":{\"x\":1,\"dtype\":"
+		             "\"U8\",\"x\":2,\"shape\":[1],\"data_offsets\":"
+		             "[0,1]}}",
+		             1);
+		st = expect_ok(p);
+		if (st) {
+			CHECK_EQ(gpufile_safetensors_count(st), 1);
+			CHECK_EQ(gpufile_safetensors_metadata_count(st), 0);
+			gpufile_safetensors_close(st);
+		}
+	}
+
 	/* A missing file: the error of opening it, naming it. */
 	expect_bad(test_path("no-such-file"), -ENOENT, "no-such-file", NULL,
 	           NULL);
-}
-
-/* Opens path, which must be accepted; NULL (and a failed check) if not. */
-static gpufile_safetensors_t *expect_ok(const char *path)
-{
-	gpufile_safetensors_t *st = NULL;
-	int rc = gpufile_safetensors_open(&st, path);
-
-	if (rc != 0)
-		fprintf(stderr, "%s refused: %s\n", path, gpufile_errmsg());
-	CHECK_EQ(rc, 0);
-	return st;
 }
 
 /* One U8 tensor "w" with the given shape and data_offsets JSON text. */
