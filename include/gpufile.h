@@ -1094,12 +1094,20 @@ GPUFILE_API int gpufile_safetensors_tensors(const gpufile_safetensors_t *st,
 GPUFILE_API int gpufile_safetensors_find(const gpufile_safetensors_t *st,
                                          const char *name);
 
-/* The number of __metadata__ entries (0 when there is none). */
+/* 1 when the header has a __metadata__ object, even an empty one; 0 when
+ * it has none or "__metadata__": null (the reference's metadata() is {}
+ * and None for these); -EINVAL for NULL. */
+GPUFILE_API int
+gpufile_safetensors_has_metadata(const gpufile_safetensors_t *st);
+
+/* The number of __metadata__ entries (0 when there is none), one per
+ * key: a key given twice counts once, with the last value given. */
 GPUFILE_API int
 gpufile_safetensors_metadata_count(const gpufile_safetensors_t *st);
 
-/* Entry index of __metadata__, in header order: *key and *value (either
- * may be NULL) stay valid until close. Returns 0 or -EINVAL. */
+/* Entry index of __metadata__, in header order (of each key's first
+ * appearance): *key and *value (either may be NULL) stay valid until
+ * close. Returns 0 or -EINVAL. */
 GPUFILE_API int gpufile_safetensors_metadata(const gpufile_safetensors_t *st,
                                              int index, const char **key,
                                              const char **value);

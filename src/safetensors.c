@@ -82,8 +82,9 @@ struct gpufile_safetensors {
 	int ntensors;
 	struct st_tensor *t; /* sorted by (begin, end) */
 	int *by_name;        /* indices into t, sorted by name */
+	int has_meta;        /* "__metadata__" is an object (maybe empty) */
 	int nmeta;
-	char **meta_key, **meta_value; /* in header order */
+	char **meta_key, **meta_value; /* in header order, keys unique */
 };
 
 static void st_free(gpufile_safetensors_t *st)
@@ -529,10 +530,54 @@ static const char *json_text(const cJSON *v, char *buf, size_t len)
 	return buf;
 }
 
+struct st_meta_ref {
+	const cJSON *kv;
+	int pos; /* in header order */
+};
+
+static int cmp_meta(const void *a, const void *b)
+{
+	const struct st_meta_ref *x = a, *y = b;
+	int c = strcmp(x->kv->string, y->kv->string);
+
+	return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* keep[i] for the i-th of the n members of meta: the member whose value
+ * entry i takes, or NULL where i repeats an earlier key. A key given
+ * twice keeps its first place and its last value, as serde's HashMap and
+ * a Python dict keep it, so that gpufile_safetensors_metadata_get() and
+ * the binding's dict agree. Sorted, not searched: a header may hold
+ * millions of keys. */
+static int meta_keep(const cJSON *meta, int n, const cJSON **keep)
+{
+	struct st_meta_ref *m = malloc(((size_t)n + 1) * sizeof(*m));
+	const cJSON *kv;
+	int i = 0, j;
+
+	if (!m)
+		return -ENOMEM;
+	cJSON_ArrayForEach(kv, meta)
+	{
+		m[i].kv = kv;
+		m[i].pos = i;
+		keep[i++] = NULL;
+	}
+	qsort(m, (size_t)n, sizeof(*m), cmp_meta);
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n; j++)
+			if (strcmp(m[j].kv->string, m[i].kv->string) != 0)
+				break;
+		keep[m[i].pos] = m[j - 1].kv;
+	}
+	free(m);
+	return 0;
+}
+
 static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
 {
-	int n = 0;
-	const cJSON *kv;
+	int n = 0, rc = 0;
+	const cJSON *kv, **keep;
 	char text[96];
 
 	if (cJSON_IsNull(meta))
@@ -543,11 +588,7 @@ static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
 		                     "strings",
 		                     st->path,
 		                     json_text(meta, text, sizeof(text)));
-	cJSON_ArrayForEach(kv, meta) n++;
-	st->meta_key = calloc((size_t)n + 1, sizeof(char *));
-	st->meta_value = calloc((size_t)n + 1, sizeof(char *));
-	if (!st->meta_key || !st->meta_value)
-		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	st->has_meta = 1;
 	cJSON_ArrayForEach(kv, meta)
 	{
 		if (!cJSON_IsString(kv))
@@ -557,15 +598,25 @@ static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
 			    "string",
 			    st->path, kv->string,
 			    json_text(kv, text, sizeof(text)));
-		st->meta_key[st->nmeta] = strdup(kv->string);
-		st->meta_value[st->nmeta] = strdup(kv->valuestring);
-		st->nmeta++;
-		if (!st->meta_key[st->nmeta - 1] ||
-		    !st->meta_value[st->nmeta - 1])
-			return gpufile__fail(-ENOMEM, "%s: out of memory",
-			                     st->path);
+		n++;
 	}
-	return 0;
+	keep = calloc((size_t)n + 1, sizeof(*keep));
+	st->meta_key = calloc((size_t)n + 1, sizeof(char *));
+	st->meta_value = calloc((size_t)n + 1, sizeof(char *));
+	if (!keep || !st->meta_key || !st->meta_value ||
+	    meta_keep(meta, n, keep) != 0)
+		rc = -ENOMEM;
+	for (int i = 0; rc == 0 && i < n; i++) {
+		if (!keep[i])
+			continue;
+		st->meta_key[st->nmeta] = strdup(keep[i]->string);
+		st->meta_value[st->nmeta] = strdup(keep[i]->valuestring);
+		if (!st->meta_key[st->nmeta] || !st->meta_value[st->nmeta])
+			rc = -ENOMEM;
+		st->nmeta++; /* st_free() frees what was copied */
+	}
+	free(keep);
+	return rc ? gpufile__fail(rc, "%s: out of memory", st->path) : 0;
 }
 
 /* t->dtype from the entry's "dtype". */
@@ -1099,6 +1150,11 @@ int gpufile_safetensors_find(const gpufile_safetensors_t *st, const char *name)
 int gpufile_safetensors_metadata_count(const gpufile_safetensors_t *st)
 {
 	return st ? st->nmeta : -EINVAL;
+}
+
+int gpufile_safetensors_has_metadata(const gpufile_safetensors_t *st)
+{
+	return st ? st->has_meta : -EINVAL;
 }
 
 int gpufile_safetensors_metadata(const gpufile_safetensors_t *st, int index,

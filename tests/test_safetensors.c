@@ -508,6 +508,7 @@ static void test_accessors(const char *p)
 		CHECK_EQ(gpufile_safetensors_tensors(NULL, 0, 1, all), -EINVAL);
 	}
 
+	CHECK_EQ(gpufile_safetensors_has_metadata(st), 1);
 	CHECK_EQ(gpufile_safetensors_metadata_count(st), 2);
 	CHECK_EQ(gpufile_safetensors_metadata(st, 1, &k, &v), 0);
 	CHECK(strcmp(k, "note") == 0 && strcmp(v, "h\xc3\xa9") == 0);
@@ -638,6 +639,54 @@ static void test_empty_file(void)
 	CHECK_EQ(gpufile_safetensors_metadata_count(st), 0);
 	CHECK_EQ(gpufile_safetensors_load(st, NULL, 0), 0);
 	gpufile_safetensors_close(st);
+}
+
+/* __metadata__: {} is there (and empty), null and absent are not; a key
+ * given twice is one entry, in its first place, with its last value (as
+ * serde's HashMap and a Python dict have it). */
+static void test_metadata(void)
+{
+	static const struct {
+		const char *name, *json;
+		int has, count;
+	} cases[] = {
+	    {"meta-empty", "{\"__metadata__\":{}}", 1, 0},
+	    {"meta-null", "{\"__metadata__\":null}", 0, 0},
+	    {"meta-absent", "{}", 0, 0},
+	    {"meta-dup",
+	     "{\"__metadata__\":{\"k\":\"first\",\"j\":\"x\",\"k\":"
+	     "\"mid\",\"i\":\"y\",\"k\":\"last\"}}",
+	     1, 3},
+	};
+	const char *k, *v;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		gpufile_safetensors_t *st =
+		    expect_ok(write_st(cases[i].name, cases[i].json, 0));
+
+		if (!st)
+			continue;
+		CHECK_EQ(gpufile_safetensors_has_metadata(st), cases[i].has);
+		CHECK_EQ(gpufile_safetensors_metadata_count(st),
+		         cases[i].count);
+		gpufile_safetensors_close(st);
+	}
+	{
+		gpufile_safetensors_t *st = expect_ok(test_path("meta-dup"));
+
+		if (!st)
+			return;
+		CHECK_EQ(gpufile_safetensors_metadata(st, 0, &k, &v), 0);
+		CHECK(strcmp(k, "k") == 0 && strcmp(v, "last") == 0);
+		CHECK_EQ(gpufile_safetensors_metadata(st, 1, &k, &v), 0);
+		CHECK(strcmp(k, "j") == 0 && strcmp(v, "x") == 0);
+		CHECK_EQ(gpufile_safetensors_metadata(st, 2, &k, &v), 0);
+		CHECK(strcmp(k, "i") == 0 && strcmp(v, "y") == 0);
+		CHECK(strcmp(gpufile_safetensors_metadata_get(st, "k"),
+		             "last") == 0);
+		gpufile_safetensors_close(st);
+	}
+	CHECK_EQ(gpufile_safetensors_has_metadata(NULL), -EINVAL);
 }
 
 /* Into fake device memory: through the bounce buffers, counted there. */
@@ -807,6 +856,7 @@ int main(void)
 	test_host_loads(good);
 	test_truncated_after_open();
 	test_empty_file();
+	test_metadata();
 	test_cli(good);
 	/* Real GPUs (the GPU machine) or the fake driver, not both in one
 	 * process: the fake would meet the real driver's contexts. */

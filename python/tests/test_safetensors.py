@@ -449,3 +449,32 @@ def test_device_map_cpu_groups(tmp_path):
         assert got[k].tobytes() == d[k].tobytes()
     with pytest.raises(ValueError, match="'gpu:0'"):
         st.load_file(p, device="cpu", framework="numpy", device_map={"b": "gpu:0"})
+
+
+def _write_header(path, header, data=b""):
+    h = header.encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def test_metadata_empty_none_and_duplicate_keys(tmp_path):
+    # As the reference's safe_open().metadata(): {} for an empty
+    # __metadata__ (so that save_file(metadata={}) round-trips), None for
+    # none or null; a key given twice has its last value (a dict's rule,
+    # and the C accessors' since they keep one entry per key).
+    p = str(tmp_path / "m.safetensors")
+    for md in ({}, None, {"a": "b"}):
+        stn.save_file({"x": np.zeros(1, np.uint8)}, p, metadata=md)
+        with st.safe_open(p, "numpy") as f:
+            assert f.metadata() == md
+    for header, want in (('{"__metadata__":null}', None), ("{}", None),
+                         ('{"__metadata__":{}}', {}),
+                         ('{"__metadata__":{"k":"first","j":"x","k":"last"}}',
+                          {"k": "last", "j": "x"})):
+        _write_header(p, header)
+        with st.safe_open(p, "numpy") as f:
+            got = f.metadata()
+            assert got == want
+            if want:
+                assert list(got) == list(want)  # first place, last value
+        assert json.loads(header).get("__metadata__") == want  # the rule

@@ -6,7 +6,8 @@
  * its time inside the JSON; even, the rest is the file as it is.
  * Properties: no crash or sanitizer report; a refusal leaves a message
  * and no object; an accepted file's tensors tile its data section in
- * offset order, each is found by its name, and the data section loads.
+ * offset order, each is found by its name, each metadata key is found
+ * with its own entry's value, and the data section loads.
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
@@ -77,11 +78,16 @@ static void check_accepted(gpufile_safetensors_t *st)
 			abort();
 		free(all);
 	}
+	/* One entry per key: looking a key up finds its own entry's value;
+	 * entries imply an __metadata__ object. */
+	if (gpufile_safetensors_metadata_count(st) > 0 &&
+	    gpufile_safetensors_has_metadata(st) != 1)
+		abort();
 	for (int i = 0; i < gpufile_safetensors_metadata_count(st); i++) {
 		const char *k, *v;
 
 		if (gpufile_safetensors_metadata(st, i, &k, &v) != 0 ||
-		    gpufile_safetensors_metadata_get(st, k) == NULL)
+		    gpufile_safetensors_metadata_get(st, k) != v)
 			abort();
 	}
 	buf = malloc(size + 1);

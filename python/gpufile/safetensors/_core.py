@@ -48,6 +48,7 @@ def _c():
             "gpufile_safetensors_tensor": (i, [vp, i, ctypes.POINTER(_CTensor)]),
             "gpufile_safetensors_tensors": (i, [vp, i, i, ctypes.POINTER(_CTensor)]),
             "gpufile_safetensors_find": (i, [vp, cp]),
+            "gpufile_safetensors_has_metadata": (i, [vp]),
             "gpufile_safetensors_metadata_count": (i, [vp]),
             "gpufile_safetensors_metadata": (i, [vp, i, ctypes.POINTER(cp), ctypes.POINTER(cp)]),
             "gpufile_safetensors_data_offset": (u64, [vp]),
@@ -129,9 +130,12 @@ class Header:
         self._st = st.value
         self.tensors = _table(lib, self._st, self.path)
         self.by_name = {t.name: t for t in self.tensors}
-        nmeta = lib.gpufile_safetensors_metadata_count(self._st)
+        # None without __metadata__ (or with null), {} for an empty one,
+        # as the reference's metadata() returns them.
         self.metadata = None
-        if nmeta > 0:
+        if _lib.check(lib.gpufile_safetensors_has_metadata(self._st),
+                      filename=self.path):
+            nmeta = lib.gpufile_safetensors_metadata_count(self._st)
             self.metadata = {}
             for k in range(nmeta):
                 key, val = ctypes.c_char_p(), ctypes.c_char_p()
