@@ -200,12 +200,14 @@ class safe_open:
 
 
 def save_file(tensors, filename, metadata=None):
-    """Writes {name: tensor} (torch tensors on any device, NumPy or CuPy
-    arrays; contiguous) as a safetensors file, through gpufile (device
-    memory is written from the GPU). The bytes are those of safetensors'
-    own save_file for the same input: tensors laid out by dtype (in the
-    format's dtype order, descending) then name, compact JSON header with
-    __metadata__ first, padded with spaces to a multiple of 8 bytes."""
+    """Writes {name: tensor} (torch tensors on any device and CuPy arrays,
+    contiguous; NumPy arrays of any layout and byte order, written
+    little-endian in C order as safetensors.numpy writes them) as a
+    safetensors file, through gpufile (device memory is written from the
+    GPU). The bytes are those of safetensors' own save_file for the same
+    input: tensors laid out by dtype (in the format's dtype order,
+    descending) then name, compact JSON header with __metadata__ first,
+    padded with spaces to a multiple of 8 bytes."""
     _core.save(tensors, filename, metadata)
 
 

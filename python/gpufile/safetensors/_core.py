@@ -492,12 +492,15 @@ class _Numpy:
     def describe(self, obj):
         np = self.np
         a = np.asarray(obj)
-        dt = a.dtype.newbyteorder("<") if a.dtype.byteorder in "=|" else a.dtype
-        if dt not in self.names:
+        le = a.dtype.newbyteorder("<")
+        if le not in self.names:
             raise ValueError("dtype %s cannot be saved in safetensors" % a.dtype)
-        if not a.flags.c_contiguous:
-            raise ValueError("array is not C-contiguous; use numpy.ascontiguousarray")
-        return self.names[dt], tuple(a.shape), a.nbytes, a.ctypes.data, a
+        # As safetensors.numpy saves it: a big-endian array byteswapped to
+        # little-endian, a non-contiguous one in C order (its tobytes());
+        # a copy, the caller's array untouched.
+        if a.dtype != le or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a, dtype=le)
+        return self.names[le], tuple(a.shape), a.nbytes, a.ctypes.data, a
 
 
 class _Cupy(_Numpy):
