@@ -502,3 +502,45 @@ def test_metadata_empty_none_and_duplicate_keys(tmp_path):
             if want:
                 assert list(got) == list(want)  # first place, last value
         assert json.loads(header).get("__metadata__") == want  # the rule
+
+
+def _index(folder, weight_map):
+    p = os.path.join(folder, "model.safetensors.index.json")
+    with open(p, "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    return p
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_load_checkpoint_without_tensors(tmp_path, parallel):
+    # No tensor to load is {} (ThreadPoolExecutor(max_workers=0) raised):
+    # an empty weight_map, and shards that hold no tensor, with and
+    # without a device_map.
+    idx = _index(str(tmp_path), {})
+    assert stn.load_checkpoint(idx, parallel=parallel) == {}
+    os.remove(idx)
+    stn.save_file({}, str(tmp_path / "a.safetensors"))
+    stn.save_file({}, str(tmp_path / "b.safetensors"))
+    for dm in (None, {"x": "cpu"}):
+        assert stn.load_checkpoint(str(tmp_path), device="cpu", device_map=dm,
+                                   parallel=parallel) == {}
+
+
+def test_load_checkpoint_shard_names_normalised(tmp_path):
+    # "./s1.safetensors" and "s1.safetensors" (or "sub/./s2" and "sub/s2")
+    # are one shard, opened once (not "tensor 'x' is in both").
+    os.makedirs(str(tmp_path / "sub"))
+    a, b = np.arange(3, dtype=np.float32), np.arange(2, dtype=np.int64)
+    stn.save_file({"x": a, "y": a}, str(tmp_path / "s1.safetensors"))
+    stn.save_file({"z": b}, str(tmp_path / "sub" / "s2.safetensors"))
+    idx = _index(str(tmp_path), {"x": "./s1.safetensors", "y": "s1.safetensors",
+                                 "z": "sub/./s2.safetensors"})
+    for parallel in (True, False):
+        got = stn.load_checkpoint(idx, parallel=parallel)
+        assert sorted(got) == ["x", "y", "z"]
+        assert got["x"].tobytes() == a.tobytes() and got["z"].tobytes() == b.tobytes()
+    # The index still has to put each tensor in the shard that holds it.
+    _index(str(tmp_path), {"x": "./sub/s2.safetensors", "y": "s1.safetensors",
+                           "z": "sub//s2.safetensors"})
+    with pytest.raises(ValueError, match="puts tensor 'x' in .*sub/s2.safetensors"):
+        stn.load_checkpoint(idx)

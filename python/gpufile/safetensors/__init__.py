@@ -109,6 +109,8 @@ def _run_per_device(jobs, fw):
         return out
 
     out = {}
+    if not by_dev:  # no tensor at all: ThreadPoolExecutor(0) would raise
+        return out
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(by_dev)) as ex:
         futs = [ex.submit(run, dev, fns) for dev, fns in by_dev.items()]
         concurrent.futures.wait(futs)
@@ -256,9 +258,16 @@ def _checkpoint_files(path):
     for v in wm.values():
         if os.path.isabs(v) or ".." in v.split("/"):
             raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
-        if v not in shards:
-            shards.append(v)
-    return index, folder, [os.path.join(folder, s) for s in shards]
+        p = _shard_path(folder, v)
+        if p not in shards:
+            shards.append(p)
+    return index, folder, shards
+
+
+def _shard_path(folder, shard):
+    """The path of a weight_map shard name: normalised, so that
+    "./s1.safetensors" and "s1.safetensors" are one file, opened once."""
+    return os.path.join(folder, os.path.normpath(shard))
 
 
 def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framework="pt",
@@ -283,7 +292,7 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
                 owner[name] = h.path
         if index is not None:
             for name, shard in index["weight_map"].items():
-                p = os.path.join(folder, shard)
+                p = _shard_path(folder, shard)
                 if owner.get(name) != p:
                     raise ValueError("%s: weight_map puts tensor %r in %s, which has "
                                      "no such tensor" % (index_json_or_dir, name, p))
