@@ -165,6 +165,7 @@ static long long utf8_invalid_at(const unsigned char *s, size_t len)
  *  - no raw control character inside a string;
  *  - numbers as -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? (cJSON takes
  *    whatever strtod takes: "04", "1.", "-.5");
+ *  - \u followed by 4 hex digits (cJSON reads "\uZZZZ" as U+0000);
  * and two of gpufile's own:
  *  - no \u0000 in any string: cJSON hands out C strings, in which
  *    "a\u0000x" is "a" (two such names would merge, and a key
@@ -173,8 +174,9 @@ static long long utf8_invalid_at(const unsigned char *s, size_t len)
  *    plain integer below 2^53: serde's usize refuses "4.0", "4e0" and
  *    "-0", which cJSON's double would take as 4 and 0, and from 2^53 up
  *    the double is rounded (see ST_MAX_EXACT).
- * Structure, escapes and surrogates are left to cJSON, which refuses what
- * is wrong with them: the scan need only be right for well-formed JSON.
+ * Structure, other escapes and surrogates are left to cJSON, which
+ * refuses what is wrong with them: the scan need only be right for
+ * well-formed JSON.
  */
 struct st_lex {
 	const gpufile_safetensors_t *st;
@@ -378,7 +380,15 @@ static int lex_string(struct st_lex *lx, const char **s, size_t *len)
 			    st_quote(p, i, q), c);
 		if (c != '\\' || i + 1 >= n)
 			continue;
-		if (n - i >= 6 && memcmp(p + i + 1, "u0000", 5) == 0)
+		if (p[i + 1] == 'u' && (n - i < 6 || hex4(p + i + 2) < 0))
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: header byte %zu%s: the string \"%s\" has "
+			    "\\u without 4 hex digits after it",
+			    lx->st->path, lx->at + 1 + i,
+			    lex_where(lx, where, sizeof(where)),
+			    st_quote(p, i + 2, q));
+		if (p[i + 1] == 'u' && hex4(p + i + 2) == 0)
 			return gpufile__fail(
 			    -EBADMSG,
 			    "%s: header byte %zu%s: the string \"%s\" holds "

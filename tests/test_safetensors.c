@@ -390,6 +390,18 @@ static void test_strict_json(void)
 	             "\"shape\":[1],\"data_offsets\":[1,2]}}",
 	             2);
 	expect_bad(p, -EBADMSG, "header byte 3", "string \"a\\u0000\"", "NUL");
+	/* cJSON read a \u without 4 hex digits as U+0000 too: "a\uZZZZx"
+	 * was the name "a". */
+	p = write_st("bad-u-escape",
+	             "{\"a\\uZZZZx\":{\"dtype\":\"U8\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "header byte 3", "string \"a\\u\"",
+	           "4 hex digits");
+	p = write_st("short-u-escape", "{\"__metadata__\":{\"k\":\"v\\u12\"}}",
+	             0);
+	expect_bad(p, -EBADMSG, "(__metadata__ key \"k\")", "4 hex digits",
+	           NULL);
 	p = write_st("nul-meta-name",
 	             "{\"__metadata__\\u0000x\":{\"a\":\"b\"}}", 0);
 	expect_bad(p, -EBADMSG, "string \"__metadata__\\u0000\"", "NUL", NULL);
