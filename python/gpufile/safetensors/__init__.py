@@ -165,7 +165,8 @@ class safe_open:
         return [t.name for t in self._h.tensors]
 
     def metadata(self):
-        """The __metadata__ dict, or None when the file has none."""
+        """The __metadata__ dict ({} for an empty one), or None when the
+        file has none or "__metadata__": null, as safetensors gives it."""
         return None if self._h.metadata is None else dict(self._h.metadata)
 
     def get_tensor(self, name):
