@@ -200,16 +200,20 @@ def test_save_file_big_endian_and_strided_as_safetensors_numpy(tmp_path):
              "be_i": np.arange(-3, 3, dtype=">i8").reshape(2, 3),
              "t": base.T, "step": base[:, ::2], "be_t": base.astype(">u2").T,
              "u8": np.arange(4, dtype=np.uint8)[::-1]}
-    before = {k: (v.dtype, v.strides, v.tobytes()) for k, v in given.items()}
+    def state(arrays):
+        return {k: (v.dtype, v.strides, v.tobytes()) for k, v in arrays.items()}
+
+    before = state(given)
     plain = {k: np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<"))
              for k, v in given.items()}
-    p, q = str(tmp_path / "given.safetensors"), str(tmp_path / "plain.safetensors")
+    p = str(tmp_path / "given.safetensors")
+    q = str(tmp_path / "plain.safetensors")
     stn.save_file(given, p, metadata={"m": "1"})
     stn.save_file(plain, q, metadata={"m": "1"})
     raw = open(p, "rb").read()
     assert raw == open(q, "rb").read()
     assert raw == stn.save(given, metadata={"m": "1"})
-    assert {k: (v.dtype, v.strides, v.tobytes()) for k, v in given.items()} == before
+    assert state(given) == before
     back = stn.load_file(p)
     for k, v in given.items():
         assert back[k].dtype == v.dtype.newbyteorder("<")
@@ -538,9 +542,11 @@ def test_load_checkpoint_shard_names_normalised(tmp_path):
     for parallel in (True, False):
         got = stn.load_checkpoint(idx, parallel=parallel)
         assert sorted(got) == ["x", "y", "z"]
-        assert got["x"].tobytes() == a.tobytes() and got["z"].tobytes() == b.tobytes()
+        assert got["x"].tobytes() == a.tobytes()
+        assert got["z"].tobytes() == b.tobytes()
     # The index still has to put each tensor in the shard that holds it.
     _index(str(tmp_path), {"x": "./sub/s2.safetensors", "y": "s1.safetensors",
                            "z": "sub//s2.safetensors"})
-    with pytest.raises(ValueError, match="puts tensor 'x' in .*sub/s2.safetensors"):
+    with pytest.raises(ValueError,
+                       match="puts tensor 'x' in .*sub/s2.safetensors"):
         stn.load_checkpoint(idx)
