@@ -1229,8 +1229,10 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * offset (pass buf + offset); no future object is returned (the stream
  * is the future: synchronise it, then read *n_out). The stream is not
  * registered with cuFileStreamRegister: gpufile cannot know when the
- * caller destroys it. A handle must not be closed before the stream has
- * reached the request (gpufile_close waits for it).
+ * caller destroys it. gpufile_close() of the handle waits until the
+ * stream has passed every request queued on it, whatever the mechanism,
+ * so the stream must be able to get there without the caller's work
+ * queued after the close.
  */
 GPUFILE_API int gpufile_read_async(gpufile_t *h, void *buf, size_t size,
                                    int64_t file_offset, void *stream,

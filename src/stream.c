@@ -7,7 +7,9 @@
  *
  *   cufile      the file's device requests take cuFile (file.c decides)
  *               and libcufile has cuFileReadAsync/WriteAsync: cuFile
- *               queues the I/O on the stream itself.
+ *               queues the I/O on the stream itself, and a host
+ *               function after it writes *n_out and ends the request
+ *               on its handle (gpufile_close waits until then).
  *   wait-value  host memory (the request puts no work on the GPU): an
  *               event is recorded on the stream (the work before), then
  *               cuStreamWaitValue32 makes the stream wait for a 32-bit
@@ -249,6 +251,26 @@ CUdeviceptr gpufile__stream_flag_dev(int slot)
 
 /* ---- jobs ---- */
 
+/* A request cuFile queued on the stream (the cufile mechanism): the
+ * arguments cuFile reads when the stream reaches it, freed by the host
+ * function queued after it (cufile_done). */
+struct cufile_args {
+	gpufile_t *h;
+	size_t size;
+	off_t file_offset;
+	off_t buf_offset;
+	/* cuFile's own result (-errno, or minus a cuFile status): the
+	 * caller's *n_out gets gpufile's code for it, in one store. */
+	ssize_t done;
+	ssize_t *n_out;
+	int is_write;
+	size_t asked;
+	uint64_t start_ns;
+	/* On waiters.cufile from its queueing until cufile_done: under
+	 * waiters.lock. */
+	TAILQ_ENTRY(cufile_args) link;
+};
+
 struct job {
 	gpufile_t *h;
 	char *buf;
@@ -389,7 +411,10 @@ static void job_run(struct job *j)
  * until it ended, and is on the queue or on the running list for exactly
  * that time, both under waiters.lock: a forked child, which has none of
  * the waiters, drops the count of every job on either (so that it can
- * close the handle) and starts with no waiter.
+ * close the handle) and starts with no waiter. A request queued through
+ * cuFile is counted and listed (waiters.cufile) the same way, from its
+ * queueing until its host function ran: gpufile_close() then waits for
+ * it before deregistering the cuFile handle the stream will use.
  */
 #define MAX_WAITERS   64
 #define WAITER_IDLE_S 5
@@ -397,13 +422,15 @@ static void job_run(struct job *j)
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t work;
-	TAILQ_HEAD(, job) queue;   /* queued, oldest first */
-	TAILQ_HEAD(, job) running; /* taken, not ended */
+	TAILQ_HEAD(, job) queue;          /* queued, oldest first */
+	TAILQ_HEAD(, job) running;        /* taken, not ended */
+	TAILQ_HEAD(, cufile_args) cufile; /* queued by cuFile, not ended */
 	unsigned nwaiters, nidle;
 } waiters = {.lock = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER,
              .queue = TAILQ_HEAD_INITIALIZER(waiters.queue),
-             .running = TAILQ_HEAD_INITIALIZER(waiters.running)};
+             .running = TAILQ_HEAD_INITIALIZER(waiters.running),
+             .cufile = TAILQ_HEAD_INITIALIZER(waiters.cufile)};
 
 static atomic_ulong waiters_started;
 
@@ -508,14 +535,18 @@ void gpufile__stream_atfork_parent(void)
  * are the parent's: their streams and threads are not here. */
 void gpufile__stream_atfork_child(void)
 {
+	struct cufile_args *a;
 	struct job *j;
 
 	TAILQ_FOREACH (j, &waiters.queue, link)
 		atomic_fetch_sub(&j->h->inflight, 1);
 	TAILQ_FOREACH (j, &waiters.running, link)
 		atomic_fetch_sub(&j->h->inflight, 1);
+	TAILQ_FOREACH (a, &waiters.cufile, link)
+		atomic_fetch_sub(&a->h->inflight, 1);
 	TAILQ_INIT(&waiters.queue);
 	TAILQ_INIT(&waiters.running);
+	TAILQ_INIT(&waiters.cufile);
 	waiters.nwaiters = waiters.nidle = 0;
 	pthread_cond_init(&waiters.work, NULL);
 	pthread_mutex_unlock(&waiters.lock);
@@ -523,30 +554,62 @@ void gpufile__stream_atfork_child(void)
 
 /* ---- the cuFile mechanism ---- */
 
-/* Arguments cuFile reads when the stream reaches the request. */
-struct cufile_args {
-	size_t size;
-	off_t file_offset;
-	off_t buf_offset;
-	ssize_t *n_out;
-	int is_write;
-	size_t asked;
-	uint64_t start_ns;
-};
+/* a is queued on its stream: counted on its handle and listed (see the
+ * waiters), in one step. */
+static void cufile_started(struct cufile_args *a)
+{
+	pthread_mutex_lock(&waiters.lock);
+	gpufile__handle_hold(a->h);
+	TAILQ_INSERT_TAIL(&waiters.cufile, a, link);
+	pthread_mutex_unlock(&waiters.lock);
+}
 
-/* Queued after cuFile's request: maps its result onto gpufile's codes,
- * counts it and frees the arguments. No CUDA call. */
+/* Queued after cuFile's request: maps its result onto gpufile's codes
+ * into *n_out (its only store), counts it, ends it on its handle and
+ * frees the arguments. No CUDA call. */
 static void cufile_done(void *arg)
 {
 	struct cufile_args *a = arg;
-	ssize_t n = *a->n_out;
+	ssize_t n = a->done;
 
 	/* cuFile reports -errno, or minus a cuFile status (5000 and up). */
-	if (n < 0 && n <= -5000)
-		*a->n_out = n = GPUFILE_ECUFILE;
+	if (n <= -5000)
+		n = GPUFILE_ECUFILE;
 	gpufile__stats_request(GPUFILE_PATH_CUFILE, a->is_write, n, 1, a->asked,
 	                       gpufile__now_ns() - a->start_ns);
+	__atomic_store_n(a->n_out, n, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&waiters.lock);
+	TAILQ_REMOVE(&waiters.cufile, a, link);
+	gpufile__handle_release(a->h); /* h may be closed from here */
+	pthread_mutex_unlock(&waiters.lock);
 	free(a);
+}
+
+/* cuFile queued a's request, but the driver refused the host function
+ * that would end it: the stream is synchronised here instead (the
+ * request has then run), and the call returns with *n_out written. */
+static void cufile_end_here(const struct gpufile__cuda *t,
+                            struct cufile_args *a, CUstream stream)
+{
+	CUresult cr = t->cuStreamSynchronize(stream);
+
+	if (cr == CUDA_SUCCESS) {
+		cufile_done(a);
+		return;
+	}
+	/* A stream that cannot be synchronised has a sticky error: its
+	 * context runs nothing more, cuFile's request included. The
+	 * arguments stay allocated all the same (one small leak beats
+	 * cuFile reading freed memory); the handle may be closed. */
+	__atomic_store_n(
+	    a->n_out,
+	    gpufile__cuda_fail(cr, NULL, 0, "%s %s: cuStreamSynchronize",
+	                       a->is_write ? "writing" : "reading", a->h->path),
+	    __ATOMIC_RELEASE);
+	pthread_mutex_lock(&waiters.lock);
+	TAILQ_REMOVE(&waiters.cufile, a, link);
+	gpufile__handle_release(a->h);
+	pthread_mutex_unlock(&waiters.lock);
 }
 
 /* Queues the request on stream through cuFile. Returns 0, or 1 when
@@ -556,7 +619,7 @@ static int cufile_queue(const struct gpufile__cuda *t,
                         ssize_t *n_out, char *why, size_t why_len)
 {
 	const struct gpufile__cufile *cf;
-	struct cufile_args *a = malloc(sizeof(*a));
+	struct cufile_args *a = calloc(1, sizeof(*a));
 	CUfileError_t e;
 	int err, status;
 
@@ -570,9 +633,11 @@ static int cufile_queue(const struct gpufile__cuda *t,
 		snprintf(why, why_len, "%s", gpufile_errmsg());
 		return 1;
 	}
+	a->h = r->h;
 	a->size = r->size;
 	a->file_offset = (off_t)r->offset;
 	a->buf_offset = (off_t)(r->buf - r->cufile_base);
+	a->done = GPUFILE_ECUFILE; /* until cuFile says otherwise */
 	a->n_out = n_out;
 	a->is_write = r->is_write;
 	a->asked = r->size;
@@ -580,11 +645,11 @@ static int cufile_queue(const struct gpufile__cuda *t,
 	if (r->is_write)
 		e = cf->cuFileWriteAsync(r->cufile_handle, r->cufile_base,
 		                         &a->size, &a->file_offset,
-		                         &a->buf_offset, n_out, stream);
+		                         &a->buf_offset, &a->done, stream);
 	else
 		e = cf->cuFileReadAsync(r->cufile_handle, r->cufile_base,
 		                        &a->size, &a->file_offset,
-		                        &a->buf_offset, n_out, stream);
+		                        &a->buf_offset, &a->done, stream);
 	if (e.err != CU_FILE_SUCCESS) {
 		free(a);
 		snprintf(why, why_len, "%s refused the request: %s (%d)",
@@ -592,12 +657,11 @@ static int cufile_queue(const struct gpufile__cuda *t,
 		         gpufile__cufile_status_name(e.err), (int)e.err);
 		return 1;
 	}
-	/* The request is queued: from here only the stream may free a. */
-	if (t->cuLaunchHostFunc(stream, cufile_done, a) != CUDA_SUCCESS) {
-		/* The arguments must outlive the request; without a host
-		 * function to free them they stay allocated (one small
-		 * leak beats cuFile reading freed memory). */
-	}
+	/* The request is queued: from here only its end frees a, and the
+	 * handle (with its cuFile registration) stays open until then. */
+	cufile_started(a);
+	if (t->cuLaunchHostFunc(stream, cufile_done, a) != CUDA_SUCCESS)
+		cufile_end_here(t, a, stream);
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define DEV_SIZE  (40u << 20)
@@ -398,6 +399,89 @@ static int launch_for_cufile(void *stream, void (*fn)(void *), void *data)
 	return fake.cuLaunchHostFunc(stream, fn, data) == CUDA_SUCCESS ? 0 : -1;
 }
 
+struct closer {
+	gpufile_t *h;
+	int rc, done;
+};
+
+static void *close_it(void *arg)
+{
+	struct closer *c = arg;
+
+	c->rc = gpufile_close(c->h);
+	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static CUresult refuse_host_func(CUstream s, CUhostFn fn, void *data)
+{
+	(void)s;
+	(void)fn;
+	(void)data;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A request cuFile queued holds its handle until the stream has run it:
+ * gpufile_close() waits (it deregisters the cuFile handle the request
+ * reads through), and is woken by the request's end; a forked child,
+ * where the request never ends, can close at once. Where the driver
+ * refuses the host function that ends the request, the call waits for
+ * the stream itself. *n_out is written once, with gpufile's code. */
+static void test_cufile_close(const char *rpath)
+{
+	unsigned char *dev = dev_base + 4096;
+	struct closer c = {0};
+	ssize_t n = -777;
+	pthread_t t;
+	CUstream s;
+
+	CHECK_EQ(fake.cuStreamCreate(&s, 0), 0);
+	CHECK_EQ(gpufile_open(&c.h, rpath, "r"), 0);
+	memset(dev, 0, 1u << 20);
+	CHECK_EQ(gpufile_read_async(c.h, dev, 1u << 20, 64, s, &n), 0);
+	if (!TEST_ASAN_FORK_UNSAFE) {
+		pid_t pid = fork();
+		int st = 0;
+
+		if (pid == 0) {
+			alarm(20); /* a child stuck in close ends here */
+			_exit(gpufile_close(c.h) == 0 ? 0 : 3);
+		}
+		CHECK(pid > 0);
+		CHECK_EQ(waitpid(pid, &st, 0), pid);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	CHECK_EQ(pthread_create(&t, NULL, close_it, &c), 0);
+	/* The fake runs the stream only here: the closer must wait. */
+	test_sleep_ms(50);
+	CHECK_EQ(__atomic_load_n(&c.done, __ATOMIC_SEQ_CST), 0);
+	CHECK_EQ(__atomic_load_n(&n, __ATOMIC_SEQ_CST), -777);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	pthread_join(t, NULL); /* alarm() in main: a lost wake-up fails */
+	CHECK_EQ(c.rc, 0);
+	CHECK_EQ(n, 1 << 20);
+	CHECK_EQ(test_mismatch(dev, 1u << 20, SEED_FILE, 64), -1);
+
+	/* The host function after cuFile's request is refused. */
+	{
+		static struct gpufile__cuda no_fn;
+		gpufile_t *h = NULL;
+
+		no_fn = fake;
+		no_fn.cuLaunchHostFunc = refuse_host_func;
+		CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+		gpufile__cuda_override(&no_fn);
+		n = -777;
+		memset(dev, 0, 1u << 20);
+		CHECK_EQ(gpufile_read_async(h, dev, 1u << 20, 8192, s, &n), 0);
+		CHECK_EQ(n, 1 << 20); /* the stream ran in the call */
+		CHECK_EQ(test_mismatch(dev, 1u << 20, SEED_FILE, 8192), -1);
+		gpufile__cuda_override(&fake);
+		CHECK_EQ(gpufile_close(h), 0);
+	}
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+}
+
 static void test_cufile(const char *rpath, const char *wpath)
 {
 	void (*set_launcher)(int (*)(void *, void (*)(void *), void *));
@@ -425,6 +509,7 @@ static void test_cufile(const char *rpath, const char *wpath)
 		CHECK_EQ(async_calls(), 2);
 		check_write(w, wpath, (1u << 20) + 7, 1000, 71);
 		CHECK_EQ(async_calls(), 3);
+		test_cufile_close(rpath);
 
 		/* cuFile refuses to queue (no launcher: the fake answers
 		 * CU_FILE_PLATFORM_NOT_SUPPORTED): with compat_mode=off
@@ -473,6 +558,7 @@ int main(void)
 	}
 	host_base = mem;
 	io_base = dev_base;
+	alarm(300); /* a hang is a failure, not a stuck test */
 	CHECK_EQ(test_make_file(rpath, FILE_SIZE, SEED_FILE), 0);
 	gpufile__cuda_override(&fake);
 	/* Never hand the fake's "device memory" to a real cuFile. */
