@@ -506,13 +506,16 @@ static int64_t piece_pos(const struct gpufile__stage *st, uint32_t p)
 	return pos < st->off ? st->off : pos;
 }
 
+/* Compared as distances from base: base + (p + 1) * piece itself
+ * overflows where the request ends within a piece of INT64_MAX (a
+ * 4096-byte write at INT64_MAX - 4 MiB + 1 got a 4 MiB copy). */
 static int64_t piece_end(const struct gpufile__stage *st, uint32_t p)
 {
 	const int64_t end = st->off + (int64_t)st->size;
-	const int64_t next =
-	    st->base + (int64_t)((uint64_t)(p + 1) * st->piece);
+	const uint64_t next = (uint64_t)(p + 1) * st->piece;
 
-	return next < end ? next : end;
+	return next < (uint64_t)(end - st->base) ? st->base + (int64_t)next
+	                                         : end;
 }
 
 /* Where file offset pos lies in the read's span. */

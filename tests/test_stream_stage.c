@@ -37,7 +37,9 @@
  *   the fillers at once, a group's while the next group's copy runs; past the
  * file's end, zero bytes, and one byte over an arena (blocking, saying why); a
  * failed pwrite and a copy the driver refuses midway reach *n_out (the latter
- * writes nothing), and the stream goes on.
+ * writes nothing), and the stream goes on;
+ * - a request ending within a piece of INT64_MAX copies exactly its bytes
+ *   and gets gpufile_pwrite's and gpufile_pread's results.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -48,6 +50,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -864,6 +867,79 @@ static void test_writes(gpufile_t *w)
 	CHECK_EQ(fake.cuStreamDestroy(s), 0);
 }
 
+/* ---- offsets within a piece of INT64_MAX ---- */
+
+static size_t longest_copy; /* of the copies queued since reset */
+
+static CUresult spy_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
+{
+	if (size > longest_copy)
+		longest_copy = size;
+	return fake.cuMemcpyDtoHAsync(dst, src, size, s);
+}
+
+static CUresult spy_htod(CUdeviceptr dst, const void *src, size_t size,
+                         CUstream s)
+{
+	if (size > longest_copy)
+		longest_copy = size;
+	return fake.cuMemcpyHtoDAsync(dst, src, size, s);
+}
+
+static int (*real_fstat)(int fd, struct stat *st);
+
+/* Sparse files on XFS can be this large. */
+static int huge_fstat(int fd, struct stat *st)
+{
+	const int rc = real_fstat(fd, st);
+
+	if (rc == 0)
+		st->st_size = INT64_MAX;
+	return rc;
+}
+
+/* A request ending within one piece of INT64_MAX: the piece's end
+ * (base + piece) is past INT64_MAX, and must not wrap. The copies move
+ * exactly the request's bytes, nothing past the destination is written,
+ * and the results are gpufile_pwrite's and gpufile_pread's. */
+static void test_huge_offsets(gpufile_t *w)
+{
+	const int64_t off = INT64_MAX - CHUNK + 1; /* a multiple of CHUNK */
+	const size_t size = 4096;
+	unsigned char *buf = dev_base + CHUNK;
+	static struct gpufile__cuda spy;
+	ssize_t n = -777, want;
+	CUstream s = new_stream();
+
+	spy = fake;
+	spy.cuMemcpyDtoHAsync = spy_dtoh;
+	spy.cuMemcpyHtoDAsync = spy_htod;
+	gpufile__cuda_override(&spy);
+	want = gpufile_pwrite(w, buf, size, off);
+	CHECK(want < 0); /* no file system takes that offset */
+	longest_copy = 0;
+	CHECK_EQ(gpufile_write_async(w, buf, size, off, s, &n), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(longest_copy, size);
+	CHECK_EQ(n, want);
+
+	real_fstat = gpufile__sys.fstat;
+	gpufile__sys.fstat = huge_fstat;
+	memset(buf, 0xA5, 2 * CHUNK);
+	want = gpufile_pread(w, buf, size, off);
+	CHECK_EQ(test_mismatch_byte(buf, 2 * CHUNK, 0xA5), -1);
+	longest_copy = 0;
+	n = -777;
+	CHECK_EQ(gpufile_read_async(w, buf, size, off, s, &n), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(longest_copy, size);
+	CHECK_EQ(n, want);
+	CHECK_EQ(test_mismatch_byte(buf + size, 2 * CHUNK - size, 0xA5), -1);
+	gpufile__sys.fstat = real_fstat;
+	gpufile__cuda_override(&fake);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+}
+
 int main(void)
 {
 	gpufile_t *h = NULL, *w = NULL;
@@ -900,6 +976,7 @@ int main(void)
 	test_contexts(h);
 	test_fork_in_flight(h);
 	test_writes(w);
+	test_huge_offsets(w);
 	/* Last: a refused wait is remembered for the process. */
 	test_wait_refused(h);
 	gpufile_close(w);
