@@ -1207,7 +1207,8 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * run (nothing is written when a copy failed), while the stream waits for
  * the end. The call returns at once, unless gpufile's two staging arenas
  * have no room for the request (one of more than half an arena takes
- * most of one): it then waits until an earlier staged request has ended,
+ * most of one; an arena serves one device's requests at a time): it then
+ * waits until an earlier staged request has ended,
  * so the streams of earlier staged requests must not wait for anything
  * the caller does after the call. *n_out and the bytes past the file's
  * end are as with gpufile_pread, except that where the file is cut short

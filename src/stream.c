@@ -90,20 +90,28 @@ static atomic_int wait_unsupported;
 #define MAX_SLABS      64
 
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
-/* A slab lives in the primary context of the device whose stream first
- * needed it, which gpufile holds for the process's life (a context the
- * program creates could be destroyed with the slab's memory). Only a
- * reset of that context (cudaDeviceReset) ends it: the slab is then
- * forgotten (host NULL), never reused, and its slots are dropped. */
+/*
+ * A slab lives in the primary context of one device, which gpufile holds
+ * for the process's life (a context the program creates could be
+ * destroyed with the slab's memory), and only that device's requests
+ * take its slots. Only a reset of that context (cudaDeviceReset) ends
+ * it: the slab is then forgotten (host NULL), never reused, and its
+ * slots are dropped. The reset ends the device's streams with it, so no
+ * live stream is left waiting on a flag that can no longer be stored.
+ * (Slots used to come from any device's slab: after device 0's reset, a
+ * device-1 stream waiting on a flag of device 0's slab was never
+ * released.)
+ */
 static struct {
 	uint32_t *host; /* NULL: its context ended */
 	CUdeviceptr dev;
 	CUcontext ctx;
 	unsigned long long id; /* ctx's id (gpufile__ctx_same) */
+	int device;            /* ctx's device */
+	unsigned nfree;
+	uint16_t free[SLOTS_PER_SLAB]; /* its slots not held */
 } slabs[MAX_SLABS];
 static int nslabs;
-static int free_slots[MAX_SLABS * SLOTS_PER_SLAB];
-static int nfree;
 
 /* Caller holds slot_lock. Whether slab k's memory is still there. */
 static int slab_alive(const struct gpufile__cuda *t, int k)
@@ -112,22 +120,25 @@ static int slab_alive(const struct gpufile__cuda *t, int k)
 }
 
 /* Caller holds slot_lock. Forgets slab k, whose context ended with its
- * memory: its free slots leave the list, held ones are dropped when
- * their requests end. */
+ * memory: its free slots are dropped, held ones when their requests
+ * end. */
 static void slab_forget(int k)
 {
-	int n = 0;
-
 	slabs[k].host = NULL;
-	for (int i = 0; i < nfree; i++)
-		if (free_slots[i] / SLOTS_PER_SLAB != k)
-			free_slots[n++] = free_slots[i];
-	nfree = n;
+	slabs[k].nfree = 0;
 }
 
-/* Caller holds slot_lock; the stream's context is current. Adds a slab
- * to the free list. Returns 0 or an error. */
-static int add_slab(const struct gpufile__cuda *t)
+/* Caller holds slot_lock. Gives slot back to its slab's free slots. */
+static void slot_free(int slot)
+{
+	const int k = slot / SLOTS_PER_SLAB;
+
+	slabs[k].free[slabs[k].nfree++] = (uint16_t)(slot % SLOTS_PER_SLAB);
+}
+
+/* Caller holds slot_lock; a context of device is current. Adds a slab in
+ * device's primary context: *k. Returns 0 or an error. */
+static int add_slab(const struct gpufile__cuda *t, int device, int *k)
 {
 	void *p = NULL;
 	CUdeviceptr dev;
@@ -142,8 +153,7 @@ static int add_slab(const struct gpufile__cuda *t)
 		                     "streams or by contexts reset under them",
 		                     MAX_SLABS * SLOTS_PER_SLAB);
 	t->cuCtxGetCurrent(&old);
-	rc =
-	    gpufile__primary_context(gpufile__current_device(t), (void **)&ctx);
+	rc = gpufile__primary_context(device, (void **)&ctx);
 	if (rc)
 		return rc;
 	cr = t->cuCtxSetCurrent(ctx);
@@ -166,36 +176,43 @@ static int add_slab(const struct gpufile__cuda *t)
 			    "cuMemHostGetDevicePointer of the stream flags");
 		}
 	}
-	slabs[nslabs].host = p;
-	slabs[nslabs].dev = dev;
-	slabs[nslabs].ctx = ctx;
-	gpufile__ctx_id(t, ctx, &slabs[nslabs].id);
-	for (int i = SLOTS_PER_SLAB - 1; i >= 0; i--)
-		free_slots[nfree++] = nslabs * SLOTS_PER_SLAB + i;
-	nslabs++;
+	*k = nslabs++;
+	slabs[*k].host = p;
+	slabs[*k].dev = dev;
+	slabs[*k].ctx = ctx;
+	gpufile__ctx_id(t, ctx, &slabs[*k].id);
+	slabs[*k].device = device;
+	slabs[*k].nfree = SLOTS_PER_SLAB;
+	for (int i = 0; i < SLOTS_PER_SLAB; i++)
+		slabs[*k].free[i] = (uint16_t)(SLOTS_PER_SLAB - 1 - i);
 	return 0;
 }
 
-/* A free slot of a live slab; its value is read under slot_lock (another
- * thread may forget the slab). */
+/* A free slot of a live slab of the current context's device; its value
+ * is read under slot_lock (another thread may forget the slab). */
 int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
                              uint32_t *value)
 {
+	const int device = gpufile__current_device(t);
 	int rc = 0;
 
 	pthread_mutex_lock(&slot_lock);
 	for (;;) {
-		if (nfree == 0 && (rc = add_slab(t)) != 0)
+		int k = 0;
+
+		while (k < nslabs && !(slabs[k].host && slabs[k].nfree &&
+		                       slabs[k].device == device))
+			k++;
+		if (k == nslabs && (rc = add_slab(t, device, &k)) != 0)
 			break;
-		if (slab_alive(t, free_slots[nfree - 1] / SLOTS_PER_SLAB)) {
-			*slot = free_slots[--nfree];
-			*value =
-			    __atomic_load_n(&slabs[*slot / SLOTS_PER_SLAB]
-			                         .host[*slot % SLOTS_PER_SLAB],
-			                    __ATOMIC_SEQ_CST);
-			break;
+		if (!slab_alive(t, k)) {
+			slab_forget(k);
+			continue;
 		}
-		slab_forget(free_slots[nfree - 1] / SLOTS_PER_SLAB);
+		*slot = k * SLOTS_PER_SLAB + slabs[k].free[--slabs[k].nfree];
+		*value = __atomic_load_n(&slabs[k].host[*slot % SLOTS_PER_SLAB],
+		                         __ATOMIC_SEQ_CST);
+		break;
 	}
 	pthread_mutex_unlock(&slot_lock);
 	return rc;
@@ -206,7 +223,7 @@ void gpufile__stream_flag_put(int slot)
 {
 	pthread_mutex_lock(&slot_lock);
 	if (slabs[slot / SLOTS_PER_SLAB].host)
-		free_slots[nfree++] = slot;
+		slot_free(slot);
 	pthread_mutex_unlock(&slot_lock);
 }
 
@@ -239,7 +256,7 @@ void gpufile__stream_flag_release(const struct gpufile__cuda *t, int slot,
 {
 	pthread_mutex_lock(&slot_lock);
 	if (flag_store(t, slot, value))
-		free_slots[nfree++] = slot;
+		slot_free(slot);
 	pthread_mutex_unlock(&slot_lock);
 }
 

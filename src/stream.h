@@ -21,8 +21,10 @@ int gpufile__idle_wait(pthread_cond_t *work, pthread_mutex_t *lock,
 
 /*
  * A flag is a 32-bit word of mapped pinned memory that a stream waits on
- * (cuStreamWaitValue32, GEQ). gpufile__stream_flag_get takes a free one:
- * *slot, and *value, what it holds now (wait for more than that).
+ * (cuStreamWaitValue32, GEQ). gpufile__stream_flag_get takes a free one
+ * of the current context's device (its memory ends only with that
+ * device's primary context): *slot, and *value, what it holds now (wait
+ * for more than that).
  * gpufile__stream_flag_store stores value, releasing the waits up to it,
  * and keeps the slot; gpufile__stream_flag_release stores it and gives
  * the slot back; gpufile__stream_flag_put gives back a slot nothing waits

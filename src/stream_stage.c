@@ -53,8 +53,14 @@
  * stream), and they never wait for the GPU.
  *
  * Arenas are allocated portable in the primary context of the
- * destination's device, at most MAX_ARENAS, kept until gpufile_release()
- * or gpufile_bounce_buffer_free(); a call waits while none has room,
+ * destination's device, at most MAX_ARENAS in all, and serve only that
+ * device's requests: a reset of one device's context frees its arenas,
+ * and must not take the memory of another device's request in flight (a
+ * device-1 read used to take a device-0 arena, and got the freed
+ * memory's bytes after device 0's reset). An idle arena of another
+ * device makes way where none has room. They are kept until
+ * gpufile_release() or gpufile_bounce_buffer_free(); a call waits while
+ * every one is in use,
  * which ends without the caller (the fillers and the stream run it),
  * unless the stream of an earlier staged read waits for something the
  * caller does after the call: the contract says so (gpufile.h).
@@ -95,7 +101,8 @@ struct arena {
 	unsigned busy; /* units in use */
 	unsigned lost; /* of them, units copies of unknown end may touch */
 	int dead;      /* its context ended, or units lost: no new spans */
-	CUcontext ctx; /* the primary context it lives in, and its id */
+	int device;    /* the device whose requests it serves */
+	CUcontext ctx; /* that device's primary context, and its id */
 	unsigned long long id;
 };
 
@@ -160,6 +167,7 @@ static struct arena *arena_alloc(const struct gpufile__cuda *t, size_t unit,
 	}
 	a->unit = unit;
 	a->nunits = nunits;
+	a->device = device;
 	return a;
 }
 
@@ -207,10 +215,25 @@ static void arenas_prune(const struct gpufile__cuda *t, size_t unit,
 	}
 }
 
-/* A span of n units of unit bytes (arenas of nunits), a new arena made in
- * device's primary context when none has room and fewer than MAX_ARENAS
- * exist; waits while every one is full. Returns 0, or an error with the
- * thread's message. */
+/* Caller holds arenas.lock. Moves an idle arena of a device other than
+ * device to *gone; returns whether there was one. */
+static int arena_evict(int device, struct arena **gone)
+{
+	for (struct arena **pp = &arenas.list, *a; (a = *pp); pp = &a->next)
+		if (a->busy == 0 && a->device != device) {
+			*pp = a->next;
+			arenas.count--;
+			a->next = *gone;
+			*gone = a;
+			return 1;
+		}
+	return 0;
+}
+
+/* A span of n units of unit bytes in an arena (of nunits) of device's, a
+ * new one made in device's primary context when none has room and fewer
+ * than MAX_ARENAS exist (or another device's is idle); waits while every
+ * one is in use. Returns 0, or an error with the thread's message. */
 static int span_take(const struct gpufile__cuda *t, size_t unit,
                      unsigned nunits, int device, unsigned n, struct span *out)
 {
@@ -234,8 +257,8 @@ static int span_take(const struct gpufile__cuda *t, size_t unit,
 		}
 		arenas_prune(t, unit, nunits, &gone);
 		for (a = arenas.list; a; a = a->next)
-			if (!a->dead && a->unit == unit &&
-			    a->nunits == nunits &&
+			if (!a->dead && a->device == device &&
+			    a->unit == unit && a->nunits == nunits &&
 			    (first = arena_fit(a, n)) >= 0)
 				break;
 		if (a) {
@@ -257,6 +280,8 @@ static int span_take(const struct gpufile__cuda *t, size_t unit,
 			}
 			continue;
 		}
+		if (arena_evict(device, &gone))
+			continue;
 		pthread_cond_wait(&arenas.back, &arenas.lock);
 	}
 	pthread_mutex_unlock(&arenas.lock);

@@ -25,7 +25,8 @@
  *   the arena is left, and later reads get a new one instead of waiting
  *   forever;
  * - device 1, and device 0 after its primary context was reset: new
- *   pinned memory and flags, nothing of the dead context used;
+ *   pinned memory and flags, nothing of the dead context used; requests
+ *   on device 1 in flight while device 0 is reset end;
  * - fork() while a staged read is in flight: the child closes the handle
  *   at once and reads; the parent's read ends right;
  * - a driver refusing the flag wait (CUDA_ERROR_NOT_SUPPORTED) makes the
@@ -498,6 +499,47 @@ static int read_device(gpufile_t *h, int dev)
 	return bad;
 }
 
+/* Requests on a stream of device 1, waiting behind its work before,
+ * while device 0's primary context is reset: their flags are device
+ * 1's, and the stream is released (a hang here fails by alarm()). */
+static void test_reset_other_device(gpufile_t *h)
+{
+	const size_t size = 3 * CHUNK + 5;
+	unsigned char *dst = fake_dev_base(1) + 4096;
+	unsigned char *host = test_malloc(size);
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+	                 0, 0};
+	ssize_t nd = -777, nh = -777;
+	CUcontext ctx;
+	CUstream s;
+
+	fake_cur = fake_ctx_of(0);
+	s = new_stream();
+	CHECK_EQ(read_on(h, s, dev_base + 4096, 4096, 0, NULL),
+	         4096); /* device 0 has flags */
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	fake_cur = fake_ctx_of(1);
+	s = new_stream();
+	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g), 0);
+	CHECK_EQ(gpufile_read_async(h, dst, size, 7, s, &nd), 0);
+	CHECK_EQ(gpufile_read_async(h, host, size, 11, s, &nh), 0);
+	fake_ctx_reset(0);
+	pthread_mutex_lock(&g.lock);
+	g.open = 1;
+	pthread_cond_broadcast(&g.cond);
+	pthread_mutex_unlock(&g.lock);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(g.timed_out, 0);
+	CHECK_EQ(nd, (ssize_t)size);
+	CHECK_EQ(nh, (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED, 7), -1);
+	CHECK_EQ(test_mismatch(host, size, SEED, 11), -1);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	fake_cur = fake_ctx_of(0);
+	CHECK_EQ(fake.cuDevicePrimaryCtxRetain(&ctx, 0), 0);
+	free(host);
+}
+
 static void test_contexts(gpufile_t *h)
 {
 	CUcontext ctx;
@@ -506,14 +548,15 @@ static void test_contexts(gpufile_t *h)
 	CHECK_EQ(read_device(h, 1), 0);
 	CHECK_EQ(read_device(h, 0), 0);
 	allocs = fake_read_long(&hostalloc_calls);
-	/* Device 0's buffers and flags end with its context: the reads
-	 * into device 1 (before device 0's context lives again) and then
-	 * into device 0 get new ones. */
+	/* Device 0's buffers and flags end with its context, device 1's
+	 * do not: the read into device 1 (before device 0's context lives
+	 * again) uses its own, the read into device 0 then gets new ones. */
 	fake_ctx_reset(0);
 	CHECK_EQ(read_device(h, 1), 0);
-	CHECK(fake_read_long(&hostalloc_calls) > allocs);
+	CHECK_EQ(fake_read_long(&hostalloc_calls), allocs);
 	CHECK_EQ(fake.cuDevicePrimaryCtxRetain(&ctx, 0), 0);
 	CHECK_EQ(read_device(h, 0), 0);
+	CHECK(fake_read_long(&hostalloc_calls) > allocs);
 	fake_ctx_reset(0);
 	CHECK_EQ(fake.cuDevicePrimaryCtxRetain(&ctx, 0), 0);
 	CHECK_EQ(read_device(h, 0), 0);
@@ -948,6 +991,7 @@ int main(void)
 	if (fake_install_devices(2) != 0)
 		return 1;
 	fake_cur = fake_ctx_of(0);
+	alarm(300); /* a hang is a failure, not a stuck test */
 	path = test_path("stream-stage.bin");
 	wpath = test_path("stream-stage-w.bin");
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
@@ -973,6 +1017,8 @@ int main(void)
 	CHECK_EQ(freed, 2 * REGION);
 	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
 	test_errors_midway(h);
+	/* Before test_contexts, while every flag is device 0's. */
+	test_reset_other_device(h);
 	test_contexts(h);
 	test_fork_in_flight(h);
 	test_writes(w);
