@@ -553,8 +553,10 @@ void gpufile__stage_atfork_prepare(void);
 void gpufile__stage_atfork_parent(void);
 void gpufile__stage_atfork_child(void);
 
-/* Threads stream.c has started to run stream-ordered requests (tests). */
+/* Threads stream.c has started to run stream-ordered requests, and
+ * those idle now (tests). */
 unsigned long gpufile__stream_waiters_started(void);
+unsigned gpufile__stream_waiters_idle(void);
 /* stream.c's part of fork.c's handlers (its waiters.lock comes after the
  * handles' locks and before pool.lock). */
 void gpufile__stream_atfork_prepare(void);

@@ -418,9 +418,13 @@ static void job_run(struct job *j)
  * holds but never a later job's (CUDA orders work by when it was queued),
  * so jobs are taken oldest first: the oldest job waiting never waits for
  * one behind it, and a bounded set of waiters always makes progress. A
- * waiter is started when a job is queued and no waiter is idle (so a job
- * stuck behind a long kernel on one stream does not hold up another
- * stream's), up to MAX_WAITERS; one idle for WAITER_IDLE_S seconds ends.
+ * waiter is started when a job is queued and fewer waiters are idle than
+ * jobs wait on the queue (so a job stuck behind a long kernel on one
+ * stream does not hold up another stream's), up to MAX_WAITERS; one idle
+ * for WAITER_IDLE_S seconds ends. An idle waiter that was signalled still
+ * counts as idle until it wakes: compared with nidle alone, two jobs
+ * queued back to back went to one waiter, and the second waited for the
+ * first's stream.
  * (Each request used to start and end a thread of its own:
  * test_stream_waiters counted 200 threads for 200 requests in turn.)
  *
@@ -442,6 +446,7 @@ static struct {
 	TAILQ_HEAD(, job) queue;          /* queued, oldest first */
 	TAILQ_HEAD(, job) running;        /* taken, not ended */
 	TAILQ_HEAD(, cufile_args) cufile; /* queued by cuFile, not ended */
+	unsigned queued;                  /* jobs on queue */
 	unsigned nwaiters, nidle;
 } waiters = {.lock = PTHREAD_MUTEX_INITIALIZER,
              .work = PTHREAD_COND_INITIALIZER,
@@ -454,6 +459,16 @@ static atomic_ulong waiters_started;
 unsigned long gpufile__stream_waiters_started(void)
 {
 	return atomic_load(&waiters_started);
+}
+
+unsigned gpufile__stream_waiters_idle(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&waiters.lock);
+	n = waiters.nidle;
+	pthread_mutex_unlock(&waiters.lock);
+	return n;
 }
 
 /* The job's request has ended: off the running list and uncounted on its
@@ -497,6 +512,7 @@ static void *waiter(void *arg)
 			continue;
 		}
 		TAILQ_REMOVE(&waiters.queue, j, link);
+		waiters.queued--;
 		TAILQ_INSERT_TAIL(&waiters.running, j, link);
 		pthread_mutex_unlock(&waiters.lock);
 		job_run(j);
@@ -517,7 +533,10 @@ static int waiter_queue(struct job *j)
 	int start, rc = 0;
 
 	pthread_mutex_lock(&waiters.lock);
-	start = waiters.nidle == 0 && waiters.nwaiters < MAX_WAITERS;
+	/* Each idle waiter takes one job: with j, one job more waits than
+	 * are taken by the idle ones. */
+	start = waiters.nidle < waiters.queued + 1 &&
+	        waiters.nwaiters < MAX_WAITERS;
 	if (start && pthread_attr_init(&attr) == 0) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		rc = pthread_create(&tid, &attr, waiter, NULL);
@@ -533,6 +552,7 @@ static int waiter_queue(struct job *j)
 	}
 	gpufile__handle_hold(j->h);
 	TAILQ_INSERT_TAIL(&waiters.queue, j, link);
+	waiters.queued++;
 	pthread_cond_signal(&waiters.work);
 	pthread_mutex_unlock(&waiters.lock);
 	return 0;
@@ -564,7 +584,7 @@ void gpufile__stream_atfork_child(void)
 	TAILQ_INIT(&waiters.queue);
 	TAILQ_INIT(&waiters.running);
 	TAILQ_INIT(&waiters.cufile);
-	waiters.nwaiters = waiters.nidle = 0;
+	waiters.nwaiters = waiters.nidle = waiters.queued = 0;
 	pthread_cond_init(&waiters.work, NULL);
 	pthread_mutex_unlock(&waiters.lock);
 }

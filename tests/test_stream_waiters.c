@@ -5,7 +5,9 @@
  *   - reused: 200 requests one after another start no more than a few
  *     threads, not one each;
  *   - not serialised: a request whose read is stuck (a gated pread) does
- *     not hold up a later request on another stream;
+ *     not hold up a later request on another stream; nor does one whose
+ *     stream is held by a long kernel, queued back to back with the
+ *     other while one waiter was idle;
  *   - closing a handle waits for its request in flight and is woken by
  *     its end;
  *   - fork: a child forked while a request is stuck can still close the
@@ -131,6 +133,57 @@ static void test_not_serialised(gpufile_t *stuck, gpufile_t *free_h,
 	CHECK_EQ(fake.cuStreamDestroy(b), 0);
 }
 
+/* A "kernel" that holds its stream until the test opens the gate. */
+static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kernel_cond = PTHREAD_COND_INITIALIZER;
+static int kernel_open;
+
+static void long_kernel(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&kernel_lock);
+	while (!kernel_open)
+		pthread_cond_wait(&kernel_cond, &kernel_lock);
+	pthread_mutex_unlock(&kernel_lock);
+}
+
+/* One waiter idle; a request behind a long kernel on stream a, then at
+ * once one on the free stream b: b's must not wait for a's kernel (a
+ * hang here fails by alarm()). The idle waiter, signalled for a's job,
+ * counts as idle until it wakes, and b's job used to go to it too. */
+static void test_back_to_back(gpufile_t *h, unsigned char *buf)
+{
+	CUstream a, b;
+	ssize_t na = -777, nb = -777;
+
+	CHECK_EQ(fake.cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), 0);
+	CHECK_EQ(fake.cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), 0);
+	CHECK_EQ(gpufile_read_async(h, buf, 4096, 0, b, &nb), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(b), 0);
+	CHECK_EQ(nb, 4096);
+	CHECK_EQ(gpufile__stream_waiters_started(), 1);
+	while (gpufile__stream_waiters_idle() != 1)
+		sched_yield();
+	nb = -777;
+	CHECK_EQ(fake.cuLaunchHostFunc(a, long_kernel, NULL), 0);
+	CHECK_EQ(gpufile_read_async(h, buf, 4096, 0, a, &na), 0);
+	CHECK_EQ(gpufile_read_async(h, buf + (2u << 20), 4096, 4096, b, &nb),
+	         0);
+	CHECK_EQ(fake.cuStreamSynchronize(b), 0);
+	CHECK_EQ(nb, 4096);
+	CHECK_EQ(load(&na), -777);
+	CHECK_EQ(test_mismatch(buf + (2u << 20), 4096, SEED, 4096), -1);
+	pthread_mutex_lock(&kernel_lock);
+	kernel_open = 1;
+	pthread_cond_broadcast(&kernel_cond);
+	pthread_mutex_unlock(&kernel_lock);
+	CHECK_EQ(fake.cuStreamSynchronize(a), 0);
+	CHECK_EQ(na, 4096);
+	CHECK_EQ(test_mismatch(buf, 4096, SEED, 0), -1);
+	CHECK_EQ(fake.cuStreamDestroy(a), 0);
+	CHECK_EQ(fake.cuStreamDestroy(b), 0);
+}
+
 struct closer {
 	gpufile_t *h;
 	int rc, done;
@@ -222,6 +275,8 @@ int main(void)
 		return test_finish("test_stream_waiters");
 
 	alarm(120); /* a hang is a failure, not a stuck test */
+	/* First: no waiter exists yet. */
+	test_back_to_back(h, buf);
 	test_reused(h, buf);
 	test_not_serialised(h, h2, buf);
 	test_close_waits(path, buf);
