@@ -137,9 +137,12 @@ static void slot_free(int slot)
 }
 
 /* Caller holds slot_lock; a context of device is current. Adds a slab in
- * device's primary context: *k. Returns 0 or an error. */
-static int add_slab(const struct gpufile__cuda *t, int device, int *k)
+ * device's primary context: *k. Returns 0 or an error naming the file of
+ * the request (path, is_write) that needed it. */
+static int add_slab(const struct gpufile__cuda *t, int device, int *k,
+                    const char *path, int is_write)
 {
+	char why[384];
 	void *p = NULL;
 	CUdeviceptr dev;
 	CUcontext old = NULL, ctx;
@@ -148,14 +151,18 @@ static int add_slab(const struct gpufile__cuda *t, int device, int *k)
 
 	if (nslabs == MAX_SLABS)
 		return gpufile__fail(-EAGAIN,
-		                     "stream-ordered request: the %d flags "
-		                     "are all taken, by requests waiting on "
-		                     "streams or by contexts reset under them",
+		                     "%s %s: the %d stream flags are all "
+		                     "taken, by requests waiting on streams "
+		                     "or by contexts reset under them",
+		                     stream_verb(is_write), path,
 		                     MAX_SLABS * SLOTS_PER_SLAB);
 	t->cuCtxGetCurrent(&old);
 	rc = gpufile__primary_context(device, (void **)&ctx);
-	if (rc)
-		return rc;
+	if (rc) {
+		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
+		return gpufile__fail(rc, "%s %s: %s", stream_verb(is_write),
+		                     path, why);
+	}
 	cr = t->cuCtxSetCurrent(ctx);
 	if (cr == CUDA_SUCCESS)
 		cr = t->cuMemHostAlloc(&p, 4096,
@@ -164,7 +171,9 @@ static int add_slab(const struct gpufile__cuda *t, int device, int *k)
 	t->cuCtxSetCurrent(old);
 	if (cr != CUDA_SUCCESS)
 		return gpufile__cuda_fail(cr, NULL, 0,
-		                          "cuMemHostAlloc of the stream flags");
+		                          "%s %s: cuMemHostAlloc of the "
+		                          "stream flags",
+		                          stream_verb(is_write), path);
 	memset(p, 0, 4096);
 	dev = (CUdeviceptr)(uintptr_t)p; /* the same address under UVA */
 	if (t->cuMemHostGetDevicePointer) {
@@ -173,7 +182,10 @@ static int add_slab(const struct gpufile__cuda *t, int device, int *k)
 			t->cuMemFreeHost(p);
 			return gpufile__cuda_fail(
 			    cr, NULL, 0,
-			    "cuMemHostGetDevicePointer of the stream flags");
+			    "%s %s: "
+			    "cuMemHostGetDevicePointer of "
+			    "the stream flags",
+			    stream_verb(is_write), path);
 		}
 	}
 	*k = nslabs++;
@@ -191,7 +203,7 @@ static int add_slab(const struct gpufile__cuda *t, int device, int *k)
 /* A free slot of a live slab of the current context's device; its value
  * is read under slot_lock (another thread may forget the slab). */
 int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
-                             uint32_t *value)
+                             uint32_t *value, const char *path, int is_write)
 {
 	const int device = gpufile__current_device(t);
 	int rc = 0;
@@ -203,7 +215,8 @@ int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
 		while (k < nslabs && !(slabs[k].host && slabs[k].nfree &&
 		                       slabs[k].device == device))
 			k++;
-		if (k == nslabs && (rc = add_slab(t, device, &k)) != 0)
+		if (k == nslabs &&
+		    (rc = add_slab(t, device, &k, path, is_write)) != 0)
 			break;
 		if (!slab_alive(t, k)) {
 			slab_forget(k);
@@ -380,8 +393,7 @@ static void job_run(struct job *j)
 		n = gpufile__cuda_fail(cr, NULL, 0,
 		                       "%s %s: waiting for the work queued on "
 		                       "the stream before the request",
-		                       j->is_write ? "writing" : "reading",
-		                       j->h->path);
+		                       stream_verb(j->is_write), j->h->path);
 	else if (j->is_write)
 		n = gpufile_pwrite(j->h, j->buf, j->size, j->offset);
 	else
@@ -641,7 +653,7 @@ static void cufile_end_here(const struct gpufile__cuda *t,
 	__atomic_store_n(
 	    a->n_out,
 	    gpufile__cuda_fail(cr, NULL, 0, "%s %s: cuStreamSynchronize",
-	                       a->is_write ? "writing" : "reading", a->h->path),
+	                       stream_verb(a->is_write), a->h->path),
 	    __ATOMIC_RELEASE);
 	pthread_mutex_lock(&waiters.lock);
 	TAILQ_REMOVE(&waiters.cufile, a, link);
@@ -898,7 +910,8 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 	if (j->mech == MECH_WAIT_VALUE) {
 		uint32_t now;
 
-		rc = gpufile__stream_flag_get(t, &j->slot, &now);
+		rc = gpufile__stream_flag_get(t, &j->slot, &now, j->h->path,
+		                              j->is_write);
 		if (rc)
 			return rc;
 		j->seq = now + 1;
@@ -913,7 +926,9 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 			return 1;
 		}
 		return gpufile__cuda_fail(cr, NULL, 0,
-		                          "cuStreamWaitValue32 on the stream");
+		                          "%s %s: cuStreamWaitValue32 on the "
+		                          "stream",
+		                          stream_verb(j->is_write), j->h->path);
 	}
 	if (j->mech == MECH_HOST_FUNC) {
 		j->refs = 2;
@@ -921,8 +936,10 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 		if (cr != CUDA_SUCCESS) {
 			j->refs = 1;
 			return gpufile__cuda_fail(cr, NULL, 0,
-			                          "cuLaunchHostFunc on the "
-			                          "stream");
+			                          "%s %s: cuLaunchHostFunc on "
+			                          "the stream",
+			                          stream_verb(j->is_write),
+			                          j->h->path);
 		}
 		return 0;
 	}
@@ -930,7 +947,10 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 	cr = t->cuStreamSynchronize(stream);
 	return cr == CUDA_SUCCESS
 	           ? 0
-	           : gpufile__cuda_fail(cr, NULL, 0, "cuStreamSynchronize");
+	           : gpufile__cuda_fail(cr, NULL, 0,
+	                                "%s %s: "
+	                                "cuStreamSynchronize",
+	                                stream_verb(j->is_write), j->h->path);
 }
 
 /* From here the stream waits for j: it must run. Queues it for a waiter,
@@ -959,12 +979,14 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 	cr = t->cuEventCreate(&j->before,
 	                      CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
 	if (cr != CUDA_SUCCESS)
-		return gpufile__cuda_fail(cr, NULL, 0, "cuEventCreate");
+		return gpufile__cuda_fail(cr, NULL, 0, "%s %s: cuEventCreate",
+		                          stream_verb(j->is_write), j->h->path);
 	cr = t->cuEventRecord(j->before, stream);
 	if (cr != CUDA_SUCCESS) {
 		t->cuEventDestroy(j->before);
 		return gpufile__cuda_fail(cr, NULL, 0,
-		                          "cuEventRecord on the stream");
+		                          "%s %s: cuEventRecord on the stream",
+		                          stream_verb(j->is_write), j->h->path);
 	}
 	rc = hold(t, j, stream);
 	if (rc == 1) {

@@ -9,6 +9,12 @@
 #include "internal.h"
 #include "cuda_shim.h"
 
+/* How a message names a request's direction: "reading PATH: ...". */
+static inline const char *stream_verb(int is_write)
+{
+	return is_write ? "writing" : "reading";
+}
+
 /* Caller holds lock. Waits on work as an idle thread of a set (counted
  * in *nidle while it waits), for at most secs seconds; returns what
  * pthread_cond_timedwait returned (ETIMEDOUT: the thread may end, if its
@@ -24,7 +30,8 @@ int gpufile__idle_wait(pthread_cond_t *work, pthread_mutex_t *lock,
  * (cuStreamWaitValue32, GEQ). gpufile__stream_flag_get takes a free one
  * of the current context's device (its memory ends only with that
  * device's primary context): *slot, and *value, what it holds now (wait
- * for more than that).
+ * for more than that); or an error naming the request's file (path, and
+ * is_write: "reading" or "writing").
  * gpufile__stream_flag_store stores value, releasing the waits up to it,
  * and keeps the slot; gpufile__stream_flag_release stores it and gives
  * the slot back; gpufile__stream_flag_put gives back a slot nothing waits
@@ -32,7 +39,7 @@ int gpufile__idle_wait(pthread_cond_t *work, pthread_mutex_t *lock,
  * went with it).
  */
 int gpufile__stream_flag_get(const struct gpufile__cuda *t, int *slot,
-                             uint32_t *value);
+                             uint32_t *value, const char *path, int is_write);
 CUdeviceptr gpufile__stream_flag_dev(int slot);
 void gpufile__stream_flag_store(const struct gpufile__cuda *t, int slot,
                                 uint32_t value);

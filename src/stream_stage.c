@@ -563,11 +563,6 @@ void gpufile__stage_free(struct gpufile__stage *st)
 	free(st);
 }
 
-static const char *verb(int is_write)
-{
-	return is_write ? "writing" : "reading";
-}
-
 int gpufile__stage_new(const struct gpufile__cuda *t,
                        const struct gpufile__request *r, CUstream stream,
                        ssize_t *n_out, struct gpufile__stage **out)
@@ -581,7 +576,7 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	*out = NULL;
 	if (!st)
 		return gpufile__fail(-ENOMEM, "%s %s: out of memory",
-		                     verb(r->is_write), r->h->path);
+		                     stream_verb(r->is_write), r->h->path);
 	if (fsize < 0) {
 		free(st);
 		return (int)fsize;
@@ -621,16 +616,17 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	if (!st->tasks || !st->filled || (st->is_write && !st->group_done)) {
 		gpufile__stage_free(st);
 		return gpufile__fail(-ENOMEM, "%s %s: out of memory",
-		                     verb(r->is_write), r->h->path);
+		                     stream_verb(r->is_write), r->h->path);
 	}
 	if (st->npieces && span_take(t, st->piece, arena_units(&r->cfg),
 	                             r->device, st->npieces, &st->span)) {
 		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
 		gpufile__stage_free(st);
 		return gpufile__fail(GPUFILE_ECUDA, "%s %s: %s",
-		                     verb(r->is_write), r->h->path, why);
+		                     stream_verb(r->is_write), r->h->path, why);
 	}
-	rc = gpufile__stream_flag_get(t, &st->slot, &st->seq);
+	rc = gpufile__stream_flag_get(t, &st->slot, &st->seq, r->h->path,
+	                              r->is_write);
 	if (rc) {
 		gpufile__stage_free(st);
 		return rc;
@@ -836,7 +832,7 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		rc = gpufile__cuda_fail(cr, NULL, 0,
 		                        "%s %s: cuStreamWaitValue32 on "
 		                        "the stream",
-		                        verb(st->is_write), st->h->path);
+		                        stream_verb(st->is_write), st->h->path);
 		gpufile__stream_flag_put(st->slot);
 		gpufile__stage_free(st);
 		return rc;
@@ -866,13 +862,13 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		rc = gpufile__cuda_fail(cr, NULL, 0,
 		                        "%s %s: queueing copy %u of %u on the "
 		                        "stream",
-		                        verb(st->is_write), st->h->path, g + 1,
-		                        ngroups);
+		                        stream_verb(st->is_write), st->h->path,
+		                        g + 1, ngroups);
 	else
 		rc = gpufile__cuda_fail(cr, NULL, 0,
 		                        "%s %s: recording an event after the "
 		                        "copies on the stream",
-		                        verb(st->is_write), st->h->path);
+		                        stream_verb(st->is_write), st->h->path);
 	/* The end, queued after a failure too, so that the work after
 	 * still waits for *n_out (which then holds the failure). */
 	if (st->npieces) {
@@ -880,11 +876,11 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		    st->stream, gpufile__stream_flag_dev(st->slot),
 		    st->seq + st->npieces + 1, CU_STREAM_WAIT_VALUE_GEQ);
 		if (cr != CUDA_SUCCESS && rc == 0)
-			rc =
-			    gpufile__cuda_fail(cr, NULL, 0,
-			                       "%s %s: cuStreamWaitValue32 "
-			                       "on the stream",
-			                       verb(st->is_write), st->h->path);
+			rc = gpufile__cuda_fail(cr, NULL, 0,
+			                        "%s %s: cuStreamWaitValue32 "
+			                        "on the stream",
+			                        stream_verb(st->is_write),
+			                        st->h->path);
 	}
 	pthread_mutex_lock(&st->lock);
 	/* Copies were queued, and nothing will tell when they have ended:
@@ -902,7 +898,7 @@ static ssize_t copies_failed(struct gpufile__stage *st, CUresult cr)
 	return gpufile__cuda_fail(cr, NULL, 0,
 	                          "%s %s: waiting for the copies on the "
 	                          "stream",
-	                          verb(st->is_write), st->h->path);
+	                          stream_verb(st->is_write), st->h->path);
 }
 
 /* Waits for the stream's copies (where their event was recorded) and

@@ -274,6 +274,50 @@ static CUresult refuse_record(CUevent e, CUstream s)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult refuse_host_func(CUstream s, CUhostFn fn, void *data)
+{
+	(void)s;
+	(void)fn;
+	(void)data;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult refuse_wait(CUstream s, CUdeviceptr addr, unsigned value,
+                            unsigned flags)
+{
+	(void)s;
+	(void)addr;
+	(void)value;
+	(void)flags;
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult refuse_sync(CUstream s)
+{
+	(void)s;
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* The driver refuses what each mechanism queues at the call: an error
+ * naming the file and the call, n_out alone, nothing queued but (where
+ * the hold was refused) the event recorded before it, which waits for
+ * nothing. */
+static void refused_at_call(gpufile_t *h, CUstream s,
+                            const struct gpufile__cuda *table, const char *what)
+{
+	size_t before = queued(s);
+	ssize_t n = -777;
+
+	gpufile__cuda_override(table);
+	CHECK_EQ(gpufile_read_async(h, host_base, 4096, 0, s, &n),
+	         GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), what);
+	CHECK_CONTAINS(gpufile_errmsg(), gpufile_filename(h));
+	CHECK_EQ(n, -777);
+	CHECK(queued(s) <= before + 1);
+	gpufile__cuda_override(&fake);
+}
+
 static void test_errors(gpufile_t *h, gpufile_t *ro)
 {
 	unsigned char *dev = dev_base + 4096;
@@ -320,6 +364,7 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 		CHECK_EQ(gpufile_read_async(h, host_base, 4096, 0, s, &n),
 		         GPUFILE_ECUDA);
 		CHECK_CONTAINS(gpufile_errmsg(), "cuEventRecord");
+		CHECK_CONTAINS(gpufile_errmsg(), gpufile_filename(h));
 		CHECK_EQ(n, -777);
 		CHECK_EQ(queued(s), before);
 		/* A staged read (device memory) has queued its first wait
@@ -337,6 +382,22 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 			n = -777;
 		}
 		gpufile__cuda_override(&fake);
+	}
+	/* The hold refused: the wait (wait-value), the host function
+	 * (host-func), the synchronisation (blocking). */
+	{
+		static struct gpufile__cuda broken;
+
+		broken = fake;
+		broken.cuStreamWaitValue32 = refuse_wait;
+		refused_at_call(h, s, &broken, "cuStreamWaitValue32");
+		broken = fake;
+		broken.cuStreamWaitValue32 = NULL;
+		broken.cuLaunchHostFunc = refuse_host_func;
+		refused_at_call(h, s, &broken, "cuLaunchHostFunc");
+		broken.cuLaunchHostFunc = NULL;
+		broken.cuStreamSynchronize = refuse_sync;
+		refused_at_call(h, s, &broken, "cuStreamSynchronize");
 	}
 	/* A stream capturing a graph: refused, naming it. */
 	{
@@ -411,14 +472,6 @@ static void *close_it(void *arg)
 	c->rc = gpufile_close(c->h);
 	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
-}
-
-static CUresult refuse_host_func(CUstream s, CUhostFn fn, void *data)
-{
-	(void)s;
-	(void)fn;
-	(void)data;
-	return CUDA_ERROR_INVALID_VALUE;
 }
 
 /* A request cuFile queued holds its handle until the stream has run it:

@@ -520,6 +520,15 @@ static void test_reset_other_device(gpufile_t *h)
 	CHECK_EQ(fake.cuStreamDestroy(s), 0);
 	fake_cur = fake_ctx_of(1);
 	s = new_stream();
+	/* Device 1's first request needs flags of its own: where they
+	 * cannot be allocated, the error names the file. */
+	pthread_mutex_lock(&fake_lock);
+	fail_hostalloc = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK_EQ(gpufile_read_async(h, host, size, 11, s, &nh), GPUFILE_ECUDA);
+	CHECK_CONTAINS(gpufile_errmsg(), "stream flags");
+	CHECK_CONTAINS(gpufile_errmsg(), path);
+	CHECK_EQ(nh, -777);
 	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g), 0);
 	CHECK_EQ(gpufile_read_async(h, dst, size, 7, s, &nd), 0);
 	CHECK_EQ(gpufile_read_async(h, host, size, 11, s, &nh), 0);
