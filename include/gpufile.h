@@ -1210,9 +1210,18 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * most of one; an arena serves one device's requests at a time): it then
  * waits until an earlier staged request has ended,
  * so the streams of earlier staged requests must not wait for anything
- * the caller does after the call. *n_out and the bytes past the file's
- * end are as with gpufile_pread, except that where the file is cut short
- * after the call, the destination past its new end gets zeros. Larger
+ * the caller does after the call. A staged read reads the file ahead of
+ * the stream, from the call on, unless a stream-ordered write to the
+ * same file (gpufile_write_async on any handle of it, on any stream) was
+ * queued before the call and has not ended: the read then reads the file
+ * only once the stream has reached it, and so sees the bytes of every
+ * such write ordered before it (on this stream, or on one the caller
+ * made the stream wait for). Changes made to the file otherwise while a
+ * read is queued (gpufile_pwrite, another process, a host function on
+ * the stream) may or may not be seen by a read read ahead. *n_out and
+ * the bytes past the file's end are as with gpufile_pread, except that
+ * where the file is cut short after the call, the destination past its
+ * new end may get zeros. Larger
  * requests, and appends, of device memory run gpufile's own copies on the
  * GPU, which a held stream must not wait for (CUDA's rule for flag waits
  * and host functions): the call synchronises the stream and runs the
@@ -1225,8 +1234,8 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  *
  * Where gpufile differs from KvikIO's FileHandle::read_async and from
  * cuFileReadAsync on purpose: size and offsets are values read at the
- * call, not pointers read when the stream reaches the request (the
- * posix path starts reading before then); there is no separate buffer
+ * call, not pointers read when the stream reaches the request (a staged
+ * read may start reading before then); there is no separate buffer
  * offset (pass buf + offset); no future object is returned (the stream
  * is the future: synchronise it, then read *n_out). The stream is not
  * registered with cuFileStreamRegister: gpufile cannot know when the

@@ -246,6 +246,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h->readable = readable;
 	h->writable = writable;
 	h->append = append;
+	h->file_dev = st.st_dev;
+	h->file_ino = st.st_ino;
 	atomic_init(&h->append_pos, size);
 	atomic_init(&h->direct_refused, 0);
 	atomic_init(&h->inflight, 0);

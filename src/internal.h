@@ -187,6 +187,10 @@ struct gpufile {
 	_Atomic int64_t append_pos;
 	unsigned append_pending; /* appends placed, not yet submitted (lock) */
 	char *path;
+	/* The file (a local one's; 0 for a remote object): stream-ordered
+	 * reads wait for writes to the same file (stream.c). */
+	dev_t file_dev;
+	ino_t file_ino;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
 	pthread_mutex_t lock;    /* guards direct_reason and the map fields */

@@ -28,7 +28,10 @@
  *               buffer's context: the stream itself copies the bytes
  *               between the buffer and gpufile's pinned memory. A read's
  *               copies each wait for a flag that filler threads release
- *               once they have read its part of the file; a write's
+ *               once they have read its part of the file (at the call,
+ *               ahead of the stream, unless a stream-ordered write to
+ *               the file is pending: then once the stream has reached
+ *               the read, see write_pending); a write's
  *               copies go first, and fillers write the file once they
  *               have run (stream_stage.c, which says why neither can
  *               deadlock). A waiter waits for the copies (and a write's
@@ -1104,11 +1107,47 @@ static int start_job(const struct gpufile__cuda *t, gpufile_t *h, void *buf,
 	return rc;
 }
 
+/* Whether h and g name one file (one inode). */
+static int same_file(const gpufile_t *h, const gpufile_t *g)
+{
+	return h == g || (h->file_ino && h->file_dev == g->file_dev &&
+	                  h->file_ino == g->file_ino);
+}
+
+/*
+ * Whether a stream-ordered write to h's file was queued and has not
+ * ended, on any handle and any stream: a read must then not read the
+ * file before the stream has reached it. A write on another stream
+ * counts too, since the caller may have ordered it before the read with
+ * an event (cuStreamWaitEvent) that gpufile cannot see; one queued later
+ * is never before the read. Every such write is on one of the lists
+ * until its bytes are in the file. The lists hold the requests in flight
+ * (tens, rarely more): scanning them costs far less than a read.
+ */
+static int write_pending(const gpufile_t *h)
+{
+	const struct cufile_args *a;
+	const struct job *j;
+	int pending = 0;
+
+	pthread_mutex_lock(&waiters.lock);
+	TAILQ_FOREACH (j, &waiters.queue, link)
+		pending |= j->is_write && same_file(j->h, h);
+	TAILQ_FOREACH (j, &waiters.running, link)
+		pending |= j->is_write && same_file(j->h, h);
+	TAILQ_FOREACH (a, &waiters.cufile, link)
+		pending |= a->is_write && same_file(a->h, h);
+	pthread_mutex_unlock(&waiters.lock);
+	return pending;
+}
+
 /*
  * Starts a staged request (stream_stage.c): its waits and copies on the
- * stream, a read's fillers, and a waiter for its end. Returns 0, or 1 when it
- * could not start and nothing is queued (the caller then blocks
- * instead), or an error.
+ * stream, a read's fillers, and a waiter for its end. A read is read
+ * ahead, at once, unless a write to its file is pending
+ * (write_pending): it is then read once the stream has reached it.
+ * Returns 0, or 1 when it could not start and nothing is queued (the
+ * caller then blocks instead), or an error.
  */
 static int start_staged(const struct gpufile__cuda *t,
                         const struct gpufile__request *r, ssize_t *n_out,
@@ -1126,7 +1165,9 @@ static int start_staged(const struct gpufile__cuda *t,
 	            r->is_write ? "gpufile_write_async" : "gpufile_read_async");
 	if (!j)
 		return -ENOMEM;
-	rc = gpufile__stage_new(t, r, stream, n_out, &st);
+	j->is_write = r->is_write;
+	rc = gpufile__stage_new(
+	    t, r, stream, !r->is_write && write_pending(r->h), n_out, &st);
 	if (rc == 0)
 		rc = gpufile__stage_queue(st, &unsupported);
 	if (rc) {

@@ -59,13 +59,17 @@ int gpufile__stage_fits(const struct gpufile__settings *cfg, int64_t offset,
  * Prepares the read or write r (prepared by file.c: device memory, the
  * posix path, gpufile__stage_fits) to run on stream, whose context owns the
  * buffer and is current: takes pinned memory for it (waiting while none has
- * room) and a flag. Returns 0 with *out, or an error (nothing is queued).
+ * room) and a flag. A read is read ahead of the stream, at once, unless
+ * in_order: then only once the stream has reached it (the work queued
+ * before it may change the file). Returns 0 with *out, or an error
+ * (nothing is queued).
  */
 int gpufile__stage_new(const struct gpufile__cuda *t,
                        const struct gpufile__request *r, CUstream stream,
-                       ssize_t *n_out, struct gpufile__stage **out);
+                       int in_order, ssize_t *n_out,
+                       struct gpufile__stage **out);
 /* Queues the request's waits and copies on the stream and starts a read's
- * fillers.
+ * fillers (an in-order read's are started by gpufile__stage_run).
  * Returns 0 once the stream holds the request (a driver failure after
  * the first operation ends up in the result): then call
  * gpufile__stage_run, on a thread that may wait for the stream. Or the
@@ -73,11 +77,12 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
  * *unsupported is then 1 when the driver refused the wait as
  * CUDA_ERROR_NOT_SUPPORTED. */
 int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported);
-/* Waits until every piece is read and the stream's copies have run (a
- * write: until the copies have run, then has every piece written), gives
- * the pinned memory back, stores *n_out, then lets the stream go past the
- * request; returns the result. st's handle is not used after it; free st
- * with gpufile__stage_free. */
+/* Waits until every piece is read and the stream's copies have run (an
+ * in-order read: first until the stream has reached it; a write: until
+ * the copies have run, then has every piece written), gives the pinned
+ * memory back (or loses it, where copies may still run), stores *n_out,
+ * then lets the stream go past the request; returns the result. st's
+ * handle is not used after it; free st with gpufile__stage_free. */
 ssize_t gpufile__stage_run(struct gpufile__stage *st);
 void gpufile__stage_free(struct gpufile__stage *st);
 

@@ -21,6 +21,22 @@
  * caller can see the request ended, no CUDA call of gpufile's names its
  * stream or context).
  *
+ * The fillers start at the call, ahead of the stream: a read's bytes are
+ * then in the arena by the time the stream gets there. That is wrong
+ * only where the work before the read changes the file, which gpufile
+ * knows of when it is its own stream-ordered write (stream.c's
+ * write_pending): a staged write then read back on one stream returned
+ * the old bytes. Such a read is "in order": at the call the stream gets
+ * the wait the flag already satisfies (as a write's first), an event,
+ * and the read's waits and copies; the waiter waits for the event and
+ * only then gives the pieces to the fillers. Its size is not cut at the
+ * file's end at the call (the write may extend the file); where it
+ * reaches past that end, copies of the destination into the span come
+ * before the event (the snapshot), so that the bytes the file lacks
+ * when it is read are the destination's own, as gpufile_pread leaves
+ * them. Reads with no such write pending (the common case) lose
+ * nothing.
+ *
  * A write of up to one arena is cut the same way, but its copies (device
  * to host, one per group) come first, behind a wait the flag already
  * satisfies (a driver that refuses waits then refuses it with nothing
@@ -492,6 +508,14 @@ struct gpufile__stage {
 	uint32_t npieces, per_group;
 	struct span span; /* its units hold [base, base + n * piece) */
 	struct piece_task *tasks;
+	/* A read that waits for the stream (gpufile__stage_new): the
+	 * fillers start once the stream has reached the request (reached,
+	 * recorded at the call), and where the read may end past the
+	 * file's end at the call, the stream first copies the destination
+	 * into the span (snapshot), so that bytes the file does not have
+	 * are left as they were. */
+	int in_order, snapshot;
+	CUevent reached;
 	CUevent event;       /* after the last copy, or NULL */
 	CUevent *group_done; /* a write's: after each group's copy, or NULL */
 	uint32_t ngroups;
@@ -565,7 +589,8 @@ void gpufile__stage_free(struct gpufile__stage *st)
 
 int gpufile__stage_new(const struct gpufile__cuda *t,
                        const struct gpufile__request *r, CUstream stream,
-                       ssize_t *n_out, struct gpufile__stage **out)
+                       int in_order, ssize_t *n_out,
+                       struct gpufile__stage **out)
 {
 	struct gpufile__stage *st = calloc(1, sizeof(*st));
 	/* A write is not cut at the file's end. */
@@ -595,6 +620,13 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
 	           : (uint64_t)(fsize - r->offset) < r->size
 	               ? (size_t)(fsize - r->offset)
 	               : r->size;
+	/* Read once the stream gets there, the file may be longer than
+	 * now (a write before it extends it): the whole request is
+	 * staged, and what lies past the file's end now is kept. */
+	st->in_order = in_order && !r->is_write && r->size > 0;
+	st->snapshot = st->in_order && st->size < r->size;
+	if (st->in_order)
+		st->size = r->size;
 	st->piece = r->cfg.bounce_buffer_size;
 	st->base = st->off - (int64_t)((uint64_t)st->off % st->piece);
 	st->npieces = st->size
@@ -693,7 +725,10 @@ static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 	if (!skip)
 		n = gpufile__file_read(st->h, st->cfg.direct_io, buf, len, pos,
 		                       scratch, GPUFILE__SCRATCH);
-	if (n < 0)
+	/* A snapshot holds the destination's own bytes there. */
+	if (st->snapshot)
+		;
+	else if (n < 0)
 		memset(buf, 0, len);
 	else if ((size_t)n < len)
 		memset(buf + n, 0, len - (size_t)n);
@@ -744,20 +779,32 @@ static void piece_run(struct gpufile__stage *st, uint32_t p, char *scratch)
 		fill_piece(st, p, scratch);
 }
 
+/* Group g: its pieces [*first, *last), and its bytes: *len at file
+ * offset *pos, at *dev in the buffer. */
+static void group_range(const struct gpufile__stage *st, uint32_t g,
+                        uint32_t *first, uint32_t *last, int64_t *pos,
+                        CUdeviceptr *dev, size_t *len)
+{
+	*first = g * st->per_group;
+	*last = *first + st->per_group < st->npieces ? *first + st->per_group
+	                                             : st->npieces;
+	*pos = piece_pos(st, *first);
+	*dev = st->dst + (CUdeviceptr)(*pos - st->off);
+	*len = (size_t)(piece_end(st, *last - 1) - *pos);
+}
+
 /* Queues group g: a read's wait, unless queued already (the first), and
  * its copy; a write's copy. */
 static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
 {
 	const struct gpufile__cuda *t = st->t;
-	const uint32_t first = g * st->per_group;
-	const uint32_t last = first + st->per_group < st->npieces
-	                          ? first + st->per_group
-	                          : st->npieces;
-	const int64_t pos = piece_pos(st, first);
-	const CUdeviceptr dev = st->dst + (CUdeviceptr)(pos - st->off);
-	const size_t len = (size_t)(piece_end(st, last - 1) - pos);
+	uint32_t first, last;
+	int64_t pos;
+	CUdeviceptr dev;
+	size_t len;
 	CUresult cr = CUDA_SUCCESS;
 
+	group_range(st, g, &first, &last, &pos, &dev, &len);
 	if (st->is_write)
 		return t->cuMemcpyDtoHAsync(region_at(st, pos), dev, len,
 		                            st->stream);
@@ -772,15 +819,15 @@ static CUresult queue_group(struct gpufile__stage *st, uint32_t g, int wait)
 }
 
 /* The stream's first operation: a wait (a read's group 0, or the end's
- * where nothing is copied; a write's for the value the flag holds, which
- * lets the stream through at once). */
+ * where nothing is copied; a write's, or an in-order read's, for the
+ * value the flag holds, which lets the stream through at once). */
 static CUresult queue_first(struct gpufile__stage *st)
 {
 	const uint32_t first =
 	    st->per_group < st->npieces ? st->per_group : st->npieces;
-	const uint32_t value = !st->npieces   ? st->seq + 1
-	                       : st->is_write ? st->seq
-	                                      : st->seq + first;
+	const uint32_t value = !st->npieces                   ? st->seq + 1
+	                       : st->is_write || st->in_order ? st->seq
+	                                                      : st->seq + first;
 
 	return st->t->cuStreamWaitValue32(st->stream,
 	                                  gpufile__stream_flag_dev(st->slot),
@@ -818,12 +865,35 @@ static CUresult event_after(struct gpufile__stage *st, CUevent *e)
 	return cr;
 }
 
+/* An in-order read's operations before its copies: the snapshot's
+ * copies (counted in *copies), then the event that tells the waiter the
+ * stream has reached the request. */
+static CUresult queue_reached(struct gpufile__stage *st, uint32_t *copies)
+{
+	CUresult cr = CUDA_SUCCESS;
+
+	for (uint32_t g = 0; st->snapshot && g < st->ngroups; g++) {
+		uint32_t first, last;
+		int64_t pos;
+		CUdeviceptr dev;
+		size_t len;
+
+		group_range(st, g, &first, &last, &pos, &dev, &len);
+		cr = st->t->cuMemcpyDtoHAsync(region_at(st, pos), dev, len,
+		                              st->stream);
+		if (cr != CUDA_SUCCESS)
+			return cr;
+		(*copies)++;
+	}
+	return event_after(st, &st->reached);
+}
+
 int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 {
 	const struct gpufile__cuda *t = st->t;
 	const uint32_t ngroups = st->ngroups;
 	CUresult cr = queue_first(st);
-	uint32_t g = 0;
+	uint32_t g = 0, copies = 0;
 	int rc;
 
 	*unsupported = cr == CUDA_ERROR_NOT_SUPPORTED;
@@ -837,20 +907,24 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		gpufile__stage_free(st);
 		return rc;
 	}
-	/* A read's fillers start now; a write's pieces once their group's
-	 * copy has run (its event; where that was refused, the last's). */
-	if (!st->is_write)
+	/* A read's fillers start now (an in-order read's once the stream
+	 * has reached it); a write's pieces once their group's copy has
+	 * run (its event; where that was refused, the last's). */
+	if (!st->is_write && !st->in_order)
 		pieces_give(st, 0, st->npieces);
-	for (g = 0; g < ngroups; g++) {
-		cr = queue_group(st, g, g > 0);
+	if (st->in_order)
+		cr = queue_reached(st, &copies);
+	for (g = 0; cr == CUDA_SUCCESS && g < ngroups; g++) {
+		cr = queue_group(st, g, g > 0 || st->in_order);
 		if (cr != CUDA_SUCCESS)
 			break;
+		copies++;
 		if (st->is_write)
 			event_after(st, &st->group_done[g]);
 	}
 	/* The event after the copies queued, all of them or those before
 	 * a refused one: it tells when the span is no longer touched. */
-	if (g > 0) {
+	if (copies > 0) {
 		CUresult ev = event_after(st, &st->event);
 
 		if (cr == CUDA_SUCCESS)
@@ -858,6 +932,11 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 	}
 	if (cr == CUDA_SUCCESS)
 		rc = 0;
+	else if (st->in_order && !st->reached)
+		rc = gpufile__cuda_fail(cr, NULL, 0,
+		                        "%s %s: queueing the wait for the work "
+		                        "before the request on the stream",
+		                        stream_verb(st->is_write), st->h->path);
 	else if (g < ngroups)
 		rc = gpufile__cuda_fail(cr, NULL, 0,
 		                        "%s %s: queueing copy %u of %u on the "
@@ -885,7 +964,7 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 	pthread_mutex_lock(&st->lock);
 	/* Copies were queued, and nothing will tell when they have ended:
 	 * the span cannot be reused (gpufile__stage_run loses it). */
-	st->span_lost = rc && g && !st->event;
+	st->span_lost = rc && copies && !st->event;
 	st->queue_err = rc;
 	st->queue_done = 1;
 	pthread_cond_broadcast(&st->cond);
@@ -939,6 +1018,53 @@ static ssize_t pieces_ended(struct gpufile__stage *st, uint32_t n)
 	return rc;
 }
 
+/* An in-order read that will not be read (its event before was not
+ * queued, or waiting for it failed: err): every piece ends as failed,
+ * and the flag lets the copies queued pass. Their bytes are the span's:
+ * zeroed, unless a snapshot copy may write it (the destination's own
+ * bytes then). */
+static void pieces_fail(struct gpufile__stage *st, ssize_t err)
+{
+	if (!st->snapshot)
+		memset(region_at(st, st->off), 0, st->size);
+	pthread_mutex_lock(&st->lock);
+	st->err_piece = 0;
+	st->err = err;
+	memset(st->filled, 1, st->npieces);
+	st->prefix = st->ended = st->npieces;
+	gpufile__stream_flag_store(st->t, st->slot, st->seq + st->npieces);
+	pthread_cond_broadcast(&st->cond);
+	pthread_mutex_unlock(&st->lock);
+}
+
+/* An in-order read: waits until the stream has reached the request (the
+ * work before it, and so the writes to the file among it, has run),
+ * then gives the pieces to the fillers. */
+static void reach(struct gpufile__stage *st)
+{
+	CUresult cr;
+
+	if (!st->reached) {
+		pieces_fail(st, st->queue_err);
+		return;
+	}
+	cr = st->t->cuEventSynchronize(st->reached);
+	st->t->cuEventDestroy(st->reached);
+	st->reached = NULL;
+	if (cr != CUDA_SUCCESS) {
+		/* Whether the snapshot's copies ended is not known. */
+		st->span_lost |= st->snapshot;
+		pieces_fail(st, gpufile__cuda_fail(
+		                    cr, NULL, 0,
+		                    "%s %s: waiting for the work "
+		                    "queued on the stream before "
+		                    "the request",
+		                    stream_verb(st->is_write), st->h->path));
+		return;
+	}
+	pieces_give(st, 0, st->npieces);
+}
+
 /* A write whose copies were all queued: each group's pieces go to the
  * fillers once its copy has run. Returns the result once every piece
  * given out is written. */
@@ -982,11 +1108,14 @@ ssize_t gpufile__stage_run(struct gpufile__stage *st)
 	 * away). After a read's last copy nothing reads the span; after a
 	 * write's, the span holds the buffer's bytes, and only then are
 	 * they written (none where a copy was not queued, or failed). */
-	if (st->is_write)
+	if (st->is_write) {
 		n = copies_ended(st, st->queue_err ? st->queue_err
 		                                   : write_groups(st));
-	else
+	} else {
+		if (st->in_order)
+			reach(st);
 		n = copies_ended(st, pieces_ended(st, st->npieces));
+	}
 	if (st->span.a && st->span_lost)
 		span_lose(st->span);
 	else if (st->span.a)

@@ -39,6 +39,10 @@
  * file's end, zero bytes, and one byte over an arena (blocking, saying why); a
  * failed pwrite and a copy the driver refuses midway reach *n_out (the latter
  * writes nothing), and the stream goes on;
+ * - a read after a write of the same bytes on one stream, both queued
+ *   while the work before them holds the stream, sees the written bytes
+ *   (write of device or host memory; a write extending the file, the
+ *   read past its new end leaving the destination alone);
  * - a request ending within a piece of INT64_MAX copies exactly its bytes
  *   and gets gpufile_pwrite's and gpufile_pread's results.
  */
@@ -919,6 +923,90 @@ static void test_writes(gpufile_t *w)
 	CHECK_EQ(fake.cuStreamDestroy(s), 0);
 }
 
+/* ---- a read after a write, in stream order ---- */
+
+static void gate_open_now(struct gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->open = 1;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+}
+
+/* A write, then a read of the same bytes, on one stream held at the
+ * call by work before both (a gate): the read sees what the write wrote,
+ * as cuFile would give it, though gpufile reads ahead of the stream
+ * where no write to the file is pending. The read goes through another
+ * handle of the file. Where the read reaches past the file's end at the
+ * call (the write extends the file), it still gets the written bytes,
+ * and the destination past the file's new end keeps its bytes. */
+static void test_read_after_write(gpufile_t *w)
+{
+	const size_t size = 3 * CHUNK + 17;
+	unsigned char *src = dev_base + 4096;
+	unsigned char *dst = dev_base + 8 * CHUNK;
+	unsigned char *host = test_malloc(size);
+	struct gate g1 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+	                  0, 0, 0};
+	struct gate g2 = g1, g3 = g1;
+	struct produce p = {&g1, src, size, SEED + 7, 100};
+	gpufile_t *r = NULL;
+	ssize_t nw = -777, nr = -777;
+	const int64_t end = gpufile_size(w);
+	CUstream s = new_stream();
+
+	CHECK_EQ(gpufile_open(&r, wpath, "r"), 0);
+	if (!r)
+		return;
+	CHECK(end > (int64_t)(100 + size));
+	/* A staged write (device memory) before a staged read. */
+	memset(dst, 0, size);
+	CHECK_EQ(fake.cuLaunchHostFunc(s, produce_fn, &p), 0);
+	CHECK_EQ(gpufile_write_async(w, src, size, 100, s, &nw), 0);
+	CHECK_EQ(gpufile_read_async(r, dst, size, 100, s, &nr), 0);
+	gate_open_now(&g1);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(g1.timed_out, 0);
+	CHECK_EQ(nw, (ssize_t)size);
+	CHECK_EQ(nr, (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED + 7, 100), -1);
+
+	/* A write of host memory (the flag wait) before a staged read. */
+	test_fill(host, size, SEED + 8, 100);
+	memset(dst, 0, size);
+	nw = nr = -777;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, gate_fn, &g2), 0);
+	CHECK_EQ(gpufile_write_async(w, host, size, 100, s, &nw), 0);
+	CHECK_EQ(gpufile_read_async(r, dst, size, 100, s, &nr), 0);
+	gate_open_now(&g2);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(nw, (ssize_t)size);
+	CHECK_EQ(nr, (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED + 8, 100), -1);
+
+	/* The write extends the file; the read asks for a piece more. */
+	p = (struct produce){&g3, src, size, SEED + 9, (uint64_t)end};
+	memset(dst, 0xA5, size + CHUNK);
+	nw = nr = -777;
+	CHECK_EQ(fake.cuLaunchHostFunc(s, produce_fn, &p), 0);
+	CHECK_EQ(gpufile_write_async(w, src, size, end, s, &nw), 0);
+	CHECK_EQ(gpufile_read_async(r, dst, size + CHUNK, end, s, &nr), 0);
+	gate_open_now(&g3);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(nw, (ssize_t)size);
+	CHECK_EQ(nr, (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED + 9, (uint64_t)end), -1);
+	CHECK_EQ(test_mismatch_byte(dst + size, CHUNK, 0xA5), -1);
+
+	/* No write pending: read ahead as before, right. */
+	memset(dst, 0, size);
+	CHECK_EQ(read_on(r, s, dst, size, 100, NULL), (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED + 8, 100), -1);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	CHECK_EQ(gpufile_close(r), 0);
+	free(host);
+}
+
 /* ---- offsets within a piece of INT64_MAX ---- */
 
 static size_t longest_copy; /* of the copies queued since reset */
@@ -1031,6 +1119,7 @@ int main(void)
 	test_contexts(h);
 	test_fork_in_flight(h);
 	test_writes(w);
+	test_read_after_write(w);
 	test_huge_offsets(w);
 	/* Last: a refused wait is remembered for the process. */
 	test_wait_refused(h);
