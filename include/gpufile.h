@@ -1208,9 +1208,12 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * the end. The call returns at once, unless gpufile's two staging arenas
  * have no room for the request (one of more than half an arena takes
  * most of one; an arena serves one device's requests at a time): it then
- * waits until an earlier staged request has ended,
- * so the streams of earlier staged requests must not wait for anything
- * the caller does after the call. A staged read reads the file ahead of
+ * waits until an earlier staged request has ended, so the streams of
+ * earlier staged requests must not wait for anything the caller does
+ * after the call. Where the driver refuses the wait for the request's
+ * end, once its copies are queued, the call runs the request to its end
+ * (*n_out is written when it returns), so that the work queued after
+ * the call still comes after it. A staged read reads the file ahead of
  * the stream, from the call on, unless a stream-ordered write to the
  * same file (gpufile_write_async on any handle of it, on any stream) was
  * queued before the call and has not ended: the read then reads the file

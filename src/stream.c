@@ -957,11 +957,12 @@ static int hold(const struct gpufile__cuda *t, struct job *j, CUstream stream)
 }
 
 /* From here the stream waits for j: it must run. Queues it for a waiter,
- * or, blocking or when no waiter could be started, runs it here (the
- * order still holds), counted and listed as a waiter's job is. */
-static void job_dispatch(struct job *j)
+ * or, blocking, where here is set or when no waiter could be started,
+ * runs it here (the order still holds), counted and listed as a waiter's
+ * job is. */
+static void job_dispatch(struct job *j, int here)
 {
-	if (j->mech != MECH_BLOCKING && waiter_queue(j) == 0)
+	if (j->mech != MECH_BLOCKING && !here && waiter_queue(j) == 0)
 		return;
 	pthread_mutex_lock(&waiters.lock);
 	gpufile__handle_hold(j->h);
@@ -1000,7 +1001,7 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 		t->cuEventDestroy(j->before);
 		return rc;
 	}
-	job_dispatch(j);
+	job_dispatch(j, 0);
 	return 0;
 }
 
@@ -1143,8 +1144,9 @@ static int write_pending(const gpufile_t *h)
 
 /*
  * Starts a staged request (stream_stage.c): its waits and copies on the
- * stream, a read's fillers, and a waiter for its end. A read is read
- * ahead, at once, unless a write to its file is pending
+ * stream, a read's fillers, and a waiter for its end (or, where the
+ * driver refused the end's wait, runs it to its end here). A read is
+ * read ahead, at once, unless a write to its file is pending
  * (write_pending): it is then read once the stream has reached it.
  * Returns 0, or 1 when it could not start and nothing is queued (the
  * caller then blocks instead), or an error.
@@ -1155,7 +1157,7 @@ static int start_staged(const struct gpufile__cuda *t,
 {
 	struct gpufile__stage *st;
 	struct job *j;
-	int rc, unsupported = 0;
+	int rc, unsupported = 0, here = 0;
 
 	/* The stream's copies read or write the buffer: they must run in
 	 * its context. */
@@ -1169,7 +1171,7 @@ static int start_staged(const struct gpufile__cuda *t,
 	rc = gpufile__stage_new(
 	    t, r, stream, !r->is_write && write_pending(r->h), n_out, &st);
 	if (rc == 0)
-		rc = gpufile__stage_queue(st, &unsupported);
+		rc = gpufile__stage_queue(st, &unsupported, &here);
 	if (rc) {
 		job_free(j);
 		if (rc == GPUFILE_ECUDA && unsupported) {
@@ -1181,7 +1183,7 @@ static int start_staged(const struct gpufile__cuda *t,
 	j->stage = st;
 	/* Without a waiter this waits here; the fillers and the stream
 	 * end it. */
-	job_dispatch(j);
+	job_dispatch(j, here);
 	return 0;
 }
 

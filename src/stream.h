@@ -72,11 +72,13 @@ int gpufile__stage_new(const struct gpufile__cuda *t,
  * fillers (an in-order read's are started by gpufile__stage_run).
  * Returns 0 once the stream holds the request (a driver failure after
  * the first operation ends up in the result): then call
- * gpufile__stage_run, on a thread that may wait for the stream. Or the
- * error of the first operation, with nothing queued and st freed;
- * *unsupported is then 1 when the driver refused the wait as
- * CUDA_ERROR_NOT_SUPPORTED. */
-int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported);
+ * gpufile__stage_run, on a thread that may wait for the stream, and
+ * before the call returns where *run_here is set (nothing holds the
+ * work queued after the call). Or the error of the first operation,
+ * with nothing queued and st freed; *unsupported is then 1 when the
+ * driver refused the wait as CUDA_ERROR_NOT_SUPPORTED. */
+int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported,
+                         int *run_here);
 /* Waits until every piece is read and the stream's copies have run (an
  * in-order read: first until the stream has reached it; a write: until
  * the copies have run, then has every piece written), gives the pinned

@@ -322,11 +322,11 @@ static void span_give(struct span sp)
 /*
  * A span that copies queued on a stream may still read or write, with no
  * event to tell when they end (the driver refused a copy, then the event
- * after the ones queued). Its units are never given back, and its arena
- * takes no new span; once nothing else of it is in use it leaves the
- * list for arenas.lost, its pinned memory never freed, and a new arena
- * may take its place: requests after it never wait for units that cannot
- * come back. Each such double failure costs one arena of pinned memory.
+ * after the ones queued; or waiting for that event failed). Its units are never
+ * given back, and its arena takes no new span; once nothing else of it is in
+ * use it leaves the list for arenas.lost, its pinned memory never freed, and a
+ * new arena may take its place: requests after it never wait for units that
+ * cannot come back. Each such double failure costs one arena of pinned memory.
  */
 static void span_lose(struct span sp)
 {
@@ -888,7 +888,8 @@ static CUresult queue_reached(struct gpufile__stage *st, uint32_t *copies)
 	return event_after(st, &st->reached);
 }
 
-int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
+int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported,
+                         int *run_here)
 {
 	const struct gpufile__cuda *t = st->t;
 	const uint32_t ngroups = st->ngroups;
@@ -897,6 +898,7 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 	int rc;
 
 	*unsupported = cr == CUDA_ERROR_NOT_SUPPORTED;
+	*run_here = 0;
 	if (cr != CUDA_SUCCESS) {
 		/* Nothing on the stream: the request is off. */
 		rc = gpufile__cuda_fail(cr, NULL, 0,
@@ -949,18 +951,16 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported)
 		                        "copies on the stream",
 		                        stream_verb(st->is_write), st->h->path);
 	/* The end, queued after a failure too, so that the work after
-	 * still waits for *n_out (which then holds the failure). */
-	if (st->npieces) {
-		cr = t->cuStreamWaitValue32(
-		    st->stream, gpufile__stream_flag_dev(st->slot),
-		    st->seq + st->npieces + 1, CU_STREAM_WAIT_VALUE_GEQ);
-		if (cr != CUDA_SUCCESS && rc == 0)
-			rc = gpufile__cuda_fail(cr, NULL, 0,
-			                        "%s %s: cuStreamWaitValue32 "
-			                        "on the stream",
-			                        stream_verb(st->is_write),
-			                        st->h->path);
-	}
+	 * still waits for *n_out (which then holds the failure). Where the
+	 * driver refuses it, nothing holds the work after (the call used
+	 * to return 0 all the same, the stream unordered): the request
+	 * then runs to its end in the call (the caller is told to), before
+	 * any work queued after it. */
+	if (st->npieces && t->cuStreamWaitValue32(
+	                       st->stream, gpufile__stream_flag_dev(st->slot),
+	                       st->seq + st->npieces + 1,
+	                       CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+		*run_here = 1;
 	pthread_mutex_lock(&st->lock);
 	/* Copies were queued, and nothing will tell when they have ended:
 	 * the span cannot be reused (gpufile__stage_run loses it). */
@@ -995,8 +995,13 @@ static ssize_t copies_ended(struct gpufile__stage *st, ssize_t n)
 	if (st->event) {
 		CUresult cr = t->cuEventSynchronize(st->event);
 
-		if (cr != CUDA_SUCCESS && n >= 0)
-			n = copies_failed(st, cr);
+		/* The copies may still run: the span must not be reused
+		 * (it used to be given back). */
+		if (cr != CUDA_SUCCESS) {
+			st->span_lost = 1;
+			if (n >= 0)
+				n = copies_failed(st, cr);
+		}
 		t->cuEventDestroy(st->event);
 		st->event = NULL;
 	}

@@ -23,7 +23,8 @@
  *   (never left waiting); bytes past a file's early end are zeros, never
  *   stale region bytes; where the event after the copies is refused too,
  *   the arena is left, and later reads get a new one instead of waiting
- *   forever;
+ *   forever, as where waiting for the copies fails; where the driver
+ *   refuses the wait for the end, the call runs the read to its end;
  * - device 1, and device 0 after its primary context was reset: new
  *   pinned memory and flags, nothing of the dead context used; requests
  *   on device 1 in flight while device 0 is reset end;
@@ -408,6 +409,24 @@ static CUresult refusing_dtoh(void *dst, CUdeviceptr src, size_t size,
 	return fake.cuMemcpyDtoHAsync(dst, src, size, s);
 }
 
+static long wait_fail_at = -1; /* the wait (counted from 0) refused */
+static long waits_seen;
+
+static CUresult refusing_wait(CUstream s, CUdeviceptr addr, unsigned value,
+                              unsigned flags)
+{
+	if (__atomic_fetch_add(&waits_seen, 1, __ATOMIC_SEQ_CST) ==
+	    wait_fail_at)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake.cuStreamWaitValue32(s, addr, value, flags);
+}
+
+static CUresult failing_sync(CUevent e)
+{
+	(void)e;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
 static void test_errors_midway(gpufile_t *h)
 {
 	const size_t size = 19 * CHUNK; /* 2 copies */
@@ -468,6 +487,36 @@ static void test_errors_midway(gpufile_t *h)
 	CHECK_EQ(gpufile_bounce_buffer_free(), REGION);
 
 	/* And the next read on the stream is right. */
+	CHECK_EQ(read_on(h, s, dst, size, 4096, seen), (ssize_t)size);
+	CHECK_EQ(test_mismatch(seen, size, SEED, 4096), -1);
+
+	/* The driver refuses the wait for the end, after the copies (one
+	 * group: the first wait, then the end's): nothing would hold the
+	 * work queued after the call, so the call runs the read to its
+	 * end before it returns. */
+	refusing = fake;
+	refusing.cuStreamWaitValue32 = refusing_wait;
+	waits_seen = 0;
+	wait_fail_at = 1;
+	memset(dst, 0, 3 * CHUNK);
+	n = -777;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(gpufile_read_async(h, dst, 3 * CHUNK, 7, s, &n), 0);
+	gpufile__cuda_override(&fake);
+	wait_fail_at = -1;
+	CHECK_EQ(n, (ssize_t)(3 * CHUNK));
+	CHECK_EQ(test_mismatch(dst, 3 * CHUNK, SEED, 7), -1);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+
+	/* Waiting for the copies fails: they may still run, so their span
+	 * is lost (its arena is not idle), never given to another read. */
+	gpufile_bounce_buffer_free();
+	refusing = fake;
+	refusing.cuEventSynchronize = failing_sync;
+	gpufile__cuda_override(&refusing);
+	CHECK_EQ(read_on(h, s, dst, size, 0, NULL), GPUFILE_ECUDA);
+	gpufile__cuda_override(&fake);
+	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
 	CHECK_EQ(read_on(h, s, dst, size, 4096, seen), (ssize_t)size);
 	CHECK_EQ(test_mismatch(seen, size, SEED, 4096), -1);
 	CHECK_EQ(fake.cuStreamDestroy(s), 0);
