@@ -52,6 +52,9 @@
 #                              the pinned copy ceiling (gpu_bench
 #                              --pool-ab), and the copy calls alone
 #                              (--batch-copies)
+#   scripts/gpu_run.sh harden  every test (the GPU ones' lines shown),
+#                              then the warm 4 GiB read against the
+#                              pinned copy (gpu_bench --reps 5)
 #   scripts/gpu_run.sh repeat  N (10) runs of each test in TESTS (the
 #                              staged reads' tests, test_map_copy,
 #                              test_gpu_contexts), failures counted
@@ -304,6 +307,15 @@ pool)
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --reps 9 --pool-ab --contention \
 		--batch-copies 4:1,4:8,16:1 2>&1 | tee "$OUT/gpu_bench.log" |
 		grep -E '^(pool|batch|ceiling|gpufile warm|verify|warm read / pinned|DATA)'
+	;;
+harden)
+	every_test "test_gpu|test_stream|test_batch|test_mmap|test_block|test_safetensors|test_remote|test_direct"
+	log "warm 4 GiB read against the pinned copy, after the hardening"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --reps 5 2>&1 |
+		tee "$OUT/gpu_bench.log" |
+		grep -E '^(ceiling|gpufile warm|verify|warm read / pinned|DATA)'
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))
