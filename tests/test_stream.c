@@ -460,20 +460,6 @@ static int launch_for_cufile(void *stream, void (*fn)(void *), void *data)
 	return fake.cuLaunchHostFunc(stream, fn, data) == CUDA_SUCCESS ? 0 : -1;
 }
 
-struct closer {
-	gpufile_t *h;
-	int rc, done;
-};
-
-static void *close_it(void *arg)
-{
-	struct closer *c = arg;
-
-	c->rc = gpufile_close(c->h);
-	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
 /* A request cuFile queued holds its handle until the stream has run it:
  * gpufile_close() waits (it deregisters the cuFile handle the request
  * reads through), and is woken by the request's end; a forked child,
@@ -483,7 +469,7 @@ static void *close_it(void *arg)
 static void test_cufile_close(const char *rpath)
 {
 	unsigned char *dev = dev_base + 4096;
-	struct closer c = {0};
+	struct test_closer c = {0};
 	ssize_t n = -777;
 	pthread_t t;
 	CUstream s;
@@ -504,7 +490,7 @@ static void test_cufile_close(const char *rpath)
 		CHECK_EQ(waitpid(pid, &st, 0), pid);
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
-	CHECK_EQ(pthread_create(&t, NULL, close_it, &c), 0);
+	CHECK_EQ(pthread_create(&t, NULL, test_close_thread, &c), 0);
 	/* The fake runs the stream only here: the closer must wait. */
 	test_sleep_ms(50);
 	CHECK_EQ(__atomic_load_n(&c.done, __ATOMIC_SEQ_CST), 0);

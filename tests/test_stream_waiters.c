@@ -184,25 +184,11 @@ static void test_back_to_back(gpufile_t *h, unsigned char *buf)
 	CHECK_EQ(fake.cuStreamDestroy(b), 0);
 }
 
-struct closer {
-	gpufile_t *h;
-	int rc, done;
-};
-
-static void *close_it(void *arg)
-{
-	struct closer *c = arg;
-
-	c->rc = gpufile_close(c->h);
-	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
-	return NULL;
-}
-
 /* gpufile_close() of a handle with a request in flight waits for it, and
  * is woken when it ends (the request's end is what wakes the closer). */
 static void test_close_waits(const char *path, unsigned char *buf)
 {
-	struct closer c = {0};
+	struct test_closer c = {0};
 	ssize_t n = -777;
 	pthread_t t;
 	CUstream s;
@@ -212,7 +198,7 @@ static void test_close_waits(const char *path, unsigned char *buf)
 	gate_close(gpufile_fd(c.h, 0));
 	CHECK_EQ(gpufile_read_async(c.h, buf, 1u << 20, 0, s, &n), 0);
 	gate_wait_stuck();
-	CHECK_EQ(pthread_create(&t, NULL, close_it, &c), 0);
+	CHECK_EQ(pthread_create(&t, NULL, test_close_thread, &c), 0);
 	test_sleep_ms(50);
 	CHECK_EQ(__atomic_load_n(&c.done, __ATOMIC_SEQ_CST), 0);
 	gate_release();

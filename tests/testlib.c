@@ -270,3 +270,12 @@ int test_cli_run(char *out, size_t len, const char *fmt, ...)
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);
 }
+
+void *test_close_thread(void *arg)
+{
+	struct test_closer *c = arg;
+
+	c->rc = gpufile_close(c->h);
+	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}

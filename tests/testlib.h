@@ -111,6 +111,15 @@ void *test_read_file(const char *path, size_t *len);
 /* Sleeps ms milliseconds. */
 void test_sleep_ms(long ms);
 
+/* A gpufile_close() run by a thread of its own (pthread_create with
+ * test_close_thread and a struct test_closer): rc is its result, done is
+ * set (atomically) once it has returned, for tests of closes that wait. */
+struct test_closer {
+	gpufile_t *h;
+	int rc, done;
+};
+void *test_close_thread(void *arg);
+
 /* ---- the gpufile tool ($GPUFILE_CLI, set by ctest) ---- */
 
 /* The path of the gpufile tool, or NULL when there is none to run. */
