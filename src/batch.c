@@ -22,8 +22,9 @@
  * and device entries of a second CUDA context.
  *
  * Threads: the batch owns nworkers threads, started at the first submit
- * and joined by gpufile_batch_free. Lock order: batch.lock only; no I/O
- * runs under it. Invariants:
+ * and joined by gpufile_batch_free. Locks: batch.lock, and pool.lock
+ * inside gpufile__handle_release_mark, never one while holding the
+ * other; no I/O runs under either. Invariants:
  *   - an entry's result and message are written only by the worker that
  *     claimed its chunk, before its done flag is set (release); readers
  *     look at them only after seeing the flag (acquire);
@@ -31,7 +32,10 @@
  *     completed (its slot's stream synchronised), so the caller never
  *     sees a count for bytes still on their way;
  *   - the batch is complete (b->complete, broadcast under the lock) only
- *     after every entry is done and the stats are recorded.
+ *     after every entry is done and the stats are recorded;
+ *   - an entry counts on its handle's inflight (what gpufile_close waits
+ *     for) from its submit until its done flag is set, which happens in
+ *     one step with the release, under pool.lock.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -190,8 +194,12 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 		atomic_compare_exchange_strong(&b->first_error[e->path], &zero,
 		                               (int)e->result);
 	}
-	atomic_fetch_sub(&e->h->inflight, 1);
-	atomic_store_explicit(&e->done, 1, memory_order_release);
+	/* Through the pool: a gpufile_close waiting for h sleeps on the
+	 * pool's idle condition, and only a release under pool.lock wakes
+	 * it (a bare decrement left it asleep for ever). The done flag is
+	 * set in the same step, for batch_after_fork. After this, h may be
+	 * freed: it is not touched again. */
+	gpufile__handle_release_mark(e->h, &e->done);
 	if (atomic_fetch_add(&b->ndone, 1) + 1 != b->n)
 		return;
 
@@ -970,8 +978,9 @@ static void batch_after_fork(struct gpufile_batch *b)
 			        "batch entry %u: the process forked while it "
 			        "was in flight; the parent's threads read it",
 			        i);
-			atomic_fetch_sub(&e->h->inflight, 1);
-			atomic_store(&e->done, 1);
+			/* Not done: its release had not happened at the fork
+			 * (gpufile__handle_release_mark sets done with it). */
+			gpufile__handle_release_mark(e->h, &e->done);
 		}
 		atomic_store(&b->ndone, b->n);
 		b->busy = 0;

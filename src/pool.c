@@ -142,9 +142,20 @@ void gpufile__handle_hold(struct gpufile *h)
 
 void gpufile__handle_release(struct gpufile *h)
 {
+	gpufile__handle_release_mark(h, NULL);
+}
+
+void gpufile__handle_release_mark(struct gpufile *h, atomic_int *mark)
+{
 	pthread_mutex_lock(&pool.lock);
 	if (atomic_fetch_sub(&h->inflight, 1) == 1)
 		pthread_cond_broadcast(&pool.idle);
+	/* In the same step: the fork prepare handler holds pool.lock, so a
+	 * forked child sees the piece either still counted and unmarked or
+	 * released and marked, never released and unmarked (which it would
+	 * release a second time). */
+	if (mark)
+		atomic_store_explicit(mark, 1, memory_order_release);
 	pthread_mutex_unlock(&pool.lock);
 }
 

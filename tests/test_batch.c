@@ -13,7 +13,10 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifdef GPUFILE_HAVE_LIBURING
@@ -557,6 +560,95 @@ static void test_poll_wait(gpufile_t *a)
 	hooks_reset();
 }
 
+/* Waits until thread tid sleeps in futex(2), as pthread_cond_wait does,
+ * reading /proc/self/task/TID/syscall: a state, not a time. Where that
+ * file cannot be read, a pause has to do. */
+static void wait_thread_asleep(pid_t tid)
+{
+	char path[64], line[64];
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	for (;;) {
+		FILE *f = fopen(path, "r");
+		int ok = f && fgets(line, sizeof(line), f);
+
+		if (f)
+			fclose(f);
+		if (!ok) {
+			test_sleep_ms(100);
+			return;
+		}
+		if (atol(line) == SYS_futex)
+			return;
+		sched_yield();
+	}
+}
+
+struct closer {
+	gpufile_t *h;
+	atomic_int tid, done;
+	int rc;
+};
+
+static void *close_it(void *arg)
+{
+	struct closer *c = arg;
+
+	atomic_store(&c->tid, (int)syscall(SYS_gettid));
+	c->rc = gpufile_close(c->h);
+	atomic_store(&c->done, 1);
+	return NULL;
+}
+
+/* gpufile_close of a handle with batch entries in flight waits for them
+ * and returns once they end: the closer, asleep before the held entry
+ * ends, must be woken by it (it slept for ever when entries lowered the
+ * handle's count with a bare decrement). The alarm makes a hang a
+ * failure. */
+static void test_close_waits(void)
+{
+	const unsigned n = 8, held_entry = 5;
+	gpufile_batch_entry_t e[8];
+	struct closer c = {0};
+	gpufile_batch_t *b = NULL;
+	pthread_t t;
+
+	fill_canary();
+	CHECK_EQ(gpufile_open(&c.h, path_a, "r"), 0);
+	for (unsigned i = 0; i < n; i++)
+		e[i] = (gpufile_batch_entry_t){
+		    c.h, (i % 2 ? dev_base : host_base) + (size_t)i * 4096,
+		    4096, (int64_t)i * 4096};
+	if (use_uring)
+		hold_index = held_entry;
+	else
+		hold_offset = e[held_entry].offset;
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	pthread_mutex_lock(&hook_lock);
+	while (!held)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+	alarm(60);
+	CHECK_EQ(pthread_create(&t, NULL, close_it, &c), 0);
+	while (!atomic_load(&c.tid))
+		sched_yield();
+	wait_thread_asleep((pid_t)atomic_load(&c.tid));
+	CHECK_EQ(atomic_load(&c.done), 0);
+	pthread_mutex_lock(&hook_lock);
+	released = 1;
+	pthread_cond_broadcast(&hook_cond);
+	pthread_mutex_unlock(&hook_lock);
+	pthread_join(t, NULL);
+	alarm(0);
+	CHECK_EQ(c.rc, 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	for (unsigned i = 0; i < n; i++)
+		CHECK(entry_ok(b, i, &e[i], SEED_A, SIZE_A));
+	gpufile_batch_free(b);
+	hooks_reset();
+}
+
 static void run_all(gpufile_t *a, gpufile_t *bb)
 {
 	hooks_reset();
@@ -568,6 +660,7 @@ static void run_all(gpufile_t *a, gpufile_t *bb)
 	test_copy_failure(a);
 	test_scattered(a);
 	test_poll_wait(a);
+	test_close_waits();
 	gpufile__sys_reset();
 	gpufile__uring_reset();
 }
