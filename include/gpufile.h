@@ -1332,7 +1332,9 @@ GPUFILE_API int gpufile_batch_submit(gpufile_batch_t *b,
                                      unsigned n);
 
 /* The number of entries of the last submit that are done (their result
- * final, their bytes in place). Never blocks. -EINVAL for NULL. */
+ * final, their bytes in place). It reaches n only once the batch is
+ * complete: a submit or gpufile_batch_wait(b, 0) after it sees the batch
+ * complete. Never blocks. -EINVAL for NULL. */
 GPUFILE_API int gpufile_batch_poll(gpufile_batch_t *b);
 
 /* Waits until every entry of the last submit is done, or at most

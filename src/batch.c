@@ -133,6 +133,10 @@ struct gpufile_batch {
 	uint64_t start_ns;
 
 	atomic_uint next_chunk;
+	atomic_uint nended; /* entries done: the last one completes the batch */
+	/* What gpufile_batch_poll says: nended, less the last entry until the
+	 * batch is complete, so that a caller who polls n done may submit
+	 * again, or wait with timeout 0, at once. */
 	atomic_uint ndone;
 	atomic_uint_fast64_t path_bytes[GPUFILE_PATH_COUNT];
 	atomic_uint_fast64_t path_errors[GPUFILE_PATH_COUNT];
@@ -159,6 +163,8 @@ struct gpufile_batch {
 	pid_t pid;           /* the process whose threads these are */
 	struct worker *w;
 };
+
+void (*gpufile__batch_complete_hook)(gpufile_batch_t *b);
 
 static void set_msg(struct entry *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -200,8 +206,10 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 	 * set in the same step, for batch_after_fork. After this, h may be
 	 * freed: it is not touched again. */
 	gpufile__handle_release_mark(e->h, &e->done);
-	if (atomic_fetch_add(&b->ndone, 1) + 1 != b->n)
+	if (atomic_fetch_add(&b->nended, 1) + 1 != b->n) {
+		atomic_fetch_add(&b->ndone, 1);
 		return;
+	}
 
 	const uint64_t ns = gpufile__now_ns() - b->start_ns;
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
@@ -215,9 +223,14 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 		    err ? err : (ssize_t)atomic_load(&b->path_bytes[p]),
 		    b->path_entries[p], b->path_size[p], ns);
 	}
+	if (gpufile__batch_complete_hook)
+		gpufile__batch_complete_hook(b);
 	pthread_mutex_lock(&b->lock);
 	b->complete = 1;
 	b->busy = 0;
+	/* After busy and complete (its release order publishes them): a
+	 * poller that sees n sees them too. */
+	atomic_fetch_add(&b->ndone, 1);
 	pthread_cond_broadcast(&b->ended);
 	pthread_mutex_unlock(&b->lock);
 }
@@ -982,6 +995,7 @@ static void batch_after_fork(struct gpufile_batch *b)
 			 * (gpufile__handle_release_mark sets done with it). */
 			gpufile__handle_release_mark(e->h, &e->done);
 		}
+		atomic_store(&b->nended, b->n);
 		atomic_store(&b->ndone, b->n);
 		b->busy = 0;
 		b->complete = 1;
@@ -1366,6 +1380,7 @@ static void reset_progress(gpufile_batch_t *b, unsigned n)
 {
 	b->start_ns = gpufile__now_ns();
 	atomic_store(&b->next_chunk, 0);
+	atomic_store(&b->nended, 0);
 	atomic_store(&b->ndone, 0);
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		atomic_store(&b->path_bytes[p], 0);
@@ -1417,20 +1432,18 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 	if (rc)
 		return rc;
 	rc = decide_all(b, entries, n, &cfg);
-	if (rc) {
-		b->n = 0;
-		return rc;
-	}
-	nchunks = cut_chunks(b, n);
-	if (n) {
+	if (rc == 0 && n) {
 		unsigned want =
 		    cfg.nthreads < MAX_WORKERS ? cfg.nthreads : MAX_WORKERS;
 		rc = start_workers(b, want ? want : 1);
-		if (rc) {
-			b->n = 0;
-			return rc;
-		}
 	}
+	if (rc) {
+		/* Refused, nothing started: no entries, none done. */
+		b->n = 0;
+		atomic_store(&b->ndone, 0);
+		return rc;
+	}
+	nchunks = cut_chunks(b, n);
 	b->n = n;
 	b->nchunks = nchunks;
 	reset_progress(b, n);

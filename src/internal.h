@@ -609,4 +609,9 @@ int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
  * user_data, so that tests replacing gpufile__uring.wait_cqe can fail one
  * entry. */
 
+/* Test seam: when set, called by the thread that ended a batch's last
+ * entry, after its statistics and before it marks the batch complete
+ * (tests hold that thread there to look at the batch in between). */
+extern void (*gpufile__batch_complete_hook)(gpufile_batch_t *b);
+
 #endif

@@ -560,6 +560,60 @@ static void test_poll_wait(gpufile_t *a)
 	hooks_reset();
 }
 
+static int at_complete, complete_go;
+
+static void hold_complete(gpufile_batch_t *b)
+{
+	(void)b;
+	pthread_mutex_lock(&hook_lock);
+	at_complete = 1;
+	pthread_cond_broadcast(&hook_cond);
+	while (!complete_go)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+}
+
+/* poll counting n means the batch is complete: held between its last
+ * entry's end and its completion, every entry is done but poll says
+ * n - 1, like wait (0) and submit; once poll says n, both go at once.
+ * (poll said n there, and a caller resubmitting on it got -EBUSY.) */
+static void test_poll_complete(gpufile_t *a)
+{
+	const unsigned n = 16;
+	gpufile_batch_entry_t e[16];
+	gpufile_batch_t *b = NULL;
+
+	fill_canary();
+	for (unsigned i = 0; i < n; i++)
+		e[i] = (gpufile_batch_entry_t){
+		    a, (i % 2 ? dev_base : host_base) + (size_t)i * 4096, 4096,
+		    (int64_t)i * 4096};
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	at_complete = complete_go = 0;
+	gpufile__batch_complete_hook = hold_complete;
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	pthread_mutex_lock(&hook_lock);
+	while (!at_complete)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+	for (unsigned i = 0; i < n; i++)
+		CHECK(entry_ok(b, i, &e[i], SEED_A, SIZE_A));
+	CHECK_EQ(gpufile_batch_poll(b), (int)n - 1);
+	CHECK_EQ(gpufile_batch_wait(b, 0), -ETIMEDOUT);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), -EBUSY);
+	gpufile__batch_complete_hook = NULL;
+	pthread_mutex_lock(&hook_lock);
+	complete_go = 1;
+	pthread_cond_broadcast(&hook_cond);
+	pthread_mutex_unlock(&hook_lock);
+	while (gpufile_batch_poll(b) != (int)n)
+		sched_yield();
+	CHECK_EQ(gpufile_batch_wait(b, 0), (int)n);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	gpufile_batch_free(b);
+}
+
 /* Waits until thread tid sleeps in futex(2), as pthread_cond_wait does,
  * reading /proc/self/task/TID/syscall: a state, not a time. Where that
  * file cannot be read, a pause has to do. */
@@ -661,6 +715,7 @@ static void run_all(gpufile_t *a, gpufile_t *bb)
 	test_scattered(a);
 	test_poll_wait(a);
 	test_close_waits();
+	test_poll_complete(a);
 	gpufile__sys_reset();
 	gpufile__uring_reset();
 }
