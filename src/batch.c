@@ -1041,35 +1041,51 @@ int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 	return 0;
 }
 
+/* Allocates want workers and their arrays into b->w, all or none: a
+ * failure frees what was made, so that the next submit tries again (it
+ * once kept b->w, and the next submit started workers whose arrays were
+ * NULL). */
+static int alloc_workers(struct gpufile_batch *b, unsigned want)
+{
+	b->w = calloc(want, sizeof(*b->w));
+	if (!b->w)
+		goto oom;
+	b->nalloc = want;
+	for (unsigned k = 0; k < want; k++) {
+		struct worker *w = &b->w[k];
+
+		w->b = b;
+		w->round = malloc(BATCH_DEPTH * sizeof(unsigned));
+		w->cf_idx = malloc(CUFILE_BATCH_IOS * sizeof(unsigned));
+		w->slot[0].pending = malloc(BATCH_DEPTH * sizeof(unsigned));
+		w->slot[1].pending = malloc(BATCH_DEPTH * sizeof(unsigned));
+		if (!w->round || !w->cf_idx || !w->slot[0].pending ||
+		    !w->slot[1].pending)
+			goto oom;
+	}
+	return 0;
+oom:
+	for (unsigned k = 0; k < b->nalloc; k++)
+		worker_free(&b->w[k]);
+	free(b->w);
+	b->w = NULL;
+	b->nalloc = 0;
+	return gpufile__fail(-ENOMEM,
+	                     "batch: out of memory for the arrays of %u "
+	                     "workers (the nthreads setting)",
+	                     want);
+}
+
 /* Starts the workers, once per batch (only the submitting thread runs
  * this, while none of b's entries is in flight). */
 static int start_workers(struct gpufile_batch *b, unsigned want)
 {
+	int rc;
+
 	if (b->nworkers)
 		return 0;
-	if (!b->w) {
-		b->w = calloc(want, sizeof(*b->w));
-		if (!b->w)
-			return gpufile__fail(-ENOMEM, "batch: out of memory "
-			                              "for workers");
-		b->nalloc = want;
-		for (unsigned k = 0; k < want; k++) {
-			struct worker *w = &b->w[k];
-
-			w->b = b;
-			w->round = malloc(BATCH_DEPTH * sizeof(unsigned));
-			w->cf_idx = malloc(CUFILE_BATCH_IOS * sizeof(unsigned));
-			w->slot[0].pending =
-			    malloc(BATCH_DEPTH * sizeof(unsigned));
-			w->slot[1].pending =
-			    malloc(BATCH_DEPTH * sizeof(unsigned));
-			if (!w->round || !w->cf_idx || !w->slot[0].pending ||
-			    !w->slot[1].pending)
-				return gpufile__fail(-ENOMEM,
-				                     "batch: out of memory for "
-				                     "workers");
-		}
-	}
+	if (!b->w && (rc = alloc_workers(b, want)))
+		return rc;
 	for (unsigned k = 0; k < b->nalloc; k++) {
 		struct worker *w = &b->w[k];
 
