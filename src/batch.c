@@ -258,12 +258,15 @@ static ssize_t finish_short(struct entry *e, char *dst, size_t got)
 	return more < 0 ? more : (ssize_t)(got + (size_t)more);
 }
 
-static void read_failed(struct entry *e, unsigned i, ssize_t err)
+/* Entry i failed with err. Its message names the file, offset and size
+ * (the header's promise), then why (NULL: err's own words). */
+static void entry_failed(struct entry *e, unsigned i, ssize_t err,
+                         const char *why)
 {
 	e->result = err;
 	set_msg(e, "batch entry %u: reading %s at offset %lld (%zu bytes): %s",
 	        i, e->h->path, (long long)e->offset, e->size,
-	        gpufile_strerror((int)err));
+	        why ? why : gpufile_strerror((int)err));
 }
 
 /* ---- the slots and their copies ---- */
@@ -349,7 +352,8 @@ static void slot_settle(struct worker *w, unsigned s)
 	struct slot *sl = &w->slot[s];
 	const struct gpufile__cuda *t;
 	CUresult rc = CUDA_SUCCESS;
-	char why[256] = "";
+	char why[256] = "copying to the GPU: ";
+	const size_t at = strlen(why);
 
 	if (!sl->npending)
 		return;
@@ -357,16 +361,16 @@ static void slot_settle(struct worker *w, unsigned s)
 	if (t)
 		rc = t->cuStreamSynchronize(sl->stream);
 	if (t && rc != CUDA_SUCCESS)
-		gpufile__cuda_fail(rc, why, sizeof(why), "cuStreamSynchronize");
+		gpufile__cuda_fail(rc, why + at, sizeof(why) - at,
+		                   "cuStreamSynchronize");
+	else if (!t)
+		snprintf(why + at, sizeof(why) - at, "%s", gpufile_errmsg());
 	for (unsigned k = 0; k < sl->npending; k++) {
 		unsigned i = sl->pending[k];
 		struct entry *e = &w->b->e[i];
 
-		if ((!t || rc != CUDA_SUCCESS) && e->result >= 0) {
-			e->result = GPUFILE_ECUDA;
-			set_msg(e, "batch entry %u: copying to the GPU: %s", i,
-			        why);
-		}
+		if ((!t || rc != CUDA_SUCCESS) && e->result >= 0)
+			entry_failed(e, i, GPUFILE_ECUDA, why);
 		entry_end(w->b, i);
 	}
 	sl->npending = 0;
@@ -389,18 +393,16 @@ static void run_copy(struct worker *w, struct slot *sl, const unsigned *idx,
 	                                       sl->mem + place[r->first],
 	                                       r->len, sl->stream)
 	                : CUDA_ERROR_NOT_INITIALIZED;
-	char why[256];
+	char why[256] = "copying to the GPU: ";
+	const size_t at = strlen(why);
 
 	if (rc != CUDA_SUCCESS)
-		gpufile__cuda_fail(rc, why, sizeof(why),
+		gpufile__cuda_fail(rc, why + at, sizeof(why) - at,
 		                   "cuMemcpyHtoDAsync of %zu bytes", r->len);
 	for (unsigned m = r->first; m < r->end; m++) {
-		if (rc != CUDA_SUCCESS) {
-			w->b->e[idx[m]].result = GPUFILE_ECUDA;
-			set_msg(&w->b->e[idx[m]],
-			        "batch entry %u: copying to the GPU: %s",
-			        idx[m], why);
-		}
+		if (rc != CUDA_SUCCESS)
+			entry_failed(&w->b->e[idx[m]], idx[m], GPUFILE_ECUDA,
+			             why);
 		sl->pending[sl->npending++] = idx[m];
 	}
 }
@@ -490,7 +492,7 @@ static void round_pread(struct worker *w, const unsigned *idx,
 		    gpufile__pread_full(e->h->fd, dst, e->size, e->offset);
 
 		if (got < 0)
-			read_failed(e, idx[k], got);
+			entry_failed(e, idx[k], got, NULL);
 		else
 			e->result = got;
 	}
@@ -572,7 +574,7 @@ static int round_uring(struct worker *w, const unsigned *idx,
 		else if (e->result >= 0)
 			e->result = finish_short(e, dst, (size_t)e->result);
 		if (e->result < 0)
-			read_failed(e, idx[k], e->result);
+			entry_failed(e, idx[k], e->result, NULL);
 	}
 	return 0;
 }
@@ -631,14 +633,13 @@ static void cufile_event(struct gpufile_batch *b, unsigned i,
 		}
 	}
 	if (ret < 0 && -ret > CUFILEOP_BASE_ERR) {
-		e->result = GPUFILE_ECUFILE;
-		set_msg(e,
-		        "batch entry %u: reading %s at offset %lld (%zu "
-		        "bytes): cuFile batch I/O failed: %s (%d)",
-		        i, e->h->path, (long long)e->offset, e->size,
-		        gpufile__cufile_status_name((int)-ret), (int)-ret);
+		char why[128];
+
+		snprintf(why, sizeof(why), "cuFile batch I/O failed: %s (%d)",
+		         gpufile__cufile_status_name((int)-ret), (int)-ret);
+		entry_failed(e, i, GPUFILE_ECUFILE, why);
 	} else {
-		read_failed(e, i, ret < 0 ? ret : -EIO);
+		entry_failed(e, i, ret < 0 ? ret : -EIO, NULL);
 	}
 }
 
@@ -804,8 +805,7 @@ static unsigned fail_staged(struct worker *w, unsigned n, int err,
 		struct entry *e = &b->e[j];
 
 		if (e->way == WAY_STAGED) {
-			e->result = err;
-			set_msg(e, "batch entry %u: %s", j, msg);
+			entry_failed(e, j, err, msg);
 			entry_end(b, j);
 		} else {
 			w->round[nh++] = j;
@@ -986,11 +986,9 @@ static void batch_after_fork(struct gpufile_batch *b)
 
 			if (atomic_load(&e->done))
 				continue;
-			e->result = -ECANCELED;
-			set_msg(e,
-			        "batch entry %u: the process forked while it "
-			        "was in flight; the parent's threads read it",
-			        i);
+			entry_failed(e, i, -ECANCELED,
+			             "the process forked while it was in "
+			             "flight; the parent's threads read it");
 			/* Not done: its release had not happened at the fork
 			 * (gpufile__handle_release_mark sets done with it). */
 			gpufile__handle_release_mark(e->h, &e->done);

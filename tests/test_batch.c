@@ -413,9 +413,26 @@ static void test_eio(gpufile_t *a, gpufile_t *bb)
 /* A driver without cuMemcpyBatchAsync: the same table without it. */
 static struct gpufile__cuda fake_nobatch;
 
+/* Checks that entry i's message names the file, its offset and why. */
+static void check_msg(gpufile_batch_t *b, unsigned i,
+                      const gpufile_batch_entry_t *e, const char *path,
+                      const char *why)
+{
+	char needle[512];
+
+	snprintf(needle, sizeof(needle),
+	         "batch entry %u: reading %s at offset %lld (%zu bytes): ", i,
+	         path, (long long)e->offset, e->size);
+	CHECK_CONTAINS(gpufile_batch_errmsg(b, i), needle);
+	CHECK_CONTAINS(gpufile_batch_errmsg(b, i), why);
+}
+
 /* A copy to the GPU fails: the entries it carried fail with
- * GPUFILE_ECUDA, every other entry is right. Then a batch copy is
- * refused: the copies are made one by one, and every entry is right. */
+ * GPUFILE_ECUDA, every other entry is right. A batch slot's pinned
+ * memory cannot be allocated: the entries of that round fail, the
+ * others are right. Each failure's message names the file and offset.
+ * Then a batch copy is refused: the copies are made one by one, and
+ * every entry is right. */
 static void test_copy_failure(gpufile_t *a)
 {
 	const unsigned n = 64;
@@ -437,8 +454,8 @@ static void test_copy_failure(gpufile_t *a)
 	for (unsigned i = 0; i < n; i++) {
 		if (gpufile_batch_result(b, i) == GPUFILE_ECUDA) {
 			failed++;
-			CHECK_CONTAINS(gpufile_batch_errmsg(b, i),
-			               "cuMemcpyHtoDAsync");
+			check_msg(b, i, &e[i], path_a,
+			          "copying to the GPU: cuMemcpyHtoDAsync");
 		} else {
 			bad += !entry_ok(b, i, &e[i], SEED_A, SIZE_A);
 		}
@@ -450,6 +467,32 @@ static void test_copy_failure(gpufile_t *a)
 	pthread_mutex_unlock(&fake_lock);
 	gpufile_batch_free(b);
 	gpufile__cuda_override(&fake);
+
+	/* A new batch: its workers allocate their slots at their first
+	 * round; the first allocation fails. */
+	fill_canary();
+	failed = bad = 0;
+	pthread_mutex_lock(&fake_lock);
+	fail_hostalloc = 1;
+	pthread_mutex_unlock(&fake_lock);
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		if (gpufile_batch_result(b, i) == GPUFILE_ECUDA) {
+			failed++;
+			check_msg(b, i, &e[i], path_a, "cuMemHostAlloc");
+		} else {
+			bad += !entry_ok(b, i, &e[i], SEED_A, SIZE_A);
+		}
+	}
+	CHECK(failed >= 1);
+	CHECK_EQ(bad, 0);
+	pthread_mutex_lock(&fake_lock);
+	CHECK_EQ(fail_hostalloc, 0); /* the failure happened */
+	fail_hostalloc = 0;
+	pthread_mutex_unlock(&fake_lock);
+	gpufile_batch_free(b);
 
 	fill_canary();
 	pthread_mutex_lock(&fake_lock);

@@ -99,6 +99,9 @@ static void child_resubmit(gpufile_batch_t *b, gpufile_t *h)
 	    gpufile_batch_wait(b, -1) != N || !entries_ok(b, e, -1))
 		_exit(1);
 	gpufile_batch_free(b);
+	/* Every entry's count on the handle is gone, none twice. */
+	if (atomic_load(&h->inflight) != 0 || gpufile_close(h) != 0)
+		_exit(5);
 	_exit(0);
 }
 
@@ -129,6 +132,7 @@ int main(void)
 	gpufile_batch_entry_t e[N];
 	gpufile_batch_t *b = NULL;
 	gpufile_t *h = NULL;
+	char needle[512];
 	pid_t pid;
 
 #if defined(__SANITIZE_THREAD__)
@@ -144,6 +148,7 @@ int main(void)
 	(void)b;
 	(void)h;
 	(void)pid;
+	(void)needle;
 	return TEST_SKIP;
 #endif
 	CHECK_EQ(test_make_file(path, FSIZE, SEED), 0);
@@ -185,6 +190,14 @@ int main(void)
 		    !gpufile_batch_errmsg(b, 5) ||
 		    !strstr(gpufile_batch_errmsg(b, 5), "forked"))
 			_exit(2);
+		/* The message names the file and the offset. */
+		snprintf(needle, sizeof(needle), "reading %s at offset %lld",
+		         path, (long long)e[5].offset);
+		if (!strstr(gpufile_batch_errmsg(b, 5), needle)) {
+			fprintf(stderr, "child: \"%s\" lacks \"%s\"\n",
+			        gpufile_batch_errmsg(b, 5), needle);
+			_exit(4);
+		}
 		child_resubmit(b, h);
 	}
 	CHECK_EQ(child_status(pid), 0);
