@@ -678,9 +678,49 @@ static void cufile_fill(struct worker *w, unsigned n)
 	}
 }
 
-/* Waits for the n submitted entries' events and ends each entry. Where
- * cuFile loses track of the batch, the entries it did not report fail
- * with its status, and the batch handle is not used again. */
+/* cuFile lost track of the worker's batch (GetStatus failed with rc, or
+ * reported nothing): its I/Os not reported may still be running, into
+ * buffers the caller takes as free once their entries fail, so they are
+ * cancelled first; then the batch is destroyed (and this worker reads its
+ * later cuFile entries singly). The n entries not done fail, saying so.
+ */
+static void cufile_lost(struct worker *w, const struct gpufile__cufile *t,
+                        unsigned n, CUfileError_t rc)
+{
+	struct gpufile_batch *b = w->b;
+	CUfileError_t cancel = t->cuFileBatchIOCancel(w->cf_batch);
+	char why[256];
+	int len;
+
+	t->cuFileBatchIODestroy(w->cf_batch);
+	w->cf_batch = NULL;
+	w->cf_state = -1;
+	if (rc.err != CU_FILE_SUCCESS)
+		len = snprintf(
+		    why, sizeof(why), "cuFileBatchIOGetStatus failed: %s (%d)",
+		    gpufile__cufile_status_name((int)rc.err), (int)rc.err);
+	else
+		len = snprintf(why, sizeof(why),
+		               "cuFileBatchIOGetStatus reported no event for "
+		               "it");
+	if (cancel.err != CU_FILE_SUCCESS && len > 0 &&
+	    (size_t)len < sizeof(why))
+		snprintf(why + len, sizeof(why) - (size_t)len,
+		         "; cuFileBatchIOCancel failed too: %s (%d)",
+		         gpufile__cufile_status_name((int)cancel.err),
+		         (int)cancel.err);
+	for (unsigned k = 0; k < n; k++) {
+		unsigned i = w->cf_idx[k];
+		struct entry *e = &b->e[i];
+
+		if (atomic_load(&e->done))
+			continue;
+		entry_failed(e, i, GPUFILE_ECUFILE, why);
+		entry_end(b, i);
+	}
+}
+
+/* Waits for the n submitted entries' events and ends each entry. */
 static void cufile_reap(struct worker *w, const struct gpufile__cufile *t,
                         unsigned n)
 {
@@ -705,20 +745,8 @@ static void cufile_reap(struct worker *w, const struct gpufile__cufile *t,
 		}
 		got += nr;
 	}
-	if (got >= n)
-		return;
-	for (unsigned k = 0; k < n; k++) {
-		unsigned i = w->cf_idx[k];
-		struct entry *e = &b->e[i];
-
-		if (atomic_load(&e->done))
-			continue;
-		e->result = GPUFILE_ECUFILE;
-		set_msg(e, "batch entry %u: cuFileBatchIOGetStatus: %s (%d)", i,
-		        gpufile__cufile_status_name((int)rc.err), (int)rc.err);
-		entry_end(b, i);
-	}
-	w->cf_state = -1;
+	if (got < n)
+		cufile_lost(w, t, n, rc);
 }
 
 /* Reads the worker's gathered cuFile entries with one cuFile batch. Where

@@ -293,6 +293,7 @@ typedef CUfileError_t (*cuFileBatchIOGetStatus_fn)(CUfileBatchHandle_t batch,
                                                    unsigned *nr,
                                                    CUfileIOEvents_t *events,
                                                    struct timespec *timeout);
+typedef CUfileError_t (*cuFileBatchIOCancel_fn)(CUfileBatchHandle_t batch);
 typedef void (*cuFileBatchIODestroy_fn)(CUfileBatchHandle_t batch);
 
 #endif

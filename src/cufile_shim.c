@@ -138,7 +138,7 @@ static int resolve_listed(void)
 
 /* Caller holds cufile_lock. The optional groups, each used whole or not
  * at all: properties, version, stats (both calls), stream (read and
- * write), batch (all four). */
+ * write), batch (all five). */
 static void resolve_optional(void)
 {
 	if (table.cuFileDriverGetProperties)
@@ -163,10 +163,13 @@ static void resolve_optional(void)
 	    (cuFileBatchIOSubmit_fn)dlsym(lib, "cuFileBatchIOSubmit");
 	table.cuFileBatchIOGetStatus =
 	    (cuFileBatchIOGetStatus_fn)dlsym(lib, "cuFileBatchIOGetStatus");
+	table.cuFileBatchIOCancel =
+	    (cuFileBatchIOCancel_fn)dlsym(lib, "cuFileBatchIOCancel");
 	table.cuFileBatchIODestroy =
 	    (cuFileBatchIODestroy_fn)dlsym(lib, "cuFileBatchIODestroy");
 	if (table.cuFileBatchIOSetUp && table.cuFileBatchIOSubmit &&
-	    table.cuFileBatchIOGetStatus && table.cuFileBatchIODestroy)
+	    table.cuFileBatchIOGetStatus && table.cuFileBatchIOCancel &&
+	    table.cuFileBatchIODestroy)
 		table.optional |= GPUFILE__CUFILE_HAS_BATCH;
 }
 

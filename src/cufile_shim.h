@@ -43,10 +43,11 @@ struct gpufile__cufile {
 	/* GPUFILE__CUFILE_HAS_STREAM (stream.c); NULL when absent. */
 	cuFileReadAsync_fn cuFileReadAsync;
 	cuFileWriteAsync_fn cuFileWriteAsync;
-	/* The batch API, all four or none (GPUFILE__CUFILE_HAS_BATCH). */
+	/* The batch API, all five or none (GPUFILE__CUFILE_HAS_BATCH). */
 	cuFileBatchIOSetUp_fn cuFileBatchIOSetUp;
 	cuFileBatchIOSubmit_fn cuFileBatchIOSubmit;
 	cuFileBatchIOGetStatus_fn cuFileBatchIOGetStatus;
+	cuFileBatchIOCancel_fn cuFileBatchIOCancel;
 	cuFileBatchIODestroy_fn cuFileBatchIODestroy;
 };
 

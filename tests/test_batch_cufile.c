@@ -2,8 +2,8 @@
  * Batch entries whose file is on the cuFile path go through cuFile's
  * batch API (cuFileBatchIOSetUp / Submit / GetStatus), with the fake
  * libcufile (tests/fake_cufile) and the fake CUDA driver: bytes, short
- * counts at end-of-file, one failed entry among good ones, and the
- * statistics.
+ * counts at end-of-file, one failed entry among good ones, the
+ * statistics, and a failing cuFileBatchIOGetStatus.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -56,7 +56,7 @@ int main(void)
 	gpufile_batch_t *b = NULL;
 	gpufile_t *h = NULL;
 	void *mem = NULL;
-	unsigned bad = 0;
+	unsigned bad = 0, lost = 0;
 	int fd;
 
 	if (test_make_file(path, FILE_SIZE, SEED))
@@ -143,7 +143,72 @@ int main(void)
 	             s0.path[GPUFILE_PATH_CUFILE][0].tasks,
 	         n);
 
+	/* cuFileBatchIOGetStatus fails: the I/Os it did not report are
+	 * cancelled before their entries fail (a real cuFile could still be
+	 * writing into buffers the caller takes as free), the cuFile batch
+	 * is destroyed, and each entry's message names the file, the offset
+	 * and the status. A worker whose cuFile batch was lost reads its
+	 * later entries singly: they, and the next submit, are right. */
+	c0 = fake_counts();
+	setenv("FAKE_CUFILE_FAIL_GETSTATUS", "5030", 1);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	unsetenv("FAKE_CUFILE_FAIL_GETSTATUS");
+	c1 = fake_counts();
+	bad = 0;
+	for (unsigned i = 0; i < n; i++) {
+		size_t want = e[i].offset + e[i].size > FILE_SIZE
+		                  ? FILE_SIZE - (size_t)e[i].offset
+		                  : e[i].size;
+		ssize_t got = gpufile_batch_result(b, i);
+		char needle[512];
+
+		snprintf(needle, sizeof(needle),
+		         "batch entry %u: reading %s at offset %lld (%zu "
+		         "bytes): cuFileBatchIOGetStatus failed: "
+		         "CU_FILE_INTERNAL_ERROR (5030)",
+		         i, path, (long long)e[i].offset, e[i].size);
+		if (got == GPUFILE_ECUFILE && gpufile_batch_errmsg(b, i) &&
+		    strstr(gpufile_batch_errmsg(b, i), needle)) {
+			lost++;
+		} else if (got != (ssize_t)want ||
+		           test_mismatch(e[i].buf, want, SEED,
+		                         (uint64_t)e[i].offset) != -1) {
+			fprintf(stderr, "entry %u: %zd (%s)\n", i, got,
+			        gpufile_batch_errmsg(b, i)
+			            ? gpufile_batch_errmsg(b, i)
+			            : "bytes differ");
+			bad++;
+		}
+	}
+	CHECK_EQ(bad, 0);
+	CHECK(lost >= 1);
+	fprintf(stderr, "  GetStatus failing: %u entries failed, %u read\n",
+	        lost, n - lost);
+	CHECK(c1.batch_cancels - c0.batch_cancels >= 1);
+	CHECK_EQ(c1.batch_destroys - c0.batch_destroys,
+	         c1.batch_cancels - c0.batch_cancels);
+	memset(dev_base, CANARY, DEV_SIZE);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), (int)n);
+	bad = 0;
+	for (unsigned i = 0; i < n; i++) {
+		size_t want = e[i].offset + e[i].size > FILE_SIZE
+		                  ? FILE_SIZE - (size_t)e[i].offset
+		                  : e[i].size;
+
+		if (gpufile_batch_result(b, i) != (ssize_t)want ||
+		    test_mismatch(e[i].buf, want, SEED,
+		                  (uint64_t)e[i].offset) != -1)
+			bad++;
+	}
+	CHECK_EQ(bad, 0);
+
 	gpufile_batch_free(b);
+	/* Every cuFile batch set up was destroyed. */
+	c1 = fake_counts();
+	CHECK(c1.batch_setups > 0);
+	CHECK_EQ(c1.batch_destroys, c1.batch_setups);
 	CHECK_EQ(gpufile_close(h), 0);
 	gpufile__cufile_reset();
 	gpufile_release();

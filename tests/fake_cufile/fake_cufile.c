@@ -502,6 +502,9 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch, unsigned nr)
 		return status(CU_FILE_NOMEM_ERROR);
 	b->cap = nr;
 	*batch = b;
+	pthread_mutex_lock(&lock);
+	counts.batch_setups++;
+	pthread_mutex_unlock(&lock);
 	return status(CU_FILE_SUCCESS);
 }
 
@@ -551,6 +554,8 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch,
 	(void)timeout;
 	if (!b || !nr || !ev)
 		return status(CU_FILE_INVALID_VALUE);
+	if (env_status("FAKE_CUFILE_FAIL_GETSTATUS"))
+		return status(env_status("FAKE_CUFILE_FAIL_GETSTATUS"));
 	while (k < *nr && b->reported < b->n)
 		ev[k++] = b->ev[b->reported++];
 	*nr = k;
@@ -559,11 +564,20 @@ EXPORT CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch,
 
 EXPORT CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch)
 {
-	(void)batch;
+	if (!batch)
+		return status(CU_FILE_INVALID_VALUE);
+	pthread_mutex_lock(&lock);
+	counts.batch_cancels++;
+	pthread_mutex_unlock(&lock);
 	return status(CU_FILE_SUCCESS);
 }
 
 EXPORT void cuFileBatchIODestroy(CUfileBatchHandle_t batch)
 {
+	if (!batch)
+		return;
+	pthread_mutex_lock(&lock);
+	counts.batch_destroys++;
+	pthread_mutex_unlock(&lock);
 	free(batch);
 }

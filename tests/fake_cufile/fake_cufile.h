@@ -10,6 +10,7 @@
  *   FAKE_CUFILE_NVFS=MAJOR.MINOR      driver properties report nvidia-fs
  *   FAKE_CUFILE_REFUSE=ENTRYPOINT     that driver setter (cuFileDriverSet...)
  *                                     answers CU_FILE_DRIVER_UNSUPPORTED_LIMIT
+ *   FAKE_CUFILE_FAIL_GETSTATUS=STATUS cuFileBatchIOGetStatus returns STATUS
  * Its own per-GPU counters (cuFileGetStatsL3, cuFile 1.15 layout) count
  * every read and write as "posix", like cuFile without nvidia-fs.
  */
@@ -31,8 +32,10 @@ struct fake_cufile_counts {
 	int64_t last_buf_offset, last_file_offset;
 	uint64_t min_io, max_io; /* sizes of reads and writes */
 	/* The batch API: cuFileBatchIOSubmit calls and the I/Os they held
-	 * (each also counted in reads/writes). */
+	 * (each also counted in reads/writes); batches set up, cancelled
+	 * and destroyed. */
 	uint64_t batch_submits, batch_ios;
+	uint64_t batch_setups, batch_cancels, batch_destroys;
 };
 
 /* Exported by libfake_cufile.so; reach it with dlsym. */
