@@ -621,8 +621,11 @@ static void cufile_event(struct gpufile_batch *b, unsigned i,
 			    (off_t)(e->offset + (int64_t)got),
 			    (off_t)(e->buf - e->cufile_base) + (off_t)got);
 			if (n <= 0) {
+				/* The errno (ENODATA, ...), as gpufile_pread
+				 * reports it; -EIO for every -1 lost it. */
 				if (n < 0)
-					ret = n == -1 ? -EIO : n;
+					ret =
+					    gpufile__cufile_io_error(n, errno);
 				break;
 			}
 			got += (size_t)n;

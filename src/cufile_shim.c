@@ -484,7 +484,7 @@ static ssize_t io_error(ssize_t n, int saved_errno, struct gpufile__request *r,
 	int err;
 
 	if (n == -1 || (n < 0 && -n < 4096)) {
-		err = n == -1 ? (saved_errno ? -saved_errno : -EIO) : (int)n;
+		err = (int)gpufile__cufile_io_error(n, saved_errno);
 		snprintf(msg, msg_len,
 		         "%s of %zu bytes of %s at offset %lld: %s", op, len,
 		         r->h->path, (long long)off, strerror(-err));

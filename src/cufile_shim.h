@@ -14,6 +14,8 @@
 #include "cufile_abi.h"
 #include "internal.h"
 
+#include <errno.h>
+
 /* Optional entry points, as bits of gpufile__cufile.optional. */
 enum {
 	GPUFILE__CUFILE_HAS_PROPS = 1 << 0,   /* cuFileDriverGetProperties */
@@ -54,6 +56,17 @@ struct gpufile__cufile {
 /* The name of a cuFile status ("CU_FILE_HANDLE_NOT_REGISTERED"), or
  * "CU_FILE_UNKNOWN_STATUS". */
 const char *gpufile__cufile_status_name(int status);
+
+/* A negative return n of cuFileRead or cuFileWrite as a negative code:
+ * -1 means the error is in errno (saved_errno, read right after the
+ * call; -EIO where it is 0), any other value is -errno or -status as
+ * returned. */
+static inline ssize_t gpufile__cufile_io_error(ssize_t n, int saved_errno)
+{
+	if (n != -1)
+		return n;
+	return saved_errno ? -saved_errno : -EIO;
+}
 
 /*
  * Makes sure libcufile is loaded (path: the cufile_library setting) and its

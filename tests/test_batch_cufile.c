@@ -143,6 +143,28 @@ int main(void)
 	             s0.path[GPUFILE_PATH_CUFILE][0].tasks,
 	         n);
 
+	/* An entry whose event comes back short, and whose finishing
+	 * cuFileRead fails with errno ENODATA: its result is -ENODATA, as
+	 * gpufile_pread's would be (every -1 was taken as -EIO). A batch of
+	 * its own: its worker has a cuFile batch. */
+	{
+		gpufile_batch_t *one = NULL;
+
+		CHECK_EQ(gpufile_batch_create(&one, 1), 0);
+		c0 = fake_counts();
+		inject(&(struct fake_cufile_fault){0, 1, 0, 0, ENODATA, 0, 8192,
+		                                   0});
+		CHECK_EQ(gpufile_batch_submit(one, e, 1), 0);
+		CHECK_EQ(gpufile_batch_wait(one, -1), 1);
+		inject(NULL);
+		c1 = fake_counts();
+		CHECK_EQ(c1.batch_ios - c0.batch_ios, 1);
+		CHECK_EQ(gpufile_batch_result(one, 0), -ENODATA);
+		CHECK_CONTAINS(gpufile_batch_errmsg(one, 0), path);
+		CHECK_CONTAINS(gpufile_batch_errmsg(one, 0), strerror(ENODATA));
+		gpufile_batch_free(one);
+	}
+
 	/* cuFileBatchIOGetStatus fails: the I/Os it did not report are
 	 * cancelled before their entries fail (a real cuFile could still be
 	 * writing into buffers the caller takes as free), the cuFile batch
