@@ -837,10 +837,14 @@ GPUFILE_API int gpufile_memcpy(void *dst, const void *src, size_t size);
 GPUFILE_API int gpufile_warmup(void);
 
 /* Upper bound, in bytes, of the pinned host memory gpufile holds with the
- * current settings: 3 * nthreads * buffers_per_worker * (bounce_buffer_size
- * + 4096). One third is the bounce buffers; the rest, at most two arenas
- * for stream-ordered reads staged on their stream (gpufile_read_async),
- * is allocated only once such a read runs. */
+ * current settings and the batches that exist: 3 * nthreads *
+ * buffers_per_worker * (bounce_buffer_size + 4096), plus 4 MiB (two 2 MiB
+ * slots) per worker thread of every batch not yet freed (a batch starts
+ * min(nthreads, 64) at its first submit; see gpufile_batch_create). One
+ * third of the first term is the bounce buffers; the rest, at most two
+ * arenas for stream-ordered reads staged on their stream
+ * (gpufile_read_async), is allocated only once such a read runs, as a
+ * batch's slots are only once it reads into device memory. */
 GPUFILE_API size_t gpufile_pinned_bytes_max(void);
 
 /* Stops the worker pool and frees every bounce buffer. Requests must not
@@ -1293,12 +1297,14 @@ GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
  *     gpufile_batch_free waits for it;
  *   - reads only (no writes).
  * The batch owns nthreads worker threads (the setting at its first
- * submit), started then and ended by gpufile_batch_free. A batch is used by
- * one thread at a time; different batches are independent. In a forked
- * child the batch starts threads of its own; entries in flight at the fork
- * end there with -ECANCELED. Counted in the statistics as one request per
- * path and submit, whose tasks are the entries, with a file record whose
- * reason says "batch".
+ * submit, at most 64), started then and ended by gpufile_batch_free; each
+ * holds two 2 MiB pinned slots once it reads into device memory (counted
+ * by gpufile_pinned_bytes_max). A batch is used by one thread at a time;
+ * different batches are independent. In a forked child the batch starts
+ * threads of its own; entries in flight at the fork end there with
+ * -ECANCELED. Counted in the statistics as one request per path and
+ * submit, whose tasks are the entries, with a file record whose reason
+ * says "batch".
  */
 typedef struct gpufile_batch gpufile_batch_t;
 

@@ -166,6 +166,17 @@ struct gpufile_batch {
 
 void (*gpufile__batch_complete_hook)(gpufile_batch_t *b);
 
+/* Worker threads of every batch, started and not yet ended: each holds
+ * at most its two slots of pinned memory, which gpufile_pinned_bytes_max
+ * counts (a slot's memory is allocated at its first device round and
+ * kept until gpufile_batch_free). */
+static atomic_size_t slot_holders;
+
+size_t gpufile__batch_pinned_max(void)
+{
+	return atomic_load(&slot_holders) * 2 * (size_t)SLOT_BYTES;
+}
+
 static void set_msg(struct entry *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -982,6 +993,8 @@ static void batch_after_fork(struct gpufile_batch *b)
 	if (b->pid == me)
 		return;
 	b->pid = me;
+	/* The parent's workers and their slots are not this process's. */
+	atomic_fetch_sub(&slot_holders, b->nworkers);
 	pthread_mutex_init(&b->lock, NULL);
 	pthread_cond_init(&b->work, NULL);
 	pthread_cond_init(&b->ended, NULL);
@@ -1124,6 +1137,7 @@ static int start_workers(struct gpufile_batch *b, unsigned want)
 		if (pthread_create(&w->tid, NULL, worker_main, w) != 0)
 			break; /* fewer workers do the same work */
 		w->started = 1;
+		atomic_fetch_add(&slot_holders, 1);
 		pthread_mutex_lock(&b->lock);
 		b->nworkers = k + 1;
 		b->caught_up++; /* it starts at the current gen */
@@ -1582,6 +1596,7 @@ void gpufile_batch_free(gpufile_batch_t *b)
 			pthread_join(b->w[k].tid, NULL);
 	for (unsigned k = 0; k < b->nalloc; k++)
 		worker_free(&b->w[k]);
+	atomic_fetch_sub(&slot_holders, b->nworkers);
 	for (unsigned i = 0; i < b->capacity; i++)
 		free(b->e[i].msg);
 	free(b->w);

@@ -954,9 +954,11 @@ size_t gpufile_pinned_bytes_max(void)
 	if (gpufile__settings(&cfg))
 		return 0;
 	/* The stagers' buffers, and twice as many for stream-ordered reads
-	 * staged on the caller's stream (stream_stage.c). */
+	 * staged on the caller's stream (stream_stage.c); then the batches'
+	 * slots, which are not bounce buffers (batch.c). */
 	return 3 * (size_t)cfg.nthreads * cfg.bounce_buffers *
-	       (cfg.bounce_buffer_size + GPUFILE_ALIGN);
+	           (cfg.bounce_buffer_size + GPUFILE_ALIGN) +
+	       gpufile__batch_pinned_max();
 }
 
 void gpufile_release(void)

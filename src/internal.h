@@ -614,4 +614,9 @@ int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
  * (tests hold that thread there to look at the batch in between). */
 extern void (*gpufile__batch_complete_hook)(gpufile_batch_t *b);
 
+/* The most pinned memory the batches' slots can hold now: two 2 MiB slots
+ * per worker thread of every batch not yet freed (gpufile_pinned_bytes_max).
+ */
+size_t gpufile__batch_pinned_max(void);
+
 #endif
