@@ -1330,9 +1330,10 @@ GPUFILE_API int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity);
  * device memory gpufile cannot use fails the whole submit with nothing
  * started (-EINVAL, -EFAULT, -EBADF, GPUFILE_ECUDA...) and a message
  * naming the entry's index. n == 0 is an empty batch, complete at once.
- * Buffers must stay untouched, and handles open, until the batch is
- * complete (gpufile_close waits for entries in flight). -EBUSY while the
- * previous submit of b is not complete. Returns 0 or an error. */
+ * Buffers must stay untouched until the batch is complete; a handle may
+ * be closed meanwhile, from any thread: gpufile_close waits for its
+ * entries in flight. -EBUSY while the previous submit of b is not
+ * complete. Returns 0 or an error. */
 GPUFILE_API int gpufile_batch_submit(gpufile_batch_t *b,
                                      const gpufile_batch_entry_t *entries,
                                      unsigned n);

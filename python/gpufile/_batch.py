@@ -45,18 +45,26 @@ class BatchRead:
     object with the buffer protocol or a device array
     (__cuda_array_interface__), size None for all of buf. Every entry is
     checked before anything is read; a bad one raises naming its index.
-    The files stay open (close() waits) and the buffers alive until the
-    batch is complete."""
+    The buffers stay alive until the batch is complete; a file may be
+    closed meanwhile, from any thread (close() waits for its entries). The
+    batch may be waited for, polled and freed from any thread, one at a
+    time."""
 
     def __init__(self, entries):
         from ._file import File
         self._b = None
         self._bufs = []
-        self._held = []  # _Handle objects entered for the batch
         self._files = []
         entries = list(entries)
         self.n = len(entries)
         arr = (_Entry * max(self.n, 1))()
+        # The handles are entered only until the submit has returned:
+        # from then on gpufile_close() waits for the batch's entries (its
+        # contract in gpufile.h), as for a Future, and the C batch does
+        # not touch a handle once its entries have ended. (Held until the
+        # batch ended, they were left by whichever thread waited, which
+        # _Handle counts per thread: KeyError, and a file never closed.)
+        held = []
         try:
             for i, ent in enumerate(entries):
                 try:
@@ -74,9 +82,9 @@ class BatchRead:
                 self._bufs.append(b)
                 n, off = _buffers.check_range(b, size, offset, what)
                 h = f._h
-                if not any(h is x for x in self._held):
+                if not any(h is x for x in held):
                     h.enter()
-                    self._held.append(h)
+                    held.append(h)
                 arr[i] = _Entry(h.ptr, b.ptr, n, off)
                 self._files.append(f.name)
             out = c_void_p()
@@ -87,16 +95,15 @@ class BatchRead:
         except BaseException:
             self._end()
             raise
+        finally:
+            for h in held:
+                h.leave()
 
     def _end(self):
-        """Frees the C batch (waiting for it) and lets go of the files and
-        buffers."""
+        """Frees the C batch (waiting for it) and lets go of the buffers."""
         if self._b is not None:
             _fn("gpufile_batch_free")(self._b)
             self._b = None
-        for h in self._held:
-            h.leave()
-        self._held = []
         for b in self._bufs:
             b.release()
         self._bufs = []

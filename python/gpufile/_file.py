@@ -150,10 +150,11 @@ class _Handle:
     free: a heap use-after-free under ASan, EBADF, or a reused descriptor
     of another file).
 
-    Requests (Futures) need no count here: gpufile_close() waits for every
-    request on the handle (its contract in gpufile.h), and a C future does
-    not refer to its handle once its request has ended, so a Future can be
-    waited for and freed after close().
+    Requests (Futures) and batches (BatchRead, once submitted) need no
+    count here: gpufile_close() waits for every request and batch entry on
+    the handle (its contract in gpufile.h), and neither a C future nor a C
+    batch refers to its handle once its work has ended, so either can be
+    waited for and freed after close(), in any thread.
 
     The lock of cond guards state and users only; it is never held across
     a call into the library or anything that may run a finaliser.

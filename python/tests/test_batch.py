@@ -2,6 +2,7 @@
 buffers with the fake driver; test_gpu covers the real one)."""
 import errno
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -40,6 +41,47 @@ def test_batch_async_poll_wait(data_file):
         assert b.poll() == 64 and b.done()
         assert counts == [4096] * 64
         assert bytes(bufs[5]) == data[5 * 4096:6 * 4096].tobytes()
+
+
+def test_batch_other_threads(data_file):
+    """A batch made in one thread is waited for in another, and its file
+    closed from a third and then from the first: the waiter got KeyError
+    (the file's count of calls in flight was kept per thread), and the
+    file could never be closed."""
+    path, data = data_file
+    f = gpufile.File(path)
+    bufs = [bytearray(4096) for _ in range(8)]
+    b = gpufile.BatchRead([(f, bufs[i], 4096, i * 4096) for i in range(8)])
+    got, errors = [], []
+
+    def run(fn):
+        try:
+            got.append(fn())
+        except BaseException as e:
+            errors.append(e)
+
+    for fn in (b.wait, f.close):
+        t = threading.Thread(target=run, args=(fn,), daemon=True)
+        t.start()
+        t.join(60)  # a watchdog: a hang fails here, not the whole run
+        assert not t.is_alive(), "%s did not return" % fn.__name__
+    assert errors == []
+    assert got[0] == [4096] * 8
+    assert f.closed
+    f.close()  # closed already: nothing to do, no error
+    assert bytes(bufs[3]) == data[3 * 4096:4 * 4096].tobytes()
+
+
+def test_batch_close_before_wait(data_file):
+    """The file may be closed before the batch is waited for: close()
+    waits for the entries, and the batch still gives its counts."""
+    path, data = data_file
+    f = gpufile.File(path)
+    buf = bytearray(5000)
+    b = gpufile.BatchRead([(f, buf, None, 100)])
+    f.close()
+    assert b.wait() == [5000]
+    assert bytes(buf) == data[100:5100].tobytes()
 
 
 def test_batch_empty():
