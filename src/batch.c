@@ -141,8 +141,11 @@ struct gpufile_batch {
 	atomic_uint_fast64_t path_bytes[GPUFILE_PATH_COUNT];
 	atomic_uint_fast64_t path_errors[GPUFILE_PATH_COUNT];
 	atomic_int first_error[GPUFILE_PATH_COUNT];
-	uint64_t path_entries[GPUFILE_PATH_COUNT]; /* set at submit */
-	uint64_t path_size[GPUFILE_PATH_COUNT];
+	/* Entries counted on each path's request, and their size: set at
+	 * submit, less those that fall back to gpufile_pread (it counts
+	 * them itself). */
+	atomic_uint_fast64_t path_entries[GPUFILE_PATH_COUNT];
+	atomic_uint_fast64_t path_size[GPUFILE_PATH_COUNT];
 
 	pthread_mutex_t lock; /* guards everything below */
 	pthread_cond_t work;  /* a submit, or stop */
@@ -225,14 +228,15 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 	const uint64_t ns = gpufile__now_ns() - b->start_ns;
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		int err = atomic_load(&b->first_error[p]);
+		uint64_t entries = atomic_load(&b->path_entries[p]);
 
-		if (!b->path_entries[p])
+		if (!entries)
 			continue;
 		/* One request per path and batch, its tasks the entries. */
 		gpufile__stats_request(
 		    (gpufile_path_t)p, 0,
 		    err ? err : (ssize_t)atomic_load(&b->path_bytes[p]),
-		    b->path_entries[p], b->path_size[p], ns);
+		    entries, atomic_load(&b->path_size[p]), ns);
 	}
 	if (gpufile__batch_complete_hook)
 		gpufile__batch_complete_hook(b);
@@ -791,8 +795,14 @@ static void cufile_flush(struct worker *w)
 		/* Nothing was started: read them singly. */
 	}
 	for (unsigned k = 0; k < n; k++) {
-		/* gpufile_pread counts its bytes. */
-		b->e[w->cf_idx[k]].way = WAY_SINGLE;
+		struct entry *e = &b->e[w->cf_idx[k]];
+
+		/* gpufile_pread counts it as a request of its own: out of
+		 * the batch's (it was counted twice). Before its end, which
+		 * the completing thread's reading of the counts follows. */
+		atomic_fetch_sub(&b->path_entries[e->path], 1);
+		atomic_fetch_sub(&b->path_size[e->path], e->size);
+		e->way = WAY_SINGLE;
 		end_single(b, w->cf_idx[k]);
 	}
 }
@@ -1395,22 +1405,26 @@ static int submit_ready(gpufile_batch_t *b,
 static int decide_all(gpufile_batch_t *b, const gpufile_batch_entry_t *entries,
                       unsigned n, const struct gpufile__settings *cfg)
 {
+	uint64_t count[GPUFILE_PATH_COUNT] = {0},
+	         size[GPUFILE_PATH_COUNT] = {0};
 	struct decision cache = {0};
 	int rc;
 
 	b->staged_ctx = NULL;
 	b->staged_device = -1;
 	b->cufile_ctx = NULL;
-	memset(b->path_entries, 0, sizeof(b->path_entries));
-	memset(b->path_size, 0, sizeof(b->path_size));
 	for (unsigned i = 0; i < n; i++) {
 		rc = decide(b, i, &entries[i], cfg, &cache);
 		if (rc)
 			return rc;
 		if (b->e[i].way == WAY_SINGLE)
 			continue;
-		b->path_entries[b->e[i].path]++;
-		b->path_size[b->e[i].path] += entries[i].size;
+		count[b->e[i].path]++;
+		size[b->e[i].path] += entries[i].size;
+	}
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		atomic_store(&b->path_entries[p], count[p]);
+		atomic_store(&b->path_size[p], size[p]);
 	}
 	return 0;
 }
@@ -1457,7 +1471,7 @@ static void record_reasons(gpufile_batch_t *b, unsigned n)
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		char why[256];
 
-		if (!b->path_entries[p])
+		if (!atomic_load(&b->path_entries[p]))
 			continue;
 		for (unsigned i = 0; i < n; i++) {
 			if (b->e[i].path != p || b->e[i].way == WAY_SINGLE)
@@ -1465,7 +1479,8 @@ static void record_reasons(gpufile_batch_t *b, unsigned n)
 			snprintf(why, sizeof(why),
 			         "%s: batch of %llu reads (io_uring, %s)",
 			         gpufile_path_name((gpufile_path_t)p),
-			         (unsigned long long)b->path_entries[p],
+			         (unsigned long long)atomic_load(
+			             &b->path_entries[p]),
 			         p == GPUFILE_PATH_HOST ? "into the buffers"
 			         : p == GPUFILE_PATH_CUFILE
 			             ? "cuFile batch API"

@@ -226,6 +226,54 @@ int main(void)
 	}
 	CHECK_EQ(bad, 0);
 
+	/* Entries a worker reads singly (its cuFile batch lost) are counted
+	 * once, as gpufile_pread's requests: one worker, whose batch is lost
+	 * at the first submit, then reads all of the second singly. (The
+	 * batch's own request counted them a second time.) */
+	{
+		struct gpufile__settings cfg;
+		gpufile_batch_t *one = NULL;
+		uint64_t tasks = 0, bytes = 0;
+
+		CHECK_EQ(gpufile_config_set("nthreads", "1"), 0);
+		CHECK_EQ(gpufile__settings(&cfg), 0);
+		CHECK_EQ(gpufile_batch_create(&one, n), 0);
+		setenv("FAKE_CUFILE_FAIL_GETSTATUS", "5030", 1);
+		CHECK_EQ(gpufile_batch_submit(one, e, n), 0);
+		CHECK_EQ(gpufile_batch_wait(one, -1), (int)n);
+		unsetenv("FAKE_CUFILE_FAIL_GETSTATUS");
+		c0 = fake_counts();
+		GPUFILE_INIT(s0);
+		gpufile_stats_self(&s0);
+		CHECK_EQ(gpufile_batch_submit(one, e, n), 0);
+		CHECK_EQ(gpufile_batch_wait(one, -1), (int)n);
+		GPUFILE_INIT(s1);
+		gpufile_stats_self(&s1);
+		c1 = fake_counts();
+		for (unsigned i = 0; i < n; i++) {
+			const uint64_t ts = cfg.task_size;
+			const uint64_t off = (uint64_t)e[i].offset;
+			size_t want = off + e[i].size > FILE_SIZE
+			                  ? FILE_SIZE - (size_t)off
+			                  : e[i].size;
+
+			CHECK_EQ(gpufile_batch_result(one, i), want);
+			bytes += want;
+			tasks += (off + e[i].size - 1) / ts - off / ts + 1;
+		}
+		CHECK_EQ(c1.batch_ios - c0.batch_ios, 0); /* all singly */
+		CHECK_EQ(s1.path[GPUFILE_PATH_CUFILE][0].ops -
+		             s0.path[GPUFILE_PATH_CUFILE][0].ops,
+		         n);
+		CHECK_EQ(s1.path[GPUFILE_PATH_CUFILE][0].tasks -
+		             s0.path[GPUFILE_PATH_CUFILE][0].tasks,
+		         tasks);
+		CHECK_EQ(s1.path[GPUFILE_PATH_CUFILE][0].bytes -
+		             s0.path[GPUFILE_PATH_CUFILE][0].bytes,
+		         bytes);
+		gpufile_batch_free(one);
+	}
+
 	gpufile_batch_free(b);
 	/* Every cuFile batch set up was destroyed. */
 	c1 = fake_counts();
