@@ -665,8 +665,12 @@ static void cufile_event(struct gpufile_batch *b, unsigned i,
  * it can be used, -1 when never (its entries are then read singly). */
 static void cufile_setup(struct worker *w, const struct gpufile__cufile *t)
 {
-	w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
-	w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
+	/* Kept where made already: batch_after_fork sets cf_state to 0
+	 * again, but these are the child's own copies. */
+	if (!w->cf_io)
+		w->cf_io = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_io));
+	if (!w->cf_ev)
+		w->cf_ev = calloc(CUFILE_BATCH_IOS, sizeof(*w->cf_ev));
 	w->cf_state = -1;
 	if (w->cf_io && w->cf_ev &&
 	    t->cuFileBatchIOSetUp(&w->cf_batch, CUFILE_BATCH_IOS).err ==
@@ -1590,7 +1594,10 @@ ssize_t gpufile_batch_result(gpufile_batch_t *b, unsigned i)
 
 const char *gpufile_batch_errmsg(gpufile_batch_t *b, unsigned i)
 {
-	if (!b || i >= b->n ||
+	if (!b)
+		return NULL;
+	batch_after_fork(b);
+	if (i >= b->n ||
 	    !atomic_load_explicit(&b->e[i].done, memory_order_acquire))
 		return NULL;
 	return b->e[i].msg;
