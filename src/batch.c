@@ -23,7 +23,7 @@
  *
  * Threads: the batch owns nworkers threads, started at the first submit
  * and joined by gpufile_batch_free. Locks: batch.lock, and pool.lock
- * inside gpufile__handle_release_mark, never one while holding the
+ * inside gpufile__handle_release_marks, never one while holding the
  * other; no I/O runs under either. Invariants:
  *   - an entry's result and message are written only by the worker that
  *     claimed its chunk, before its done flag is set (release); readers
@@ -195,9 +195,8 @@ static void set_msg(struct entry *e, const char *fmt, ...)
 	e->msg = strdup(text);
 }
 
-/* Called by the worker whose entry just ended; the last one completes the
- * batch. */
-static void entry_end(struct gpufile_batch *b, unsigned i)
+/* Entry i's bytes or error, in the batch's request of its path. */
+static void entry_count(struct gpufile_batch *b, unsigned i)
 {
 	struct entry *e = &b->e[i];
 
@@ -214,17 +213,12 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 		atomic_compare_exchange_strong(&b->first_error[e->path], &zero,
 		                               (int)e->result);
 	}
-	/* Through the pool: a gpufile_close waiting for h sleeps on the
-	 * pool's idle condition, and only a release under pool.lock wakes
-	 * it (a bare decrement left it asleep for ever). The done flag is
-	 * set in the same step, for batch_after_fork. After this, h may be
-	 * freed: it is not touched again. */
-	gpufile__handle_release_mark(e->h, &e->done);
-	if (atomic_fetch_add(&b->nended, 1) + 1 != b->n) {
-		atomic_fetch_add(&b->ndone, 1);
-		return;
-	}
+}
 
+/* The last entries have ended: records the batch's requests and makes it
+ * complete. */
+static void batch_complete(struct gpufile_batch *b)
+{
 	const uint64_t ns = gpufile__now_ns() - b->start_ns;
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		int err = atomic_load(&b->first_error[p]);
@@ -250,6 +244,46 @@ static void entry_end(struct gpufile_batch *b, unsigned i)
 	pthread_mutex_unlock(&b->lock);
 }
 
+/* Entries released per hold of pool.lock. */
+#define END_GROUP 64u
+
+/* Called by the worker whose entries idx[0, n) just ended (results and
+ * messages final); the one that ends the last completes the batch.
+ * Their counts on their handles go through the pool: a gpufile_close
+ * waiting for a handle sleeps on the pool's idle condition, and only a
+ * release under pool.lock wakes it (a bare decrement left it asleep for
+ * ever). Done flags are set in the same step, for batch_after_fork. A
+ * group shares one hold of the lock: a round's up to 256 entries take it
+ * 4 times, not 256, and every worker of every batch, and the pool, take
+ * that lock. After this the handles may be freed: not touched again. */
+static void entries_end(struct gpufile_batch *b, const unsigned *idx,
+                        unsigned n)
+{
+	struct gpufile *h[END_GROUP];
+	atomic_int *done[END_GROUP];
+
+	if (!n)
+		return;
+	for (unsigned k = 0; k < n; k += END_GROUP) {
+		const unsigned m = n - k < END_GROUP ? n - k : END_GROUP;
+
+		for (unsigned j = 0; j < m; j++) {
+			struct entry *e = &b->e[idx[k + j]];
+
+			entry_count(b, idx[k + j]);
+			h[j] = e->h;
+			done[j] = &e->done;
+		}
+		gpufile__handle_release_marks(h, done, m);
+	}
+	if (atomic_fetch_add(&b->nended, n) + n != b->n) {
+		atomic_fetch_add(&b->ndone, n);
+		return;
+	}
+	atomic_fetch_add(&b->ndone, n - 1);
+	batch_complete(b);
+}
+
 static void end_single(struct gpufile_batch *b, unsigned i)
 {
 	struct entry *e = &b->e[i];
@@ -257,7 +291,7 @@ static void end_single(struct gpufile_batch *b, unsigned i)
 	e->result = gpufile_pread(e->h, e->buf, e->size, e->offset);
 	if (e->result < 0)
 		set_msg(e, "batch entry %u: %s", i, gpufile_errmsg());
-	entry_end(b, i);
+	entries_end(b, &i, 1);
 }
 
 /* A read that returned got (>= 0) of want bytes at off: finish it with
@@ -386,8 +420,8 @@ static void slot_settle(struct worker *w, unsigned s)
 
 		if ((!t || rc != CUDA_SUCCESS) && e->result >= 0)
 			entry_failed(e, i, GPUFILE_ECUDA, why);
-		entry_end(w->b, i);
 	}
+	entries_end(w->b, sl->pending, sl->npending);
 	sl->npending = 0;
 }
 
@@ -712,6 +746,7 @@ static void cufile_lost(struct worker *w, const struct gpufile__cufile *t,
 	struct gpufile_batch *b = w->b;
 	CUfileError_t cancel = t->cuFileBatchIOCancel(w->cf_batch);
 	char why[256];
+	unsigned m = 0;
 	int len;
 
 	t->cuFileBatchIODestroy(w->cf_batch);
@@ -738,8 +773,9 @@ static void cufile_lost(struct worker *w, const struct gpufile__cufile *t,
 		if (atomic_load(&e->done))
 			continue;
 		entry_failed(e, i, GPUFILE_ECUFILE, why);
-		entry_end(b, i);
+		w->cf_idx[m++] = i;
 	}
+	entries_end(b, w->cf_idx, m);
 }
 
 /* Waits for the n submitted entries' events and ends each entry. */
@@ -748,23 +784,24 @@ static void cufile_reap(struct worker *w, const struct gpufile__cufile *t,
 {
 	struct gpufile_batch *b = w->b;
 	CUfileError_t rc = {CU_FILE_SUCCESS, 0};
-	unsigned got = 0;
+	unsigned got = 0, ended[CUFILE_BATCH_IOS];
 
 	while (got < n) {
-		unsigned nr = n - got;
+		unsigned nr = n - got, m = 0;
 
 		rc = t->cuFileBatchIOGetStatus(w->cf_batch, nr, &nr, w->cf_ev,
 		                               NULL);
 		if (rc.err != CU_FILE_SUCCESS || nr == 0)
 			break;
-		for (unsigned k = 0; k < nr; k++) {
+		for (unsigned k = 0; k < nr && k < CUFILE_BATCH_IOS; k++) {
 			unsigned i = (unsigned)(uintptr_t)w->cf_ev[k].cookie;
 
 			if (i < b->n) {
 				cufile_event(b, i, &w->cf_ev[k], t);
-				entry_end(b, i);
+				ended[m++] = i;
 			}
 		}
+		entries_end(b, ended, m);
 		got += nr;
 	}
 	if (got < n)
@@ -854,7 +891,7 @@ static unsigned fail_staged(struct worker *w, unsigned n, int err,
                             const char *msg)
 {
 	struct gpufile_batch *b = w->b;
-	unsigned nh = 0;
+	unsigned nh = 0, nf = 0, failed[BATCH_DEPTH];
 
 	for (unsigned k = 0; k < n; k++) {
 		unsigned j = w->round[k];
@@ -862,11 +899,12 @@ static unsigned fail_staged(struct worker *w, unsigned n, int err,
 
 		if (e->way == WAY_STAGED) {
 			entry_failed(e, j, err, msg);
-			entry_end(b, j);
+			failed[nf++] = j;
 		} else {
 			w->round[nh++] = j;
 		}
 	}
+	entries_end(b, failed, nf);
 	return nh;
 }
 
@@ -875,18 +913,19 @@ static unsigned fail_staged(struct worker *w, unsigned n, int err,
 static void end_round(struct worker *w, size_t *place, unsigned n)
 {
 	struct gpufile_batch *b = w->b;
-	unsigned nd = 0;
+	unsigned nd = 0, nh = 0, host[BATCH_DEPTH];
 
 	for (unsigned k = 0; k < n; k++) {
 		unsigned j = w->round[k];
 
 		if (b->e[j].way != WAY_STAGED) {
-			entry_end(b, j);
+			host[nh++] = j;
 			continue;
 		}
 		w->round[nd] = j;
 		place[nd++] = place[k];
 	}
+	entries_end(b, host, nh);
 	if (nd) {
 		slot_copy(w, w->cur, w->round, place, nd);
 		w->cur ^= 1;
@@ -1041,15 +1080,16 @@ static void batch_after_fork(struct gpufile_batch *b)
 	if (b->busy) {
 		for (unsigned i = 0; i < b->n; i++) {
 			struct entry *e = &b->e[i];
+			atomic_int *done = &e->done;
 
-			if (atomic_load(&e->done))
+			if (atomic_load(done))
 				continue;
 			entry_failed(e, i, -ECANCELED,
 			             "the process forked while it was in "
 			             "flight; the parent's threads read it");
 			/* Not done: its release had not happened at the fork
-			 * (gpufile__handle_release_mark sets done with it). */
-			gpufile__handle_release_mark(e->h, &e->done);
+			 * (gpufile__handle_release_marks sets done with it). */
+			gpufile__handle_release_marks(&e->h, &done, 1);
 		}
 		atomic_store(&b->nended, b->n);
 		atomic_store(&b->ndone, b->n);

@@ -487,11 +487,13 @@ void gpufile__handle_wait_idle(struct gpufile *h);
  * counts are. */
 void gpufile__handle_hold(struct gpufile *h);
 void gpufile__handle_release(struct gpufile *h);
-/* gpufile__handle_release, storing 1 in *mark (release order) in the same
- * step under pool.lock (a batch entry's done flag, batch.c): whoever sees
- * the mark unset, a forked child included, knows the piece still counts
- * on h. */
-void gpufile__handle_release_mark(struct gpufile *h, atomic_int *mark);
+/* gpufile__handle_release of n pieces, piece k counted on h[k], under one
+ * hold of pool.lock, storing 1 in *marks[k] (release order) in the same
+ * step (a batch entry's done flag, batch.c; marks may be NULL): whoever
+ * sees a mark unset, a forked child included, knows its piece still
+ * counts on its handle. */
+void gpufile__handle_release_marks(struct gpufile *const *h,
+                                   atomic_int *const *marks, unsigned n);
 
 int gpufile__pool_start(void);
 void gpufile__pool_stop(void);

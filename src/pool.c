@@ -142,20 +142,27 @@ void gpufile__handle_hold(struct gpufile *h)
 
 void gpufile__handle_release(struct gpufile *h)
 {
-	gpufile__handle_release_mark(h, NULL);
+	gpufile__handle_release_marks(&h, NULL, 1);
 }
 
-void gpufile__handle_release_mark(struct gpufile *h, atomic_int *mark)
+void gpufile__handle_release_marks(struct gpufile *const *h,
+                                   atomic_int *const *marks, unsigned n)
 {
+	int idle = 0;
+
 	pthread_mutex_lock(&pool.lock);
-	if (atomic_fetch_sub(&h->inflight, 1) == 1)
+	for (unsigned k = 0; k < n; k++) {
+		idle |= atomic_fetch_sub(&h[k]->inflight, 1) == 1;
+		/* In the same step: the fork prepare handler holds
+		 * pool.lock, so a forked child sees each piece either still
+		 * counted and unmarked or released and marked, never
+		 * released and unmarked (which it would release again). */
+		if (marks)
+			atomic_store_explicit(marks[k], 1,
+			                      memory_order_release);
+	}
+	if (idle)
 		pthread_cond_broadcast(&pool.idle);
-	/* In the same step: the fork prepare handler holds pool.lock, so a
-	 * forked child sees the piece either still counted and unmarked or
-	 * released and marked, never released and unmarked (which it would
-	 * release a second time). */
-	if (mark)
-		atomic_store_explicit(mark, 1, memory_order_release);
 	pthread_mutex_unlock(&pool.lock);
 }
 
