@@ -724,7 +724,9 @@ typedef struct gpufile_plan_entry {
 	uint64_t request_size; /* bytes in one request cuFile receives */
 	uint64_t count;        /* how many such requests */
 	uint64_t parts;        /* scheduling units cuFile cuts one into */
-	uint64_t part_size;    /* bytes per part (the last may be shorter) */
+	uint64_t part_size;    /* bytes of the largest part: parts split the
+	                        * request evenly (they differ by a byte at
+	                        * most), so none is below the threshold */
 	uint64_t max_transfer; /* largest single nvidia-fs transfer */
 	uint64_t transfers_per_part;
 	char why[256]; /* which rule decided parts */

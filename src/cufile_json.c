@@ -213,6 +213,50 @@ static int read_denylist(const cJSON *root, const char *name,
 	return 0;
 }
 
+static int cmp_member_names(const void *a, const void *b)
+{
+	return strcmp((*(const cJSON *const *)a)->string,
+	              (*(const cJSON *const *)b)->string);
+}
+
+/* A member of an object in tree (depth first) whose name another member
+ * of the same object has, and that object's name into *where ("" for the
+ * top); NULL when there is none, or out of memory (-ENOMEM in *err).
+ * Sorted, not compared pairwise: a 4 MiB file may hold 10^5 keys. */
+static const cJSON *repeated_key(const cJSON *tree, const char **where,
+                                 int *err)
+{
+	const cJSON *a, *found = NULL;
+	const cJSON **names;
+	size_t n = 0, i = 0;
+
+	cJSON_ArrayForEach(a, tree)
+	{
+		n++;
+		if ((cJSON_IsObject(a) || cJSON_IsArray(a)) &&
+		    (found = repeated_key(a, where, err)))
+			return found;
+		if (*err)
+			return NULL;
+	}
+	if (!cJSON_IsObject(tree) || n < 2)
+		return NULL;
+	names = malloc(n * sizeof(*names));
+	if (!names) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	cJSON_ArrayForEach(a, tree) names[i++] = a;
+	qsort(names, n, sizeof(*names), cmp_member_names);
+	for (i = 1; i < n && !found; i++)
+		if (strcmp(names[i]->string, names[i - 1]->string) == 0)
+			found = names[i];
+	free(names);
+	if (found)
+		*where = tree->string ? tree->string : "";
+	return found;
+}
+
 static int parse_tree(const cJSON *root, const char *name,
                       gpufile_cufile_config_t *out)
 {
@@ -225,6 +269,23 @@ static int parse_tree(const cJSON *root, const char *name,
 		    GPUFILE_ECONFIG,
 		    "%s: expected an object at the top, got %s", name,
 		    type_name(root));
+	{
+		/* Which of the two cuFile takes is not documented: the plan
+		 * would be a guess. */
+		const char *where = "";
+		int err = 0;
+		const cJSON *dup = repeated_key(root, &where, &err);
+
+		if (err)
+			return gpufile__fail(err, "%s: out of memory", name);
+		if (dup)
+			return gpufile__fail(
+			    GPUFILE_ECONFIG,
+			    "%s: \"%s\" is given twice in %s%s%s; which one "
+			    "cuFile takes is not known: keep one",
+			    name, dup->string, where[0] ? "\"" : "the top",
+			    where, where[0] ? "\"" : "");
+	}
 	for (int i = 0; i < GPUFILE_CUFILE_NKEYS; i++) {
 		const struct key *k = &keys[i];
 		const cJSON *sec =

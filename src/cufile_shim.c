@@ -266,8 +266,11 @@ static int json_stats_level(void)
 				break;
 			p = e + 1;
 		} else if (*p == '"') {
-			const char *e = strchr(p + 1, '"');
-			if (!e)
+			/* It ends at the first quote no backslash escapes. */
+			const char *e = p + 1;
+			while (*e && *e != '"')
+				e += e[0] == '\\' && e[1] ? 2 : 1;
+			if (!*e)
 				break;
 			if (e - p == 13 &&
 			    strncmp(p, "\"cufile_stats\"", 14) == 0) {

@@ -493,15 +493,16 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 		    f.cufile_registered && gpufile__cufile_p2pdma();
 		gpufile__decide(&f, d);
 	}
-	if (d->path == GPUFILE_PATH_POSIX || d->path == GPUFILE_PATH_CUFILE) {
+	/* A request refused (compat_mode=off without cuFile) moved nothing
+	 * and fell back to nothing: not the handle's path. */
+	if (!d->error &&
+	    (d->path == GPUFILE_PATH_POSIX || d->path == GPUFILE_PATH_CUFILE)) {
 		first = !h->path_recorded;
 		h->path_recorded = 1;
 	}
 	pthread_mutex_unlock(&h->lock);
 	if (first)
-		gpufile__stats_file(h->path,
-		                    d->error ? GPUFILE_PATH_POSIX : d->path,
-		                    d->reason);
+		gpufile__stats_file(h->path, d->path, d->reason);
 	if (d->error)
 		return gpufile__fail(d->error, "%s: %s", h->path, d->reason);
 	return 0;

@@ -10,7 +10,8 @@
  *     min_io_threshold_size_kb: parts = min(max_io_threads,
  *     max_request_parallelism), but no part smaller than the threshold,
  *     so parts = min(that, max(1, size / threshold));
- *     part_size = ceil(size / parts);
+ *     the parts split the request evenly (sizes differ by a byte at
+ *     most: none below the threshold), part_size = ceil(size / parts);
  *   - otherwise one part;
  *   - the nvidia-fs path moves each part in transfers of at most
  *     properties.max_direct_io_size_kb.

@@ -503,6 +503,23 @@ static void test_fallback(const char *file, const char *file2)
 	         GPUFILE_ECUFILE);
 	/* Below the threshold off still takes the posix path. */
 	CHECK_EQ(gpufile_pread(b, dev, 100, 0), 100);
+	/* The refused request fell back to nothing: the file's record
+	 * is the fallback the handle makes under auto, with its reason. */
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_AUTO), 0);
+	CHECK_EQ(gpufile_pread(b, dev, 4 * MiB, 0), (ssize_t)(4 * MiB));
+	{
+		gpufile_file_stat_t fs[GPUFILE_MAX_FILE_STATS];
+		int nf = gpufile_stats_files(0, fs, GPUFILE_MAX_FILE_STATS);
+
+		CHECK(nf > 0);
+		if (nf > 0) {
+			CHECK(strcmp(fs[nf - 1].path, file2) == 0);
+			CHECK_EQ(fs[nf - 1].chosen, GPUFILE_PATH_POSIX);
+			CHECK_CONTAINS(fs[nf - 1].reason, "5027");
+			CHECK(!strstr(fs[nf - 1].reason, "compat_mode=off"));
+		}
+	}
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_OFF), 0);
 	gpufile_close(b);
 	gpufile_close(a);
 

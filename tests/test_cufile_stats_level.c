@@ -130,6 +130,18 @@ int main(void)
 	setenv("CUFILE_ENV_PATH_JSON", chosen, 1);
 	CHECK_EQ(level_after_open(&reported), 1);
 	CHECK_EQ(reported, 2);
+	/* A quote escaped in an earlier string does not end it (the scan
+	 * lost step there and missed the level, then set 3 over it). */
+	setenv("CUFILE_STATS_LEVEL", "1", 1);
+	CHECK_EQ(level_after_open(&reported), 1);
+	unsetenv("CUFILE_STATS_LEVEL");
+	setenv("CUFILE_ENV_PATH_JSON",
+	       json_file("escaped.json",
+	                 "{ \"logging\": { \"dir\": \"/tmp/a\\\"b\" },\n"
+	                 "  \"profile\": { \"cufile_stats\": 2 } }\n"),
+	       1);
+	CHECK_EQ(level_after_open(&reported), 1);
+	CHECK_EQ(reported, 2);
 
 	gpufile__cufile_reset();
 	test_cleanup();

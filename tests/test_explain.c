@@ -226,6 +226,32 @@ static void test_cufile_json(void)
 	path = write_file("sect.json", "{\"execution\": 3}");
 	CHECK_EQ(gpufile_cufile_config_load(path, &c), GPUFILE_ECONFIG);
 	CHECK(strstr(gpufile_errmsg(), "execution") != NULL);
+	/* A key or a section given twice: which one cuFile takes is not
+	 * known, so no plan is guessed (the first was taken silently). */
+	path =
+	    write_file("dupkey.json", "{\"execution\": {\"max_io_threads\": 4, "
+	                              "\"max_io_threads\": 16}}");
+	CHECK_EQ(gpufile_cufile_config_load(path, &c), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "dupkey.json");
+	CHECK_CONTAINS(gpufile_errmsg(), "\"max_io_threads\" is given twice "
+	                                 "in \"execution\"");
+	path = write_file("dupsect.json",
+	                  "{\"execution\": {\"max_io_threads\": 4}, "
+	                  "\"execution\": {\"parallel_io\": false}}");
+	CHECK_EQ(gpufile_cufile_config_load(path, &c), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "\"execution\" is given twice in "
+	                                 "the top");
+	path = write_file("dupdeep.json",
+	                  "{\"fs\": {\"generic\": {\"posix_unaligned_writes\":"
+	                  " false}, \"lustre\": {\"a\": 1, \"a\": 2}}}");
+	CHECK_EQ(gpufile_cufile_config_load(path, &c), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "\"a\" is given twice in \"lustre\"");
+	/* The same name in two objects is no repetition. */
+	path = write_file("samename.json",
+	                  "{\"execution\": {\"max_io_threads\": 8}, "
+	                  "\"x\": {\"max_io_threads\": 2}}");
+	CHECK_EQ(gpufile_cufile_config_load(path, &c), 0);
+	CHECK_EQ(c.v[GPUFILE_CUFILE_MAX_IO_THREADS].value, 8);
 	/* Truncated, and unterminated comment. */
 	path = write_file("trunc.json", "{\"execution\": {");
 	CHECK_EQ(gpufile_cufile_config_load(path, &c), GPUFILE_ECONFIG);
@@ -315,6 +341,36 @@ static void test_cli(void)
 	CHECK_EQ(WEXITSTATUS(system(cmd)), 1);
 }
 
+/* A request the parts cannot split into equal sizes: the plan says its
+ * parts differ by a byte at most (none below the threshold), not that a
+ * last part is whatever is left (33554433 B in 4: 8388609 then 3 bytes
+ * short, below 8 MiB). */
+static void test_uneven_parts(void)
+{
+	static char out[16384];
+	gpufile_plan_t p;
+	gpufile_cufile_config_t c;
+	int rc;
+
+	gpufile__cufile_defaults(&c);
+	GPUFILE_INIT(p);
+	CHECK_EQ(gpufile_explain(32 * MiB + 1, 0, GiB, 0, &c, &p), 0);
+	CHECK_EQ(p.entries[0].parts, 4);
+	CHECK_EQ(p.entries[0].part_size, 8 * MiB + 1);
+	CHECK(p.entries[0].request_size / p.entries[0].parts >= 8 * MiB);
+	rc = test_cli_run(out, sizeof(out),
+	                  "explain --size 33554433 --task-size 1GiB");
+	if (rc == -1)
+		return; /* no CLI in this build */
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "4 parts of 8388609 B or a byte less (split "
+	                    "evenly)");
+	rc = test_cli_run(out, sizeof(out),
+	                  "explain --size 33554432 --task-size 1GiB");
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "4 parts of 8 MiB;");
+}
+
 int main(void)
 {
 	gpufile_cufile_config_t c;
@@ -326,6 +382,7 @@ int main(void)
 		fprintf(stderr, "built without cJSON: parser tests skipped\n");
 	test_tutorial_numbers();
 	test_split_shapes();
+	test_uneven_parts();
 	if (have_parser) {
 		test_cufile_json();
 		test_cli();

@@ -117,13 +117,18 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 	for (int i = 0; i < p->nentries; i++) {
 		const gpufile_plan_entry_t *e = &p->entries[i];
 
+		/* An uneven split: parts of part_size and one byte less. */
+		const int uneven = e->parts && e->request_size % e->parts;
+
 		printf("  %" PRIu64 " request%s of %s -> %" PRIu64
-		       " part%s of %s; nvidia-fs moves each part in %" PRIu64
+		       " part%s of %s%s; nvidia-fs moves each part in %" PRIu64
 		       " transfer%s of at most %s\n",
 		       e->count, e->count == 1 ? "" : "s",
 		       exact(e->request_size, a, sizeof(a)), e->parts,
 		       e->parts == 1 ? "" : "s",
-		       exact(e->part_size, b, sizeof(b)), e->transfers_per_part,
+		       exact(e->part_size, b, sizeof(b)),
+		       uneven ? " or a byte less (split evenly)" : "",
+		       e->transfers_per_part,
 		       e->transfers_per_part == 1 ? "" : "s",
 		       exact(e->max_transfer, c, sizeof(c)));
 		printf("    why: %s\n", e->why);
