@@ -820,30 +820,37 @@ int gpufile_future_done(gpufile_future_t *f)
 	return done;
 }
 
-ssize_t gpufile_future_wait(gpufile_future_t *f)
+/* Waits for f as gpufile__request_wait; once it has ended, cuFile's
+ * counters of a cuFile request are published (gpufile stats shows them),
+ * however the caller waited. */
+static ssize_t future_wait(gpufile_future_t *f, long timeout_ms)
 {
-	ssize_t result;
+	ssize_t result = gpufile__request_wait(&f->r, timeout_ms);
 
-	if (!f)
-		return gpufile__fail(-EINVAL, "future is NULL");
-	result = gpufile__request_wait(&f->r, -1);
-	if (f->r.path == GPUFILE_PATH_CUFILE)
+	if (f->r.path == GPUFILE_PATH_CUFILE && gpufile_future_done(f))
 		gpufile__cufile_publish_stats();
 	return result;
+}
+
+ssize_t gpufile_future_wait(gpufile_future_t *f)
+{
+	if (!f)
+		return gpufile__fail(-EINVAL, "future is NULL");
+	return future_wait(f, -1);
 }
 
 ssize_t gpufile_future_wait_for(gpufile_future_t *f, long timeout_ms)
 {
 	if (!f)
 		return gpufile__fail(-EINVAL, "future is NULL");
-	return gpufile__request_wait(&f->r, timeout_ms < 0 ? 0 : timeout_ms);
+	return future_wait(f, timeout_ms < 0 ? 0 : timeout_ms);
 }
 
 void gpufile_future_free(gpufile_future_t *f)
 {
 	if (!f)
 		return;
-	gpufile__request_wait(&f->r, -1);
+	future_wait(f, -1);
 	gpufile__request_destroy(&f->r);
 	free(f);
 }

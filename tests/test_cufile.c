@@ -631,6 +631,26 @@ static void test_buffers_and_stats(const char *file)
 	CHECK_EQ(fake().buf_deregister, 1);
 	CHECK_EQ(gpufile_pread(h, dev + MiB, MiB, 0), (ssize_t)MiB);
 	CHECK(fake().last_base == dev + MiB);
+	/* cuFile's counters reach the statistics (gpufile stats PID)
+	 * however an asynchronous read is waited for: wait_for, or a free
+	 * without a wait. */
+	{
+		gpufile_future_t *f = NULL;
+		gpufile_stats_t s;
+
+		CHECK_EQ(gpufile_pread_async(h, dev, MiB, 0, &f), 0);
+		while (gpufile_future_wait_for(f, 1000) == -ETIMEDOUT)
+			;
+		GPUFILE_INIT(s);
+		gpufile_stats_self(&s);
+		CHECK_EQ(s.cufile_ngpus, 1);
+		CHECK_EQ(s.cufile[0].posix_reads, 3);
+		gpufile_future_free(f);
+		CHECK_EQ(gpufile_pread_async(h, dev, MiB, 0, &f), 0);
+		gpufile_future_free(f);
+		gpufile_stats_self(&s);
+		CHECK_EQ(s.cufile[0].posix_reads, 4);
+	}
 	gpufile_close(h);
 	CHECK_EQ(fake().handle_deregister, 1);
 	CHECK(strcmp(gpufile_cufile_status_name(5027),
