@@ -95,6 +95,20 @@ static void test_other_values(const char *file)
 	expect(2, "--task-size \"0\": must be at least",
 	       "explain --size 1m --task-size 0");
 	expect(2, "--size is required", "explain");
+	/* Options with no limit but 64 bits: 2^64 does not fit, and the
+	 * message says so instead of quoting a bound of 0 or a minimum. */
+	expect(2,
+	       "--size \"18446744073709551616\": too large (does not fit in "
+	       "64 bits)",
+	       "explain --size 18446744073709551616");
+	expect(2,
+	       "--offset \"99999999999999999999\": too large (does not fit "
+	       "in 64 bits)",
+	       "explain --size 1g --offset 99999999999999999999");
+	expect(2,
+	       "--task-size \"18446744073709551616\": too large (does not "
+	       "fit in 64 bits)",
+	       "explain --size 1g --task-size 18446744073709551616");
 	expect(2, "--watch \"0\": not a number of seconds", "stats --watch 0");
 	expect(2, "--watch \"soon\": not a number of seconds",
 	       "stats --watch soon");
@@ -104,7 +118,10 @@ static void test_other_values(const char *file)
 	expect(2, "--offset \"9223372036854775808\": too large", args);
 	snprintf(args, sizeof(args), "cache %s --size 18446744073709551616",
 	         file);
-	expect(2, "--size \"18446744073709551616\": too large", args);
+	expect(2,
+	       "--size \"18446744073709551616\": too large (does not fit in "
+	       "64 bits)",
+	       args);
 	snprintf(args, sizeof(args), "cache %s --size abc", file);
 	expect(2, "--size \"abc\": not a size", args);
 	snprintf(args, sizeof(args), "load %s --device -1", file);

@@ -19,8 +19,8 @@
 
 static int size_value(const char *cmd, const struct opt *o, const char *text)
 {
+	uint64_t max = o->max ? o->max : UINT64_MAX, v;
 	char lo[32], hi[32];
-	uint64_t v;
 	int rc = util_parse_size(text, &v);
 
 	if (rc == -EINVAL)
@@ -28,24 +28,32 @@ static int size_value(const char *cmd, const struct opt *o, const char *text)
 		                        "--%s \"%s\": not a size; use bytes or "
 		                        "a number with k, m, g (KiB, MiB, GiB)",
 		                        o->name, text);
-	if (rc == 0 && v >= o->min && (!o->max || v <= o->max)) {
+	if (rc == 0 && v >= o->min && v <= max) {
 		*(uint64_t *)o->dest = v;
 		return 0;
 	}
-	/* Beyond 64 bits (-ERANGE) and beyond max get the same message, so
-	 * that 2^64-1 and 2^64 read alike. */
+	/* Here rc is -ERANGE (beyond 64 bits) or v is out of range. With no
+	 * limit but 64 bits, 2^64 and more is all that can be too large, and
+	 * saying so beats quoting a bound the user never wrote. */
+	if (rc == 0 && v < o->min && max == UINT64_MAX)
+		return util_usage_error(
+		    cmd, "--%s \"%s\": must be at least %s", o->name, text,
+		    util_human_bytes(o->min, lo, sizeof(lo)));
+	if (max == UINT64_MAX)
+		return util_usage_error(cmd,
+		                        "--%s \"%s\": too large (does not fit "
+		                        "in 64 bits)",
+		                        o->name, text);
+	/* Beyond 64 bits and beyond max get the same message, so that
+	 * 2^64-1 and 2^64 read alike. */
 	if (o->min == 0)
 		return util_usage_error(cmd,
 		                        "--%s \"%s\": too large (at most "
 		                        "%" PRIu64 " bytes)",
-		                        o->name, text, o->max);
-	if (!o->max)
-		return util_usage_error(
-		    cmd, "--%s \"%s\": must be at least %s", o->name, text,
-		    util_human_bytes(o->min, lo, sizeof(lo)));
+		                        o->name, text, max);
 	return util_usage_error(cmd, "--%s \"%s\": use %s to %s", o->name, text,
 	                        util_human_bytes(o->min, lo, sizeof(lo)),
-	                        util_human_bytes(o->max, hi, sizeof(hi)));
+	                        util_human_bytes(max, hi, sizeof(hi)));
 }
 
 static int device_value(const char *cmd, const struct opt *o, const char *text)
