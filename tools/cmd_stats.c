@@ -482,6 +482,10 @@ int cmd_stats(int argc, char **argv)
 		t = a;
 		a = b;
 		b = t;
+		/* Output that cannot be written ends the watch; main says
+		 * why. */
+		if (ferror(stdout))
+			break;
 	}
 	free(a < b ? a : b);
 	return EXIT_OK;

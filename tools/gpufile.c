@@ -7,6 +7,7 @@
 #include "gpufile.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,7 +51,7 @@ static const struct command *find_command(const char *name)
 	return NULL;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	const struct command *c;
 
@@ -86,4 +87,43 @@ int main(int argc, char **argv)
 		return util_usage_error(NULL, "unknown command \"%s\"",
 		                        argv[1]);
 	return c->run(argc - 1, argv + 1);
+}
+
+/*
+ * printf() to a full disk or a broken file keeps its error in the stream:
+ * without this check "gpufile config --json > /dev/full" printed nothing
+ * and exited 0. Checked once here, after any command, so that no command
+ * can forget. cmd names the command for the message (NULL: none).
+ */
+static int finish_stdout(const char *cmd, int rc)
+{
+	int failed, err;
+
+	errno = 0;
+	failed = fflush(stdout) != 0;
+	err = errno;
+	failed |= ferror(stdout) != 0;
+	/* EBADF from fclose alone: stdout was closed (">&-") and nothing
+	 * was written to it, so nothing was lost. */
+	if (fclose(stdout) != 0 && !failed && errno != EBADF) {
+		failed = 1;
+		err = errno;
+	}
+	if (!failed)
+		return rc;
+	util_error(cmd, "writing to standard output failed: %s",
+	           err ? strerror(err) : "an earlier write failed");
+	return rc == EXIT_OK ? EXIT_RUNTIME : rc;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = NULL;
+
+	if (argc > 1 && find_command(argv[1]))
+		cmd = argv[1];
+	else if (argc > 2 && strcmp(argv[1], "help") == 0 &&
+	         find_command(argv[2]))
+		cmd = argv[2];
+	return finish_stdout(cmd, run(argc, argv));
 }
