@@ -412,6 +412,17 @@ const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
 	return t;
 }
 
+int gpufile__cufile_load(void)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&cufile_lock);
+	if (load_locked())
+		rc = gpufile__fail_msg(failure_err, message);
+	pthread_mutex_unlock(&cufile_lock);
+	return rc;
+}
+
 int gpufile__cufile_p2pdma(void)
 {
 	int p2p;

@@ -81,6 +81,15 @@ static inline ssize_t gpufile__cufile_io_error(ssize_t n, int saved_errno)
 const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,
                                                    int *status);
 
+/*
+ * Loads libcufile (the cufile_library setting) without opening its driver
+ * and without reading the other settings, so that a caller can tell a
+ * missing library from a bad setting. Returns 0, or GPUFILE_ENOCUFILE (or
+ * GPUFILE_ECONFIG for a bad cufile_library) with the thread's message;
+ * remembered like gpufile__cufile_open's failures.
+ */
+int gpufile__cufile_load(void);
+
 /* Whether cuFile's driver properties report PCI P2PDMA support (0 until
  * the driver is open). The path decision itself is decide.c's. */
 int gpufile__cufile_p2pdma(void);

@@ -113,11 +113,23 @@ static void check_cufile(struct list *l, struct cufile_probe *cp)
 {
 	gpufile_cufile_info_t info;
 	char where[PATH_MAX] = "", value[256 + PATH_MAX], version[64] = "";
+	char bad_setting[256] = "";
 	struct link_map *map = NULL;
 	void *lib;
 
 	memset(cp, 0, sizeof(*cp));
-	cp->error = gpufile_cufile_driver_open();
+	/* The library first, on its own: it needs only cufile_library. The
+	 * driver is opened only with valid settings (gpufile__cufile_open),
+	 * and a bad GPUFILE_TASK_SIZE used to be shown here as "libcufile
+	 * not found"; it is reported as not trying the driver instead. */
+	cp->error = gpufile__cufile_load();
+	if (cp->error == 0 && gpufile_config_check()) {
+		snprintf(bad_setting, sizeof(bad_setting), "%s",
+		         gpufile_errmsg());
+		cp->error = GPUFILE_ECONFIG;
+	} else if (cp->error == 0) {
+		cp->error = gpufile_cufile_driver_open();
+	}
 	snprintf(cp->message, sizeof(cp->message), "%s",
 	         cp->error ? gpufile_errmsg() : "");
 	gpufile__clear_error();
@@ -156,6 +168,11 @@ static void check_cufile(struct list *l, struct cufile_probe *cp)
 		cp->driver_ok = 1;
 		add(l, "cufile.driver", GPUFILE_CHECK_PASS, "opens",
 		    "cuFileDriverOpen() returned CU_FILE_SUCCESS");
+	} else if (bad_setting[0]) {
+		add(l, "cufile.driver", GPUFILE_CHECK_UNKNOWN, "not tried",
+		    "gpufile opens the cuFile driver only when every setting "
+		    "is valid (see gpufile.* below): %s",
+		    bad_setting);
 	} else {
 		snprintf(value, sizeof(value), "cuFile status %d (%s)",
 		         info.status, gpufile_cufile_status_name(info.status));

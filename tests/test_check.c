@@ -354,6 +354,61 @@ static void test_cli_bad_json(void)
 	unsetenv("CUFILE_ENV_PATH_JSON");
 }
 
+/* The status of check name in `gpufile check --json` output json, in
+ * status (pass, fail, unknown; "" when absent); why gets its reason. */
+static void json_item(const char *json, const char *name, char *status,
+                      char *why, size_t len)
+{
+	char key[128];
+	const char *p, *s, *w;
+
+	status[0] = why[0] = '\0';
+	snprintf(key, sizeof(key), "\"name\": \"%s\"", name);
+	p = strstr(json, key);
+	s = p ? strstr(p, "\"status\": \"") : NULL;
+	w = p ? strstr(p, "\"why\": \"") : NULL;
+	if (s)
+		sscanf(s + 11, "%15[a-z]", status);
+	if (w)
+		snprintf(why, len, "%.*s", (int)strcspn(w + 8, "\n"), w + 8);
+}
+
+/*
+ * A bad setting that has nothing to do with cuFile (GPUFILE_TASK_SIZE)
+ * used to make check say "libcufile not found ... install the GDS
+ * package": the driver-open error of the bad setting stood in for the
+ * library. The library (the fake one) passes; the driver is not tried,
+ * saying why; the setting fails on its own line, naming the variable.
+ */
+static void test_cli_bad_setting(void)
+{
+	const char *cli = getenv("GPUFILE_CLI");
+	char cmd[1024], out[1 << 16], status[16], why[512];
+	FILE *p;
+	size_t n;
+
+	if (!cli || access(cli, X_OK) != 0)
+		return;
+	snprintf(cmd, sizeof(cmd),
+	         "GPUFILE_CUFILE_LIBRARY=%s GPUFILE_TASK_SIZE=bogus %s check "
+	         "--json",
+	         FAKE_CUFILE_PATH, cli);
+	p = popen(cmd, "r");
+	n = p ? fread(out, 1, sizeof(out) - 1, p) : 0;
+	out[n] = '\0';
+	if (p)
+		pclose(p);
+	json_item(out, "libcufile", status, why, sizeof(why));
+	CHECK(strcmp(status, "pass") == 0);
+	CHECK_CONTAINS(why, "loaded");
+	json_item(out, "cufile.driver", status, why, sizeof(why));
+	CHECK(strcmp(status, "unknown") == 0);
+	CHECK_CONTAINS(why, "GPUFILE_TASK_SIZE=\\\"bogus\\\"");
+	json_item(out, "gpufile.task_size", status, why, sizeof(why));
+	CHECK(strcmp(status, "fail") == 0);
+	CHECK_CONTAINS(why, "GPUFILE_TASK_SIZE=\\\"bogus\\\": not a size");
+}
+
 int main(void)
 {
 	unsetenv("CUFILE_ENV_PATH_JSON");
@@ -363,6 +418,7 @@ int main(void)
 	test_cli();
 	test_unreadable();
 	test_cli_bad_json();
+	test_cli_bad_setting();
 	test_cleanup();
 	return test_finish("test_check");
 }
