@@ -5,9 +5,11 @@
  * such call until a setter replaces it.
  *
  * Every value KvikIO 26.10 accepts in a KVIKIO_ variable is accepted here
- * too: honoured (COMPAT_MODE, NTHREADS and its alias NUM_THREADS,
- * TASK_SIZE, GDS_THRESHOLD, BOUNCE_BUFFER_SIZE clamped to what staging
- * needs, AUTO_DIRECT_IO_READ/WRITE onto direct_io), or accepted and
+ * too, in KvikIO's spelling (booleans as std::stoi reads them, a leading
+ * '+', an empty HTTP_STATUS_CODES; not text after a number): honoured
+ * (COMPAT_MODE, NTHREADS and its alias NUM_THREADS, TASK_SIZE,
+ * GDS_THRESHOLD, BOUNCE_BUFFER_SIZE clamped to what staging needs,
+ * AUTO_DIRECT_IO_READ/WRITE onto direct_io, HTTP_*), or accepted and
  * reported as unused (verbose remote log, logging). What was clamped, ignored
  * or looks misspelled is kept as a warning: gpufile config shows them, and the
  * first request of the process prints them once to stderr.
@@ -21,6 +23,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,12 +334,47 @@ int gpufile__parse_mode(const char *text, int *out)
 	return -EINVAL;
 }
 
+/* KvikIO reads whole numbers with a stringstream, which takes a leading
+ * '+' ("+8" is 8): in a KVIKIO_ variable the sign is skipped. GPUFILE_
+ * variables keep gpufile's spelling. Text after the number, which the
+ * stream ignores ("8abc" is 8 to KvikIO), stays an error: gpufile reads
+ * "8m" as 8 MiB, so that text is more likely a typo than a value. */
+static const char *kvikio_number(const char *text)
+{
+	const char *s = skip_space(text);
+
+	return *s == '+' && isdigit((unsigned char)s[1]) ? s + 1 : text;
+}
+
+/* KvikIO reads a boolean with std::stoi first, so any whole number in an
+ * int is one: 0 is false, any other ("2", "-1") true; then the words.
+ * Returns 0 with *mode (1 on, 2 off; gpufile's words also give 0 auto),
+ * or -EINVAL. As with numbers, text after the number is an error. */
+static int parse_kvikio_bool(const char *text, int *mode)
+{
+	const char *s = skip_space(text);
+	const char *digits = *s == '+' || *s == '-' ? s + 1 : s;
+	char *end;
+	long v;
+
+	if (!isdigit((unsigned char)*digits))
+		return gpufile__parse_mode(text, mode);
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || v < INT_MIN || v > INT_MAX || *skip_space(end))
+		return -EINVAL;
+	*mode = v ? 1 : 2;
+	return 0;
+}
+
 /* Parses text for setting st; on failure writes a message naming origin
- * (a variable or the setting) and the value into msg. */
+ * (a variable or the setting) and the value into msg. kvikio: the text
+ * is a KVIKIO_ variable's, read with KvikIO's number spelling. */
 static int parse_value(const struct setting *st, const char *text,
-                       const char *origin, uint64_t *out, char *msg,
+                       const char *origin, int kvikio, uint64_t *out, char *msg,
                        size_t msg_len)
 {
+	const char *num = kvikio ? kvikio_number(text) : text;
 	int rc;
 	int mode;
 
@@ -364,7 +402,7 @@ static int parse_value(const struct setting *st, const char *text,
 			         origin, text);
 		break;
 	case KIND_SIZE:
-		rc = gpufile__parse_size(text, out);
+		rc = gpufile__parse_size(num, out);
 		if (rc == -ERANGE)
 			snprintf(msg, msg_len, "%s=\"%s\": too large", origin,
 			         text);
@@ -375,7 +413,7 @@ static int parse_value(const struct setting *st, const char *text,
 			         origin, text);
 		break;
 	default:
-		rc = gpufile__parse_count(text, out);
+		rc = gpufile__parse_count(num, out);
 		if (rc == -ERANGE)
 			snprintf(msg, msg_len, "%s=\"%s\": too large", origin,
 			         text);
@@ -457,14 +495,15 @@ static const char *path_getenv(const char *var)
 static void take(struct setting *st, const char *var, const char *text,
                  gpufile_source_t source)
 {
+	int kvikio = source == GPUFILE_SOURCE_KVIKIO_ENV;
+	const char *num = kvikio ? kvikio_number(text) : text;
 	uint64_t v;
 
 	snprintf(st->variable, sizeof(st->variable), "%s", var);
 	st->source = source;
-	if (source == GPUFILE_SOURCE_KVIKIO_ENV &&
-	    (st->kind == KIND_SIZE || st->kind == KIND_COUNT) &&
-	    (st->kind == KIND_SIZE ? gpufile__parse_size(text, &v)
-	                           : gpufile__parse_count(text, &v)) == 0 &&
+	if (kvikio && (st->kind == KIND_SIZE || st->kind == KIND_COUNT) &&
+	    (st->kind == KIND_SIZE ? gpufile__parse_size(num, &v)
+	                           : gpufile__parse_count(num, &v)) == 0 &&
 	    v > 0 && (v < st->min || v > st->max)) {
 		/* KvikIO takes any positive number here (KVIKIO_NTHREADS=2000,
 		 * KVIKIO_TASK_SIZE of 2 TiB): a KvikIO user's value must not
@@ -480,7 +519,7 @@ static void take(struct setting *st, const char *var, const char *text,
 		st->value = to;
 		return;
 	}
-	if (parse_value(st, text, var, &v, st->bad_message,
+	if (parse_value(st, text, var, kvikio, &v, st->bad_message,
 	                sizeof(st->bad_message))) {
 		st->bad = 1;
 	} else if (st->kind == KIND_STRING) {
@@ -504,8 +543,8 @@ static int load_kvikio_nthreads(struct setting *st)
 		return 0;
 	/* Compared as numbers (" 8" and "8" agree); a value that is no
 	 * number is reported by take() below. */
-	if (a && b && gpufile__parse_count(a, &va) == 0 &&
-	    gpufile__parse_count(b, &vb) == 0 && va != vb) {
+	if (a && b && gpufile__parse_count(kvikio_number(a), &va) == 0 &&
+	    gpufile__parse_count(kvikio_number(b), &vb) == 0 && va != vb) {
 		snprintf(st->variable, sizeof(st->variable), "KVIKIO_NTHREADS");
 		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
 		snprintf(st->bad_message, sizeof(st->bad_message),
@@ -522,6 +561,24 @@ static int load_kvikio_nthreads(struct setting *st)
 	return 1;
 }
 
+/* Reads KvikIO boolean var=text into *mode (parse_kvikio_bool). A bad
+ * value is recorded in st, naming var; returns -1 then, else 0. Caller
+ * holds config_lock. */
+static int take_kvikio_bool(struct setting *st, const char *var,
+                            const char *text, int *mode)
+{
+	if (parse_kvikio_bool(text, mode) == 0)
+		return 0;
+	snprintf(st->variable, sizeof(st->variable), "%s", var);
+	st->source = GPUFILE_SOURCE_KVIKIO_ENV;
+	snprintf(st->bad_message, sizeof(st->bad_message),
+	         "%s=\"%s\": not a boolean; use true/false, on/off, yes/no "
+	         "or a whole number (0: false, others: true)",
+	         var, text);
+	st->bad = 1;
+	return -1;
+}
+
 /* KvikIO's opportunistic O_DIRECT switches. gpufile has one direct_io
  * setting: reads use O_DIRECT with on (auto: for large ranges not in the
  * page cache), writes only with on. So AUTO_DIRECT_IO_READ sets direct_io
@@ -534,23 +591,15 @@ static int load_kvikio_direct(struct setting *st)
 	const char *wr = getenv("KVIKIO_AUTO_DIRECT_IO_WRITE");
 	int mr = -1, mw = -1;
 
-	if (wr && gpufile__parse_mode(wr, &mw)) {
-		snprintf(st->variable, sizeof(st->variable),
-		         "KVIKIO_AUTO_DIRECT_IO_WRITE");
-		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
-		snprintf(st->bad_message, sizeof(st->bad_message),
-		         "KVIKIO_AUTO_DIRECT_IO_WRITE=\"%s\": not a boolean; "
-		         "use true/false, on/off, yes/no or 1/0",
-		         wr);
-		st->bad = 1;
+	if (wr && take_kvikio_bool(st, "KVIKIO_AUTO_DIRECT_IO_WRITE", wr, &mw))
 		return 1;
-	}
 	if (rd) {
-		take(st, "KVIKIO_AUTO_DIRECT_IO_READ", rd,
-		     GPUFILE_SOURCE_KVIKIO_ENV);
-		if (st->bad)
+		if (take_kvikio_bool(st, "KVIKIO_AUTO_DIRECT_IO_READ", rd, &mr))
 			return 1;
-		mr = (int)st->value;
+		snprintf(st->variable, sizeof(st->variable),
+		         "KVIKIO_AUTO_DIRECT_IO_READ");
+		st->source = GPUFILE_SOURCE_KVIKIO_ENV;
+		st->value = (uint64_t)mr;
 	}
 	/* Modes are stored as 0 auto, 1 on, 2 off. */
 	if (mw == 1 && mr != 1)
@@ -594,6 +643,9 @@ static void load_one(struct setting *st)
 		}
 		upper(var, prefixes[i], st->name, sizeof(var));
 		text = st->kind == KIND_STRING ? path_getenv(var) : getenv(var);
+		/* KvikIO: an empty KVIKIO_HTTP_STATUS_CODES is its default. */
+		if (text && i == 1 && st == &settings[S_HTTP_CODES] && !*text)
+			return;
 		if (text) {
 			take(st, var, text, sources[i]);
 			return;
@@ -947,7 +999,7 @@ int gpufile_config_set(const char *name, const char *value)
 	if (!value)
 		return gpufile__fail(GPUFILE_ECONFIG, "%s: no value given",
 		                     st->name);
-	if (parse_value(st, value, st->name, &v, msg, sizeof(msg)))
+	if (parse_value(st, value, st->name, 0, &v, msg, sizeof(msg)))
 		return gpufile__fail_msg(GPUFILE_ECONFIG, msg);
 	if (st->kind == KIND_STRING) {
 		pthread_mutex_lock(&config_lock);

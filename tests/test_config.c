@@ -754,6 +754,75 @@ static void test_kvikio_values(void)
 	gpufile_config_reset();
 	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
 
+	/* KvikIO reads booleans with std::stoi: any whole number is one,
+	 * 0 false and others true. Text after it stays an error. */
+	clear_kvikio_extra();
+	unsetenv("GPUFILE_DIRECT_IO");
+	for (const char *const *t =
+	         (const char *const[]){"2", "-1", " +7 ", NULL};
+	     *t; t++) {
+		setenv("KVIKIO_AUTO_DIRECT_IO_READ", *t, 1);
+		gpufile_config_reset();
+		CHECK_EQ(gpufile_config_check(), 0);
+		CHECK(strcmp(get("direct_io", NULL, NULL, 0), "on") == 0);
+	}
+	setenv("KVIKIO_AUTO_DIRECT_IO_READ", "+0", 1);
+	gpufile_config_reset();
+	CHECK(strcmp(get("direct_io", NULL, NULL, 0), "off") == 0);
+	setenv("KVIKIO_AUTO_DIRECT_IO_READ", "2x", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(),
+	               "KVIKIO_AUTO_DIRECT_IO_READ=\"2x\": not a boolean");
+	unsetenv("KVIKIO_AUTO_DIRECT_IO_READ");
+	setenv("KVIKIO_AUTO_DIRECT_IO_WRITE", "2", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK(find_warning("KVIKIO_AUTO_DIRECT_IO_WRITE=\"2\" is not "
+	                   "applied") >= 0);
+	unsetenv("KVIKIO_AUTO_DIRECT_IO_WRITE");
+
+	/* KvikIO reads whole numbers with a stringstream: "+8" is 8. A
+	 * GPUFILE_ variable keeps gpufile's spelling. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_NTHREADS", "+8", 1);
+	setenv("KVIKIO_TASK_SIZE", " +8k", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK_EQ(gpufile_get_nthreads(&n), 0);
+	CHECK_EQ(n, 8);
+	CHECK_EQ(gpufile_get_task_size(&sz), 0);
+	CHECK_EQ(sz, 8192);
+	setenv("KVIKIO_NUM_THREADS", "8", 1); /* agrees with "+8" */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	setenv("KVIKIO_NUM_THREADS", "9", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_NTHREADS=\"+8\"");
+	unsetenv("KVIKIO_NUM_THREADS");
+	unsetenv("KVIKIO_NTHREADS");
+	unsetenv("KVIKIO_TASK_SIZE");
+	setenv("GPUFILE_NTHREADS", "+8", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "GPUFILE_NTHREADS=\"+8\"");
+	unsetenv("GPUFILE_NTHREADS");
+
+	/* An empty KVIKIO_HTTP_STATUS_CODES is KvikIO's default list; an
+	 * empty GPUFILE_ one stays an error. */
+	clear_kvikio_extra();
+	setenv("KVIKIO_HTTP_STATUS_CODES", "", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	CHECK(strcmp(get("http_status_codes", NULL, NULL, 0),
+	             "429,500,502,503,504") == 0);
+	setenv("GPUFILE_HTTP_STATUS_CODES", "", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "GPUFILE_HTTP_STATUS_CODES");
+	unsetenv("GPUFILE_HTTP_STATUS_CODES");
+
 	/* Verbose remote log and logging: accepted, reported as unused. */
 	clear_kvikio_extra();
 	setenv("KVIKIO_HTTP_STATUS_CODES", "429,500,502,503,504", 1);
