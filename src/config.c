@@ -334,6 +334,31 @@ int gpufile__parse_mode(const char *text, int *out)
 	return -EINVAL;
 }
 
+int gpufile__parse_status_codes(const char *text, int *codes, int max)
+{
+	int n = 0;
+
+	for (const char *s = text;; s++) {
+		size_t len = strcspn(s, ",");
+		char item[16];
+		uint64_t code;
+
+		/* An empty item ("," or "429,,500") is no code: it used to
+		 * be skipped, so "," silently meant "retry nothing". */
+		if (len >= sizeof(item) || n == max)
+			return -EINVAL;
+		memcpy(item, s, len);
+		item[len] = '\0';
+		if (gpufile__parse_count(item, &code) || code < 100 ||
+		    code > 599)
+			return -EINVAL;
+		codes[n++] = (int)code;
+		s += len;
+		if (!*s)
+			return n;
+	}
+}
+
 /* KvikIO reads whole numbers with a stringstream, which takes a leading
  * '+' ("+8" is 8): in a KVIKIO_ variable the sign is skipped. GPUFILE_
  * variables keep gpufile's spelling. Text after the number, which the
@@ -375,6 +400,7 @@ static int parse_value(const struct setting *st, const char *text,
                        size_t msg_len)
 {
 	const char *num = kvikio ? kvikio_number(text) : text;
+	int codes[GPUFILE__MAX_RETRY_CODES];
 	int rc;
 	int mode;
 
@@ -389,6 +415,18 @@ static int parse_value(const struct setting *st, const char *text,
 		} else if (strlen(text) >= sizeof(st->text)) {
 			snprintf(msg, msg_len, "%s: value too long", origin);
 			rc = -ERANGE;
+		} else if (st == &settings[S_HTTP_CODES] &&
+		           gpufile__parse_status_codes(
+		               text, codes, GPUFILE__MAX_RETRY_CODES) < 0) {
+			/* Checked with the other settings, not first at a
+			 * remote open: gpufile config shows it. */
+			snprintf(
+			    msg, msg_len,
+			    "%s=\"%s\": not a list of up to %d HTTP status "
+			    "codes (100-599) separated by commas, e.g. "
+			    "429,500,502,503,504",
+			    origin, text, GPUFILE__MAX_RETRY_CODES);
+			rc = -EINVAL;
 		}
 		return rc;
 	case KIND_MODE:

@@ -90,6 +90,12 @@ int gpufile__settings(struct gpufile__settings *s);
 int gpufile__parse_size(const char *text, uint64_t *out);
 int gpufile__parse_mode(const char *text, int *out); /* 0 auto, 1 on, 2 off */
 int gpufile__parse_count(const char *text, uint64_t *out);
+/* The http_status_codes setting: up to max HTTP statuses (100-599)
+ * separated by commas, into codes. Returns their number (at least 1) or
+ * -EINVAL. The one rule for the setting (config.c) and its user
+ * (remote.c). */
+#define GPUFILE__MAX_RETRY_CODES 32
+int gpufile__parse_status_codes(const char *text, int *codes, int max);
 /* Copies the value of string setting name (e.g. "cufile_library") into
  * out (len bytes). Returns 0, -ENOENT or GPUFILE_ECONFIG. */
 int gpufile__config_string(const char *name, char *out, size_t len);

@@ -85,7 +85,7 @@ struct gpufile__remote {
 
 	unsigned max_attempts;
 	long timeout_s;
-	int retry_codes[32];
+	int retry_codes[GPUFILE__MAX_RETRY_CODES];
 	int nretry_codes;
 
 	/* Guards the connection set: the handle's lock once there is one
@@ -120,37 +120,25 @@ static int setting_count(const char *name, uint64_t *out)
 	return gpufile__parse_count(value, out) ? GPUFILE_ECONFIG : 0;
 }
 
-/* http_status_codes: a comma-separated list of HTTP statuses to retry. */
+/* http_status_codes: a comma-separated list of HTTP statuses to retry,
+ * checked when the settings are read (config.c). */
 static int load_retry_codes(struct gpufile__remote *rm)
 {
-	char value[512], var[64], *save = NULL;
+	char value[512], var[64];
 	gpufile_source_t src;
 	int rc = gpufile_config_get("http_status_codes", value, sizeof(value),
 	                            &src, var, sizeof(var));
 
 	if (rc)
 		return rc;
-	rm->nretry_codes = 0;
-	for (char *t = strtok_r(value, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		uint64_t code;
-
-		if (gpufile__parse_count(t, &code) || code < 100 ||
-		    code > 599 ||
-		    rm->nretry_codes >= (int)(sizeof(rm->retry_codes) /
-		                              sizeof(rm->retry_codes[0]))) {
-			gpufile_config_get("http_status_codes", value,
-			                   sizeof(value), &src, var,
-			                   sizeof(var));
-			return gpufile__fail(
-			    GPUFILE_ECONFIG,
-			    "%s=\"%s\": not a list of up to 32 HTTP status "
-			    "codes (100-599) separated by commas, e.g. "
-			    "429,500,502,503,504",
-			    var[0] ? var : "http_status_codes", value);
-		}
-		rm->retry_codes[rm->nretry_codes++] = (int)code;
-	}
+	rc = gpufile__parse_status_codes(value, rm->retry_codes,
+	                                 GPUFILE__MAX_RETRY_CODES);
+	if (rc < 0)
+		return gpufile__fail(GPUFILE_ECONFIG,
+		                     "%s=\"%s\": not a list of HTTP status "
+		                     "codes",
+		                     var[0] ? var : "http_status_codes", value);
+	rm->nretry_codes = rc;
 	return 0;
 }
 

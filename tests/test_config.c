@@ -823,6 +823,35 @@ static void test_kvikio_values(void)
 	CHECK_CONTAINS(gpufile_errmsg(), "GPUFILE_HTTP_STATUS_CODES");
 	unsetenv("GPUFILE_HTTP_STATUS_CODES");
 
+	/* The list is checked with the other settings (it used to pass
+	 * gpufile config and fail first at a remote open), and "," is no
+	 * list (it used to mean "retry nothing"). */
+	for (const char *const *t =
+	         (const char *const[]){"abc", ",", "429,", "429,,500", "99",
+	                               "600", NULL};
+	     *t; t++) {
+		char want[64];
+
+		setenv("GPUFILE_HTTP_STATUS_CODES", *t, 1);
+		gpufile_config_reset();
+		CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+		snprintf(want, sizeof(want),
+		         "GPUFILE_HTTP_STATUS_CODES=\"%s\": not a list", *t);
+		CHECK_CONTAINS(gpufile_errmsg(), want);
+		CHECK_EQ(gpufile_config_set("http_status_codes", *t),
+		         GPUFILE_ECONFIG);
+		CHECK_CONTAINS(gpufile_errmsg(), "http_status_codes=");
+	}
+	setenv("GPUFILE_HTTP_STATUS_CODES", "429, 503", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), 0);
+	unsetenv("GPUFILE_HTTP_STATUS_CODES");
+	setenv("KVIKIO_HTTP_STATUS_CODES", "abc", 1); /* KvikIO refuses it */
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_config_check(), GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "KVIKIO_HTTP_STATUS_CODES=\"abc\"");
+	unsetenv("KVIKIO_HTTP_STATUS_CODES");
+
 	/* Verbose remote log and logging: accepted, reported as unused. */
 	clear_kvikio_extra();
 	setenv("KVIKIO_HTTP_STATUS_CODES", "429,500,502,503,504", 1);

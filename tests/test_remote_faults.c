@@ -399,12 +399,15 @@ static void test_settings(void)
 {
 	gpufile_t *h = NULL;
 
-	CHECK_EQ(gpufile_config_set("http_status_codes", "429,abc"), 0);
-	CHECK_EQ(gpufile_open(&h, url("/ok/o.bin"), "r"), GPUFILE_ECONFIG);
+	/* A bad list is refused by the setter (test_config covers the
+	 * variables), so no open sees one. */
+	CHECK_EQ(gpufile_config_set("http_status_codes", "429,abc"),
+	         GPUFILE_ECONFIG);
 	CHECK_CONTAINS(gpufile_errmsg(), "http_status_codes");
 	CHECK_CONTAINS(gpufile_errmsg(), "429,abc");
-	CHECK_EQ(gpufile_config_set("http_status_codes", "429,500,502,503,504"),
-	         0);
+	CHECK_EQ(gpufile_open(&h, url("/ok/o.bin"), "r"), 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	h = NULL;
 	CHECK_EQ(gpufile_config_set("http_max_attempts", "0"), GPUFILE_ECONFIG);
 	/* 503 not retried when the list leaves it out. */
 	CHECK_EQ(gpufile_config_set("http_status_codes", "429"), 0);
