@@ -749,6 +749,10 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 	}
 }
 
+/* The newest max handles, oldest first: walked from the newest back
+ * (slots claimed but not yet written are skipped, so where the newest max
+ * begin is known only on the way), then put in order. Walking forward
+ * from the oldest kept slot returned the oldest max instead. */
 static int copy_files(const struct stats_seg *s, gpufile_file_stat_t *out,
                       int max)
 {
@@ -757,9 +761,9 @@ static int copy_files(const struct stats_seg *s, gpufile_file_stat_t *out,
 	    n > GPUFILE_MAX_FILE_STATS ? n - GPUFILE_MAX_FILE_STATS : 0;
 	int copied = 0;
 
-	for (uint64_t i = first; i < n && copied < max; i++) {
+	for (uint64_t i = n; i > first && copied < max; i--) {
 		const struct stats_seg_file *f =
-		    &s->files[i % GPUFILE_MAX_FILE_STATS];
+		    &s->files[(i - 1) % GPUFILE_MAX_FILE_STATS];
 		struct stats_seg_file tmp;
 		uint32_t q = seq_read(&f->seq, &tmp, f, sizeof(tmp));
 
@@ -774,6 +778,12 @@ static int copy_files(const struct stats_seg *s, gpufile_file_stat_t *out,
 		                         ? (gpufile_path_t)tmp.chosen
 		                         : GPUFILE_PATH_COUNT;
 		copied++;
+	}
+	for (int a = 0, b = copied - 1; a < b; a++, b--) {
+		gpufile_file_stat_t t = out[a];
+
+		out[a] = out[b];
+		out[b] = t;
 	}
 	return copied;
 }

@@ -639,6 +639,37 @@ static void test_null(void)
 	CHECK_EQ(gpufile_stats_segment_path(0, NULL, 10), -EINVAL);
 }
 
+/* gpufile_stats_files(pid, out, max) copies the newest max handles,
+ * oldest first (it used to copy the oldest max), also once the ring of
+ * GPUFILE_MAX_FILE_STATS has wrapped. */
+static void test_recent_files(void)
+{
+	enum { NOPEN = GPUFILE_MAX_FILE_STATS + 6 };
+	static gpufile_file_stat_t out[GPUFILE_MAX_FILE_STATS];
+	char path[700], want[32];
+	gpufile_t *h;
+
+	/* Not test_path(): its 8 rotating buffers hold file_path too. */
+	for (int i = 0; i < NOPEN; i++) {
+		snprintf(path, sizeof(path), "%s/recent%03d", test_dir(), i);
+		CHECK_EQ(test_make_file(path, 1, 1), 0);
+		CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+		CHECK_EQ(gpufile_close(h), 0);
+	}
+	CHECK_EQ(gpufile_stats_files(0, out, 3), 3);
+	for (int i = 0; i < 3; i++) {
+		snprintf(want, sizeof(want), "/recent%03d", NOPEN - 3 + i);
+		CHECK_CONTAINS(out[i].path, want);
+	}
+	CHECK_EQ(gpufile_stats_files(0, out, GPUFILE_MAX_FILE_STATS),
+	         GPUFILE_MAX_FILE_STATS);
+	snprintf(want, sizeof(want), "/recent%03d",
+	         NOPEN - GPUFILE_MAX_FILE_STATS);
+	CHECK_CONTAINS(out[0].path, want);
+	snprintf(want, sizeof(want), "/recent%03d", NOPEN - 1);
+	CHECK_CONTAINS(out[GPUFILE_MAX_FILE_STATS - 1].path, want);
+}
+
 /* A process that loaded gpufile (the shared library beside the CLI) but
  * did no I/O: zero counters, "no I/O yet" -- not "does not use gpufile". */
 static void test_no_io_yet(void)
@@ -789,6 +820,7 @@ int main(void)
 	test_old_leftover();
 	test_null();
 	test_self();
+	test_recent_files();
 	test_fork();
 	test_cleanup();
 	return test_finish("test_stats_shm");
