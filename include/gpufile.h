@@ -522,7 +522,9 @@ GPUFILE_API int gpufile_stats_self(gpufile_stats_t *out);
  * "Structs that grow"); -ENOMEM; -ESRCH no such process;
  * -EACCES the process belongs to another user (or is not dumpable);
  * -ENOENT the process does not use gpufile, or counts in private memory
- * (the message says why); -ESTALE the PID is gone and an older gpufile
+ * (the message says why); -EBADF the process closed the descriptor of
+ * its counters, which no other process can then reach (they still
+ * count); -ESTALE the PID is gone and an older gpufile
  * left a /dev/shm segment for it; -EPROTO the segment is not one this
  * version can read (magic, version, size, mode or seal).
  * The thread's gpufile_errmsg() says which, naming the PID. */

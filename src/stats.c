@@ -960,10 +960,14 @@ static int find_segment(int pid, uid_t uid, struct view *v)
 	return rc;
 }
 
-/* Whether process pid maps a library named libgpufile (loaded, but has
- * made no segment yet). */
+/* What /proc/PID/maps shows of gpufile: the library, and a segment. */
+enum { MAPS_LIBRARY = 1, MAPS_SEGMENT = 2 };
+
+/* The MAPS_* that process pid maps: a library named libgpufile (loaded),
+ * and a stats segment, mapped also after its descriptor was closed. */
 __attribute__((unused)) static int maps_gpufile(int pid)
 {
+	static const char segment[] = "/memfd:" STATS_MEMFD_NAME " (deleted)";
 	char path[64], line[512];
 	FILE *f;
 	int found = 0;
@@ -972,9 +976,14 @@ __attribute__((unused)) static int maps_gpufile(int pid)
 	f = fopen(path, "re");
 	if (!f)
 		return 0;
-	while (!found && fgets(line, sizeof(line), f)) {
+	while (found != (MAPS_LIBRARY | MAPS_SEGMENT) &&
+	       fgets(line, sizeof(line), f)) {
 		const char *slash = strrchr(line, '/');
-		found = slash && strncmp(slash, "/libgpufile", 11) == 0;
+
+		if (slash && strncmp(slash, "/libgpufile", 11) == 0)
+			found |= MAPS_LIBRARY;
+		if (strstr(line, segment))
+			found |= MAPS_SEGMENT;
 	}
 	fclose(f);
 	return found;
@@ -1060,7 +1069,23 @@ static int open_view(int pid, struct view *v)
 	proc_command(pid, comm, sizeof(comm));
 	rc = find_segment(pid, uid, v);
 	if (rc == -ENOENT && !gpufile_errmsg()[0]) {
-		if (maps_gpufile(pid)) {
+		int maps = maps_gpufile(pid);
+
+		/* No descriptor, but the segment is mapped: the process made
+		 * it (so it did I/O) and then closed its descriptor, as a
+		 * daemon closing every descriptor after startup does. Its
+		 * counters still count but are out of reach: that is not
+		 * "no I/O yet". */
+		if (maps & MAPS_SEGMENT)
+			return gpufile__fail(
+			    -EBADF,
+			    "PID %d (%s) has closed the descriptor of its "
+			    "counters (memfd %s, still mapped in "
+			    "/proc/%d/maps): "
+			    "other processes cannot reach them; "
+			    "gpufile_stats_self() in that process still can",
+			    pid, comm, STATS_MEMFD_NAME, pid);
+		if (maps & MAPS_LIBRARY) {
 			gpufile__clear_error();
 			return 1;
 		}

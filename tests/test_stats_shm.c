@@ -717,6 +717,51 @@ static void test_no_io_yet(void)
 	waitpid(pid, &status, 0);
 }
 
+/* A process that did I/O and then closed every descriptor (a daemon
+ * after startup) still counts, in a segment no other process can reach:
+ * -EBADF, and gpufile stats says so (exit 1) -- it used to report zero
+ * counters and "no I/O yet". */
+static void test_closed_descriptor(void)
+{
+	char cmd[1200], out[4096], buf[READ_SIZE];
+	gpufile_stats_t s;
+	int p[2], status;
+	pid_t pid;
+	char c;
+
+	CHECK_EQ(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		gpufile_t *h;
+
+		close(p[0]);
+		if (gpufile_open(&h, file_path, "r") ||
+		    gpufile_pread(h, buf, sizeof(buf), 0) != READ_SIZE)
+			_exit(2);
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd != p[1])
+				close(fd);
+		if (write(p[1], "r", 1) != 1)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	CHECK_EQ(read(p[0], &c, 1), 1);
+	close(p[0]);
+	GPUFILE_INIT(s);
+	CHECK_EQ(gpufile_stats_read(pid, &s), -EBADF);
+	CHECK_CONTAINS(gpufile_errmsg(), "has closed the descriptor");
+	if (cli()) {
+		snprintf(cmd, sizeof(cmd), "%s stats %d 2>&1", cli(), (int)pid);
+		CHECK_EQ(run(cmd, out, sizeof(out)), 1);
+		CHECK_CONTAINS(out, "other processes cannot reach them");
+		CHECK(!strstr(out, "no I/O yet"));
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+}
+
 static void test_bad_pids(void)
 {
 	char cmd[512], out[4096];
@@ -817,6 +862,7 @@ int main(void)
 	test_no_space();
 	test_bad_pids();
 	test_no_io_yet();
+	test_closed_descriptor();
 	test_old_leftover();
 	test_null();
 	test_self();

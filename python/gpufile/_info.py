@@ -163,7 +163,8 @@ def stats(pid=None, histograms=False):
     "settings", and with histograms=True the latency and size histograms.
     Another process's counters raise ProcessLookupError (no such process),
     PermissionError (another user's), FileNotFoundError (it does not use
-    gpufile), or OSError ESTALE / EPROTO.
+    gpufile), or OSError EBADF (it closed the descriptor of its counters) /
+    ESTALE / EPROTO.
     """
     if pid is not None:
         # pid_t is a C int: 2**32 + pid would read another process.
