@@ -762,6 +762,79 @@ static void test_closed_descriptor(void)
 	waitpid(pid, &status, 0);
 }
 
+/* The largest number that follows key ("read_iops": 12.5) in text. */
+static double max_after(const char *text, const char *key)
+{
+	double best = 0;
+
+	for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+		double v = strtod(p + strlen(key), NULL);
+
+		if (v > best)
+			best = v;
+	}
+	return best;
+}
+
+/* gpufile stats --watch across an exec(): the PID then names another
+ * segment whose counters start again. The rates of that sample used to
+ * be the wrapped difference (about 1.8e19 requests per second); now the
+ * sample has none, and a note says why. */
+static void test_watch_exec(void)
+{
+	char cmd[1200], out[1 << 16], one[1];
+	int ready[2], go[2], status;
+	pid_t pid;
+	FILE *w;
+	size_t n;
+
+	if (!cli())
+		return;
+	CHECK_EQ(pipe(ready), 0);
+	CHECK_EQ(pipe(go), 0);
+	pid = fork();
+	if (pid == 0) {
+		gpufile_t *h;
+
+		close(ready[0]);
+		close(go[1]);
+		/* More requests than the exec()ed reader makes in a sample,
+		 * so that its counts are below these. */
+		if (gpufile_open(&h, file_path, "r"))
+			_exit(2);
+		for (int i = 0; i < 100000; i++)
+			if (gpufile_pread(h, one, 1, 0) != 1)
+				_exit(3);
+		if (write(ready[1], "r", 1) != 1 || read(go[0], one, 1) != 1)
+			_exit(4);
+		freopen("/dev/null", "w", stdout);
+		execl(cli(), "gpufile", "read", file_path, "--host", "--repeat",
+		      "1000000", (char *)NULL);
+		_exit(5);
+	}
+	close(ready[1]);
+	close(go[0]);
+	CHECK_EQ(read(ready[0], one, 1), 1);
+	snprintf(cmd, sizeof(cmd), "%s stats %d --watch 0.1 --json 2>&1", cli(),
+	         (int)pid);
+	w = popen(cmd, "r");
+	CHECK(w != NULL);
+	usleep(350 * 1000); /* a few samples of the first image */
+	CHECK_EQ(write(go[1], "g", 1), 1);
+	usleep(600 * 1000);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	n = w ? fread(out, 1, sizeof(out) - 1, w) : 0;
+	out[n] = '\0';
+	if (w)
+		pclose(w);
+	close(ready[0]);
+	close(go[1]);
+	CHECK_CONTAINS(out, "is a new process (or exec()ed)");
+	CHECK(max_after(out, "\"read_iops\": ") < 1e9);
+	CHECK(max_after(out, "\"read_gbps\": ") < 1e6);
+}
+
 static void test_bad_pids(void)
 {
 	char cmd[512], out[4096];
@@ -863,6 +936,7 @@ int main(void)
 	test_bad_pids();
 	test_no_io_yet();
 	test_closed_descriptor();
+	test_watch_exec();
 	test_old_leftover();
 	test_null();
 	test_self();

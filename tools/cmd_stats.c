@@ -407,6 +407,19 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 		free(files);
 		return nfiles;
 	}
+	/* Another segment (or none yet) under the same PID: the PID was
+	 * reused, or the process exec()ed. Its counters began again, and
+	 * rates against the old ones wrapped around to absurd values. From
+	 * no segment (0, "no I/O yet") to one, counting from 0 is right. */
+	if (prev && prev->start_time_ns &&
+	    prev->start_time_ns != now->start_time_ns) {
+		fprintf(stderr,
+		        "gpufile stats: PID %d is a new process (or exec()ed): "
+		        "its counters started again; rates resume at the "
+		        "next sample\n",
+		        pid);
+		prev = NULL;
+	}
 	if (as_json)
 		print_json(now, files, nfiles, prev, seconds);
 	else
