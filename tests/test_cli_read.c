@@ -50,6 +50,19 @@ static void test_short(const char *file, size_t size)
 	CHECK_CONTAINS(out, "\"short\": false");
 	CHECK(!strstr(out, "short:"));
 
+	/* The largest --size from an offset: offset + size is past any file
+	 * offset, but the read stops at the end: a short read, not the
+	 * runtime error it used to be. */
+	CHECK_EQ(test_cli_run(out, sizeof(out),
+	                      "read %s --host --offset 4096 --size "
+	                      "9223372036854775807 --json",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "\"requested\": 9223372036854775807");
+	snprintf(want, sizeof(want), "\"bytes\": %zu", size - 4096);
+	CHECK_CONTAINS(out, want);
+	CHECK_CONTAINS(out, "\"short\": true");
+
 	/* At the very end nothing is left: short, 0 bytes. */
 	CHECK_EQ(test_cli_run(out, sizeof(out),
 	                      "read %s --host --offset %zu --size 1 --json",
