@@ -141,31 +141,41 @@ _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 
 
 class _Handle:
-    """The C handle and the calls in flight on it.
+    """A C handle (a File's gpufile_t, an Mmap's gpufile_mmap_t) and the
+    calls in flight on it.
 
     Invariant: the handle is passed to the library only between enter() and
-    leave(), and close() frees it only when no call is between them; once
-    close() has begun, enter() raises ValueError. So no call ever uses a
-    freed handle (issue 10 item 6: a read racing close() used it after
-    free: a heap use-after-free under ASan, EBADF, or a reused descriptor
-    of another file).
+    leave() (call() does both), and close() frees it only when no call is
+    between them; once close() has begun, enter() raises ValueError. So no
+    call ever uses a freed handle (issue 10 item 6: a read racing close()
+    used it after free: a heap use-after-free under ASan, EBADF, or a
+    reused descriptor of another file; an Mmap.read() racing close(), a
+    segfault).
 
     Requests (Futures) and batches (BatchRead, once submitted) need no
-    count here: gpufile_close() waits for every request and batch entry on
-    the handle (its contract in gpufile.h), and neither a C future nor a C
-    batch refers to its handle once its work has ended, so either can be
-    waited for and freed after close(), in any thread.
+    count here: gpufile_close() and gpufile_mmap_close() wait for every
+    request and batch entry on the handle (their contracts in gpufile.h),
+    and neither a C future nor a C batch refers to its handle once its work
+    has ended, so either can be waited for and freed after close(), in any
+    thread.
 
     The lock of cond guards state and users only; it is never held across
     a call into the library or anything that may run a finaliser.
     """
 
-    def __init__(self, ptr, name):
+    def __init__(self, ptr, name, free, kind="file"):
         self.ptr = ptr
         self.name = name
+        self.free = free  # the C function that frees ptr, returning 0 or -errno
+        self.kind = kind  # what the closed-handle error calls it
         self.cond = threading.Condition(threading.Lock())
         self.state = _OPEN
         self.users = {}  # thread ident -> calls of that thread in flight
+        _handles.add(self)
+
+    def _closed(self):
+        return ValueError("I/O operation on closed %s %r"
+                          % (self.kind, self.name))
 
     def __call__(self):
         """The raw handle, for code written against the former File._h()
@@ -173,14 +183,14 @@ class _Handle:
         it during the call; use File._call(fn, ...) instead."""
         with self.cond:
             if self.state != _OPEN:
-                raise ValueError("I/O operation on closed file %r" % self.name)
+                raise self._closed()
             return self.ptr
 
     def enter(self):
         me = threading.get_ident()
         with self.cond:
             if self.state != _OPEN:
-                raise ValueError("I/O operation on closed file %r" % self.name)
+                raise self._closed()
             self.users[me] = self.users.get(me, 0) + 1
             return self.ptr
 
@@ -195,8 +205,16 @@ class _Handle:
                 if self.state == _CLOSING:
                     self.cond.notify_all()
 
+    def call(self, fn, *args):
+        """fn(handle, *args) with the handle held open for the call."""
+        ptr = self.enter()
+        try:
+            return fn(ptr, *args)
+        finally:
+            self.leave()
+
     def close(self):
-        """Returns gpufile_close's code, 0 when closed already."""
+        """Returns the free function's code, 0 when closed already."""
         me = threading.get_ident()
         with self.cond:
             if self.state == _CLOSED:
@@ -213,7 +231,7 @@ class _Handle:
             self.cond.wait_for(lambda: not self.users)
             ptr = self.ptr
         try:
-            return _lib.lib().gpufile_close(ptr)  # waits for its requests
+            return self.free(ptr)  # waits for its requests
         finally:
             with self.cond:
                 self.ptr = None
@@ -271,8 +289,7 @@ class File:
             name = lib.gpufile_filename
             name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
             self.name = name(handle.value).decode("utf-8", "replace")
-        self._h = _Handle(handle.value, self.name)
-        _handles.add(self._h)
+        self._h = _Handle(handle.value, self.name, lib.gpufile_close)
 
     # ---- lifetime ----
 
@@ -320,11 +337,7 @@ class File:
         """fn(handle, *args) with the handle held open for the call."""
         if self._h is None:
             raise ValueError("I/O operation on closed file %r" % self.name)
-        h = self._h.enter()
-        try:
-            return fn(h, *args)
-        finally:
-            self._h.leave()
+        return self._h.call(fn, *args)
 
     # ---- I/O ----
 

@@ -4,13 +4,12 @@ the "mmap" path."""
 
 import ctypes
 import os
-import threading
 import weakref
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_void_p
 
 from . import _buffers
 from . import _lib
-from ._file import Future, PathInfo
+from ._file import _OPEN, Future, PathInfo, _Handle
 from ._page_cache import fn as _fn
 from ._structs import text
 
@@ -39,14 +38,17 @@ class Mmap:
     read()/pread() take file offsets inside the mapped range; a range
     outside it is an error, never a short read. Buffers are those
     gpufile.File takes (CuPy, PyTorch, NumPy, bytearray, ...).
+
+    A Mmap may be shared by threads as a File is: close() waits for the
+    calls of other threads, and a call that starts once close() has begun
+    raises ValueError("I/O operation on closed Mmap").
     """
 
     def __init__(self, file_path, flags="r", initial_map_size=None,
                  initial_map_offset=0):
-        self._handle = None
+        self._h = None
         self.name = os.fsdecode(file_path)
         self._pending = weakref.WeakSet()
-        self._lock = threading.Lock()
         if not isinstance(flags, str):
             raise TypeError("flags must be a str such as \"r\", not %s"
                             % type(flags).__name__)
@@ -60,30 +62,34 @@ class Mmap:
         rc = _f("gpufile_mmap_open")(ctypes.byref(handle), os.fsencode(file_path),
                                      flags.encode(), offset, size)
         _lib.check(rc, filename=self.name)
-        self._handle = handle.value
+        self._h = _Handle(handle.value, self.name, _f("gpufile_mmap_close"),
+                          "Mmap")
         off, sz = c_int64(), c_size_t()
-        _f("gpufile_mmap_range")(self._handle, ctypes.byref(off), ctypes.byref(sz))
+        _f("gpufile_mmap_range")(handle.value, ctypes.byref(off), ctypes.byref(sz))
         self._map_offset, self._map_size = off.value, sz.value
 
     # ---- lifetime ----
 
     @property
     def closed(self):
-        return self._handle is None
+        return self._h is None or self._h.state != _OPEN
 
     def close(self):
-        """Waits for every request on the map, then unmaps it. Calling it
-        again does nothing."""
-        with self._lock:
-            handle, self._handle = self._handle, None
-        if handle is None:
+        """Waits for the calls of other threads and every request on the
+        map, then unmaps it; as File.close() (ValueError for calls that
+        start once it has begun). Calling it again does nothing."""
+        if self._h is None:
             return
+        rc = self._h.close()
+        # gpufile_mmap_close waited for the requests: their buffers are let
+        # go now rather than at each Future's get().
         for fut in list(self._pending):
             fut._finish()
-        _lib.check(_f("gpufile_mmap_close")(handle), filename=self.name)
+        _lib.check(rc, filename=self.name)
 
     def __enter__(self):
-        self._h()
+        if self.closed:
+            raise ValueError("I/O operation on closed Mmap %r" % self.name)
         return self
 
     def __exit__(self, *exc):
@@ -91,7 +97,7 @@ class Mmap:
         return False
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
+        if getattr(self, "_h", None) is not None:
             try:
                 self.close()
             except Exception:
@@ -102,11 +108,11 @@ class Mmap:
             self.name, self._map_offset, self._map_offset + self._map_size,
             " closed" if self.closed else "")
 
-    def _h(self):
-        h = self._handle
-        if h is None:
+    def _call(self, fn, *args):
+        """fn(handle, *args) with the handle held open for the call."""
+        if self._h is None:
             raise ValueError("I/O operation on closed Mmap %r" % self.name)
-        return h
+        return self._h.call(fn, *args)
 
     # ---- queries ----
 
@@ -118,7 +124,7 @@ class Mmap:
 
     def file_size(self):
         """The file's current size in bytes."""
-        return _lib.check(_f("gpufile_mmap_file_size")(self._h()),
+        return _lib.check(self._call(_f("gpufile_mmap_file_size")),
                           filename=self.name)
 
     nbytes = file_size
@@ -126,14 +132,15 @@ class Mmap:
     def path_info(self):
         """PathInfo("mmap", reason): how host and device reads are done."""
         reason = ctypes.create_string_buffer(1024)
-        rc = _f("gpufile_mmap_path_info")(self._h(), reason, len(reason))
+        rc = self._call(_f("gpufile_mmap_path_info"), reason, len(reason))
         _lib.check(rc, filename=self.name)
         return PathInfo("mmap", text(reason.raw))
 
     # ---- I/O ----
 
     def _prepare(self, buf, size, offset, what):
-        h = self._h()
+        if self.closed:  # before touching buf, as File does
+            raise ValueError("I/O operation on closed Mmap %r" % self.name)
         offset = _index(offset)
         if size is None:
             # To the end of the mapped range, as KvikIO; bounded by buf.
@@ -147,14 +154,14 @@ class Mmap:
         except BaseException:
             b.release()
             raise
-        return h, b, n, off
+        return b, n, off
 
     def read(self, buf, size=None, offset=0):
         """Reads size bytes (default: to the end of the mapped range, at
         most the buffer's size) at file offset into buf. Returns size."""
-        h, b, n, off = self._prepare(buf, size, offset, "read")
+        b, n, off = self._prepare(buf, size, offset, "read")
         try:
-            rc = _f("gpufile_mmap_pread")(h, b.ptr, n, off)
+            rc = self._call(_f("gpufile_mmap_pread"), b.ptr, n, off)
         finally:
             b.release()
         return _lib.check(rc, filename=self.name)
@@ -162,9 +169,14 @@ class Mmap:
     def pread(self, buf, size=None, offset=0):
         """As read(), but returns at once with a Future (get() gives the
         bytes read); buf is kept alive until the request has ended."""
-        h, b, n, off = self._prepare(buf, size, offset, "pread")
+        b, n, off = self._prepare(buf, size, offset, "pread")
         out = c_void_p()
-        rc = _f("gpufile_mmap_pread_async")(h, b.ptr, n, off, ctypes.byref(out))
+        try:
+            rc = self._call(_f("gpufile_mmap_pread_async"), b.ptr, n, off,
+                            ctypes.byref(out))
+        except BaseException:
+            b.release()
+            raise
         if rc < 0:
             b.release()
             _lib.check(rc, filename=self.name)

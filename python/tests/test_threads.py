@@ -1,8 +1,10 @@
 """File and Future across threads: close() while other threads read, a
 Future that outlives its File, and calls after close. Every loop is bounded
 and every wait has a watchdog that fails the test instead of hanging it."""
+import errno
 import gc
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -30,6 +32,94 @@ def _run_in_thread(fn):
     if "error" in out:
         raise out["error"]
     return out.get("value")
+
+
+def _wait_until(pred):
+    """Polls pred (a state another thread sets without notifying anyone)
+    until it holds; fails the test after WATCHDOG_S."""
+    deadline = time.monotonic() + WATCHDOG_S
+    while not pred():
+        assert time.monotonic() < deadline, "%r never held" % pred
+        time.sleep(0.001)
+
+
+def _close_during_call(monkeypatch, owner, module, getter, cname, call):
+    """Runs call() in a thread and holds it inside the C function cname
+    (what module.getter(cname) returns) until owner.close(), run in a
+    second thread, has begun; then lets it go on. Returns what call()
+    returned and the order of events: the C call must leave the library
+    before the handle is freed ("call", "return", "free"). A handle freed
+    under the call is not passed to the library (that would crash the
+    test run): the call records "used after free" instead."""
+    log = []
+    inside = threading.Event()
+    h = owner._h
+    real_get = getattr(module, getter)
+
+    def get(name, *rest):
+        f = real_get(name, *rest)
+        if name != cname:
+            return f
+
+        def held(ptr, *args):
+            log.append("call")
+            inside.set()
+            _wait_until(lambda: h.state != "open")  # close() has begun
+            if "free" in log:
+                log.append("used after free")
+                return -errno.EBADF
+            rc = f(ptr, *args)
+            log.append("return")
+            return rc
+        return held
+
+    real_free = h.free
+
+    def free(ptr):
+        log.append("free")
+        return real_free(ptr)
+
+    monkeypatch.setattr(module, getter, get)
+    h.free = free
+    out = {}
+
+    def body():
+        try:
+            out["value"] = call()
+        except BaseException as e:  # noqa: B902 - reported below
+            out["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    assert inside.wait(WATCHDOG_S)
+    _run_in_thread(owner.close)
+    t.join(WATCHDOG_S)
+    assert not t.is_alive()
+    monkeypatch.undo()
+    assert log == ["call", "return", "free"], (log, out)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_mmap_close_waits_for_a_read_in_flight(monkeypatch, data_file):
+    """Mmap.read() in one thread, Mmap.close() in another: close() freed
+    the handle under the read, which then segfaulted in
+    gpufile_mmap_pread. Now close() waits for the read to leave the
+    library, and later calls raise the closed-Mmap ValueError."""
+    from gpufile import _mmap
+
+    path, data = data_file
+    m = gpufile.Mmap(path)
+    buf = bytearray(4096)
+    n = _close_during_call(monkeypatch, m, _mmap, "_f", "gpufile_mmap_pread",
+                           lambda: m.read(buf, 4096, 8192))
+    assert n == 4096 and buf == data[8192:8192 + 4096].tobytes()
+    assert m.closed
+    for call in (lambda: m.read(buf), lambda: m.pread(buf), m.file_size,
+                 m.path_info):
+        with pytest.raises(ValueError, match="I/O operation on closed Mmap"):
+            call()
 
 
 def test_close_while_other_threads_read(data_file):
