@@ -149,8 +149,10 @@ class _Handle:
     between them; once close() has begun, enter() raises ValueError. So no
     call ever uses a freed handle (issue 10 item 6: a read racing close()
     used it after free: a heap use-after-free under ASan, EBADF, or a
-    reused descriptor of another file; an Mmap.read() racing close(), a
-    segfault).
+    reused descriptor of another file). Nothing hands out the raw handle
+    without counting the call: a former File._h() and Mmap._h() did, and
+    fd(), page_cache_info(f) and Mmap.read() racing close() used a freed
+    handle (EBADF with a garbage path in the message, a segfault).
 
     Requests (Futures) and batches (BatchRead, once submitted) need no
     count here: gpufile_close() and gpufile_mmap_close() wait for every
@@ -176,15 +178,6 @@ class _Handle:
     def _closed(self):
         return ValueError("I/O operation on closed %s %r"
                           % (self.kind, self.name))
-
-    def __call__(self):
-        """The raw handle, for code written against the former File._h()
-        method. It is not held open: a close() in another thread may free
-        it during the call; use File._call(fn, ...) instead."""
-        with self.cond:
-            if self.state != _OPEN:
-                raise self._closed()
-            return self.ptr
 
     def enter(self):
         me = threading.get_ident()
@@ -469,9 +462,10 @@ class File:
     def fd(self, direct=False):
         """The buffered descriptor, or with direct=True the O_DIRECT one
         (FileNotFoundError saying why when there is none). Owned by the
-        File: do not close it."""
+        File: do not close it; close() closes it, so it is valid only until
+        then, as io's fileno() is."""
         from ._page_cache import fn
-        return _lib.check(fn("gpufile_fd")(self._h(), 1 if direct else 0),
+        return _lib.check(self._call(fn("gpufile_fd"), 1 if direct else 0),
                           filename=self.name)
 
     def fileno(self):
@@ -482,7 +476,16 @@ class File:
         """The status flags of the buffered descriptor (fcntl F_GETFL), as
         KvikIO's CuFile.open_flags(): test them with os.O_RDONLY, ..."""
         import fcntl
-        return fcntl.fcntl(self.fileno(), fcntl.F_GETFL)
+
+        from ._page_cache import fn
+
+        def flags(h):
+            # Under the hold of the handle: a close() in another thread
+            # between fileno() and fcntl() would close the descriptor, and
+            # fcntl would see EBADF or another file that took its number.
+            fd = _lib.check(fn("gpufile_fd")(h, 0), filename=self.name)
+            return fcntl.fcntl(fd, fcntl.F_GETFL)
+        return self._call(flags)
 
     def path_info(self):
         """PathInfo(path, reason): the path a device request of at least

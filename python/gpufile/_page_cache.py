@@ -30,22 +30,22 @@ def fn(name, decls=_DECLS):
     return f
 
 
-def _target(file):
-    """(handle, path bytes, name) for a gpufile.File or a path."""
-    from ._file import File
-    if isinstance(file, File):
-        return file._h(), None, file.name
-    return None, os.fsencode(file), os.fsdecode(file)
-
-
 def page_cache_info(file, offset=0, size=0):
     """(cached_bytes, total_bytes) of [offset, offset+size) of file (a path
     or an open gpufile.File), clipped to the file's end; size 0: to the
     end. KvikIO's get_page_cache_info counts pages; this counts bytes."""
-    h, path, name = _target(file)
+    from ._file import File
+    info = fn("gpufile_page_cache_info")
+    offset, size = int(offset), int(size)
     cached, total = c_uint64(), c_uint64()
-    rc = fn("gpufile_page_cache_info")(h, path, int(offset), int(size),
-                                       ctypes.byref(cached), ctypes.byref(total))
+    out = (ctypes.byref(cached), ctypes.byref(total))
+    if isinstance(file, File):
+        # Held open for the call, as File's own calls are.
+        rc = file._call(info, None, offset, size, *out)
+        name = file.name
+    else:
+        rc = info(None, os.fsencode(file), offset, size, *out)
+        name = os.fsdecode(file)
     _lib.check(rc, filename=name)
     return cached.value, total.value
 
@@ -55,7 +55,7 @@ def drop_file_page_cache(file, offset=0, size=0):
     to the end) from the page cache. No root needed."""
     from ._file import File
     if isinstance(file, File):
-        rc = fn("gpufile_drop_page_cache")(file._h(), int(offset), int(size))
+        rc = file._call(fn("gpufile_drop_page_cache"), int(offset), int(size))
         _lib.check(rc, filename=file.name)
         return
     with File(file, "r") as f:

@@ -43,15 +43,16 @@ def _wait_until(pred):
         time.sleep(0.001)
 
 
-def _close_during_call(monkeypatch, owner, module, getter, cname, call):
+def _close_during_call(monkeypatch, owner, module, getter, cname, call,
+                       log=None, expect=("call", "return", "free")):
     """Runs call() in a thread and holds it inside the C function cname
     (what module.getter(cname) returns) until owner.close(), run in a
     second thread, has begun; then lets it go on. Returns what call()
-    returned and the order of events: the C call must leave the library
-    before the handle is freed ("call", "return", "free"). A handle freed
+    returned, once the order of events in log is expect: by default, the
+    C call left the library before the handle was freed. A handle freed
     under the call is not passed to the library (that would crash the
     test run): the call records "used after free" instead."""
-    log = []
+    log = [] if log is None else log
     inside = threading.Event()
     h = owner._h
     real_get = getattr(module, getter)
@@ -96,7 +97,7 @@ def _close_during_call(monkeypatch, owner, module, getter, cname, call):
     t.join(WATCHDOG_S)
     assert not t.is_alive()
     monkeypatch.undo()
-    assert log == ["call", "return", "free"], (log, out)
+    assert log == list(expect), (log, out)
     if "error" in out:
         raise out["error"]
     return out["value"]
@@ -120,6 +121,65 @@ def test_mmap_close_waits_for_a_read_in_flight(monkeypatch, data_file):
                  m.path_info):
         with pytest.raises(ValueError, match="I/O operation on closed Mmap"):
             call()
+
+
+@pytest.mark.parametrize("what", ["fd", "fileno", "page_cache_info",
+                                  "drop_file_page_cache"])
+def test_file_helpers_hold_the_file_open(monkeypatch, data_file, what):
+    """fd(), fileno(), page_cache_info(f) and drop_file_page_cache(f)
+    passed the raw handle to C without entering it: a close() in another
+    thread freed it under them (EBADF naming a garbage path, or the
+    descriptor number of a closed file)."""
+    from gpufile import _page_cache
+
+    path, data = data_file
+    f = gpufile.File(path)
+    cname, call = {
+        "fd": ("gpufile_fd", f.fd),
+        "fileno": ("gpufile_fd", f.fileno),
+        "page_cache_info": ("gpufile_page_cache_info",
+                            lambda: gpufile.page_cache_info(f, 0, 4096)),
+        "drop_file_page_cache": ("gpufile_drop_page_cache",
+                                 lambda: gpufile.drop_file_page_cache(f)),
+    }[what]
+    got = _close_during_call(monkeypatch, f, _page_cache, "fn", cname, call)
+    if what == "page_cache_info":
+        assert got[1] == 4096
+    elif what in ("fd", "fileno"):
+        assert got >= 0
+    assert f.closed
+    with pytest.raises(ValueError, match="I/O operation on closed file"):
+        call()
+
+
+def test_open_flags_holds_the_file_open(monkeypatch, data_file):
+    """open_flags() took fileno() and then called fcntl() on it with the
+    file no longer held: a close() between the two closed the descriptor
+    (EBADF, or the flags of another file that took its number). fcntl
+    is held here until the handle is closed or this thread still counts
+    as a user of it; the flags must be read before the handle is freed."""
+    import fcntl
+    import os
+
+    from gpufile import _page_cache
+
+    path, _ = data_file
+    f = gpufile.File(path)
+    h, log, real_fcntl = f._h, [], fcntl.fcntl
+
+    def held_fcntl(fd, op, *rest):
+        me = threading.get_ident()
+        with h.cond:
+            assert h.cond.wait_for(lambda: me in h.users or h.state == "closed",
+                                   WATCHDOG_S)
+        log.append("fcntl")
+        return real_fcntl(fd, op, *rest)
+
+    monkeypatch.setattr(fcntl, "fcntl", held_fcntl)
+    flags = _close_during_call(monkeypatch, f, _page_cache, "fn", "gpufile_fd",
+                               f.open_flags, log,
+                               ("call", "return", "fcntl", "free"))
+    assert flags & os.O_ACCMODE == os.O_RDONLY
 
 
 def test_close_while_other_threads_read(data_file):

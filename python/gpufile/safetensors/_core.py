@@ -753,12 +753,12 @@ def save(tensors, path, metadata):
     with File(path, "w") as f:
         f.write(bytearray(len(header).to_bytes(8, "little") + header))
         base = 8 + len(header)
-        h = f._h()
         for name, begin, end in layout:
             if end == begin:
                 continue
             ptr = ptrs[name][0]
-            rc = lib.gpufile_pwrite(h, ctypes.c_void_p(ptr), end - begin, base + begin)
+            rc = f._call(lib.gpufile_pwrite, ctypes.c_void_p(ptr),
+                         end - begin, base + begin)
             _lib.check(rc, filename=f.name)
     return None
 
