@@ -7,6 +7,7 @@ import os
 import weakref
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_void_p
 
+from . import _args
 from . import _buffers
 from . import _lib
 from ._file import _OPEN, Future, PathInfo, _Handle
@@ -47,19 +48,27 @@ class Mmap:
     def __init__(self, file_path, flags="r", initial_map_size=None,
                  initial_map_offset=0):
         self._h = None
-        self.name = os.fsdecode(file_path)
         self._pending = weakref.WeakSet()
         if not isinstance(flags, str):
             raise TypeError("flags must be a str such as \"r\", not %s"
                             % type(flags).__name__)
-        size = 0 if initial_map_size is None else _index(initial_map_size)
-        offset = _index(initial_map_offset)
-        if size < 0 or offset < 0 or (initial_map_size is not None and size == 0):
-            raise ValueError("Mmap %r: initial_map_size %r and "
-                             "initial_map_offset %r must be positive"
-                             % (self.name, initial_map_size, initial_map_offset))
+        # File's checks (_args): a NUL would cut the C string short and
+        # ctypes would wrap an offset of 2**64 + 4096 to 4096.
+        raw = _args.c_path(file_path, "Mmap")
+        _args.c_text(flags, "flags", "Mmap")
+        self.name = os.fsdecode(file_path)
+        offset = _args.offset(initial_map_offset, "Mmap", "initial_map_offset")
+        if initial_map_size is None:
+            size = 0  # the library's "to the end of the file"
+        else:
+            size = _args.size(initial_map_size, "Mmap", "initial_map_size")
+            if size == 0:
+                raise ValueError("Mmap %r: initial_map_size 0 maps nothing "
+                                 "(None maps to the end of the file)"
+                                 % self.name)
+            _args.span(size, offset, "Mmap")
         handle = c_void_p()
-        rc = _f("gpufile_mmap_open")(ctypes.byref(handle), os.fsencode(file_path),
+        rc = _f("gpufile_mmap_open")(ctypes.byref(handle), raw,
                                      flags.encode(), offset, size)
         _lib.check(rc, filename=self.name)
         self._h = _Handle(handle.value, self.name, _f("gpufile_mmap_close"),
@@ -141,7 +150,7 @@ class Mmap:
     def _prepare(self, buf, size, offset, what):
         if self.closed:  # before touching buf, as File does
             raise ValueError("I/O operation on closed Mmap %r" % self.name)
-        offset = _index(offset)
+        offset = _args.offset(offset, what, "offset")
         if size is None:
             # To the end of the mapped range, as KvikIO; bounded by buf.
             b = _buffers.as_buffer(buf, True, what)
@@ -184,11 +193,3 @@ class Mmap:
                      % (n, off, self.name))
         self._pending.add(fut)
         return fut
-
-
-def _index(value):
-    try:
-        return value.__index__()
-    except AttributeError:
-        raise TypeError("expected an integer, not %s"
-                        % type(value).__name__) from None

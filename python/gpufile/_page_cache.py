@@ -6,6 +6,7 @@ import ctypes
 import os
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
+from . import _args
 from . import _lib
 
 _DECLS = {
@@ -30,13 +31,22 @@ def fn(name, decls=_DECLS):
     return f
 
 
+def _range(offset, size, what):
+    """offset and size checked as File checks them (_args): int() took 1.9
+    as 1, and ctypes wrapped 2**64 to 0."""
+    offset = _args.offset(offset, what, "offset")
+    size = _args.size(size, what)
+    _args.span(size, offset, what)
+    return offset, size
+
+
 def page_cache_info(file, offset=0, size=0):
     """(cached_bytes, total_bytes) of [offset, offset+size) of file (a path
     or an open gpufile.File), clipped to the file's end; size 0: to the
     end. KvikIO's get_page_cache_info counts pages; this counts bytes."""
     from ._file import File
     info = fn("gpufile_page_cache_info")
-    offset, size = int(offset), int(size)
+    offset, size = _range(offset, size, "page_cache_info")
     cached, total = c_uint64(), c_uint64()
     out = (ctypes.byref(cached), ctypes.byref(total))
     if isinstance(file, File):
@@ -44,7 +54,8 @@ def page_cache_info(file, offset=0, size=0):
         rc = file._call(info, None, offset, size, *out)
         name = file.name
     else:
-        rc = info(None, os.fsencode(file), offset, size, *out)
+        rc = info(None, _args.c_path(file, "page_cache_info"), offset, size,
+                  *out)
         name = os.fsdecode(file)
     _lib.check(rc, filename=name)
     return cached.value, total.value
@@ -54,8 +65,9 @@ def drop_file_page_cache(file, offset=0, size=0):
     """Flushes file's dirty pages and drops [offset, offset+size) (size 0:
     to the end) from the page cache. No root needed."""
     from ._file import File
+    offset, size = _range(offset, size, "drop_file_page_cache")
     if isinstance(file, File):
-        rc = file._call(fn("gpufile_drop_page_cache"), int(offset), int(size))
+        rc = file._call(fn("gpufile_drop_page_cache"), offset, size)
         _lib.check(rc, filename=file.name)
         return
     with File(file, "r") as f:

@@ -100,3 +100,57 @@ def test_settings_and_info_arguments(tmp_path):
         gpufile.check(str(tmp_path) + "\0x")
     with pytest.raises(OverflowError, match="flags"):
         gpufile.buf_register(bytearray(8), 2 ** 32)
+
+
+def test_mmap_and_page_cache_arguments(data_file):
+    """Mmap() and page_cache_info() skipped File's checks: Mmap(p + "\\0junk")
+    mapped p, initial_map_offset=2**64 + 4096 mapped from 4096,
+    page_cache_info(p, 2**64, 4096) counted from 0 and took 1.9 as 1."""
+    path, data = data_file
+    for bad in (path + "\0junk", os.fsencode(path) + b"\0junk"):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            gpufile.Mmap(bad)
+        with pytest.raises(ValueError, match="embedded null byte"):
+            gpufile.page_cache_info(bad)
+        with pytest.raises(ValueError, match="embedded null byte"):
+            gpufile.drop_file_page_cache(bad)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        gpufile.Mmap(path, "r\0w")
+    for big in (2 ** 64 + 4096, 2 ** 64, 2 ** 63):
+        with pytest.raises(OverflowError, match="initial_map_offset %d" % big):
+            gpufile.Mmap(path, initial_map_offset=big)
+        with pytest.raises(OverflowError, match="initial_map_size %d" % big):
+            gpufile.Mmap(path, initial_map_size=big)
+        with pytest.raises(OverflowError, match="offset %d" % big):
+            gpufile.page_cache_info(path, big, 4096)
+        with pytest.raises(OverflowError, match="size %d" % big):
+            gpufile.page_cache_info(path, 0, big)
+        with pytest.raises(OverflowError, match="offset %d" % big):
+            gpufile.drop_file_page_cache(path, big, 4096)
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.Mmap(path, initial_map_size=-(2 ** 64) + 16)
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.Mmap(path, initial_map_offset=-1)
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.page_cache_info(path, 0, -1)
+    with pytest.raises(ValueError, match="negative"):
+        gpufile.drop_file_page_cache(path, -1)
+    for kw in ({"initial_map_size": 16.0}, {"initial_map_offset": 1.9}):
+        with pytest.raises(TypeError, match="integer"):
+            gpufile.Mmap(path, **kw)
+    with pytest.raises(TypeError, match="integer"):
+        gpufile.page_cache_info(path, 1.9, 2.7)
+    with pytest.raises(TypeError, match="integer"):
+        gpufile.drop_file_page_cache(path, 0, 2.7)
+    with gpufile.Mmap(path) as m:
+        b = bytearray(16)
+        with pytest.raises(OverflowError, match="offset"):
+            m.read(b, 16, 2 ** 64 + 100)
+        with pytest.raises(TypeError, match="integer"):
+            m.read(b, 16, 100.0)
+        assert b == bytearray(16)  # nothing was read
+    # numpy integers are integers.
+    with gpufile.Mmap(path, initial_map_size=np.uint64(4096),
+                      initial_map_offset=np.int64(4096)) as m:
+        assert (m.initial_map_offset(), m.initial_map_size()) == (4096, 4096)
+    assert gpufile.page_cache_info(path, np.int64(0), np.uint64(4096))[1] == 4096
