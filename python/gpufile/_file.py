@@ -67,8 +67,15 @@ class Future:
             else:
                 n = lib.gpufile_future_wait_for(self._cfuture, ms)
             if n == -errno.ETIMEDOUT:
-                raise TimeoutError(errno.ETIMEDOUT, "%s: not done after %gs"
-                                   % (self._what, timeout))
+                # Also the result of a request that failed so (a remote
+                # read whose transfer timed out): only one not done yet
+                # is this wait's timeout. One done by now (maybe just
+                # after the wait gave up) has its own result and message,
+                # which gpufile_future_wait returns at once.
+                if lib.gpufile_future_done(self._cfuture) != 1:
+                    raise TimeoutError(errno.ETIMEDOUT, "%s: not done after "
+                                       "%gs" % (self._what, timeout))
+                n = lib.gpufile_future_wait(self._cfuture)
         if n < 0:
             self._error = _lib.make_error(n, filename=self._name)
         else:
@@ -99,7 +106,10 @@ class Future:
     def get(self, timeout=None):
         """Waits for the request and returns the number of bytes moved, or
         raises its error (OSError). With timeout (seconds), raises
-        TimeoutError when it has not ended by then (the request goes on).
+        TimeoutError saying "not done after" when it has not ended by then
+        (the request goes on; get() may be called again). A request that
+        failed with ETIMEDOUT (a remote transfer that timed out) raises its
+        own error, as without timeout.
         May be called again, from any thread; returns or raises the same."""
         held = None
         with self._lock:

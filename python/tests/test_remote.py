@@ -78,6 +78,26 @@ def test_failed_range_raises(server):
         assert "ignored the Range request" in str(e.value)
 
 
+def test_transfer_timeout_is_not_a_wait_timeout(server):
+    """A read whose transfer timed out ends with -ETIMEDOUT, the code
+    gpufile_future_wait_for returns for a request not done yet:
+    get(timeout=30) took it for one and raised "not done after 30s" at
+    once, every time, though done() was True."""
+    with gpufile.defaults.set(http_timeout=1, http_max_attempts=1):
+        with gpufile.File(server + "/stall/o.bin") as f:
+            fut = f.pread(np.zeros(4096, dtype=np.uint8))
+            for _ in range(2):  # the transfer's end, then the same again
+                with pytest.raises(TimeoutError) as e:
+                    fut.get(timeout=30)
+                assert "not done after" not in str(e.value)
+                assert e.value.code == -errno.ETIMEDOUT
+                assert "curl error 28" in str(e.value)
+                assert fut.done()
+            with pytest.raises(TimeoutError) as e:
+                fut.get()
+            assert "curl error 28" in str(e.value)
+
+
 @needs_gpu
 def test_read_into_cupy(server):
     import cupy as cp
