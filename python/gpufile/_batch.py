@@ -48,11 +48,21 @@ class BatchRead:
     The buffers stay alive until the batch is complete; a file may be
     closed meanwhile, from any thread (close() waits for its entries). The
     batch may be waited for, polled and freed from any thread, one at a
-    time."""
+    time.
+
+    As a context manager, the batch is complete and freed at the end of
+    the block; wait() and results() still give its outcome afterwards. A
+    block that ends without an exception and without a wait() or
+    results() raises the error of the first entry that failed, so that a
+    failed read is never dropped unseen."""
 
     def __init__(self, entries):
         from ._file import File
         self._b = None
+        self._submitted = False
+        self._results = None  # each entry's result, kept once complete
+        self._msgs = {}  # index -> the library's message, for failed ones
+        self._reported = False  # wait() or results() gave the outcome
         self._bufs = []
         self._files = []
         entries = list(entries)
@@ -92,6 +102,7 @@ class BatchRead:
                                                    max(self.n, 1)))
             self._b = out.value
             _lib.check(_fn("gpufile_batch_submit")(self._b, arr, self.n))
+            self._submitted = True
         except BaseException:
             self._end()
             raise
@@ -99,14 +110,45 @@ class BatchRead:
             for h in held:
                 h.leave()
 
+    def _collect(self, ms):
+        """Waits at most ms milliseconds (-1: no limit) for the batch, then
+        keeps each entry's result and message: they are the C batch's, and
+        go with it (wait() after the with-block raised AttributeError, and
+        a failed entry was lost)."""
+        rc = _fn("gpufile_batch_wait")(self._b, ms)
+        if rc == -_ETIMEDOUT:
+            raise TimeoutError(_ETIMEDOUT, _lib.errmsg())
+        _lib.check(rc)
+        results = [_fn("gpufile_batch_result")(self._b, i)
+                   for i in range(self.n)]
+        for i, r in enumerate(results):
+            if r < 0:
+                m = _fn("gpufile_batch_errmsg")(self._b, i)
+                self._msgs[i] = m.decode("utf-8", "replace") if m else None
+        self._results = results
+
     def _end(self):
-        """Frees the C batch (waiting for it) and lets go of the buffers."""
+        """Frees the C batch (waiting for it, its outcome kept) and lets go
+        of the buffers."""
         if self._b is not None:
-            _fn("gpufile_batch_free")(self._b)
-            self._b = None
+            try:
+                if self._submitted and self._results is None:
+                    self._collect(-1)
+            finally:
+                _fn("gpufile_batch_free")(self._b)
+                self._b = None
         for b in self._bufs:
             b.release()
         self._bufs = []
+
+    def _first_error(self):
+        for i, r in enumerate(self._results):
+            if r < 0:
+                return _lib.make_error(r, self._msgs.get(i) or
+                                       "batch entry %d (%s): %s"
+                                       % (i, self._files[i], _lib.strerror(r)),
+                                       filename=self._files[i])
+        return None
 
     def poll(self):
         """The number of entries done so far; never blocks."""
@@ -124,25 +166,15 @@ class BatchRead:
         and the file."""
         if self._b is not None:
             ms = -1 if timeout is None else max(0, int(timeout * 1000))
-            rc = _fn("gpufile_batch_wait")(self._b, ms)
-            if rc == -_ETIMEDOUT:
-                raise TimeoutError(_ETIMEDOUT, _lib.errmsg())
-            _lib.check(rc)
-            self._results = [_fn("gpufile_batch_result")(self._b, i)
-                             for i in range(self.n)]
-            msgs = {}
-            for i, r in enumerate(self._results):
-                if r < 0:
-                    m = _fn("gpufile_batch_errmsg")(self._b, i)
-                    msgs[i] = m.decode("utf-8", "replace") if m else None
-            self._msgs = msgs
+            self._collect(ms)
             self._end()
-        for i, r in enumerate(self._results):
-            if r < 0:
-                raise _lib.make_error(r, self._msgs.get(i) or
-                                      "batch entry %d (%s): %s"
-                                      % (i, self._files[i], _lib.strerror(r)),
-                                      filename=self._files[i])
+        if self._results is None:  # _collect() failed within _end()
+            raise RuntimeError("batch of %d entries: freed before its "
+                               "results were read" % self.n)
+        self._reported = True
+        err = self._first_error()
+        if err is not None:
+            raise err
         return list(self._results)
 
     def results(self):
@@ -165,6 +197,11 @@ class BatchRead:
 
     def __exit__(self, *exc):
         self._end()
+        if exc[0] is None and not self._reported and self._results:
+            self._reported = True
+            err = self._first_error()
+            if err is not None:
+                raise err
         return False
 
 

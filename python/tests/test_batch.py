@@ -84,6 +84,19 @@ def test_batch_close_before_wait(data_file):
     assert bytes(buf) == data[100:5100].tobytes()
 
 
+def test_batch_outcome_outlives_the_with_block(data_file):
+    """The end of a with-block (or any other end of the C batch) threw the
+    counts away: wait() or results() afterwards raised AttributeError
+    '_results'. (A failed entry: test_remote.py.)"""
+    path, data = data_file
+    buf = bytearray(16)
+    with gpufile.File(path) as f:
+        with gpufile.BatchRead([(f, buf, None, 0)]) as b:
+            pass
+    assert b.wait() == [16] and b.results() == [16]
+    assert bytes(buf) == data[:16].tobytes()
+
+
 def test_batch_empty():
     assert gpufile.batch_read([]) == []
 

@@ -98,6 +98,29 @@ def test_transfer_timeout_is_not_a_wait_timeout(server):
             assert "curl error 28" in str(e.value)
 
 
+def test_batch_failed_entry_outlives_the_with_block(server, data_file):
+    """A batch ended by its with-block lost its results and messages: a
+    failed entry was never seen (wait() afterwards: AttributeError)."""
+    path, data = data_file
+    buf = bytearray(16)
+    with gpufile.File(server + "/e403/o.bin") as r, gpufile.File(path) as f:
+        entries = [(f, buf, None, 0), (r, bytearray(4), 4, 0)]
+        # Ended without a wait: the failed entry is raised at the end.
+        with pytest.raises(PermissionError) as e:
+            with gpufile.BatchRead(entries) as b:
+                pass
+        assert "batch entry 1" in str(e.value) and "403" in str(e.value)
+        assert b.results() == [16, -errno.EACCES]
+        with pytest.raises(PermissionError) as e:
+            b.wait()
+        assert "batch entry 1" in str(e.value) and "403" in str(e.value)
+        assert bytes(buf) == data[:16].tobytes()
+        # Waited for in the block: reported there, not again at its end.
+        with gpufile.BatchRead(entries) as b:
+            assert b.results() == [16, -errno.EACCES]
+        assert b.results() == [16, -errno.EACCES]
+
+
 @needs_gpu
 def test_read_into_cupy(server):
     import cupy as cp
