@@ -55,6 +55,23 @@ def span(size_, offset_, what):
                             "largest file offset (2**63 - 1)" % (what, offset_, size_))
 
 
+# A timeout this long (about 35 years) is waited for without one, so that
+# the milliseconds always fit the C long of the library's timed waits.
+WAIT_FOREVER_MS = 1 << 40
+
+
+def wait_ms(timeout):
+    """timeout (seconds; None: no limit) as the milliseconds of a timed
+    wait in C (0 at least), or None for no limit. int(timeout * 1000)
+    alone wraps the C long: 2**64 ms became 0, no wait at all."""
+    if timeout is None:
+        return None
+    ms = timeout * 1000
+    if ms >= WAIT_FOREVER_MS:  # also inf, which int() refuses
+        return None
+    return max(0, int(ms))
+
+
 def c_text(value, name, what):
     """A str for a C string: ValueError on an embedded NUL, as open() does."""
     if not isinstance(value, str):

@@ -11,7 +11,7 @@ offset) reads at once, host or device buffers, any mix of files.
 import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
 
-from . import _buffers, _lib
+from . import _args, _buffers, _lib
 
 
 class _Entry(ctypes.Structure):
@@ -165,8 +165,8 @@ class BatchRead:
         error of the first entry that failed, its message naming the entry
         and the file."""
         if self._b is not None:
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
-            self._collect(ms)
+            ms = _args.wait_ms(timeout)
+            self._collect(-1 if ms is None else ms)
             self._end()
         if self._results is None:  # _collect() failed within _end()
             raise RuntimeError("batch of %d entries: freed before its "

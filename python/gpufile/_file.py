@@ -58,14 +58,11 @@ class Future:
         """Waits, records the outcome and frees the C future. Returns what
         the caller lets go of once it has released _lock."""
         lib = _lib.lib()
-        if timeout is None:
+        ms = _args.wait_ms(timeout)
+        if ms is None:
             n = lib.gpufile_future_wait(self._cfuture)
         else:
-            ms = max(0, int(timeout * 1000))
-            if ms >= _WAIT_FOREVER_MS:
-                n = lib.gpufile_future_wait(self._cfuture)
-            else:
-                n = lib.gpufile_future_wait_for(self._cfuture, ms)
+            n = lib.gpufile_future_wait_for(self._cfuture, ms)
             if n == -errno.ETIMEDOUT:
                 # Also the result of a request that failed so (a remote
                 # read whose transfer timed out): only one not done yet
@@ -142,10 +139,6 @@ class Future:
             "error" if self._error is not None else "done, %d bytes" % self._result)
         return "<gpufile.Future %s (%s)>" % (self._what, state)
 
-
-# A timeout this long (about 3 years) is waited for without one, so that the
-# milliseconds always fit the C long of gpufile_future_wait_for.
-_WAIT_FOREVER_MS = 1 << 40
 
 _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
 

@@ -80,6 +80,10 @@ def test_future_timeout_out_of_range(data_file):
     with gpufile.File(path) as f:
         # Would wrap the C long of milliseconds into a negative timeout.
         assert f.pread(out).get(timeout=1e30) == 4096
+        # int() refuses infinity: OverflowError.
+        assert f.pread(out).get(timeout=float("inf")) == 4096
+        b = gpufile.BatchRead([(f, out, None, 0)])
+        assert b.wait(timeout=float("inf")) == [4096]
     assert out == data[:4096].tobytes()
 
 

@@ -121,6 +121,20 @@ def test_batch_failed_entry_outlives_the_with_block(server, data_file):
         assert b.results() == [16, -errno.EACCES]
 
 
+def test_batch_wait_long_timeout(server):
+    """BatchRead.wait(timeout) handed int(timeout * 1000) to the C long of
+    gpufile_batch_wait: 2**64 / 1000 s wrapped to 0 ms, a TimeoutError at
+    once for a batch still running (Future.get() had a guard). The first
+    attempt at this range stalls past http_timeout, so the batch runs for
+    a second at least."""
+    with gpufile.defaults.set(http_timeout=1, http_max_attempts=2):
+        with gpufile.File(server + "/stallonce/o.bin") as r:
+            buf = np.zeros(4096, dtype=np.uint8)
+            b = gpufile.BatchRead([(r, buf, None, 12345)])
+            assert b.wait(timeout=2 ** 64 / 1000) == [4096]
+            assert (buf == expected(12345, 4096)).all()
+
+
 @needs_gpu
 def test_read_into_cupy(server):
     import cupy as cp
