@@ -352,12 +352,16 @@ def _cli_env():
     return env
 
 
-def run_cli(*args):
-    """Runs ``gpufile ARGS... --json`` and returns its parsed JSON. OSError
-    with the tool's message when it prints no JSON."""
-    for a in args:
-        _args.c_path(a, "gpufile " + os.fsdecode(args[0]))  # NUL: ValueError
-    argv = [cli_path()] + [os.fsdecode(a) for a in args] + ["--json"]
+def run_cli(command, *operands):
+    """Runs ``gpufile COMMAND --json -- OPERANDS...`` and returns its parsed
+    JSON. OSError with the tool's message when it prints no JSON. The
+    "--" ends the options, so that an operand such as the path "-odd.bin"
+    is never read as one (it was: "unknown option -o")."""
+    what = "gpufile " + command
+    for a in operands:
+        _args.c_path(a, what)  # NUL: ValueError
+    argv = ([cli_path(), command, "--json", "--"]
+            + [os.fsdecode(a) for a in operands])
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        env=_cli_env())
     out = p.stdout.decode("utf-8", "replace")

@@ -142,3 +142,16 @@ def test_check_runs_the_cli(data_file):
             pytest.skip("gpufile check is not in this build yet")
         raise
     assert isinstance(out, dict)
+
+
+def test_check_a_path_that_starts_with_a_dash(tmp_path, monkeypatch):
+    """gpufile.check("-odd.bin") handed the path to the tool as it is,
+    which read it as options: "unknown option -o"."""
+    try:
+        gpufile.cli_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-odd.bin").write_bytes(b"hi")
+    assert gpufile.check("-odd.bin")["path"] == "-odd.bin"
+    assert gpufile.check()["path"] is None
