@@ -870,8 +870,9 @@ GPUFILE_API void gpufile_release(void);
  * its part inside the range). Counted with cachestat(2) where the kernel
  * has it (Linux 6.5), else with mincore(2) over a mapping of the range;
  * both give the same numbers. Starts no I/O. Returns 0 or an error (-EINVAL
- * for a negative offset or both/neither of h and path; -errno naming the
- * file when it cannot be opened; -EPERM where the kernel does not tell
+ * for a negative offset or both/neither of h and path; -ENOTSUP for a
+ * remote handle or a URL as path, naming it without credentials and
+ * query; -errno naming the file when it cannot be opened; -EPERM where the kernel does not tell
  * this process which pages are cached, because it neither owns the file
  * nor may write it: cachestat refuses it on recent kernels, and mincore
  * would report every page cached, so no count is made). KvikIO counts pages;
@@ -932,7 +933,9 @@ typedef struct gpufile_mmap gpufile_mmap_t;
  * file), like KvikIO's MmapHandle. flags must be "r": anything else fails
  * with GPUFILE_EFLAGS naming the flag (KvikIO does not implement writable
  * maps either). A range that does not lie inside the file is -EINVAL; a
- * missing file is -ENOENT; both name the file. Pages are mapped lazily.
+ * missing file is -ENOENT; both name the file. A URL (http://, https://,
+ * s3://) is -ENOTSUP, its message naming it without credentials and query
+ * (as gpufile_open's do). Pages are mapped lazily.
  * On success *out owns a handle that gpufile_mmap_close() frees.
  */
 GPUFILE_API int gpufile_mmap_open(gpufile_mmap_t **out, const char *path,

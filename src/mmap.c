@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "cuda_shim.h"
 #include "decide.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -171,6 +172,10 @@ static int check_args(gpufile_mmap_t **out, const char *path, const char *flags,
 	if (!path)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_mmap_open: path is NULL");
+	/* Opened as a local path, a URL failed with -ENOENT and a message
+	 * that showed its password and presigned query. */
+	if (gpufile__is_url(path))
+		return gpufile__remote_not_local(path, "gpufile_mmap_open");
 	if (!flags || strcmp(flags, "r") != 0)
 		return gpufile__fail(
 		    GPUFILE_EFLAGS,

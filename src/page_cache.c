@@ -188,6 +188,11 @@ int gpufile_page_cache_info(gpufile_t *h, const char *path, int64_t offset,
 		    -EINVAL, "gpufile_page_cache_info: an output is NULL");
 	if (h && h->remote)
 		return gpufile__remote_no_fd(h, "gpufile_page_cache_info");
+	/* As for a remote handle; opened as a local path, a URL failed
+	 * with -ENOENT and a message that showed its secrets. */
+	if (!h && gpufile__is_url(path))
+		return gpufile__remote_not_local(path,
+		                                 "gpufile_page_cache_info");
 	name = h ? h->path : path;
 	if (offset < 0)
 		return gpufile__fail(

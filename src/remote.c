@@ -1183,10 +1183,18 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 
 int gpufile__remote_no_fd(struct gpufile *h, const char *what)
 {
+	return gpufile__remote_not_local(h->path, what);
+}
+
+int gpufile__remote_not_local(const char *url, const char *what)
+{
+	char shown[1024];
+
+	gpufile__remote_redact(url, shown, sizeof(shown));
 	return gpufile__fail(-ENOTSUP,
 	                     "%s: %s is a remote object, read over HTTP; it "
 	                     "has no file descriptor or page cache",
-	                     what, h->path);
+	                     what, shown);
 }
 
 static int remote_settle(struct gpufile__task_result *out, int idle)

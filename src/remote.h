@@ -53,6 +53,11 @@ extern const struct gpufile__task_ops gpufile__remote_ops;
  * page-cache calls) on remote handle h: -ENOTSUP naming what and h. */
 int gpufile__remote_no_fd(struct gpufile *h, const char *what);
 
+/* The same for a call given url (gpufile__is_url) in place of a local
+ * path (gpufile_mmap_open, gpufile_page_cache_info): the message names
+ * the URL without its credentials and query, as gpufile_open's do. */
+int gpufile__remote_not_local(const char *url, const char *what);
+
 /* Copies url into out (len bytes) with credentials and query strings
  * removed, for messages, statistics and logs. */
 void gpufile__remote_redact(const char *url, char *out, size_t len);

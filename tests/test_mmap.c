@@ -131,6 +131,16 @@ static void test_open_errors(const char *path)
 	CHECK_CONTAINS(gpufile_errmsg(), "map.bin");
 	CHECK_EQ(gpufile_mmap_open(&m, path, "r", 10, FILE_SIZE), -EINVAL);
 	CHECK_EQ(gpufile_mmap_open(&m, path, "r", -1, 0), -EINVAL);
+	/* A URL is no file to map; its secrets stay out of the message. */
+	CHECK_EQ(gpufile_mmap_open(&m,
+	                           "http://u:hunter2@127.0.0.1:9/o.bin"
+	                           "?X-Amz-Signature=SECRETSIG",
+	                           "r", 0, 0),
+	         -ENOTSUP);
+	CHECK(m == NULL);
+	CHECK_CONTAINS(gpufile_errmsg(), "http://127.0.0.1:9/o.bin?<query");
+	CHECK(strstr(gpufile_errmsg(), "hunter2") == NULL);
+	CHECK(strstr(gpufile_errmsg(), "SECRETSIG") == NULL);
 	CHECK_EQ(gpufile_mmap_open(NULL, path, "r", 0, 0), -EINVAL);
 	CHECK_EQ(gpufile_mmap_close(NULL), 0);
 	CHECK_EQ(gpufile_mmap_pread(NULL, reason, 1, 0), -EINVAL);

@@ -279,9 +279,8 @@ class File:
         rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
         # A URL may carry secrets (a presigned query, user:password): the
         # library's messages and its gpufile_filename() are redacted.
-        remote = "://" in self.name
-        _lib.check(rc, filename=None if remote else self.name)
-        if remote:
+        _lib.check(rc, filename=_lib.shown_name(self.name))
+        if "://" in self.name:
             name = lib.gpufile_filename
             name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
             self.name = name(handle.value).decode("utf-8", "replace")

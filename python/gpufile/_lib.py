@@ -171,6 +171,13 @@ def make_error(code, message=None, filename=None):
     return exc
 
 
+def shown_name(name):
+    """name as an exception's filename: None for a URL, whose
+    user:password or presigned query would show there. The library's
+    messages name a URL without them (gpufile__remote_redact)."""
+    return None if "://" in name else name
+
+
 def check(rc, filename=None):
     """Returns rc when it is >= 0, else raises the matching exception."""
     if rc < 0:

@@ -70,7 +70,8 @@ class Mmap:
         handle = c_void_p()
         rc = _f("gpufile_mmap_open")(ctypes.byref(handle), raw,
                                      flags.encode(), offset, size)
-        _lib.check(rc, filename=self.name)
+        # A URL is refused, named without its secrets (as File does).
+        _lib.check(rc, filename=_lib.shown_name(self.name))
         self._h = _Handle(handle.value, self.name, _f("gpufile_mmap_close"),
                           "Mmap")
         off, sz = c_int64(), c_size_t()

@@ -56,7 +56,7 @@ def page_cache_info(file, offset=0, size=0):
     else:
         rc = info(None, _args.c_path(file, "page_cache_info"), offset, size,
                   *out)
-        name = os.fsdecode(file)
+        name = _lib.shown_name(os.fsdecode(file))  # a URL: no secrets
     _lib.check(rc, filename=name)
     return cached.value, total.value
 

@@ -115,3 +115,22 @@ def test_permission_denied(tmp_path):
     p.chmod(0)
     with pytest.raises(PermissionError):
         gpufile.File(str(p))
+
+
+def test_url_secrets_stay_out_of_errors():
+    """File redacts a URL's user:password and presigned query; Mmap(url)
+    and page_cache_info(url) opened it as a local path and put it whole
+    in the message and OSError.filename. No server is needed: they refuse
+    a URL before any I/O."""
+    url = ("http://user:hunter2@127.0.0.1:9/o.bin"
+           "?X-Amz-Signature=SECRETSIG")
+    for call in (lambda: gpufile.Mmap(url),
+                 lambda: gpufile.page_cache_info(url)):
+        with pytest.raises(OSError) as e:
+            call()
+        assert e.value.errno == errno.ENOTSUP
+        assert "remote object" in str(e.value)
+        assert "http://127.0.0.1:9/o.bin?<query redacted>" in str(e.value)
+        for secret in ("hunter2", "SECRETSIG"):
+            assert secret not in str(e.value)
+            assert secret not in repr(e.value.filename)
