@@ -33,15 +33,25 @@ class Future:
     close() never takes a Future's lock.
     """
 
-    def __init__(self, cfuture, buf, file, what):
+    def __init__(self, buf, file, what):
         self._lock = threading.Lock()
-        self._cfuture = cfuture
+        # The C future, written by the submit itself (_submit): the Future
+        # owns the request from the moment the library takes it, with no
+        # Python step in between that an exception (KeyboardInterrupt)
+        # could cut short. Made after the submit, a Future was never made
+        # then: the buffer was released under the running request, and
+        # the C future never freed.
+        self._out = ctypes.c_void_p()
         self._buf = buf
         self._file = file  # the File outlives the request
         self._name = file.name
         self._what = what
         self._result = None
         self._error = None
+
+    @property
+    def _cfuture(self):
+        return self._out.value
 
     def done(self):
         """True when the request has ended (never blocks)."""
@@ -78,7 +88,7 @@ class Future:
         else:
             self._result = int(n)
         lib.gpufile_future_free(self._cfuture)
-        self._cfuture = None
+        self._out.value = None
         held = (self._buf, self._file)
         self._buf = self._file = None
         return held
@@ -121,14 +131,22 @@ class Future:
 
     result = get
 
+    def _abandon(self):
+        """After a failed or interrupted submit: lets go of the buffer,
+        unless the library took the request (then the finaliser, or get(),
+        waits for it first)."""
+        if self._out.value is None and self._buf is not None:
+            self._buf.release()
+
     def __del__(self):
-        cf = getattr(self, "_cfuture", None)
-        if cf is None:
+        out = getattr(self, "_out", None)
+        if out is None:
             return
         try:
-            # Waits when still running: the buffer is released only after.
-            _lib.lib().gpufile_future_free(cf)
-            self._cfuture = None
+            if out.value is not None:
+                # Waits when still running: the buffer goes only after.
+                _lib.lib().gpufile_future_free(out.value)
+                out.value = None
             if self._buf is not None:
                 self._buf.release()
         except Exception:
@@ -138,6 +156,23 @@ class Future:
         state = "pending" if self._cfuture is not None else (
             "error" if self._error is not None else "done, %d bytes" % self._result)
         return "<gpufile.Future %s (%s)>" % (self._what, state)
+
+
+def submit(owner, fn, b, n, off, what):
+    """fn(handle, b.ptr, n, off, &future) through owner._call (a File's or
+    an Mmap's): the Future of the request, which holds b. The Future is
+    made first and the library writes the C future into it (see
+    Future.__init__)."""
+    fut = Future(b, owner, what)
+    try:
+        rc = owner._call(fn, b.ptr, n, off, ctypes.byref(fut._out))
+    except BaseException:
+        fut._abandon()
+        raise
+    if rc < 0:
+        fut._abandon()
+        _lib.check(rc, filename=owner.name)
+    return fut
 
 
 _OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
@@ -370,16 +405,7 @@ class File:
 
     def _submit(self, fn, buf, size, file_offset, writable, what):
         b, n, off = self._prepare(buf, size, file_offset, writable, what)
-        out = ctypes.c_void_p()
-        try:
-            rc = self._call(fn, b.ptr, n, off, ctypes.byref(out))
-        except BaseException:
-            b.release()
-            raise
-        if rc < 0:
-            b.release()
-            _lib.check(rc, filename=self.name)
-        return Future(out.value, b, self, "%s of %d bytes at %d of %s"
+        return submit(self, fn, b, n, off, "%s of %d bytes at %d of %s"
                       % (what, n, off, self.name))
 
     def pread(self, buf, size=None, file_offset=0):

@@ -10,7 +10,7 @@ from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_voi
 from . import _args
 from . import _buffers
 from . import _lib
-from ._file import _OPEN, Future, PathInfo, _Handle
+from ._file import _OPEN, PathInfo, _Handle, submit
 from ._page_cache import fn as _fn
 from ._structs import text
 
@@ -180,17 +180,8 @@ class Mmap:
         """As read(), but returns at once with a Future (get() gives the
         bytes read); buf is kept alive until the request has ended."""
         b, n, off = self._prepare(buf, size, offset, "pread")
-        out = c_void_p()
-        try:
-            rc = self._call(_f("gpufile_mmap_pread_async"), b.ptr, n, off,
-                            ctypes.byref(out))
-        except BaseException:
-            b.release()
-            raise
-        if rc < 0:
-            b.release()
-            _lib.check(rc, filename=self.name)
-        fut = Future(out.value, b, self, "pread of %d bytes at %d of mapped %s"
+        fut = submit(self, _f("gpufile_mmap_pread_async"), b, n, off,
+                     "pread of %d bytes at %d of mapped %s"
                      % (n, off, self.name))
         self._pending.add(fut)
         return fut

@@ -338,3 +338,56 @@ def test_forked_child_can_close_a_file_another_thread_was_using(data_file):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     f.close()
+
+
+@pytest.mark.parametrize("kind", ["File", "Mmap"])
+def test_interrupt_after_submit_keeps_the_request(monkeypatch, data_file,
+                                                  kind):
+    """An exception (KeyboardInterrupt) after the library took a pread
+    and before its Future existed released the buffer under the running
+    request, and the C future was never freed. The Future now exists
+    before the submit: its finaliser waits for the request (frees the C
+    future) and only then lets go of the buffer."""
+    from gpufile import _buffers, _lib, _mmap
+
+    path, data = data_file
+    gc.collect()  # other tests' garbage Futures are freed before the log
+    lib, log = _lib.lib(), []
+    real_free, real_release = lib.gpufile_future_free, _buffers.Buffer.release
+    monkeypatch.setattr(lib, "gpufile_future_free",
+                        lambda cf: (log.append("free"), real_free(cf))[1])
+
+    def release(b):
+        if b._view is not None:  # the export ends here (once)
+            log.append("release")
+        real_release(b)
+
+    monkeypatch.setattr(_buffers.Buffer, "release", release)
+
+    def interrupted(real):
+        def submit(*args):
+            assert real(*args) == 0
+            log.append("submitted")
+            raise KeyboardInterrupt  # as a signal on the way back
+        return submit
+
+    if kind == "File":
+        owner = gpufile.File(path)
+        monkeypatch.setattr(lib, "gpufile_pread_async",
+                            interrupted(lib.gpufile_pread_async))
+    else:
+        owner = gpufile.Mmap(path)
+        real_f = _mmap._f
+        monkeypatch.setattr(_mmap, "_f", lambda name: (
+            interrupted(real_f(name)) if name == "gpufile_mmap_pread_async"
+            else real_f(name)))
+    out = np.zeros(1 << 20, dtype=np.uint8)
+    try:
+        owner.pread(out)
+    except KeyboardInterrupt:
+        pass  # its traceback, which holds the Future, goes here
+    gc.collect()
+    assert log == ["submitted", "free", "release"]
+    assert np.array_equal(out, data[:1 << 20])
+    monkeypatch.undo()
+    owner.close()
