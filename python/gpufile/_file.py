@@ -42,6 +42,7 @@ class Future:
         # then: the buffer was released under the running request, and
         # the C future never freed.
         self._out = ctypes.c_void_p()
+        _futures.add(self)
         self._buf = buf
         self._file = file  # the File outlives the request
         self._name = file.name
@@ -175,7 +176,9 @@ def submit(owner, fn, b, n, off, what):
     return fut
 
 
-_OPEN, _CLOSING, _CLOSED = "open", "closing", "closed"
+# A handle's states: _CLOSING while close() waits for the calls in flight,
+# _FREEING while it runs the C function that frees the handle.
+_OPEN, _CLOSING, _FREEING, _CLOSED = "open", "closing", "freeing", "closed"
 
 
 class _Handle:
@@ -250,7 +253,7 @@ class _Handle:
         with self.cond:
             if self.state == _CLOSED:
                 return 0
-            if self.state == _CLOSING:  # by another thread: wait for it
+            if self.state != _OPEN:  # by another thread: wait for it
                 self.cond.wait_for(lambda: self.state == _CLOSED)
                 return 0
             if self.users.get(me):
@@ -260,6 +263,7 @@ class _Handle:
                                    "in the same thread" % self.name)
             self.state = _CLOSING
             self.cond.wait_for(lambda: not self.users)
+            self.state = _FREEING
             ptr = self.ptr
         try:
             return self.free(ptr)  # waits for its requests
@@ -270,17 +274,35 @@ class _Handle:
                 self.cond.notify_all()
 
 
-_handles = weakref.WeakSet()  # every open _Handle, for _after_fork_in_child
+_handles = weakref.WeakSet()  # every _Handle, for _after_fork_in_child
+_futures = weakref.WeakSet()  # every Future, for _after_fork_in_child
 
 
 def _after_fork_in_child():
     """In a forked child only the forking thread exists, and it was in no
     call (it was running os.fork): counts of calls in flight of the other
     threads would make close() wait forever, and a lock one of them held
-    would never be released. Start both afresh."""
+    would never be released. Start both afresh.
+
+    A close() another thread had begun is that thread's, and it does not
+    exist here either: left _CLOSING, the child's close() waited for it
+    forever. While it still waited for calls to leave, the handle was
+    whole: the child's copy is open. Once it was freeing the handle, the
+    child's copy may be half freed: it is closed, what is left of it
+    leaked rather than used.
+
+    A Future's lock held by a thread waiting in get() would never be
+    released either: get() hung, done() said False for ever (the child's
+    copy of the request ends with -ECANCELED, pool.c)."""
     for h in list(_handles):
         h.cond = threading.Condition(threading.Lock())
         h.users = {}
+        if h.state == _CLOSING:
+            h.state = _OPEN
+        elif h.state == _FREEING:
+            h.state, h.ptr = _CLOSED, None
+    for f in list(_futures):
+        f._lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -391,3 +391,131 @@ def test_interrupt_after_submit_keeps_the_request(monkeypatch, data_file,
     assert np.array_equal(out, data[:1 << 20])
     monkeypatch.undo()
     owner.close()
+
+
+def _fork_and_check(check):
+    """Runs check() in a forked child; its exit status is 0 when check()
+    returned, 2 when it raised, 1 when it hung (faulthandler's watchdog
+    ends the child). Returns the child's pid, for _child_passed()."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            import faulthandler
+            faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+            check()
+            code = 0
+        except BaseException:  # noqa: B902 - the exit status reports it
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _child_passed(pid):
+    import os
+
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_forked_child_of_a_close_waiting_for_calls(data_file):
+    """A close() of another thread, still waiting for a call to leave, at
+    fork(): the child's copy of the file was left "closing", and its own
+    close() waited for the parent's thread for ever. That close() is not
+    the child's: the file is open there, and closes."""
+    path, data = data_file
+    f = gpufile.File(path)
+    f._h.enter()  # a call in flight, so that close() waits
+    closer = threading.Thread(target=f.close, daemon=True)
+    closer.start()
+    _wait_until(lambda: f._h.state == "closing")
+
+    def check():
+        assert not f.closed
+        assert f.size() == len(data)
+        f.close()
+        assert f.closed
+
+    pid = _fork_and_check(check)
+    f._h.leave()
+    closer.join(WATCHDOG_S)
+    assert not closer.is_alive() and f.closed
+    _child_passed(pid)
+
+
+def test_forked_child_of_a_close_freeing_the_handle(data_file):
+    """A close() of another thread inside the C free function at fork():
+    the child's copy of the handle may be half freed, so it is closed
+    there (never handed to the library again), and close() returns."""
+    path, _ = data_file
+    f = gpufile.File(path)
+    inside, go = threading.Event(), threading.Event()
+    real_free = f._h.free
+
+    def free(ptr):
+        inside.set()
+        go.wait(WATCHDOG_S)
+        return real_free(ptr)
+
+    f._h.free = free
+    closer = threading.Thread(target=f.close, daemon=True)
+    closer.start()
+    assert inside.wait(WATCHDOG_S)
+
+    def check():
+        assert f.closed
+        f.close()  # returns: nothing left to close here
+        with pytest.raises(ValueError, match="closed file"):
+            f.size()
+
+    pid = _fork_and_check(check)
+    go.set()
+    closer.join(WATCHDOG_S)
+    assert not closer.is_alive() and f.closed
+    _child_passed(pid)
+
+
+def test_forked_child_of_a_future_being_waited_for(monkeypatch, data_file):
+    """A thread waiting in Future.get() at fork() holds the Future's lock:
+    in the child nothing released it, so get() hung and done() said False
+    for ever. The child starts the lock afresh."""
+    import os
+
+    from gpufile import _lib
+
+    path, data = data_file
+    lib, parent = _lib.lib(), os.getpid()
+    waiting, go = threading.Event(), threading.Event()
+    real_wait = lib.gpufile_future_wait
+
+    def wait(cf):  # holds get() inside the lock, in the parent only
+        if os.getpid() == parent:
+            waiting.set()
+            go.wait(WATCHDOG_S)
+        return real_wait(cf)
+
+    monkeypatch.setattr(lib, "gpufile_future_wait", wait)
+    out = np.zeros(1 << 20, dtype=np.uint8)
+    with gpufile.File(path) as f:
+        fut = f.pread(out)
+        getter = threading.Thread(target=fut.get, daemon=True)
+        getter.start()
+        assert waiting.wait(WATCHDOG_S)
+
+        def check():
+            try:
+                assert fut.get() == 1 << 20
+            except OSError as e:  # in flight at the fork: ended there
+                assert e.errno == errno.ECANCELED, e
+            assert fut.done()
+
+        pid = _fork_and_check(check)
+        go.set()
+        getter.join(WATCHDOG_S)
+        assert not getter.is_alive()
+        assert fut.get() == 1 << 20
+    _child_passed(pid)
