@@ -47,6 +47,7 @@ class Libcuda:
         self._release = fn("cuDevicePrimaryCtxRelease_v2", i)
         self._push = fn("cuCtxPushCurrent_v2", vp)
         self._pop = fn("cuCtxPopCurrent_v2", pvp)
+        self._get_current = fn("cuCtxGetCurrent", pvp)
         self._sync = fn("cuStreamSynchronize", vp)
 
     def cuPointerGetAttribute(self, attribute, ptr):
@@ -76,6 +77,11 @@ class Libcuda:
     def cuCtxPopCurrent(self):
         ctx = ctypes.c_void_p()
         rc = self._pop(ctypes.byref(ctx))
+        return rc, ctx.value or 0
+
+    def cuCtxGetCurrent(self):
+        ctx = ctypes.c_void_p()
+        rc = self._get_current(ctypes.byref(ctx))
         return rc, ctx.value or 0
 
     def cuStreamSynchronize(self, stream):
@@ -113,6 +119,51 @@ def use_driver(d):
 def _fail(call, rc):
     return OSError(errno.EIO, "%s of a __cuda_array_interface__ buffer failed: "
                    "CUresult %d" % (call, rc))
+
+
+class _Current:
+    """Makes ctx current in this thread for the block (pushed, then
+    popped); ctx 0: leaves the thread's contexts as they are."""
+
+    def __init__(self, d, ctx):
+        self.d = d
+        self.ctx = ctx
+
+    def __enter__(self):
+        if self.ctx:
+            rc = self.d.cuCtxPushCurrent(self.ctx)
+            if rc != CUDA_SUCCESS:
+                raise _fail("cuCtxPushCurrent", rc)
+        return self.ctx
+
+    def __exit__(self, *exc):
+        if self.ctx:
+            rc, _ = self.d.cuCtxPopCurrent()
+            if rc != CUDA_SUCCESS and exc[0] is None:
+                raise _fail("cuCtxPopCurrent", rc)
+        return False
+
+
+def current_context():
+    """This thread's current context, 0 for none (or no driver)."""
+    try:
+        rc, ctx = driver().cuCtxGetCurrent()
+    except OSError:
+        return 0
+    return ctx if rc == CUDA_SUCCESS else 0
+
+
+def stream_synchronize_in(stream, ctx, what):
+    """Waits for stream with ctx current in this thread (0: with whatever
+    context is current), for memory that names no context (host memory);
+    what names the request in the error."""
+    d = driver()
+    stream = int(stream)
+    with _Current(d, ctx):
+        rc = d.cuStreamSynchronize(stream)
+    if rc != CUDA_SUCCESS:
+        raise OSError(errno.EIO, "%s: cuStreamSynchronize(%#x) failed: "
+                      "CUresult %d" % (what, stream, rc))
 
 
 class _BufferContext:

@@ -12,8 +12,14 @@ waits in its finaliser).
 
 import ctypes
 import threading
+import warnings
 
 from . import _lib
+
+# What finalisers of StreamFutures whose stream could not be synchronised
+# left behind: the count and the buffer the stream may still write, kept
+# for the life of the process rather than freed under it.
+_unsynced = []
 
 _DECLS = {
     "gpufile_read_async": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
@@ -91,6 +97,15 @@ class StreamFuture:
         self._result = None
         self._error = None
         self._done = False
+        # Host memory names no context, and a thread with none current
+        # (a finaliser may run in any) fails cuStreamSynchronize with
+        # CUDA_ERROR_INVALID_CONTEXT: the context current at the submit,
+        # the one the library queued in (CuPy and PyTorch make the
+        # stream's own current), is made current for the sync.
+        self._ctx = 0
+        if not buf.device:
+            from . import _cuda
+            self._ctx = _cuda.current_context()
 
     def n_out(self):
         """The C count as it is now (no wait)."""
@@ -100,13 +115,8 @@ class StreamFuture:
         from . import _cuda
         if self._buf.device:
             _cuda.stream_synchronize(self.stream, self._buf.ptr)
-            return
-        # Host memory names no context: the stream's own is current in
-        # the thread that queued on it (CuPy and PyTorch make it so).
-        rc = _cuda.driver().cuStreamSynchronize(self.stream)
-        if rc != _cuda.CUDA_SUCCESS:
-            raise OSError(5, "%s: cuStreamSynchronize(%#x) failed: CUresult %d"
-                          % (self._what, self.stream, rc))
+        else:
+            _cuda.stream_synchronize_in(self.stream, self._ctx, self._what)
 
     def get(self):
         """Synchronises the stream, then returns the bytes moved or raises
@@ -139,9 +149,16 @@ class StreamFuture:
             # The library still writes _n_out and may use the buffer until
             # the stream passes the request.
             self._sync()
-            self._buf.release()
-        except Exception:
-            pass
+        except Exception as e:
+            # Released (and _n_out freed with self), both could be
+            # written after they were gone.
+            _unsynced.append((self._n_out, self._buf, self._file))
+            warnings.warn("%s: dropped unfinished and its stream could not "
+                          "be synchronised (%s): its buffer is kept for the "
+                          "life of the process" % (self._what, e),
+                          RuntimeWarning)
+            return
+        self._buf.release()
 
     def __repr__(self):
         state = "pending" if not self._done else (

@@ -68,6 +68,10 @@ class FakeDriver:
         self._log("pop", ctx)
         return 0, ctx
 
+    def cuCtxGetCurrent(self):
+        s = self._stack()
+        return 0, s[-1] if s else 0
+
     def cuStreamSynchronize(self, stream):
         s = self._stack()
         if not s:
@@ -174,3 +178,57 @@ def test_stream_failure_is_a_clear_error(data_file, fake):
             f.read(FakeDeviceArray(host, stream=1))
     # The context was popped even so: this thread's stack is as before.
     assert [e[1] for e in drv.events] == ["push", "pop"]
+
+
+# ---- StreamFuture of host memory (the library's part faked away) ----
+
+class _Owner:
+    name = "data.bin"
+
+
+def _host_stream_future(nbytes, stream):
+    import ctypes
+
+    from gpufile import _buffers, _stream
+    b = _buffers.as_buffer(bytearray(nbytes), True, "read_async")
+    return b, _stream.StreamFuture(ctypes.c_ssize_t(nbytes), b, _Owner(),
+                                   stream, "read_async of %d bytes" % nbytes)
+
+
+def test_stream_future_of_host_memory_syncs_in_its_context(fake):
+    """Host memory names no context: get() (or the finaliser) in a thread
+    with none current failed cuStreamSynchronize with
+    CUDA_ERROR_INVALID_CONTEXT. The context current at the submit is
+    pushed for the sync, in whatever thread it runs."""
+    drv = fake({})
+    drv.cuCtxPushCurrent(0xC0)  # current at the submit, as CuPy makes it
+    try:
+        _, fut = _host_stream_future(16, 0x5EED)
+    finally:
+        drv.cuCtxPopCurrent()
+    n, thread = _in_new_thread(fut.get)
+    assert n == 16
+    mine = [e[1:] for e in drv.events if e[0] is thread]
+    assert mine == [("push", 0xC0), ("sync", 0x5EED, 0xC0), ("pop", 0xC0)]
+
+
+def test_stream_future_dropped_unsynchronised_keeps_its_buffer(fake):
+    """A StreamFuture dropped unfinished whose stream could not be
+    synchronised swallowed the error and let its buffer and count go,
+    which the stream could still write. They are kept, with a warning."""
+    import gc
+
+    from gpufile import _stream
+
+    drv = fake({})
+    drv.cuStreamSynchronize = lambda stream: 999
+    b, fut = _host_stream_future(16, 0x5EED)
+    n_out = fut._n_out
+    with pytest.warns(RuntimeWarning, match="could not be synchronised"):
+        del fut
+        gc.collect()
+    assert b._view is not None  # the export was not ended
+    kept = [e for e in _stream._unsynced if e[1] is b]
+    assert len(kept) == 1 and kept[0][0] is n_out
+    _stream._unsynced.remove(kept[0])  # no real stream: safe to let go
+    b.release()
