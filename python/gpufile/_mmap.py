@@ -75,7 +75,8 @@ class Mmap:
         self._h = _Handle(handle.value, self.name, _f("gpufile_mmap_close"),
                           "Mmap")
         off, sz = c_int64(), c_size_t()
-        _f("gpufile_mmap_range")(handle.value, ctypes.byref(off), ctypes.byref(sz))
+        _f("gpufile_mmap_range")(handle.value, ctypes.byref(off),
+                                 ctypes.byref(sz))
         self._map_offset, self._map_size = off.value, sz.value
 
     # ---- lifetime ----

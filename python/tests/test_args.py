@@ -157,4 +157,5 @@ def test_mmap_and_page_cache_arguments(data_file):
     with gpufile.Mmap(path, initial_map_size=np.uint64(4096),
                       initial_map_offset=np.int64(4096)) as m:
         assert (m.initial_map_offset(), m.initial_map_size()) == (4096, 4096)
-    assert gpufile.page_cache_info(path, np.int64(0), np.uint64(4096))[1] == 4096
+    info = gpufile.page_cache_info(path, np.int64(0), np.uint64(4096))
+    assert info[1] == 4096
