@@ -807,7 +807,8 @@ static void test_watch_exec(void)
 				_exit(3);
 		if (write(ready[1], "r", 1) != 1 || read(go[0], one, 1) != 1)
 			_exit(4);
-		freopen("/dev/null", "w", stdout);
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(6);
 		execl(cli(), "gpufile", "read", file_path, "--host", "--repeat",
 		      "1000000", (char *)NULL);
 		_exit(5);
