@@ -872,11 +872,12 @@ GPUFILE_API void gpufile_release(void);
  * both give the same numbers. Starts no I/O. Returns 0 or an error (-EINVAL
  * for a negative offset or both/neither of h and path; -ENOTSUP for a
  * remote handle or a URL as path, naming it without credentials and
- * query; -errno naming the file when it cannot be opened; -EPERM where the kernel does not tell
- * this process which pages are cached, because it neither owns the file
- * nor may write it: cachestat refuses it on recent kernels, and mincore
- * would report every page cached, so no count is made). KvikIO counts pages;
- * gpufile counts bytes, so a partial last page does not inflate the total.
+ * query; -errno naming the file when it cannot be opened; -EPERM where the
+ * kernel does not tell this process which pages are cached, because it neither
+ * owns the file nor may write it: cachestat refuses it on recent kernels, and
+ * mincore would report every page cached, so no count is made). KvikIO counts
+ * pages; gpufile counts bytes, so a partial last page does not inflate the
+ * total.
  */
 GPUFILE_API int gpufile_page_cache_info(gpufile_t *h, const char *path,
                                         int64_t offset, size_t size,
