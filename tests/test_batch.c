@@ -558,6 +558,27 @@ static void test_scattered(gpufile_t *a)
 	free(e);
 }
 
+/* A new batch of e[0..n) submitted, returned once entry held_entry is
+ * held inside its read by the hook (by index under io_uring, else by
+ * offset). */
+static gpufile_batch_t *submit_holding(const gpufile_batch_entry_t *e,
+                                       unsigned n, unsigned held_entry)
+{
+	gpufile_batch_t *b = NULL;
+
+	if (use_uring)
+		hold_index = held_entry;
+	else
+		hold_offset = e[held_entry].offset;
+	CHECK_EQ(gpufile_batch_create(&b, n), 0);
+	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
+	pthread_mutex_lock(&hook_lock);
+	while (!held)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+	return b;
+}
+
 /* poll and wait while one entry is held inside its read: no timing, the
  * hook decides when it ends. */
 static void test_poll_wait(gpufile_t *a)
@@ -572,16 +593,7 @@ static void test_poll_wait(gpufile_t *a)
 		e[i] = (gpufile_batch_entry_t){
 		    a, (i % 2 ? dev_base : host_base) + (size_t)i * 4096, 4096,
 		    (int64_t)i * 4096};
-	if (use_uring)
-		hold_index = held_entry;
-	else
-		hold_offset = e[held_entry].offset;
-	CHECK_EQ(gpufile_batch_create(&b, n), 0);
-	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
-	pthread_mutex_lock(&hook_lock);
-	while (!held)
-		pthread_cond_wait(&hook_cond, &hook_lock);
-	pthread_mutex_unlock(&hook_lock);
+	b = submit_holding(e, n, held_entry);
 	done = gpufile_batch_poll(b);
 	CHECK(done >= 0 && done < (int)n);
 	CHECK_EQ(gpufile_batch_result(b, held_entry), -EINPROGRESS);
@@ -716,16 +728,7 @@ static void test_close_waits(void)
 		e[i] = (gpufile_batch_entry_t){
 		    c.h, (i % 2 ? dev_base : host_base) + (size_t)i * 4096,
 		    4096, (int64_t)i * 4096};
-	if (use_uring)
-		hold_index = held_entry;
-	else
-		hold_offset = e[held_entry].offset;
-	CHECK_EQ(gpufile_batch_create(&b, n), 0);
-	CHECK_EQ(gpufile_batch_submit(b, e, n), 0);
-	pthread_mutex_lock(&hook_lock);
-	while (!held)
-		pthread_cond_wait(&hook_cond, &hook_lock);
-	pthread_mutex_unlock(&hook_lock);
+	b = submit_holding(e, n, held_entry);
 	alarm(60);
 	CHECK_EQ(pthread_create(&t, NULL, close_it, &c), 0);
 	while (!atomic_load(&c.tid))
