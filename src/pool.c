@@ -589,7 +589,14 @@ ssize_t gpufile__request_wait(struct gpufile__request *r, long timeout_ms)
 
 	if (timeout_ms > 0)
 		gpufile__deadline(timeout_ms, &deadline);
-	if (timeout_ms != 0 && r->path == GPUFILE_PATH_HOST && !is_worker)
+	/* A request into host memory (a local file, a map, a remote
+	 * object) puts no work on the GPU: its tasks may run in any thread.
+	 * Running them here also means its end never waits for a worker:
+	 * a stream-ordered host request's thread (stream.c) waits here
+	 * while the caller's stream is held for it, and every worker may
+	 * be waiting for a copy queued behind that stream in a shared
+	 * hardware queue (test_stream_queue). */
+	if (timeout_ms != 0 && !r->cuda_ctx && !is_worker)
 		help(r, timeout_ms > 0 ? &deadline : NULL);
 	pthread_mutex_lock(&r->lock);
 	while (!r->done) {

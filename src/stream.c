@@ -18,6 +18,11 @@
  *               (the pool's parallel reads), writes *n_out
  *               and then stores the flag from the host, which releases
  *               the stream: the work after sees the bytes and *n_out.
+ *               The thread runs the request's unclaimed tasks itself
+ *               (pool.c's help): every worker may be waiting for a copy
+ *               of another request queued behind this very stream in a
+ *               shared hardware queue, and the flag must not wait for
+ *               them (test_stream_queue).
  *   host-func   as wait-value, but the stream is held by a host function
  *               (cuLaunchHostFunc) that sleeps until the request ended,
  *               where the driver refuses stream memory operations

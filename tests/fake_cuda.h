@@ -33,6 +33,18 @@
  * CUDA_ERROR_NOT_SUPPORTED (a test removes an entry point by installing
  * a copy of the table with that field NULL).
  *
+ * One hardware queue (fake_one_queue, or FAKE_ONE_QUEUE=1 in the
+ * environment at fake_install): a GPU feeds its streams through a few
+ * hardware queues, and a stream blocked in a wait or a host function
+ * holds up the work queued after it on every stream that shares its
+ * queue (CUDA_DEVICE_MAX_CONNECTIONS; stream.c says how the Python suite
+ * hung that way on the H200). In this mode every stream of a device
+ * shares one: an op runs only after every op queued before it on any
+ * stream of its device, the worst case a real driver can give. Streams
+ * of a context that was reset are left out (their work is gone).
+ * fake_queue_blocked counts the threads waiting while another runs a
+ * blocking op (a wait or a host function) they must pass.
+ *
  * A context that ends under the library (test_context_reset.c):
  * fake_ctx_reset(d) does to device d's primary context what
  * cuDevicePrimaryCtxReset does. Its id (cuCtxGetId) changes, and reads
@@ -119,6 +131,7 @@ struct op {
 	uint32_t value;
 	CUhostFn fn; /* OP_HOSTFN */
 	void *data;
+	unsigned long seq; /* when queued, over all streams (enqueue) */
 };
 
 struct CUstream_st {
@@ -128,6 +141,7 @@ struct CUstream_st {
 	size_t nops, cap;
 	size_t done; /* ops[0, done) have run */
 	int busy;    /* a thread runs a blocking op of it, unlocked */
+	struct CUstream_st *next_live; /* fake_streams: not destroyed */
 };
 
 struct CUevent_st {
@@ -195,7 +209,11 @@ static int fail_ctxset; /* fail the next N cuCtxSetCurrent(non-NULL) */
 static pthread_cond_t fake_cond = PTHREAD_COND_INITIALIZER;
 static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
 static long wait_ops, hostfn_ops; /* queued so far */
-static long attr_calls;           /* cuPointerGetAttributes */
+static int fake_one_queue;        /* see the top */
+static int fake_queue_blocked; /* threads waiting for another's blocking op */
+static unsigned long fake_op_seq;        /* ops queued, over all streams */
+static struct CUstream_st *fake_streams; /* not destroyed, newest first */
+static long attr_calls;                  /* cuPointerGetAttributes */
 /* "Device" memory at or past dev_base + fake_managed_from reports itself
  * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
 static size_t fake_managed_from = (size_t)-1;
@@ -269,13 +287,15 @@ static CUresult check_stream_ctx(const struct CUstream_st *s, const void *dev)
 /* Caller holds fake_lock. Runs s's ops up to (not including) upto. A
  * wait polls its value (the library stores it from the host, without
  * telling the fake); a host function runs with fake_lock released. */
-static void run_ops(struct CUstream_st *s, size_t upto)
+static void run_stream_ops(struct CUstream_st *s, size_t upto)
 {
 	while (s->done < upto && s->done < s->nops) {
 		struct op o;
 
 		if (s->busy) {
+			fake_queue_blocked++;
 			pthread_cond_wait(&fake_cond, &fake_lock);
+			fake_queue_blocked--;
 			continue;
 		}
 		o = s->ops[s->done]; /* a copy: ops may grow while unlocked */
@@ -310,6 +330,50 @@ static void run_ops(struct CUstream_st *s, size_t upto)
 	}
 }
 
+/* FAKE_ONE_QUEUE=1: one hardware queue from the start (tests that install
+ * the table themselves, without fake_install, get it too). */
+__attribute__((constructor)) static void fake_one_queue_env(void)
+{
+	const char *v = getenv("FAKE_ONE_QUEUE");
+
+	fake_one_queue = v && atoi(v) > 0;
+}
+
+/* Caller holds fake_lock. Whether s's context was reset since s was made
+ * (not counted as a use: only the fake looks). */
+static int fake_stream_gone(const struct CUstream_st *s)
+{
+	const int d = fake_ctx_device(s->ctx);
+
+	return d >= 0 && s->gen != fake_ctx_gen[d];
+}
+
+/* Caller holds fake_lock. Runs s's ops up to (not including) upto; with
+ * one hardware queue (see the top), first every op of s's device queued
+ * before the last of them, oldest first. */
+static void run_ops(struct CUstream_st *s, size_t upto)
+{
+	if (upto > s->nops)
+		upto = s->nops;
+	while (fake_one_queue && upto > s->done) {
+		const unsigned long last = s->ops[upto - 1].seq;
+		const int dev = fake_ctx_device(s->ctx);
+		struct CUstream_st *first = NULL;
+
+		for (struct CUstream_st *t = fake_streams; t; t = t->next_live)
+			if (t->done < t->nops && !fake_stream_gone(t) &&
+			    fake_ctx_device(t->ctx) == dev &&
+			    t->ops[t->done].seq <= last &&
+			    (!first ||
+			     t->ops[t->done].seq < first->ops[first->done].seq))
+				first = t;
+		if (!first) /* s itself was reset */
+			break;
+		run_stream_ops(first, first->done + 1);
+	}
+	run_stream_ops(s, upto);
+}
+
 static CUresult enqueue(struct CUstream_st *s, struct op o)
 {
 	if ((uintptr_t)s <= 2) /* the default streams: not faked */
@@ -322,6 +386,7 @@ static CUresult enqueue(struct CUstream_st *s, struct op o)
 		s->ops = ops;
 		s->cap = cap;
 	}
+	o.seq = ++fake_op_seq;
 	s->ops[s->nops++] = o;
 	return CUDA_SUCCESS;
 }
@@ -689,6 +754,8 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 	pthread_mutex_lock(&fake_lock);
 	(*s)->gen = fake_ctx_gen[fake_ctx_device(fake_current())];
 	fake_handle_add(*s);
+	(*s)->next_live = fake_streams;
+	fake_streams = *s;
 	streams_live++;
 	streams_created++;
 	pthread_mutex_unlock(&fake_lock);
@@ -724,6 +791,11 @@ static CUresult f_stream_destroy(CUstream s)
 	run_ops(s, s->nops); /* work already queued still completes */
 	streams_live--;
 	fake_handle_remove(s);
+	for (struct CUstream_st **p = &fake_streams; *p; p = &(*p)->next_live)
+		if (*p == s) {
+			*p = s->next_live;
+			break;
+		}
 	pthread_mutex_unlock(&fake_lock);
 	free(s->ops);
 	free(s);
@@ -785,8 +857,7 @@ static CUresult f_event_record(CUevent e, CUstream s)
 		pthread_mutex_unlock(&fake_lock);
 		return rc;
 	}
-	rc = enqueue(
-	    s, (struct op){OP_MARKER, NULL, NULL, 0, NULL, 0, NULL, NULL});
+	rc = enqueue(s, (struct op){.kind = OP_MARKER});
 	e->stream = s;
 	e->seq = s->nops;
 	pthread_mutex_unlock(&fake_lock);
@@ -825,9 +896,9 @@ static CUresult f_wait_value32(CUstream s, CUdeviceptr addr, unsigned value,
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	wait_ops++;
-	rc = enqueue(s, (struct op){OP_WAIT, NULL, NULL, 0,
-	                            (uint32_t *)(uintptr_t)addr, value, NULL,
-	                            NULL});
+	rc = enqueue(s, (struct op){.kind = OP_WAIT,
+	                            .addr = (uint32_t *)(uintptr_t)addr,
+	                            .value = value});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -844,8 +915,7 @@ static CUresult f_launch_host_func(CUstream s, CUhostFn fn, void *data)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	}
 	hostfn_ops++;
-	rc = enqueue(s,
-	             (struct op){OP_HOSTFN, NULL, NULL, 0, NULL, 0, fn, data});
+	rc = enqueue(s, (struct op){.kind = OP_HOSTFN, .fn = fn, .data = data});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
