@@ -165,7 +165,15 @@ struct gpufile_batch {
 	unsigned nalloc;     /* workers in w */
 	pid_t pid;           /* the process whose threads these are */
 	struct worker *w;
+	LIST_ENTRY(gpufile_batch) link; /* on batches.all */
 };
+
+/* Every batch not freed, for fork() (gpufile__batch_atfork_child). The
+ * lock is taken alone (create, free) or by fork.c's prepare. */
+static struct {
+	pthread_mutex_t lock;
+	LIST_HEAD(, gpufile_batch) all;
+} batches = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void (*gpufile__batch_complete_hook)(gpufile_batch_t *b);
 
@@ -1098,6 +1106,30 @@ static void batch_after_fork(struct gpufile_batch *b)
 	}
 }
 
+/* fork(): a child that closes a handle before any call on the batch
+ * must not wait for entries only the parent's threads would end, so
+ * every batch is made the child's own in the child handler, not at its
+ * next call alone. fork.c calls the child handler last, with every other
+ * library lock released (batch_after_fork takes pool.lock). */
+void gpufile__batch_atfork_prepare(void)
+{
+	pthread_mutex_lock(&batches.lock);
+}
+
+void gpufile__batch_atfork_parent(void)
+{
+	pthread_mutex_unlock(&batches.lock);
+}
+
+void gpufile__batch_atfork_child(void)
+{
+	struct gpufile_batch *b;
+
+	LIST_FOREACH (b, &batches.all, link)
+		batch_after_fork(b);
+	pthread_mutex_unlock(&batches.lock);
+}
+
 int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 {
 	struct gpufile_batch *b;
@@ -1133,6 +1165,9 @@ int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 	pthread_cond_init(&b->idle, NULL);
 	b->complete = 1;
 	b->pid = getpid();
+	pthread_mutex_lock(&batches.lock);
+	LIST_INSERT_HEAD(&batches.all, b, link);
+	pthread_mutex_unlock(&batches.lock);
 	*out = b;
 	return 0;
 }
@@ -1649,6 +1684,9 @@ void gpufile_batch_free(gpufile_batch_t *b)
 		return;
 	batch_after_fork(b);
 	gpufile_batch_wait(b, -1);
+	pthread_mutex_lock(&batches.lock);
+	LIST_REMOVE(b, link);
+	pthread_mutex_unlock(&batches.lock);
 	pthread_mutex_lock(&b->lock);
 	b->stop = 1;
 	pthread_cond_broadcast(&b->work);

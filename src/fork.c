@@ -10,7 +10,7 @@
  * every library lock across fork(), so the child's copy of each
  * structure is consistent, then let each module make its state the
  * child's own (stream.c, pool.c, staging.c, stream_stage.c, cuda_shim.c,
- * cufile_shim.c, config.c; stats.c keeps its own handler).
+ * cufile_shim.c, config.c, batch.c; stats.c keeps its own handler).
  *
  * Library lock order, which prepare follows and every code path obeys
  * (a thread holding one lock takes only locks further down):
@@ -23,6 +23,7 @@
  *   5. cufile_lock (cufile_shim.c)
  *   6. cuda_lock (cuda_shim.c)
  *   7. config_lock (config.c)
+ *   8. batches.lock (batch.c: the list of batches)
  * The statistics locks (stats.c) are outside this order: stats.c
  * resets them in the child itself.
  */
@@ -63,6 +64,7 @@ static void prepare(void)
 	gpufile__cufile_atfork_prepare();
 	gpufile__cuda_atfork_prepare();
 	gpufile__config_atfork_prepare();
+	gpufile__batch_atfork_prepare();
 }
 
 static void unlock_handles(void)
@@ -76,6 +78,7 @@ static void unlock_handles(void)
 
 static void parent(void)
 {
+	gpufile__batch_atfork_parent();
 	gpufile__config_atfork_parent();
 	gpufile__cuda_atfork_parent();
 	gpufile__cufile_atfork_parent();
@@ -98,6 +101,8 @@ static void child(void)
 	gpufile__pool_atfork_child(); /* cancels requests: h->inflight drops */
 	gpufile__stream_atfork_child(); /* and the parent's stream jobs' */
 	unlock_handles();
+	/* Last: it releases batch entries' holds (pool.lock, unlocked). */
+	gpufile__batch_atfork_child();
 }
 
 /* At load time, before any thread of the library can exist: a handler

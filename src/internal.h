@@ -533,6 +533,11 @@ void gpufile__cufile_atfork_child(void);
 void gpufile__config_atfork_prepare(void);
 void gpufile__config_atfork_parent(void);
 void gpufile__config_atfork_child(void);
+/* batch.c: every batch not freed; the child ends its copies' entries in
+ * flight at the fork (so that closing their handles does not wait). */
+void gpufile__batch_atfork_prepare(void);
+void gpufile__batch_atfork_parent(void);
+void gpufile__batch_atfork_child(void);
 /* 1 in a forked child of a process that had initialised CUDA: no CUDA
  * call is made, every pointer counts as host memory, and an -EFAULT names
  * this as the likely cause (a device pointer of the parent). */

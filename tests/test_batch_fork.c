@@ -212,6 +212,41 @@ int main(void)
 	CHECK_EQ(gpufile_batch_wait(b, -1), N);
 	CHECK(entries_ok(b, e, -1));
 
+	/* 3. Fork while entry 5 is held, and the child's first call closes
+	 * the handle: the entry in flight is the parent's to end, so the
+	 * close must not wait for it (it used to hang until the watchdog:
+	 * the child's copy of the batch was repaired only at its next batch
+	 * call). The batch still says what happened to the entry. */
+	fill_entries(e, h, 0);
+	pthread_mutex_lock(&hook_lock);
+	held = released = 0;
+	pthread_mutex_unlock(&hook_lock);
+	hold_offset = e[5].offset;
+	CHECK_EQ(gpufile_batch_submit(b, e, N), 0);
+	pthread_mutex_lock(&hook_lock);
+	while (!held)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+	pid = fork();
+	if (pid == 0) {
+		alarm(WATCHDOG);
+		hold_offset = -1;
+		if (gpufile_close(h) != 0)
+			_exit(6);
+		if (gpufile_batch_wait(b, -1) != N ||
+		    gpufile_batch_result(b, 5) != -ECANCELED)
+			_exit(7);
+		gpufile_batch_free(b);
+		_exit(0);
+	}
+	CHECK_EQ(child_status(pid), 0);
+	pthread_mutex_lock(&hook_lock);
+	released = 1;
+	pthread_cond_broadcast(&hook_cond);
+	pthread_mutex_unlock(&hook_lock);
+	CHECK_EQ(gpufile_batch_wait(b, -1), N);
+	CHECK(entries_ok(b, e, -1));
+
 	gpufile_batch_free(b);
 	CHECK_EQ(gpufile_close(h), 0);
 	gpufile__sys_reset();
