@@ -54,7 +54,8 @@ class BatchRead:
     the block; wait() and results() still give its outcome afterwards. A
     block that ends without an exception and without a wait() or
     results() raises the error of the first entry that failed, so that a
-    failed read is never dropped unseen."""
+    failed read is never dropped unseen; a batch dropped without either
+    warns (RuntimeWarning) with that error."""
 
     def __init__(self, entries):
         from ._file import File
@@ -189,6 +190,11 @@ class BatchRead:
     def __del__(self):
         try:
             self._end()
+            if not self._reported and self._results:
+                err = self._first_error()
+                if err is not None:
+                    _lib.warn_dropped("a batch of %d entries (never "
+                                      "waited for)" % self.n, err)
         except Exception:
             pass
 

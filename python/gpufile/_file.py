@@ -22,7 +22,8 @@ class Future:
 
     It holds the buffer until the request has ended, so that Python cannot
     free memory the library still writes: get() waits and then lets go;
-    dropping an unfinished Future waits for the request in its finaliser.
+    dropping an unfinished Future waits for the request in its finaliser,
+    and one dropped with a failure get() never gave warns (RuntimeWarning).
     It also holds its File, so that ``File(p).pread(a).get()`` works.
 
     Lock design: _lock serialises the calls on the C future (wait, free).
@@ -49,6 +50,7 @@ class Future:
         self._what = what
         self._result = None
         self._error = None
+        self._seen = False  # get() gave the outcome
 
     @property
     def _cfuture(self):
@@ -126,6 +128,7 @@ class Future:
         if held is not None:
             self._let_go(held)
             held = None
+        self._seen = True
         if self._error is not None:
             raise self._error
         return self._result
@@ -145,11 +148,18 @@ class Future:
             return
         try:
             if out.value is not None:
+                lib = _lib.lib()
                 # Waits when still running: the buffer goes only after.
-                _lib.lib().gpufile_future_free(out.value)
+                n = lib.gpufile_future_wait(out.value)
+                if n < 0:
+                    self._error = _lib.make_error(n, filename=self._name)
+                lib.gpufile_future_free(out.value)
                 out.value = None
             if self._buf is not None:
                 self._buf.release()
+            if self._error is not None and not self._seen:
+                _lib.warn_dropped("%s (a Future never got)" % self._what,
+                                  self._error)
         except Exception:
             pass
 

@@ -147,6 +147,16 @@ def strerror(code):
     return lib().gpufile_strerror(int(code)).decode("utf-8", "replace")
 
 
+def warn_dropped(what, err):
+    """Warns (RuntimeWarning) that what ended in err and was dropped before
+    anyone read its outcome: a finaliser cannot raise, and a failed read
+    must not go unseen."""
+    import warnings
+    warnings.warn("gpufile: %s was dropped without reading its outcome, "
+                  "and it failed: %s" % (what, err), RuntimeWarning,
+                  stacklevel=2)
+
+
 def make_error(code, message=None, filename=None):
     """The exception for a negative return code; message defaults to this
     thread's gpufile_errmsg(), else gpufile_strerror(code)."""

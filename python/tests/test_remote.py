@@ -1,9 +1,11 @@
 """Remote objects (http://, s3://) read through gpufile.File into NumPy
 (and CuPy on a GPU machine), against tests/remote/fault_server.py."""
 import errno
+import gc
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -119,6 +121,31 @@ def test_batch_failed_entry_outlives_the_with_block(server, data_file):
         with gpufile.BatchRead(entries) as b:
             assert b.results() == [16, -errno.EACCES]
         assert b.results() == [16, -errno.EACCES]
+
+
+def test_dropped_failures_warn(server):
+    """A Future or a BatchRead dropped before its outcome was read lost a
+    failed read without a word; now its finaliser warns with the error.
+    One whose outcome was read says nothing."""
+    with gpufile.File(server + "/e403/o.bin") as r:
+        fut = r.pread(bytearray(4), 4, 0)
+        with pytest.warns(RuntimeWarning, match="Future never got.*403"):
+            del fut
+            gc.collect()
+        b = gpufile.BatchRead([(r, bytearray(4), 4, 0)])
+        with pytest.warns(RuntimeWarning,
+                          match="never waited for.*batch entry 0.*403"):
+            del b
+            gc.collect()
+        fut = r.pread(bytearray(4), 4, 0)
+        with pytest.raises(PermissionError):
+            fut.get()
+        b = gpufile.BatchRead([(r, bytearray(4), 4, 0)])
+        assert b.results() == [-errno.EACCES]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            del fut, b
+            gc.collect()
 
 
 def test_batch_wait_long_timeout(server):
