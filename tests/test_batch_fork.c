@@ -89,6 +89,31 @@ static int entries_ok(gpufile_batch_t *b, const gpufile_batch_entry_t *e,
 	return 1;
 }
 
+/* Submits the N entries of h with entry 5 held inside its read, and
+ * returns once it is. */
+static void submit_held(gpufile_batch_t *b, gpufile_batch_entry_t *e,
+                        gpufile_t *h)
+{
+	fill_entries(e, h, 0);
+	pthread_mutex_lock(&hook_lock);
+	held = released = 0;
+	pthread_mutex_unlock(&hook_lock);
+	hold_offset = e[5].offset;
+	CHECK_EQ(gpufile_batch_submit(b, e, N), 0);
+	pthread_mutex_lock(&hook_lock);
+	while (!held)
+		pthread_cond_wait(&hook_cond, &hook_lock);
+	pthread_mutex_unlock(&hook_lock);
+}
+
+static void release_held(void)
+{
+	pthread_mutex_lock(&hook_lock);
+	released = 1;
+	pthread_cond_broadcast(&hook_cond);
+	pthread_mutex_unlock(&hook_lock);
+}
+
 /* In the child: submit again, wait, check; exit 0 when right. */
 static void child_resubmit(gpufile_batch_t *b, gpufile_t *h)
 {
@@ -174,13 +199,7 @@ int main(void)
 	/* 2. Fork while entry 5 is held inside its read: in the child the
 	 * entry ends with -ECANCELED, the others done before the fork keep
 	 * their results, and the batch can be used again. */
-	fill_entries(e, h, 0);
-	hold_offset = e[5].offset;
-	CHECK_EQ(gpufile_batch_submit(b, e, N), 0);
-	pthread_mutex_lock(&hook_lock);
-	while (!held)
-		pthread_cond_wait(&hook_cond, &hook_lock);
-	pthread_mutex_unlock(&hook_lock);
+	submit_held(b, e, h);
 	pid = fork();
 	if (pid == 0) {
 		alarm(WATCHDOG);
@@ -204,10 +223,7 @@ int main(void)
 		child_resubmit(b, h);
 	}
 	CHECK_EQ(child_status(pid), 0);
-	pthread_mutex_lock(&hook_lock);
-	released = 1;
-	pthread_cond_broadcast(&hook_cond);
-	pthread_mutex_unlock(&hook_lock);
+	release_held();
 	/* The parent's batch was untouched by the child. */
 	CHECK_EQ(gpufile_batch_wait(b, -1), N);
 	CHECK(entries_ok(b, e, -1));
@@ -217,16 +233,7 @@ int main(void)
 	 * close must not wait for it (it used to hang until the watchdog:
 	 * the child's copy of the batch was repaired only at its next batch
 	 * call). The batch still says what happened to the entry. */
-	fill_entries(e, h, 0);
-	pthread_mutex_lock(&hook_lock);
-	held = released = 0;
-	pthread_mutex_unlock(&hook_lock);
-	hold_offset = e[5].offset;
-	CHECK_EQ(gpufile_batch_submit(b, e, N), 0);
-	pthread_mutex_lock(&hook_lock);
-	while (!held)
-		pthread_cond_wait(&hook_cond, &hook_lock);
-	pthread_mutex_unlock(&hook_lock);
+	submit_held(b, e, h);
 	pid = fork();
 	if (pid == 0) {
 		alarm(WATCHDOG);
@@ -240,10 +247,7 @@ int main(void)
 		_exit(0);
 	}
 	CHECK_EQ(child_status(pid), 0);
-	pthread_mutex_lock(&hook_lock);
-	released = 1;
-	pthread_cond_broadcast(&hook_cond);
-	pthread_mutex_unlock(&hook_lock);
+	release_held();
 	CHECK_EQ(gpufile_batch_wait(b, -1), N);
 	CHECK(entries_ok(b, e, -1));
 
