@@ -310,6 +310,25 @@ pool)
 	;;
 harden)
 	every_test "test_gpu|test_stream|test_batch|test_mmap|test_block|test_safetensors|test_remote|test_direct"
+	log "one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1): stream tests"
+	$B/tests/test_gpu_stream_queue 2>&1 | tail -4
+	CUDA_DEVICE_MAX_CONNECTIONS=1 $B/tests/test_gpu_stream 2>&1 | tail -2
+	CUDA_DEVICE_MAX_CONNECTIONS=1 python3 -m pytest -q -p no:cacheprovider \
+		--timeout=120 --timeout-method=thread python/tests/test_stream.py 2>&1 | tail -2
+	if [ "${MUTANT:-1}" = 1 ]; then
+		# The same test with the fix of e015d96 undone (only local-file
+		# host requests run their own tasks): expected to hang on the
+		# remote object where the queue is shared (alarm: rc 142).
+		log "test_gpu_stream_queue without the fix (expected: hang)"
+		mut=/tmp/gpufile-mut && rm -rf $mut && mkdir -p $mut
+		cp -r CMakeLists.txt cmake src include tests tools bench examples $mut/ 2>/dev/null
+		sed -i 's/!r->cuda_ctx \&\& !is_worker/r->path == GPUFILE_PATH_HOST \&\& !is_worker/' $mut/src/pool.c
+		grep -c 'r->path == GPUFILE_PATH_HOST && !is_worker' $mut/src/pool.c
+		cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
+			make -C $mut/b -j16 test_gpu_stream_queue >/dev/null 2>&1
+		timeout 60 $mut/b/tests/test_gpu_stream_queue 2>&1 | tail -4
+		echo "mutant rc=${PIPESTATUS[0]}"
+	fi
 	log "warm 4 GiB read against the pinned copy, after the hardening"
 	make_file $data/file.bin $((4 << 30))
 	cat $data/file.bin >/dev/null
