@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -33,7 +34,8 @@ static int decide_device(const struct gpufile__facts *f,
 {
 	const struct gpufile__settings *cfg = f->cfg;
 	const int off = cfg->compat_mode == GPUFILE_COMPAT_OFF;
-	const int cheap_accel = f->nvfs_loaded || f->p2pdma_possible;
+	const int cheap_accel =
+	    (f->nvfs_loaded || f->p2pdma_possible) && !f->cufile_forced;
 
 	if (cfg->compat_mode == GPUFILE_COMPAT_ON)
 		return snprintf(d->reason, sizeof(d->reason),
@@ -44,6 +46,14 @@ static int decide_device(const struct gpufile__facts *f,
 	 * 44 GB/s for gpufile's pipelined posix path on the same file (H200,
 	 * cuFile 1.15, bench/cufile_bench.c), so auto prefers posix there.
 	 * Decided from the cheap facts, before cuFile is loaded. */
+	if (!off && cfg->cufile_accel_only && f->cufile_forced)
+		return snprintf(d->reason, sizeof(d->reason),
+		                "posix: cuFile cannot accelerate here "
+		                "(CUFILE_FORCE_COMPAT_MODE=%s: it would use "
+		                "only its compatibility path), so it is not "
+		                "loaded (cufile_accel_only=off hands it to "
+		                "cuFile anyway)",
+		                f->cufile_forced);
 	if (!off && cfg->cufile_accel_only && !cheap_accel)
 		return snprintf(d->reason, sizeof(d->reason),
 		                "posix: cuFile cannot accelerate here (%s; "
@@ -280,9 +290,21 @@ void gpufile__platform_reset(void)
 	gpufile__platform.p2pdma_possible = real_p2pdma_possible;
 }
 
+const char *gpufile__cufile_forced_compat(void)
+{
+	static const char *const yes[] = {"true", "1", "yes", "on"};
+	const char *v = getenv("CUFILE_FORCE_COMPAT_MODE");
+
+	for (size_t i = 0; v && i < sizeof(yes) / sizeof(yes[0]); i++)
+		if (strcasecmp(v, yes[i]) == 0)
+			return v;
+	return NULL;
+}
+
 void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)
 {
 	f->stream_copy = gpufile__stream_copy_kind();
+	f->cufile_forced = gpufile__cufile_forced_compat();
 	f->nvfs_loaded =
 	    gpufile__platform.nvfs_loaded(f->nvfs_why, sizeof(f->nvfs_why));
 	if (st)

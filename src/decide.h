@@ -22,6 +22,10 @@ struct gpufile__facts {
 	int nvfs_loaded;     /* the nvidia-fs kernel module */
 	int p2pdma_possible; /* PCI P2PDMA not ruled out for the file */
 	char nvfs_why[96], p2pdma_why[128];
+	/* CUFILE_FORCE_COMPAT_MODE's value where it is true (cuFile then uses
+	 * only its compatibility path, whatever the platform), else NULL
+	 * (gpufile__cufile_forced_compat). */
+	const char *cufile_forced;
 	/* The CPU's streaming stores for host reads (map_copy.c):
 	 * GPUFILE__STREAM_*. */
 	int stream_copy;
@@ -52,8 +56,8 @@ struct gpufile__decision {
  *   size < gds_threshold                 small
  *   managed buffer                       posix (cuFile refuses it)
  *   compat_mode=on                       posix
- *   auto, cufile_accel_only, neither nvidia-fs nor P2PDMA possible
- *                                        posix, cuFile never loaded
+ *   auto, cufile_accel_only, neither nvidia-fs nor P2PDMA possible,
+ *   or CUFILE_FORCE_COMPAT_MODE true     posix, cuFile never loaded
  *   cuFile facts unknown                 need_cufile
  *   file not registered                  off: cufile + error; auto: posix
  *   off                                  cufile
@@ -61,6 +65,10 @@ struct gpufile__decision {
  *   otherwise                            cufile */
 void gpufile__decide(const struct gpufile__facts *f,
                      struct gpufile__decision *d);
+
+/* CUFILE_FORCE_COMPAT_MODE's value where it says true (true, 1, yes, on,
+ * any case), else NULL. */
+const char *gpufile__cufile_forced_compat(void);
 
 /* gpufile__decide() for a source whose path its kind alone settles (mmap,
  * remote: the table's first rules), for every buffer and setting. */

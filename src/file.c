@@ -438,6 +438,8 @@ static void handle_platform_facts(struct gpufile *h, struct gpufile__facts *f)
 	}
 	f->nvfs_loaded = h->nvfs_loaded;
 	f->p2pdma_possible = h->p2pdma_possible;
+	/* Not kept with the handle: the environment may change. */
+	f->cufile_forced = gpufile__cufile_forced_compat();
 	snprintf(f->nvfs_why, sizeof(f->nvfs_why), "%s", h->nvfs_why);
 	snprintf(f->p2pdma_why, sizeof(f->p2pdma_why), "%s", h->p2pdma_why);
 }

@@ -83,8 +83,16 @@ static struct fake_cufile_counts cufile_counts(void)
 	return fake_cufile_read(FAKE_CUFILE_PATH);
 }
 
+/* 1: CUFILE_FORCE_COMPAT_MODE=true for the cases (cuFile would use only
+ * its compatibility path, whatever the platform). */
+static int forced;
+
 static void setup(int mode, int cufile, int acc, int accel_only)
 {
+	if (forced)
+		setenv("CUFILE_FORCE_COMPAT_MODE", "true", 1);
+	else
+		unsetenv("CUFILE_FORCE_COMPAT_MODE");
 	gpufile__cufile_reset();
 	gpufile_config_reset();
 	unsetenv("FAKE_CUFILE_FAIL_OPEN");
@@ -170,8 +178,8 @@ static const char *predicted(const char *file, int kind, int below)
 static const char *expected(int mode, int kind, int below, int cufile, int acc,
                             int accel_only)
 {
-	const int cheap = acc != ACC_NONE;
-	const int accelerated = acc == ACC_NVFS || acc == ACC_P2P;
+	const int cheap = acc != ACC_NONE && !forced;
+	const int accelerated = (acc == ACC_NVFS || acc == ACC_P2P) && !forced;
 
 	if (kind == KIND_HOST)
 		return "host";
@@ -214,13 +222,15 @@ static void one_case(const char *file, int mode, int kind, int below,
 	cases++;
 	if (strcmp(got, want) != 0 || strcmp(pred, got) != 0 ||
 	    (info[0] != '-' && strcmp(info, got) != 0) ||
-	    (mode == MODE_AUTO && accel_only && acc == ACC_NONE && loaded) ||
+	    (mode == MODE_AUTO && accel_only && (acc == ACC_NONE || forced) &&
+	     loaded) ||
 	    (mode == MODE_ON && loaded)) {
 		mismatches++;
 		fprintf(stderr,
-		        "compat_mode=%s %s %s cufile=%s accel=%s "
+		        "%scompat_mode=%s %s %s cufile=%s accel=%s "
 		        "accel_only=%d: read %s, check %s, path_info %s, "
 		        "table %s, cuFile %s\n",
+		        forced ? "CUFILE_FORCE_COMPAT_MODE=true " : "",
 		        mode_names[mode], kind_names[kind],
 		        below ? "below" : "above", cufile_names[cufile],
 		        accel_names[acc], accel_only, got, pred, info, want,
@@ -368,10 +378,23 @@ int main(void)
 							one_case(file, mode,
 							         kind, below,
 							         cu, acc, only);
+	/* CUFILE_FORCE_COMPAT_MODE=true: with nvidia-fs or P2PDMA, auto
+	 * under cufile_accel_only still keeps to posix and never loads
+	 * cuFile (it would only copy through its compatibility path). */
+	forced = 1;
+	for (int mode = 0; mode < NMODES; mode++)
+		for (int cu = 0; cu < NCUFILE; cu++)
+			for (int acc = 0; acc < NACCEL; acc++)
+				for (int only = 0; only < 2; only++)
+					one_case(file, mode, KIND_DEVICE, 0, cu,
+					         acc, only);
+	forced = 0;
+	unsetenv("CUFILE_FORCE_COMPAT_MODE");
 	fprintf(stderr, "test_decide: %d cases, %d mismatches\n", cases,
 	        mismatches);
 	CHECK_EQ(mismatches, 0);
-	CHECK_EQ(cases, NMODES * NKINDS * 2 * NCUFILE * NACCEL * 2);
+	CHECK_EQ(cases, NMODES * NKINDS * 2 * NCUFILE * NACCEL * 2 +
+	                    NMODES * NCUFILE * NACCEL * 2);
 
 	gpufile__cufile_reset();
 	gpufile__platform_reset();
