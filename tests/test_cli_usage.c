@@ -162,7 +162,15 @@ static void test_arguments(const char *file)
 		expect(0, "sage: gpufile", args);
 		snprintf(args, sizeof(args), "%s -h", cmds[i]);
 		expect(0, "sage: gpufile", args);
+		snprintf(args, sizeof(args), "help %s", cmds[i]);
+		expect(0, "sage: gpufile", args);
 	}
+	/* help is in the list of commands, and answers as they do. */
+	expect(0, "Usage: gpufile COMMAND", "help");
+	expect(0, "Usage: gpufile COMMAND", "help --help");
+	expect(0, "Usage: gpufile COMMAND", "help -h");
+	expect(0, "Usage: gpufile COMMAND", "help help");
+	expect(2, "unknown command \"frob\"", "help frob");
 }
 
 int main(void)

@@ -72,7 +72,10 @@ static int run(int argc, char **argv)
 		char help[] = "--help";
 		char *args[] = {argc > 2 ? argv[2] : NULL, help, NULL};
 
-		if (argc < 3) {
+		/* "help" is a command of the list too: its help is this. */
+		if (argc < 3 || strcmp(argv[2], "help") == 0 ||
+		    strcmp(argv[2], "--help") == 0 ||
+		    strcmp(argv[2], "-h") == 0) {
 			usage(stdout);
 			return EXIT_OK;
 		}
