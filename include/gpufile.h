@@ -1209,8 +1209,9 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * cuFileReadAsync/cuFileWriteAsync, cuFile queues the request on the
  * stream ("cufile"). A read into, or a write from, device (or managed)
  * memory on the posix path of up to nthreads * bounce_buffers *
- * bounce_buffer_size bytes (128 MiB at the defaults, counted from
- * file_offset rounded down to bounce_buffer_size), on a stream of the
+ * bounce_buffer_size bytes (nthreads * 8 MiB at the defaults: 128 MiB
+ * with 16 threads, 32 MiB with 4; counted from file_offset rounded down
+ * to bounce_buffer_size), on a stream of the
  * buffer's context, is staged on the stream ("staged"): the stream itself
  * copies the bytes between the buffer and pinned memory of gpufile's. A
  * read's copies each wait for a flag (cuStreamWaitValue32) that gpufile's
@@ -1269,7 +1270,9 @@ GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
 /* How a stream-ordered read (is_write 0) or write (1) of size bytes
  * into/from buf on h would keep its order, as a sentence starting with
  * "cufile:", "staged:", "wait-value:", "host-func:" or "blocking:",
- * written into reason (len bytes, NUL-terminated; may be NULL). Queues nothing;
+ * written into reason (len bytes, NUL-terminated; may be NULL; 1024 holds
+ * any). A request of device memory too large to be staged names the limit
+ * (nthreads x bounce_buffers x bounce_buffer_size, in bytes). Queues nothing;
  * may load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
  * the error gpufile_read_async() would return for these arguments. */
 GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,

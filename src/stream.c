@@ -752,10 +752,12 @@ static int runs_gpu_work(const struct gpufile__request *r)
 }
 
 /* Why a request of device memory cannot be staged on the stream
- * (stream_stage.c), or NULL when it can. */
+ * (stream_stage.c), or NULL when it can. The arena's size is written out
+ * (into buf, len bytes): nthreads defaults to the online CPUs, so the
+ * limit differs between machines (32 MiB on 4 CPUs, 128 MiB on 16). */
 static const char *staged_refusal(const struct gpufile__cuda *t,
                                   const struct gpufile__request *r,
-                                  int prepared)
+                                  int prepared, char *buf, size_t len)
 {
 	if (r->is_write && r->h->append)
 		return "an append's offset is placed only when it runs";
@@ -767,17 +769,23 @@ static const char *staged_refusal(const struct gpufile__cuda *t,
 	if (!t->cuStreamWaitValue32 || atomic_load(&wait_unsupported))
 		return "the driver does not wait on flags "
 		       "(cuStreamWaitValue32)";
-	if (!gpufile__stage_fits(&r->cfg, r->offset, r->size))
-		return r->is_write
-		           ? "the write is larger than one staging arena "
-		             "(nthreads x bounce_buffers x "
-		             "bounce_buffer_size bytes)"
-		           : "the read is larger than one staging arena "
-		             "(nthreads x bounce_buffers x "
-		             "bounce_buffer_size bytes): the stream's queue "
-		             "holds too few operations for it, so the call "
-		             "would wait for most of the read anyway "
-		             "(bench/README.md)";
+	if (!gpufile__stage_fits(&r->cfg, r->offset, r->size)) {
+		snprintf(buf, len,
+		         "the %s is larger than one staging arena (nthreads x "
+		         "bounce_buffers x bounce_buffer_size: %u x %u x %zu "
+		         "= %zu bytes, counted from file_offset rounded down "
+		         "to bounce_buffer_size)%s",
+		         r->is_write ? "write" : "read", r->cfg.nthreads,
+		         r->cfg.bounce_buffers, r->cfg.bounce_buffer_size,
+		         (size_t)r->cfg.nthreads * r->cfg.bounce_buffers *
+		             r->cfg.bounce_buffer_size,
+		         r->is_write ? ""
+		                     : ": the stream's queue holds too few "
+		                       "operations for it, so the call would "
+		                       "wait for most of the read anyway "
+		                       "(bench/README.md)");
+		return buf;
+	}
 	return NULL;
 }
 
@@ -805,7 +813,9 @@ static enum mechanism choose(const struct gpufile__cuda *t,
 		}
 	}
 	if (runs_gpu_work(r)) {
-		const char *why = staged_refusal(t, r, prepared);
+		char arena[512];
+		const char *why =
+		    staged_refusal(t, r, prepared, arena, sizeof(arena));
 
 		if (!why) {
 			snprintf(
@@ -1259,7 +1269,7 @@ int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
 {
 	const struct gpufile__cuda *t;
 	struct gpufile__request r;
-	char why[512];
+	char why[1024];
 	int prepared, rc;
 
 	if (!h)
