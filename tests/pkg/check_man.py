@@ -13,7 +13,9 @@ Rules (docs/man/, installed by cmake --install):
     section is exported;
   - each man3 page has .TH and the sections NAME, SYNOPSIS, DESCRIPTION,
     RETURN VALUE and SEE ALSO; gpufile.1 has NAME, SYNOPSIS, DESCRIPTION
-    and names every command of `gpufile --help`;
+    and names every command of `gpufile --help`, and its SYNOPSIS gives
+    each command the options of that command's `--help` usage lines, no
+    more and no fewer;
   - every page renders without a warning (groff -man -ww -z, and man -l
     --warnings where man is installed);
   - a SEE ALSO reference to gpufile_*(3) names a documented function.
@@ -53,6 +55,36 @@ def name_entries(text):
     return [n.strip() for n in re.split(r"[,\s]+", head) if n.strip()]
 
 
+def synopsis_options(text):
+    """{command: set of --options} of gpufile.1's SYNOPSIS: a line
+    "gpufile CMD ..." and the indented lines after it."""
+    body = sections(text).get("SYNOPSIS", "")
+    out, cur = {}, None
+    for line in body.splitlines():
+        if not line.startswith("."):
+            continue
+        m = re.match(r"^\.\w+\s*(.*)$", line)
+        words = (m.group(1) if m else "").replace('"', "")
+        words = words.replace("\\-", "-")
+        head = re.match(r"^gpufile\s+([a-z]+)", words)
+        if head:
+            cur = head.group(1)
+        elif not words.startswith(" "):
+            cur = None
+        if cur:
+            out.setdefault(cur, set()).update(
+                re.findall(r"--[a-z][a-z-]*", words))
+    return out
+
+
+def usage_options(cli, command):
+    """The --options of the usage lines of `gpufile COMMAND --help` (up to
+    its first empty line)."""
+    out = subprocess.run([cli, command, "--help"], stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout
+    return set(re.findall(r"--[a-z][a-z-]*", out.split("\n\n", 1)[0]))
+
+
 def render_warnings(path):
     cmds = [["groff", "-man", "-ww", "-z", path]]
     if shutil.which("man"):
@@ -72,9 +104,10 @@ def render_warnings(path):
     return out
 
 
-def check(pages, symbols, commands, render=render_warnings):
+def check(pages, symbols, commands, render=render_warnings, usages=None):
     """pages: {path: text}; symbols: exported names; commands: the tool's
-    subcommands. Returns the list of problems."""
+    subcommands; usages: {command: the options of its --help usage}, or
+    None not to compare them. Returns the list of problems."""
     problems = []
     documented = {}
     for path, text in sorted(pages.items()):
@@ -108,6 +141,16 @@ def check(pages, symbols, commands, render=render_warnings):
                     problems.append("%s: command '%s' (gpufile --help) has "
                                     "no '.B %s' entry under COMMANDS"
                                     % (rel, c, c))
+            syn = synopsis_options(text)
+            for c, want in sorted((usages or {}).items()):
+                have = syn.get(c, set())
+                for o in sorted(want - have):
+                    problems.append("%s: SYNOPSIS of '%s' lacks %s (in "
+                                    "'gpufile %s --help')" % (rel, c, o, c))
+                for o in sorted(have - want):
+                    problems.append("%s: SYNOPSIS of '%s' has %s, which "
+                                    "'gpufile %s --help' does not"
+                                    % (rel, c, o, c))
         for w in render(path):
             problems.append("%s: renders with a warning: %s" % (rel, w))
     for s in sorted(symbols):
@@ -170,6 +213,21 @@ def selftest(src):
            "gpufile_open: exported but in the NAME section of no page")
     expect("unknown command", check(pages, symbols, ["frobnicate"],
                                     render=lambda p: []), "'frobnicate'")
+    man1 = next(t for p, t in pages.items() if p.endswith("gpufile.1"))
+    syn = synopsis_options(man1)
+    base = check(pages, symbols, [], render=lambda p: [], usages=syn)
+    if base or "--no-progress" not in syn.get("write", ()):
+        print("FAIL the SYNOPSIS compared with itself: %s, write: %s"
+              % (base, sorted(syn.get("write", ()))))
+        ok = False
+    more = dict(syn, write=syn.get("write", set()) | {"--frob"})
+    expect("option of --help missing from the SYNOPSIS",
+           check(pages, symbols, [], render=lambda p: [], usages=more),
+           "SYNOPSIS of 'write' lacks --frob")
+    fewer = dict(syn, read=syn.get("read", set()) - {"--window"})
+    expect("option of the SYNOPSIS not in --help",
+           check(pages, symbols, [], render=lambda p: [], usages=fewer),
+           "SYNOPSIS of 'read' has --window")
     if not shutil.which("groff"):
         print("groff is not installed: rendering not tested; skipped")
         return 77 if ok else 1
@@ -194,7 +252,9 @@ def main():
     library, src, cli = sys.argv[1:]
     pages = load_pages(src)
     symbols = set(exported(library))
-    problems = check(pages, symbols, cli_commands(cli))
+    commands = cli_commands(cli)
+    usages = {c: usage_options(cli, c) for c in commands if c != "help"}
+    problems = check(pages, symbols, commands, usages=usages)
     for p in problems:
         print("MAN: " + p)
     print("%d pages, %d exported symbols, %d problem(s)"
