@@ -148,7 +148,7 @@ GPUFILE_API const char *gpufile_version(void);
  *   stats     the shared-memory counters compiled in (not GPUFILE_NO_STATS);
  *   cuda      the CUDA driver, libcuda.so.1, can be loaded;
  *   cufile    the cuFile library (the cufile_library setting) is loaded or
- *             can be loaded.
+ *             can be loaded;
  *   remote    built with libcurl: http://, https:// and s3:// URLs open;
  *   sigv4     built with libcrypto: S3 requests are signed (SigV4).
  * CUDA and cuFile are always reached through dlopen, never linked. This
