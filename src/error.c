@@ -29,19 +29,28 @@ const char *gpufile_errmsg(void)
 	return last_message;
 }
 
+/* Both format into a local buffer first: callers wrap the message before
+ * theirs ("batch entry 0: %s", gpufile_errmsg()), and formatting straight
+ * into last_message overwrote it while vsnprintf was still reading it
+ * (the path in the inner message came out cut or repeated). */
 int gpufile__fail(int err, const char *fmt, ...)
 {
+	char text[sizeof(last_message)];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(last_message, sizeof(last_message), fmt, ap);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
+	memcpy(last_message, text, strlen(text) + 1);
 	return err;
 }
 
 int gpufile__fail_msg(int err, const char *msg)
 {
-	snprintf(last_message, sizeof(last_message), "%s", msg);
+	char text[sizeof(last_message)];
+
+	snprintf(text, sizeof(text), "%s", msg);
+	memcpy(last_message, text, strlen(text) + 1);
 	return err;
 }
 

@@ -192,6 +192,45 @@ static void check_handle_works(gpufile_t *h, const char *what)
 }
 
 /* ------------------------------------------------------------------ */
+/* A message wrapped in another                                        */
+/* ------------------------------------------------------------------ */
+
+static void check_message(const char *want)
+{
+	CHECK_CONTAINS(gpufile_errmsg(), want);
+	CHECK_EQ(strlen(gpufile_errmsg()), strlen(want));
+}
+
+/* Callers wrap the thread's message in theirs ("batch entry 0: %s",
+ * gpufile_errmsg()); formatting straight into the buffer being read cut
+ * the inner message (seen: "batch entry 0: batch entry 0: /m: ..."). */
+static void test_wrapped_message(void)
+{
+	char path[600], want[1024];
+
+	memset(path, 'p', sizeof(path) - 1);
+	path[0] = '/';
+	path[sizeof(path) - 1] = '\0';
+	CHECK_EQ(gpufile__fail(-EIO, "reading %s: disk on fire", path), -EIO);
+	CHECK_EQ(gpufile__fail(-EIO, "batch entry 7: %s", gpufile_errmsg()),
+	         -EIO);
+	snprintf(want, sizeof(want), "batch entry 7: reading %s: disk on fire",
+	         path);
+	check_message(want);
+	/* Wrapped at the end as well as at the start. */
+	CHECK_EQ(gpufile__fail(-EIO, "%s (and more)", gpufile_errmsg()), -EIO);
+	snprintf(want, sizeof(want),
+	         "batch entry 7: reading %s: disk on fire (and more)", path);
+	check_message(want);
+	/* Set again from itself, and from a part of itself. */
+	CHECK_EQ(gpufile__fail_msg(-EIO, gpufile_errmsg()), -EIO);
+	check_message(want);
+	CHECK_EQ(gpufile__fail_msg(-EIO, gpufile_errmsg() + 15), -EIO);
+	check_message(want + 15);
+	gpufile__clear_error();
+}
+
+/* ------------------------------------------------------------------ */
 /* Arguments and open modes                                            */
 /* ------------------------------------------------------------------ */
 
@@ -777,6 +816,7 @@ int main(void)
 	static const char *const backends[] = {"off", "on", "auto"};
 
 	alarm(300);
+	test_wrapped_message();
 	test_arguments();
 	test_open_faults();
 	test_truncation();
