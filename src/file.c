@@ -758,9 +758,15 @@ static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	if (!out)
 		return gpufile__fail(-EINVAL, "future pointer is NULL");
 	*out = NULL;
+	if (!h)
+		return gpufile__fail(-EINVAL, "handle is NULL");
 	f = malloc(sizeof(*f));
 	if (!f)
-		return gpufile__fail(-ENOMEM, "out of memory for a request");
+		return gpufile__fail(-ENOMEM,
+		                     "%s %s at offset %lld (%zu bytes): out of "
+		                     "memory for a request",
+		                     is_write ? "writing" : "reading", h->path,
+		                     (long long)offset, size);
 	rc = prepare(&f->r, h, buf, size, offset, is_write);
 	if (rc == 0) {
 		rc = gpufile__request_submit(&f->r);
@@ -785,7 +791,13 @@ int gpufile__future_submit(const struct gpufile__request *prepared,
 
 	*out = NULL;
 	if (!f)
-		return gpufile__fail(-ENOMEM, "out of memory for a request");
+		return gpufile__fail(
+		    -ENOMEM,
+		    "%s %s at offset %lld (%zu bytes): out of memory for a "
+		    "request",
+		    prepared->is_write ? "writing" : "reading",
+		    prepared->h->path, (long long)prepared->offset,
+		    prepared->size);
 	memcpy(&f->r, prepared, sizeof(f->r));
 	gpufile__request_init(&f->r);
 	rc = gpufile__request_submit(&f->r);

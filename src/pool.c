@@ -437,7 +437,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Caller holds pool.lock. Starts workers up to target. */
+/* Caller holds pool.lock. Starts workers up to target. Returns 0 (with
+ * at least one worker) or pthread_create's error as -errno, with no
+ * message: the caller names what needed the workers. */
 static int spawn_workers(void)
 {
 	while (pool.nworkers < pool.target) {
@@ -451,9 +453,7 @@ static int spawn_workers(void)
 		pthread_attr_destroy(&attr);
 		if (rc) {
 			if (pool.nworkers == 0)
-				return gpufile__fail(
-				    -rc, "cannot start a worker thread: %s",
-				    strerror(rc));
+				return -rc;
 			break; /* run with the workers we have */
 		}
 		pool.nworkers++;
@@ -472,7 +472,10 @@ int gpufile__pool_start(void)
 	pool.target = s.nthreads;
 	rc = spawn_workers();
 	pthread_mutex_unlock(&pool.lock);
-	return rc;
+	if (rc)
+		return gpufile__fail(rc, "cannot start a worker thread: %s",
+		                     strerror(-rc));
+	return 0;
 }
 
 void gpufile__pool_stop(void)
@@ -504,7 +507,12 @@ int gpufile__request_submit(struct gpufile__request *r)
 	rc = spawn_workers();
 	if (rc) {
 		pthread_mutex_unlock(&pool.lock);
-		return rc;
+		return gpufile__fail(rc,
+		                     "%s %s at offset %lld (%zu bytes): cannot "
+		                     "start a worker thread: %s",
+		                     r->is_write ? "writing" : "reading",
+		                     r->h->path, (long long)r->offset, r->size,
+		                     strerror(-rc));
 	}
 	while (pool.inflight >= r->cfg.max_inflight)
 		pthread_cond_wait(&pool.space, &pool.lock);
