@@ -391,6 +391,7 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 	struct gpufile__sigv4_request rq = {0};
 	char date[20], auth[512], line[600];
 	time_t now = time(NULL);
+	struct curl_slist *more;
 	struct tm tm;
 	int n = 0, rc;
 
@@ -420,7 +421,6 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 	if (rc)
 		return rc;
 	for (int i = 0; i < n; i++) {
-		struct curl_slist *more;
 		char *header;
 
 		if (strcmp(hd[i].name, "range") == 0)
@@ -435,10 +435,13 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 		*list = more;
 	}
 	snprintf(line, sizeof(line), "Authorization: %s", auth);
-	*list = curl_slist_append(*list, line);
+	more = curl_slist_append(*list, line);
 	explicit_bzero(auth, sizeof(auth));
 	explicit_bzero(line, sizeof(line));
-	return *list ? 0 : -ENOMEM;
+	if (!more)
+		return -ENOMEM;
+	*list = more;
+	return 0;
 }
 
 enum { EX_OK, EX_RETRY, EX_FAIL };
@@ -456,7 +459,9 @@ static void sink_reset(struct sink *s)
 }
 
 /* The request's headers: the S3 signature when signed, and the Range of a
- * GET. Returns 0 or the signing error; *list is the caller's to free. */
+ * GET. Returns 0, -ENOMEM (a header could not be added: the request must
+ * not go out, unsigned or without its Range, and then be blamed on the
+ * server) or the signing error; *list is the caller's to free. */
 static int request_headers(struct gpufile__remote *rm, int head,
                            const char *range, struct curl_slist **list)
 {
@@ -467,9 +472,14 @@ static int request_headers(struct gpufile__remote *rm, int head,
 			return rc;
 	}
 	if (!head) {
+		struct curl_slist *more;
 		char line[80];
+
 		snprintf(line, sizeof(line), "Range: %s", range);
-		*list = curl_slist_append(*list, line);
+		more = curl_slist_append(*list, line);
+		if (!more)
+			return -ENOMEM;
+		*list = more;
 	}
 	return 0;
 }
@@ -615,8 +625,13 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 	if (rc) {
 		curl_slist_free_all(list);
 		*err = rc;
-		snprintf(why, why_len, "SigV4 signing failed: %s",
-		         gpufile_strerror(rc));
+		if (rc == -ENOMEM)
+			snprintf(why, why_len,
+			         "out of memory building the request's "
+			         "headers (no request sent)");
+		else
+			snprintf(why, why_len, "SigV4 signing failed: %s",
+			         gpufile_strerror(rc));
 		return EX_FAIL;
 	}
 	cc = perform(rm, s, head, list, errbuf);
@@ -918,18 +933,22 @@ static int learn_size(struct gpufile__remote *rm)
 
 static int remote_new(struct gpufile__remote **out, const char *url)
 {
-	struct gpufile__remote *rm = calloc(1, sizeof(*rm));
+	struct gpufile__remote *rm;
 	char shown[1024];
 	int rc;
 
 	*out = NULL;
+	/* Redacted on the stack first: the messages of a failed allocation
+	 * name the URL too. */
+	gpufile__remote_redact(url, shown, sizeof(shown));
+	rm = calloc(1, sizeof(*rm));
 	if (!rm)
-		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     shown);
 	pthread_mutex_init(&rm->own_lock, NULL);
 	rm->lock = &rm->own_lock;
 	pthread_cond_init(&rm->freed, NULL);
 	rm->owner = getpid();
-	gpufile__remote_redact(url, shown, sizeof(shown));
 	rm->shown = strdup(shown);
 	rc = load_settings(rm);
 	if (rc)
@@ -997,9 +1016,11 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h || !(h->path = strdup(rm->shown))) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
 		free(h);
 		remote_free(rm);
-		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
+		return rc;
 	}
 	h->fd = h->direct_fd = h->cufile_fd = -1;
 	h->readable = 1;
