@@ -109,6 +109,7 @@ target=all
 [ "$mode" = contexts ] && target="gpufile_static test_gpu_contexts"
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
+[ "$mode" = stagefix ] && target="gpufile gpufile_cli test_gpu_stream"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
@@ -335,6 +336,25 @@ harden)
 	$B/bench/gpu_bench $data/file.bin --size $((4 << 30)) --reps 5 2>&1 |
 		tee "$OUT/gpu_bench.log" |
 		grep -E '^(ceiling|gpufile warm|verify|warm read / pinned|DATA)'
+	;;
+stagefix)
+	# A module load while a staged read is in flight (release_read):
+	# test_gpu_stream, the CuPy test that hung alone, and test_gpu_stream
+	# built with release_read disabled (expected: hang, rc 124).
+	$B/tests/test_gpu_stream 2>&1 | tail -3
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	for i in 1 2 3; do
+		timeout 60 python3 -m pytest -q -p no:cacheprovider python/tests/test_stream.py \
+			-k test_read_async_cupy_orders_both_ways 2>&1 | tail -1
+	done
+	mut=/tmp/gpufile-mut && rm -rf $mut && mkdir -p $mut
+	cp -r CMakeLists.txt cmake src include tests tools bench examples $mut/ 2>/dev/null
+	sed -i 's/if (st->is_write || st->released || !st->queue_done/if (1 || st->is_write || st->released || !st->queue_done/' $mut/src/stream_stage.c
+	grep -c 'if (1 || st->is_write' $mut/src/stream_stage.c
+	cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
+		make -C $mut/b -j16 test_gpu_stream >/dev/null 2>&1
+	timeout 60 $mut/b/tests/test_gpu_stream 2>&1 | tail -3
+	echo "mutant rc=${PIPESTATUS[0]}"
 	;;
 gpu_bench)
 	make_file $data/file.bin $((4 << 30))

@@ -536,6 +536,7 @@ struct gpufile__stage {
 	ssize_t err;
 	uint32_t short_piece; /* lowest piece cut short (npieces: none) */
 	size_t short_n;       /* the bytes it had */
+	int released; /* a read's *n_out and last value stored (release) */
 };
 
 int gpufile__stage_fits(const struct gpufile__settings *cfg, int64_t offset,
@@ -681,6 +682,29 @@ static ssize_t result(const struct gpufile__stage *st)
 	return (ssize_t)st->size;
 }
 
+/*
+ * Caller holds st->lock. A read whose pieces are all filled, once the
+ * caller has queued it without error, ends here, in the thread that
+ * filled the last piece or queued the last operation: *n_out, then the
+ * value that releases the copies and the work after, in that order.
+ * The stream never waits for the waiter, whose CUDA calls (the event of
+ * the copies, gpufile__stage_run) may block: a call of another thread
+ * that synchronises the whole context (cuModuleLoadData, as CuPy's first
+ * use of a kernel makes it) holds the driver's lock while it waits for
+ * this very stream (H200: the waiter stuck in cuEventDestroy, the main
+ * thread in cuModuleLoadData). Returns whether it released.
+ */
+static int release_read(struct gpufile__stage *st)
+{
+	if (st->is_write || st->released || !st->queue_done || st->queue_err ||
+	    st->prefix != st->npieces)
+		return 0;
+	__atomic_store_n(st->n_out, result(st), __ATOMIC_RELEASE);
+	gpufile__stream_flag_store(st->t, st->slot, st->seq + st->npieces + 1);
+	st->released = 1;
+	return 1;
+}
+
 /* Whether piece p lies past a piece that failed or was cut short: it is
  * then neither read nor written. */
 static int piece_skipped(struct gpufile__stage *st, uint32_t p)
@@ -740,7 +764,7 @@ static void fill_piece(struct gpufile__stage *st, uint32_t p, char *scratch)
 	st->filled[p] = 1;
 	while (st->prefix < st->npieces && st->filled[st->prefix])
 		st->prefix++;
-	if (st->prefix != before)
+	if (st->prefix != before && !release_read(st))
 		gpufile__stream_flag_store(st->t, st->slot,
 		                           st->seq + st->prefix);
 	if (++st->ended == st->npieces)
@@ -967,6 +991,7 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported,
 	st->span_lost = rc && copies && !st->event;
 	st->queue_err = rc;
 	st->queue_done = 1;
+	release_read(st);
 	pthread_cond_broadcast(&st->cond);
 	pthread_mutex_unlock(&st->lock);
 	return 0;
@@ -1101,6 +1126,7 @@ static ssize_t write_groups(struct gpufile__stage *st)
 ssize_t gpufile__stage_run(struct gpufile__stage *st)
 {
 	const struct gpufile__cuda *t = st->t;
+	int released;
 	ssize_t n;
 
 	pthread_mutex_lock(&st->lock);
@@ -1128,6 +1154,13 @@ ssize_t gpufile__stage_run(struct gpufile__stage *st)
 	st->span.a = NULL;
 	gpufile__stats_request(st->path, st->is_write, n, st->npieces,
 	                       st->asked, gpufile__now_ns() - st->start_ns);
+	pthread_mutex_lock(&st->lock);
+	released = st->released;
+	pthread_mutex_unlock(&st->lock);
+	if (released) { /* release_read: the stream went on already */
+		gpufile__stream_flag_put(st->slot);
+		return n;
+	}
 	/* Atomic: a caller may peek at *n_out before the stream gets
 	 * there; it then sees the old value or the final one. */
 	__atomic_store_n(st->n_out, n, __ATOMIC_RELEASE);

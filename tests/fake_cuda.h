@@ -211,9 +211,10 @@ static int fake_wait_refused;     /* cuStreamWaitValue32: NOT_SUPPORTED */
 static long wait_ops, hostfn_ops; /* queued so far */
 static int fake_one_queue;        /* see the top */
 static int fake_queue_blocked; /* threads waiting for another's blocking op */
-static unsigned long fake_op_seq;        /* ops queued, over all streams */
-static struct CUstream_st *fake_streams; /* not destroyed, newest first */
-static long attr_calls;                  /* cuPointerGetAttributes */
+static unsigned long fake_op_seq;             /* ops queued, over all streams */
+static struct CUstream_st *fake_streams;      /* not destroyed, newest first */
+static struct CUstream_st *fake_streams_gone; /* destroyed (kept) */
+static long attr_calls;                       /* cuPointerGetAttributes */
 /* "Device" memory at or past dev_base + fake_managed_from reports itself
  * managed (CU_POINTER_ATTRIBUTE_IS_MANAGED); none does by default. */
 static size_t fake_managed_from = (size_t)-1;
@@ -796,9 +797,15 @@ static CUresult f_stream_destroy(CUstream s)
 			*p = s->next_live;
 			break;
 		}
-	pthread_mutex_unlock(&fake_lock);
+	/* Kept, its ops all run: an event recorded on it stays valid (as
+	 * with CUDA), and a later cuEventSynchronize finds nothing left to
+	 * run. */
 	free(s->ops);
-	free(s);
+	s->ops = NULL;
+	s->nops = s->done = s->cap = 0;
+	s->next_live = fake_streams_gone;
+	fake_streams_gone = s;
+	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
 

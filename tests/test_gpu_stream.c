@@ -18,6 +18,7 @@
 
 #include <dlfcn.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FILE_SIZE  ((64u << 20) + 123)
 #define SEED_FILE  81
@@ -40,6 +41,7 @@ static struct {
 	CUresult (*cuMemFreeHost)(void *);
 	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
 	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuModuleUnload)(CUmodule);
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
 	                           unsigned, unsigned, unsigned, unsigned,
 	                           CUstream, void **, void **);
@@ -112,6 +114,7 @@ static int load_driver(void)
 	    {(void **)&cu.cuMemFreeHost, "cuMemFreeHost"},
 	    {(void **)&cu.cuModuleLoadData, "cuModuleLoadData"},
 	    {(void **)&cu.cuModuleGetFunction, "cuModuleGetFunction"},
+	    {(void **)&cu.cuModuleUnload, "cuModuleUnload"},
 	    {(void **)&cu.cuLaunchKernel, "cuLaunchKernel"},
 	};
 
@@ -174,6 +177,33 @@ static void check_read(gpufile_t *h, CUstream s, size_t size, int64_t off,
 		                            0xAB),
 		         -1);
 	}
+}
+
+/* A module loaded while a staged read is in flight: cuModuleLoadData
+ * (what CuPy does at the first use of a kernel) waits, holding the
+ * driver's lock, for every stream of the context, this one included. The
+ * stream must get through without anything of gpufile's that needs that
+ * lock: it hung when the end of the read waited for a thread stuck in
+ * cuEventDestroy (H200, python/tests/test_stream.py alone). A hang fails
+ * by alarm(). */
+static void check_read_module_load(gpufile_t *h, CUstream s)
+{
+	const size_t size = 4u << 20;
+	CUmodule m = NULL;
+	ssize_t n = -777;
+
+	memset(pinned, 0, size);
+	launch_spin_fill(s, dev, size, 0xAB);
+	CHECK_EQ(gpufile_read_async(h, dev, size, 0, s, &n), 0);
+	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
+	CHECK_EQ(
+	    cu.cuMemcpyDtoHAsync(pinned, (CUdeviceptr)(uintptr_t)dev, size, s),
+	    0);
+	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(pinned, size, SEED_FILE, 0), -1);
+	if (m)
+		CHECK_EQ(cu.cuModuleUnload(m), 0);
 }
 
 /* A write: the slow kernel before produces 0x5A, a memset after writes
@@ -267,6 +297,8 @@ static void run(const char *compat)
 	/* Several requests queued back to back on one stream. */
 	for (int i = 0; i < 8; i++)
 		check_read(h, s, 1u << 20, (int64_t)i << 20, 1 << 20, 0);
+	if (staged)
+		check_read_module_load(h, s);
 	check_write(s, 16u << 20);
 	CHECK_EQ(cu.cuStreamDestroy(s), 0);
 	CHECK_EQ(gpufile_close(h), 0);
@@ -287,6 +319,7 @@ int main(void)
 		fprintf(stderr, "cannot reach libcuda.so.1's entry points\n");
 		return 1;
 	}
+	alarm(300); /* a hang is a failure, not a stuck test */
 	src_path = strdup(test_path("gpu-stream-src"));
 	CHECK_EQ(test_make_file(src_path, FILE_SIZE, SEED_FILE), 0);
 	/* Makes device 0's primary context current in this thread. */
