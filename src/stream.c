@@ -287,6 +287,109 @@ CUdeviceptr gpufile__stream_flag_dev(int slot)
 	       (CUdeviceptr)(slot % SLOTS_PER_SLAB) * sizeof(uint32_t);
 }
 
+/* ---- events ---- */
+
+/*
+ * The events of finished requests are kept for the next ones, per
+ * context, rather than destroyed: cuEventDestroy takes the driver's lock
+ * for writing, and a waiter destroying one while the stream waited for it
+ * deadlocked with a call of another thread that holds that lock while it
+ * waits for every stream, the held one too (cuModuleLoadData, which CuPy
+ * makes at the first use of a kernel; H200, a staged write: the waiter in
+ * cuEventDestroy). Waiting for an event is no such call
+ * (test_gpu_stream). An event of a context that ended went with it: it
+ * is forgotten, never destroyed.
+ */
+struct kept_event {
+	CUevent ev;
+	CUcontext ctx;
+	unsigned long long id; /* ctx's (gpufile__ctx_same) */
+	int lent;              /* a request has it */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct kept_event *v;
+	size_t n, cap;
+} events = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+CUresult gpufile__stream_event_get(const struct gpufile__cuda *t, CUevent *e)
+{
+	CUcontext cur = NULL;
+	unsigned long long id = 0;
+	struct kept_event *v;
+	CUresult cr;
+
+	*e = NULL;
+	t->cuCtxGetCurrent(&cur);
+	gpufile__ctx_id(t, cur, &id);
+	pthread_mutex_lock(&events.lock);
+	for (size_t i = 0; cur && i < events.n; i++) {
+		if (events.v[i].lent || events.v[i].ctx != cur)
+			continue;
+		if (events.v[i].id != id) { /* cur is a later context */
+			events.v[i--] = events.v[--events.n];
+			continue;
+		}
+		events.v[i].lent = 1;
+		*e = events.v[i].ev;
+		break;
+	}
+	pthread_mutex_unlock(&events.lock);
+	if (*e)
+		return CUDA_SUCCESS;
+	cr = t->cuEventCreate(e,
+	                      CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+	if (cr != CUDA_SUCCESS) {
+		*e = NULL;
+		return cr;
+	}
+	pthread_mutex_lock(&events.lock);
+	if (events.n == events.cap) {
+		size_t cap = events.cap ? 2 * events.cap : 32;
+
+		v = realloc(events.v, cap * sizeof(*v));
+		if (v) {
+			events.v = v;
+			events.cap = cap;
+		}
+	}
+	if (events.n < events.cap) /* else never kept: destroyed when put */
+		events.v[events.n++] = (struct kept_event){*e, cur, id, 1};
+	pthread_mutex_unlock(&events.lock);
+	return CUDA_SUCCESS;
+}
+
+void gpufile__stream_event_put(CUevent e)
+{
+	int kept = 0;
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&events.lock);
+	for (size_t i = 0; i < events.n && !kept; i++)
+		if (events.v[i].ev == e && events.v[i].lent) {
+			events.v[i].lent = 0;
+			kept = 1;
+		}
+	pthread_mutex_unlock(&events.lock);
+	if (!kept) /* out of memory for the list when it was made */
+		gpufile__cuda()->cuEventDestroy(e);
+}
+
+void gpufile__stream_events_free(const struct gpufile__cuda *t)
+{
+	pthread_mutex_lock(&events.lock);
+	for (size_t i = 0; i < events.n; i++) {
+		if (events.v[i].lent)
+			continue;
+		if (gpufile__ctx_same(t, events.v[i].ctx, events.v[i].id))
+			t->cuEventDestroy(events.v[i].ev);
+		events.v[i--] = events.v[--events.n];
+	}
+	pthread_mutex_unlock(&events.lock);
+}
+
 /* ---- jobs ---- */
 
 /* A request cuFile queued on the stream (the cufile mechanism): the
@@ -406,7 +509,7 @@ static void job_run(struct job *j)
 		n = gpufile_pwrite(j->h, j->buf, j->size, j->offset);
 	else
 		n = gpufile_pread(j->h, j->buf, j->size, j->offset);
-	t->cuEventDestroy(j->before);
+	gpufile__stream_event_put(j->before);
 	t->cuCtxSetCurrent(old);
 	/* Atomic: a caller may peek at *n_out before the stream gets
 	 * there (StreamFuture.n_out() in Python); it then sees the old
@@ -604,6 +707,10 @@ void gpufile__stream_atfork_child(void)
 	TAILQ_INIT(&waiters.queue);
 	TAILQ_INIT(&waiters.running);
 	TAILQ_INIT(&waiters.cufile);
+	/* The parent's events: not this process's. */
+	pthread_mutex_init(&events.lock, NULL);
+	events.v = NULL;
+	events.n = events.cap = 0;
 	waiters.nwaiters = waiters.nidle = waiters.queued = 0;
 	pthread_cond_init(&waiters.work, NULL);
 	pthread_mutex_unlock(&waiters.lock);
@@ -995,14 +1102,13 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 
 	/* Blocking sync: the thread waiting for the work before sleeps
 	 * instead of spinning a core the I/O needs. */
-	cr = t->cuEventCreate(&j->before,
-	                      CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC);
+	cr = gpufile__stream_event_get(t, &j->before);
 	if (cr != CUDA_SUCCESS)
 		return gpufile__cuda_fail(cr, NULL, 0, "%s %s: cuEventCreate",
 		                          stream_verb(j->is_write), j->h->path);
 	cr = t->cuEventRecord(j->before, stream);
 	if (cr != CUDA_SUCCESS) {
-		t->cuEventDestroy(j->before);
+		gpufile__stream_event_put(j->before);
 		return gpufile__cuda_fail(cr, NULL, 0,
 		                          "%s %s: cuEventRecord on the stream",
 		                          stream_verb(j->is_write), j->h->path);
@@ -1013,7 +1119,7 @@ static int queue_job(const struct gpufile__cuda *t, struct job *j,
 		rc = hold(t, j, stream);
 	}
 	if (rc) {
-		t->cuEventDestroy(j->before);
+		gpufile__stream_event_put(j->before);
 		return rc;
 	}
 	job_dispatch(j, 0);

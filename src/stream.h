@@ -88,4 +88,14 @@ int gpufile__stage_queue(struct gpufile__stage *st, int *unsupported,
 ssize_t gpufile__stage_run(struct gpufile__stage *st);
 void gpufile__stage_free(struct gpufile__stage *st);
 
+/* Events of the stream-ordered requests (stream.c): one of the current
+ * context, kept from an earlier request where one is spare, else made
+ * (CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC); given back with
+ * gpufile__stream_event_put, which makes no CUDA call. The spare ones
+ * are destroyed by gpufile__stream_events_free (gpufile_release,
+ * gpufile_bounce_buffer_free). */
+CUresult gpufile__stream_event_get(const struct gpufile__cuda *t, CUevent *e);
+void gpufile__stream_event_put(CUevent e);
+void gpufile__stream_events_free(const struct gpufile__cuda *t);
+
 #endif

@@ -360,6 +360,8 @@ size_t gpufile__stage_buffers_free(void)
 		bytes += a->unit * a->nunits;
 		arena_free(t, a);
 	}
+	if (t)
+		gpufile__stream_events_free(t);
 	return bytes;
 }
 
@@ -878,12 +880,11 @@ static void pieces_give(struct gpufile__stage *st, uint32_t first, uint32_t n)
 static CUresult event_after(struct gpufile__stage *st, CUevent *e)
 {
 	const struct gpufile__cuda *t = st->t;
-	CUresult cr = t->cuEventCreate(e, CU_EVENT_DISABLE_TIMING |
-	                                      CU_EVENT_BLOCKING_SYNC);
+	CUresult cr = gpufile__stream_event_get(t, e);
 
 	if (cr == CUDA_SUCCESS &&
 	    (cr = t->cuEventRecord(*e, st->stream)) != CUDA_SUCCESS)
-		t->cuEventDestroy(*e);
+		gpufile__stream_event_put(*e);
 	if (cr != CUDA_SUCCESS)
 		*e = NULL;
 	return cr;
@@ -1014,7 +1015,7 @@ static ssize_t copies_ended(struct gpufile__stage *st, ssize_t n)
 
 	for (uint32_t g = 0; st->group_done && g < st->ngroups; g++)
 		if (st->group_done[g]) {
-			t->cuEventDestroy(st->group_done[g]);
+			gpufile__stream_event_put(st->group_done[g]);
 			st->group_done[g] = NULL;
 		}
 	if (st->event) {
@@ -1027,7 +1028,7 @@ static ssize_t copies_ended(struct gpufile__stage *st, ssize_t n)
 			if (n >= 0)
 				n = copies_failed(st, cr);
 		}
-		t->cuEventDestroy(st->event);
+		gpufile__stream_event_put(st->event);
 		st->event = NULL;
 	}
 	return n;
@@ -1079,7 +1080,7 @@ static void reach(struct gpufile__stage *st)
 		return;
 	}
 	cr = st->t->cuEventSynchronize(st->reached);
-	st->t->cuEventDestroy(st->reached);
+	gpufile__stream_event_put(st->reached);
 	st->reached = NULL;
 	if (cr != CUDA_SUCCESS) {
 		/* Whether the snapshot's copies ended is not known. */

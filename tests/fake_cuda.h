@@ -354,9 +354,10 @@ static int fake_stream_gone(const struct CUstream_st *s)
  * before the last of them, oldest first. */
 static void run_ops(struct CUstream_st *s, size_t upto)
 {
-	if (upto > s->nops)
-		upto = s->nops;
-	while (fake_one_queue && upto > s->done) {
+	while (fake_one_queue &&
+	       (upto = upto < s->nops ? upto : s->nops) > s->done) {
+		/* upto again each time: s may be destroyed (its ops all run)
+		 * while this thread waits below. */
 		const unsigned long last = s->ops[upto - 1].seq;
 		const int dev = fake_ctx_device(s->ctx);
 		struct CUstream_st *first = NULL;

@@ -206,6 +206,49 @@ static void check_read_module_load(gpufile_t *h, CUstream s)
 		CHECK_EQ(cu.cuModuleUnload(m), 0);
 }
 
+/* The same for a staged write (its waiter waits for the copies while the
+ * stream waits for the end: it hung in cuEventDestroy, H200) and for a
+ * read into pinned host memory (wait-value: the waiter's event). */
+static void check_others_module_load(gpufile_t *h, CUstream s)
+{
+	const char *path = test_path("gpu-stream-modload");
+	const size_t size = 4u << 20;
+	unsigned char *file;
+	gpufile_t *w = NULL;
+	CUmodule m = NULL;
+	ssize_t n = -777;
+	size_t len = 0;
+
+	CHECK_EQ(gpufile_open(&w, path, "w"), 0);
+	if (!w)
+		return;
+	launch_spin_fill(s, dev, size, 0x5A);
+	CHECK_EQ(gpufile_write_async(w, dev, size, 0, s, &n), 0);
+	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
+	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, (ssize_t)size);
+	if (m)
+		CHECK_EQ(cu.cuModuleUnload(m), 0);
+	CHECK_EQ(gpufile_close(w), 0);
+	file = test_read_file(path, &len);
+	CHECK_EQ(len, size);
+	if (file)
+		CHECK_EQ(test_mismatch_byte(file, len, 0x5A), -1);
+	free(file);
+
+	m = NULL;
+	n = -777;
+	memset(pinned, 0, size);
+	launch_spin_fill(s, dev, size, 0xAB);
+	CHECK_EQ(gpufile_read_async(h, pinned, size, 0, s, &n), 0);
+	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
+	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(pinned, size, SEED_FILE, 0), -1);
+	if (m)
+		CHECK_EQ(cu.cuModuleUnload(m), 0);
+}
+
 /* A write: the slow kernel before produces 0x5A, a memset after writes
  * 0x00; the file must hold 0x5A. */
 static void check_write(CUstream s, size_t size)
@@ -297,8 +340,10 @@ static void run(const char *compat)
 	/* Several requests queued back to back on one stream. */
 	for (int i = 0; i < 8; i++)
 		check_read(h, s, 1u << 20, (int64_t)i << 20, 1 << 20, 0);
-	if (staged)
+	if (staged) {
 		check_read_module_load(h, s);
+		check_others_module_load(h, s);
+	}
 	check_write(s, 16u << 20);
 	CHECK_EQ(cu.cuStreamDestroy(s), 0);
 	CHECK_EQ(gpufile_close(h), 0);
