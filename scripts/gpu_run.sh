@@ -121,6 +121,19 @@ make_file() { # path bytes
 	fi
 }
 
+# mutant TARGET FILE SED MARK: builds TARGET in $mut/b from a copy of the
+# tree with SED applied to FILE, and prints how many lines hold MARK (0:
+# the SED matched nothing, the mutant is the code itself).
+mut=/tmp/gpufile-mut
+mutant() {
+	rm -rf $mut && mkdir -p $mut
+	cp -r CMakeLists.txt cmake src include tests tools bench examples $mut/ 2>/dev/null
+	sed -i "$3" "$mut/$2"
+	grep -cF "$4" "$mut/$2"
+	cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
+		make -C $mut/b -j16 "$1" >/dev/null 2>&1
+}
+
 # every_test REGEX: ctest (GPU tests included; the lines of the tests
 # REGEX names), then pytest with a per-test limit whose thread method
 # dumps every stack and exits if a test hangs in C.
@@ -321,12 +334,9 @@ harden)
 		# host requests run their own tasks): expected to hang on the
 		# remote object where the queue is shared (alarm: rc 142).
 		log "test_gpu_stream_queue without the fix (expected: hang)"
-		mut=/tmp/gpufile-mut && rm -rf $mut && mkdir -p $mut
-		cp -r CMakeLists.txt cmake src include tests tools bench examples $mut/ 2>/dev/null
-		sed -i 's/!r->cuda_ctx \&\& !is_worker/r->path == GPUFILE_PATH_HOST \&\& !is_worker/' $mut/src/pool.c
-		grep -c 'r->path == GPUFILE_PATH_HOST && !is_worker' $mut/src/pool.c
-		cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
-			make -C $mut/b -j16 test_gpu_stream_queue >/dev/null 2>&1
+		mutant test_gpu_stream_queue src/pool.c \
+			's/!r->cuda_ctx \&\& !is_worker/r->path == GPUFILE_PATH_HOST \&\& !is_worker/' \
+			'r->path == GPUFILE_PATH_HOST && !is_worker'
 		timeout 60 $mut/b/tests/test_gpu_stream_queue 2>&1 | tail -4
 		echo "mutant rc=${PIPESTATUS[0]}"
 	fi
@@ -349,18 +359,16 @@ stagefix)
 				-k $t 2>&1 | tail -1
 		done
 	done
-	mut=/tmp/gpufile-mut && rm -rf $mut && mkdir -p $mut
-	cp -r CMakeLists.txt cmake src include tests tools bench examples $mut/ 2>/dev/null
 	# MUT=release: release_read off; MUT=events: events destroyed, not kept
 	if [ "${MUT:-release}" = release ]; then
-		sed -i 's/if (st->is_write || st->released || !st->queue_done/if (1 || st->is_write || st->released || !st->queue_done/' $mut/src/stream_stage.c
-		grep -c 'if (1 || st->is_write' $mut/src/stream_stage.c
+		mutant test_gpu_stream src/stream_stage.c \
+			's/if (st->is_write || st->released || !st->queue_done/if (1 || st->is_write || st->released || !st->queue_done/' \
+			'if (1 || st->is_write'
 	else
-		sed -i 's/^\tfor (size_t i = 0; i < events.n \&\& !kept; i++)/\tfor (size_t i = 0; 0 \&\& i < events.n \&\& !kept; i++)/' $mut/src/stream.c
-		grep -c '0 && i < events.n' $mut/src/stream.c
+		mutant test_gpu_stream src/stream.c \
+			's/^\tfor (size_t i = 0; i < events.n \&\& !kept; i++)/\tfor (size_t i = 0; 0 \&\& i < events.n \&\& !kept; i++)/' \
+			'0 && i < events.n'
 	fi
-	cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
-		make -C $mut/b -j16 test_gpu_stream >/dev/null 2>&1
 	timeout 60 $mut/b/tests/test_gpu_stream 2>&1 | tail -3
 	echo "mutant rc=${PIPESTATUS[0]}"
 	;;

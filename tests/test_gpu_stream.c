@@ -179,74 +179,72 @@ static void check_read(gpufile_t *h, CUstream s, size_t size, int64_t off,
 	}
 }
 
-/* A module loaded while a staged read is in flight: cuModuleLoadData
- * (what CuPy does at the first use of a kernel) waits, holding the
- * driver's lock, for every stream of the context, this one included. The
- * stream must get through without anything of gpufile's that needs that
- * lock: it hung when the end of the read waited for a thread stuck in
- * cuEventDestroy (H200, python/tests/test_stream.py alone). A hang fails
- * by alarm(). */
-static void check_read_module_load(gpufile_t *h, CUstream s)
+/* Loads a module while the stream's request is in flight, then waits for
+ * the stream. cuModuleLoadData (what CuPy does at the first use of a
+ * kernel) waits, holding the driver's lock, for every stream of the
+ * context, this one included: the stream must get through without
+ * anything of gpufile's that needs that lock. Staged reads and writes hung
+ * so (H200: the waiter in cuEventDestroy, python/tests/test_stream.py
+ * alone). A hang fails by alarm(). */
+static void module_load_then_sync(CUstream s)
 {
-	const size_t size = 4u << 20;
 	CUmodule m = NULL;
-	ssize_t n = -777;
 
-	memset(pinned, 0, size);
-	launch_spin_fill(s, dev, size, 0xAB);
-	CHECK_EQ(gpufile_read_async(h, dev, size, 0, s, &n), 0);
 	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
-	CHECK_EQ(
-	    cu.cuMemcpyDtoHAsync(pinned, (CUdeviceptr)(uintptr_t)dev, size, s),
-	    0);
 	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
-	CHECK_EQ(n, (ssize_t)size);
-	CHECK_EQ(test_mismatch(pinned, size, SEED_FILE, 0), -1);
 	if (m)
 		CHECK_EQ(cu.cuModuleUnload(m), 0);
 }
 
-/* The same for a staged write (its waiter waits for the copies while the
- * stream waits for the end: it hung in cuEventDestroy, H200) and for a
- * read into pinned host memory (wait-value: the waiter's event). */
-static void check_others_module_load(gpufile_t *h, CUstream s)
+/* 1 when the file at path holds size bytes, each of them byte. */
+static int file_holds(const char *path, size_t size, int byte)
+{
+	size_t len = 0;
+	unsigned char *file = test_read_file(path, &len);
+	int ok =
+	    file && len == size && test_mismatch_byte(file, len, byte) == -1;
+
+	free(file);
+	return ok;
+}
+
+/* A read of 4 MiB into buf (dev: staged; pinned: wait-value) behind the
+ * slow kernel, with a module loaded while it is in flight. */
+static void check_read_module_load(gpufile_t *h, CUstream s, void *buf)
+{
+	const size_t size = 4u << 20;
+	ssize_t n = -777;
+
+	memset(pinned, 0, size);
+	launch_spin_fill(s, dev, size, 0xAB);
+	CHECK_EQ(gpufile_read_async(h, buf, size, 0, s, &n), 0);
+	if (buf == dev)
+		CHECK_EQ(cu.cuMemcpyDtoHAsync(
+		             pinned, (CUdeviceptr)(uintptr_t)dev, size, s),
+		         0);
+	module_load_then_sync(s);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(pinned, size, SEED_FILE, 0), -1);
+}
+
+/* A staged write of what the slow kernel produces, with a module loaded
+ * while it is in flight. */
+static void check_write_module_load(CUstream s)
 {
 	const char *path = test_path("gpu-stream-modload");
 	const size_t size = 4u << 20;
-	unsigned char *file;
 	gpufile_t *w = NULL;
-	CUmodule m = NULL;
 	ssize_t n = -777;
-	size_t len = 0;
 
 	CHECK_EQ(gpufile_open(&w, path, "w"), 0);
 	if (!w)
 		return;
 	launch_spin_fill(s, dev, size, 0x5A);
 	CHECK_EQ(gpufile_write_async(w, dev, size, 0, s, &n), 0);
-	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
-	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
+	module_load_then_sync(s);
 	CHECK_EQ(n, (ssize_t)size);
-	if (m)
-		CHECK_EQ(cu.cuModuleUnload(m), 0);
 	CHECK_EQ(gpufile_close(w), 0);
-	file = test_read_file(path, &len);
-	CHECK_EQ(len, size);
-	if (file)
-		CHECK_EQ(test_mismatch_byte(file, len, 0x5A), -1);
-	free(file);
-
-	m = NULL;
-	n = -777;
-	memset(pinned, 0, size);
-	launch_spin_fill(s, dev, size, 0xAB);
-	CHECK_EQ(gpufile_read_async(h, pinned, size, 0, s, &n), 0);
-	CHECK_EQ(cu.cuModuleLoadData(&m, spin_fill_ptx), 0);
-	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
-	CHECK_EQ(n, (ssize_t)size);
-	CHECK_EQ(test_mismatch(pinned, size, SEED_FILE, 0), -1);
-	if (m)
-		CHECK_EQ(cu.cuModuleUnload(m), 0);
+	CHECK(file_holds(path, size, 0x5A));
 }
 
 /* A write: the slow kernel before produces 0x5A, a memset after writes
@@ -254,9 +252,7 @@ static void check_others_module_load(gpufile_t *h, CUstream s)
 static void check_write(CUstream s, size_t size)
 {
 	const char *path = test_path("gpu-stream-dst");
-	unsigned char *file;
 	gpufile_t *w = NULL;
-	size_t len = 0;
 	ssize_t n = -777;
 
 	char reason[512];
@@ -281,11 +277,7 @@ static void check_write(CUstream s, size_t size)
 	CHECK_EQ(cu.cuStreamSynchronize(s), 0);
 	CHECK_EQ(n, (ssize_t)size);
 	CHECK_EQ(gpufile_close(w), 0);
-	file = test_read_file(path, &len);
-	CHECK_EQ(len, size);
-	if (file)
-		CHECK_EQ(test_mismatch_byte(file, len, 0x5A), -1);
-	free(file);
+	CHECK(file_holds(path, size, 0x5A));
 }
 
 static void run(const char *compat)
@@ -341,8 +333,9 @@ static void run(const char *compat)
 	for (int i = 0; i < 8; i++)
 		check_read(h, s, 1u << 20, (int64_t)i << 20, 1 << 20, 0);
 	if (staged) {
-		check_read_module_load(h, s);
-		check_others_module_load(h, s);
+		check_read_module_load(h, s, dev);
+		check_read_module_load(h, s, pinned);
+		check_write_module_load(s);
 	}
 	check_write(s, 16u << 20);
 	CHECK_EQ(cu.cuStreamDestroy(s), 0);

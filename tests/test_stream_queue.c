@@ -121,27 +121,13 @@ static size_t object_bad(const unsigned char *p)
 
 static void remote_read(gpufile_t *dev)
 {
-	char server[4200], size[32], url[256];
+	char url[256];
 	unsigned char *host;
 	gpufile_t *h = NULL;
-	int port = 0;
-	pid_t pid;
+	pid_t pid = fault_server_ok(OBJ_SIZE, url, sizeof(url));
 
-	if (!strstr(gpufile_features(), "remote")) {
-		printf("built without libcurl: remote part skipped\n");
+	if (pid < 0)
 		return;
-	}
-	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
-	snprintf(size, sizeof(size), "%zu", OBJ_SIZE);
-	{
-		char *argv[] = {"python3", server, size, NULL};
-		pid = server_start(argv, &port);
-	}
-	if (pid < 0) {
-		printf("cannot start %s: remote part skipped\n", server);
-		return;
-	}
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/ok/obj", port);
 	host = dest_new(OBJ_SIZE);
 	CHECK(host != NULL);
 	CHECK_EQ(gpufile_open(&h, url, "r"), 0);

@@ -78,6 +78,34 @@ static inline pid_t server_start(char *const argv[], int *port)
 	return pid;
 }
 
+/* Starts fault_server.py with an object of size bytes and writes its
+ * /ok/obj URL into url (len bytes). Returns the server's pid, or -1 when
+ * this build lacks remote reads or the server did not start (said on
+ * stdout: the caller skips what needs it). */
+static inline pid_t fault_server_ok(size_t size, char *url, size_t len)
+{
+	char server[4200], bytes[32];
+	int port = 0;
+	pid_t pid;
+
+	if (!strstr(gpufile_features(), "remote")) {
+		printf("built without libcurl: remote part skipped\n");
+		return -1;
+	}
+	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
+	snprintf(bytes, sizeof(bytes), "%zu", size);
+	{
+		char *argv[] = {"python3", server, bytes, NULL};
+		pid = server_start(argv, &port);
+	}
+	if (pid < 0) {
+		printf("cannot start %s: remote part skipped\n", server);
+		return -1;
+	}
+	snprintf(url, len, "http://127.0.0.1:%d/ok/obj", port);
+	return pid;
+}
+
 static inline void server_stop(pid_t pid)
 {
 	if (pid > 0) {
