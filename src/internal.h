@@ -286,6 +286,10 @@ int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len);
  * test runs on path, which may be /proc/self/fd/N) or is root; to any
  * other it reports every page cached. */
 int gpufile__mincore_tells(const struct stat *st, const char *path);
+/* Decodes, in place, the octal escapes (\040 for a space, \011, \012,
+ * \134) with which the kernel writes a field of /proc/self/mountinfo
+ * (probe.c). */
+void gpufile__mountinfo_unescape(char *field);
 /* gpufile__mincore_tells for h's file (as when its map was made); 1 where
  * h has no map (no claim is made from it). Takes h->lock. */
 int gpufile__cache_visible(struct gpufile *h);

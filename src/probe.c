@@ -537,8 +537,29 @@ struct mount {
 	char point[PATH_MAX], fstype[64], source[256], options[512];
 };
 
+void gpufile__mountinfo_unescape(char *field)
+{
+	char *out = field;
+
+	for (const char *in = field; *in; out++) {
+		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' &&
+		    in[2] >= '0' && in[2] <= '7' && in[3] >= '0' &&
+		    in[3] <= '7') {
+			*out = (char)((in[1] - '0') << 6 | (in[2] - '0') << 3 |
+			              (in[3] - '0'));
+			in += 4;
+		} else {
+			*out = *in++;
+		}
+	}
+	*out = '\0';
+}
+
 /* Finds the mount holding real path rp on device dev in mountinfo: the
- * longest mount point that is a prefix of rp with that device. */
+ * longest mount point that is a prefix of rp with that device. The
+ * kernel writes a space, tab, newline or backslash in a field as an octal
+ * escape (\040, \011, \012, \134): the fields are decoded before they
+ * are compared with rp or shown. */
 static int find_mount(const char *rp, dev_t dev, struct mount *m)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
@@ -562,6 +583,9 @@ static int find_mount(const char *rp, dev_t dev, struct mount *m)
 			continue;
 		if (makedev(maj, min) != dev)
 			continue;
+		gpufile__mountinfo_unescape(point);
+		gpufile__mountinfo_unescape(fstype);
+		gpufile__mountinfo_unescape(source);
 		len = strlen(point);
 		if (strncmp(rp, point, len) != 0 ||
 		    (rp[len] != '/' && rp[len] != '\0' &&
@@ -637,9 +661,12 @@ static void block_device(dev_t dev, char *name, size_t name_len, char *pci,
 
 /* What the checks of one file found, for the predictions. */
 struct file_facts {
-	struct stat st;
+	int fd;          /* the one descriptor of the file (see below) */
+	char fdpath[64]; /* /proc/self/fd/FD: the same file, by no name */
+	struct stat st;  /* fstat of fd */
 	struct mount m;
-	int fs_ok;     /* gds_fs_support(): 1, 0 or -1 (it depends) */
+	int fs_ok;     /* gds_fs_support(): 1, 0 or -1 (it depends, or a
+	                * raw block device) */
 	int denied;    /* fstype in cufile.json's denylist.filesystems */
 	int direct_ok; /* O_DIRECT open and an aligned read succeed */
 };
@@ -651,45 +678,83 @@ struct prediction {
 	char why[512];
 };
 
-/* The file exists, is a regular file or block device, and this process
+/* Whether mode is a file gpufile reads: a regular file or a block device. */
+static int readable_kind(mode_t mode)
+{
+	return S_ISREG(mode) || S_ISBLK(mode);
+}
+
+/*
+ * The file exists, is a regular file or block device, and this process
  * can open it for reading (as gpufile_open will: root passes, a mode-000
  * file or a directory without search permission does not). Returns 0 when
- * the other checks can go on. */
-static int check_file_access(struct list *l, const char *path, struct stat *st)
+ * the other checks can go on, with f->fd, f->fdpath and f->st set.
+ *
+ * The path is opened once, and every later check (mount, O_DIRECT,
+ * cuFile's registration, mincore) works on that descriptor: each open by
+ * name was a chance for the path to name something else, and a FIFO put
+ * there between a stat() and a blocking open() hung the check for good.
+ * stat() first refuses special files without opening them (opening a
+ * device can have effects); the open itself is O_NONBLOCK, so a FIFO
+ * swapped in after the stat() does not wait for a writer, and fstat() of
+ * the descriptor decides.
+ */
+static int check_file_access(struct list *l, const char *path,
+                             struct file_facts *f)
 {
+	struct stat *st = &f->st;
 	char rp[PATH_MAX], value[512];
-	int fd;
+	int64_t size;
+	int err;
 
 	if (stat(path, st) < 0) {
 		add(l, "file", GPUFILE_CHECK_FAIL, path, "stat: %s",
 		    strerror(errno));
 		return -1;
 	}
-	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode)) {
-		add(l, "file", GPUFILE_CHECK_FAIL, path,
-		    "not a regular file or block device");
-		return -1;
-	}
+	if (!readable_kind(st->st_mode))
+		goto not_a_file;
 	/* stat() needs only search permission on the folders; reading
 	 * needs read permission on the file itself, which only open()
 	 * answers exactly (ACLs, LSMs, root's override). */
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int err = errno;
-
+	f->fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (f->fd < 0) {
+		err = errno;
 		add(l, "file", GPUFILE_CHECK_FAIL, path,
 		    "cannot be read by this user (uid %u): open: %s",
 		    (unsigned)geteuid(), strerror(err));
 		return -1;
 	}
-	close(fd);
-	if (!realpath(path, rp))
+	if (fstat(f->fd, st) < 0) {
+		err = errno;
+		add(l, "file", GPUFILE_CHECK_FAIL, path, "fstat: %s",
+		    strerror(err));
+		goto fail;
+	}
+	if (!readable_kind(st->st_mode))
+		goto not_a_file;
+	snprintf(f->fdpath, sizeof(f->fdpath), "/proc/self/fd/%d", f->fd);
+	if (!realpath(f->fdpath, rp) && !realpath(path, rp))
 		snprintf(rp, sizeof(rp), "%s", path);
-	snprintf(value, sizeof(value), "%s (%lld bytes)", rp,
-	         (long long)st->st_size);
-	add(l, "file", GPUFILE_CHECK_PASS, value,
-	    "a regular file this user can read");
+	/* A block device's st_size is 0: its size is the kernel's. */
+	if ((err = gpufile__fd_size(f->fd, &size)))
+		snprintf(value, sizeof(value), "%s (size unknown: %s)", rp,
+		         strerror(-err));
+	else
+		snprintf(value, sizeof(value), "%s (%lld bytes)", rp,
+		         (long long)size);
+	add(l, "file", GPUFILE_CHECK_PASS, value, "%s",
+	    S_ISBLK(st->st_mode) ? "a block device this user can read"
+	                         : "a regular file this user can read");
 	return 0;
+not_a_file:
+	add(l, "file", GPUFILE_CHECK_FAIL, path,
+	    "not a regular file or block device");
+fail:
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -1;
+	return -1;
 }
 
 /* Whether fstype is listed in cufile.json's denylist.filesystems. */
@@ -704,9 +769,11 @@ static int fs_denied(const gpufile_cufile_config_t *cfg, const char *fstype)
 	return strstr(list, needle) != NULL;
 }
 
-/* The file system holding path and whether GDS supports it. */
-static void check_file_fs(struct list *l, const char *path,
-                          const gpufile_cufile_config_t *cfg,
+/* The file system holding the file and whether GDS supports it. A block
+ * device is read raw: no file system lies between gpufile and it (the
+ * st_dev of a device node is the devtmpfs holding /dev, which says
+ * nothing about the device). */
+static void check_file_fs(struct list *l, const gpufile_cufile_config_t *cfg,
                           struct file_facts *f)
 {
 	const char *why = "";
@@ -714,8 +781,18 @@ static void check_file_fs(struct list *l, const char *path,
 
 	f->fs_ok = -1;
 	memset(&f->m, 0, sizeof(f->m));
-	if (!realpath(path, rp))
-		snprintf(rp, sizeof(rp), "%s", path);
+	if (S_ISBLK(f->st.st_mode)) {
+		add(l, "file.fs", GPUFILE_CHECK_PASS, "n/a",
+		    "a raw block device: no file system, so no file system "
+		    "support to check");
+		return;
+	}
+	if (!realpath(f->fdpath, rp)) {
+		add(l, "file.fs", GPUFILE_CHECK_UNKNOWN, "?",
+		    "the file's path cannot be found from %s: %s", f->fdpath,
+		    strerror(errno));
+		return;
+	}
 	if (!find_mount(rp, f->st.st_dev, &f->m)) {
 		add(l, "file.fs", GPUFILE_CHECK_UNKNOWN, "?",
 		    "no entry in /proc/self/mountinfo for device %u:%u",
@@ -737,32 +814,33 @@ static void check_file_fs(struct list *l, const char *path,
 	    value, "%s", why);
 }
 
-/* The block device under the file, and its PCIe placement against each
- * GPU. */
+/* The block device under the file (the device itself for a block
+ * device: st_rdev, not the st_dev of /dev), and its PCIe placement
+ * against each GPU. */
 static void check_file_block_device(struct list *l, const struct stat *st,
                                     const struct pci_dev *gpus, int ngpus)
 {
+	const dev_t dev = S_ISBLK(st->st_mode) ? st->st_rdev : st->st_dev;
 	char value[512], dev_name[64], pci[PATH_MAX];
 	int nvme;
 
-	block_device(st->st_dev, dev_name, sizeof(dev_name), pci, sizeof(pci));
-	if (major(st->st_dev) == 0) {
+	block_device(dev, dev_name, sizeof(dev_name), pci, sizeof(pci));
+	if (major(dev) == 0) {
 		add(l, "file.block_device", GPUFILE_CHECK_FAIL, "none",
 		    "device %u:%u is anonymous (tmpfs, overlay, network "
 		    "or FUSE): no block device for nvidia-fs to reach",
-		    major(st->st_dev), minor(st->st_dev));
+		    major(dev), minor(dev));
 		return;
 	}
 	if (!dev_name[0]) {
-		snprintf(value, sizeof(value), "%u:%u", major(st->st_dev),
-		         minor(st->st_dev));
+		snprintf(value, sizeof(value), "%u:%u", major(dev), minor(dev));
 		add(l, "file.block_device", GPUFILE_CHECK_UNKNOWN, value,
 		    "not found under /sys/dev/block");
 		return;
 	}
 	nvme = strncmp(dev_name, "nvme", 4) == 0;
-	snprintf(value, sizeof(value), "%s (%u:%u)%s%s", dev_name,
-	         major(st->st_dev), minor(st->st_dev), pci[0] ? " at " : "",
+	snprintf(value, sizeof(value), "%s (%u:%u)%s%s", dev_name, major(dev),
+	         minor(dev), pci[0] ? " at " : "",
 	         pci[0] ? strrchr(pci, '/') + 1 : "");
 	add(l, "file.block_device",
 	    nvme ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_UNKNOWN, value, "%s",
@@ -782,31 +860,41 @@ static void check_file_block_device(struct list *l, const struct stat *st,
 	}
 }
 
-/* Whether the file opens with O_DIRECT and an aligned 4 KiB read works,
- * as cuFile's registration needs. Returns 1 or 0. */
-static int check_file_o_direct(struct list *l, const char *path,
-                               const struct stat *st)
+/* A second descriptor, with O_DIRECT, on the file f holds open: a reopen
+ * of /proc/self/fd/FD, which is that file whatever its path names now
+ * (as file.c's reopen_direct). Returns it or -errno. */
+static int open_direct(const struct file_facts *f)
+{
+	int fd = open(f->fdpath, O_RDONLY | O_DIRECT | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* Whether the file opens with O_DIRECT and an aligned 4 KiB read at
+ * offset 0 works, as cuFile's registration needs. The read is made
+ * whatever the size: a file shorter than 4 KiB (or empty) gives a short
+ * count, which is no failure; only an error is. Returns 1 or 0. */
+static int check_file_o_direct(struct list *l, const struct file_facts *f)
 {
 	char err[128] = "";
-	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC), ok;
+	void *buf = NULL;
+	int fd = open_direct(f), ok, e;
 
 	if (fd < 0) {
-		snprintf(err, sizeof(err), "open: %s", strerror(errno));
-	} else {
-		void *buf = NULL;
-
-		if (st->st_size >= 4096 &&
-		    posix_memalign(&buf, 4096, 4096) == 0 &&
-		    pread(fd, buf, 4096, 0) < 0)
-			snprintf(err, sizeof(err), "read: %s", strerror(errno));
-		free(buf);
-		close(fd);
+		snprintf(err, sizeof(err), "open: %s", strerror(-fd));
+	} else if ((e = posix_memalign(&buf, 4096, 4096))) {
+		snprintf(err, sizeof(err), "posix_memalign: %s", strerror(e));
+	} else if (gpufile__sys.pread(fd, buf, 4096, 0) < 0) {
+		snprintf(err, sizeof(err), "read: %s", strerror(errno));
 	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
 	ok = !err[0];
 	add(l, "file.o_direct", ok ? GPUFILE_CHECK_PASS : GPUFILE_CHECK_FAIL,
 	    ok ? "opens" : err, "%s",
-	    ok ? "O_DIRECT open and an aligned 4 KiB read succeed: cuFile "
-	         "can register the file"
+	    ok ? "O_DIRECT open and an aligned 4 KiB read at offset 0 "
+	         "succeed: cuFile can register the file"
 	       : "O_DIRECT refused: cuFile cannot register this file, and "
 	         "gpufile reads it through the page cache");
 	return ok;
@@ -815,12 +903,13 @@ static int check_file_o_direct(struct list *l, const char *path,
 /* Whether the kernel tells this process which of the file's pages are
  * cached, on which direct_io=auto and host_map_copy rely; f->cache_hidden
  * for the host prediction. */
-static void check_file_cache_visible(struct list *l, const char *path,
-                                     const struct stat *st,
+static void check_file_cache_visible(struct list *l,
+                                     const struct file_facts *ff,
                                      const struct gpufile__settings *s,
                                      struct gpufile__facts *f)
 {
-	const int tells = gpufile__mincore_tells(st, path);
+	const struct stat *st = &ff->st;
+	const int tells = gpufile__mincore_tells(st, ff->fdpath);
 
 	f->cache_hidden = !tells;
 	if (tells)
@@ -879,6 +968,13 @@ static void predict_cufile(const struct file_facts *ff,
 		p->path = "p2p";
 		snprintf(p->why, sizeof(p->why),
 		         "cuFile reports PCI P2PDMA support");
+	} else if (S_ISBLK(ff->st.st_mode)) {
+		p->status = GPUFILE_CHECK_UNKNOWN;
+		p->path = "nvfs?";
+		snprintf(p->why, sizeof(p->why),
+		         "a raw block device: nvfs where cuFile registers "
+		         "the device, else posix; confirm with gpufile stats "
+		         "PID");
 	} else if (ff->fs_ok < 0) {
 		p->status = GPUFILE_CHECK_UNKNOWN;
 		p->path = "nvfs?";
@@ -897,10 +993,12 @@ static void predict_cufile(const struct file_facts *ff,
 	}
 }
 
-/* cuFile's facts for path, gathered the way file.c gathers them for a
- * handle: the driver (check_cufile opened it through cufile_shim), an
- * O_DIRECT descriptor, and a registration of the file, undone at once. */
-static void cufile_facts(const char *path, const struct cufile_probe *cp,
+/* cuFile's facts for the file ff holds, gathered the way file.c gathers
+ * them for a handle: the driver (check_cufile opened it through
+ * cufile_shim), an O_DIRECT descriptor, and a registration of the file,
+ * undone at once. */
+static void cufile_facts(const struct file_facts *ff,
+                         const struct cufile_probe *cp,
                          struct gpufile__facts *f, char *why, size_t len)
 {
 	CUfileHandle_t fh;
@@ -915,11 +1013,11 @@ static void cufile_facts(const char *path, const struct cufile_probe *cp,
 		return;
 	}
 	f->cufile_p2pdma = gpufile__cufile_p2pdma();
-	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	fd = open_direct(ff);
 	if (fd < 0) {
-		f->cufile_error = -errno;
+		f->cufile_error = fd;
 		snprintf(why, len, "O_DIRECT refused (%s); cuFile needs it",
-		         strerror(errno));
+		         strerror(-fd));
 		return;
 	}
 	if (gpufile__cuda_if_loaded() && gpufile__current_or_primary(&ctx))
@@ -938,7 +1036,8 @@ static void cufile_facts(const char *path, const struct cufile_probe *cp,
 
 /* gpufile's layer for a request of size bytes into memory of kind kind,
  * by the decision function (decide.c), given the facts in f. */
-static void predict_gpufile(const char *path, const struct cufile_probe *cp,
+static void predict_gpufile(const struct file_facts *ff,
+                            const struct cufile_probe *cp,
                             const struct gpufile__settings *s, int settings_ok,
                             gpufile_mem_t kind, size_t size,
                             struct gpufile__facts *f, char *cufile_why,
@@ -961,7 +1060,7 @@ static void predict_gpufile(const char *path, const struct cufile_probe *cp,
 	gpufile__decide(f, &d);
 	if (d.need_cufile) {
 		if (!f->cufile_known)
-			cufile_facts(path, cp, f, cufile_why, why_len);
+			cufile_facts(ff, cp, f, cufile_why, why_len);
 		gpufile__decide(f, &d);
 	}
 	if (d.error) {
@@ -995,20 +1094,20 @@ static void check_file(struct list *l, const char *path,
 	    {"predict.gpufile managed", GPUFILE_MEM_MANAGED, 0},
 	    {"predict.gpufile host", GPUFILE_MEM_HOST, 0},
 	};
-	struct file_facts ff = {.fs_ok = -1};
+	struct file_facts ff = {.fd = -1, .fs_ok = -1};
 	struct gpufile__facts f = {0};
 	struct prediction gf, cu, o;
 	char cufile_why[320];
 
-	if (check_file_access(l, path, &ff.st))
+	if (check_file_access(l, path, &ff))
 		return;
-	check_file_fs(l, path, cfg, &ff);
+	check_file_fs(l, cfg, &ff);
 	check_file_block_device(l, &ff.st, gpus, ngpus);
-	ff.direct_ok = check_file_o_direct(l, path, &ff.st);
-	check_file_cache_visible(l, path, &ff.st, s, &f);
+	ff.direct_ok = check_file_o_direct(l, &ff);
+	check_file_cache_visible(l, &ff, s, &f);
 
 	gpufile__platform_facts(&f, &ff.st);
-	predict_gpufile(path, cp, s, settings_ok, GPUFILE_MEM_DEVICE,
+	predict_gpufile(&ff, cp, s, settings_ok, GPUFILE_MEM_DEVICE,
 	                s->gds_threshold, &f, cufile_why, sizeof(cufile_why),
 	                &gf);
 	if (!f.cufile_known && cp->driver_ok)
@@ -1027,11 +1126,12 @@ static void check_file(struct list *l, const char *path,
 
 		if (other[i].small && size == 0)
 			continue; /* no read is below a threshold of 0 */
-		predict_gpufile(path, cp, s, settings_ok, other[i].kind,
+		predict_gpufile(&ff, cp, s, settings_ok, other[i].kind,
 		                other[i].small ? size - 1 : size, &f,
 		                cufile_why, sizeof(cufile_why), &o);
 		add(l, other[i].name, o.status, o.path, "%s", o.why);
 	}
+	close(ff.fd);
 }
 
 /* A URL (remote.c): endpoint, kind, credentials (present or not, never

@@ -5,7 +5,8 @@
  * page cache (no reason given), and an "a" handle wrote over the device's
  * first block. On a loop device over a file of the test's own: the size,
  * whole and past-the-end reads, O_DIRECT with direct_io=on, writes at
- * offsets, and "a" refused by name. Needs root and a free loop device
+ * offsets, "a" refused by name, and gpufile_check's items (which
+ * described /dev's devtmpfs and a size of 0). Needs root and a free loop device
  * (losetup): skipped without them.
  */
 #define _GNU_SOURCE
@@ -17,6 +18,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define DEV_BYTES ((size_t)4 << 20)
@@ -126,6 +129,46 @@ static void test_writes(const char *dev)
 	CHECK_EQ(gpufile_close(h), 0);
 }
 
+/* gpufile check describes the device itself: its size (not st_size, 0),
+ * its own block device (st_rdev, not the devtmpfs that holds /dev), no
+ * file system, and an O_DIRECT read that is made. */
+static void test_check(const char *dev)
+{
+	static gpufile_check_item_t items[256];
+	char want[64];
+	struct stat st;
+	int n = gpufile_check(dev, items, 256), found = 0;
+
+	CHECK_EQ(stat(dev, &st), 0);
+	for (int i = 0; i < n && i < 256; i++) {
+		const gpufile_check_item_t *it = &items[i];
+
+		if (strcmp(it->name, "file") == 0) {
+			found++;
+			CHECK(it->status == GPUFILE_CHECK_PASS);
+			CHECK_CONTAINS(it->value, "(4194304 bytes)");
+			CHECK_CONTAINS(it->why, "a block device this user can");
+		} else if (strcmp(it->name, "file.fs") == 0) {
+			found++;
+			CHECK(strcmp(it->value, "n/a") == 0);
+			CHECK_CONTAINS(it->why, "a raw block device");
+		} else if (strcmp(it->name, "file.block_device") == 0) {
+			found++;
+			snprintf(want, sizeof(want), "%s (%u:%u)",
+			         strrchr(dev, '/') + 1, major(st.st_rdev),
+			         minor(st.st_rdev));
+			CHECK_CONTAINS(it->value, want);
+		} else if (strcmp(it->name, "file.o_direct") == 0) {
+			found++;
+			CHECK(it->status == GPUFILE_CHECK_PASS);
+		} else {
+			continue;
+		}
+		fprintf(stderr, "  %s: %s: %s\n", it->name, it->value, it->why);
+	}
+	CHECK_EQ(found, 4);
+}
+
 int main(void)
 {
 	const char *backing = test_path("block.img");
@@ -144,6 +187,7 @@ int main(void)
 	fprintf(stderr, "  %s over %s\n", dev, backing);
 	test_reads(dev);
 	test_writes(dev);
+	test_check(dev);
 	detach(dev);
 	gpufile_release();
 	test_cleanup();

@@ -8,10 +8,18 @@
 #include "testlib.h"
 #include "gpufile.h"
 #include "cufile_json.h"
+#include "cufile_shim.h"
+#include "decide.h"
+#include "internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -409,6 +417,174 @@ static void test_cli_bad_setting(void)
 	CHECK_CONTAINS(why, "GPUFILE_TASK_SIZE=\\\"bogus\\\": not a size");
 }
 
+/* The path swapped for a FIFO while gpufile_check runs. The checks used
+ * to reopen the path by name (for O_DIRECT, for cuFile's registration),
+ * with a blocking open() that waited forever for a writer once a FIFO
+ * was there; they now all use the descriptor of the first open. The swap
+ * is made from the platform hook (nvidia-fs "loaded", so that cuFile's
+ * registration is asked), which runs after the file's first checks and
+ * before cuFile's registration. The FIFO is held open for writing, so
+ * that an open by name returns instead of hanging the test (with
+ * O_DIRECT it then fails, EINVAL, and cuFile was not asked); inotify
+ * counts the opens of the FIFO: none may happen. */
+static const char *swap_fifo, *swap_path;
+static int swaps;
+
+static int swapping_nvfs_loaded(char *why, size_t len)
+{
+	if (swaps++ == 0)
+		CHECK_EQ(rename(swap_fifo, swap_path), 0);
+	snprintf(why, len, "nvidia-fs is loaded (test)");
+	return 1;
+}
+
+static void test_fifo_swap(void)
+{
+	const char *path = test_path("swapped");
+	const char *fifo = test_path("fifo");
+	const gpufile_check_item_t *it;
+	char events[4096];
+	int writer, watch, n;
+
+	CHECK_EQ(test_make_file(path, 65536, 4), 0);
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	/* A FIFO given as the path is refused, without waiting. */
+	n = gpufile_check(fifo, items, MAX);
+	it = find(n, "file");
+	CHECK(it && it->status == GPUFILE_CHECK_FAIL &&
+	      strstr(it->why, "not a regular file or block device"));
+
+	writer = open(fifo, O_RDWR | O_CLOEXEC); /* does not wait */
+	watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	CHECK(writer >= 0 && watch >= 0);
+	CHECK(inotify_add_watch(watch, fifo, IN_OPEN) >= 0);
+	gpufile__cufile_reset();
+	CHECK_EQ(gpufile_config_set("cufile_library", FAKE_CUFILE_PATH), 0);
+	swap_fifo = fifo;
+	swap_path = path;
+	swaps = 0;
+	gpufile__platform.nvfs_loaded = swapping_nvfs_loaded;
+	n = gpufile_check(path, items, MAX);
+	gpufile__platform_reset();
+	CHECK_EQ(swaps, 1);
+	CHECK(read(watch, events, sizeof(events)) < 0 && errno == EAGAIN);
+	/* cuFile registered the file that was opened, not the FIFO. */
+	it = find(n, "predict.gpufile");
+	CHECK(it && strcmp(it->value, "cufile") == 0);
+	if (it)
+		fprintf(stderr, "swapped for a FIFO: %s: %s\n", it->value,
+		        it->why);
+	close(watch);
+	close(writer);
+	unlink(path);
+	gpufile__cufile_reset();
+	gpufile_config_reset();
+}
+
+/* An O_DIRECT pread that fails with EIO. */
+static ssize_t direct_pread_eio(int fd, void *buf, size_t len, off_t off)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && (fl & O_DIRECT)) {
+		errno = EIO;
+		return -1;
+	}
+	return pread(fd, buf, len, off);
+}
+
+/* file.o_direct says that an aligned 4 KiB read succeeds: the read is
+ * made for a file of any size (it was skipped below 4 KiB, and the item
+ * passed whatever the read would have given). */
+static void test_o_direct_small(void)
+{
+	const char *path = test_path("small");
+	const gpufile_check_item_t *it;
+	int n;
+
+	CHECK_EQ(test_make_file(path, 1000, 5), 0);
+	n = gpufile_check(path, items, MAX);
+	it = find(n, "file.o_direct");
+	CHECK(it != NULL);
+	if (it && it->status != GPUFILE_CHECK_PASS) {
+		fprintf(stderr,
+		        "O_DIRECT refused here (%s): small-file "
+		        "part skipped\n",
+		        it->value);
+		return;
+	}
+	CHECK_CONTAINS(it->why, "aligned 4 KiB read at offset 0 succeed");
+	gpufile__sys.pread = direct_pread_eio;
+	n = gpufile_check(path, items, MAX);
+	gpufile__sys_reset();
+	it = find(n, "file.o_direct");
+	CHECK(it && it->status == GPUFILE_CHECK_FAIL);
+	if (it)
+		CHECK_CONTAINS(it->value, "read: Input/output error");
+}
+
+/* mountinfo writes a space in a mount point as \040: decoded before the
+ * comparison with the file's path. */
+static void test_mountinfo_unescape(void)
+{
+	char a[] = "/mnt/with\\040space\\011tab\\012nl\\134bs";
+	char b[] = "/plain/path", c[] = "trailing\\04", d[] = "\\400\\x";
+
+	gpufile__mountinfo_unescape(a);
+	CHECK(strcmp(a, "/mnt/with space\ttab\nnl\\bs") == 0);
+	gpufile__mountinfo_unescape(b);
+	CHECK(strcmp(b, "/plain/path") == 0);
+	gpufile__mountinfo_unescape(c); /* not an escape: kept */
+	CHECK(strcmp(c, "trailing\\04") == 0);
+	gpufile__mountinfo_unescape(d);
+	CHECK(strcmp(d, "\\400\\x") == 0);
+}
+
+/* A file under a mount point whose name has a space (a tmpfs mounted in a
+ * mount namespace of a child's own): file.fs finds the mount. Needs
+ * unshare(CLONE_NEWNS) (root); skipped without it. */
+static void test_mount_with_space(void)
+{
+	char point[600], file[700];
+	int status = 0;
+	pid_t pid;
+
+	snprintf(point, sizeof(point), "%s/mount point", test_dir());
+	snprintf(file, sizeof(file), "%s/f", point);
+	CHECK_EQ(mkdir(point, 0700), 0);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		const gpufile_check_item_t *it;
+		char want[700];
+		int n;
+
+		if (unshare(CLONE_NEWNS) ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount("gpufile test", point, "tmpfs", 0, "size=1m"))
+			_exit(77);
+		if (test_make_file(file, 4096, 6))
+			_exit(2);
+		n = gpufile_check(file, items, MAX);
+		it = find(n, "file.fs");
+		snprintf(want, sizeof(want),
+		         "tmpfs on gpufile test (mounted at %s)", point);
+		if (!it || strcmp(it->value, want) != 0) {
+			fprintf(stderr, "file.fs: %s: %s\n",
+			        it ? it->value : "(none)", it ? it->why : "");
+			_exit(1);
+		}
+		_exit(0);
+	}
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+		fprintf(stderr, "no mount namespace (unshare): mount point "
+		                "with a space skipped\n");
+	else
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	rmdir(point);
+}
+
 int main(void)
 {
 	unsetenv("CUFILE_ENV_PATH_JSON");
@@ -419,6 +595,10 @@ int main(void)
 	test_unreadable();
 	test_cli_bad_json();
 	test_cli_bad_setting();
+	test_fifo_swap();
+	test_o_direct_small();
+	test_mountinfo_unescape();
+	test_mount_with_space();
 	test_cleanup();
 	return test_finish("test_check");
 }
