@@ -52,32 +52,59 @@ static int64_t cached_pages_cachestat(int fd, uint64_t off, uint64_t len)
 	return (int64_t)cs.nr_cache;
 }
 
+/* A descriptor of fd's file that a PROT_READ mapping accepts: fd itself
+ * where it was opened for reading, else (a "w" or "a" handle, which
+ * mmap refuses with EACCES) a read-only reopen of /proc/self/fd/FD, the
+ * same file whatever its path names now. Returns it or -errno; *reopened
+ * says whether the caller closes it. */
+static int readable_fd(int fd, int *reopened)
+{
+	char fdpath[64];
+	int fl = fcntl(fd, F_GETFL), rfd;
+
+	*reopened = 0;
+	if (fl < 0)
+		return -errno;
+	if ((fl & O_ACCMODE) != O_WRONLY)
+		return fd;
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	rfd = gpufile__sys.open(fdpath, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+	if (rfd < 0)
+		return -errno;
+	*reopened = 1;
+	return rfd;
+}
+
 /* The same by mincore over a mapping of the range; per page in vec. */
 static int mincore_vec(int fd, uint64_t off, uint64_t len, unsigned char **vec)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	size_t npages = (size_t)(len / page);
 	void *map;
+	int reopened, e = 0;
 
+	fd = readable_fd(fd, &reopened);
+	if (fd < 0)
+		return fd;
 	*vec = malloc(npages ? npages : 1);
+	map = *vec ? mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd,
+	                  (off_t)off)
+	           : MAP_FAILED;
 	if (!*vec)
-		return -ENOMEM;
-	map = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, fd, (off_t)off);
-	if (map == MAP_FAILED) {
-		int e = -errno;
-		free(*vec);
-		*vec = NULL;
-		return e;
-	}
-	if (mincore(map, (size_t)len, *vec) < 0) {
-		int e = -errno;
+		e = -ENOMEM;
+	else if (map == MAP_FAILED)
+		e = -errno;
+	else if (mincore(map, (size_t)len, *vec) < 0)
+		e = -errno;
+	if (map != MAP_FAILED)
 		munmap(map, (size_t)len);
+	if (reopened)
+		gpufile__sys.close(fd);
+	if (e) {
 		free(*vec);
 		*vec = NULL;
-		return e;
 	}
-	munmap(map, (size_t)len);
-	return 0;
+	return e;
 }
 
 /* The error where the kernel does not show this process the file's page
