@@ -10,7 +10,6 @@
 #include "cuda_shim.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,14 +153,7 @@ const struct gpufile__cuda *gpufile__cuda(void)
 	return t;
 }
 
-static _Atomic unsigned long long adds_at_last_miss = ~0ull;
-
-static int count_loads(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	*(unsigned long long *)data = info->dlpi_adds;
-	return 1; /* the first object carries the process-wide count */
-}
+static unsigned long long adds_at_last_miss = ~0ull; /* under dl_lock */
 
 const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 {
@@ -179,19 +171,17 @@ const struct gpufile__cuda *gpufile__cuda_if_loaded(void)
 	 * RTLD_NOLOAD still searches the library path (four failed openat
 	 * calls, ~15 us), so ask only when the loader's count of loaded
 	 * objects has moved since the last miss. */
-	adds = 0;
-	dl_iterate_phdr(count_loads, &adds);
-	if (adds ==
-	    atomic_load_explicit(&adds_at_last_miss, memory_order_relaxed))
-		return NULL;
-	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (!lib) {
-		atomic_store_explicit(&adds_at_last_miss, adds,
-		                      memory_order_relaxed);
-		return NULL;
-	}
-	dlclose(lib);
-	return gpufile__cuda();
+	gpufile__dl_lock();
+	adds = gpufile__dl_adds();
+	lib = adds == adds_at_last_miss
+	          ? NULL
+	          : dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (lib)
+		dlclose(lib);
+	else
+		adds_at_last_miss = adds;
+	gpufile__dl_unlock();
+	return lib ? gpufile__cuda() : NULL;
 }
 
 void gpufile__cuda_override(const struct gpufile__cuda *table)

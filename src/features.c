@@ -40,17 +40,61 @@ static int uring_usable(void)
 #endif
 }
 
+/*
+ * What loadable() learnt of each library name, under dl_lock (fork.c).
+ * A library found stays loaded (it is never closed), so found is final. A
+ * miss is final for the search of the library path: a library installed
+ * there later is seen by a later process, as the shims, which also try
+ * once, see it. What can still change is that the program loads the
+ * library itself (by a full path, say): so after a miss, the library is
+ * asked for again without a search (RTLD_NOLOAD) whenever the loader's
+ * count of loaded objects has moved. Before, every gpufile_features()
+ * call searched again, and a fork() in the middle of that dlopen crashed
+ * the child (fork.c).
+ */
+#define MAX_KNOWN 4
+static struct known_library {
+	char name[256];
+	int found;
+	unsigned long long adds; /* gpufile__dl_adds() when last asked */
+} known[MAX_KNOWN];
+static int nknown;
+
 /* Whether library name can be loaded. A library this process already holds
  * counts without a search. One loaded here stays loaded, as the shims keep
  * theirs: neither libcuda nor libcufile supports being unloaded safely. No
  * initializing call (cuInit, cuFileDriverOpen) is made. */
 static int loadable(const char *name)
 {
-	void *lib = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+	struct known_library *k = NULL;
+	unsigned long long adds;
+	void *lib = NULL;
+	int found;
 
-	if (!lib)
+	gpufile__dl_lock();
+	adds = gpufile__dl_adds();
+	for (int i = 0; i < nknown && !k; i++)
+		if (strcmp(known[i].name, name) == 0)
+			k = &known[i];
+	if (k && (k->found || k->adds == adds)) {
+		found = k->found;
+		goto out;
+	}
+	lib = dlopen(name, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+	if (!lib && !k)
 		lib = dlopen(name, RTLD_LAZY | RTLD_LOCAL);
-	return lib != NULL;
+	found = lib != NULL;
+	if (!k && nknown < MAX_KNOWN && strlen(name) < sizeof(k->name)) {
+		k = &known[nknown++];
+		snprintf(k->name, sizeof(k->name), "%s", name);
+	}
+	if (k) {
+		k->found = found;
+		k->adds = gpufile__dl_adds();
+	}
+out:
+	gpufile__dl_unlock();
+	return found;
 }
 
 static int cufile_usable(void)

@@ -24,11 +24,14 @@
  *   6. cuda_lock (cuda_shim.c)
  *   7. config_lock (config.c)
  *   8. batches.lock (batch.c: the list of batches)
+ *   9. dl_lock (this file: the dynamic loader, below)
  * The statistics locks (stats.c) are outside this order: stats.c
  * resets them in the child itself.
  */
+#define _GNU_SOURCE
 #include "internal.h"
 
+#include <link.h>
 #include <pthread.h>
 
 static struct {
@@ -50,6 +53,44 @@ void gpufile__fork_untrack(struct gpufile *h)
 	pthread_mutex_unlock(&handles.lock);
 }
 
+/*
+ * glibc's dynamic loader is not safe to fork in the middle of: a child
+ * forked while another thread was inside dlopen() crashed in the loader
+ * (SIGSEGV in _dl_load_cache_lookup, 34 of 300 children forked while a
+ * thread looped on gpufile_features(); a bare dlopen() loop does the
+ * same). So every dlopen, dlclose and dl_iterate_phdr of the library
+ * (features.c, cuda_shim.c's gpufile__cuda_if_loaded, probe.c) holds
+ * dl_lock, which prepare takes last. The shims' loaders dlopen under
+ * cufile_lock and cuda_lock, which prepare holds already. dl_lock is the
+ * last lock of the order: its holders take no other.
+ */
+static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void gpufile__dl_lock(void)
+{
+	pthread_mutex_lock(&dl_lock);
+}
+
+void gpufile__dl_unlock(void)
+{
+	pthread_mutex_unlock(&dl_lock);
+}
+
+static int count_adds(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	*(unsigned long long *)data = info->dlpi_adds;
+	return 1; /* the first object carries the process-wide count */
+}
+
+unsigned long long gpufile__dl_adds(void)
+{
+	unsigned long long adds = 0;
+
+	dl_iterate_phdr(count_adds, &adds);
+	return adds;
+}
+
 static void prepare(void)
 {
 	struct gpufile *h;
@@ -65,6 +106,7 @@ static void prepare(void)
 	gpufile__cuda_atfork_prepare();
 	gpufile__config_atfork_prepare();
 	gpufile__batch_atfork_prepare();
+	pthread_mutex_lock(&dl_lock);
 }
 
 static void unlock_handles(void)
@@ -78,6 +120,7 @@ static void unlock_handles(void)
 
 static void parent(void)
 {
+	pthread_mutex_unlock(&dl_lock);
 	gpufile__batch_atfork_parent();
 	gpufile__config_atfork_parent();
 	gpufile__cuda_atfork_parent();
@@ -93,6 +136,7 @@ static void parent(void)
  * only thread: it may release them. */
 static void child(void)
 {
+	pthread_mutex_unlock(&dl_lock);
 	gpufile__config_atfork_child();
 	gpufile__cuda_atfork_child();
 	gpufile__cufile_atfork_child();

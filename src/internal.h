@@ -519,6 +519,15 @@ extern void (*gpufile__pool_task_hook)(struct gpufile__request *r, int64_t off);
  * handles whose locks the fork handlers hold across fork(). */
 void gpufile__fork_track(struct gpufile *h);
 void gpufile__fork_untrack(struct gpufile *h);
+/* dl_lock (fork.c), held across fork(): taken around every dlopen,
+ * dlclose and dl_iterate_phdr of the library outside the shims' loaders,
+ * since glibc's loader is not safe to fork in the middle of. The last
+ * lock of the library's order: nothing else is taken while it is held. */
+void gpufile__dl_lock(void);
+void gpufile__dl_unlock(void);
+/* The loader's count of objects loaded into the process so far (it moves
+ * whenever any library is loaded). Caller holds dl_lock. */
+unsigned long long gpufile__dl_adds(void);
 /* Each module's part of fork: prepare takes the module's locks (in the
  * library's lock order, written in fork.c), parent releases them, child
  * releases them and makes the module's state the child's own. */

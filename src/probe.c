@@ -147,12 +147,14 @@ static void check_cufile(struct list *l, struct cufile_probe *cp)
 		return;
 	}
 	cp->found = 1;
+	gpufile__dl_lock();
 	lib = dlopen(info.library, RTLD_NOW | RTLD_NOLOAD);
 	if (lib && dlinfo(lib, RTLD_DI_LINKMAP, &map) == 0 && map &&
 	    map->l_name && !realpath(map->l_name, where))
 		snprintf(where, sizeof(where), "%s", map->l_name);
 	if (lib)
 		dlclose(lib);
+	gpufile__dl_unlock();
 	if (info.version)
 		snprintf(version, sizeof(version), "%d.%d (%d)",
 		         info.version / 1000, (info.version % 1000) / 10,
