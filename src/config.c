@@ -529,6 +529,21 @@ static const char *path_getenv(const char *var)
 	return text;
 }
 
+/* Variables that name a file gpufile reads but are no setting of its own:
+ * read through gpufile__path_getenv, and warned about with the settings
+ * when ignored. */
+static const char *const path_variables[] = {"CUFILE_ENV_PATH_JSON"};
+
+const char *gpufile__path_getenv(const char *var)
+{
+	return secure_getenv(var);
+}
+
+int gpufile__path_ignored(const char *var)
+{
+	return getenv(var) && !gpufile__path_getenv(var);
+}
+
 /* Takes text from variable var as st's value. Caller holds config_lock. */
 static void take(struct setting *st, const char *var, const char *text,
                  gpufile_source_t source)
@@ -816,6 +831,8 @@ static void ensure_loaded(void)
 	nwarnings = 0;
 	for (int i = 0; i < NSETTINGS; i++)
 		load_one(&settings[i]);
+	for (int i = 0; i < COUNT(path_variables); i++)
+		(void)path_getenv(path_variables[i]); /* for its warning */
 	check_names();
 	loaded = 1;
 }

@@ -449,7 +449,7 @@ static int slurp(const char *path, char **text, size_t *len, const char **kind)
 static int config_load(const char *path, gpufile_cufile_config_t *out)
 {
 	/* A path to read: ignored by a privileged (setuid) process. */
-	const char *env = secure_getenv("CUFILE_ENV_PATH_JSON");
+	const char *env = gpufile__path_getenv("CUFILE_ENV_PATH_JSON");
 	const char *source, *kind = NULL;
 	char *text = NULL;
 	size_t len = 0;

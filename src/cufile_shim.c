@@ -239,7 +239,7 @@ static void apply_stats_level(unsigned level)
  * parse: cufile_json.c judges the file; this only asks one number. */
 static int json_stats_level(void)
 {
-	const char *path = secure_getenv("CUFILE_ENV_PATH_JSON");
+	const char *path = gpufile__path_getenv("CUFILE_ENV_PATH_JSON");
 	char text[65536];
 	ssize_t n;
 	int fd, level = -1;

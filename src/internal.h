@@ -99,6 +99,12 @@ int gpufile__parse_status_codes(const char *text, int *codes, int max);
 /* Copies the value of string setting name (e.g. "cufile_library") into
  * out (len bytes). Returns 0, -ENOENT or GPUFILE_ECONFIG. */
 int gpufile__config_string(const char *name, char *out, size_t len);
+/* Variable var (CUFILE_ENV_PATH_JSON), which names a file to read: NULL
+ * when unset, and in secure execution (setuid, setgid, capabilities),
+ * where it is ignored and the configuration warnings say so (config.c).
+ * gpufile__path_ignored: whether var is set but ignored so. */
+const char *gpufile__path_getenv(const char *var);
+int gpufile__path_ignored(const char *var);
 
 /* ---- system calls (sys.c) ---- */
 

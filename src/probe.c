@@ -419,9 +419,12 @@ static int check_cufile_json(struct list *l, gpufile_cufile_config_t *cfg)
 		    "read and parsed (path from %s)", cfg->path_source);
 	else if (rc == 0)
 		add(l, "cufile.json", GPUFILE_CHECK_PASS, "none",
-		    "CUFILE_ENV_PATH_JSON is unset and /etc/cufile.json is "
+		    "CUFILE_ENV_PATH_JSON is %s and /etc/cufile.json is "
 		    "absent: cuFile uses its built-in defaults (below: "
-		    "gpufile's model of the cuFile 1.15 defaults)");
+		    "gpufile's model of the cuFile 1.15 defaults)",
+		    gpufile__path_ignored("CUFILE_ENV_PATH_JSON")
+		        ? "set but ignored (raised privileges)"
+		        : "unset");
 	else if (rc == -ENOTSUP)
 		add(l, "cufile.json", GPUFILE_CHECK_UNKNOWN, cfg->path, "%s",
 		    gpufile_errmsg());
@@ -493,6 +496,12 @@ static void check_cufile_env(struct list *l)
 			st = GPUFILE_CHECK_UNKNOWN;
 			why = "enables GDS on file systems NVIDIA lists as "
 			      "experimental: support is not guaranteed";
+		} else if (strncmp(*e, "CUFILE_ENV_PATH_JSON=", 21) == 0 &&
+		           gpufile__path_ignored("CUFILE_ENV_PATH_JSON")) {
+			st = GPUFILE_CHECK_UNKNOWN;
+			why = "set but ignored (raised privileges: setuid, "
+			      "setgid or capabilities): gpufile reads "
+			      "/etc/cufile.json instead (see gpufile config)";
 		} else if (strncmp(*e, "CUFILE_ENV_PATH_JSON=", 21) == 0) {
 			why = "the cufile.json cuFile reads (instead of "
 			      "/etc/cufile.json)";

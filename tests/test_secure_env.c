@@ -4,8 +4,11 @@
  * program, run by the unprivileged user nobody, must not take
  * GPUFILE_CUFILE_LIBRARY, KVIKIO_CUFILE_LIBRARY or CUFILE_ENV_PATH_JSON
  * from the environment (glibc's secure_getenv returns NULL where AT_SECURE
- * is set), and must say so in the configuration warnings. The same copy
- * without the setuid bit must take them: that shows the check can fail.
+ * is set), and must say so in the configuration warnings, one for each
+ * (CUFILE_ENV_PATH_JSON was ignored without one), and gpufile_check must
+ * say that CUFILE_ENV_PATH_JSON is set but ignored (it said "unset" and
+ * "the cufile.json cuFile reads"). The same copy without the setuid bit
+ * must take them: that shows the check can fail.
  *
  * Needs root (to make a setuid-root file and to run it as nobody through
  * setpriv) and a file system that honours setuid; skips (77) otherwise.
@@ -23,21 +26,43 @@
 #define EVIL "/nonexistent/evil.so"
 #define JSON "/nonexistent/evil.json"
 
+/* How gpufile_check describes CUFILE_ENV_PATH_JSON: 'i' where its item
+ * says it is ignored, 'u' where any item says it is unset, '-' neither. */
+static char check_says(void)
+{
+	static gpufile_check_item_t items[256];
+	int n = gpufile_check(NULL, items, 256);
+	char says = '-';
+
+	for (int i = 0; i < n && i < 256; i++) {
+		if (strcmp(items[i].name, "env CUFILE_ENV_PATH_JSON") == 0 &&
+		    strstr(items[i].why, "set but ignored (raised privileges"))
+			says = 'i';
+		if (strstr(items[i].why, "CUFILE_ENV_PATH_JSON is unset"))
+			return 'u';
+	}
+	return says;
+}
+
 /* Run as the helper: prints what the library took. */
 static int show(void)
 {
 	gpufile_cufile_config_t cfg;
 	char lib[512] = "", w[512];
-	int ignored = 0;
+	int ignored = 0, json = 0;
 
 	gpufile__config_string("cufile_library", lib, sizeof(lib));
 	GPUFILE_INIT(cfg);
 	gpufile_cufile_config_load(NULL, &cfg);
 	for (int i = 0; gpufile_config_warning(i, w, sizeof(w)) == 0; i++)
-		if (strstr(w, "is ignored: this program runs with raised"))
+		if (strstr(w, "is ignored: this program runs with raised")) {
 			ignored++;
-	printf("library=%s json=%s ignored=%d secure=%d\n", lib,
-	       cfg.path_source, ignored, secure_getenv("HOME") == NULL);
+			json += strstr(w, "CUFILE_ENV_PATH_JSON") != NULL;
+		}
+	printf("library=%s json=%s ignored=%d json_warned=%d check=%c "
+	       "secure=%d\n",
+	       lib, cfg.path_source, ignored, json, check_says(),
+	       secure_getenv("HOME") == NULL);
 	return 0;
 }
 
@@ -116,7 +141,7 @@ int main(int argc, char **argv)
 		return TEST_SKIP;
 	}
 	CHECK_CONTAINS(out, "library=" EVIL " json=CUFILE_ENV_PATH_JSON "
-	                    "ignored=0 secure=0");
+	                    "ignored=0 json_warned=0 check=- secure=0");
 
 	CHECK_EQ(copy_self(helper, 04755), 0);
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
@@ -132,7 +157,8 @@ int main(int argc, char **argv)
 		 * GPU machine has /etc/cufile.json), never the variable. */
 		CHECK_CONTAINS(out, "library=libcufile.so.0 json=");
 		CHECK(strstr(out, "json=CUFILE_ENV_PATH_JSON") == NULL);
-		CHECK_CONTAINS(out, " ignored=1 secure=1");
+		CHECK_CONTAINS(out, " ignored=2 json_warned=1 check=i "
+		                    "secure=1");
 	}
 	unlink(helper);
 	rmdir(dir);
