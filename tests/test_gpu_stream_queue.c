@@ -192,7 +192,7 @@ static void remote_read(gpufile_t *dev, void *dst)
 int main(void)
 {
 	gpufile_t *dev = NULL, *local = NULL;
-	unsigned char *host = malloc(LOCAL_SIZE);
+	unsigned char *host;
 	const char *dev_path, *local_path;
 	void *dst = NULL;
 
@@ -203,6 +203,7 @@ int main(void)
 		       gpufile_errmsg());
 		return TEST_SKIP;
 	}
+	host = malloc(LOCAL_SIZE);
 	if (!host || load_driver()) {
 		fprintf(stderr, "cannot reach libcuda.so.1's entry points\n");
 		return 1;
