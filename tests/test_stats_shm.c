@@ -30,6 +30,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BATCH     100
@@ -780,6 +781,25 @@ static double max_after(const char *text, const char *key)
  * segment whose counters start again. The rates of that sample used to
  * be the wrapped difference (about 1.8e19 requests per second); now the
  * sample has none, and a note says why. */
+/* Appends lines of w to out (len bytes, n used) until they hold want,
+ * the stream ends or limit_s seconds have passed; returns the new n. */
+static size_t read_until(FILE *w, char *out, size_t len, size_t n,
+                         const char *want, int limit_s)
+{
+	struct timespec t0, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	out[n] = '\0';
+	while (w && !strstr(out, want) && n + 1 < len &&
+	       fgets(out + n, (int)(len - n), w)) {
+		n += strlen(out + n);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > limit_s)
+			break;
+	}
+	return n;
+}
+
 static void test_watch_exec(void)
 {
 	char cmd[1200], out[1 << 16], one[1];
@@ -820,13 +840,17 @@ static void test_watch_exec(void)
 	         (int)pid);
 	w = popen(cmd, "r");
 	CHECK(w != NULL);
-	usleep(350 * 1000); /* a few samples of the first image */
+	/* Samples of the first image (its rates seen), then the exec, then
+	 * samples until the watcher has seen the new image: read as they
+	 * come, not after fixed sleeps (600 ms was too short for the exec
+	 * under ASan on a loaded machine). At most 120 s: a watcher that
+	 * never says so fails below instead of hanging. */
+	n = read_until(w, out, sizeof(out), 0, "\"read_iops\": ", 120);
 	CHECK_EQ(write(go[1], "g", 1), 1);
-	usleep(600 * 1000);
+	n = read_until(w, out, sizeof(out), n, "is a new process (or exec()ed)",
+	               120);
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
-	n = w ? fread(out, 1, sizeof(out) - 1, w) : 0;
-	out[n] = '\0';
 	if (w)
 		pclose(w);
 	close(ready[0]);
