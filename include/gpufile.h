@@ -1247,12 +1247,10 @@ gpufile_safetensors_load_tensors(const gpufile_safetensors_t *st, int n,
  * where the driver refuses stream memory operations, a host function
  * holds the stream instead ("host-func"); a driver with neither makes
  * the call block as for device memory. A call on another thread that
- * synchronises the whole context (loading a module, as CuPy's or
- * PyTorch's first use of a kernel does; cuCtxSynchronize) can deadlock
- * with a staged write, a host-memory request, or a read queued behind a
- * stream-ordered write, while one is in flight: the stream waits for a
- * gpufile thread that makes a CUDA call first (gpufile_read_async(3)).
- * A staged read is safe.
+ * synchronises the whole context while a request is in flight (loading
+ * a module, as CuPy's or PyTorch's first use of a kernel does) no
+ * longer deadlocks with it: gpufile's threads destroy no event while a
+ * stream waits for them (gpufile_read_async(3) says what was tested).
  *
  * Where gpufile differs from KvikIO's FileHandle::read_async and from
  * cuFileReadAsync on purpose: size and offsets are values read at the
