@@ -34,8 +34,7 @@ static int decide_device(const struct gpufile__facts *f,
 {
 	const struct gpufile__settings *cfg = f->cfg;
 	const int off = cfg->compat_mode == GPUFILE_COMPAT_OFF;
-	const int cheap_accel =
-	    (f->nvfs_loaded || f->p2pdma_possible) && !f->cufile_forced;
+	const int cheap_accel = f->nvfs_loaded || f->p2pdma_possible;
 
 	if (cfg->compat_mode == GPUFILE_COMPAT_ON)
 		return snprintf(d->reason, sizeof(d->reason),
@@ -290,15 +289,17 @@ void gpufile__platform_reset(void)
 	gpufile__platform.p2pdma_possible = real_p2pdma_possible;
 }
 
+int gpufile__env_true(const char *v)
+{
+	return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0 ||
+	             strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0);
+}
+
 const char *gpufile__cufile_forced_compat(void)
 {
-	static const char *const yes[] = {"true", "1", "yes", "on"};
 	const char *v = getenv("CUFILE_FORCE_COMPAT_MODE");
 
-	for (size_t i = 0; v && i < sizeof(yes) / sizeof(yes[0]); i++)
-		if (strcasecmp(v, yes[i]) == 0)
-			return v;
-	return NULL;
+	return gpufile__env_true(v) ? v : NULL;
 }
 
 void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)

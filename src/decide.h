@@ -66,8 +66,10 @@ struct gpufile__decision {
 void gpufile__decide(const struct gpufile__facts *f,
                      struct gpufile__decision *d);
 
-/* CUFILE_FORCE_COMPAT_MODE's value where it says true (true, 1, yes, on,
- * any case), else NULL. */
+/* Whether a cuFile environment value says true (true, 1, yes, on; any
+ * case), as gpufile check reads them. */
+int gpufile__env_true(const char *v);
+/* CUFILE_FORCE_COMPAT_MODE's value where it says true, else NULL. */
 const char *gpufile__cufile_forced_compat(void);
 
 /* gpufile__decide() for a source whose path its kind alone settles (mmap,

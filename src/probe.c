@@ -454,12 +454,6 @@ static int check_cufile_json(struct list *l, gpufile_cufile_config_t *cfg)
 	return rc;
 }
 
-static int env_true(const char *v)
-{
-	return v && (strcasecmp(v, "true") == 0 || strcmp(v, "1") == 0 ||
-	             strcasecmp(v, "yes") == 0 || strcasecmp(v, "on") == 0);
-}
-
 static void check_cufile_env(struct list *l)
 {
 	int any = 0;
@@ -477,7 +471,7 @@ static void check_cufile_env(struct list *l)
 		v = eq + 1;
 		any = 1;
 		if (strncmp(*e, "CUFILE_FORCE_COMPAT_MODE=", 25) == 0) {
-			if (env_true(v)) {
+			if (gpufile__env_true(v)) {
 				st = GPUFILE_CHECK_FAIL;
 				why =
 				    "cuFile is forced into compatibility mode: "
@@ -487,7 +481,7 @@ static void check_cufile_env(struct list *l)
 				why = "compatibility mode not forced";
 			}
 		} else if (strncmp(*e, "CUFILE_ALLOW_COMPAT_MODE=", 25) == 0) {
-			why = env_true(v)
+			why = gpufile__env_true(v)
 			          ? "cuFile may fall back to its posix "
 			            "path where GDS is unavailable"
 			          : "cuFile fails instead of falling back "
@@ -962,7 +956,7 @@ static void predict_cufile(const struct file_facts *ff,
 
 	p->status = GPUFILE_CHECK_FAIL;
 	p->path = "posix";
-	if (env_true(getenv("CUFILE_FORCE_COMPAT_MODE"))) {
+	if (gpufile__cufile_forced_compat()) {
 		snprintf(p->why, sizeof(p->why),
 		         "CUFILE_FORCE_COMPAT_MODE=%s: cuFile's compatibility "
 		         "path",
