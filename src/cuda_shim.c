@@ -484,6 +484,15 @@ int gpufile__ctx_id(const struct gpufile__cuda *t, CUcontext ctx,
 	return t->cuCtxGetId(ctx, id) == CUDA_SUCCESS ? 0 : -1;
 }
 
+CUresult gpufile__ctx_restore(const struct gpufile__cuda *t, CUcontext old)
+{
+	unsigned long long id;
+
+	if (old && gpufile__ctx_id(t, old, &id))
+		old = NULL;
+	return t->cuCtxSetCurrent(old);
+}
+
 int gpufile__ctx_same(const struct gpufile__cuda *t, CUcontext ctx,
                       unsigned long long id)
 {

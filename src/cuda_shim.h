@@ -153,12 +153,18 @@ int gpufile__primary_context(int device, void **ctx);
  * gpufile__ctx_same: 1 when ctx is non-NULL and still has id (always,
  * where the driver lacks cuCtxGetId: there the handle is all there is).
  * gpufile__current_device: the current context's device ordinal, or 0.
+ * gpufile__ctx_restore: makes old current again, as a call that switched
+ * contexts must leave its caller; NULL instead where old has ended. A
+ * worker thread's current context is whatever its last task left, and
+ * may have been reset since: putting that back was such a call on a dead
+ * handle (test_context_reset counted it, one run in about ten).
  */
 int gpufile__ctx_id(const struct gpufile__cuda *t, CUcontext ctx,
                     unsigned long long *id);
 int gpufile__ctx_same(const struct gpufile__cuda *t, CUcontext ctx,
                       unsigned long long id);
 int gpufile__current_device(const struct gpufile__cuda *t);
+CUresult gpufile__ctx_restore(const struct gpufile__cuda *t, CUcontext old);
 
 /* The calling thread's current context, else device 0's primary one.
  * Returns 0, or an error (no CUDA, no device). */

@@ -350,7 +350,7 @@ static void pop_context(void *ctx, CUcontext old)
 	const struct gpufile__cuda *cu = gpufile__cuda_if_loaded();
 
 	if (cu && ctx && old != (CUcontext)ctx)
-		cu->cuCtxSetCurrent(old);
+		gpufile__ctx_restore(cu, old);
 }
 
 const struct gpufile__cufile *gpufile__cufile_open(void *ctx, int *err,

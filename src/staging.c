@@ -253,7 +253,7 @@ static void pool_send(const struct gpufile__cuda *t, struct copy_queue *cq)
 	if (rc != CUDA_SUCCESS || rec != CUDA_SUCCESS)
 		t->cuStreamSynchronize(cq->stream);
 	if (caller != cq->ctx)
-		t->cuCtxSetCurrent(caller);
+		gpufile__ctx_restore(t, caller);
 	for (unsigned i = 0; i < cq->n; i++) {
 		const struct pooled_copy *p = &cq->q[i];
 
@@ -390,7 +390,7 @@ static void pool_release(const struct gpufile__cuda *t)
 	}
 	pthread_mutex_unlock(&pool.lock);
 	if (restore)
-		t->cuCtxSetCurrent(caller);
+		gpufile__ctx_restore(t, caller);
 }
 
 static void settle_deferred(const struct gpufile__cuda *t, struct stager *s);
@@ -522,7 +522,7 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	s->buf_size = 0;
 	s->next_buf = 0;
 	if (restore)
-		t->cuCtxSetCurrent(caller);
+		gpufile__ctx_restore(t, caller);
 }
 
 /* Gives s a stream and its events in the current context, s->ctx.

@@ -176,7 +176,7 @@ static int add_slab(const struct gpufile__cuda *t, int device, int *k,
 		cr = t->cuMemHostAlloc(&p, 4096,
 		                       CU_MEMHOSTALLOC_PORTABLE |
 		                           CU_MEMHOSTALLOC_DEVICEMAP);
-	t->cuCtxSetCurrent(old);
+	gpufile__ctx_restore(t, old);
 	if (cr != CUDA_SUCCESS)
 		return gpufile__cuda_fail(cr, NULL, 0,
 		                          "%s %s: cuMemHostAlloc of the "
@@ -477,7 +477,7 @@ static void staged_run(const struct gpufile__cuda *t, struct job *j)
 	t->cuCtxGetCurrent(&old);
 	t->cuCtxSetCurrent(j->ctx);
 	gpufile__stage_run(j->stage);
-	t->cuCtxSetCurrent(old);
+	gpufile__ctx_restore(t, old);
 	job_ended(j); /* h may be closed from here */
 	gpufile__stage_free(j->stage);
 	job_free(j);
@@ -510,7 +510,7 @@ static void job_run(struct job *j)
 	else
 		n = gpufile_pread(j->h, j->buf, j->size, j->offset);
 	gpufile__stream_event_put(j->before);
-	t->cuCtxSetCurrent(old);
+	gpufile__ctx_restore(t, old);
 	/* Atomic: a caller may peek at *n_out before the stream gets
 	 * there (StreamFuture.n_out() in Python); it then sees the old
 	 * value or the final one. */
@@ -1351,7 +1351,7 @@ static int stream_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	if (rc == 0 && mech != MECH_CUFILE && mech != MECH_STAGED)
 		rc = start_job(t, h, buf, size, offset, is_write, n_out, ctx,
 		               mech, stream, what);
-	t->cuCtxSetCurrent(old);
+	gpufile__ctx_restore(t, old);
 out:
 	if (prepared)
 		gpufile__request_destroy(&r);

@@ -170,7 +170,7 @@ static struct arena *arena_alloc(const struct gpufile__cuda *t, size_t unit,
 	if (cr == CUDA_SUCCESS)
 		cr = t->cuMemHostAlloc((void **)&a->p, unit * nunits,
 		                       CU_MEMHOSTALLOC_PORTABLE);
-	t->cuCtxSetCurrent(old);
+	gpufile__ctx_restore(t, old);
 	if (cr != CUDA_SUCCESS) {
 		gpufile__cuda_fail(
 		    cr, NULL, 0,

@@ -15,7 +15,8 @@
  *   bounce buffers: EFAULT, or a crash);
  * - reads into the other device are not disturbed;
  * - a batch used for one device, then for another, copies on a stream of
- *   the second device's context.
+ *   the second device's context;
+ * - a saved context that ended is not made current again.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -172,6 +173,26 @@ static void test_batch_moves(void)
 	gpufile_close(h);
 }
 
+/* A context a call saved, to put back after it switched, may have ended
+ * since (a worker's current context is whatever its last task left): it
+ * is not made current again, NULL is; a live one is. Before
+ * gpufile__ctx_restore, a worker that freed a stager put the reset
+ * context of device 0 back: a stale use in test_reset, one run in ten. */
+static void test_restore_dead(void)
+{
+	int stale = fake_read_int(&stale_uses);
+
+	CHECK_EQ(retain(0), 0);
+	fake_cur = fake_ctx_of(0);
+	fake_ctx_reset(0);
+	CHECK_EQ(gpufile__ctx_restore(&fake, fake_ctx_of(0)), CUDA_SUCCESS);
+	CHECK(fake_cur == NULL);
+	CHECK_EQ(gpufile__ctx_restore(&fake, fake_ctx_of(1)), CUDA_SUCCESS);
+	CHECK(fake_cur == fake_ctx_of(1));
+	CHECK_EQ(fake_read_int(&stale_uses), stale);
+	CHECK_EQ(retain(0), 0);
+}
+
 int main(void)
 {
 	if (fake_install_devices(2) != 0)
@@ -180,6 +201,7 @@ int main(void)
 	CHECK_EQ(test_make_file(path, FILE_SIZE, SEED), 0);
 	test_reset();
 	test_batch_moves();
+	test_restore_dead();
 	gpufile_release();
 	fake_uninstall();
 	return test_finish("test_context_reset");
