@@ -3,19 +3,22 @@
  * GPU memory, timed. Run it as a fresh process per measurement
  * (bench/first_read.sh does, interleaving settings).
  *
- *   first_read FILE
+ *   first_read [--warmup] FILE
  *
  * The device buffer is allocated (and the CUDA context created) before
  * the clock starts: what is timed is gpufile_pread alone, as a program
  * that loads a model sees it (its pool start, pinned buffers, the path
  * decision and, where chosen, cuFile's driver and registration). Prints
- * "seconds path bytes". Exits 77 without a GPU.
+ * "seconds path bytes". With --warmup, gpufile_warmup() runs first, timed
+ * on its own (what a program can take off its first read's path), and the
+ * line is "seconds path bytes warmup-seconds". Exits 77 without a GPU.
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void)
@@ -33,17 +36,19 @@ int main(int argc, char **argv)
 	void *dev = NULL;
 	int64_t size;
 	ssize_t n;
-	double t0, t1;
+	double t0, t1, w0 = 0, w1 = 0;
+	int warmup = argc == 3 && !strcmp(argv[1], "--warmup");
+	const char *file = argv[argc - 1];
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: first_read FILE\n");
+	if (argc != 2 + warmup) {
+		fprintf(stderr, "usage: first_read [--warmup] FILE\n");
 		return 2;
 	}
 	if (gpufile_cuda_device_count() <= 0) {
 		fprintf(stderr, "first_read: no GPU: %s\n", gpufile_errmsg());
 		return 77;
 	}
-	if (gpufile_open(&h, argv[1], "r")) {
+	if (gpufile_open(&h, file, "r")) {
 		fprintf(stderr, "first_read: %s\n", gpufile_errmsg());
 		return 1;
 	}
@@ -52,6 +57,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "first_read: cannot allocate %lld bytes: %s\n",
 		        (long long)size, gpufile_errmsg());
 		return 1;
+	}
+	if (warmup) {
+		w0 = now();
+		if (gpufile_warmup() < 0) {
+			fprintf(stderr, "first_read: gpufile_warmup: %s\n",
+			        gpufile_errmsg());
+			return 1;
+		}
+		w1 = now();
 	}
 	t0 = now();
 	n = gpufile_pread(h, dev, (size_t)size, 0);
@@ -62,8 +76,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	gpufile_path_info(h, &path, NULL, 0);
-	printf("%.6f %s %lld\n", t1 - t0, gpufile_path_name(path),
+	printf("%.6f %s %lld", t1 - t0, gpufile_path_name(path),
 	       (long long)size);
+	if (warmup)
+		printf(" %.6f", w1 - w0);
+	printf("\n");
 	gpufile_close(h);
 	gpufile_device_free(dev);
 	return 0;

@@ -52,6 +52,10 @@
 #                              the pinned copy ceiling (gpu_bench
 #                              --pool-ab), and the copy calls alone
 #                              (--batch-copies)
+#   scripts/gpu_run.sh firstuse what a fresh process's first device read
+#                              pays: bench/first_use (pinned buffers,
+#                              streams, events, alone) and first_read
+#                              with and without gpufile_warmup() first
 #   scripts/gpu_run.sh harden  every test (the GPU ones' lines shown),
 #                              then the warm 4 GiB read against the
 #                              pinned copy (gpu_bench --reps 5)
@@ -106,6 +110,7 @@ target=all
 [ "$mode" = x2 ] && target="gpufile gpufile_cli test_gpu_multi"
 [ "$mode" = bench ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_read bench_cufile_bench"
 [ "$mode" = issue14 ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref bench_first_read"
+[ "$mode" = firstuse ] && target="gpufile gpufile_static bench_first_read bench_first_use bench_gpu_bench"
 [ "$mode" = contexts ] && target="gpufile_static test_gpu_contexts"
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
@@ -121,9 +126,10 @@ make_file() { # path bytes
 	fi
 }
 
-# mutant TARGET FILE SED MARK: builds TARGET in $mut/b from a copy of the
-# tree with SED applied to FILE, and prints how many lines hold MARK (0:
-# the SED matched nothing, the mutant is the code itself).
+# mutant TARGETS FILE SED MARK: builds TARGETS (one word, or several
+# separated by spaces) in $mut/b from a copy of the tree with SED applied
+# to FILE, and prints how many lines hold MARK (0: the SED matched
+# nothing, the mutant is the code itself).
 mut=/tmp/gpufile-mut
 mutant() {
 	rm -rf $mut && mkdir -p $mut
@@ -131,7 +137,7 @@ mutant() {
 	sed -i "$3" "$mut/$2"
 	grep -cF "$4" "$mut/$2"
 	cmake -S $mut -B $mut/b -DCMAKE_BUILD_TYPE=Release "${extra[@]}" >/dev/null 2>&1 &&
-		make -C $mut/b -j16 "$1" >/dev/null 2>&1
+		make -C $mut/b -j16 $1 >/dev/null 2>&1
 }
 
 # every_test REGEX: ctest (GPU tests included; the lines of the tests
@@ -271,6 +277,46 @@ session5)
 		--shapes 16:4,8:8,4:16,2:32,16:16,4:32 2>&1 |
 		tee "$OUT/gpu_bench.log" | grep -E '^(ceiling|gpufile warm|contention|chunked|shape|warm read)'
 	every_test "test_map_copy|test_gpu_stream|test_remote"
+	;;
+firstuse)
+	log "first_use: the pieces alone"
+	$B/bench/first_use --rounds 7 2>&1 | tee "$OUT/first_use.log"
+	# The same tree with pinned.c's registration off (cuMemHostAlloc, as
+	# before): first reads and the warm read of both, interleaved.
+	log "mutant: registration off"
+	mutant "bench_first_read bench_gpu_bench" src/pinned.c \
+		's/if (t->cuMemHostRegister \&\& t->cuMemHostUnregister \&\&/if (0 \&\&/' 'if (0 &&'
+	for f in 64m:64 4g:4096; do
+		make_file $data/first_read_${f%:*}.bin $((${f#*:} << 20))
+		cat $data/first_read_${f%:*}.bin >/dev/null
+	done
+	log "first_read: fresh processes, registered (new) and cuMemHostAlloc (old), plain and after a warmup"
+	$B/bench/first_read $data/first_read_64m.bin >/dev/null
+	for r in 1 2 3 4 5; do
+		for f in 64m 4g; do
+			for b in $B $mut/b; do
+				v=$([ $b = $B ] && echo new || echo old)
+				echo "$r $f $v plain $($b/bench/first_read $data/first_read_$f.bin)"
+				echo "$r $f $v warmup $($b/bench/first_read --warmup $data/first_read_$f.bin)"
+			done
+		done
+	done 2>&1 | tee "$OUT/first_read.log"
+	for f in 64m 4g; do
+		for v in new old; do
+			for k in plain warmup; do
+				grep " $f $v $k " "$OUT/first_read.log" | awk '{print $5}' | sort -g |
+					awk -v t="$f $v $k" '{a[NR]=$1} END {printf "%-18s median %.4f s\n", t, a[int((NR+1)/2)]}'
+			done
+		done
+	done
+	log "warm 4 GiB read against the pinned copy: new, old"
+	make_file $data/file.bin $((4 << 30))
+	cat $data/file.bin >/dev/null
+	for b in $B $mut/b; do
+		echo "--- $b"
+		$b/bench/gpu_bench $data/file.bin --size $((4 << 30)) --reps 5 2>&1 |
+			grep -E '^(ceiling|gpufile warm|verify|warm read / pinned)'
+	done | tee "$OUT/gpu_bench.log"
 	;;
 contexts)
 	TEST_GPU_CONTEXTS_PROBE=1 GPUFILE_TEST_DIR=$data $B/tests/test_gpu_contexts 2>&1 | tee "$OUT/probe.log"

@@ -17,6 +17,7 @@ typedef struct CUevent_st *CUevent;
 
 #define CUDA_SUCCESS                    0
 #define CUDA_ERROR_INVALID_VALUE        1
+#define CUDA_ERROR_OUT_OF_MEMORY        2
 #define CUDA_ERROR_NOT_INITIALIZED      3
 #define CUDA_ERROR_NOT_READY            600
 #define CUDA_ERROR_CONTEXT_IS_DESTROYED 709
@@ -165,6 +166,25 @@ int gpufile__ctx_same(const struct gpufile__cuda *t, CUcontext ctx,
                       unsigned long long id);
 int gpufile__current_device(const struct gpufile__cuda *t);
 CUresult gpufile__ctx_restore(const struct gpufile__cuda *t, CUcontext old);
+
+/*
+ * Pinned host memory (pinned.c): mapped with huge pages asked for and
+ * registered (map_len: its length), or from cuMemHostAlloc where the driver
+ * registers none (map_len 0). Both are portable, and allocated and freed in
+ * the context current at the call. gpufile__pinned_alloc returns
+ * CUDA_SUCCESS with pm->p set, or the failed call's CUresult with *call
+ * naming it (pm->p NULL). gpufile__pinned_free with ctx_alive 0 (the
+ * context has ended and took the pinning with it) makes no driver call and
+ * unmaps what gpufile mapped; NULL pm->p is a no-op.
+ */
+struct gpufile__pinned {
+	void *p;
+	size_t map_len;
+};
+CUresult gpufile__pinned_alloc(const struct gpufile__cuda *t, size_t len,
+                               struct gpufile__pinned *pm, const char **call);
+void gpufile__pinned_free(const struct gpufile__cuda *t,
+                          struct gpufile__pinned *pm, int ctx_alive);
 
 /* The calling thread's current context, else device 0's primary one.
  * Returns 0, or an error (no CUDA, no device). */

@@ -14,9 +14,10 @@
  * Stagers are kept on a free list and handed to whichever thread runs a
  * device task; at most nthreads exist, so pinned memory is bounded by
  * nthreads * bounce_buffers * (bounce_buffer_size + GPUFILE_ALIGN).
- * They are allocated on first use (cuMemHostAlloc takes tens of
- * milliseconds) and kept until gpufile_release(). At process exit they are
- * left to the operating system: the CUDA contexts may already be gone.
+ * A stager's buffers are one pinned region (pinned.c: pinning is most of
+ * what a first read pays), allocated on first use and kept until
+ * gpufile_release(). At process exit they are left to the operating
+ * system: the CUDA contexts may already be gone.
  */
 #include "internal.h"
 #include "cuda_shim.h"
@@ -89,6 +90,7 @@ struct stager {
 	 * the device's primary one, which gpufile holds (stager_prepare). */
 	CUcontext buf_ctx;
 	unsigned long long buf_id;
+	struct gpufile__pinned mem; /* the buffers, one after another */
 	char *buf[MAX_BUFFERS];
 	CUevent event[MAX_BUFFERS];
 	int pending[MAX_BUFFERS]; /* a copy using buf[i] may still run */
@@ -475,6 +477,7 @@ static void forget_dead(const struct gpufile__cuda *t, struct stager *s)
 	if (s->buf_ctx && !gpufile__ctx_same(t, s->buf_ctx, s->buf_id)) {
 		pool_forget(s);
 		lose_deferred(s, "the CUDA context of the bounce buffers");
+		gpufile__pinned_free(t, &s->mem, 0);
 		memset(s->buf, 0, sizeof(s->buf));
 		memset(s->pending, 0, sizeof(s->pending));
 		s->buf_ctx = NULL;
@@ -505,11 +508,8 @@ static void stager_free_buffers(const struct gpufile__cuda *t, struct stager *s)
 	s->stream = NULL;
 	if (s->buf_ctx)
 		t->cuCtxSetCurrent(s->buf_ctx);
-	for (unsigned i = 0; i < s->nbufs; i++) {
-		if (s->buf[i])
-			t->cuMemFreeHost(s->buf[i]);
-		s->buf[i] = NULL;
-	}
+	gpufile__pinned_free(t, &s->mem, 1);
+	memset(s->buf, 0, sizeof(s->buf));
 	s->buf_ctx = NULL;
 #ifdef GPUFILE_HAVE_LIBURING
 	if (s->ring_ok)
@@ -616,6 +616,8 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
                           size_t msg_len)
 {
 	CUcontext buf_ctx = ctx;
+	size_t stride = cfg->bounce_buffer_size + GPUFILE_ALIGN;
+	const char *call = NULL;
 	CUresult rc;
 	int same_bufs, err;
 
@@ -650,20 +652,19 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
 		return gpufile__cuda_fail(rc, msg, msg_len, "cuCtxSetCurrent");
 	s->buf_ctx = buf_ctx;
 	gpufile__ctx_id(t, buf_ctx, &s->buf_id);
-	for (unsigned i = 0; i < cfg->bounce_buffers; i++) {
-		s->nbufs = i + 1;
-		rc = t->cuMemHostAlloc((void **)&s->buf[i],
-		                       cfg->bounce_buffer_size + GPUFILE_ALIGN,
-		                       CU_MEMHOSTALLOC_PORTABLE);
-		if (rc != CUDA_SUCCESS) {
-			s->buf[i] = NULL;
-			stager_free_buffers(t, s);
-			return gpufile__cuda_fail(
-			    rc, msg, msg_len,
-			    "cuMemHostAlloc of a %zu-byte bounce buffer",
-			    cfg->bounce_buffer_size + GPUFILE_ALIGN);
-		}
+	/* One region for all of a stager's buffers: one registration. */
+	rc = gpufile__pinned_alloc(t, stride * cfg->bounce_buffers, &s->mem,
+	                           &call);
+	if (rc != CUDA_SUCCESS) {
+		stager_free_buffers(t, s);
+		return gpufile__cuda_fail(rc, msg, msg_len,
+		                          "%s of %u bounce buffers of %zu "
+		                          "bytes",
+		                          call, cfg->bounce_buffers, stride);
 	}
+	s->nbufs = cfg->bounce_buffers;
+	for (unsigned i = 0; i < s->nbufs; i++)
+		s->buf[i] = (char *)s->mem.p + (size_t)i * stride;
 	rc = t->cuCtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS) {
 		stager_free_buffers(t, s);

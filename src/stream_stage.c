@@ -110,7 +110,8 @@
  */
 struct arena {
 	struct arena *next;
-	char *p;
+	struct gpufile__pinned mem;
+	char *p;     /* mem.p */
 	size_t unit; /* bytes per unit */
 	unsigned nunits;
 	unsigned char *used;
@@ -142,8 +143,18 @@ static unsigned arena_units(const struct gpufile__settings *cfg)
 
 static void arena_free(const struct gpufile__cuda *t, struct arena *a)
 {
-	if (t && a->p && gpufile__ctx_same(t, a->ctx, a->id))
-		t->cuMemFreeHost(a->p);
+	if (t && a->p) {
+		int alive = gpufile__ctx_same(t, a->ctx, a->id);
+		CUcontext old = NULL;
+
+		if (alive) {
+			t->cuCtxGetCurrent(&old);
+			t->cuCtxSetCurrent(a->ctx);
+		}
+		gpufile__pinned_free(t, &a->mem, alive);
+		if (alive)
+			gpufile__ctx_restore(t, old);
+	}
 	free(a->used);
 	free(a);
 }
@@ -153,6 +164,7 @@ static struct arena *arena_alloc(const struct gpufile__cuda *t, size_t unit,
 {
 	struct arena *a = calloc(1, sizeof(*a));
 	CUcontext old = NULL;
+	const char *call = "cuCtxSetCurrent";
 	CUresult cr;
 
 	if (!a || !(a->used = calloc(nunits, 1))) {
@@ -168,19 +180,17 @@ static struct arena *arena_alloc(const struct gpufile__cuda *t, size_t unit,
 	t->cuCtxGetCurrent(&old);
 	cr = t->cuCtxSetCurrent(a->ctx);
 	if (cr == CUDA_SUCCESS)
-		cr = t->cuMemHostAlloc((void **)&a->p, unit * nunits,
-		                       CU_MEMHOSTALLOC_PORTABLE);
+		cr = gpufile__pinned_alloc(t, unit * nunits, &a->mem, &call);
 	gpufile__ctx_restore(t, old);
 	if (cr != CUDA_SUCCESS) {
-		gpufile__cuda_fail(
-		    cr, NULL, 0,
-		    "cuMemHostAlloc of %zu bytes of pinned memory "
-		    "for stream-ordered reads",
-		    unit * nunits);
-		a->p = NULL;
+		gpufile__cuda_fail(cr, NULL, 0,
+		                   "%s of %zu bytes of pinned memory "
+		                   "for stream-ordered reads",
+		                   call, unit * nunits);
 		arena_free(NULL, a);
 		return NULL;
 	}
+	a->p = a->mem.p;
 	a->unit = unit;
 	a->nunits = nunits;
 	a->device = device;
@@ -484,7 +494,8 @@ void gpufile__stage_atfork_child(void)
 			arenas.list = a->next;
 		else
 			arenas.lost = a->next;
-		a->p = NULL; /* the parent's */
+		a->p = NULL; /* the parent's, not mapped here (pinned.c) */
+		memset(&a->mem, 0, sizeof(a->mem));
 		arena_free(NULL, a);
 	}
 	arenas.count = 0;

@@ -45,6 +45,15 @@
  * fake_queue_blocked counts the threads waiting while another runs a
  * blocking op (a wait or a host function) they must pass.
  *
+ * Host memory registration (cuMemHostRegister), which pinned.c tries
+ * before cuMemHostAlloc: refused with fake_register_rc (default
+ * CUDA_ERROR_INVALID_VALUE, so that the library falls back to
+ * cuMemHostAlloc) unless fake_register is set (or FAKE_REGISTER=1 in the
+ * environment). A registered range counts as pinned memory like an
+ * allocation (pinned_live, pinned_count, hostalloc_calls; fail_hostalloc
+ * fails registrations too, with CUDA_ERROR_OUT_OF_MEMORY), and
+ * register_calls and unregister_calls count the calls.
+ *
  * A context that ends under the library (test_context_reset.c):
  * fake_ctx_reset(d) does to device d's primary context what
  * cuDevicePrimaryCtxReset does. Its id (cuCtxGetId) changes, and reads
@@ -158,7 +167,11 @@ static struct {
 	size_t size;
 	struct CUctx_st *ctx; /* current at cuMemHostAlloc */
 	unsigned flags;
+	int registered; /* cuMemHostRegister'ed: the library's own memory */
 } pinned[MAX_PINNED];
+static int fake_register;                                    /* see the top */
+static CUresult fake_register_rc = CUDA_ERROR_INVALID_VALUE; /* refusal */
+static long register_calls, unregister_calls;
 static size_t pinned_live, pinned_peak;
 static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
@@ -178,6 +191,7 @@ static int stale_uses;
 static struct {
 	void *ptr;
 	size_t size;
+	int registered; /* the library's: not filled, may be unmapped */
 } fake_dead[MAX_PINNED];
 static int fake_ndead;
 /* Every stream and event not destroyed: those a reset ended stay here
@@ -338,6 +352,8 @@ __attribute__((constructor)) static void fake_one_queue_env(void)
 	const char *v = getenv("FAKE_ONE_QUEUE");
 
 	fake_one_queue = v && atoi(v) > 0;
+	v = getenv("FAKE_REGISTER");
+	fake_register = v && atoi(v) > 0;
 }
 
 /* Caller holds fake_lock. Whether s's context was reset since s was made
@@ -601,7 +617,7 @@ static CUresult f_free_host(void *p)
 	for (int i = 0; i < fake_ndead; i++)
 		stale_uses += fake_dead[i].ptr == p;
 	for (int i = 0; i < MAX_PINNED; i++) {
-		if (pinned[i].ptr == p) {
+		if (pinned[i].ptr == p && !pinned[i].registered) {
 			pinned_live -= pinned[i].size;
 			pinned_count--;
 			pinned[i].ptr = NULL;
@@ -617,16 +633,73 @@ static CUresult f_free_host(void *p)
 
 static CUresult f_host_register(void *p, size_t size, unsigned flags)
 {
-	(void)p;
-	(void)size;
-	(void)flags;
-	return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+
+	pthread_mutex_lock(&fake_lock);
+	register_calls++;
+	if (!fake_register) {
+		pthread_mutex_unlock(&fake_lock);
+		return fake_register_rc;
+	}
+	hostalloc_calls++;
+	if (fail_hostalloc > 0) {
+		fail_hostalloc--;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if ((uintptr_t)p % 4096 || size % 4096) {
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (!pinned[i].ptr) {
+			pinned[i].ptr = p;
+			pinned[i].size = size;
+			pinned[i].ctx = fake_current();
+			pinned[i].flags = flags;
+			pinned[i].registered = 1;
+			pinned_live += size;
+			pinned_count++;
+			if (pinned_live > pinned_peak)
+				pinned_peak = pinned_live;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	/* A range a reset took and the library unmapped may come back from
+	 * mmap: from now on calls on it are not stale. */
+	for (int i = 0; rc == CUDA_SUCCESS && i < fake_ndead; i++) {
+		const char *d = fake_dead[i].ptr, *c = p;
+		if (fake_dead[i].registered && d && d < c + size &&
+		    c < d + fake_dead[i].size) {
+			fake_dead[i].ptr = NULL;
+			fake_dead[i].size = 0;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
 }
 
 static CUresult f_host_unregister(void *p)
 {
-	(void)p;
-	return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&fake_lock);
+	unregister_calls++;
+	for (int i = 0; i < fake_ndead; i++)
+		stale_uses += fake_dead[i].ptr == p;
+	for (int i = 0; i < MAX_PINNED; i++) {
+		if (pinned[i].ptr == p && pinned[i].registered) {
+			pinned_live -= pinned[i].size;
+			pinned_count--;
+			pinned[i].ptr = NULL;
+			pinned[i].registered = 0;
+			rc = CUDA_SUCCESS;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fake_lock);
+	return rc;
 }
 
 static CUresult f_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t size)
@@ -1033,12 +1106,17 @@ static inline void fake_ctx_reset(int d)
 		if (!pinned[i].ptr || pinned[i].ctx != fake_ctx_of(d) ||
 		    fake_ndead == MAX_PINNED)
 			continue;
-		memset(pinned[i].ptr, FAKE_DEAD_BYTE, pinned[i].size);
+		/* Registered memory stays the library's, which unmaps it once
+		 * it sees the context ended: only a call on it is checked. */
+		if (!pinned[i].registered)
+			memset(pinned[i].ptr, FAKE_DEAD_BYTE, pinned[i].size);
 		fake_dead[fake_ndead].ptr = pinned[i].ptr;
+		fake_dead[fake_ndead].registered = pinned[i].registered;
 		fake_dead[fake_ndead++].size = pinned[i].size;
 		pinned_live -= pinned[i].size;
 		pinned_count--;
 		pinned[i].ptr = NULL;
+		pinned[i].registered = 0;
 	}
 	pthread_mutex_unlock(&fake_lock);
 }
@@ -1051,6 +1129,8 @@ static inline int fake_dead_intact(void)
 	pthread_mutex_lock(&fake_lock);
 	for (int i = 0; i < fake_ndead; i++) {
 		const unsigned char *c = fake_dead[i].ptr;
+		if (fake_dead[i].registered)
+			continue;
 		for (size_t k = 0; k < fake_dead[i].size; k++)
 			intact &= c[k] == FAKE_DEAD_BYTE;
 	}
