@@ -7,14 +7,16 @@ Two kinds of objects are accepted:
   memoryview, mmap, array.array): host memory.
 
 Every check happens here, before any I/O: a read-only object as the target
-of a read (TypeError), an object that is neither (TypeError), memory that is
-not contiguous (ValueError), and a size larger than the object (ValueError).
+of a read (TypeError), an object that is neither (TypeError), an array of
+Python objects (TypeError), memory that is not contiguous (ValueError), and
+a size larger than the object (ValueError).
 
 A host object stays exported (PyObject_GetBuffer) for as long as the Buffer
 lives, so that e.g. a bytearray cannot be resized under a running request.
 """
 
 import ctypes
+import re
 
 from . import _args
 
@@ -148,6 +150,16 @@ def _from_cai(obj, cai, writable, what, ordered_on=None):
     return Buffer(ptr, nbytes, True, obj)
 
 
+# A field name in a buffer format ("T{O:a:<i:b:}"), which may hold an "O".
+_FIELD_NAME = re.compile(r":[^:]*:")
+
+
+def _holds_objects(fmt):
+    """Whether items of buffer format fmt (struct syntax, PEP 3118) hold a
+    Python object ("O"): a pointer with a reference count, not data."""
+    return fmt is not None and "O" in _FIELD_NAME.sub("", fmt)
+
+
 def _from_buffer_protocol(obj, writable, what):
     try:
         mv = memoryview(obj)
@@ -159,6 +171,12 @@ def _from_buffer_protocol(obj, writable, what):
         if writable and mv.readonly:
             raise TypeError("%s: %s is read-only; a read needs a writable buffer "
                             "(e.g. bytearray or a writable NumPy array)" % (what, _describe(obj)))
+        if _holds_objects(mv.format):
+            # A read stored file bytes as object pointers: a segfault when
+            # the array was next used or freed. A write wrote addresses.
+            raise TypeError("%s: %s holds Python objects (buffer format %r), "
+                            "not data: its bytes are object pointers"
+                            % (what, _describe(obj), mv.format))
         if not mv.contiguous:
             raise ValueError("%s: %s of shape %s with strides %s is not contiguous; "
                              "gpufile moves one contiguous range (use "

@@ -163,6 +163,37 @@ def test_read_only_buffer_as_read_target(data_file):
                 f.pread(target)
 
 
+def test_arrays_of_python_objects_refused(data_file):
+    # Their items are object pointers: a read stored file bytes there and
+    # the process crashed (segfault) when the array was next used or freed.
+    import ctypes
+
+    path, _ = data_file
+
+    class Pair(ctypes.Structure):
+        _fields_ = [("obj", ctypes.py_object), ("n", ctypes.c_int)]
+
+    objs = [np.array([None, "x", 3], dtype=object),
+            np.zeros(2, dtype=[("a", "O"), ("b", "<i4")]),
+            (ctypes.py_object * 2)(1, 2), (Pair * 2)()]
+    with gpufile.File(path) as f:
+        for a in objs:
+            with pytest.raises(TypeError, match="Python objects"):
+                f.read(a)
+            with pytest.raises(TypeError, match="Python objects"):
+                f.pread(a)
+    with gpufile.File(path + ".w", "w") as f:
+        for a in objs:
+            with pytest.raises(TypeError, match="Python objects"):
+                f.write(a)
+        assert f.size() == 0
+    assert list(objs[0]) == [None, "x", 3]
+    # A field whose name holds an O is data.
+    named = np.zeros(2, dtype=[("Obj", "<i4")])
+    with gpufile.File(path) as f:
+        assert f.read(named) == 8
+
+
 def test_non_contiguous(data_file):
     path, _ = data_file
     a = np.zeros((10, 10), dtype=np.uint8)
