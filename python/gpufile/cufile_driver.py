@@ -30,6 +30,7 @@ _DECLS = {
 }
 
 _BOOLS = {"poll_mode", "is_gds_available", "p2pdma", "allow_compat_mode"}
+_UINT64_MAX = (1 << 64) - 1  # the C value's type
 
 
 def _f(name):
@@ -76,7 +77,8 @@ def get(name=None):
     return _get_one(name)
 
 
-def _set_one(name, value):
+def _checked(name, value):
+    """value as the int the C call takes, checked."""
     if isinstance(value, bool):
         value = int(value)
     try:
@@ -86,7 +88,16 @@ def _set_one(name, value):
                         "bool, not %s" % (name, type(value).__name__)) from None
     if value < 0:
         raise ValueError("cuFile driver property %s: %d is negative" % (name, value))
-    _lib.check(_f("gpufile_cufile_driver_set")(name.encode(), value))
+    if value > _UINT64_MAX:
+        # ctypes would pass it modulo 2**64: 2**64 + 8192 set 8192.
+        raise OverflowError("cuFile driver property %s: %d is larger than "
+                            "2**64 - 1" % (name, value))
+    return value
+
+
+def _set_one(name, value):
+    _lib.check(_f("gpufile_cufile_driver_set")(name.encode(),
+                                               _checked(name, value)))
 
 
 def set(*args, **values):
@@ -102,5 +113,7 @@ def set(*args, **values):
         raise TypeError("set() takes (name, value), a dict, or keywords")
     if not values:
         raise TypeError("set() needs at least one property")
+    for name, value in values.items():
+        _checked(name, value)  # before the driver is opened
     return _lib.set_all(values, _get_one, _set_one,
                         "gpufile.cufile_driver.set")

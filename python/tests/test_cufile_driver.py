@@ -83,3 +83,11 @@ def test_missing_library(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stdout + out.stderr
+
+
+def test_value_beyond_uint64_refused():
+    # Checked before the driver is opened: ctypes passed the value modulo
+    # 2**64, and 2**64 + 8192 KiB set 8192.
+    for v in (1 << 64, (1 << 64) + 8192):
+        with pytest.raises(OverflowError, match="max_direct_io_size: %d" % v):
+            gpufile.cufile_driver.set("max_direct_io_size", v)
