@@ -2,6 +2,7 @@
 
     gpufile.defaults.get("task_size")            # 4194304
     gpufile.defaults.set("compat_mode", "off")   # stays set
+    gpufile.defaults.set({"compat_mode": "off"})  # the same, as KvikIO's
     with gpufile.defaults.set(task_size=1 << 30, gds_threshold="64k"):
         ...                                      # restored on exit
 
@@ -112,16 +113,22 @@ def _set_one(name, value):
 
 
 def set(*args, **values):
-    """set(name, value) or set(name=value, ...): sets each, all or none.
-    Usable as ``with gpufile.defaults.set(...):`` to restore the previous
-    values on exit; otherwise the new values stay."""
+    """set(name, value), set({name: value, ...}) (KvikIO's form) or
+    set(name=value, ...): sets each, all or none. Usable as
+    ``with gpufile.defaults.set(...):`` to restore the previous values on
+    exit; otherwise the new values stay."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        given = args[0]
+    elif len(args) == 2:
+        given = {args[0]: args[1]}
+    elif args:
+        raise TypeError("set() takes (name, value), a dict or keyword "
+                        "arguments")
     if args:
-        if len(args) != 2:
-            raise TypeError("set() takes (name, value) or keyword arguments")
-        if args[0] in values:
-            raise TypeError("set(): %r given twice" % (args[0],))
-        values = dict(values)
-        values[args[0]] = args[1]
+        for name in given:
+            if name in values:
+                raise TypeError("set(): %r given twice" % (name,))
+        values = dict(given, **values)
     if not values:
         raise TypeError("set() needs at least one setting")
     return _lib.set_all(values, lambda name: _raw(name)[0], _set_one,

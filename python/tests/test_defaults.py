@@ -41,6 +41,20 @@ def test_set_stays_and_spellings():
     assert defaults.get("compat_mode") == "on"
 
 
+def test_set_takes_a_dict_as_kvikio():
+    # kvikio.defaults.set({"name": value, ...}): a TypeError before.
+    before = defaults.get("task_size"), defaults.get("gds_threshold")
+    with defaults.set({"task_size": 2 << 20, "gds_threshold": "32k"}):
+        assert defaults.get("task_size") == 2 << 20
+        assert defaults.get("gds_threshold") == 32 << 10
+    assert (defaults.get("task_size"), defaults.get("gds_threshold")) == before
+    with pytest.raises(TypeError, match="given twice"):
+        defaults.set({"task_size": 1 << 20}, task_size=2 << 20)
+    with pytest.raises(TypeError):
+        defaults.set(["task_size", 1 << 20])
+    assert defaults.get("task_size") == before[0]
+
+
 def test_context_manager_restores():
     before = {n: defaults.get(n) for n in defaults.names()}
     with defaults.set(task_size=1 << 30, compat_mode="on") as r:
