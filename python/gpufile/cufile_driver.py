@@ -18,6 +18,7 @@ gpufile.Error naming the property and cuFile's status.
 import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_uint64
 
+from . import _args
 from . import _lib
 from ._page_cache import fn as _fn
 
@@ -72,13 +73,19 @@ def get(name=None):
     """The value of property name, or a dict of every property."""
     if name is None:
         return {n: _get_one(n) for n in properties()}
+    return _get_one(_name(name))
+
+
+def _name(name):
+    """name checked for the C string: "poll_mode\0junk" read poll_mode."""
     if not isinstance(name, str):
         raise TypeError("a property name is a str, not %s" % type(name).__name__)
-    return _get_one(name)
+    return _args.c_text(name, "name", "cuFile driver property")
 
 
 def _checked(name, value):
-    """value as the int the C call takes, checked."""
+    """value as the int the C call takes, checked (and name)."""
+    _name(name)
     if isinstance(value, bool):
         value = int(value)
     try:

@@ -91,3 +91,18 @@ def test_value_beyond_uint64_refused():
     for v in (1 << 64, (1 << 64) + 8192):
         with pytest.raises(OverflowError, match="max_direct_io_size: %d" % v):
             gpufile.cufile_driver.set("max_direct_io_size", v)
+
+
+def test_property_name_checked_before_the_driver():
+    # A C string ends at a NUL: get("poll_mode\0junk") read poll_mode;
+    # set(3, 1) raised AttributeError ('int' object has no attribute
+    # 'encode').
+    d = gpufile.cufile_driver
+    with pytest.raises(ValueError, match="embedded null byte"):
+        d.get("poll_mode\0junk")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        d.set("poll_thresh_size\0junk", 64)
+    with pytest.raises(TypeError, match="property name is a str, not int"):
+        d.set(3, 1)
+    with pytest.raises(TypeError, match="property name is a str, not int"):
+        d.set({3: 1})
