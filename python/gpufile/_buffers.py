@@ -109,15 +109,30 @@ def _stream_sync(stream, ptr):
     _cuda.stream_synchronize(stream, ptr)
 
 
+# An array interface typestr: byte order, type code, size, and for a
+# datetime or timedelta its unit ("<f4", "|b1", "<M8[ns]", "<U4").
+_TYPESTR = re.compile(r"[<>|=]([a-zA-Z])(\d+)(?:\[\w+\])?\Z")
+
+
+def _itemsize(typestr):
+    """The bytes of one item of typestr, or None when it is no typestr.
+    The size of "U" counts UCS-4 characters, as NumPy writes it ("<U4"
+    is 16 bytes); a datetime's unit follows its size ("<M8[ns]": 8)."""
+    m = _TYPESTR.match(typestr) if isinstance(typestr, str) else None
+    if m is None:
+        return None
+    n = int(m.group(2))
+    return 4 * n if m.group(1) == "U" else n
+
+
 def _from_cai(obj, cai, writable, what, ordered_on=None):
     ptr, readonly = cai["data"]
     shape = tuple(int(d) for d in cai["shape"])
     typestr = cai["typestr"]
-    try:
-        itemsize = int(typestr[2:])
-    except ValueError:
+    itemsize = _itemsize(typestr)
+    if itemsize is None:
         raise TypeError("%s: %s has an unknown __cuda_array_interface__ typestr %r"
-                        % (what, _describe(obj), typestr)) from None
+                        % (what, _describe(obj), typestr))
     count = 1
     for d in shape:
         count *= d

@@ -244,12 +244,13 @@ class FakeDeviceArray:
     pointer is host memory; without a CUDA driver the library treats every
     pointer as host memory, so I/O through it works."""
 
-    def __init__(self, host, readonly=False, strides=None, shape=None):
+    def __init__(self, host, readonly=False, strides=None, shape=None,
+                 typestr=None):
         self.host = host
         self.__cuda_array_interface__ = {
             "data": (host.ctypes.data, readonly),
             "shape": shape or host.shape,
-            "typestr": host.dtype.str,
+            "typestr": typestr or host.dtype.str,
             "strides": strides,
             "version": 3,
             "stream": None,
@@ -273,3 +274,24 @@ def test_cuda_array_interface_objects(data_file):
         # C-contiguous strides spelled out are accepted.
         ok = FakeDeviceArray(host.reshape(64, 64), strides=(256, 4))
         assert gpufile._buffers.as_buffer(ok, True).nbytes == host.nbytes
+
+
+def test_cuda_array_interface_typestr_sizes(data_file):
+    # The item size is not always the number after the type code: a
+    # datetime carries its unit ("<M8[ns]", refused as an unknown
+    # typestr, though cuDF's timestamp columns have it) and NumPy's "<U4"
+    # is 4 characters of 4 bytes (read as 4 bytes: 16 of 64 bytes moved).
+    path, data = data_file
+    for dtype, nbytes in (("M8[ns]", 32), ("m8[us]", 32), ("U4", 64),
+                          ("V12", 48), ("c8", 32)):
+        host = np.zeros(4, dtype=dtype)
+        dev = FakeDeviceArray(host)
+        assert gpufile._buffers.as_buffer(dev, True).nbytes == nbytes
+        if gpufile.cuda_device_count() == 0:
+            with gpufile.File(path) as f:
+                assert f.read(dev) == nbytes
+            assert host.tobytes() == data[:nbytes].tobytes()
+    with pytest.raises(TypeError, match="unknown __cuda_array_interface__ "
+                       "typestr '<M8junk'"):
+        gpufile._buffers.as_buffer(FakeDeviceArray(
+            np.zeros(4, dtype="M8[ns]"), typestr="<M8junk"), True)
