@@ -7,8 +7,9 @@
         ...                                      # restored on exit
 
 Values come back typed: sizes and counts as int, modes ("auto", "on",
-"off") and names as str. Values given may be int, bool, str (any spelling
-the environment accepts: "4m", "1 GiB", "yes", ...) or a gpufile.CompatMode.
+"off") and names as str. Values given may be int (a NumPy integer too),
+bool, str (any spelling the environment accepts: "4m", "1 GiB", "yes", ...)
+or a gpufile.CompatMode.
 An unknown name is a KeyError; an invalid value a gpufile.ConfigError
 (an OSError with errno EINVAL that is also a ValueError) naming the
 setting and the value, and then nothing changes.
@@ -103,6 +104,8 @@ def _text(value):
             # A C string would end at the NUL: "4m\0junk" would set 4m.
             raise ValueError("embedded null byte in setting value %r" % value)
         return value
+    if hasattr(type(value), "__index__"):  # numpy.int64(1 << 20), as File
+        return str(value.__index__())
     raise TypeError("a setting value is an int, bool or str, not %s"
                     % type(value).__name__)
 

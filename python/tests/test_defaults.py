@@ -55,6 +55,17 @@ def test_set_takes_a_dict_as_kvikio():
     assert defaults.get("task_size") == before[0]
 
 
+def test_numpy_integers_are_integers():
+    # As File takes them: np.prod(shape) * 4 is a numpy.int64, and
+    # set(task_size=...) of one raised TypeError "not int64".
+    np = pytest.importorskip("numpy")
+    with defaults.set(task_size=np.int64(2 << 20), nthreads=np.uint8(3)):
+        assert defaults.get("task_size") == 2 << 20
+        assert defaults.get("nthreads") == 3
+    with pytest.raises(TypeError, match="not float64"):
+        defaults.set("task_size", np.float64(1 << 20))
+
+
 def test_context_manager_restores():
     before = {n: defaults.get(n) for n in defaults.names()}
     with defaults.set(task_size=1 << 30, compat_mode="on") as r:
