@@ -115,11 +115,55 @@ def _set_one(name, value):
     _lib.check(_lib.lib().gpufile_config_set(name.encode(), _text(value).encode()))
 
 
+class _NotSet(str):
+    """A value before set() that no setter gave (a default, or the
+    environment's): restoring it unsets the setting (_unset)."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "%s (unset)" % str.__repr__(self)
+
+
+def _previous(name):
+    value, source, _ = _raw(name)
+    return value if source == "setter" else _NotSet(value)
+
+
+def _unset(name):
+    """Gives setting name back to the environment or its default. Set to
+    the same text instead, it stayed a setter's: items() and stats() said
+    "setter", and cufile_stats then overrode cufile.json's
+    profile.cufile_stats, which only the default leaves to cuFile. The
+    library has no call for one setting: every setting is reset and the
+    others' setter values put back (other threads may see the
+    environment's values in between)."""
+    kept = {}
+    for n in names():
+        try:
+            value, source, _ = _raw(n)
+        except _lib.ConfigError:  # a bad variable: no setter's value
+            continue
+        if n != name and source == "setter":
+            kept[n] = value
+    reset()
+    for n, value in kept.items():
+        _set_one(n, value)
+
+
+def _restore_one(name, value):
+    if isinstance(value, _NotSet):
+        _unset(name)
+    else:
+        _set_one(name, value)
+
+
 def set(*args, **values):
     """set(name, value), set({name: value, ...}) (KvikIO's form) or
     set(name=value, ...): sets each, all or none. Usable as
-    ``with gpufile.defaults.set(...):`` to restore the previous values on
-    exit; otherwise the new values stay."""
+    ``with gpufile.defaults.set(...):`` to restore on exit the previous
+    values and where they came from (a setting no setter had set is
+    unset again); otherwise the new values stay."""
     if len(args) == 1 and isinstance(args[0], dict):
         given = args[0]
     elif len(args) == 2:
@@ -134,7 +178,7 @@ def set(*args, **values):
         values = dict(given, **values)
     if not values:
         raise TypeError("set() needs at least one setting")
-    return _lib.set_all(values, lambda name: _raw(name)[0], _set_one,
+    return _lib.set_all(values, _previous, _restore_one,
                         "gpufile.defaults.set")
 
 

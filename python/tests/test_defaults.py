@@ -82,6 +82,29 @@ def test_context_manager_restores():
     assert defaults.get("nthreads") == before["nthreads"]
 
 
+def test_context_manager_restores_where_values_came_from(monkeypatch):
+    # Restored by setting the same text, a default or a variable's value
+    # stayed a setter's: items() and stats() said "setter", and
+    # cufile_stats then overrode cufile.json's profile.cufile_stats.
+    monkeypatch.setenv("KVIKIO_TASK_SIZE", "2m")
+    defaults.reset()
+    defaults.set("nthreads", 5)  # a setter's before the block: stays one
+    before = defaults.items()
+    assert before["task_size"]["source"] == "kvikio-environment"
+    assert before["gds_threshold"]["source"] == "default"
+    with defaults.set(task_size="1m", gds_threshold="64k", nthreads=6):
+        defaults.set("bounce_buffers", 3)  # set in the block: stays set
+    after = defaults.items()
+    assert after.pop("bounce_buffers")["value"] == "3"
+    before.pop("bounce_buffers")
+    assert after == before
+    with pytest.raises(gpufile.ConfigError):  # rolled back the same way
+        defaults.set(gds_threshold="1m", nthreads="lots")
+    after = defaults.items()
+    after.pop("bounce_buffers")
+    assert after == before
+
+
 def test_setting_applies_to_io(data_file):
     path, data = data_file
     out = bytearray(data.size)
