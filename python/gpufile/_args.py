@@ -6,6 +6,7 @@ item 12); and a C string ends at its first NUL, so "/tmp/x\\0junk" opened
 """
 
 import ctypes
+import numbers
 import os
 
 OFF_MAX = (1 << 63) - 1  # int64_t file offsets (off_t)
@@ -60,12 +61,21 @@ def span(size_, offset_, what):
 WAIT_FOREVER_MS = 1 << 40
 
 
-def wait_ms(timeout):
+def wait_ms(timeout, what="wait"):
     """timeout (seconds; None: no limit) as the milliseconds of a timed
     wait in C (0 at least), or None for no limit. int(timeout * 1000)
-    alone wraps the C long: 2**64 ms became 0, no wait at all."""
+    alone wraps the C long: 2**64 ms became 0, no wait at all. what names
+    the wait in the errors for what is no number of seconds."""
     if timeout is None:
         return None
+    if not isinstance(timeout, numbers.Real):
+        # "1" * 1000 is a string: TypeError "'>=' not supported".
+        raise TypeError("%s: timeout must be a number of seconds or None, "
+                        "not %s" % (what, type(timeout).__name__))
+    if timeout != timeout:
+        # int() of it: ValueError "cannot convert float NaN to integer".
+        raise ValueError("%s: timeout is NaN, not a number of seconds"
+                         % what)
     ms = timeout * 1000
     if ms >= WAIT_FOREVER_MS:  # also inf, which int() refuses
         return None

@@ -166,7 +166,7 @@ class BatchRead:
         error of the first entry that failed, its message naming the entry
         and the file."""
         if self._b is not None:
-            ms = _args.wait_ms(timeout)
+            ms = _args.wait_ms(timeout, "batch of %d entries" % self.n)
             self._collect(-1 if ms is None else ms)
             self._end()
         if self._results is None:  # _collect() failed within _end()

@@ -71,7 +71,7 @@ class Future:
         """Waits, records the outcome and frees the C future. Returns what
         the caller lets go of once it has released _lock."""
         lib = _lib.lib()
-        ms = _args.wait_ms(timeout)
+        ms = _args.wait_ms(timeout, self._what)
         if ms is None:
             n = lib.gpufile_future_wait(self._cfuture)
         else:

@@ -87,6 +87,26 @@ def test_future_timeout_out_of_range(data_file):
     assert out == data[:4096].tobytes()
 
 
+def test_future_timeout_not_a_number(data_file):
+    # "1" reached "1" * 1000 >= 2**40 (TypeError "'>=' not supported
+    # between instances of 'str' and 'int'") and NaN int() (ValueError
+    # "cannot convert float NaN to integer"): neither named the timeout.
+    path, data = data_file
+    out = bytearray(4096)
+    with gpufile.File(path) as f:
+        fut = f.pread(out)
+        b = gpufile.BatchRead([(f, out, None, 0)])
+        for wait in (fut.get, b.wait):
+            with pytest.raises(TypeError, match="timeout must be a number "
+                               "of seconds or None, not str"):
+                wait(timeout="1")
+            with pytest.raises(ValueError, match="timeout is NaN"):
+                wait(timeout=float("nan"))
+        assert fut.get(timeout=np.float64(30)) == 4096
+        assert b.wait(timeout=np.int64(30)) == [4096]
+    assert out == data[:4096].tobytes()
+
+
 def test_settings_and_info_arguments(tmp_path):
     with pytest.raises(ValueError, match="embedded null byte"):
         gpufile.defaults.set(task_size="4m\0junk")
