@@ -550,3 +550,17 @@ def test_load_checkpoint_shard_names_normalised(tmp_path):
     with pytest.raises(ValueError,
                        match="puts tensor 'x' in .*sub/s2.safetensors"):
         stn.load_checkpoint(idx)
+
+
+def test_path_with_embedded_nul_refused(tmp_path):
+    # Passed to C as is, the path ended at the NUL: load_file, safe_open
+    # and load_checkpoint of "a.safetensors\0junk" read a.safetensors.
+    p = str(tmp_path / "a.safetensors")
+    stn.save_file({"x": np.arange(3, dtype=np.int8)}, p)
+    for bad in (p + "\0junk", os.fsencode(p) + b"\0junk"):
+        for call in (stn.load_file, lambda q: st.safe_open(q, "numpy"),
+                     stn.load_checkpoint):
+            with pytest.raises(ValueError, match="embedded null byte"):
+                call(bad)
+    with pytest.raises(TypeError, match="a path is a str"):
+        stn.load_file(3)

@@ -11,7 +11,7 @@ import json
 import os
 import threading
 
-from .. import _lib
+from .. import _args, _lib
 
 
 class _CTensor(ctypes.Structure):
@@ -121,11 +121,13 @@ class Header:
     metadata, and the loads. Close it (or use it as a context manager)."""
 
     def __init__(self, path):
-        self.path = os.fsdecode(path)
         self._st = None
+        # A C string ends at a NUL: "a.safetensors\0junk" opened a.safetensors.
+        raw = _args.c_path(path, "safetensors")
+        self.path = os.fsdecode(path)
         lib = _c()
         st = ctypes.c_void_p()
-        rc = lib.gpufile_safetensors_open(ctypes.byref(st), os.fsencode(path))
+        rc = lib.gpufile_safetensors_open(ctypes.byref(st), raw)
         _lib.check(rc, filename=self.path)
         self._st = st.value
         self.tensors = _table(lib, self._st, self.path)
