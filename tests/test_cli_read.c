@@ -111,6 +111,21 @@ static void test_window(const char *file, size_t size)
 	CHECK_CONTAINS(out, "\"windows\": 1");
 }
 
+/* Sizes in words: 999.5 to 1023.x of a unit in plain digits, as any
+ * other ("1000 KiB", not the "1e+03 KiB" of %.3g). */
+static void test_human_size(const char *file)
+{
+	CHECK_EQ(
+	    test_cli_run(out, sizeof(out), "read %s --host --size 1000k", file),
+	    0);
+	CHECK_CONTAINS(out, "read:     1024000 bytes (1000 KiB)");
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host --size 1047552",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "read:     1047552 bytes (1023 KiB)");
+	CHECK(!strstr(out, "e+0"));
+}
+
 /* A 1 GiB file (sparse: no disk) read through a 16 MiB window: the tool
  * reads it all while its peak resident memory stays far below the file
  * (a whole-file buffer is touched before timing, so it would be >= 1 GiB
@@ -235,6 +250,7 @@ int main(void)
 	CHECK_EQ(test_make_file(file, size, 7), 0);
 	test_short(file, size);
 	test_window(file, size);
+	test_human_size(file);
 	test_map_copy_bytes(file, size);
 	test_device_window(file, size);
 	test_bounded_memory();

@@ -100,8 +100,12 @@ const char *util_human_bytes(uint64_t bytes, char *buf, size_t len)
 		v /= 1024.0;
 		u++;
 	}
+	/* %.3g writes 999.5 and more of a unit (up to 1023.x, and more of
+	 * the top unit) in exponent form: 1000 MiB was "1e+03 MiB". */
 	if (u == 0)
 		snprintf(buf, len, "%" PRIu64 " B", bytes);
+	else if (v >= 999.5)
+		snprintf(buf, len, "%.0f %s", v, units[u]);
 	else
 		snprintf(buf, len, "%.3g %s", v, units[u]);
 	return buf;
