@@ -109,6 +109,16 @@ static void test_other_values(const char *file)
 	       "--task-size \"18446744073709551616\": too large (does not "
 	       "fit in 64 bits)",
 	       "explain --size 1g --task-size 18446744073709551616");
+	/* A read past the largest file offset is a usage error too, however
+	 * it gets there (it was exit 1, from the library's -EINVAL). */
+	expect(2,
+	       "--offset 0 with --size 18446744073709551615: the read ends "
+	       "past the largest file offset (9223372036854775807)",
+	       "explain --size 18446744073709551615");
+	expect(2, "--offset 9223372036854775807 with --size 1: the read ends",
+	       "explain --size 1 --offset 9223372036854775807");
+	expect(0, "read of 1 B",
+	       "explain --size 1 --offset 9223372036854775806");
 	expect(2, "--watch \"0\": not a number of seconds", "stats --watch 0");
 	expect(2, "--watch \"soon\": not a number of seconds",
 	       "stats --watch soon");

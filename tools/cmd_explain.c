@@ -244,6 +244,16 @@ int cmd_explain(int argc, char **argv)
 		return rc;
 	if (!have_size)
 		return util_usage_error(cmd, "--size is required");
+	/* A read no file offset can hold is a fault of the arguments (exit
+	 * 2, as read's --size), not of the run: gpufile_explain() would
+	 * refuse it with -EINVAL, which read as exit 1. */
+	if (size > INT64_MAX || offset > INT64_MAX - size)
+		return util_usage_error(cmd,
+		                        "--offset %" PRIu64
+		                        " with --size %" PRIu64
+		                        ": the read ends past the largest file "
+		                        "offset (%" PRId64 ")",
+		                        offset, size, INT64_MAX);
 	GPUFILE_INIT(cfg);
 	rc = gpufile_cufile_config_load(json_path, &cfg);
 	if (rc == -ENOTSUP)
