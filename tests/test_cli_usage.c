@@ -123,6 +123,13 @@ static void test_other_values(const char *file)
 	expect(2, "--watch \"soon\": not a number of seconds",
 	       "stats --watch soon");
 	expect(2, "\"abc\" is not a PID", "stats abc");
+	/* stats options that do not go together are refused, not ignored
+	 * (--clean --json printed text; --watch with no PID, the list). */
+	expect(2, "--clean takes no --json", "stats --clean --json");
+	expect(2, "--clean takes no PID", "stats --clean 1");
+	expect(2, "--clean takes no --watch", "stats --clean --watch 1");
+	expect(2, "--watch needs a PID", "stats --watch 1");
+	expect(2, "--watch needs a PID", "stats --json --watch 1");
 	snprintf(args, sizeof(args), "cache %s --offset 9223372036854775808",
 	         file);
 	expect(2, "--offset \"9223372036854775808\": too large", args);

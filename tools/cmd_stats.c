@@ -449,6 +449,15 @@ int cmd_stats(int argc, char **argv)
 	first = opt_parse(&spec, argc, argv, &rc);
 	if (first < 0)
 		return rc;
+	/* Each of these was ignored without a word: --clean --json printed
+	 * text, and --watch without a PID printed the list once. */
+	if (clean && (as_json || watch > 0 || first < argc))
+		return util_usage_error(cmd, "--clean takes no %s",
+		                        first < argc ? "PID"
+		                        : as_json    ? "--json"
+		                                     : "--watch");
+	if (watch > 0 && first == argc)
+		return util_usage_error(cmd, "--watch needs a PID");
 	if (clean) {
 		rc = gpufile_stats_clean();
 		printf("removed %d stale segment%s\n", rc, rc == 1 ? "" : "s");
