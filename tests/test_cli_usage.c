@@ -69,6 +69,14 @@ static void test_sizes(const char *file)
 		expect(2, "option --size needs a value", args);
 		snprintf(args, sizeof(args), "%s --size 4k --frob", head);
 		expect(2, "unknown option --frob", args);
+		/* A value to a flag, and a prefix of two options, are no
+		 * unknown options: the message says what is wrong. */
+		snprintf(args, sizeof(args), "%s --size 4k --json=yes", head);
+		expect(2, "option --json takes no value (got \"yes\")", args);
+		snprintf(args, sizeof(args), "%s --size 4k --help=1", head);
+		expect(2, "option --help takes no value (got \"1\")", args);
+		snprintf(args, sizeof(args), "%s --size 4k --h", head);
+		expect(2, "option --h is ambiguous (--host, --help)", args);
 	}
 }
 
@@ -92,6 +100,10 @@ static void test_other_values(const char *file)
 	expect(2, "--chunk \"1\": use 4 KiB to 1 GiB", args);
 	snprintf(args, sizeof(args), "write %s", file);
 	expect(2, "--size is required", args);
+	snprintf(args, sizeof(args), "write %s --size 1m --d", file);
+	expect(2, "option --d is ambiguous (--direct, --device)", args);
+	snprintf(args, sizeof(args), "write %s --size 1m --di=1", file);
+	expect(2, "option --direct takes no value (got \"1\")", args);
 	expect(2, "--task-size \"0\": must be at least",
 	       "explain --size 1m --task-size 0");
 	expect(2, "--size is required", "explain");

@@ -171,6 +171,50 @@ static int check_args(const struct opt_spec *spec, int first, int argc,
 	                        argv[first + spec->max_args]);
 }
 
+/*
+ * getopt_long() returns '?' for three faults of a long option, which
+ * util_getopt_error() alone calls "unknown option" all three: a name of
+ * no option, a value given to an option that takes none ("--json=x";
+ * optopt is then the option's val) and a prefix of two or more options
+ * ("--d" of --device and --direct; optopt is 0, as for an unknown name).
+ * Reports the last two and returns EXIT_USAGE, or returns 0 to leave the
+ * fault to util_getopt_error().
+ */
+static int long_option_error(const struct opt_spec *spec,
+                             const struct option *longopts, char **argv)
+{
+	const char *word = optind > 0 ? argv[optind - 1] : "";
+	char names[512] = "";
+	size_t len, used = 0;
+	int matches = 0;
+
+	if (strncmp(word, "--", 2) != 0)
+		return 0;
+	word += 2;
+	len = strcspn(word, "=");
+	if (len == 0)
+		return 0; /* "--=x" names nothing */
+	for (int i = 0; longopts[i].name; i++) {
+		if (optopt && longopts[i].val == optopt && word[len] == '=')
+			return util_usage_error(spec->cmd,
+			                        "option --%s takes no value "
+			                        "(got \"%s\")",
+			                        longopts[i].name,
+			                        word + len + 1);
+		if (!optopt && strncmp(longopts[i].name, word, len) == 0 &&
+		    used < sizeof(names)) {
+			used += (size_t)snprintf(
+			    names + used, sizeof(names) - used, "%s--%s",
+			    matches ? ", " : "", longopts[i].name);
+			matches++;
+		}
+	}
+	if (matches < 2)
+		return 0;
+	return util_usage_error(spec->cmd, "option --%.*s is ambiguous (%s)",
+	                        (int)len, word, names);
+}
+
 int opt_parse(const struct opt_spec *spec, int argc, char **argv,
               int *exit_code)
 {
@@ -199,7 +243,10 @@ int opt_parse(const struct opt_spec *spec, int argc, char **argv,
 			return -1;
 		}
 		if (c < 256 || c >= 256 + n) {
-			*exit_code = util_getopt_error(spec->cmd, c, argv);
+			rc = c == '?' ? long_option_error(spec, longopts, argv)
+			              : 0;
+			*exit_code =
+			    rc ? rc : util_getopt_error(spec->cmd, c, argv);
 			return -1;
 		}
 		rc = store(spec->cmd, &spec->opts[c - 256], optarg);
