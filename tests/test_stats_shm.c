@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -860,6 +861,88 @@ static void test_watch_exec(void)
 	CHECK(max_after(out, "\"read_gbps\": ") < 1e6);
 }
 
+/* One JSON sample of a watch from fd into out (len bytes), a byte at a
+ * time so that nothing of the next is taken: up to its closing brace,
+ * alone on its line. Returns its length (0 at the end of the stream). */
+static size_t read_sample(int fd, char *out, size_t len)
+{
+	size_t n = 0;
+
+	while (n + 1 < len && read(fd, out + n, 1) == 1) {
+		n++;
+		if (n >= 3 && memcmp(out + n - 3, "\n}\n", 3) == 0)
+			break;
+	}
+	out[n] = '\0';
+	return n;
+}
+
+/* gpufile stats --watch into a reader that takes its time: a rate is the
+ * bytes between two samples over the time between them. It was over the
+ * sleep alone, so that with a slow reader (a pager, a full pipe) every
+ * rate came out as many times too high as the wait was longer than
+ * --watch (11x at --watch 0.2 read every 2 s). Here the watcher's stdout
+ * is a pipe smaller than one sample; once it has taken sample B (its
+ * first bytes arrive) it waits to print the rest, this process reads the
+ * file and then nothing for a second: the rate of sample C is at most
+ * the file's bytes per second, with no bound on how long anything took. */
+static void test_watch_slow_reader(void)
+{
+	static char a[1 << 16], b[1 << 16], c[1 << 16];
+	const size_t size = BATCH * READ_SIZE;
+	char pid_arg[32], *buf = test_malloc(size);
+	struct pollfd pfd;
+	gpufile_t *h[8];
+	long long grown;
+	int fds[2], cap, status;
+	double gbps;
+	pid_t pid;
+
+	if (!cli()) {
+		free(buf);
+		return;
+	}
+	/* Eight file records: a sample several times the pipe's size. */
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(gpufile_open(&h[i], file_path, "r"), 0);
+	CHECK_EQ(pipe(fds), 0);
+	cap = fcntl(fds[1], F_SETPIPE_SZ, 4096);
+	snprintf(pid_arg, sizeof(pid_arg), "%d", (int)getpid());
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		dup2(fds[1], STDOUT_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		execl(cli(), "gpufile", "stats", pid_arg, "--watch", "0.05",
+		      "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	CHECK(read_sample(fds[0], a, sizeof(a)) > (size_t)cap);
+	pfd = (struct pollfd){.fd = fds[0], .events = POLLIN};
+	CHECK_EQ(poll(&pfd, 1, 120000), 1);
+	CHECK_EQ(gpufile_pread(h[0], buf, size, 0), (long long)size);
+	sleep(1);
+	read_sample(fds[0], b, sizeof(b));
+	read_sample(fds[0], c, sizeof(c));
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(fds[0]);
+	for (int i = 0; i < 8; i++)
+		gpufile_close(h[i]);
+	free(buf);
+	/* The read fell between samples B and C, and C's rate spans more
+	 * than the second in between (6 digits printed: a little slack). */
+	grown = json_path_field(c, "host", "bytes") -
+	        json_path_field(b, "host", "bytes");
+	CHECK_EQ(grown, (long long)size);
+	gbps = max_after(c, "\"read_gbps\": ");
+	fprintf(stderr, "slow reader: %lld bytes, %g GB/s (at most %g)\n",
+	        grown, gbps, (double)size / 1e9);
+	CHECK(gbps > 0 && gbps <= (double)size / 1e9 * 1.0001);
+}
+
 static void test_bad_pids(void)
 {
 	char cmd[512], out[4096];
@@ -965,6 +1048,7 @@ int main(void)
 	test_old_leftover();
 	test_null();
 	test_self();
+	test_watch_slow_reader();
 	test_recent_files();
 	test_fork();
 	test_cleanup();

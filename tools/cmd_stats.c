@@ -432,7 +432,7 @@ int cmd_stats(int argc, char **argv)
 {
 	const char *cmd = "stats";
 	int as_json = 0, clean = 0, rc, first;
-	double watch = 0;
+	double watch = 0, sampled;
 	uint64_t pid = 0;
 	gpufile_stats_t *a, *b;
 	const struct opt opts[] = {
@@ -474,6 +474,10 @@ int cmd_stats(int argc, char **argv)
 	if (!a)
 		return util_error(cmd, "out of memory");
 	b = a + 1;
+	/* Rates are over the time between two samples, not the sleep
+	 * alone: printing a sample waits as long as the reader of stdout
+	 * does (a pager, a full pipe), and the counters go on meanwhile. */
+	sampled = util_now();
 	rc = show((int)pid, as_json, NULL, 0, a);
 	if (rc) {
 		free(a);
@@ -483,14 +487,15 @@ int cmd_stats(int argc, char **argv)
 		struct timespec ts = {
 		    (time_t)watch,
 		    (long)((watch - (double)(time_t)watch) * 1e9)};
-		double t0 = util_now(), dt;
+		double now;
 		gpufile_stats_t *t;
 
 		nanosleep(&ts, NULL);
-		dt = util_now() - t0;
 		if (!as_json)
 			printf("\n");
-		rc = show((int)pid, as_json, a, dt, b);
+		now = util_now();
+		rc = show((int)pid, as_json, a, now - sampled, b);
+		sampled = now;
 		if (rc == -ESRCH || rc == -ESTALE || rc == -ENOENT) {
 			fprintf(stderr, "gpufile stats: process %d has ended\n",
 			        (int)pid);
