@@ -63,9 +63,41 @@ static void expect_full(const char *args, const char *cmd)
 	}
 }
 
+/* A safetensors file at path: one F32 tensor "w" of 4 elements. */
+static int make_safetensors(const char *path)
+{
+	static const char header[] =
+	    "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+	unsigned char len[8] = {sizeof(header) - 1};
+	char data[16] = {0};
+	FILE *f = fopen(path, "wb");
+	int ok;
+
+	if (!f)
+		return -1;
+	ok = fwrite(len, 1, 8, f) == 8 &&
+	     fwrite(header, 1, sizeof(header) - 1, f) == sizeof(header) - 1 &&
+	     fwrite(data, 1, sizeof(data), f) == sizeof(data);
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* gpufile load's text: each file's device path once, as the reason
+ * names it ("posix: ..."); it used to print the name twice, "device
+ * path: posix: posix: ...". */
+static void test_load_text(const char *st)
+{
+	char path_line[64];
+
+	CHECK_EQ(test_cli_run(out, sizeof(out), "load %s --host", st), 0);
+	CHECK_CONTAINS(out, "1 tensors, 16 bytes");
+	snprintf(path_line, sizeof(path_line), "  device path: %s: ", "posix");
+	CHECK_CONTAINS(out, path_line);
+	CHECK(!strstr(out, "posix: posix:"));
+}
+
 int main(void)
 {
-	const char *file = test_path("f");
+	const char *file = test_path("f"), *st = test_path("st");
 	char args[1024];
 	gpufile_t *h;
 
@@ -78,6 +110,8 @@ int main(void)
 		return TEST_SKIP;
 	}
 	CHECK_EQ(test_make_file(file, 64 << 10, 1), 0);
+	CHECK_EQ(make_safetensors(st), 0);
+	test_load_text(st);
 
 	expect_full("config --json", "config");
 	/* The errno of the failed write, where no earlier fflush took it. */

@@ -113,8 +113,9 @@ static void report_text(const struct load_file *files, int nfiles,
 		       util_human_bytes(f->bytes, human, sizeof(human)),
 		       f->seconds, util_gbps(f->bytes, f->seconds),
 		       f->open_seconds);
-		printf("  device path: %s: %s\n",
-		       gpufile_path_name(f->device_path), f->reason);
+		/* The reason starts with the path's name ("posix: ..."), as
+		 * in gpufile read's "device buffers:" line. */
+		printf("  device path: %s\n", f->reason);
 		bytes += f->bytes;
 		tensors += (uint64_t)f->tensors;
 		seconds += f->seconds;
