@@ -126,6 +126,61 @@ static void test_human_size(const char *file)
 	CHECK(!strstr(out, "e+0"));
 }
 
+/* With compat_mode=off and a CUDA driver but no cuFile, a device request
+ * fails; host memory never takes that path, so gpufile read --host (and
+ * write --host) report the refusal as the device buffers' reason and
+ * exit 0. They read or wrote everything, then exited 1 with no report.
+ * The driver is the fake one built beside the tool
+ * (tests/fake_libcuda). */
+static void test_compat_off_host(const char *file)
+{
+	char lib[1024], *slash, *old = getenv("LD_LIBRARY_PATH");
+	char *saved = old ? strdup(old) : NULL;
+	const char *want = "compat_mode=off requires cuFile";
+
+	snprintf(lib, sizeof(lib), "%s", test_cli_path());
+	slash = strrchr(lib, '/');
+	if (slash)
+		snprintf(slash, sizeof(lib) - (size_t)(slash - lib),
+		         "/tests/fake_libcuda/lib");
+	snprintf(out, sizeof(out), "%s/libcuda.so.1", lib);
+	if (!slash || access(out, R_OK) != 0) {
+		fprintf(stderr, "no %s: compat_mode=off part skipped\n", out);
+		free(saved);
+		return;
+	}
+	setenv("LD_LIBRARY_PATH", lib, 1);
+	setenv("GPUFILE_COMPAT_MODE", "off", 1);
+	setenv("GPUFILE_CUFILE_LIBRARY", "/nonexistent/libcufile.so.0", 1);
+
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host", file), 0);
+	CHECK_CONTAINS(out, "read:     ");
+	CHECK_CONTAINS(out, "device buffers: ");
+	CHECK_CONTAINS(out, want);
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --host --json", file),
+	         0);
+	CHECK_CONTAINS(out, "\"device_path\": \"cufile\"");
+	CHECK_CONTAINS(out, want);
+	CHECK_EQ(test_cli_run(out, sizeof(out), "write %s.w --host --size 64k",
+	                      file),
+	         0);
+	CHECK_CONTAINS(out, "wrote:    65536 bytes");
+	CHECK_CONTAINS(out, want);
+	/* Into the (fake) GPU the read itself fails, exit 1. */
+	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --device 0", file), 1);
+	CHECK_CONTAINS(out, want);
+
+	if (saved)
+		setenv("LD_LIBRARY_PATH", saved, 1);
+	else
+		unsetenv("LD_LIBRARY_PATH");
+	free(saved);
+	unsetenv("GPUFILE_COMPAT_MODE");
+	unsetenv("GPUFILE_CUFILE_LIBRARY");
+	snprintf(lib, sizeof(lib), "%s.w", file);
+	unlink(lib);
+}
+
 /* A 1 GiB file (sparse: no disk) read through a 16 MiB window: the tool
  * reads it all while its peak resident memory stays far below the file
  * (a whole-file buffer is touched before timing, so it would be >= 1 GiB
@@ -251,6 +306,7 @@ int main(void)
 	test_short(file, size);
 	test_window(file, size);
 	test_human_size(file);
+	test_compat_off_host(file);
 	test_map_copy_bytes(file, size);
 	test_device_window(file, size);
 	test_bounded_memory();

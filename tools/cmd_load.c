@@ -82,11 +82,9 @@ static int load_one(const char *cmd, int device, struct load_file *f)
 		goto out;
 	}
 	f->bytes = (uint64_t)n;
-	if (gpufile_path_info(gpufile_safetensors_handle(st), &f->device_path,
-	                      f->reason, sizeof(f->reason))) {
-		util_error(cmd, "%s", gpufile_errmsg());
+	if (target_path_info(cmd, &mem, gpufile_safetensors_handle(st),
+	                     &f->device_path, f->reason, sizeof(f->reason)))
 		goto out;
-	}
 	rc = EXIT_OK;
 out:
 	target_free(&mem);

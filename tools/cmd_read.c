@@ -334,9 +334,9 @@ static int read_file(gpufile_t *h, struct read_options *o,
 		return util_error("read", "warmup: %s", gpufile_errmsg());
 	if (run_reads(h, t, o, r))
 		return EXIT_RUNTIME;
-	if (gpufile_path_info(h, &r->device_path, r->path_reason,
-	                      sizeof(r->path_reason)))
-		return util_error("read", "%s", gpufile_errmsg());
+	if (target_path_info("read", t, h, &r->device_path, r->path_reason,
+	                     sizeof(r->path_reason)))
+		return EXIT_RUNTIME;
 	return 0;
 }
 

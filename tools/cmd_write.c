@@ -351,9 +351,9 @@ static int write_file(gpufile_t *h, const struct write_options *o,
 	r->seconds = util_now() - t0;
 	GPUFILE_INIT(r->after);
 	gpufile_stats_self(&r->after);
-	if (gpufile_path_info(h, &r->device_path, r->path_reason,
-	                      sizeof(r->path_reason)))
-		return util_error("write", "%s", gpufile_errmsg());
+	if (target_path_info("write", &r->target, h, &r->device_path,
+	                     r->path_reason, sizeof(r->path_reason)))
+		return EXIT_RUNTIME;
 	return 0;
 }
 

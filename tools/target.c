@@ -90,6 +90,21 @@ int target_alloc(const char *cmd, struct target *t, size_t size,
 	return 0;
 }
 
+int target_path_info(const char *cmd, const struct target *t, gpufile_t *h,
+                     gpufile_path_t *path, char *reason, size_t len)
+{
+	if (gpufile_path_info(h, path, reason, len) == 0)
+		return 0;
+	/* The error a device request would meet is the answer for host
+	 * memory, which never takes that path: a host read or write that
+	 * worked must not fail for it (it exited 1 with no report). */
+	if (t->device < 0) {
+		snprintf(reason, len, "%s", gpufile_errmsg());
+		return 0;
+	}
+	return util_error(cmd, "%s", gpufile_errmsg());
+}
+
 void target_free(struct target *t)
 {
 	if (!t->buf)

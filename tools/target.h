@@ -6,6 +6,8 @@
 #ifndef GPUFILE_TOOLS_TARGET_H
 #define GPUFILE_TOOLS_TARGET_H
 
+#include "gpufile.h"
+
 #include <stddef.h>
 
 struct target {
@@ -30,6 +32,14 @@ int target_choose(const char *cmd, int want_host, int want_device,
  * message ("the read window"). Returns 0 or EXIT_RUNTIME. */
 int target_alloc(const char *cmd, struct target *t, size_t size,
                  const char *what);
+
+/* gpufile_path_info(h, path, reason, len) for the report of a request
+ * that moved t's memory. For host memory the device path is only told,
+ * so where the library refuses to tell it (compat_mode=off without
+ * cuFile) its message is the reason. Returns 0, or EXIT_RUNTIME after a
+ * message when t is device memory and the library refused. */
+int target_path_info(const char *cmd, const struct target *t, gpufile_t *h,
+                     gpufile_path_t *path, char *reason, size_t len);
 
 /* Frees t->buf; a target without a buffer is left alone. */
 void target_free(struct target *t);
