@@ -654,6 +654,24 @@ static int parse_dtype(gpufile_safetensors_t *st, struct st_tensor *t,
 	return 0;
 }
 
+/* t's shape as "[d0,d1,...]" into buf (len bytes, "..." when cut), from
+ * the integers parsed: cJSON prints a number near 2^53 rounded to 15
+ * digits ("5e+15" for 5000000000000001), which json_text() would pass on
+ * into a message that also quotes the exact product. */
+static const char *shape_text(const struct st_tensor *t, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	for (int i = 0; i < t->ndim && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%" PRIu64,
+		                         i ? "," : "[", t->shape[i]);
+	if (used < len)
+		snprintf(buf + used, len - used, "%s", t->ndim ? "]" : "[]");
+	if (used + 1 >= len && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+	return buf;
+}
+
 /* t->ndim and t->shape from the entry's "shape", and the product of its
  * dimensions into *nelem (refused when 64 bits cannot hold it). */
 static int parse_shape(gpufile_safetensors_t *st, struct st_tensor *t,
@@ -683,15 +701,17 @@ static int parse_shape(gpufile_safetensors_t *st, struct st_tensor *t,
 			                     st->path, t->name, i,
 			                     json_text(d, text, sizeof(text)));
 		t->shape[i++] = dim;
-		if (__builtin_mul_overflow(*nelem, dim, nelem))
+	}
+	/* Every dimension first, as the reference parses the whole header
+	 * before it multiplies (try_fold of checked_mul: in order). */
+	for (i = 0; i < t->ndim; i++)
+		if (__builtin_mul_overflow(*nelem, t->shape[i], nelem))
 			return gpufile__fail(
 			    -EBADMSG,
 			    "%s: tensor \"%s\": shape %s has more elements "
-			    "than "
-			    "64 bits can count",
+			    "than 64 bits can count",
 			    st->path, t->name,
-			    json_text(shape, text, sizeof(text)));
-	}
+			    shape_text(t, text, sizeof(text)));
 	return 0;
 }
 
@@ -729,7 +749,7 @@ static int parse_offsets(gpufile_safetensors_t *st, struct st_tensor *t,
 /* Checks that nelem elements of t's dtype are exactly the bytes its
  * data_offsets span. */
 static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
-                      const cJSON *shape, uint64_t nelem)
+                      uint64_t nelem)
 {
 	char text[96];
 	uint64_t nbits;
@@ -740,7 +760,7 @@ static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
 		    -EBADMSG,
 		    "%s: tensor \"%s\": shape %s of %s is more bytes than 64 "
 		    "bits can count",
-		    st->path, t->name, json_text(shape, text, sizeof(text)),
+		    st->path, t->name, shape_text(t, text, sizeof(text)),
 		    st_dtypes[t->dtype].name);
 	if (nbits % 8 != 0 || nbits / 8 != t->end - t->begin)
 		return gpufile__fail(
@@ -748,7 +768,7 @@ static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
 		    "%s: tensor \"%s\": shape %s of %s is %" PRIu64
 		    " bits (%s%" PRIu64 " bytes) but data_offsets [%" PRIu64
 		    ", %" PRIu64 "] span %" PRIu64 " bytes",
-		    st->path, t->name, json_text(shape, text, sizeof(text)),
+		    st->path, t->name, shape_text(t, text, sizeof(text)),
 		    st_dtypes[t->dtype].name, nbits,
 		    nbits % 8 ? "not a whole number of bytes, " : "", nbits / 8,
 		    t->begin, t->end, t->end - t->begin);
@@ -806,7 +826,7 @@ static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
 	if (rc == 0)
 		rc = parse_offsets(st, t, offs);
 	if (rc == 0)
-		rc = check_span(st, t, shape, nelem);
+		rc = check_span(st, t, nelem);
 	return rc;
 }
 

@@ -174,6 +174,23 @@ static void test_malformed(void)
 	             "1048576],\"data_offsets\":[0,0]}}",
 	             0);
 	expect_bad(p, -EBADMSG, "tensor \"w\"", "of BF16", "64 bits");
+	/* Dimensions just below 2^53 are quoted exactly, as the product
+	 * beside them is ("shape [5e+15] of U8 is ... (5000000000000001
+	 * bytes)" was cJSON's 15-digit print). */
+	p = write_st("shape-exact",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[5000000000000001],"
+	             "\"data_offsets\":[0,0]}}",
+	             0);
+	expect_bad(p, -EBADMSG, "shape [5000000000000001] of U8",
+	           "(5000000000000001 bytes)", NULL);
+	p = write_st("overflow-exact",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[9007199254740991,"
+	             "9007199254740991],\"data_offsets\":[0,0]}}",
+	             0);
+	expect_bad(p, -EBADMSG,
+	           "shape [9007199254740991,9007199254740991] has more "
+	           "elements",
+	           NULL, NULL);
 	/* Above 2^53 a double cannot hold the integer exactly. */
 	p = write_st("shape-2p53",
 	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[18014398509481984],"
