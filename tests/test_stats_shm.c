@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -943,6 +944,103 @@ static void test_watch_slow_reader(void)
 	CHECK(gbps > 0 && gbps <= (double)size / 1e9 * 1.0001);
 }
 
+/* gpufile stats --watch of a process that becomes unreadable while it is
+ * watched (prctl(PR_SET_DUMPABLE, 0); an exec of a setuid program does
+ * the same): exit 1 with the message. On that path the watcher freed the
+ * one of its two sample buffers that it was using as the latest, which
+ * after an odd number of samples is not the one allocated, and glibc
+ * aborted it ("free(): invalid pointer", exit 134, no message). Sample 2
+ * is made to be in print (its first bytes read, the rest waiting on a
+ * one-page pipe) when the process turns unreadable, so that sample 3
+ * fails after one swap. As root, both children are nobody: root reads
+ * any process. */
+static void test_watch_unreadable(void)
+{
+	static char sample[1 << 16];
+	const int root = geteuid() == 0;
+	int ctl[2], ack[2], out[2], cap, status = 0;
+	pid_t watched, watcher;
+	char pid_arg[32], c;
+	struct pollfd pfd;
+	struct stat st;
+
+	if (!cli() || stat(file_path, &st) != 0)
+		return;
+	if (root && (chmod(file_path, 0644) || chmod(test_dir(), 0711))) {
+		fprintf(stderr,
+		        "cannot open the test file to nobody: skipped\n");
+		return;
+	}
+	CHECK(pipe(ctl) == 0 && pipe(ack) == 0 && pipe(out) == 0);
+	cap = fcntl(out[1], F_SETPIPE_SZ, 4096);
+	fflush(NULL);
+	watched = fork();
+	if (watched == 0) {
+		gpufile_t *h[8];
+		char buf[READ_SIZE];
+
+		close(ctl[1]);
+		close(ack[0]);
+		close(out[0]);
+		close(out[1]);
+		/* A change of uid clears the dumpable flag: set it again,
+		 * so that a watcher of the same uid may read the process. */
+		if ((root && test_become_nobody()) ||
+		    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
+			_exit(2);
+		/* Eight file records: a sample larger than the pipe. */
+		for (int i = 0; i < 8; i++)
+			if (gpufile_open(&h[i], file_path, "r"))
+				_exit(3);
+		if (gpufile_pread(h[0], buf, sizeof(buf), 0) != READ_SIZE ||
+		    write(ack[1], "r", 1) != 1 || read(ctl[0], &c, 1) != 1 ||
+		    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) ||
+		    write(ack[1], "u", 1) != 1)
+			_exit(4);
+		while (read(ctl[0], &c, 1) > 0) /* until the test is done */
+			;
+		_exit(0);
+	}
+	close(ctl[0]);
+	close(ack[1]);
+	CHECK_EQ(read(ack[0], &c, 1), 1);
+	snprintf(pid_arg, sizeof(pid_arg), "%d", (int)watched);
+	watcher = fork();
+	if (watcher == 0) {
+		dup2(out[1], STDOUT_FILENO);
+		close(out[0]);
+		close(out[1]);
+		if (root && test_become_nobody())
+			_exit(126);
+		execl(cli(), "gpufile", "stats", pid_arg, "--watch", "0.05",
+		      "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	/* Sample 1 whole, then the first bytes of sample 2. */
+	CHECK(read_sample(out[0], sample, sizeof(sample)) > (size_t)cap);
+	pfd = (struct pollfd){.fd = out[0], .events = POLLIN};
+	CHECK_EQ(poll(&pfd, 1, 120000), 1);
+	CHECK(write(ctl[1], "g", 1) == 1 && read(ack[0], &c, 1) == 1);
+	while (read_sample(out[0], sample, sizeof(sample)) > 0)
+		;
+	CHECK(waitpid(watcher, &status, 0) == watcher);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 1)
+		fprintf(stderr, "watcher: %s %d (want exit 1)\n",
+		        WIFEXITED(status) ? "exit" : "signal",
+		        WIFEXITED(status) ? WEXITSTATUS(status)
+		                          : WTERMSIG(status));
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+	close(out[0]);
+	close(ctl[1]);
+	close(ack[0]);
+	waitpid(watched, NULL, 0);
+	if (root) {
+		CHECK_EQ(chmod(test_dir(), 0700), 0);
+		CHECK_EQ(chmod(file_path, st.st_mode & 07777), 0);
+	}
+}
+
 static void test_bad_pids(void)
 {
 	char cmd[512], out[4096];
@@ -1049,6 +1147,7 @@ int main(void)
 	test_null();
 	test_self();
 	test_watch_slow_reader();
+	test_watch_unreadable();
 	test_recent_files();
 	test_fork();
 	test_cleanup();

@@ -434,7 +434,7 @@ int cmd_stats(int argc, char **argv)
 	int as_json = 0, clean = 0, rc, first;
 	double watch = 0, sampled;
 	uint64_t pid = 0;
-	gpufile_stats_t *a, *b;
+	gpufile_stats_t *samples, *a, *b;
 	const struct opt opts[] = {
 	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
 	    {.name = "watch",
@@ -470,17 +470,19 @@ int cmd_stats(int argc, char **argv)
 	if (!pid)
 		return list_processes(as_json);
 
-	a = calloc(2, sizeof(*a));
-	if (!a)
+	/* a is the latest sample, b the next; they swap after each. */
+	samples = calloc(2, sizeof(*samples));
+	if (!samples)
 		return util_error(cmd, "out of memory");
-	b = a + 1;
+	a = samples;
+	b = samples + 1;
 	/* Rates are over the time between two samples, not the sleep
 	 * alone: printing a sample waits as long as the reader of stdout
 	 * does (a pager, a full pipe), and the counters go on meanwhile. */
 	sampled = util_now();
 	rc = show((int)pid, as_json, NULL, 0, a);
 	if (rc) {
-		free(a);
+		free(samples);
 		return util_error(cmd, "%s", gpufile_errmsg());
 	}
 	while (watch > 0) {
@@ -503,7 +505,7 @@ int cmd_stats(int argc, char **argv)
 			break;
 		}
 		if (rc) {
-			free(a);
+			free(samples);
 			return util_error(cmd, "%s", gpufile_errmsg());
 		}
 		t = a;
@@ -514,6 +516,6 @@ int cmd_stats(int argc, char **argv)
 		if (ferror(stdout))
 			break;
 	}
-	free(a < b ? a : b);
+	free(samples);
 	return EXIT_OK;
 }
