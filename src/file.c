@@ -571,9 +571,14 @@ static int decide_path(struct gpufile__request *r)
  * Appends in flight together are placed one after another in the order
  * they were prepared, as reserved. h->inflight counts a request from its
  * submission until it has ended, after its writes (pool.c); before that,
- * h->append_pending counts it, until append_submitted().
+ * h->append_pending counts it, until append_submitted(). held: the counts
+ * in h->inflight that are the caller's own, not another request's (a
+ * stream-ordered job holds its handle while it runs its request: counted
+ * as another, every stream-ordered append was placed after the last
+ * reserved end, over another process's appended bytes or past a hole).
  */
-static int append_begin(struct gpufile *h, size_t size, int64_t *offset)
+static int append_begin(struct gpufile *h, size_t size, int held,
+                        int64_t *offset)
 {
 	struct stat st;
 	int64_t pos;
@@ -581,7 +586,7 @@ static int append_begin(struct gpufile *h, size_t size, int64_t *offset)
 
 	pthread_mutex_lock(&h->lock);
 	pos = atomic_load(&h->append_pos);
-	if (h->append_pending == 0 && atomic_load(&h->inflight) == 0) {
+	if (h->append_pending == 0 && atomic_load(&h->inflight) == held) {
 		if (gpufile__sys.fstat(h->fd, &st) == 0)
 			pos = (int64_t)st.st_size;
 		else
@@ -648,9 +653,10 @@ static void split_small_read(struct gpufile__request *r)
 	r->cfg.task_size = ts;
 }
 
-/* Validates and prepares r; returns 0 or an error with the message set. */
+/* Validates and prepares r; returns 0 or an error with the message set.
+ * held: as for append_begin(). */
 static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
-                   size_t size, int64_t offset, int is_write)
+                   size_t size, int64_t offset, int is_write, int held)
 {
 	int rc;
 
@@ -689,7 +695,7 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	r->cuda_ctx = NULL;
 	r->offset = offset;
 	if (is_write && h->append) {
-		rc = append_begin(h, size, &r->offset);
+		rc = append_begin(h, size, held, &r->offset);
 		if (rc)
 			return rc;
 	}
@@ -708,15 +714,15 @@ int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
                              void *buf, size_t size, int64_t offset,
                              int is_write)
 {
-	return prepare(r, h, buf, size, offset, is_write);
+	return prepare(r, h, buf, size, offset, is_write, 0);
 }
 
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
-                           int is_write)
+                           int is_write, int held)
 {
 	struct gpufile__request r;
 	ssize_t result;
-	int rc = prepare(&r, h, buf, size, offset, is_write);
+	int rc = prepare(&r, h, buf, size, offset, is_write, held);
 
 	if (rc)
 		return rc;
@@ -740,13 +746,19 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 
 ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size, int64_t offset)
 {
-	return blocking_io(h, buf, size, offset, 0);
+	return blocking_io(h, buf, size, offset, 0, 0);
 }
 
 ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                        int64_t offset)
 {
-	return blocking_io(h, (void *)buf, size, offset, 1);
+	return blocking_io(h, (void *)buf, size, offset, 1, 0);
+}
+
+ssize_t gpufile__pwrite_held(gpufile_t *h, const void *buf, size_t size,
+                             int64_t offset)
+{
+	return blocking_io(h, (void *)buf, size, offset, 1, 1);
 }
 
 static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
@@ -767,7 +779,7 @@ static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		                     "memory for a request",
 		                     is_write ? "writing" : "reading", h->path,
 		                     (long long)offset, size);
-	rc = prepare(&f->r, h, buf, size, offset, is_write);
+	rc = prepare(&f->r, h, buf, size, offset, is_write, 0);
 	if (rc == 0) {
 		rc = gpufile__request_submit(&f->r);
 		if (is_write && h->append)

@@ -626,6 +626,13 @@ int gpufile__future_submit(const struct gpufile__request *prepared,
 
 /* ---- stream-ordered requests (stream.c) ---- */
 
+/* gpufile_pwrite by a caller that holds h once already (a stream-ordered
+ * job, gpufile__handle_hold): that hold is not another request in flight,
+ * so an append with nothing else in flight starts at the file's real end
+ * (file.c). */
+ssize_t gpufile__pwrite_held(gpufile_t *h, const void *buf, size_t size,
+                             int64_t offset);
+
 /* Validates a request and decides its path as gpufile_pread/pwrite would
  * (r->path, r->cufile_handle, r->cufile_base, r->cuda_ctx), leaving r
  * initialised but not submitted: the caller ends it with

@@ -4,7 +4,10 @@
  * through the system-call table, at the first byte and mid-request), or
  * after another process appended, the next append lands right after the
  * file's real end: no hole, no bytes lost. Before, the position advanced
- * by the failed request's size and the next append left a hole.
+ * by the failed request's size and the next append left a hole. The same
+ * holds for stream-ordered appends (gpufile_write_async, on the fake CUDA
+ * driver), whose job's own hold on the handle once counted as another
+ * request in flight.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -17,7 +20,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define SEED 23
+#define SEED     23
+#define DEV_SIZE (1u << 20)
+#include "fake_cuda.h"
 
 /* pwrite fails with fail_errno at and past file offset fail_from. */
 static _Atomic int64_t fail_from = INT64_MAX;
@@ -124,6 +129,59 @@ static void append_after_other_writer(const char *path)
 	CHECK_EQ(gpufile_pwrite(h, "hello", 5, 0), 5);
 	CHECK_EQ(gpufile_close(h), 0);
 	check_hello_at_end(path, 5 + 100 + 5);
+}
+
+/* A stream-ordered append of "hello" from buf (host memory: a flag holds
+ * the stream; device memory: the call blocks), run to its end. */
+static void stream_append_hello(gpufile_t *h, void *buf)
+{
+	ssize_t n = -777;
+	CUstream s;
+
+	memcpy(buf, "hello", 5);
+	CHECK_EQ(fake.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), 0);
+	CHECK_EQ(gpufile_write_async(h, buf, 5, 0, s, &n), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, 5);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+}
+
+/* Stream-ordered appends start at the file's real end too, after a failed
+ * append and after another writer's: they used to land at the end the
+ * handle had reserved (a hole of 8192 bytes; over the other's bytes). */
+static void stream_appends(const char *path)
+{
+	const size_t bad_len = 8192;
+	void *bad =
+	    mmap(NULL, bad_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char host[16], other[100];
+	gpufile_t *h = NULL;
+	int fd;
+
+	CHECK(bad != MAP_FAILED);
+	CHECK_EQ(fake_install(), 0);
+	unlink(path);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h || bad == MAP_FAILED || !dev_base)
+		return;
+	CHECK_EQ(gpufile_pwrite(h, bad, bad_len, 0), -EFAULT);
+	stream_append_hello(h, host);
+	check_hello_at_end(path, 5);
+	memset(other, 'x', sizeof(other));
+	for (int i = 0; i < 2; i++) {
+		fd = open(path, O_WRONLY | O_APPEND);
+		CHECK(fd >= 0);
+		CHECK_EQ(write(fd, other, sizeof(other)),
+		         (ssize_t)sizeof(other));
+		close(fd);
+		stream_append_hello(h, i == 0 ? (void *)host : dev_base);
+		check_hello_at_end(path, 5 + (i + 1) * (100 + 5));
+	}
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_release();
+	gpufile__cuda_override(NULL);
+	free(dev_base);
+	munmap(bad, bad_len);
 }
 
 /* An "a" handle ignores file_offset, whatever its value: -1 and INT64_MAX
@@ -263,6 +321,7 @@ int main(void)
 	append_ignores_offset(path);
 	appends_in_flight(path);
 	appends_from_threads(path);
+	stream_appends(path);
 
 	gpufile__sys_reset();
 	gpufile_config_reset();
