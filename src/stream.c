@@ -994,6 +994,14 @@ static int validate(struct gpufile__request *r, int *prepared, gpufile_t *h,
 		if (!buf && size)
 			return gpufile__fail(
 			    -EFAULT, "writing %s: buffer is NULL", h->path);
+		/* Refused at the call, as prepare() refuses it: once queued,
+		 * it could only fail in *n_out. */
+		if (size > (size_t)INT64_MAX)
+			return gpufile__fail(
+			    -EINVAL,
+			    "writing %s: offset 0 with size %zu "
+			    "is out of range",
+			    h->path, size);
 		r->h = h;
 		r->buf = buf;
 		r->size = size;

@@ -337,6 +337,20 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 	CHECK_CONTAINS(gpufile_errmsg(), "not opened for writing");
 	CHECK_EQ(n, -777);
 	CHECK_EQ(queued(s), before);
+	/* An append's size too (its offset is placed when it runs): it
+	 * used to be queued, and fail only in n_out. */
+	{
+		gpufile_t *a = NULL;
+
+		CHECK_EQ(gpufile_open(&a, test_path("stream-append"), "a"), 0);
+		CHECK_EQ(gpufile_write_async(a, host_base,
+		                             (size_t)INT64_MAX + 1, 0, s, &n),
+		         -EINVAL);
+		CHECK_CONTAINS(gpufile_errmsg(), "out of range");
+		CHECK_EQ(n, -777);
+		CHECK_EQ(queued(s), before);
+		CHECK_EQ(gpufile_close(a), 0);
+	}
 
 	/* An I/O error reaches *n_out, and the stream goes on. */
 	{
