@@ -277,6 +277,13 @@ int gpufile_close(gpufile_t *h)
 		return gpufile__remote_close(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
+	while (h->old_maps) {
+		struct gpufile__old_map *m = h->old_maps;
+
+		h->old_maps = m->next;
+		munmap(m->map, m->len);
+		free(m);
+	}
 	if (h->cufile_handle)
 		gpufile__cufile_handle_deregister(h->cufile_handle);
 	if (h->cufile_fd_owned)

@@ -191,6 +191,12 @@ extern int (*gpufile__stats_fallocate)(int fd, off_t offset, off_t len);
 
 /* ---- file handles (file.c) ---- */
 
+struct gpufile__old_map {
+	struct gpufile__old_map *next;
+	void *map;
+	size_t len;
+};
+
 struct gpufile {
 	int fd;        /* buffered descriptor */
 	int direct_fd; /* O_DIRECT descriptor, or -1 */
@@ -206,14 +212,19 @@ struct gpufile {
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
 	pthread_mutex_t lock;    /* guards direct_reason and the map fields */
-	/* A read-only mapping of the file as long as it was when first
-	 * needed: mincore() asks it what the page cache holds, and warm
-	 * host reads are copied from it (gpufile__map_read). */
+	/* A read-only mapping of the file, made when first needed and
+	 * again, longer, once the file has grown past it (posix_io.c):
+	 * mincore() asks it what the page cache holds, and warm host reads
+	 * are copied from it (gpufile__map_read). */
 	void *map;
 	size_t map_len;
 	int map_tried;
+	int map_refused; /* not to be mapped (mmap failed, not a file) */
 	int map_mincore; /* mincore() on map tells the page cache (posix_io.c)
 	                  */
+	/* Maps replaced by a longer one, unmapped by gpufile_close(): a
+	 * reader may still be copying from one. */
+	struct gpufile__old_map *old_maps;
 	/* cuFile state, decided under lock at the first device request at
 	 * or above gds_threshold that compat_mode lets reach cuFile (or by
 	 * gpufile_path_info): registered, or why not (file.c). */

@@ -355,26 +355,65 @@ static int mincore_truthful(struct gpufile *h, const struct stat *st)
 	return gpufile__mincore_tells(st, fdpath);
 }
 
-/* h's read-only map of the file (made on first need, as long as the file
- * was then), or NULL where it cannot be mapped; *len: its length;
- * *truthful (may be NULL): whether mincore() on it tells the page cache. */
-static char *handle_map(struct gpufile *h, size_t *len, int *truthful)
+/* Caller holds h->lock. Maps h's file anew when it has grown past the
+ * map (or had no map: it was empty), at least twice as long as before, so
+ * that a file growing by small steps gets a few maps, not one per step;
+ * the part past the file's end is read by no one (map_read checks the
+ * file's end; mincore finds no page there). The old map stays until
+ * gpufile_close(). */
+static void remap(struct gpufile *h)
+{
+	struct gpufile__old_map *old = NULL;
+	struct stat st;
+	size_t len;
+	void *m;
+
+	if (gpufile__sys.fstat(h->fd, &st) != 0)
+		return;
+	if (!S_ISREG(st.st_mode)) {
+		h->map_refused = 1; /* a block device's st_size is 0 */
+		return;
+	}
+	if ((uint64_t)st.st_size <= h->map_len)
+		return;
+	len = h->map_len > (size_t)st.st_size / 2 ? 2 * h->map_len
+	                                          : (size_t)st.st_size;
+	if (h->map && !(old = malloc(sizeof(*old))))
+		return;
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, h->fd, 0);
+	if (m == MAP_FAILED) {
+		h->map_refused = 1;
+		free(old);
+		return;
+	}
+	if (old) {
+		*old =
+		    (struct gpufile__old_map){h->old_maps, h->map, h->map_len};
+		h->old_maps = old;
+	}
+	h->map = m;
+	h->map_len = len;
+	h->map_mincore = mincore_truthful(h, &st);
+}
+
+/* h's read-only map of the file, or NULL where it cannot be mapped; *len:
+ * its length; *truthful (may be NULL): whether mincore() on it tells the
+ * page cache. Made on first need, and made again where a range up to end
+ * (0: none) lies past it and the file has grown since: a handle that
+ * writes the file, then reads it, used to keep the map of the file as it
+ * was before its first write (none for "w+": it was empty), and read
+ * every range past it through pread and the page cache, neither copied
+ * from the map nor, with direct_io=auto, cold with O_DIRECT. */
+static char *handle_map(struct gpufile *h, int64_t end, size_t *len,
+                        int *truthful)
 {
 	char *map;
 
 	pthread_mutex_lock(&h->lock);
-	if (!h->map_tried) {
-		struct stat st;
+	if (!h->map_refused &&
+	    (!h->map_tried || (uint64_t)end > (uint64_t)h->map_len)) {
 		h->map_tried = 1;
-		if (gpufile__sys.fstat(h->fd, &st) == 0 && st.st_size > 0) {
-			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
-			               MAP_SHARED, h->fd, 0);
-			if (m != MAP_FAILED) {
-				h->map = m;
-				h->map_len = (size_t)st.st_size;
-				h->map_mincore = mincore_truthful(h, &st);
-			}
-		}
+		remap(h);
 	}
 	map = h->map;
 	*len = h->map_len;
@@ -417,13 +456,13 @@ int gpufile__cache_visible(struct gpufile *h)
 	size_t map_len;
 	int truthful = 1;
 
-	return handle_map(h, &map_len, &truthful) ? truthful : 1;
+	return handle_map(h, 0, &map_len, &truthful) ? truthful : 1;
 }
 
 int gpufile__range_cached(struct gpufile *h, int64_t off, size_t len)
 {
 	size_t map_len;
-	char *map = handle_map(h, &map_len, NULL);
+	char *map = handle_map(h, off + (int64_t)len, &map_len, NULL);
 
 	return map_cached(map, map_len, off, len);
 }
@@ -455,7 +494,7 @@ ssize_t gpufile__map_read(struct gpufile *h,
 	 * buffer nor the map can be checked before the copy. */
 	if (!gpufile__populate_works())
 		return 0;
-	map = handle_map(h, &map_len, &truthful);
+	map = handle_map(h, off + (int64_t)len, &map_len, &truthful);
 	/* Where mincore() says "cached" of every page whatever the truth,
 	 * a cold range would be faulted in page by page: pread's
 	 * readahead does that better. */

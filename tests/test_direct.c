@@ -349,6 +349,46 @@ out:
 	gpufile_config_reset();
 }
 
+/* direct_io=auto on a handle that writes the file, then reads it: ranges
+ * the handle wrote past the file's first read (which mapped the file as it
+ * was then) are cold reads like any other. They were read through the page
+ * cache: past the handle's map of the file, every range was taken as
+ * cached. The page cache is said to hold nothing (mincore), so that every
+ * range must be read with O_DIRECT. */
+static void test_auto_after_writes(const char *path)
+{
+	unsigned char *data = aligned_buffer(FILE_SIZE);
+	unsigned char *buf = aligned_buffer(FILE_SIZE);
+	const size_t first = 512u << 10;
+	gpufile_t *h = NULL;
+
+	test_fill(data, FILE_SIZE, SEED_B, 0);
+	CHECK_EQ(gpufile_config_set("direct_io", "auto"), 0);
+	CHECK_EQ(gpufile_set_task_size(1 << 20), 0);
+	unlink(path);
+	CHECK_EQ(gpufile_open(&h, path, "w+"), 0);
+	if (!h)
+		goto out;
+	gpufile__sys.mincore = test_mincore_none_cached;
+	CHECK_EQ(gpufile_pwrite(h, data, first, 0), (ssize_t)first);
+	CHECK_EQ(gpufile_pread(h, buf, first, 0), (ssize_t)first);
+	CHECK_EQ(gpufile_pwrite(h, data + first, FILE_SIZE - first, first),
+	         (ssize_t)(FILE_SIZE - first));
+	/* Tasks of 1 MiB: each large enough for O_DIRECT. */
+	counting_install();
+	memset(buf, 0, FILE_SIZE);
+	CHECK_EQ(gpufile_pread(h, buf, 4u << 20, 0), 4 << 20);
+	CHECK_EQ(test_mismatch(buf, 4u << 20, SEED_B, 0), -1);
+	CHECK(atomic_load(&direct_reads) > 0);
+	CHECK_EQ(atomic_load(&buffered_reads), 0);
+	gpufile__sys_reset();
+out:
+	gpufile_close(h);
+	free(data);
+	free(buf);
+	gpufile_config_reset();
+}
+
 static int open_refusing_direct(const char *path, int flags, mode_t mode)
 {
 	if (flags & O_DIRECT) {
@@ -542,6 +582,7 @@ int main(void)
 	}
 	if (disk_direct) {
 		test_auto(disk);
+		test_auto_after_writes(disk);
 		test_refused_at_io(disk, 0);
 		test_refused_at_io(disk, 1);
 		test_read_at_the_top(disk);
