@@ -1006,7 +1006,10 @@ static int validate(struct gpufile__request *r, int *prepared, gpufile_t *h,
 		r->buf = buf;
 		r->size = size;
 		r->is_write = 1;
-		r->path = GPUFILE_PATH_POSIX;
+		/* For the reason given (gpufile_stream_info): a write of host
+		 * memory takes the host path, not the bounce buffers. */
+		r->path =
+		    runs_gpu_work(r) ? GPUFILE_PATH_POSIX : GPUFILE_PATH_HOST;
 		return 0;
 	}
 	rc = gpufile__request_prepare(r, h, buf, size, offset, is_write);

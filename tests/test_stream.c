@@ -349,6 +349,17 @@ static void test_errors(gpufile_t *h, gpufile_t *ro)
 		CHECK_CONTAINS(gpufile_errmsg(), "out of range");
 		CHECK_EQ(n, -777);
 		CHECK_EQ(queued(s), before);
+		/* Its path, said as for any other handle: host memory is
+		 * written in place (it said "posix"). */
+		{
+			char reason[1024];
+
+			CHECK_EQ(gpufile_stream_info(a, host_base, 4096, 1,
+			                             reason, sizeof(reason)),
+			         0);
+			CHECK_CONTAINS(reason, "wait-value:");
+			CHECK_CONTAINS(reason, "through the host path");
+		}
 		CHECK_EQ(gpufile_close(a), 0);
 	}
 
