@@ -503,8 +503,11 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 		gpufile__decide(&f, d);
 	}
 	/* A request refused (compat_mode=off without cuFile) moved nothing
-	 * and fell back to nothing: not the handle's path. */
-	if (!d->error &&
+	 * and fell back to nothing: not the handle's path. Nor is a managed
+	 * buffer's posix, which the buffer decides, not the file: recorded,
+	 * it stood as the handle's path (and its reason) while the
+	 * handle's device requests went to cuFile. */
+	if (!d->error && kind == GPUFILE_MEM_DEVICE &&
 	    (d->path == GPUFILE_PATH_POSIX || d->path == GPUFILE_PATH_CUFILE)) {
 		first = !h->path_recorded;
 		h->path_recorded = 1;

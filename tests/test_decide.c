@@ -346,6 +346,32 @@ static void test_pure(void)
 	CHECK_CONTAINS(d.reason, "nvidia-fs is loaded");
 }
 
+/* The handle's record in the statistics (gpufile_stats_files) is the path
+ * of its device requests: a managed buffer read first, which takes posix
+ * whatever the file, must not stand as it when the device requests go to
+ * cuFile. */
+static void test_managed_record(const char *file)
+{
+	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+	gpufile_t *h;
+	int n;
+
+	setup(MODE_AUTO, CU_PRESENT, ACC_NVFS, 1);
+	CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, (char *)dev_base + 8 * MiB, 4 * MiB, 0),
+	         (ssize_t)(4 * MiB));
+	CHECK_EQ(gpufile_pread(h, dev_base, 4 * MiB, 0), (ssize_t)(4 * MiB));
+	n = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	CHECK(n > 0);
+	if (n > 0) {
+		/* The newest record is this handle's. */
+		CHECK_EQ(strcmp(files[n - 1].path, file), 0);
+		CHECK_EQ(files[n - 1].chosen, GPUFILE_PATH_CUFILE);
+		CHECK_CONTAINS(files[n - 1].reason, "nvidia-fs is loaded");
+	}
+	gpufile_close(h);
+}
+
 int main(void)
 {
 	const char *file = test_path("decide.bin");
@@ -390,6 +416,7 @@ int main(void)
 					         acc, only);
 	forced = 0;
 	unsetenv("CUFILE_FORCE_COMPAT_MODE");
+	test_managed_record(file);
 	fprintf(stderr, "test_decide: %d cases, %d mismatches\n", cases,
 	        mismatches);
 	CHECK_EQ(mismatches, 0);
