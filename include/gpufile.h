@@ -1318,8 +1318,10 @@ GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
  * different batches are independent. In a forked child the batch starts
  * threads of its own; entries in flight at the fork end there with
  * -ECANCELED. Counted in the statistics as one request per path and
- * submit, whose tasks are the entries, with a file record whose reason
- * says "batch".
+ * submit, whose tasks are the entries; a handle's file record (opened by
+ * gpufile_open) says "batch" while its device path is undecided, and the
+ * first device entry decides it, with its reason, as a gpufile_pread
+ * would. A submit adds no file record.
  */
 typedef struct gpufile_batch gpufile_batch_t;
 

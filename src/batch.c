@@ -1543,8 +1543,13 @@ static void reset_progress(gpufile_batch_t *b, unsigned n)
 		atomic_fetch_add(&b->e[i].h->inflight, 1);
 }
 
-/* The reason, once per submit and path, in the file records (of the first
- * entry on that path). */
+/* The reason, once per submit and path, in the file record of the first
+ * entry on that path, where that handle's device path is not decided yet
+ * (gpufile__stats_file_note): a device entry's decision was recorded by
+ * the path decision itself (file.c). A new record per submit (what
+ * gpufile__stats_file made when the handle's was no longer pending)
+ * counted every submit in files_opened and pushed the records of the
+ * handles open out of the 64 kept. */
 static void record_reasons(gpufile_batch_t *b, unsigned n)
 {
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
@@ -1564,8 +1569,8 @@ static void record_reasons(gpufile_batch_t *b, unsigned n)
 			         : p == GPUFILE_PATH_CUFILE
 			             ? "cuFile batch API"
 			             : "pinned slots, coalesced copies");
-			gpufile__stats_file(b->e[i].h->path, (gpufile_path_t)p,
-			                    why);
+			gpufile__stats_file_note(b->e[i].h->path,
+			                         (gpufile_path_t)p, why);
 			break;
 		}
 	}

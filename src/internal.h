@@ -164,6 +164,12 @@ void gpufile__stats_map_copy(uint64_t bytes, int faulted);
 /* A handle was opened: the path its device requests take, and why. */
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason);
+/* A use of a handle of path that decides nothing about its device path
+ * (a batch): written into the handle's record while that is still pending,
+ * which it stays (the first device decision completes it); never a new
+ * record, since only gpufile_open() makes one per handle. */
+void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
+                              const char *reason);
 /* cuFile's own per-GPU counters (second layer), as last read. */
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 /* Remote sources (remote.c): one HTTP response (status 0: none, a curl

@@ -532,27 +532,50 @@ void gpufile__stats_file_open(const char *path)
 	pthread_mutex_unlock(&seg_lock);
 }
 
+/* The handle's record from gpufile_open() still waiting for its device
+ * path, newest first: the same path opened twice gets its two decisions
+ * in its two records. NULL when there is none. Caller holds seg_lock. */
+static struct stats_seg_file *pending_record(struct stats_seg *s,
+                                             const char *path)
+{
+	const uint64_t n = LOAD_FILES(s);
+	const uint64_t first =
+	    n > GPUFILE_MAX_FILE_STATS ? n - GPUFILE_MAX_FILE_STATS : 0;
+
+	for (uint64_t i = n; i > first; i--) {
+		struct stats_seg_file *f =
+		    &s->files[(i - 1) % GPUFILE_MAX_FILE_STATS];
+		if (f->pending && strcmp(f->path, path ? path : "") == 0)
+			return f;
+	}
+	return NULL;
+}
+
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason)
 {
 	struct stats_seg *s = get_segment();
-	uint64_t n, first;
+	struct stats_seg_file *f;
 
 	pthread_mutex_lock(&seg_lock);
-	/* The handle's record from gpufile_open(), newest first: the same
-	 * path opened twice gets its two decisions in its two records. */
-	n = LOAD_FILES(s);
-	first = n > GPUFILE_MAX_FILE_STATS ? n - GPUFILE_MAX_FILE_STATS : 0;
-	for (uint64_t i = n; i > first; i--) {
-		struct stats_seg_file *f =
-		    &s->files[(i - 1) % GPUFILE_MAX_FILE_STATS];
-		if (f->pending && strcmp(f->path, path ? path : "") == 0) {
-			write_file_record(f, path, chosen, 0, reason);
-			pthread_mutex_unlock(&seg_lock);
-			return;
-		}
-	}
-	add_file_record(s, path, chosen, 0, reason);
+	f = pending_record(s, path);
+	if (f)
+		write_file_record(f, path, chosen, 0, reason);
+	else
+		add_file_record(s, path, chosen, 0, reason);
+	pthread_mutex_unlock(&seg_lock);
+}
+
+void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
+                              const char *reason)
+{
+	struct stats_seg *s = get_segment();
+	struct stats_seg_file *f;
+
+	pthread_mutex_lock(&seg_lock);
+	f = pending_record(s, path);
+	if (f)
+		write_file_record(f, path, chosen, 1, reason);
 	pthread_mutex_unlock(&seg_lock);
 }
 
@@ -628,6 +651,14 @@ void gpufile__stats_map_copy(uint64_t bytes, int faulted)
 
 void gpufile__stats_file(const char *path, gpufile_path_t chosen,
                          const char *reason)
+{
+	(void)path;
+	(void)chosen;
+	(void)reason;
+}
+
+void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
+                              const char *reason)
 {
 	(void)path;
 	(void)chosen;

@@ -749,6 +749,66 @@ static void test_close_waits(void)
 	hooks_reset();
 }
 
+/* The file records (gpufile_stats_files): one per gpufile_open, whatever
+ * the batches do. A submit used to add a record of its own once the
+ * handle's was written, so files_opened counted submits and 64 of them
+ * pushed every open handle's record out. A host submit leaves the
+ * handle's device path undecided; the first device entry decides it, and
+ * the record says why. */
+static void test_records(void)
+{
+	const char *pc = test_path("batch-rec-c"),
+	           *pd = test_path("batch-rec-d");
+	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+	gpufile_batch_entry_t e;
+	gpufile_batch_t *b = NULL;
+	gpufile_stats_t st;
+	gpufile_t *h = NULL, *other = NULL;
+	uint64_t opened;
+	int n;
+
+	CHECK_EQ(test_make_file(pc, 1u << 20, SEED_A), 0);
+	CHECK_EQ(test_make_file(pd, 1u << 20, SEED_B), 0);
+	GPUFILE_INIT(st);
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	opened = st.files_opened;
+	CHECK_EQ(gpufile_open(&other, pd, "r"), 0);
+	CHECK_EQ(gpufile_open(&h, pc, "r"), 0);
+	CHECK_EQ(gpufile_batch_create(&b, 1), 0);
+	e = (gpufile_batch_entry_t){h, host_base, 4096, 0};
+	for (int i = 0; i < 2 * GPUFILE_MAX_FILE_STATS; i++) {
+		if (i == GPUFILE_MAX_FILE_STATS) {
+			/* Still pending: says "batch", device path open. */
+			n = gpufile_stats_files(0, files,
+			                        GPUFILE_MAX_FILE_STATS);
+			CHECK(n >= 2);
+			if (n >= 2) {
+				CHECK_EQ(strcmp(files[n - 1].path, pc), 0);
+				CHECK_CONTAINS(files[n - 1].reason, "batch");
+			}
+			/* Device entries from here, above gds_threshold. */
+			e.buf = dev_base;
+			e.size = 64u << 10;
+		}
+		CHECK_EQ(gpufile_batch_submit(b, &e, 1), 0);
+		CHECK_EQ(gpufile_batch_wait(b, -1), 1);
+	}
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	CHECK_EQ(st.files_opened, opened + 2);
+	n = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	CHECK(n >= 2);
+	if (n >= 2) {
+		CHECK_EQ(strcmp(files[n - 2].path, pd), 0);
+		CHECK_CONTAINS(files[n - 2].reason, "opened");
+		CHECK_EQ(strcmp(files[n - 1].path, pc), 0);
+		CHECK_EQ(files[n - 1].chosen, GPUFILE_PATH_POSIX);
+		CHECK_CONTAINS(files[n - 1].reason, "compat_mode=on");
+	}
+	gpufile_batch_free(b);
+	CHECK_EQ(gpufile_close(h), 0);
+	CHECK_EQ(gpufile_close(other), 0);
+}
+
 static void run_all(gpufile_t *a, gpufile_t *bb)
 {
 	hooks_reset();
@@ -797,6 +857,7 @@ int main(void)
 	fprintf(stderr, "-- io_uring\n");
 	run_all(a, bb);
 #endif
+	test_records();
 	CHECK_EQ(gpufile_close(a), 0);
 	CHECK_EQ(gpufile_close(bb), 0);
 	gpufile_release();
