@@ -70,8 +70,36 @@ static void print_config_text(const gpufile_cufile_config_t *c)
 	}
 }
 
+/* Tasks of a read of size bytes at offset, split at multiples of ts. */
+static uint64_t tasks_at(uint64_t offset, uint64_t size, uint64_t ts)
+{
+	const uint64_t base = offset - offset % ts;
+
+	return size ? (offset + size - base + ts - 1) / ts : 0;
+}
+
+/* The task size of a device read through the bounce buffers from the page
+ * cache, as file.c's split_small_read cuts one of fewer tasks than
+ * workers: task_size halved while a half is at least 512 KiB and the read
+ * has fewer tasks than workers. Whether it is cut depends on the tasks
+ * that result, not on the read's size: a 600 KiB read, or 100 KiB
+ * across a multiple of 512 KiB, becomes 2 tasks. */
+static uint64_t split_task_size(const gpufile_plan_t *p)
+{
+	uint64_t ts = p->task_size;
+
+	if (tasks_at(p->offset, p->read_size, ts) >= p->nthreads)
+		return ts;
+	while (ts / 2 >= (512u << 10) && ts % 2 == 0 &&
+	       tasks_at(p->offset, p->read_size, ts) < p->nthreads)
+		ts /= 2;
+	return ts;
+}
+
 static void print_text(const gpufile_plan_t *p, const char *ts_source)
 {
+	const uint64_t split_ts = split_task_size(p);
+	const uint64_t split = tasks_at(p->offset, p->read_size, split_ts);
 	char a[32], b[32], c[32];
 
 	printf("read of %s (%" PRIu64 " bytes) at offset %" PRIu64 "\n",
@@ -88,14 +116,14 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 	printf("\n");
 	/* file.c: device reads through the bounce buffers of fewer tasks
 	 * than workers are split finer, down to 512 KiB tasks. */
-	if (p->tasks < p->nthreads && p->read_size >= (1u << 20) &&
-	    p->task_size >= (1u << 20))
+	if (split > p->tasks)
 		printf("  where the read takes gpufile's bounce buffers "
 		       "instead of cuFile and the page\n  cache holds it, "
 		       "fewer tasks than the %u workers are cut finer:\n"
 		       "  task_size halved, down to 512 KiB, until there are "
-		       "%u\n",
-		       p->nthreads, p->nthreads);
+		       "%u (here %" PRIu64 " task%s of at most %s)\n",
+		       p->nthreads, p->nthreads, split, split == 1 ? "" : "s",
+		       exact(split_ts, a, sizeof(a)));
 	if (p->below_threshold)
 		printf("  the read is below gds_threshold: every task takes "
 		       "gpufile's POSIX path (\"small\"); cuFile receives "
