@@ -395,6 +395,17 @@ static void test_split_note(void)
 	rc = test_cli_run(out, sizeof(out), "explain --size 4m");
 	CHECK_EQ(rc, 0);
 	CHECK_CONTAINS(out, "of at most 1 MiB)");
+	/* At an offset, offset + size is enough for one task, not the
+	 * least (3 MiB gives one here): no "only with". */
+	rc = test_cli_run(out, sizeof(out),
+	                  "explain --size 2m --offset 3m --task-size 4m");
+	CHECK_EQ(rc, 0);
+	CHECK(strstr(out, "only with") == NULL);
+	CHECK_CONTAINS(out, "with any task_size >= 5 MiB");
+	rc = test_cli_run(out, sizeof(out),
+	                  "explain --size 2m --offset 3m --task-size 3m");
+	CHECK_EQ(rc, 0);
+	CHECK_CONTAINS(out, "1 task: 1 x 2 MiB");
 	/* Within one 512 KiB piece: nothing to cut. */
 	rc = test_cli_run(out, sizeof(out), "explain --size 100k");
 	CHECK_EQ(rc, 0);

@@ -134,11 +134,18 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 		       "to cuFile)\n",
 		       p->cufile_requests,
 		       p->cufile_requests == 1 ? " reaches" : "s reach");
-	if (p->tasks > 1)
+	/* At an offset, whole_task_size (offset + size) is enough but not
+	 * the least: a smaller task_size with no multiple inside the read
+	 * also gives one task (2 MiB at 3 MiB: 2 tasks at 4 MiB, 1 at 3). */
+	if (p->tasks > 1 && !p->offset)
 		printf("  cuFile receives the read whole only with task_size "
-		       ">= %s%s\n",
-		       exact(p->whole_task_size, a, sizeof(a)),
-		       p->offset ? " (enough at this offset)" : "");
+		       ">= %s\n",
+		       exact(p->whole_task_size, a, sizeof(a)));
+	else if (p->tasks > 1)
+		printf("  cuFile receives the read whole with any task_size "
+		       ">= %s, or a smaller one with no\n  multiple of it "
+		       "inside the read\n",
+		       exact(p->whole_task_size, a, sizeof(a)));
 
 	printf("\ncuFile's layer (%s buffer):\n",
 	       p->registered ? "registered" : "unregistered");
