@@ -91,6 +91,15 @@ static int decide_device(const struct gpufile__facts *f,
 		    "anyway)",
 		    f->nvfs_why);
 	}
+	/* Only cufile_accel_only=off brings a forced request this far; it,
+	 * not nvidia-fs or P2PDMA (which cuFile will not use), is why. */
+	if (f->cufile_forced)
+		return snprintf(
+		    d->reason, sizeof(d->reason),
+		    "cufile: compat_mode=auto, file registered, "
+		    "cufile_accel_only=off (CUFILE_FORCE_COMPAT_MODE="
+		    "%s: cuFile uses only its compatibility path)",
+		    f->cufile_forced);
 	return snprintf(d->reason, sizeof(d->reason),
 	                "cufile: compat_mode=auto, file registered, %s",
 	                f->nvfs_loaded     ? "nvidia-fs is loaded"

@@ -344,6 +344,23 @@ static void test_pure(void)
 	gpufile__decide(&f, &d);
 	CHECK_EQ(d.path, GPUFILE_PATH_CUFILE);
 	CHECK_CONTAINS(d.reason, "nvidia-fs is loaded");
+	/* CUFILE_FORCE_COMPAT_MODE true: cuFile is chosen only because
+	 * cufile_accel_only=off, and will not use nvidia-fs: the reason says
+	 * so, not "nvidia-fs is loaded". */
+	{
+		struct gpufile__settings c = cfg;
+
+		c.cufile_accel_only = 0;
+		f.cfg = &c;
+		f.cufile_forced = "true";
+		gpufile__decide(&f, &d);
+		CHECK_EQ(d.path, GPUFILE_PATH_CUFILE);
+		CHECK_CONTAINS(d.reason, "cufile_accel_only=off");
+		CHECK_CONTAINS(d.reason, "CUFILE_FORCE_COMPAT_MODE=true");
+		CHECK(strstr(d.reason, "nvidia-fs is loaded") == NULL);
+		f.cfg = &cfg;
+		f.cufile_forced = NULL;
+	}
 }
 
 /* The handle's record in the statistics (gpufile_stats_files) is the path
