@@ -190,7 +190,20 @@ void gpufile__decide(const struct gpufile__facts *f,
 		return;
 	}
 	if (f->kind == GPUFILE_MEM_MANAGED) {
-		/* cuFile refuses it: CU_FILE_CUDA_MEMORY_TYPE_INVALID. */
+		/* cuFile refuses it: CU_FILE_CUDA_MEMORY_TYPE_INVALID. Under
+		 * compat_mode=off that is an error, as for any request cuFile
+		 * cannot take: off promises cuFile or an error, never a
+		 * silent fallback. */
+		if (f->cfg->compat_mode == GPUFILE_COMPAT_OFF) {
+			d->path = GPUFILE_PATH_CUFILE;
+			d->error = GPUFILE_ECUFILE;
+			snprintf(d->reason, sizeof(d->reason),
+			         "compat_mode=off requires cuFile, which "
+			         "refuses managed memory "
+			         "(CU_FILE_CUDA_MEMORY_TYPE_INVALID): use "
+			         "device memory, or compat_mode=auto");
+			return;
+		}
 		snprintf(d->reason, sizeof(d->reason),
 		         "posix: managed memory, which cuFile refuses");
 		return;

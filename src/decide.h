@@ -54,7 +54,8 @@ struct gpufile__decision {
  *   source mmap                          mmap
  *   host or pinned buffer                host
  *   size < gds_threshold                 small
- *   managed buffer                       posix (cuFile refuses it)
+ *   managed buffer                       off: cufile + error (cuFile
+ *                                        refuses it); else posix
  *   compat_mode=on                       posix
  *   auto, cufile_accel_only, neither nvidia-fs nor P2PDMA possible,
  *   or CUFILE_FORCE_COMPAT_MODE true     posix, cuFile never loaded

@@ -185,7 +185,9 @@ static const char *expected(int mode, int kind, int below, int cufile, int acc,
 		return "host";
 	if (below)
 		return "small";
-	if (kind == KIND_MANAGED || mode == MODE_ON)
+	if (kind == KIND_MANAGED) /* cuFile refuses it */
+		return mode == MODE_OFF ? "error" : "posix";
+	if (mode == MODE_ON)
 		return "posix";
 	if (mode == MODE_AUTO && accel_only && !cheap)
 		return "posix";
