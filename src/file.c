@@ -258,7 +258,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		open_direct(h, oflags, cfg.direct_io);
 	else
 		h->direct_fd = -1;
-	gpufile__stats_file_open(h->path);
+	h->stats_record = gpufile__stats_file_open(h->path);
 	gpufile__fork_track(h);
 	*out = h;
 	return 0;
@@ -451,15 +451,26 @@ static void handle_platform_facts(struct gpufile *h, struct gpufile__facts *f)
 	snprintf(f->p2pdma_why, sizeof(f->p2pdma_why), "%s", h->p2pdma_why);
 }
 
+/* FNV-1a of a decision's reason: whether it changed since recorded. */
+static uint64_t reason_hash(const char *s)
+{
+	uint64_t x = 14695981039346656037ull;
+
+	for (; *s; s++)
+		x = (x ^ (unsigned char)*s) * 1099511628211ull;
+	return x;
+}
+
 /*
  * The path of a request of size bytes in memory of kind kind on h (ctx:
  * the context owning it), by gpufile__decide. A remote handle or a host
  * buffer settles it at once; a device request on a local file is decided
  * first from the cheap facts, and cuFile is loaded, its driver opened and
- * the file registered only when they leave cuFile possible. The first
- * device decision of a local handle goes to the statistics (a remote one
- * was recorded at open). Returns 0, or the error of a request that cannot run
- * (compat_mode=off without cuFile) with the message set.
+ * the file registered only when they leave cuFile possible. The device
+ * decision of a local handle goes to the statistics, first and whenever it
+ * changes (a remote one was recorded at open). Returns 0, or the error of a
+ * request that cannot run (compat_mode=off without cuFile) with the message
+ * set.
  */
 static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
                   gpufile_mem_t kind, size_t size, void *ctx,
@@ -471,7 +482,7 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 	                           .kind = kind,
 	                           .size = size};
 	char why[sizeof(h->cufile_reason)];
-	int first = 0;
+	int record = 0;
 
 	if (h->remote || kind == GPUFILE_MEM_HOST ||
 	    kind == GPUFILE_MEM_PINNED) {
@@ -506,15 +517,23 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 	 * and fell back to nothing: not the handle's path. Nor is a managed
 	 * buffer's posix, which the buffer decides, not the file: recorded,
 	 * it stood as the handle's path (and its reason) while the
-	 * handle's device requests went to cuFile. */
+	 * handle's device requests went to cuFile. Recorded again when it
+	 * changes (a setting changed: compat_mode=on, then auto), or the
+	 * record kept a path the requests no longer take. */
 	if (!d->error && kind == GPUFILE_MEM_DEVICE &&
 	    (d->path == GPUFILE_PATH_POSIX || d->path == GPUFILE_PATH_CUFILE)) {
-		first = !h->path_recorded;
+		const uint64_t said = reason_hash(d->reason);
+
+		record = !h->path_recorded || h->recorded_path != d->path ||
+		         h->recorded_reason != said;
 		h->path_recorded = 1;
+		h->recorded_path = d->path;
+		h->recorded_reason = said;
 	}
 	pthread_mutex_unlock(&h->lock);
-	if (first)
-		gpufile__stats_file(h->path, d->path, d->reason);
+	if (record)
+		gpufile__stats_file_set(h->stats_record, h->path, d->path,
+		                        d->reason);
 	if (d->error)
 		return gpufile__fail(d->error, "%s: %s", h->path, d->reason);
 	return 0;

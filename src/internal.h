@@ -189,8 +189,15 @@ int gpufile__stats_read_fd(int fd, unsigned uid, gpufile_stats_t *out,
                            gpufile_file_stat_t *files, int max);
 /* A handle of path was opened (gpufile_open): recorded at once, so that
  * host-only users are listed too; the device path decision, when one
- * comes, completes the same record (gpufile__stats_file). */
-void gpufile__stats_file_open(const char *path);
+ * comes, completes the same record (gpufile__stats_file_set with the
+ * number returned, 0 when nothing is counted). */
+uint64_t gpufile__stats_file_open(const char *path);
+/* The device path of the handle whose record gpufile__stats_file_open
+ * numbered record, into that record while it is still the handle's; else
+ * as gpufile__stats_file. Called again when the path changes (a setting
+ * did), so that the record says what the handle's requests now take. */
+void gpufile__stats_file_set(uint64_t record, const char *path,
+                             gpufile_path_t chosen, const char *reason);
 /* fallocate(fd, 0, offset, len) of the segment's memory; tests replace it
  * to simulate a full tmpfs or memory cgroup. */
 extern int (*gpufile__stats_fallocate)(int fd, off_t offset, off_t len);
@@ -244,7 +251,13 @@ struct gpufile {
 	/* The decision's cheap facts (decide.c), gathered once, under lock,
 	 * at the first device request that needs them. */
 	int facts_known, nvfs_loaded, p2pdma_possible;
-	int path_recorded; /* the decision went to the statistics */
+	/* The device path decision in the statistics: its record's number
+	 * (gpufile__stats_file_open), whether one was recorded, and which
+	 * path and reason (a hash), to record it again when it changes. */
+	uint64_t stats_record;
+	int path_recorded;
+	gpufile_path_t recorded_path;
+	uint64_t recorded_reason;
 	char nvfs_why[96], p2pdma_why[128];
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */

@@ -508,28 +508,32 @@ static void write_file_record(struct stats_seg_file *f, const char *path,
 	seq_write_end(&f->seq);
 }
 
-/* A new record for a handle of path. Caller holds seg_lock. */
-static void add_file_record(struct stats_seg *s, const char *path,
-                            gpufile_path_t chosen, int pending,
-                            const char *reason)
+/* A new record for a handle of path; returns its number (1 for the
+ * first). Caller holds seg_lock. */
+static uint64_t add_file_record(struct stats_seg *s, const char *path,
+                                gpufile_path_t chosen, int pending,
+                                const char *reason)
 {
 	uint64_t n = ADD(s->files_opened, 1);
 
 	write_file_record(&s->files[n % GPUFILE_MAX_FILE_STATS], path, chosen,
 	                  pending, reason);
 	snapshot_settings(s);
+	return n + 1;
 }
 
-void gpufile__stats_file_open(const char *path)
+uint64_t gpufile__stats_file_open(const char *path)
 {
 	struct stats_seg *s = get_segment();
+	uint64_t record;
 
 	pthread_mutex_lock(&seg_lock);
-	add_file_record(s, path, GPUFILE_PATH_HOST, 1,
-	                "opened; host memory is read and written in place "
-	                "(host); the device path is decided at the first "
-	                "device request");
+	record = add_file_record(s, path, GPUFILE_PATH_HOST, 1,
+	                         "opened; host memory is read and written in "
+	                         "place (host); the device path is decided at "
+	                         "the first device request");
 	pthread_mutex_unlock(&seg_lock);
+	return record;
 }
 
 /* The handle's record from gpufile_open() still waiting for its device
@@ -559,6 +563,31 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 
 	pthread_mutex_lock(&seg_lock);
 	f = pending_record(s, path);
+	if (f)
+		write_file_record(f, path, chosen, 0, reason);
+	else
+		add_file_record(s, path, chosen, 0, reason);
+	pthread_mutex_unlock(&seg_lock);
+}
+
+void gpufile__stats_file_set(uint64_t record, const char *path,
+                             gpufile_path_t chosen, const char *reason)
+{
+	struct stats_seg *s = get_segment();
+	struct stats_seg_file *f = NULL;
+	uint64_t n;
+
+	pthread_mutex_lock(&seg_lock);
+	n = LOAD_FILES(s);
+	/* Still the handle's: not yet reused for a newer handle, and of
+	 * this segment (a forked child's numbers start again). */
+	if (record && record <= n && n - record < GPUFILE_MAX_FILE_STATS) {
+		f = &s->files[(record - 1) % GPUFILE_MAX_FILE_STATS];
+		if (strcmp(f->path, path ? path : "") != 0)
+			f = NULL;
+	}
+	if (!f)
+		f = pending_record(s, path);
 	if (f)
 		write_file_record(f, path, chosen, 0, reason);
 	else
@@ -657,6 +686,15 @@ void gpufile__stats_file(const char *path, gpufile_path_t chosen,
 	(void)reason;
 }
 
+void gpufile__stats_file_set(uint64_t record, const char *path,
+                             gpufile_path_t chosen, const char *reason)
+{
+	(void)record;
+	(void)path;
+	(void)chosen;
+	(void)reason;
+}
+
 void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
                               const char *reason)
 {
@@ -687,9 +725,10 @@ void gpufile__stats_remote_range(uint64_t bytes, int failed)
 	(void)failed;
 }
 
-void gpufile__stats_file_open(const char *path)
+uint64_t gpufile__stats_file_open(const char *path)
 {
 	(void)path;
+	return 0;
 }
 
 #endif /* GPUFILE_NO_STATS */

@@ -391,6 +391,42 @@ static void test_managed_record(const char *file)
 	gpufile_close(h);
 }
 
+/* The record follows the handle's device path when a setting changes it:
+ * compat_mode=on, then auto with nvidia-fs and cuFile present. It kept
+ * "posix: compat_mode=on" while the requests went to cuFile. Still one
+ * record for the handle. */
+static void test_record_follows(const char *file)
+{
+	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
+	gpufile_stats_t st;
+	uint64_t opened;
+	gpufile_t *h;
+	int n;
+
+	setup(MODE_ON, CU_PRESENT, ACC_NVFS, 1);
+	GPUFILE_INIT(st);
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	opened = st.files_opened;
+	CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, dev_base, 4 * MiB, 0), (ssize_t)(4 * MiB));
+	n = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	CHECK(n > 0);
+	if (n > 0)
+		CHECK_CONTAINS(files[n - 1].reason, "compat_mode=on");
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_AUTO), 0);
+	CHECK_EQ(gpufile_pread(h, dev_base, 4 * MiB, 0), (ssize_t)(4 * MiB));
+	CHECK_EQ(gpufile_stats_self(&st), 0);
+	CHECK_EQ(st.files_opened, opened + 1);
+	n = gpufile_stats_files(0, files, GPUFILE_MAX_FILE_STATS);
+	CHECK(n > 0);
+	if (n > 0) {
+		CHECK_EQ(strcmp(files[n - 1].path, file), 0);
+		CHECK_EQ(files[n - 1].chosen, GPUFILE_PATH_CUFILE);
+		CHECK_CONTAINS(files[n - 1].reason, "nvidia-fs is loaded");
+	}
+	gpufile_close(h);
+}
+
 int main(void)
 {
 	const char *file = test_path("decide.bin");
@@ -436,6 +472,7 @@ int main(void)
 	forced = 0;
 	unsetenv("CUFILE_FORCE_COMPAT_MODE");
 	test_managed_record(file);
+	test_record_follows(file);
 	fprintf(stderr, "test_decide: %d cases, %d mismatches\n", cases,
 	        mismatches);
 	CHECK_EQ(mismatches, 0);
