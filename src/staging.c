@@ -1471,7 +1471,8 @@ size_t gpufile__staging_free(void)
  * fork() (see fork.c). A child cannot use the parent's CUDA context, so
  * neither the pinned buffers, streams and events made in it: the child
  * forgets every stager without a CUDA call (the pinned pages are not even
- * mapped in the child: CUDA maps them with MADV_DONTFORK). Stagers in use
+ * mapped in the child: pinned.c, like CUDA, maps them MADV_DONTFORK, so
+ * nothing is unmapped here either). Stagers in use
  * at the fork belong to threads that do not exist in the child, so the
  * count starts again at zero, and the copy queues are emptied. A ring's
  * descriptor and mappings are the child's own copies: closing them leaves
