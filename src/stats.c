@@ -555,21 +555,6 @@ static struct stats_seg_file *pending_record(struct stats_seg *s,
 	return NULL;
 }
 
-void gpufile__stats_file(const char *path, gpufile_path_t chosen,
-                         const char *reason)
-{
-	struct stats_seg *s = get_segment();
-	struct stats_seg_file *f;
-
-	pthread_mutex_lock(&seg_lock);
-	f = pending_record(s, path);
-	if (f)
-		write_file_record(f, path, chosen, 0, reason);
-	else
-		add_file_record(s, path, chosen, 0, reason);
-	pthread_mutex_unlock(&seg_lock);
-}
-
 void gpufile__stats_file_set(uint64_t record, const char *path,
                              gpufile_path_t chosen, const char *reason)
 {
@@ -593,6 +578,12 @@ void gpufile__stats_file_set(uint64_t record, const char *path,
 	else
 		add_file_record(s, path, chosen, 0, reason);
 	pthread_mutex_unlock(&seg_lock);
+}
+
+void gpufile__stats_file(const char *path, gpufile_path_t chosen,
+                         const char *reason)
+{
+	gpufile__stats_file_set(0, path, chosen, reason);
 }
 
 void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
