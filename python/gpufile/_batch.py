@@ -9,9 +9,11 @@ offset) reads at once, host or device buffers, any mix of files.
 """
 
 import ctypes
+import time
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
 
 from . import _args, _buffers, _lib
+from ._owned import Owned
 
 
 class _Entry(ctypes.Structure):
@@ -46,9 +48,16 @@ class BatchRead:
     (__cuda_array_interface__), size None for all of buf. Every entry is
     checked before anything is read; a bad one raises naming its index.
     The buffers stay alive until the batch is complete; a file may be
-    closed meanwhile, from any thread (close() waits for its entries). The
-    batch may be waited for, polled and freed from any thread, one at a
-    time.
+    closed meanwhile, from any thread (close() waits for its entries).
+
+    The batch may be waited for, polled and freed from any thread, at the
+    same time: the library uses a batch "by one thread at a time"
+    (gpufile.h), so the C batch is an Owned (_owned.py) whose calls are all
+    exclusive, freed once, by whichever wait() (or the with-block's end,
+    or the finaliser) gets there first. A wait() while another thread
+    waits waits for it (its timeout counting that time too); poll() while
+    another thread waits does not block: it returns the count the last
+    poll saw.
 
     As a context manager, the batch is complete and freed at the end of
     the block; wait() and results() still give its outcome afterwards. A
@@ -59,11 +68,12 @@ class BatchRead:
 
     def __init__(self, entries):
         from ._file import File
-        self._b = None
+        self._c = None
         self._submitted = False
         self._results = None  # each entry's result, kept once complete
         self._msgs = {}  # index -> the library's message, for failed ones
         self._reported = False  # wait() or results() gave the outcome
+        self._polled = 0  # what the last poll() saw
         self._bufs = []
         self._files = []
         entries = list(entries)
@@ -74,7 +84,7 @@ class BatchRead:
         # contract in gpufile.h), as for a Future, and the C batch does
         # not touch a handle once its entries have ended. (Held until the
         # batch ended, they were left by whichever thread waited, which
-        # _Handle counts per thread: KeyError, and a file never closed.)
+        # Owned counts per thread: KeyError, and a file never closed.)
         held = []
         try:
             for i, ent in enumerate(entries):
@@ -101,8 +111,10 @@ class BatchRead:
             out = c_void_p()
             _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out),
                                                    max(self.n, 1)))
-            self._b = out.value
-            _lib.check(_fn("gpufile_batch_submit")(self._b, arr, self.n))
+            self._c = Owned(out.value, None,
+                            "batch of %d entries" % self.n)
+            # No other thread knows the batch yet: no call to count.
+            _lib.check(_fn("gpufile_batch_submit")(out.value, arr, self.n))
             self._submitted = True
         except BaseException:
             self._end()
@@ -111,36 +123,44 @@ class BatchRead:
             for h in held:
                 h.leave()
 
-    def _collect(self, ms):
-        """Waits at most ms milliseconds (-1: no limit) for the batch, then
-        keeps each entry's result and message: they are the C batch's, and
-        go with it (wait() after the with-block raised AttributeError, and
-        a failed entry was lost)."""
-        rc = _fn("gpufile_batch_wait")(self._b, ms)
+    def _collect(self, b, ms):
+        """Waits at most ms milliseconds (-1: no limit) for the batch b (in
+        an exclusive call), then keeps each entry's result and message:
+        they are the C batch's, and go with it (wait() after the
+        with-block raised AttributeError, and a failed entry was lost)."""
+        rc = _fn("gpufile_batch_wait")(b, ms)
         if rc == -_ETIMEDOUT:
             raise TimeoutError(_ETIMEDOUT, _lib.errmsg())
         _lib.check(rc)
-        results = [_fn("gpufile_batch_result")(self._b, i)
-                   for i in range(self.n)]
+        results = [_fn("gpufile_batch_result")(b, i) for i in range(self.n)]
         for i, r in enumerate(results):
             if r < 0:
-                m = _fn("gpufile_batch_errmsg")(self._b, i)
+                m = _fn("gpufile_batch_errmsg")(b, i)
                 self._msgs[i] = m.decode("utf-8", "replace") if m else None
         self._results = results
 
+    def _free(self, b):
+        """Owned's free function: waits for a batch not waited for (its
+        outcome kept), frees it, and lets go of the buffers."""
+        try:
+            if self._submitted and self._results is None:
+                self._collect(b, -1)
+        finally:
+            _fn("gpufile_batch_free")(b)
+            bufs, self._bufs = self._bufs, []
+            for buf in bufs:
+                buf.release()
+
     def _end(self):
         """Frees the C batch (waiting for it, its outcome kept) and lets go
-        of the buffers."""
-        if self._b is not None:
-            try:
-                if self._submitted and self._results is None:
-                    self._collect(-1)
-            finally:
-                _fn("gpufile_batch_free")(self._b)
-                self._b = None
-        for b in self._bufs:
-            b.release()
-        self._bufs = []
+        of the buffers; from any thread, any number of times: the first
+        frees, the others wait for it."""
+        if self._c is not None:
+            self._c.close(self._free)
+        else:  # failed before the C batch was made
+            bufs, self._bufs = self._bufs, []
+            for buf in bufs:
+                buf.release()
 
     def _first_error(self):
         for i, r in enumerate(self._results):
@@ -152,10 +172,21 @@ class BatchRead:
         return None
 
     def poll(self):
-        """The number of entries done so far; never blocks."""
-        if self._b is None:
+        """The number of entries done so far; never blocks. While another
+        thread waits for the batch (or polls it), the count the last
+        poll() saw."""
+        try:
+            b = self._c.enter(exclusive=True, blocking=False)
+        except ValueError:  # freed: complete
             return self.n
-        return _lib.check(_fn("gpufile_batch_poll")(self._b))
+        if b is None:
+            return self._polled
+        try:
+            n = _lib.check(_fn("gpufile_batch_poll")(b))
+            self._polled = max(self._polled, n)
+            return n
+        finally:
+            self._c.leave(exclusive=True)
 
     def done(self):
         return self.poll() == self.n
@@ -165,13 +196,31 @@ class BatchRead:
         returns the list of counts, short only at end of file. Raises the
         error of the first entry that failed, its message naming the entry
         and the file."""
-        if self._b is not None:
-            ms = _args.wait_ms(timeout, "batch of %d entries" % self.n)
-            self._collect(-1 if ms is None else ms)
-            self._end()
+        what = "batch of %d entries" % self.n
+        ms = _args.wait_ms(timeout, what)
+        if not self._c.closed:
+            start = time.monotonic()
+            try:
+                b = self._c.enter(exclusive=True, timeout=timeout)
+            except ValueError:
+                b = 0  # freed, or being freed: _end() waits for it
+            if b is None:
+                raise TimeoutError(_ETIMEDOUT, "%s: not done after %gs "
+                                   "(another thread waits for it)"
+                                   % (what, timeout))
+            if b:
+                try:
+                    if self._results is None:
+                        if ms is not None:  # what is left of the timeout
+                            ms = max(0, ms - int(1000 * (time.monotonic()
+                                                         - start)))
+                        self._collect(b, -1 if ms is None else ms)
+                finally:
+                    self._c.leave(exclusive=True)
+        self._end()
         if self._results is None:  # _collect() failed within _end()
-            raise RuntimeError("batch of %d entries: freed before its "
-                               "results were read" % self.n)
+            raise RuntimeError("%s: freed before its results were read"
+                               % what)
         self._reported = True
         err = self._first_error()
         if err is not None:

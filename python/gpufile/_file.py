@@ -4,12 +4,11 @@ import collections
 import ctypes
 import errno
 import os
-import threading
-import weakref
 
 from . import _args
 from . import _buffers
 from . import _lib
+from ._owned import Owned
 from ._structs import PATH_NAMES, text
 
 PathInfo = collections.namedtuple("PathInfo", ["path", "reason"])
@@ -18,7 +17,7 @@ bytes takes on a file ("host", "posix", "cufile" or "small"), and why."""
 
 
 class Future:
-    """A request in flight (File.pread / File.pwrite).
+    """A request in flight (File.pread / File.pwrite / Mmap.pread).
 
     It holds the buffer until the request has ended, so that Python cannot
     free memory the library still writes: get() waits and then lets go;
@@ -26,92 +25,105 @@ class Future:
     and one dropped with a failure get() never gave warns (RuntimeWarning).
     It also holds its File, so that ``File(p).pread(a).get()`` works.
 
-    Lock design: _lock serialises the calls on the C future (wait, free).
-    Nothing that can run a finaliser happens under it: the buffer and the
-    File are let go only after it is released, because dropping the last
-    reference to the File runs File.__del__ -> close(), which may wait
-    (issue 10 item 7: it deadlocked when close() took this lock again).
-    close() never takes a Future's lock.
+    The C future is an Owned (_owned.py): get() waits in an exclusive call
+    (one thread waits, others wait for it), then close() frees the C
+    future once. The buffer and the File are let go only after close()
+    has returned, with nothing held, because dropping the last reference
+    to the File runs File.__del__ -> close(), which may wait, and an
+    Mmap's close() finishes its Futures (issue 10 item 7: it deadlocked
+    when close() took a Future's lock again).
     """
 
     def __init__(self, buf, file, what):
-        self._lock = threading.Lock()
-        # The C future, written by the submit itself (_submit): the Future
+        # The C future, written by the submit itself (submit()): the Future
         # owns the request from the moment the library takes it, with no
         # Python step in between that an exception (KeyboardInterrupt)
         # could cut short. Made after the submit, a Future was never made
         # then: the buffer was released under the running request, and
         # the C future never freed.
         self._out = ctypes.c_void_p()
-        _futures.add(self)
         self._buf = buf
         self._file = file  # the File outlives the request
         self._name = file.name
         self._what = what
         self._result = None
         self._error = None
+        self._ended = False  # the outcome is recorded
         self._seen = False  # get() gave the outcome
+        self._c = Owned(self._out, None, "request (%s)" % what)
 
     @property
     def _cfuture(self):
         return self._out.value
 
     def done(self):
-        """True when the request has ended (never blocks)."""
-        if not self._lock.acquire(blocking=False):
-            return False  # another thread is in get(), waiting for it
+        """True when the request has ended (never blocks: False while
+        another thread waits in get())."""
         try:
-            if self._cfuture is None:
-                return True
-            return _lib.lib().gpufile_future_done(self._cfuture) == 1
+            out = self._c.enter(exclusive=True, blocking=False)
+        except ValueError:  # freed: ended
+            return True
+        if out is None:
+            return False  # another thread is in get(), waiting
+        try:
+            return (self._ended or out.value is None or
+                    _lib.lib().gpufile_future_done(out.value) == 1)
         finally:
-            self._lock.release()
+            self._c.leave(exclusive=True)
 
-    def _finish_locked(self, timeout):
-        """Waits, records the outcome and frees the C future. Returns what
-        the caller lets go of once it has released _lock."""
-        lib = _lib.lib()
-        ms = _args.wait_ms(timeout, self._what)
-        if ms is None:
-            n = lib.gpufile_future_wait(self._cfuture)
+    def _record(self, n):
+        if n < 0:
+            self._error = _lib.make_error(n, filename=self._name)
         else:
-            n = lib.gpufile_future_wait_for(self._cfuture, ms)
+            self._result = int(n)
+        self._ended = True
+
+    def _wait(self, out, ms, timeout):
+        """Waits (an exclusive call) and records the outcome."""
+        lib = _lib.lib()
+        if ms is None:
+            n = lib.gpufile_future_wait(out.value)
+        else:
+            n = lib.gpufile_future_wait_for(out.value, ms)
             if n == -errno.ETIMEDOUT:
                 # Also the result of a request that failed so (a remote
                 # read whose transfer timed out): only one not done yet
                 # is this wait's timeout. One done by now (maybe just
                 # after the wait gave up) has its own result and message,
                 # which gpufile_future_wait returns at once.
-                if lib.gpufile_future_done(self._cfuture) != 1:
+                if lib.gpufile_future_done(out.value) != 1:
                     raise TimeoutError(errno.ETIMEDOUT, "%s: not done after "
                                        "%gs" % (self._what, timeout))
-                n = lib.gpufile_future_wait(self._cfuture)
-        if n < 0:
-            self._error = _lib.make_error(n, filename=self._name)
-        else:
-            self._result = int(n)
-        lib.gpufile_future_free(self._cfuture)
-        self._out.value = None
+                n = lib.gpufile_future_wait(out.value)
+        self._record(n)
+
+    def _free(self, out):
+        """Owned's free function: waits for a request still running (a
+        dropped Future, an owner's close()), frees the C future, and
+        returns what the caller lets go of once close() has returned."""
+        if out.value is not None:
+            lib = _lib.lib()
+            if not self._ended:
+                self._record(lib.gpufile_future_wait(out.value))
+            lib.gpufile_future_free(out.value)
+            out.value = None
         held = (self._buf, self._file)
         self._buf = self._file = None
         return held
 
     @staticmethod
     def _let_go(held):
-        buf, _file = held
-        buf.release()
-        # _file goes with this frame: File.__del__ may run here, with no
-        # lock held.
+        if held is not None:
+            buf, _file = held
+            if buf is not None:
+                buf.release()
+            # _file goes with this frame: File.__del__ may run here, with
+            # nothing held.
 
     def _finish(self):
-        """Waits for the request, for an owner that does so in its close();
-        lets go as get() does, after releasing the lock."""
-        held = None
-        with self._lock:
-            if self._cfuture is not None:
-                held = self._finish_locked(None)
-        if held is not None:
-            self._let_go(held)
+        """Waits for the request and frees it, for an owner that does so
+        in its close(); lets go as get() does."""
+        self._let_go(self._c.close(self._free))
 
     def get(self, timeout=None):
         """Waits for the request and returns the number of bytes moved, or
@@ -121,13 +133,19 @@ class Future:
         failed with ETIMEDOUT (a remote transfer that timed out) raises its
         own error, as without timeout.
         May be called again, from any thread; returns or raises the same."""
-        held = None
-        with self._lock:
-            if self._cfuture is not None:
-                held = self._finish_locked(timeout)
-        if held is not None:
-            self._let_go(held)
-            held = None
+        if not self._ended:
+            ms = _args.wait_ms(timeout, self._what)
+            try:
+                out = self._c.enter(exclusive=True)
+            except ValueError:
+                out = None  # freed, or being freed: close() waits for it
+            if out is not None:
+                try:
+                    if not self._ended:  # by a get() this one waited for
+                        self._wait(out, ms, timeout)
+                finally:
+                    self._c.leave(exclusive=True)
+        self._finish()
         self._seen = True
         if self._error is not None:
             raise self._error
@@ -139,24 +157,15 @@ class Future:
         """After a failed or interrupted submit: lets go of the buffer,
         unless the library took the request (then the finaliser, or get(),
         waits for it first)."""
-        if self._out.value is None and self._buf is not None:
-            self._buf.release()
+        if self._out.value is None:
+            self._finish()
 
     def __del__(self):
-        out = getattr(self, "_out", None)
-        if out is None:
+        c = getattr(self, "_c", None)
+        if c is None:
             return
         try:
-            if out.value is not None:
-                lib = _lib.lib()
-                # Waits when still running: the buffer goes only after.
-                n = lib.gpufile_future_wait(out.value)
-                if n < 0:
-                    self._error = _lib.make_error(n, filename=self._name)
-                lib.gpufile_future_free(out.value)
-                out.value = None
-            if self._buf is not None:
-                self._buf.release()
+            self._let_go(c.close(self._free))  # waits when still running
             if self._error is not None and not self._seen:
                 _lib.warn_dropped("%s (a Future never got)" % self._what,
                                   self._error)
@@ -164,7 +173,7 @@ class Future:
             pass
 
     def __repr__(self):
-        state = "pending" if self._cfuture is not None else (
+        state = "pending" if not self._ended else (
             "error" if self._error is not None else "done, %d bytes" % self._result)
         return "<gpufile.Future %s (%s)>" % (self._what, state)
 
@@ -186,139 +195,6 @@ def submit(owner, fn, b, n, off, what):
     return fut
 
 
-# A handle's states: _CLOSING while close() waits for the calls in flight,
-# _FREEING while it runs the C function that frees the handle.
-_OPEN, _CLOSING, _FREEING, _CLOSED = "open", "closing", "freeing", "closed"
-
-
-class _Handle:
-    """A C handle (a File's gpufile_t, an Mmap's gpufile_mmap_t) and the
-    calls in flight on it.
-
-    Invariant: the handle is passed to the library only between enter() and
-    leave() (call() does both), and close() frees it only when no call is
-    between them; once close() has begun, enter() raises ValueError. So no
-    call ever uses a freed handle (issue 10 item 6: a read racing close()
-    used it after free: a heap use-after-free under ASan, EBADF, or a
-    reused descriptor of another file). Nothing hands out the raw handle
-    without counting the call: a former File._h() and Mmap._h() did, and
-    fd(), page_cache_info(f) and Mmap.read() racing close() used a freed
-    handle (EBADF with a garbage path in the message, a segfault).
-
-    Requests (Futures) and batches (BatchRead, once submitted) need no
-    count here: gpufile_close() and gpufile_mmap_close() wait for every
-    request and batch entry on the handle (their contracts in gpufile.h),
-    and neither a C future nor a C batch refers to its handle once its work
-    has ended, so either can be waited for and freed after close(), in any
-    thread.
-
-    The lock of cond guards state and users only; it is never held across
-    a call into the library or anything that may run a finaliser.
-    """
-
-    def __init__(self, ptr, name, free, kind="file"):
-        self.ptr = ptr
-        self.name = name
-        self.free = free  # the C function that frees ptr, returning 0 or -errno
-        self.kind = kind  # what the closed-handle error calls it
-        self.cond = threading.Condition(threading.Lock())
-        self.state = _OPEN
-        self.users = {}  # thread ident -> calls of that thread in flight
-        _handles.add(self)
-
-    def _closed(self):
-        return ValueError("I/O operation on closed %s %r"
-                          % (self.kind, self.name))
-
-    def enter(self):
-        me = threading.get_ident()
-        with self.cond:
-            if self.state != _OPEN:
-                raise self._closed()
-            self.users[me] = self.users.get(me, 0) + 1
-            return self.ptr
-
-    def leave(self):
-        me = threading.get_ident()
-        with self.cond:
-            n = self.users[me] - 1
-            if n:
-                self.users[me] = n
-            else:
-                del self.users[me]
-                if self.state == _CLOSING:
-                    self.cond.notify_all()
-
-    def call(self, fn, *args):
-        """fn(handle, *args) with the handle held open for the call."""
-        ptr = self.enter()
-        try:
-            return fn(ptr, *args)
-        finally:
-            self.leave()
-
-    def close(self):
-        """Returns the free function's code, 0 when closed already."""
-        me = threading.get_ident()
-        with self.cond:
-            if self.state == _CLOSED:
-                return 0
-            if self.state != _OPEN:  # by another thread: wait for it
-                self.cond.wait_for(lambda: self.state == _CLOSED)
-                return 0
-            if self.users.get(me):
-                # Only a signal handler or a finaliser run in the middle of
-                # a call of this thread gets here; waiting would never end.
-                raise RuntimeError("close() of %r from within a call on it "
-                                   "in the same thread" % self.name)
-            self.state = _CLOSING
-            self.cond.wait_for(lambda: not self.users)
-            self.state = _FREEING
-            ptr = self.ptr
-        try:
-            return self.free(ptr)  # waits for its requests
-        finally:
-            with self.cond:
-                self.ptr = None
-                self.state = _CLOSED
-                self.cond.notify_all()
-
-
-_handles = weakref.WeakSet()  # every _Handle, for _after_fork_in_child
-_futures = weakref.WeakSet()  # every Future, for _after_fork_in_child
-
-
-def _after_fork_in_child():
-    """In a forked child only the forking thread exists, and it was in no
-    call (it was running os.fork): counts of calls in flight of the other
-    threads would make close() wait forever, and a lock one of them held
-    would never be released. Start both afresh.
-
-    A close() another thread had begun is that thread's, and it does not
-    exist here either: left _CLOSING, the child's close() waited for it
-    forever. While it still waited for calls to leave, the handle was
-    whole: the child's copy is open. Once it was freeing the handle, the
-    child's copy may be half freed: it is closed, what is left of it
-    leaked rather than used.
-
-    A Future's lock held by a thread waiting in get() would never be
-    released either: get() hung, done() said False for ever (the child's
-    copy of the request ends with -ECANCELED, pool.c)."""
-    for h in list(_handles):
-        h.cond = threading.Condition(threading.Lock())
-        h.users = {}
-        if h.state == _CLOSING:
-            h.state = _OPEN
-        elif h.state == _FREEING:
-            h.state, h.ptr = _CLOSED, None
-    for f in list(_futures):
-        f._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 class File:
     """A file opened for I/O into host or GPU memory.
 
@@ -330,6 +206,16 @@ class File:
 
     A File may be shared by threads: calls run concurrently, and close()
     waits for the calls of other threads (see close()).
+
+    The gpufile_t is an Owned (_owned.py): every call that passes it to
+    the library is a shared call of it (_call), so close() frees it only
+    once no call is in flight; nothing hands the raw handle out without
+    counting the call (a former File._h() did, and fd(),
+    page_cache_info(f) racing close() used a freed handle). Requests
+    (Futures) and batches (BatchRead, once submitted) need no count:
+    gpufile_close() waits for every request and batch entry on the handle
+    (its contract in gpufile.h), and neither a C future nor a C batch
+    refers to the handle once its work has ended.
     """
 
     def __init__(self, path, flags="r"):
@@ -351,13 +237,13 @@ class File:
             name = lib.gpufile_filename
             name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
             self.name = name(handle.value).decode("utf-8", "replace")
-        self._h = _Handle(handle.value, self.name, lib.gpufile_close)
+        self._h = Owned(handle.value, lib.gpufile_close, "file %r" % self.name)
 
     # ---- lifetime ----
 
     @property
     def closed(self):
-        return self._h is None or self._h.state != _OPEN
+        return self._h is None or self._h.closed
 
     def close(self):
         """Closes the file. Calls already running in other threads (read,
@@ -371,7 +257,7 @@ class File:
         """
         if self._h is None:
             return
-        _lib.check(self._h.close(), filename=self.name)
+        _lib.check(self._h.close() or 0, filename=self.name)
 
     def __enter__(self):
         if self.closed:
@@ -384,7 +270,7 @@ class File:
 
     def __del__(self):
         # No call can be in flight (they hold self); requests are waited
-        # for by gpufile_close. No lock of a Future is taken.
+        # for by gpufile_close. No Future's Owned is entered.
         if getattr(self, "_h", None) is not None:
             try:
                 self.close()

@@ -4,13 +4,15 @@ the "mmap" path."""
 
 import ctypes
 import os
+import threading
 import weakref
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_void_p
 
 from . import _args
 from . import _buffers
 from . import _lib
-from ._file import _OPEN, PathInfo, _Handle, submit
+from ._file import PathInfo, submit
+from ._owned import Owned
 from ._page_cache import fn as _fn
 from ._structs import text
 
@@ -48,7 +50,11 @@ class Mmap:
     def __init__(self, file_path, flags="r", initial_map_size=None,
                  initial_map_offset=0):
         self._h = None
+        # The Futures of pread(), finished by close(). A WeakSet is not
+        # safe to add to while another thread lists it (RuntimeError: Set
+        # changed size during iteration): both under _pending_lock.
         self._pending = weakref.WeakSet()
+        self._pending_lock = threading.Lock()
         if not isinstance(flags, str):
             raise TypeError("flags must be a str such as \"r\", not %s"
                             % type(flags).__name__)
@@ -72,8 +78,9 @@ class Mmap:
                                      flags.encode(), offset, size)
         # A URL is refused, named without its secrets (as File does).
         _lib.check(rc, filename=_lib.shown_name(self.name))
-        self._h = _Handle(handle.value, self.name, _f("gpufile_mmap_close"),
-                          "Mmap")
+        # As File's handle (see File): calls are shared calls of it.
+        self._h = Owned(handle.value, _f("gpufile_mmap_close"),
+                        "Mmap %r" % self.name)
         off, sz = c_int64(), c_size_t()
         _f("gpufile_mmap_range")(handle.value, ctypes.byref(off),
                                  ctypes.byref(sz))
@@ -83,7 +90,7 @@ class Mmap:
 
     @property
     def closed(self):
-        return self._h is None or self._h.state != _OPEN
+        return self._h is None or self._h.closed
 
     def close(self):
         """Waits for the calls of other threads and every request on the
@@ -91,10 +98,12 @@ class Mmap:
         start once it has begun). Calling it again does nothing."""
         if self._h is None:
             return
-        rc = self._h.close()
+        rc = self._h.close() or 0
         # gpufile_mmap_close waited for the requests: their buffers are let
         # go now rather than at each Future's get().
-        for fut in list(self._pending):
+        with self._pending_lock:
+            pending = list(self._pending)
+        for fut in pending:
             fut._finish()
         _lib.check(rc, filename=self.name)
 
@@ -184,5 +193,6 @@ class Mmap:
         fut = submit(self, _f("gpufile_mmap_pread_async"), b, n, off,
                      "pread of %d bytes at %d of mapped %s"
                      % (n, off, self.name))
-        self._pending.add(fut)
+        with self._pending_lock:
+            self._pending.add(fut)
         return fut

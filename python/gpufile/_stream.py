@@ -11,10 +11,10 @@ waits in its finaliser).
 """
 
 import ctypes
-import threading
 import warnings
 
 from . import _lib
+from ._owned import Owned
 
 # What finalisers of StreamFutures whose stream could not be synchronised
 # left behind: the count and the buffer the stream may still write, kept
@@ -84,10 +84,14 @@ class StreamFuture:
     valid once the stream has reached the request (for instance in a
     callback or after an event the caller waited for), else whatever the
     library has written so far. The future holds the buffer and the File
-    until then."""
+    until then.
+
+    The count the library writes is an Owned (_owned.py), as a Future's C
+    future is: get() synchronises in an exclusive call (others wait for
+    it), and close() lets go of the buffer once; dropping an unfinished
+    future synchronises first."""
 
     def __init__(self, n_out, buf, file, stream, what):
-        self._lock = threading.Lock()
         self._n_out = n_out
         self._buf = buf
         self._file = file
@@ -103,6 +107,8 @@ class StreamFuture:
         # the one the library queued in (CuPy and PyTorch make the
         # stream's own current), is made current for the sync.
         self._ctx = 0
+        # Before anything that may raise: the request is queued already.
+        self._c = Owned(n_out, None, "stream request (%s)" % what)
         if not buf.device:
             from . import _cuda
             self._ctx = _cuda.current_context()
@@ -118,24 +124,55 @@ class StreamFuture:
         else:
             _cuda.stream_synchronize_in(self.stream, self._ctx, self._what)
 
-    def get(self):
-        """Synchronises the stream, then returns the bytes moved or raises
-        the request's error (OSError). May be called again."""
-        held = None
-        with self._lock:
-            if not self._done:
+    def _free(self, n_out):
+        """Owned's free function: synchronises the stream of a future
+        dropped unfinished (the library still writes n_out and may use the
+        buffer until the stream passes the request); returns what the
+        caller lets go of, or None when it must be kept."""
+        if not self._done:
+            try:
                 self._sync()
-                n = int(self._n_out.value)
-                if n < 0:
-                    self._error = _lib.make_error(n, filename=self._name)
-                else:
-                    self._result = n
-                self._done = True
-                held = (self._buf, self._file)
-                self._buf = self._file = None
+            except Exception as e:
+                # Released (and _n_out freed with self), both could be
+                # written after they were gone.
+                _unsynced.append((self._n_out, self._buf, self._file))
+                warnings.warn("%s: dropped unfinished and its stream could "
+                              "not be synchronised (%s): its buffer is kept "
+                              "for the life of the process" % (self._what, e),
+                              RuntimeWarning)
+                return None
+        held = (self._buf, self._file)
+        self._buf = self._file = None
+        return held
+
+    @staticmethod
+    def _let_go(held):
         if held is not None:
             held[0].release()
-            held = None  # the File may be closed here, with no lock held
+            # The File goes with this frame, with nothing held.
+
+    def get(self):
+        """Synchronises the stream, then returns the bytes moved or raises
+        the request's error (OSError). May be called again, from any
+        thread."""
+        if not self._done:
+            try:
+                n_out = self._c.enter(exclusive=True)
+            except ValueError:
+                n_out = None  # let go of, or being: close() waits for it
+            if n_out is not None:
+                try:
+                    if not self._done:  # by a get() this one waited for
+                        self._sync()
+                        n = int(n_out.value)
+                        if n < 0:
+                            self._error = _lib.make_error(n, filename=self._name)
+                        else:
+                            self._result = n
+                        self._done = True
+                finally:
+                    self._c.leave(exclusive=True)
+        self._let_go(self._c.close(self._free))
         if self._error is not None:
             raise self._error
         return self._result
@@ -143,22 +180,12 @@ class StreamFuture:
     result = get
 
     def __del__(self):
-        if getattr(self, "_done", True) or getattr(self, "_buf", None) is None:
-            return
-        try:
-            # The library still writes _n_out and may use the buffer until
-            # the stream passes the request.
-            self._sync()
-        except Exception as e:
-            # Released (and _n_out freed with self), both could be
-            # written after they were gone.
-            _unsynced.append((self._n_out, self._buf, self._file))
-            warnings.warn("%s: dropped unfinished and its stream could not "
-                          "be synchronised (%s): its buffer is kept for the "
-                          "life of the process" % (self._what, e),
-                          RuntimeWarning)
-            return
-        self._buf.release()
+        c = getattr(self, "_c", None)
+        if c is not None:
+            try:
+                self._let_go(c.close(self._free))
+            except Exception:
+                pass
 
     def __repr__(self):
         state = "pending" if not self._done else (

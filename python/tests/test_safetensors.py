@@ -451,11 +451,11 @@ def test_tensor_table_matches_per_index_accessor(tmp_path):
     entries = _mixed_entries(np.random.default_rng(3), 50)
     ref_write(p, entries)
     lib = _core._c()
-    with _core.Header(p) as h:
+    with _core.Header(p) as h, h.hold() as st:
         assert len(h.tensors) == len(entries)
         for k, t in enumerate(h.tensors):
             c = _core._CTensor()
-            assert lib.gpufile_safetensors_tensor(h._st, k, ctypes.byref(c)) == 0
+            assert lib.gpufile_safetensors_tensor(st, k, ctypes.byref(c)) == 0
             assert t == _core.TensorInfo(k, c.name.decode(), c.dtype.decode(), c.dtype_bits,
                                          c.dtype_order, tuple(c.shape[:c.ndim]), c.begin,
                                          c.end)

@@ -214,7 +214,7 @@ def test_errors_name_the_file_and_tensor(tmp_path):
         g.get_slice("a")[0]
     g.close()
     f.close()
-    with pytest.raises(ValueError, match="safetensors file is closed"):
+    with pytest.raises(ValueError, match="closed safetensors file"):
         sl[0]
 
 

@@ -148,13 +148,25 @@ class safe_open:
     """A safetensors file opened for reading single tensors, like
     safetensors.safe_open: keys(), get_tensor(name), get_slice(name),
     metadata(); a context manager. Each get_tensor() reads that tensor
-    alone into memory of its own on device."""
+    alone into memory of its own on device.
+
+    May be shared by threads: close() waits for the get_tensor(),
+    load_all() and slice reads of other threads; one that starts once
+    close() has begun raises ValueError("I/O operation on closed
+    safetensors file ...")."""
 
     def __init__(self, filename, framework="pt", device="cpu"):
         self._fw = _core.framework(framework)
         self._device = _core._parse_cuda_device(device, os.fsdecode(filename))
         self._h = _core.Header(filename)
         self._staging = _slice.Staging()
+
+    def _check_open(self):
+        """Raises the closed-file ValueError once close() has begun (before
+        memory is allocated for a read that could not happen)."""
+        if self._h.closed:
+            with self._h.hold():
+                pass
 
     def keys(self):
         """Tensor names, sorted."""
@@ -171,7 +183,7 @@ class safe_open:
 
     def get_tensor(self, name):
         info = self._h.info(name)
-        with _on_device(self._fw, self._device):
+        with self._h.hold(), _on_device(self._fw, self._device):
             return _core.load_group(self._h, [info], self._fw, self._device)[name]
 
     def get_slice(self, name):
@@ -180,6 +192,7 @@ class safe_open:
         select, or the span they lie in; any other index reads the tensor
         whole and indexes it in the framework). Each part has memory of its
         own on device, C-contiguous. Nothing is read until it is indexed."""
+        self._check_open()
         return _slice.Slice(self, self._h.info(name))
 
     def tensor_info(self, name):
@@ -188,11 +201,16 @@ class safe_open:
 
     def load_all(self):
         """Every tensor, as load_file() would read them."""
-        return _load_header(self._h, self._fw, self._device, None)
+        with self._h.hold():
+            return _load_header(self._h, self._fw, self._device, None)
 
     def close(self):
-        self._h.close()
-        self._staging.drop()
+        """Closes the file once the reads of other threads have ended.
+        Calling it again does nothing."""
+        try:
+            self._h.close()
+        finally:
+            self._staging.drop()
 
     def __enter__(self):
         return self

@@ -12,6 +12,7 @@ import os
 import threading
 
 from .. import _args, _lib
+from .._owned import Owned
 
 
 class _CTensor(ctypes.Structure):
@@ -118,39 +119,56 @@ def _table(lib, st, path):
 class Header:
     """An open safetensors file with its header parsed and validated by the
     library (gpufile_safetensors_open): the tensors in offset order, the
-    metadata, and the loads. Close it (or use it as a context manager)."""
+    metadata, and the loads. Close it (or use it as a context manager).
+
+    The C object is an Owned (.._owned), as a File's handle is: a load, or
+    a read through its gpufile handle (gpufile_safetensors_handle), is a
+    shared call of it (call(), hold()), so that close() frees it only once
+    they have ended (issue 32 item 1: safe_open.close() while other
+    threads were in get_tensor() freed it under them: a segfault, a heap
+    use after free under ASan); a call once close() has begun raises
+    ValueError("I/O operation on closed safetensors file ...")."""
 
     def __init__(self, path):
-        self._st = None
+        self._c = None
         # A C string ends at a NUL: "a.safetensors\0junk" opened a.safetensors.
         raw = _args.c_path(path, "safetensors")
         self.path = os.fsdecode(path)
         lib = _c()
-        st = ctypes.c_void_p()
-        rc = lib.gpufile_safetensors_open(ctypes.byref(st), raw)
+        out = ctypes.c_void_p()
+        rc = lib.gpufile_safetensors_open(ctypes.byref(out), raw)
         _lib.check(rc, filename=self.path)
-        self._st = st.value
-        self.tensors = _table(lib, self._st, self.path)
+        st = out.value
+        self._c = Owned(st, lib.gpufile_safetensors_close,
+                        "safetensors file %r" % self.path)
+        # No other thread knows the object yet: no call to count.
+        self.tensors = _table(lib, st, self.path)
         self.by_name = {t.name: t for t in self.tensors}
         # None without __metadata__ (or with null), {} for an empty one,
         # as the reference's metadata() returns them.
         self.metadata = None
-        if _lib.check(lib.gpufile_safetensors_has_metadata(self._st),
+        if _lib.check(lib.gpufile_safetensors_has_metadata(st),
                       filename=self.path):
-            nmeta = lib.gpufile_safetensors_metadata_count(self._st)
+            nmeta = lib.gpufile_safetensors_metadata_count(st)
             self.metadata = {}
             for k in range(nmeta):
                 key, val = ctypes.c_char_p(), ctypes.c_char_p()
                 _lib.check(lib.gpufile_safetensors_metadata(
-                    self._st, k, ctypes.byref(key), ctypes.byref(val)), filename=self.path)
+                    st, k, ctypes.byref(key), ctypes.byref(val)), filename=self.path)
                 self.metadata[key.value.decode("utf-8")] = val.value.decode("utf-8")
-        self.data_offset = int(lib.gpufile_safetensors_data_offset(self._st))
-        self.data_size = int(lib.gpufile_safetensors_data_size(self._st))
+        self.data_offset = int(lib.gpufile_safetensors_data_offset(st))
+        self.data_size = int(lib.gpufile_safetensors_data_size(st))
+
+    @property
+    def closed(self):
+        return self._c is None or self._c.closed
 
     def close(self):
-        st, self._st = self._st, None
-        if st is not None:
-            _lib.check(_c().gpufile_safetensors_close(st), filename=self.path)
+        """Closes the file once the loads and reads of other threads have
+        ended; a load that starts once close() has begun raises
+        ValueError. Calling it again does nothing."""
+        if self._c is not None:
+            _lib.check(self._c.close() or 0, filename=self.path)
 
     def __enter__(self):
         return self
@@ -165,10 +183,13 @@ class Header:
         except Exception:
             pass
 
-    def _handle(self):
-        if self._st is None:
-            raise ValueError("%s: safetensors file is closed" % self.path)
-        return self._st
+    def hold(self):
+        """with header.hold() as st: the C object held open for the block
+        (a shared call); ValueError once close() has begun."""
+        if self._c is None:
+            raise ValueError("I/O operation on closed safetensors file %r"
+                             % self.path)
+        return self._c.hold()
 
     def info(self, name):
         t = self.by_name.get(name)
@@ -182,7 +203,8 @@ class Header:
         n = len(indices)
         idx = (ctypes.c_int * max(n, 1))(*indices)
         dst = (ctypes.c_void_p * max(n, 1))(*ptrs)
-        rc = _c().gpufile_safetensors_load_tensors(self._handle(), n, idx, dst)
+        with self.hold() as st:
+            rc = _c().gpufile_safetensors_load_tensors(st, n, idx, dst)
         return _lib.check(rc, filename=self.path)
 
 

@@ -183,11 +183,13 @@ def span(dims, shape):
 class _Reader:
     """Reads byte ranges of one tensor's data through the file's gpufile
     handle, checking each count: a file cut shorter after its header was
-    read gives fewer bytes than asked, which is an error."""
+    read gives fewer bytes than asked, which is an error. Used only while
+    the header is held (st from header.hold()): the handle is the C
+    object's, freed with it."""
 
-    def __init__(self, header, info):
+    def __init__(self, header, info, st):
         self.lib = _core._c()
-        self.h = self.lib.gpufile_safetensors_handle(header._handle())
+        self.h = self.lib.gpufile_safetensors_handle(st)
         self.path = header.path
         self.info = info
         self.base = header.data_offset + info.begin
@@ -298,6 +300,7 @@ class Slice:
 
     def __getitem__(self, index):
         owner, info = self._owner, self._info
+        owner._check_open()
         with _core_device(owner):
             p = plan(index, info.shape, self._where)
             if p is None or info.bits % 8:
@@ -316,10 +319,17 @@ class Slice:
     def _read(self, dims, out_shape):
         owner, info = self._owner, self._info
         fw, dev, h = owner._fw, owner._device, owner._h
-        isz = info.bits // 8
         if any(c == 0 for _, c, _ in dims):
             return fw.empty(out_shape, info, dev, h.path)
-        reader = _Reader(h, info)
+        # The whole read holds the file open: close() in another thread
+        # waits for it (issue 32 item 1).
+        with h.hold() as st:
+            return self._read_held(_Reader(h, info, st), dims, out_shape)
+
+    def _read_held(self, reader, dims, out_shape):
+        owner, info = self._owner, self._info
+        fw, dev, h = owner._fw, owner._device, owner._h
+        isz = info.bits // 8
         offs, run = runs(dims, info.shape, isz, reader.base)
         if len(offs) == 1 or run >= RUN_MIN:
             out = fw.empty(out_shape, info, dev, h.path)

@@ -1,0 +1,219 @@
+"""Owned: a C object owned by a Python object, and the calls in flight on
+it. Every Python object of the binding that holds a C pointer keeps it in
+one: File (gpufile_t), Mmap (gpufile_mmap_t), the safetensors Header
+(gpufile_safetensors_t), BatchRead (gpufile_batch_t), Future
+(gpufile_future_t) and StreamFuture (the count the stream writes)."""
+
+import os
+import threading
+import time
+import weakref
+
+# States: _CLOSING while close() waits for the calls in flight, _FREEING
+# while it runs the free function.
+_OPEN, _CLOSING, _FREEING, _CLOSED = "open", "closing", "freeing", "closed"
+
+
+class Owned:
+    """The rule (one for every object of the binding that owns a C object).
+
+    These objects may be shared by threads, and a C object freed under a
+    call still using it, or freed twice, corrupts the heap: issue 10 item 6
+    (File.read racing close(): a use after free under ASan, EBADF, another
+    file's descriptor), issue 32 items 1 and 2 (safe_open.close() under a
+    get_tensor(): a segfault; BatchRead.wait() from two threads, or poll()
+    beside a wait(): "double free or corruption", a hang, a bogus EINVAL).
+    So:
+
+    1. The pointer reaches the library only inside a call counted here:
+       shared calls (call(), hold(), enter()/leave()) run together;
+       exclusive calls (exclusive()) run alone, for C functions that must
+       not run beside any other on the object: a batch is used "by one
+       thread at a time" (gpufile.h), and a future's wait records an
+       outcome once. Nothing hands the raw pointer out otherwise.
+    2. close() runs the free function exactly once, and only once no call
+       is in flight: it waits for them. From the moment it begins, a new
+       call raises ValueError("I/O operation on closed <what>"); a close() of another thread
+       meanwhile waits for the first and returns None; a close() again
+       returns None. A close() from within a call of the same thread (a
+       signal handler, a finaliser) raises RuntimeError: it could never
+       end.
+    3. The lock of cond guards the state and the counts only: it is never
+       held across a call into the library, the free function, or anything
+       that may run a finaliser. What the free function lets go of (a
+       buffer, a File whose finaliser closes it) it returns, and the caller
+       lets go of it after close() has returned, with nothing held.
+    4. A finaliser (__del__) runs only when no other reference exists, so
+       it cannot race a call; it calls close() as anyone else would.
+
+    An owner says which of its calls are exclusive; the others are shared.
+    ptr is what the calls get: a C pointer, or for a Future the ctypes box
+    the library writes the C future into at submit.
+    """
+
+    def __init__(self, ptr, free, what):
+        self.ptr = ptr
+        # free(ptr) frees the C object; what it returns close() returns.
+        # A plain function, never a bound method of the owner: the owner
+        # holds this object, and a cycle through it would leave the
+        # owner's finaliser to the garbage collector, which may run the
+        # finaliser of a buffer the library still writes before it (an
+        # owner whose free function needs its state passes it to close()).
+        self.free = free
+        self.what = what  # "file 'a.bin'": for the messages
+        self.cond = threading.Condition(threading.Lock())
+        self.state = _OPEN
+        self.users = {}  # thread ident -> shared calls of it in flight
+        self.exclusive_by = None  # the thread ident in an exclusive call
+        _owned.add(self)
+
+    @property
+    def closed(self):
+        return self.state != _OPEN
+
+    def _closed(self):
+        return ValueError("I/O operation on closed " + self.what)
+
+    def _same_thread(self, what):
+        # Waiting for this thread's own call would never end.
+        return RuntimeError("%s of %s from within a call on it in the same "
+                            "thread" % (what, self.what))
+
+    def enter(self, exclusive=False, blocking=True, timeout=None):
+        """Begins a call: returns ptr, or None when not blocking (or after
+        timeout seconds) another call keeps it out. Raises ValueError once
+        close() has begun. Pair with leave(exclusive)."""
+        me = threading.get_ident()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while True:
+                if self.state != _OPEN:
+                    raise self._closed()
+                if self.exclusive_by is None and not (exclusive and self.users):
+                    break
+                if self.exclusive_by == me or (exclusive and self.users.get(me)):
+                    raise self._same_thread("a call")
+                if not blocking:
+                    return None
+                if deadline is None:
+                    self.cond.wait()
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                    self.cond.wait(left)
+            if exclusive:
+                self.exclusive_by = me
+            else:
+                self.users[me] = self.users.get(me, 0) + 1
+            return self.ptr
+
+    def leave(self, exclusive=False):
+        me = threading.get_ident()
+        with self.cond:
+            if exclusive:
+                assert self.exclusive_by == me
+                self.exclusive_by = None
+            else:
+                n = self.users[me] - 1
+                if n:
+                    self.users[me] = n
+                    return
+                del self.users[me]
+            self.cond.notify_all()
+
+    def call(self, fn, *args):
+        """fn(ptr, *args) as a shared call."""
+        ptr = self.enter()
+        try:
+            return fn(ptr, *args)
+        finally:
+            self.leave()
+
+    def hold(self):
+        """with owned.hold() as ptr: a shared call for the block."""
+        return _Section(self, False, True, None)
+
+    def exclusive(self, blocking=True, timeout=None):
+        """with owned.exclusive() as ptr: an exclusive call for the block;
+        ptr is None when not blocking (or after timeout seconds) another
+        call kept it out."""
+        return _Section(self, True, blocking, timeout)
+
+    def close(self, free=None):
+        """Frees the C object once no call is in flight (see the rule),
+        with free (default: the one given at creation); returns what it
+        returned, or None when this call did not free it."""
+        me = threading.get_ident()
+        with self.cond:
+            if self.state == _CLOSED:
+                return None
+            if self.state != _OPEN:  # by another thread: wait for it
+                self.cond.wait_for(lambda: self.state == _CLOSED)
+                return None
+            if self.users.get(me) or self.exclusive_by == me:
+                raise self._same_thread("close()")
+            self.state = _CLOSING
+            self.cond.wait_for(lambda: not self.users
+                               and self.exclusive_by is None)
+            self.state = _FREEING
+            ptr = self.ptr
+        try:
+            return (free or self.free)(ptr)
+        finally:
+            with self.cond:
+                self.ptr = None
+                self.state = _CLOSED
+                self.cond.notify_all()
+
+
+class _Section:
+    __slots__ = ("owned", "exclusive", "blocking", "timeout", "entered")
+
+    def __init__(self, owned, exclusive, blocking, timeout):
+        self.owned, self.exclusive = owned, exclusive
+        self.blocking, self.timeout = blocking, timeout
+        self.entered = False
+
+    def __enter__(self):
+        ptr = self.owned.enter(self.exclusive, self.blocking, self.timeout)
+        self.entered = ptr is not None  # an open object's ptr never is
+        return ptr
+
+    def __exit__(self, *exc):
+        if self.entered:
+            self.owned.leave(self.exclusive)
+        return False
+
+
+_owned = weakref.WeakSet()  # every Owned, for _after_fork_in_child
+
+
+def _after_fork_in_child():
+    """In a forked child only the forking thread exists, and it was in no
+    call (it was running os.fork): counts of calls in flight of the other
+    threads would make close() wait forever, and a lock one of them held
+    would never be released. Start both afresh.
+
+    A close() another thread had begun is that thread's, and it does not
+    exist here either: left _CLOSING, the child's close() waited for it
+    forever. While it still waited for calls to leave, the object was
+    whole: the child's copy is open. Once it was freeing it, the child's
+    copy may be half freed: it is closed, what is left of it leaked rather
+    than used.
+
+    An exclusive call of another thread (a Future.get() waiting) would
+    never end either: get() hung, done() said False for ever (the child's
+    copy of a request ends with -ECANCELED, pool.c)."""
+    for o in list(_owned):
+        o.cond = threading.Condition(threading.Lock())
+        o.users = {}
+        o.exclusive_by = None
+        if o.state == _CLOSING:
+            o.state = _OPEN
+        elif o.state == _FREEING:
+            o.state, o.ptr = _CLOSED, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
