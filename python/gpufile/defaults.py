@@ -6,8 +6,9 @@
     with gpufile.defaults.set(task_size=1 << 30, gds_threshold="64k"):
         ...                                      # restored on exit
 
-Values come back typed: sizes and counts as int, modes ("auto", "on",
-"off") and names as str. Values given may be int (a NumPy integer too),
+Values come back typed, one type per setting: sizes and counts as int,
+modes ("auto", "on", "off") and text settings (TEXT_SETTINGS: names,
+lists) as str, even when all digits. Values given may be int (a NumPy integer too),
 bool, str (any spelling the environment accepts: "4m", "1 GiB", "yes", ...)
 or a gpufile.CompatMode.
 An unknown name is a KeyError; an invalid value a gpufile.ConfigError
@@ -58,8 +59,18 @@ def _known(name):
                        % (name, ", ".join(known)))
 
 
-def _typed(text):
-    return int(text) if text.isdigit() else text
+# The settings whose values are text (KIND_STRING in src/config.c): a
+# library name, a list of HTTP statuses. Their values stay str even when
+# all digits ("503" came back as the int 503, "429,503" as a str). Every
+# other setting is a mode ("auto", "on", "off": str) or a number (int):
+# the library gives those only as such words or as decimal digits.
+TEXT_SETTINGS = frozenset(("cufile_library", "http_status_codes"))
+
+
+def _typed(name, text):
+    if name in TEXT_SETTINGS or not text.isdigit():
+        return text
+    return int(text)
 
 
 def _raw(name):
@@ -78,8 +89,9 @@ def _raw(name):
 
 
 def get(name):
-    """The effective value of setting name (int or str)."""
-    return _typed(_raw(name)[0])
+    """The effective value of setting name: an int for sizes and counts, a
+    str for modes ("auto", "on", "off") and for TEXT_SETTINGS."""
+    return _typed(name, _raw(name)[0])
 
 
 def items():

@@ -27,6 +27,30 @@ def test_typed_values():
     assert isinstance(defaults.get("nthreads"), int)
 
 
+def test_one_type_per_setting():
+    """A text setting whose value was all digits came back as an int
+    (http_status_codes "503" -> 503, but "429,503" a str): text settings
+    are always str, numbers always int, modes always str."""
+    with defaults.set("http_status_codes", "503"):
+        assert defaults.get("http_status_codes") == "503"
+    with defaults.set("http_status_codes", "429,503"):
+        assert defaults.get("http_status_codes") == "429,503"
+    with defaults.set("cufile_library", "42"):
+        assert defaults.get("cufile_library") == "42"
+    modes = {"auto", "on", "off"}
+    for name in defaults.names():
+        value = defaults.get(name)
+        if name in defaults.TEXT_SETTINGS:
+            assert isinstance(value, str), (name, value)
+        elif isinstance(value, str):  # a mode; a number never comes as text
+            assert value in modes, (name, value)
+            with defaults.set(name, "on"):
+                assert defaults.get(name) == "on"
+        else:
+            assert type(value) is int, (name, value)
+    assert defaults.TEXT_SETTINGS <= set(defaults.names())
+
+
 def test_set_stays_and_spellings():
     defaults.set("task_size", "1 GiB")
     assert defaults.get("task_size") == 1 << 30
