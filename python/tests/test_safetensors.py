@@ -229,6 +229,33 @@ def test_save_file_rejects(tmp_path):
         stn.save_file({"x": np.zeros(2, dtype=np.complex128)}, p)
 
 
+@pytest.mark.parametrize("short", [0, 1])
+def test_save_file_short_write(tmp_path, monkeypatch, short):
+    """A write that moved fewer bytes than asked, without an error, was
+    not noticed: save_file returned and left a file whose header promises
+    bytes it lacks. It raises OSError EIO naming the file and what was
+    cut short (issue 39 item 4). short: which write is cut (0: the header,
+    1: the first tensor's data)."""
+    from gpufile import _lib
+
+    p = str(tmp_path / "short.safetensors")
+    lib = _lib.lib()
+    real, calls = lib.gpufile_pwrite, []
+
+    def pwrite(h, buf, n, off):
+        rc = real(h, buf, n, off)
+        calls.append(n)
+        return rc - 1 if len(calls) == short + 1 and rc > 0 else rc
+
+    monkeypatch.setattr(lib, "gpufile_pwrite", pwrite)
+    with pytest.raises(OSError) as ei:
+        stn.save_file({"x": np.arange(10, dtype=np.int32)}, p)
+    assert ei.value.errno == errno.EIO and ei.value.filename == p
+    what = "the header" if short == 0 else "tensor 'x'"
+    assert "wrote %d of the %d bytes of %s" % (calls[short] - 1, calls[short],
+                                                what) in str(ei.value)
+
+
 @pytest.mark.parametrize("header, ndata, field", [
     ('{"w":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}}', 1, 'tensor "w": dtype "Q7"'),
     ('{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', 4, 'tensor "w": shape [2] of F32'),

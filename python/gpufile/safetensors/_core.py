@@ -7,6 +7,7 @@ Frameworks are imported only when a call needs them.
 
 import collections
 import ctypes
+import errno
 import json
 import os
 import threading
@@ -775,7 +776,8 @@ def save(tensors, path, metadata):
 
     lib = _lib.lib()
     with File(path, "w") as f:
-        f.write(bytearray(len(header).to_bytes(8, "little") + header))
+        head = bytearray(len(header).to_bytes(8, "little") + header)
+        _check_written(f.write(head), len(head), 0, "the header", f.name)
         base = 8 + len(header)
         for name, begin, end in layout:
             if end == begin:
@@ -783,8 +785,17 @@ def save(tensors, path, metadata):
             ptr = ptrs[name][0]
             rc = f._call(lib.gpufile_pwrite, ctypes.c_void_p(ptr),
                          end - begin, base + begin)
-            _lib.check(rc, filename=f.name)
+            _check_written(_lib.check(rc, filename=f.name), end - begin,
+                           base + begin, "tensor %r" % name, f.name)
     return None
+
+
+def _check_written(got, asked, offset, what, path):
+    """A write that moved fewer bytes than asked (without an error) would
+    leave a file whose header promises bytes it lacks (issue 39 item 4)."""
+    if got != asked:
+        raise OSError(errno.EIO, "%s: wrote %d of the %d bytes of %s at file "
+                      "offset %d" % (path, got, asked, what, offset), path)
 
 
 __all__ = ["Header", "TensorInfo", "framework", "load_group", "device_for",
