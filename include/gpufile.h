@@ -1276,9 +1276,12 @@ GPUFILE_API int gpufile_write_async(gpufile_t *h, const void *buf, size_t size,
  * "cufile:", "staged:", "wait-value:", "host-func:" or "blocking:",
  * written into reason (len bytes, NUL-terminated; may be NULL; 1024 holds
  * any). A request of device memory too large to be staged names the limit
- * (nthreads x bounce_buffers x bounce_buffer_size, in bytes). Queues nothing;
- * may load the CUDA driver and, as gpufile_path_info(), cuFile. Returns 0 or
- * the error gpufile_read_async() would return for these arguments. */
+ * (nthreads x bounce_buffers x bounce_buffer_size, in bytes). Without a
+ * usable CUDA driver the sentence starts with "none:" and says why (the
+ * requests would fail with GPUFILE_ENOCUDA). Queues nothing; may load the
+ * CUDA driver and, as gpufile_path_info(), cuFile. Returns 0, or the
+ * error gpufile_read_async() would return for these arguments other than
+ * GPUFILE_ENOCUDA. */
 GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
                                     int is_write, char *reason, size_t len);
 

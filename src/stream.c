@@ -1155,8 +1155,12 @@ static int check_call(gpufile_t *h, ssize_t *n_out, CUstream stream,
 	if (!*t) {
 		/* The message is formatted into the buffer it comes from. */
 		snprintf(why, sizeof(why), "%s", gpufile_errmsg());
-		return gpufile__fail(GPUFILE_ENOCUDA, "%s %s: %s", what,
-		                     h->path, why);
+		return gpufile__fail(
+		    GPUFILE_ENOCUDA,
+		    "%s %s: a stream-ordered request needs the "
+		    "CUDA driver for its stream, even on host "
+		    "memory: %s",
+		    what, h->path, why);
 	}
 	/* A stream capturing a CUDA graph records work instead of running
 	 * it: the event gpufile would wait for never completes, and a
@@ -1392,13 +1396,22 @@ int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_stream_info: handle is "
 		                              "NULL");
-	t = gpufile__cuda();
-	if (!t)
-		return GPUFILE_ENOCUDA;
 	rc = validate(&r, &prepared, h, (void *)buf, size, 0, is_write != 0);
 	if (rc)
 		return rc;
-	choose(t, &r, prepared, why, sizeof(why));
+	t = gpufile__cuda();
+	if (t) {
+		choose(t, &r, prepared, why, sizeof(why));
+	} else {
+		/* An answer, not the loader's error (which named no call):
+		 * without a driver there is no stream to order a request on,
+		 * and gpufile_read_async/write_async say so (check_call). */
+		snprintf(why, sizeof(why),
+		         "none: %s; gpufile_read_async and gpufile_write_async "
+		         "need the CUDA driver for their stream, even on host "
+		         "memory, and fail with GPUFILE_ENOCUDA",
+		         gpufile_errmsg());
+	}
 	if (prepared)
 		gpufile__request_destroy(&r);
 	if (reason && len)

@@ -380,7 +380,8 @@ class File:
     def stream_info(self, buf, size=None, write=False):
         """How a stream-ordered request on buf keeps its order: a sentence
         starting with "cufile:", "staged:", "wait-value:", "host-func:" or
-        "blocking:"."""
+        "blocking:"; without a usable CUDA driver, "none:" and why (then
+        read_async and write_async raise, even for host memory)."""
         from . import _stream
         b, n, _ = self._prepare(buf, size, 0, not write, "stream_info",
                                 stream=-1)

@@ -75,6 +75,36 @@ def test_no_cuda_is_a_clear_error(data_file):
     assert path in str(e.value)
 
 
+def test_no_cuda_driver_says_what_the_call_needs(data_file):
+    """Without libcuda.so.1, read_async and write_async of host memory
+    failed with only "cannot load libcuda.so.1", and stream_info raised
+    that too, naming no call (issue 32 item 19). The requests now say
+    what they need, and stream_info answers "none: ..." with why."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("libcuda.so.1 loads here")
+    path, _ = data_file
+    buf = bytearray(4096)
+    with gpufile.File(path, "r+") as f:
+        for write in (False, True):
+            info = f.stream_info(buf, write=write)
+            assert info.startswith("none: "), info
+            assert "libcuda.so.1" in info and "GPUFILE_ENOCUDA" in info
+        for call, name in ((f.read_async, "read_async"),
+                           (f.write_async, "write_async")):
+            with pytest.raises(OSError) as e:
+                call(buf, 0)
+            assert e.value.errno == errno.ENODEV
+            msg = str(e.value)
+            assert name in msg and path in msg and "libcuda.so.1" in msg
+            assert "needs the CUDA driver for its stream" in msg
+
+
 # ---- the fake driver, in a child process ----
 
 FAKE_CHILD = r'''
