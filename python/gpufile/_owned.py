@@ -27,17 +27,17 @@ class Owned:
 
     1. The pointer reaches the library only inside a call counted here:
        shared calls (call(), hold(), enter()/leave()) run together;
-       exclusive calls (exclusive()) run alone, for C functions that must
-       not run beside any other on the object: a batch is used "by one
-       thread at a time" (gpufile.h), and a future's wait records an
-       outcome once. Nothing hands the raw pointer out otherwise.
+       exclusive calls (enter(exclusive=True)) run alone, for C functions
+       that must not run beside any other on the object: a batch is used
+       "by one thread at a time" (gpufile.h), and a future's wait records
+       an outcome once. Nothing hands the raw pointer out otherwise.
     2. close() runs the free function exactly once, and only once no call
        is in flight: it waits for them. From the moment it begins, a new
-       call raises ValueError("I/O operation on closed <what>"); a close() of another thread
-       meanwhile waits for the first and returns None; a close() again
-       returns None. A close() from within a call of the same thread (a
-       signal handler, a finaliser) raises RuntimeError: it could never
-       end.
+       call raises ValueError("I/O operation on closed <what>"); a
+       close() of another thread meanwhile waits for the first and
+       returns None; a close() again returns None. A close() from within
+       a call of the same thread (a signal handler, a finaliser) raises
+       RuntimeError: it could never end.
     3. The lock of cond guards the state and the counts only: it is never
        held across a call into the library, the free function, or anything
        that may run a finaliser. What the free function lets go of (a
@@ -47,6 +47,9 @@ class Owned:
        it cannot race a call; it calls close() as anyone else would.
 
     An owner says which of its calls are exclusive; the others are shared.
+    A Buffer (_buffers) is no such object: each is held by one call or one
+    request, and let go by it under its owner's rule. cufile_driver holds
+    no C object (the driver is the library's, behind its own lock).
     ptr is what the calls get: a C pointer, or for a Future the ctypes box
     the library writes the C future into at submit.
     """
@@ -65,6 +68,7 @@ class Owned:
         self.state = _OPEN
         self.users = {}  # thread ident -> shared calls of it in flight
         self.exclusive_by = None  # the thread ident in an exclusive call
+        self.waiting = 0  # calls waiting in enter() for others to end
         _owned.add(self)
 
     @property
@@ -95,13 +99,14 @@ class Owned:
                     raise self._same_thread("a call")
                 if not blocking:
                     return None
-                if deadline is None:
-                    self.cond.wait()
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return None
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.waiting += 1
+                try:
                     self.cond.wait(left)
+                finally:
+                    self.waiting -= 1
             if exclusive:
                 self.exclusive_by = me
             else:
@@ -120,7 +125,8 @@ class Owned:
                     self.users[me] = n
                     return
                 del self.users[me]
-            self.cond.notify_all()
+            if self.waiting or self.state != _OPEN:  # a call or close() waits
+                self.cond.notify_all()
 
     def call(self, fn, *args):
         """fn(ptr, *args) as a shared call."""
@@ -133,12 +139,6 @@ class Owned:
     def hold(self):
         """with owned.hold() as ptr: a shared call for the block."""
         return _Section(self, False, True, None)
-
-    def exclusive(self, blocking=True, timeout=None):
-        """with owned.exclusive() as ptr: an exclusive call for the block;
-        ptr is None when not blocking (or after timeout seconds) another
-        call kept it out."""
-        return _Section(self, True, blocking, timeout)
 
     def close(self, free=None):
         """Frees the C object once no call is in flight (see the rule),
@@ -209,6 +209,7 @@ def _after_fork_in_child():
         o.cond = threading.Condition(threading.Lock())
         o.users = {}
         o.exclusive_by = None
+        o.waiting = 0
         if o.state == _CLOSING:
             o.state = _OPEN
         elif o.state == _FREEING:

@@ -471,5 +471,4 @@ def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
             else:
                 with pytest.raises(ValueError, match="I/O operation on closed"):
                     after()
-            del obj
     keep.close()
