@@ -268,8 +268,9 @@ static void test_many(gpufile_t *h)
 	    test_mismatch(dev_base, (size_t)STREAMS * PER * piece, SEED, 0),
 	    -1);
 
-	/* Three reads of 20 pieces at once: two arenas hold two of them,
-	 * the third call waits for room. */
+	/* Three reads of 20 pieces back to back: at most two arenas hold
+	 * them, and a call that finds no room waits for it (whether one
+	 * has to depends on how soon the earlier reads end). */
 	{
 		const size_t big = 20 * CHUNK;
 		ssize_t nb[STREAMS];
@@ -1168,9 +1169,13 @@ int main(void)
 	CHECK(gpufile_bounce_buffer_free() >= REGION);
 	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
 	test_many(h);
-	/* Only staged reads ran since: their arenas, two. */
+	/* Only staged reads ran since: their arenas, at most two, which
+	 * is what is promised. Whether a second was needed depends on
+	 * whether an earlier read still held its span when a later one
+	 * asked: on a loaded machine the first of the large reads may end
+	 * before the second starts, and one arena serves all three. */
 	freed = gpufile_bounce_buffer_free();
-	CHECK_EQ(freed, 2 * REGION);
+	CHECK(freed == REGION || freed == 2 * REGION);
 	CHECK_EQ(gpufile_bounce_buffer_free(), 0);
 	test_errors_midway(h);
 	/* Before test_contexts, while every flag is device 0's. */
