@@ -260,6 +260,9 @@ int gpufile__parse_count(const char *text, uint64_t *out)
 	return 0;
 }
 
+/* The suffixes below are listed, all and only these, by parse_value's
+ * message and the tool's (tools/util.h UTIL_SIZE_FORMS); test_cli_usage
+ * checks both against this parser. */
 int gpufile__parse_size(const char *text, uint64_t *out)
 {
 	static const struct {
@@ -445,10 +448,12 @@ static int parse_value(const struct setting *st, const char *text,
 			snprintf(msg, msg_len, "%s=\"%s\": too large", origin,
 			         text);
 		else if (rc)
-			snprintf(msg, msg_len,
-			         "%s=\"%s\": not a size; use bytes or a number "
-			         "with KiB, MiB or GiB",
-			         origin, text);
+			snprintf(
+			    msg, msg_len,
+			    "%s=\"%s\": not a size; use bytes (B) or a "
+			    "number with k, m, g, t, KiB, MiB, GiB, TiB, KB, "
+			    "MB, GB or TB (any case; all binary)",
+			    origin, text);
 		break;
 	default:
 		rc = gpufile__parse_count(num, out);

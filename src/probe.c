@@ -1169,7 +1169,7 @@ static void check_remote(struct list *l, const char *url)
 	gpufile__remote_redact(url, shown, sizeof(shown));
 	if (rc)
 		add(l, "file", GPUFILE_CHECK_FAIL, shown, "%s",
-		    report[0] ? "cannot be opened (see above)"
+		    report[0] ? "cannot be opened (see the remote.* checks)"
 		              : gpufile_errmsg());
 	else
 		add(l, "file", GPUFILE_CHECK_PASS, shown,

@@ -18,9 +18,18 @@ static const char *const usage =
     "Prints how many bytes of FILE (or of [offset, offset+size); size 0\n"
     "or none: to the end) are in the page cache. With --drop, flushes the\n"
     "file's dirty pages, drops the range from the page cache (no root\n"
-    "needed) and prints the count again. Sizes accept KiB/MiB/GiB.\n"
-    "Exit status: 0 ok, 1 when FILE cannot be examined or dropped, 2 for\n"
-    "a usage error.\n";
+    "needed) and prints the count again.\n"
+    "\n"
+    "  --offset N     first byte of the range (default 0)\n"
+    "  --size N       bytes of the range (default 0: to the end)\n"
+    "  --drop         drop the range from the page cache, then count again\n"
+    "  --json         print one JSON object instead of text\n"
+    "  --help         print this help\n"
+    "\n"
+    "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
+    "TiB, KB, MB, GB or TB (any case; all binary).\n"
+    "Exit status: 0 ok, 1 when FILE cannot be examined or dropped, 2\n"
+    "usage error.\n";
 
 struct count {
 	uint64_t cached, total;

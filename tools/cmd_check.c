@@ -15,7 +15,7 @@
 #define MAX_ITEMS 256
 
 static const char *const usage =
-    "usage: gpufile check [PATH] [--json]\n"
+    "Usage: gpufile check [PATH] [--json]\n"
     "\n"
     "Checks what decides the data path: libcufile (where, which version)\n"
     "and whether its driver opens, nvidia-fs, GPUs and their PCIe\n"
@@ -25,9 +25,14 @@ static const char *const usage =
     "O_DIRECT opens, and the path a device read of it takes at each\n"
     "layer (gpufile: cufile or posix; cuFile: nvfs or posix), with the\n"
     "reason. Each check says pass, fail or unknown, and why.\n"
+    "\n"
+    "  --json         print one JSON object instead of text\n"
+    "  --help         print this help\n"
+    "\n"
     "Exit status: 0 when the checks ran (whatever the platform lacks),\n"
     "1 when PATH cannot be examined or read by this user, or when the\n"
-    "cufile.json in effect is malformed; 2 for a usage error.\n";
+    "cufile.json in effect is malformed (the first line on stderr says\n"
+    "which), 2 usage error.\n";
 
 static void print_json(const char *path, const gpufile_check_item_t *items,
                        int n, const int counts[3])
@@ -76,7 +81,8 @@ static void print_text(const gpufile_check_item_t *items, int n,
 /* Counts the items per status. Returns 1 when an item about the user's
  * input failed: a file gpufile cannot read and a cufile.json cuFile will
  * reject are errors to fix, not facts of the platform, and scripts must
- * see them in the exit status. */
+ * see them in the exit status -- and people on stderr, first, rather than
+ * among the platform's lines (util_error). */
 static int count_items(const gpufile_check_item_t *items, int n, int counts[3])
 {
 	int input_failed = 0;
@@ -86,8 +92,11 @@ static int count_items(const gpufile_check_item_t *items, int n, int counts[3])
 			counts[items[i].status]++;
 		if ((strcmp(items[i].name, "file") == 0 ||
 		     strcmp(items[i].name, "cufile.json") == 0) &&
-		    items[i].status == GPUFILE_CHECK_FAIL)
+		    items[i].status == GPUFILE_CHECK_FAIL) {
+			util_error("check", "%s: %s", items[i].value,
+			           items[i].why);
 			input_failed = 1;
+		}
 	}
 	return input_failed;
 }

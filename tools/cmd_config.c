@@ -8,6 +8,8 @@
 #include "util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
     "Usage: gpufile config [--json]\n"
@@ -23,41 +25,96 @@ static const char usage[] =
     "Exit status: 0 ok, 1 when a variable holds a bad value (the message\n"
     "names it), 2 usage error.\n";
 
+/* One line of the table; a bad value has its message in error
+ * (malloc'd; NULL when that failed too). */
+struct row {
+	const char *name, *help;
+	char value[512], source[192];
+	int bad;
+	char *error;
+};
+
+static void row_fill(struct row *r, int i)
+{
+	char variable[128];
+	gpufile_source_t src = GPUFILE_SOURCE_DEFAULT;
+
+	r->name = gpufile_config_name(i);
+	r->help = gpufile_config_help(i);
+	if (gpufile_config_get(r->name, r->value, sizeof(r->value), &src,
+	                       variable, sizeof(variable))) {
+		snprintf(r->value, sizeof(r->value), "(bad)");
+		snprintf(r->source, sizeof(r->source),
+		         "environment (see errors below)");
+		r->bad = 1;
+		r->error = strdup(gpufile_errmsg());
+	} else if (variable[0]) {
+		snprintf(r->source, sizeof(r->source), "%s %s",
+		         gpufile_source_name(src), variable);
+	} else {
+		snprintf(r->source, sizeof(r->source), "%s",
+		         gpufile_source_name(src));
+	}
+}
+
+static const char *row_error(const struct row *r)
+{
+	return r->error ? r->error
+	                : "a bad value (no memory left for the message)";
+}
+
+static int width(int w, const char *s)
+{
+	const int n = (int)strlen(s);
+
+	return n > w ? n : w;
+}
+
+/* The table, its columns as wide as their widest entry; then the notes
+ * (clamps, environment warnings: config.c) and the errors, which also go
+ * to stderr. */
 static int config_text(void)
 {
-	int bad = 0;
+	const int n = gpufile_config_count();
+	struct row *rows = calloc(n > 0 ? (size_t)n : 1, sizeof(*rows));
+	int wname = 0, wvalue = 0, wsource = 0, bad = 0;
 
-	printf("%-20s %-12s %-34s %s\n", "SETTING", "VALUE", "SOURCE",
-	       "MEANING");
-	for (int i = 0; i < gpufile_config_count(); i++) {
-		const char *name = gpufile_config_name(i);
-		char value[512], variable[128], source[192];
-		gpufile_source_t src = GPUFILE_SOURCE_DEFAULT;
-
-		if (gpufile_config_get(name, value, sizeof(value), &src,
-		                       variable, sizeof(variable))) {
-			printf("%-20s %-12s %-34s %s\n", name, "(bad)",
-			       "environment (see below)",
-			       gpufile_config_help(i));
-			util_error("config", "%s", gpufile_errmsg());
-			bad = 1;
-			continue;
-		}
-		if (variable[0])
-			snprintf(source, sizeof(source), "%s %s",
-			         gpufile_source_name(src), variable);
-		else
-			snprintf(source, sizeof(source), "%s",
-			         gpufile_source_name(src));
-		printf("%-20s %-12s %-34s %s\n", name, value, source,
-		       gpufile_config_help(i));
+	if (!rows)
+		return util_error("config", "out of memory");
+	wname = width(wname, "SETTING");
+	wvalue = width(wvalue, "VALUE");
+	wsource = width(wsource, "SOURCE");
+	for (int i = 0; i < n; i++) {
+		row_fill(&rows[i], i);
+		wname = width(wname, rows[i].name);
+		wvalue = width(wvalue, rows[i].value);
+		wsource = width(wsource, rows[i].source);
 	}
-	/* Clamps and environment warnings (config.c). */
+	printf("%-*s  %-*s  %-*s  %s\n", wname, "SETTING", wvalue, "VALUE",
+	       wsource, "SOURCE", "MEANING");
+	for (int i = 0; i < n; i++)
+		printf("%-*s  %-*s  %-*s  %s\n", wname, rows[i].name, wvalue,
+		       rows[i].value, wsource, rows[i].source, rows[i].help);
 	for (int i = 0; i < gpufile_config_warning_count(); i++) {
 		char w[512];
 		if (gpufile_config_warning(i, w, sizeof(w)) == 0)
 			printf("%s %s\n", i ? "        " : "\nnotes:", w);
 	}
+	for (int i = 0; i < n; i++) {
+		if (!rows[i].bad)
+			continue;
+		printf("%s %s\n",
+		       bad ? "        " : "\nerrors:", row_error(&rows[i]));
+		bad = 1;
+	}
+	if (bad) /* the errors on stderr after the table, not amid it */
+		fflush(stdout);
+	for (int i = 0; i < n; i++) {
+		if (rows[i].bad)
+			util_error("config", "%s", row_error(&rows[i]));
+		free(rows[i].error);
+	}
+	free(rows);
 	return bad ? EXIT_RUNTIME : EXIT_OK;
 }
 

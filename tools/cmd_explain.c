@@ -13,7 +13,7 @@
 #include <string.h>
 
 static const char *const usage =
-    "usage: gpufile explain --size N [--task-size N] [--offset N]\n"
+    "Usage: gpufile explain --size N [--task-size N] [--offset N]\n"
     "                       [--registered] [--cufile-json FILE] [--json]\n"
     "\n"
     "Prints how a read of N bytes would run, without running it: how\n"
@@ -21,13 +21,19 @@ static const char *const usage =
     "cuFile schedules each request it receives under cufile.json's\n"
     "execution settings and properties.max_direct_io_size_kb.\n"
     "\n"
-    "  --size N          bytes to read (k, m, g suffixes: KiB, MiB, GiB)\n"
+    "  --size N          bytes to read (required)\n"
     "  --task-size N     gpufile's task size (default: the setting)\n"
     "  --offset N        file offset of the read (default 0)\n"
     "  --registered      plan for a buffer registered with cuFile\n"
     "  --cufile-json F   read cuFile's settings from F (default:\n"
     "                    $CUFILE_ENV_PATH_JSON, else /etc/cufile.json)\n"
-    "  --json            one JSON object\n";
+    "  --json            print one JSON object instead of text\n"
+    "  --help            print this help\n"
+    "\n"
+    "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
+    "TiB, KB, MB, GB or TB (any case; all binary).\n"
+    "Exit status: 0 ok, 1 when the cufile.json given cannot be read or\n"
+    "the plan cannot be made, 2 usage error.\n";
 
 /* "4 MiB" when bytes is a whole number of a binary unit, else "N B". */
 static const char *exact(uint64_t bytes, char *buf, size_t len)
@@ -180,9 +186,10 @@ static void print_text(const gpufile_plan_t *p, const char *ts_source)
 		           : "exceeded, later parts wait");
 	}
 	printf("  model: %s\n", p->model_note);
-	printf("  %s buffers: %s\n",
+	printf("  %s buffers: the same plan under gpufile's model (%s)\n",
 	       p->registered ? "unregistered" : "registered",
-	       "the same plan under gpufile's model (see --registered)");
+	       p->registered ? "run without --registered"
+	                     : "run with --registered");
 }
 
 static void print_json(const gpufile_plan_t *p, const char *ts_source)

@@ -59,9 +59,9 @@ static const char usage[] =
     "                 stderr is a terminal and the read is >= 64 MiB)\n"
     "  --help         print this help\n"
     "\n"
-    "Sizes accept bytes or a number with k, m, g (also KiB, MiB, GiB or\n"
-    "KB, MB, GB; all binary). Settings come from GPUFILE_* variables (see\n"
-    "gpufile config).\n"
+    "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
+    "TiB, KB, MB, GB or TB (any case; all binary). Settings come from\n"
+    "GPUFILE_* variables (see gpufile config).\n"
     "Exit status: 0 ok (a short read included), 1 I/O or runtime error,\n"
     "2 usage error.\n";
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 static const char *const usage =
-    "usage: gpufile stats [PID] [--json] [--watch SECONDS]\n"
+    "Usage: gpufile stats [PID] [--json] [--watch SECONDS]\n"
     "       gpufile stats --clean\n"
     "\n"
     "Without PID: lists this user's processes that use gpufile (PID,\n"
@@ -41,8 +41,10 @@ static const char *const usage =
     "  --clean           remove the /dev/shm segments that older gpufile\n"
     "                    versions left for dead processes (today's\n"
     "                    segment is a memfd that goes with its process)\n"
-    "Exit status: 1 when PID does not exist, belongs to another user, or\n"
-    "does not use gpufile.\n";
+    "  --help            print this help\n"
+    "\n"
+    "Exit status: 0 ok, 1 when PID does not exist, belongs to another\n"
+    "user, or does not use gpufile, 2 usage error.\n";
 
 #define MAX_PROCS 1024
 #define MAX_FILES GPUFILE_MAX_FILE_STATS

@@ -51,6 +51,8 @@ static const char usage[] =
     "  --help         print this help\n"
     "\n"
     "The time reported covers generating, writing and syncing.\n"
+    "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
+    "TiB, KB, MB, GB or TB (any case; all binary).\n"
     "Exit status: 0 ok, 1 I/O or runtime error, 2 usage error.\n";
 
 enum pattern { PATTERN_RANDOM, PATTERN_ZERO, PATTERN_SEQUENCE };

@@ -24,10 +24,8 @@ static int size_value(const char *cmd, const struct opt *o, const char *text)
 	int rc = util_parse_size(text, &v);
 
 	if (rc == -EINVAL)
-		return util_usage_error(cmd,
-		                        "--%s \"%s\": not a size; use bytes or "
-		                        "a number with k, m, g (KiB, MiB, GiB)",
-		                        o->name, text);
+		return util_usage_error(cmd, "--%s \"%s\": not a size; use %s",
+		                        o->name, text, UTIL_SIZE_FORMS);
 	if (rc == 0 && v >= o->min && v <= max) {
 		*(uint64_t *)o->dest = v;
 		return 0;

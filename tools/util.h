@@ -19,6 +19,13 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
  * text is not a size, or -ERANGE when it does not fit in 64 bits. */
 int util_parse_size(const char *text, uint64_t *out);
 
+/* Those forms, for messages: every suffix util_parse_size accepts and no
+ * other (test_cli_usage checks both ways, and that each help text that
+ * mentions sizes says the same). */
+#define UTIL_SIZE_FORMS                                                        \
+	"bytes (B) or a number with k, m, g, t, KiB, MiB, GiB, TiB, KB, MB, "  \
+	"GB or TB (any case; all binary)"
+
 /* Parses a non-negative decimal integer. Returns 0, -EINVAL or -ERANGE. */
 int util_parse_count(const char *text, uint64_t *out);
 
