@@ -34,6 +34,11 @@ int gpufile__fail(int err, const char *fmt, ...)
 int gpufile__fail_msg(int err, const char *msg);
 /* Clears the thread's error message. */
 void gpufile__clear_error(void);
+/* Sets the thread's message aside: until gpufile__error_restore(), what
+ * fails writes a message of its own, and the restore brings the saved one
+ * back, whole. One level; per thread (no lock). */
+void gpufile__error_save(void);
+void gpufile__error_restore(void);
 
 /* ---- structs that grow (sized.c; the rule: include/gpufile.h) ---- */
 

@@ -19,6 +19,14 @@
  * fork(): the child gets its own segment at its first update; it closes
  * and unmaps its parent's (pthread_atfork child handler).
  *
+ * Before layout 3, segments were named files in /dev/shm
+ * (STATS_SEG_DIR/STATS_SEG_PREFIX UID-PID) that outlived a killed
+ * process. Nothing makes them now, but the reader still knows them:
+ * gpufile_stats_list() lists those of dead processes as stale, a read of
+ * such a PID says one was left, and gpufile_stats_clean() (gpufile stats
+ * --clean) removes them. A file of a live PID is never touched: it may be
+ * the segment of an older gpufile still running.
+ *
  * Lock order: seg_lock, then config.c's config_lock (settings are copied
  * into the segment under seg_lock). seg_lock guards the segment's creation
  * and every text record; counters need no lock.
@@ -177,15 +185,16 @@ static int nfree_slots;
 static _Thread_local struct stats_seg_slot *my_slot;
 static _Thread_local struct stats_seg *my_seg;
 
-/* Copies the effective settings into s. Caller holds seg_lock. Reading a
- * setting may fail (a bad environment variable) and set this thread's
- * error message; the message of the caller's own request is kept. */
+/* Copies the effective settings into s. Caller holds seg_lock (the
+ * segment's text records). Reading a setting may fail (a bad environment
+ * variable) and set this thread's error message: the message of the
+ * caller's own request is set aside meanwhile and comes back whole
+ * (error.c keeps it per thread: no buffer here, shared or cut). */
 static void snapshot_settings(struct stats_seg *s)
 {
-	static char saved[1024];
 	int n = 0;
 
-	copy_text(saved, gpufile_errmsg(), sizeof(saved));
+	gpufile__error_save();
 	seq_write_begin(&s->settings_seq);
 	for (int i = 0; i < gpufile_config_count() && n < GPUFILE_MAX_SETTINGS;
 	     i++) {
@@ -207,10 +216,7 @@ static void snapshot_settings(struct stats_seg *s)
 	}
 	s->settings.n = n;
 	seq_write_end(&s->settings_seq);
-	if (saved[0])
-		gpufile__fail_msg(0, saved);
-	else
-		gpufile__clear_error();
+	gpufile__error_restore();
 }
 
 static void init_header(struct stats_seg *s)

@@ -9,11 +9,15 @@
  * counts in its own segment; a process that loaded gpufile but did no
  * I/O is "no I/O yet"; segments of older gpufile versions left in
  * /dev/shm are reported stale and cleaned; NULL out-pointers are
- * -EINVAL; bad PIDs exit 1.
+ * -EINVAL; bad PIDs exit 1; the settings' copy into the segment, which
+ * reads a bad setting (and so sets a message of its own), leaves the
+ * caller's message whole however long (one of over 1024 bytes was cut,
+ * through a shared buffer of 1024).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "gpufile.h"
+#include "gpufile_private.h"
 #include "internal.h"
 #include "stats_segment.h"
 
@@ -1129,6 +1133,34 @@ static void test_self(void)
 	CHECK(b.path[GPUFILE_PATH_HOST][0].ops >= 1);
 }
 
+/* A file record copies the settings into the segment; with a bad
+ * setting that copy fails to read one, which sets this thread's message:
+ * the message the caller had must come back, whole. */
+static void test_message_kept(void)
+{
+	enum { LEN = 3000 };
+	char *want = test_malloc(LEN + 1);
+
+	memset(want, 'm', LEN);
+	memcpy(want, "reading /", 9);
+	want[LEN] = '\0';
+	setenv("GPUFILE_TASK_SIZE", "bogus", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile__fail(-EIO, "%s", want), -EIO);
+	CHECK_EQ(strlen(gpufile_errmsg()), (size_t)LEN);
+	gpufile__stats_file_open(file_path);
+	CHECK_EQ(strlen(gpufile_errmsg()), (size_t)LEN);
+	CHECK(strcmp(gpufile_errmsg(), want) == 0);
+	/* No message before: none after (not the setting's). */
+	gpufile__clear_error();
+	gpufile__stats_file_open(file_path);
+	CHECK_EQ(gpufile_errmsg()[0], '\0');
+	unsetenv("GPUFILE_TASK_SIZE");
+	gpufile_config_reset();
+	gpufile__clear_error();
+	free(want);
+}
+
 int main(void)
 {
 	file_path = test_path("data");
@@ -1149,6 +1181,7 @@ int main(void)
 	test_watch_slow_reader();
 	test_watch_unreadable();
 	test_recent_files();
+	test_message_kept();
 	test_fork();
 	test_cleanup();
 	return test_finish("test_stats_shm");
