@@ -1378,8 +1378,9 @@ GPUFILE_API int gpufile_batch_wait(gpufile_batch_t *b, long timeout_ms);
 GPUFILE_API ssize_t gpufile_batch_result(gpufile_batch_t *b, unsigned i);
 
 /* Why entry i failed ("batch entry I: reading FILE at offset ...: ..."),
- * owned by b until its next submit; NULL when it did not fail or is not
- * done. */
+ * whole however long, owned by b until its next submit; where no memory
+ * was left for the message, gpufile_strerror() of its result; NULL when
+ * it did not fail or is not done. */
 GPUFILE_API const char *gpufile_batch_errmsg(gpufile_batch_t *b, unsigned i);
 
 /* Waits for the entries in flight, ends the batch's threads and frees its

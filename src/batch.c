@@ -191,16 +191,24 @@ size_t gpufile__batch_pinned_max(void)
 static void set_msg(struct entry *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Sets e's message, as long as its text (the file's path in it is as long
+ * as the caller's). Where no memory is left for it, e->msg stays NULL and
+ * gpufile_batch_errmsg() gives the words of e->result's code instead. */
 static void set_msg(struct entry *e, const char *fmt, ...)
 {
 	va_list ap;
-	char text[512];
+	int n;
 
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
-	va_end(ap);
 	free(e->msg);
-	e->msg = strdup(text);
+	e->msg = NULL;
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !(e->msg = malloc((size_t)n + 1)))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, (size_t)n + 1, fmt, ap);
+	va_end(ap);
 }
 
 /* Entry i's bytes or error, in the batch's request of its path. */
@@ -1680,6 +1688,8 @@ const char *gpufile_batch_errmsg(gpufile_batch_t *b, unsigned i)
 	if (i >= b->n ||
 	    !atomic_load_explicit(&b->e[i].done, memory_order_acquire))
 		return NULL;
+	if (!b->e[i].msg && b->e[i].result < 0) /* see set_msg */
+		return gpufile_strerror((int)b->e[i].result);
 	return b->e[i].msg;
 }
 

@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -809,6 +810,58 @@ static void test_records(void)
 	CHECK_EQ(gpufile_close(other), 0);
 }
 
+/* An entry's message is whole however long the file's path: one of over
+ * 600 bytes makes a message of over 700 (cut at 512 before). */
+static void test_long_message(void)
+{
+	char path[1024], want[1200], part[201];
+	gpufile_batch_entry_t e[2];
+	gpufile_batch_t *b = NULL;
+	gpufile_t *h = NULL;
+	const char *msg;
+
+	memset(part, 'd', sizeof(part) - 1);
+	part[sizeof(part) - 1] = '\0';
+	snprintf(path, sizeof(path), "%s", test_path("long"));
+	CHECK(mkdir(path, 0700) == 0 || errno == EEXIST);
+	for (int i = 0; i < 3; i++) {
+		size_t at = strlen(path);
+
+		snprintf(path + at, sizeof(path) - at, "/%s", part);
+		CHECK(mkdir(path, 0700) == 0 || errno == EEXIST);
+	}
+	strncat(path, "/f", sizeof(path) - strlen(path) - 1);
+	CHECK_EQ(test_make_file(path, 8192, SEED_A), 0);
+	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
+	if (!h)
+		return;
+	e[0] = (gpufile_batch_entry_t){h, host_base, 1000, 0};
+	e[1] = (gpufile_batch_entry_t){h, host_base + 4096, 1000, 4096};
+	if (use_uring)
+		fail_index = 1;
+	else
+		fail_offset = 4096;
+	CHECK_EQ(gpufile_batch_create(&b, 2), 0);
+	CHECK_EQ(gpufile_batch_submit(b, e, 2), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), 2);
+	CHECK_EQ(gpufile_batch_result(b, 0), 1000);
+	CHECK_EQ(gpufile_batch_result(b, 1), -EIO);
+	snprintf(want, sizeof(want),
+	         "batch entry 1: reading %s at offset 4096 (1000 bytes): %s",
+	         path, strerror(EIO));
+	CHECK(strlen(want) > 700);
+	msg = gpufile_batch_errmsg(b, 1);
+	CHECK(msg != NULL);
+	if (msg && strcmp(msg, want) != 0) {
+		fprintf(stderr, "message of %zu bytes:\n%s\nwanted %zu:\n%s\n",
+		        strlen(msg), msg, strlen(want), want);
+		test_failures++;
+	}
+	gpufile_batch_free(b);
+	CHECK_EQ(gpufile_close(h), 0);
+	hooks_reset();
+}
+
 static void run_all(gpufile_t *a, gpufile_t *bb)
 {
 	hooks_reset();
@@ -817,6 +870,7 @@ static void run_all(gpufile_t *a, gpufile_t *bb)
 	test_random(a, bb, 800);
 	test_coalesced(a);
 	test_eio(a, bb);
+	test_long_message();
 	test_copy_failure(a);
 	test_scattered(a);
 	test_poll_wait(a);
