@@ -500,16 +500,28 @@ static void count_task(struct gpufile__request *r, int64_t off)
 	atomic_fetch_add(&tasks_run, 1);
 }
 
+static pthread_t waiting_thread; /* the test's, lent to the tasks */
+static atomic_int workers_go;
+
+/* A task run by the waiting thread takes 20 ms; one run by a worker waits
+ * until workers_go, so that the request cannot end by itself however
+ * late the test thread gets to its wait on a loaded machine (with plain
+ * 20 ms tasks on the worker, the 64 could end before the wait began). */
 static void slow_task(struct gpufile__request *r, int64_t off)
 {
 	count_task(r, off);
-	test_sleep_ms(20);
+	if (pthread_equal(pthread_self(), waiting_thread)) {
+		test_sleep_ms(20);
+		return;
+	}
+	while (!atomic_load(&workers_go))
+		test_sleep_ms(1);
 }
 
 /* A wait with a timeout lends its thread to the request's tasks (host
- * reads) only until the deadline: 64 tasks of 20 ms on one worker cannot
- * end within 1 ms, so the wait must give up, not run them all (it did, in
- * 650 ms). */
+ * reads) only until the deadline: of 64 tasks of 20 ms, the wait can run
+ * one or two within 1 ms, so it must give up, not run them all (it did,
+ * in 650 ms). The one worker is held meanwhile (slow_task). */
 static void test_wait_for_keeps_its_deadline(void)
 {
 	const char *path = test_path("waitfor.bin");
@@ -522,10 +534,13 @@ static void test_wait_for_keeps_its_deadline(void)
 	CHECK_EQ(gpufile_set_task_size(1 << 10), 0);
 	CHECK_EQ(gpufile_open(&h, path, "r"), 0);
 	atomic_store(&tasks_run, 0);
+	waiting_thread = pthread_self();
+	atomic_store(&workers_go, 0);
 	gpufile__pool_task_hook = slow_task;
 	CHECK_EQ(gpufile_pread_async(h, buf, 64 << 10, 0, &f), 0);
 	CHECK_EQ(gpufile_future_wait_for(f, 1), -ETIMEDOUT);
 	CHECK(atomic_load(&tasks_run) < 64);
+	atomic_store(&workers_go, 1);
 	CHECK_EQ(gpufile_future_wait(f), 64 << 10);
 	CHECK_EQ(atomic_load(&tasks_run), 64);
 	gpufile__pool_task_hook = NULL;
