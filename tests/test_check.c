@@ -75,15 +75,20 @@ static void test_platform(void)
 /* As nobody, root's file read-only: the kernel reports every page cached
  * to us, and check says what that costs (direct_io=auto cannot tell cold
  * ranges; no map copy, also in the host prediction at host_map_copy=on). */
-static void test_hidden_cache(const char *path)
+static void test_hidden_cache(void)
 {
+	const char *d = test_nobody_dir();
+	char path[128];
 	pid_t pid;
 	int st = 0;
 
-	/* nobody may reach the file: search permission on the test's
-	 * directory (0700 from mkdtemp) for the child's run. */
+	/* nobody must reach the file, wherever the checkout lies. */
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	snprintf(path, sizeof(path), "%s/hidden", d);
+	CHECK_EQ(test_make_file(path, 65536, 1), 0);
 	CHECK_EQ(chmod(path, 0644), 0);
-	CHECK_EQ(chmod(test_dir(), 0711), 0);
 	pid = fork();
 	if (pid == 0) {
 		const gpufile_check_item_t *it;
@@ -107,7 +112,6 @@ static void test_hidden_cache(const char *path)
 		_exit(0);
 	}
 	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
-	CHECK_EQ(chmod(test_dir(), 0700), 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	fprintf(stderr, "as nobody: status 0x%x\n", st);
 }
@@ -129,7 +133,7 @@ static void test_file(void)
 	CHECK(it && it->status == GPUFILE_CHECK_PASS &&
 	      strcmp(it->value, "yes") == 0);
 	if (geteuid() == 0)
-		test_hidden_cache(path);
+		test_hidden_cache();
 	it = find(n, "predict.gpufile");
 	CHECK(it && (strcmp(it->value, "cufile") == 0 ||
 	             strcmp(it->value, "posix") == 0));
@@ -284,15 +288,21 @@ static int cli_status(const char *args)
  */
 static void test_unreadable(void)
 {
-	const char *path = test_path("unreadable");
-	char args[600];
+	const int root = geteuid() == 0;
+	/* As nobody, the file and the tool must be reachable wherever the
+	 * checkout lies, to be refused by the file itself. */
+	const char *d = root ? test_nobody_dir() : test_dir();
+	const char *cli = root ? test_nobody_cli() : test_cli_path();
+	char path[600], args[700];
 	int status;
 	pid_t pid;
 
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	snprintf(path, sizeof(path), "%s/unreadable", d);
 	CHECK_EQ(test_make_file(path, 8192, 3), 0);
 	CHECK_EQ(chmod(path, 0), 0);
-	/* nobody must reach the file to be refused by the file itself. */
-	CHECK_EQ(chmod(test_dir(), 0711), 0);
 	snprintf(args, sizeof(args), "check %s", path);
 	fflush(NULL);
 	pid = fork();
@@ -300,8 +310,12 @@ static void test_unreadable(void)
 		const gpufile_check_item_t *it;
 		int n, rc;
 
-		if (geteuid() == 0 && test_become_nobody())
+		if (root && test_become_nobody())
 			_exit(77);
+		if (cli)
+			setenv("GPUFILE_CLI", cli, 1);
+		else
+			unsetenv("GPUFILE_CLI");
 		n = gpufile_check(path, items, MAX);
 		it = find(n, "file");
 		if (!it || it->status != GPUFILE_CHECK_FAIL ||

@@ -964,16 +964,25 @@ static void test_watch_unreadable(void)
 	const int root = geteuid() == 0;
 	int ctl[2], ack[2], out[2], cap, status = 0;
 	pid_t watched, watcher;
-	char pid_arg[32], c;
+	char pid_arg[32], c, copy[128];
+	const char *tool = cli(), *path = file_path;
 	struct pollfd pfd;
-	struct stat st;
 
-	if (!cli() || stat(file_path, &st) != 0)
+	if (!tool)
 		return;
-	if (root && (chmod(file_path, 0644) || chmod(test_dir(), 0711))) {
-		fprintf(stderr,
-		        "cannot open the test file to nobody: skipped\n");
-		return;
+	/* As root both children are nobody: the file and the tool must be
+	 * theirs to reach wherever the checkout lies. */
+	if (root) {
+		const char *d = test_nobody_dir();
+
+		tool = test_nobody_cli();
+		CHECK(d && tool);
+		if (!d || !tool)
+			return;
+		snprintf(copy, sizeof(copy), "%s/watched", d);
+		CHECK_EQ(test_make_file(copy, BATCH * READ_SIZE, 7), 0);
+		CHECK_EQ(chmod(copy, 0644), 0);
+		path = copy;
 	}
 	CHECK(pipe(ctl) == 0 && pipe(ack) == 0 && pipe(out) == 0);
 	cap = fcntl(out[1], F_SETPIPE_SZ, 4096);
@@ -994,7 +1003,7 @@ static void test_watch_unreadable(void)
 			_exit(2);
 		/* Eight file records: a sample larger than the pipe. */
 		for (int i = 0; i < 8; i++)
-			if (gpufile_open(&h[i], file_path, "r"))
+			if (gpufile_open(&h[i], path, "r"))
 				_exit(3);
 		if (gpufile_pread(h[0], buf, sizeof(buf), 0) != READ_SIZE ||
 		    write(ack[1], "r", 1) != 1 || read(ctl[0], &c, 1) != 1 ||
@@ -1016,7 +1025,7 @@ static void test_watch_unreadable(void)
 		close(out[1]);
 		if (root && test_become_nobody())
 			_exit(126);
-		execl(cli(), "gpufile", "stats", pid_arg, "--watch", "0.05",
+		execl(tool, "gpufile", "stats", pid_arg, "--watch", "0.05",
 		      "--json", (char *)NULL);
 		_exit(127);
 	}
@@ -1039,10 +1048,6 @@ static void test_watch_unreadable(void)
 	close(ctl[1]);
 	close(ack[0]);
 	waitpid(watched, NULL, 0);
-	if (root) {
-		CHECK_EQ(chmod(test_dir(), 0700), 0);
-		CHECK_EQ(chmod(file_path, st.st_mode & 07777), 0);
-	}
 }
 
 static void test_bad_pids(void)
@@ -1088,11 +1093,14 @@ static void test_bad_pids(void)
 		CHECK_EQ(run(cmd, out, sizeof(out)), 2);
 		/* Another user's process: run the CLI as nobody against
 		 * our (root's) sleeper. */
-		if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0) {
+		/* The tool copied where nobody can run it, wherever the
+		 * checkout lies. */
+		if (getuid() == 0 && access("/usr/bin/setpriv", X_OK) == 0 &&
+		    test_nobody_cli()) {
 			snprintf(cmd, sizeof(cmd),
 			         "setpriv --reuid=65534 --regid=65534 "
 			         "--clear-groups %s stats %d 2>&1",
-			         cli(), (int)sleeper);
+			         test_nobody_cli(), (int)sleeper);
 			int rc = run(cmd, out, sizeof(out));
 			if (strstr(out, "ermission denied") || rc == 126 ||
 			    rc == 127) {

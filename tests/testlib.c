@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "testlib.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <stdarg.h>
@@ -111,11 +112,109 @@ static int remove_entry(const char *path, const struct stat *st, int flag,
 	return remove(path);
 }
 
+static char nobody_dir[64];
+
 void test_cleanup(void)
 {
 	if (dir[0])
 		nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	dir[0] = '\0';
+	if (nobody_dir[0])
+		nftw(nobody_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	nobody_dir[0] = '\0';
+}
+
+int test_in_ci(void)
+{
+	const char *ci = getenv("CI");
+
+	return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
+int test_missing(const char *test, const char *what)
+{
+	if (test_in_ci()) {
+		fprintf(stderr,
+		        "%s: %s: FAILED: under CI (CI=%s) it must be there "
+		        "(scripts/deps.sh or scripts/test.sh installs it)\n",
+		        test, what, getenv("CI"));
+		return 1;
+	}
+	fprintf(stderr, "%s: %s: skipped\n", test, what);
+	return TEST_SKIP;
+}
+
+const char *test_nobody_dir(void)
+{
+	if (!nobody_dir[0]) {
+		char tmpl[] = "/tmp/gpufile-nobody-XXXXXX";
+
+		if (!mkdtemp(tmpl) || chmod(tmpl, 0711) != 0) {
+			fprintf(stderr, "%s: %s\n", tmpl, strerror(errno));
+			return NULL;
+		}
+		snprintf(nobody_dir, sizeof(nobody_dir), "%s", tmpl);
+	}
+	return nobody_dir;
+}
+
+/* Copies from to to (created with mode); 0 or -1, the reason printed. */
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+	size_t len;
+	void *data = test_read_file(from, &len);
+	int fd = data ? open(to, O_WRONLY | O_CREAT | O_TRUNC, mode) : -1;
+	int ok = fd >= 0 && write(fd, data, len) == (ssize_t)len;
+
+	if (fd >= 0 && (close(fd) != 0 || chmod(to, mode) != 0))
+		ok = 0;
+	if (!ok)
+		fprintf(stderr, "copy %s to %s: %s\n", from, to,
+		        strerror(errno));
+	free(data);
+	return ok ? 0 : -1;
+}
+
+const char *test_nobody_cli(void)
+{
+	static char script[128];
+	const char *cli = test_cli_path(), *d, *slash;
+	char to[128], *lib = NULL;
+	FILE *f;
+	int rc;
+
+	if (script[0] && access(script, X_OK) == 0)
+		return script;
+	if (!cli || !(d = test_nobody_dir()))
+		return NULL;
+	snprintf(to, sizeof(to), "%s/gpufile", d);
+	if (copy_file(cli, to, 0755))
+		return NULL;
+	/* The build's tool finds its library by an absolute RUNPATH into
+	 * the build folder, which nobody may not reach. */
+	slash = strrchr(cli, '/');
+	if (asprintf(&lib, "%.*slibgpufile.so.0",
+	             slash ? (int)(slash + 1 - cli) : 0, cli) < 0)
+		return NULL;
+	snprintf(to, sizeof(to), "%s/libgpufile.so.0", d);
+	rc = access(lib, R_OK) == 0 ? copy_file(lib, to, 0644) : 0;
+	free(lib);
+	if (rc)
+		return NULL;
+	snprintf(script, sizeof(script), "%s/gpufile.sh", d);
+	f = fopen(script, "w");
+	rc = !f || fprintf(f,
+	                   "#!/bin/sh\n"
+	                   "LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_"
+	                   "PATH}\nexport LD_LIBRARY_PATH\n"
+	                   "exec %s/gpufile \"$@\"\n",
+	                   d, d) < 0;
+	if ((f && fclose(f) != 0) || rc || chmod(script, 0755) != 0) {
+		fprintf(stderr, "%s: %s\n", script, strerror(errno));
+		script[0] = '\0';
+		return NULL;
+	}
+	return script;
 }
 
 int test_finish(const char *name)

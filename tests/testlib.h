@@ -61,6 +61,27 @@ gpufile_stats_t test_stats_self(void);
  * supplementary groups. Returns 0, or -1 when it could not. */
 int test_become_nobody(void);
 
+/* Whether this runs under CI (CI set, and not "", "0" or "false"; .ci/run
+ * runs with CI=true). */
+int test_in_ci(void);
+/* A test (or a part of one, named by test) needs what (a program, a module
+ * or a build feature) that scripts/deps.sh or scripts/test.sh installs,
+ * and it is missing. Prints which. Returns the test's exit code: 77
+ * (skipped), or under CI, where it must be there, 1 (failed). */
+int test_missing(const char *test, const char *what);
+
+/* A fresh folder under /tmp that user nobody can enter (mode 0711), for
+ * the files and programs of checks run as nobody: GPUFILE_TEST_DIR sits
+ * in the checkout, which may lie below a folder only its owner can enter
+ * (root's /root, a 0700 home, a mktemp -d folder). Removed by
+ * test_cleanup(). NULL, the reason printed, when it cannot be made. */
+const char *test_nobody_dir(void);
+/* The gpufile tool (GPUFILE_CLI) as nobody can run it: a copy of the
+ * program and of the libgpufile.so.0 beside it in test_nobody_dir(),
+ * started by a script there that points LD_LIBRARY_PATH at the copy.
+ * NULL when there is no tool, or (the reason printed) no copy. */
+const char *test_nobody_cli(void);
+
 /* A fresh directory for the test's files (GPUFILE_TEST_DIR or /tmp),
  * removed by test_cleanup(). Returns its path. */
 const char *test_dir(void);
