@@ -503,8 +503,8 @@ int main(void)
 	pid_t pid;
 
 	if (!strstr(gpufile_features(), "remote")) {
-		fprintf(stderr, "built without libcurl: skipped\n");
-		return TEST_SKIP;
+		return test_missing("test_remote_faults",
+		                    "libcurl (built without it)");
 	}
 	snprintf(size, sizeof(size), "%zu", SIZE);
 	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
@@ -513,8 +513,8 @@ int main(void)
 		pid = server_start(argv, &port);
 	}
 	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: skipped\n", server);
-		return TEST_SKIP;
+		fprintf(stderr, "cannot start %s: FAILED\n", server);
+		return 1;
 	}
 	CHECK_EQ(gpufile_config_set("remote_task_size", "64KiB"), 0);
 	CHECK_EQ(gpufile_config_set("http_timeout", "1"), 0);

@@ -70,8 +70,8 @@ int main(void)
 	pid_t pid, child;
 
 	if (!strstr(gpufile_features(), "remote")) {
-		fprintf(stderr, "built without libcurl: skipped\n");
-		return TEST_SKIP;
+		return test_missing("test_remote_fork",
+		                    "libcurl (built without it)");
 	}
 	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
 	snprintf(size, sizeof(size), "%zu", SIZE);
@@ -80,8 +80,8 @@ int main(void)
 		pid = server_start(argv, &port);
 	}
 	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: skipped\n", server);
-		return TEST_SKIP;
+		fprintf(stderr, "cannot start %s: FAILED\n", server);
+		return 1;
 	}
 	CHECK_EQ(gpufile_config_set("remote_connections", "1"), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/ok/o.bin", port);

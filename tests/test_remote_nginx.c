@@ -101,16 +101,21 @@ int main(void)
 	int rc;
 
 	if (!strstr(gpufile_features(), "remote")) {
-		fprintf(stderr, "built without libcurl: skipped\n");
-		return TEST_SKIP;
+		return test_missing("test_remote_nginx",
+		                    "libcurl (built without it)");
 	}
 	/* GPUFILE_NGINX: a carried nginx (.carry/nginx/run on the GPU
-	 * machine), as tests/remote/nginx_server.py takes it. */
-	if (system("test -x \"$GPUFILE_NGINX\" || command -v nginx >/dev/null "
-	           "|| test -x /usr/sbin/nginx") != 0) {
-		fprintf(stderr, "nginx absent: skipped\n");
-		return TEST_SKIP;
-	}
+	 * machine), when set the only one, as tests/remote/nginx_server.py
+	 * takes it. */
+	if (system("if [ -n \"$GPUFILE_NGINX\" ]; then test -x "
+	           "\"$GPUFILE_NGINX\"; else command -v nginx >/dev/null "
+	           "|| test -x /usr/sbin/nginx; fi") != 0)
+		return test_missing(
+		    "test_remote_nginx",
+		    getenv("GPUFILE_NGINX") && *getenv("GPUFILE_NGINX")
+		        ? "nginx (GPUFILE_NGINX is not a program)"
+		        : "nginx (nginx-light; not on PATH nor "
+		          "/usr/sbin/nginx)");
 	snprintf(dir, sizeof(dir), "%s", test_dir());
 	data = malloc(SIZE);
 	for (size_t i = 0; i < SIZE; i++)
