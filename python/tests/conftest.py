@@ -49,3 +49,20 @@ def have_gpu():
 
 
 needs_gpu = pytest.mark.skipif(not have_gpu(), reason="needs CuPy and a CUDA GPU")
+
+
+def in_ci():
+    """Whether this runs under CI (CI set, and not "", "0" or "false";
+    .ci/run runs with CI=true)."""
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def missing(what):
+    """A test needs what (a program, module or build product) that
+    scripts/deps.sh or scripts/test.sh installs or builds, and it is
+    missing: a skip, or under CI, where it must be there, a failure."""
+    if in_ci():
+        pytest.fail("%s: missing under CI (CI=%s), where scripts/deps.sh or "
+                    "scripts/test.sh installs it" % (what, os.environ["CI"]),
+                    pytrace=False)
+    pytest.skip(what)

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import gpufile
+from conftest import missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,7 +64,7 @@ def fake_cufile():
 def test_driver_properties():
     fake = fake_cufile()
     if not fake:
-        pytest.skip("libfake_cufile.so not built next to the library")
+        missing("libfake_cufile.so not built next to the library")
     env = dict(os.environ, GPUFILE_CUFILE_LIBRARY=fake,
                GPUFILE_LIBRARY=gpufile.library_path())
     out = subprocess.run([sys.executable, "-c",

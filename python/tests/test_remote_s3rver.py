@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import gpufile
+from conftest import missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -23,13 +24,22 @@ SIZE = (3 << 20) + 12345
 BUCKET = "gpufile-bucket"
 KEY = "shards/part 0.bin"  # a space: the key is URI-encoded when signed
 
-botocore = pytest.importorskip("botocore.session")
-pytestmark = [
-    pytest.mark.skipif("remote" not in gpufile.features(),
-                       reason="built without libcurl"),
-    pytest.mark.skipif(not os.access(S3RVER, os.X_OK),
-                       reason="s3rver not installed (scripts/s3rver.sh)"),
-]
+try:
+    import botocore.session as botocore
+except ImportError:
+    botocore = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _dependencies():
+    """Each missing one is a skip, or under CI (where scripts/deps.sh and
+    scripts/test.sh install them) a failure that names it."""
+    if "remote" not in gpufile.features():
+        missing("libcurl (built without it)")
+    if botocore is None:
+        missing("python3-botocore (import botocore.session failed)")
+    if not os.access(S3RVER, os.X_OK):
+        missing("s3rver: %s is not installed (scripts/s3rver.sh)" % S3RVER)
 
 
 def expected():

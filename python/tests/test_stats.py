@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import PKG_ROOT
+from conftest import PKG_ROOT, missing
 
 PATHS = {"host", "posix", "cufile", "small", "mmap", "remote"}
 
@@ -86,7 +86,7 @@ def test_explain_matches_cli():
     try:
         cli = gpufile.cli_path()
     except FileNotFoundError as e:
-        pytest.skip(str(e))
+        missing(str(e))
     for args, kw in [
         (["--size", str(1 << 30)], dict(size=1 << 30)),
         (["--size", str(16 << 20), "--task-size", str(16 << 20)],
@@ -130,18 +130,30 @@ def test_explain_errors(tmp_path):
 
 
 def test_check_runs_the_cli(data_file):
-    path, _ = data_file
+    path, data = data_file
     try:
         gpufile.cli_path()
     except FileNotFoundError as e:
-        pytest.skip(str(e))
-    try:
-        out = gpufile.check(path)
-    except OSError as e:
-        if "not built yet" in str(e):
-            pytest.skip("gpufile check is not in this build yet")
-        raise
-    assert isinstance(out, dict)
+        missing(str(e))
+    out = gpufile.check(path)
+    assert out["path"] == path
+    checks = {c["name"]: c for c in out["checks"]}
+    assert len(checks) == len(out["checks"])  # names are unique
+    for c in out["checks"]:
+        assert c["status"] in ("pass", "fail", "unknown"), c
+        assert c["why"], c
+    # The platform items are there; so is the file's, with its size.
+    for name in ("libcufile", "nvidia-fs", "cuda.devices", "cufile.json",
+                 "gpufile.compat_mode", "gpufile.features"):
+        assert name in checks, name
+    assert checks["file"]["status"] == "pass"
+    assert "(%d bytes)" % len(data) in checks["file"]["value"]
+    assert checks["predict.gpufile"]["value"] in ("cufile", "posix")
+    assert checks["predict.gpufile host"]["value"] == "host"
+    assert sum(out["summary"].values()) == len(out["checks"])
+    assert out["summary"] == {
+        s: sum(c["status"] == s for c in out["checks"])
+        for s in ("pass", "fail", "unknown")}
 
 
 def test_check_a_path_that_starts_with_a_dash(tmp_path, monkeypatch):
@@ -150,7 +162,7 @@ def test_check_a_path_that_starts_with_a_dash(tmp_path, monkeypatch):
     try:
         gpufile.cli_path()
     except FileNotFoundError as e:
-        pytest.skip(str(e))
+        missing(str(e))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "-odd.bin").write_bytes(b"hi")
     assert gpufile.check("-odd.bin")["path"] == "-odd.bin"

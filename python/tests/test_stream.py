@@ -16,7 +16,7 @@ import pytest
 
 import gpufile
 from gpufile import _stream
-from conftest import have_gpu, needs_gpu
+from conftest import have_gpu, missing, needs_gpu
 
 
 class CupyLike:
@@ -210,7 +210,7 @@ def test_ordering_with_the_fake_driver(data_file, tmp_path):
 
     d = _fake_libcuda_dir()
     if d is None:
-        pytest.skip("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
     path, data = data_file
     size = (3 << 20) + 77
     env = dict(os.environ)
