@@ -239,6 +239,32 @@ static void test_malformed(void)
 	    "\"data_offsets\":[6,8]}}",
 	    8);
 	expect_bad(p, -EBADMSG, "tensor \"b\"", "bytes [4, 6)", "no tensor");
+	/* One byte either way is as wrong as two. */
+	p = write_st(
+	    "gap1",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"b\":{\"dtype\":\"U8\",\"shape\":[2],"
+	    "\"data_offsets\":[5,7]}}",
+	    7);
+	expect_bad(p, -EBADMSG, "tensor \"b\"", "bytes [4, 5)", "no tensor");
+	p = write_st(
+	    "overlap1",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"b\":{\"dtype\":\"U8\",\"shape\":[2],"
+	    "\"data_offsets\":[3,5]}}",
+	    5);
+	expect_bad(p, -EBADMSG, "tensor \"b\"", "overlap tensor \"a\"",
+	           "[3, 5]");
+	p = write_st("gap1-first",
+	             "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],"
+	             "\"data_offsets\":[1,4]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"a\"", "bytes [0, 1)", "no tensor");
+	p = write_st("trailing1",
+	             "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],"
+	             "\"data_offsets\":[0,4]}}",
+	             5);
+	expect_bad(p, -EBADMSG, "data section is 5 bytes", "end at 4", NULL);
 	p = write_st("trailing",
 	             "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],"
 	             "\"data_offsets\":[0,4]}}",
