@@ -115,7 +115,8 @@ int cmd_cache(int argc, char **argv)
 			json_key_null(&j, "after_drop");
 		json_object_end(&j);
 	} else {
-		printf("%s\n", path);
+		util_put_text(stdout, path);
+		putchar('\n');
 		print_count(drop ? "before" : "now", &before);
 		if (drop)
 			print_count("after", &after);

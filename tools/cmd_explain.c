@@ -51,14 +51,14 @@ static const char *exact(uint64_t bytes, char *buf, size_t len)
 
 static void print_config_text(const gpufile_cufile_config_t *c)
 {
-	if (c->parsed)
-		printf("cuFile configuration: %s (from %s)\n", c->path,
-		       c->path_source);
-	else if (c->path[0])
-		printf("cuFile configuration: %s (from %s) NOT parsed: "
-		       "gpufile's model of the cuFile 1.15 defaults\n",
-		       c->path, c->path_source);
-	else
+	if (c->path[0]) {
+		printf("cuFile configuration: ");
+		util_put_text(stdout, c->path);
+		printf(" (from %s)%s\n", c->path_source,
+		       c->parsed ? ""
+		                 : " NOT parsed: gpufile's model of the "
+		                   "cuFile 1.15 defaults");
+	} else
 		printf("cuFile configuration: no cufile.json "
 		       "(CUFILE_ENV_PATH_JSON unset, /etc/cufile.json absent): "
 		       "gpufile's model of the cuFile 1.15 defaults\n");
@@ -299,8 +299,7 @@ int cmd_explain(int argc, char **argv)
 	GPUFILE_INIT(cfg);
 	rc = gpufile_cufile_config_load(json_path, &cfg);
 	if (rc == -ENOTSUP)
-		fprintf(stderr, "gpufile explain: warning: %s\n",
-		        gpufile_errmsg());
+		util_warn(cmd, "warning: %s", gpufile_errmsg());
 	else if (rc)
 		return util_error(cmd, "%s", gpufile_errmsg());
 	GPUFILE_INIT(plan);

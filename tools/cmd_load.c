@@ -101,19 +101,24 @@ static void report_text(const struct load_file *files, int nfiles,
 	double seconds = 0;
 	char human[32];
 
-	printf("target: %s: %s\n", target, why);
+	printf("target: %s: ", target);
+	util_put_text(stdout, why);
+	putchar('\n');
 	for (int i = 0; i < nfiles; i++) {
 		const struct load_file *f = &files[i];
 
-		printf("%s: %d tensors, %" PRIu64 " bytes (%s), %.6f s, "
+		util_put_text(stdout, f->path);
+		printf(": %d tensors, %" PRIu64 " bytes (%s), %.6f s, "
 		       "%.3f GB/s (header %.6f s)\n",
-		       f->path, f->tensors, f->bytes,
+		       f->tensors, f->bytes,
 		       util_human_bytes(f->bytes, human, sizeof(human)),
 		       f->seconds, util_gbps(f->bytes, f->seconds),
 		       f->open_seconds);
 		/* The reason starts with the path's name ("posix: ..."), as
 		 * in gpufile read's "device buffers:" line. */
-		printf("  device path: %s\n", f->reason);
+		printf("  device path: ");
+		util_put_text(stdout, f->reason);
+		putchar('\n');
 		bytes += f->bytes;
 		tensors += (uint64_t)f->tensors;
 		seconds += f->seconds;

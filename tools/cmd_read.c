@@ -226,9 +226,12 @@ static void report_text(const struct read_options *o,
 {
 	char human[32], target[32];
 
-	printf("file:     %s (%" PRId64 " bytes)\n", o->file, r->file_size);
-	printf("target:   %s: %s\n", target_name(t, 0, target, sizeof(target)),
-	       t->reason);
+	printf("file:     ");
+	util_put_text(stdout, o->file);
+	printf(" (%" PRId64 " bytes)\n", r->file_size);
+	printf("target:   %s: ", target_name(t, 0, target, sizeof(target)));
+	util_put_text(stdout, t->reason);
+	putchar('\n');
 	printf("read:     %" PRIu64 " bytes (%s) at offset %" PRIu64
 	       ", %" PRIu64 " time%s\n",
 	       r->bytes, util_human_bytes(r->bytes, human, sizeof(human)),
@@ -250,7 +253,9 @@ static void report_text(const struct read_options *o,
 	       util_gbps(r->bytes, r->mean));
 	printf("paths (this command's reads, all repeats):\n");
 	util_print_paths(&r->before, &r->after, 0);
-	printf("device buffers: %s\n", r->path_reason);
+	printf("device buffers: ");
+	util_put_text(stdout, r->path_reason);
+	putchar('\n');
 	util_print_settings_line();
 }
 

@@ -271,12 +271,15 @@ static void report_text(const struct write_options *o,
 {
 	char human[32];
 
-	printf("file:     %s\n", o->file);
+	printf("file:     ");
+	util_put_text(stdout, o->file);
 	if (r->target.device >= 0)
-		printf("source:   device memory of GPU %d (%s)\n",
-		       r->target.device, r->target.reason);
+		printf("\nsource:   device memory of GPU %d (",
+		       r->target.device);
 	else
-		printf("source:   host memory (%s)\n", r->target.reason);
+		printf("\nsource:   host memory (");
+	util_put_text(stdout, r->target.reason);
+	printf(")\n");
 	printf("wrote:    %" PRIu64 " bytes (%s), pattern %s", o->size,
 	       util_human_bytes(o->size, human, sizeof(human)),
 	       pattern_names[o->pattern]);
@@ -289,7 +292,9 @@ static void report_text(const struct write_options *o,
 	       r->sync_seconds);
 	printf("paths (this command's writes):\n");
 	util_print_paths(&r->before, &r->after, 1);
-	printf("device buffers: %s\n", r->path_reason);
+	printf("device buffers: ");
+	util_put_text(stdout, r->path_reason);
+	putchar('\n');
 	util_print_settings_line();
 }
 

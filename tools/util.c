@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -26,11 +27,28 @@ int util_parse_size(const char *text, uint64_t *out)
 	return gpufile_parse_size(text, out);
 }
 
+/* The message goes through util_put_text() whole: its arguments are
+ * often the library's messages, which quote tensor names, metadata keys
+ * and paths as the file or the command line gave them. */
 static void vreport(const char *cmd, const char *fmt, va_list ap)
 {
+	char *msg = NULL;
+
 	fprintf(stderr, "gpufile%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-	vfprintf(stderr, fmt, ap);
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	util_put_text(stderr, msg ? msg : "out of memory for a message");
+	free(msg);
 	fputc('\n', stderr);
+}
+
+void util_warn(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vreport(cmd, fmt, ap);
+	va_end(ap);
 }
 
 int util_usage_error(const char *cmd, const char *fmt, ...)
@@ -155,6 +173,34 @@ int util_utf8_len(const unsigned char *s)
 	return n;
 }
 
+/* The next character of *p as util_text() writes it, into piece (at
+ * least 5 bytes); advances *p past it and returns the piece's length. */
+static size_t text_piece(const unsigned char **p, char *piece)
+{
+	const unsigned char *c = *p;
+	int u = *c >= 0x80 ? util_utf8_len(c) : 0;
+
+	if (u && !(c[0] == 0xc2 && c[1] < 0xa0)) { /* not C1 */
+		memcpy(piece, c, (size_t)u);
+		*p += u;
+		return (size_t)u;
+	}
+	*p += 1;
+	if (*c >= 0x20 && *c < 0x7f && *c != '\\') {
+		piece[0] = (char)*c;
+		return 1;
+	}
+	if (*c == '\\') {
+		memcpy(piece, "\\\\", 2);
+		return 2;
+	}
+	piece[0] = '\\';
+	piece[1] = 'x';
+	piece[2] = "0123456789abcdef"[*c >> 4];
+	piece[3] = "0123456789abcdef"[*c & 15];
+	return 4;
+}
+
 const char *util_text(const char *s, char *buf, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
@@ -163,25 +209,9 @@ const char *util_text(const char *s, char *buf, size_t len)
 	if (!len)
 		return buf;
 	while (*p) {
-		char piece[16];
-		size_t n;
-		int u = *p >= 0x80 ? util_utf8_len(p) : 0;
+		char piece[8];
+		size_t n = text_piece(&p, piece);
 
-		if (u && !(p[0] == 0xc2 && p[1] < 0xa0)) { /* not C1 */
-			memcpy(piece, p, (size_t)u);
-			n = (size_t)u;
-			p += u;
-		} else if (*p >= 0x20 && *p < 0x7f && *p != '\\') {
-			piece[0] = (char)*p++;
-			n = 1;
-		} else if (*p == '\\') {
-			memcpy(piece, "\\\\", 2);
-			n = 2;
-			p++;
-		} else {
-			n = (size_t)snprintf(piece, sizeof(piece), "\\x%02x",
-			                     *p++);
-		}
 		if (o + n >= len)
 			break;
 		memcpy(buf + o, piece, n);
@@ -189,6 +219,18 @@ const char *util_text(const char *s, char *buf, size_t len)
 	}
 	buf[o] = '\0';
 	return buf;
+}
+
+void util_put_text(FILE *out, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+
+	while (*p) {
+		char piece[8];
+		size_t n = text_piece(&p, piece);
+
+		fwrite(piece, 1, n, out);
+	}
 }
 
 /* ---- JSON ---- */
@@ -421,7 +463,8 @@ void util_print_paths(const struct gpufile_stats *before,
 			    after->map_copy_bytes - before->map_copy_bytes;
 
 			printf("           of those, %" PRIu64
-			       " copied from the file's map (host_map_copy), "
+			       " copied from the file's map "
+			       "(host_map_copy), "
 			       "%" PRIu64 " read by the kernel (pread, "
 			       "O_DIRECT)\n",
 			       m, a->bytes - b->bytes - m);

@@ -41,8 +41,15 @@ int util_count_arg(const char *cmd, const char *opt, const char *text,
 int util_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Prints "gpufile CMD: MESSAGE" on stderr. Returns EXIT_RUNTIME. */
+/* Prints "gpufile CMD: MESSAGE" on stderr. Returns EXIT_RUNTIME. The
+ * message (of this and util_usage_error()) is escaped as util_text()
+ * escapes: a newline in it prints as \x0a. */
 int util_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prints "gpufile CMD: MESSAGE" on stderr, as util_error() does, for a
+ * warning that does not end the command. */
+void util_warn(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Reports the getopt_long() failure that returned c ('?' or ':', with
@@ -64,6 +71,13 @@ int util_utf8_len(const unsigned char *s);
  * Text from another process (its command name, its file paths) goes
  * through this before it is printed. */
 const char *util_text(const char *s, char *buf, size_t len);
+
+/* Writes s to out escaped as util_text() escapes it, whole (no buffer to
+ * cut it). Every text output of a name that a file, another process or
+ * the command line chose (tensor names, metadata keys, paths, messages
+ * that quote them) goes through this or util_error(); --json output is
+ * escaped by json_write_string(). */
+void util_put_text(FILE *out, const char *s);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double util_now(void);
