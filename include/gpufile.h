@@ -263,13 +263,18 @@ typedef struct gpufile gpufile_t;
  *   "w+"  read and write; created or truncated to 0.
  *   "a"   write only; created if missing, never truncated; file_offset
  *         is ignored. A write request made while no other is in flight on
- *         the handle starts at the file's real end, so after a failed
- *         append (nothing or part of it written) or another process's
- *         append, the next lands right after what the file holds. Requests
- *         in flight together are placed one after another in the order
- *         they were submitted; if one of them fails, the range it reserved
- *         may stay a hole. Appends from other handles are not otherwise
- *         coordinated.
+ *         the handle starts at the file's real end (after another
+ *         process's append, the next lands right after it). Requests in
+ *         flight together are placed one after another in the order they
+ *         were submitted. A failed append (-ENOSPC, -EFAULT, ...; some of
+ *         its bytes may have reached the file) is cut back off the file
+ *         (ftruncate), so the file holds what it held before it and the
+ *         next append lands there: at once when no other append was in
+ *         flight on the handle, else when the last of those has ended.
+ *         Only where an append placed after the failed one was written
+ *         does the failed one's range stay (zeros where nothing was
+ *         written), and its error message says so. Appends from other
+ *         handles are not otherwise coordinated.
  * Anything else fails with GPUFILE_EFLAGS. On success *out owns a handle
  * that gpufile_close() frees. Whether O_DIRECT is used follows the
  * direct_io setting; a file system that refuses O_DIRECT (tmpfs) is read

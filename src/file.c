@@ -248,7 +248,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h->append = append;
 	h->file_dev = st.st_dev;
 	h->file_ino = st.st_ino;
-	atomic_init(&h->append_pos, size);
+	h->append_pos = size;
 	atomic_init(&h->direct_refused, 0);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
@@ -592,60 +592,6 @@ static int decide_path(struct gpufile__request *r)
 }
 
 /*
- * The offset of an append of size bytes to h. When no append on h is in
- * flight (none placed and not yet submitted, and no request running: an
- * "a" handle only writes), it starts at the file's real end (fstat): an
- * append that failed (EFAULT, ENOSPC: nothing or only part of it reached
- * the file), or one by another process, leaves no hole before the next.
- * Appends in flight together are placed one after another in the order
- * they were prepared, as reserved. h->inflight counts a request from its
- * submission until it has ended, after its writes (pool.c); before that,
- * h->append_pending counts it, until append_submitted(). held: the counts
- * in h->inflight that are the caller's own, not another request's (a
- * stream-ordered job holds its handle while it runs its request: counted
- * as another, every stream-ordered append was placed after the last
- * reserved end, over another process's appended bytes or past a hole).
- */
-static int append_begin(struct gpufile *h, size_t size, int held,
-                        int64_t *offset)
-{
-	struct stat st;
-	int64_t pos;
-	int rc = 0;
-
-	pthread_mutex_lock(&h->lock);
-	pos = atomic_load(&h->append_pos);
-	if (h->append_pending == 0 && atomic_load(&h->inflight) == held) {
-		if (gpufile__sys.fstat(h->fd, &st) == 0)
-			pos = (int64_t)st.st_size;
-		else
-			rc = gpufile__fail(-errno, "appending to %s: fstat: %s",
-			                   h->path, strerror(errno));
-	}
-	if (rc == 0 && (int64_t)size > INT64_MAX - pos)
-		rc = gpufile__fail(-EFBIG,
-		                   "appending %zu bytes to %s at offset %lld: "
-		                   "past the largest file offset",
-		                   size, h->path, (long long)pos);
-	if (rc == 0) {
-		*offset = pos;
-		atomic_store(&h->append_pos, pos + (int64_t)size);
-		h->append_pending++;
-	}
-	pthread_mutex_unlock(&h->lock);
-	return rc;
-}
-
-/* The append placed by append_begin() was submitted (h->inflight counts
- * it now), or will never be. */
-static void append_submitted(struct gpufile *h)
-{
-	pthread_mutex_lock(&h->lock);
-	h->append_pending--;
-	pthread_mutex_unlock(&h->lock);
-}
-
-/*
  * A device read through the bounce buffers (the posix and small paths) of
  * fewer tasks than there are workers, read from the page cache, gets
  * smaller tasks, halving task_size down to gpufile__split_min (512 KiB),
@@ -683,9 +629,10 @@ static void split_small_read(struct gpufile__request *r)
 }
 
 /* Validates and prepares r; returns 0 or an error with the message set.
- * held: as for append_begin(). */
+ * An append is placed here: once prepared, it must end, completed by the
+ * pool or through unplace() when it is not submitted. */
 static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
-                   size_t size, int64_t offset, int is_write, int held)
+                   size_t size, int64_t offset, int is_write)
 {
 	int rc;
 
@@ -694,7 +641,7 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	if (!buf && size)
 		return gpufile__fail(-EFAULT, "%s %s: buffer is NULL",
 		                     is_write ? "writing" : "reading", h->path);
-	/* An "a" handle's writes ignore file_offset (append_begin places
+	/* An "a" handle's writes ignore file_offset (append.c places
 	 * them): only their size is checked here. */
 	if (is_write && h->append)
 		offset = 0;
@@ -724,14 +671,14 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	r->cuda_ctx = NULL;
 	r->offset = offset;
 	if (is_write && h->append) {
-		rc = append_begin(h, size, held, &r->offset);
+		rc = gpufile__append_begin(h, size, &r->offset);
 		if (rc)
 			return rc;
 	}
 	rc = decide_path(r);
 	if (rc) {
 		if (is_write && h->append)
-			append_submitted(h);
+			gpufile__append_end(h, r->offset, size, rc, NULL, 0);
 		return rc;
 	}
 	split_small_read(r);
@@ -743,15 +690,24 @@ int gpufile__request_prepare(struct gpufile__request *r, gpufile_t *h,
                              void *buf, size_t size, int64_t offset,
                              int is_write)
 {
-	return prepare(r, h, buf, size, offset, is_write, 0);
+	return prepare(r, h, buf, size, offset, is_write);
+}
+
+/* Ends r, prepared but not submitted (the submission failed with rc):
+ * an append placed for it is taken back. */
+static void unplace(struct gpufile__request *r, int rc)
+{
+	if (r->is_write && r->h->append)
+		gpufile__append_end(r->h, r->offset, r->size, rc, NULL, 0);
+	gpufile__request_destroy(r);
 }
 
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
-                           int is_write, int held)
+                           int is_write)
 {
 	struct gpufile__request r;
 	ssize_t result;
-	int rc = prepare(&r, h, buf, size, offset, is_write, held);
+	int rc = prepare(&r, h, buf, size, offset, is_write);
 
 	if (rc)
 		return rc;
@@ -760,10 +716,8 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	} else {
 		rc = gpufile__request_submit(&r);
 	}
-	if (is_write && h->append)
-		append_submitted(h);
 	if (rc) {
-		gpufile__request_destroy(&r);
+		unplace(&r, rc);
 		return rc;
 	}
 	result = gpufile__request_wait(&r, -1);
@@ -775,19 +729,13 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 
 ssize_t gpufile_pread(gpufile_t *h, void *buf, size_t size, int64_t offset)
 {
-	return blocking_io(h, buf, size, offset, 0, 0);
+	return blocking_io(h, buf, size, offset, 0);
 }
 
 ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
                        int64_t offset)
 {
-	return blocking_io(h, (void *)buf, size, offset, 1, 0);
-}
-
-ssize_t gpufile__pwrite_held(gpufile_t *h, const void *buf, size_t size,
-                             int64_t offset)
-{
-	return blocking_io(h, (void *)buf, size, offset, 1, 1);
+	return blocking_io(h, (void *)buf, size, offset, 1);
 }
 
 static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
@@ -808,13 +756,11 @@ static int async_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 		                     "memory for a request",
 		                     is_write ? "writing" : "reading", h->path,
 		                     (long long)offset, size);
-	rc = prepare(&f->r, h, buf, size, offset, is_write, 0);
+	rc = prepare(&f->r, h, buf, size, offset, is_write);
 	if (rc == 0) {
 		rc = gpufile__request_submit(&f->r);
-		if (is_write && h->append)
-			append_submitted(h);
 		if (rc)
-			gpufile__request_destroy(&f->r);
+			unplace(&f->r, rc);
 	}
 	if (rc) {
 		free(f);

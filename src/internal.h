@@ -127,6 +127,8 @@ struct gpufile__syscalls {
 	int (*fstat)(int fd, struct stat *st);
 	int (*fstatfs)(int fd, struct statfs *st);
 	int (*fdatasync)(int fd);
+	/* Cuts a failed append back off the file (append.c). */
+	int (*ftruncate)(int fd, off_t len);
 	/* Whether a range of a file's map is in the page cache: the map copy
 	 * and direct_io=auto ask it (posix_io.c). */
 	int (*mincore)(void *addr, size_t len, unsigned char *vec);
@@ -220,8 +222,13 @@ struct gpufile {
 	int direct_fd; /* O_DIRECT descriptor, or -1 */
 	int readable, writable, append;
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
-	_Atomic int64_t append_pos;
-	unsigned append_pending; /* appends placed, not yet submitted (lock) */
+	/* Appends (append.c), under lock: the end of the last placed, how
+	 * many are placed and not yet ended, and among these, where the
+	 * first that failed began (INT64_MAX: none) and where the last that
+	 * succeeded ended (INT64_MIN: none). */
+	int64_t append_pos;
+	unsigned appends;
+	int64_t append_failed_from, append_ok_end;
 	char *path;
 	/* The file (a local one's; 0 for a remote object): stream-ordered
 	 * reads wait for writes to the same file (stream.c). */
@@ -229,7 +236,8 @@ struct gpufile {
 	ino_t file_ino;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
-	pthread_mutex_t lock;    /* guards direct_reason and the map fields */
+	pthread_mutex_t
+	    lock; /* guards direct_reason, the map and append fields */
 	/* A read-only mapping of the file, made when first needed and
 	 * again, longer, once the file has grown past it (posix_io.c):
 	 * mincore() asks it what the page cache holds, and warm host reads
@@ -275,6 +283,20 @@ enum {
 	GPUFILE__CUFILE_REGISTERED = 1,
 	GPUFILE__CUFILE_UNAVAILABLE = 2,
 };
+
+/* ---- appends (append.c) ---- */
+
+/* Places an append of size bytes to h ("a"): *offset is where it lands.
+ * Returns 0 or an error (the message set); on 0, gpufile__append_end()
+ * must follow exactly once. */
+int gpufile__append_begin(struct gpufile *h, size_t size, int64_t *offset);
+/* The append placed at offset (size bytes) has ended with result (size,
+ * or an error): nothing of it is written any more. Where failed appends
+ * are cut back off the file, it is done here, before the caller can see
+ * the result. A failed append's message (msg, msg_len bytes, may be NULL)
+ * gets a note where its range stays in the file or cutting it failed. */
+void gpufile__append_end(struct gpufile *h, int64_t offset, size_t size,
+                         ssize_t result, char *msg, size_t msg_len);
 
 /* What kind of file mode is, when gpufile refuses it ("a FIFO (named
  * pipe)", "a socket", "a character device", "a directory", ...), or NULL
@@ -660,13 +682,6 @@ int gpufile__future_submit(const struct gpufile__request *prepared,
                            gpufile_future_t **out);
 
 /* ---- stream-ordered requests (stream.c) ---- */
-
-/* gpufile_pwrite by a caller that holds h once already (a stream-ordered
- * job, gpufile__handle_hold): that hold is not another request in flight,
- * so an append with nothing else in flight starts at the file's real end
- * (file.c). */
-ssize_t gpufile__pwrite_held(gpufile_t *h, const void *buf, size_t size,
-                             int64_t offset);
 
 /* Validates a request and decides its path as gpufile_pread/pwrite would
  * (r->path, r->cufile_handle, r->cufile_base, r->cuda_ctx), leaving r

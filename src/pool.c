@@ -235,6 +235,13 @@ static void complete(struct gpufile__request *r)
 	result = r->result;
 	pthread_mutex_unlock(&r->lock);
 
+	/* Before the request counts as ended: a failed append is cut back
+	 * off the file before the next is placed at its end, and before the
+	 * caller sees the result (append.c). No task touches r->errmsg now. */
+	if (r->is_write && r->h->append)
+		gpufile__append_end(r->h, r->offset, r->size, result, r->errmsg,
+		                    sizeof(r->errmsg));
+
 	gpufile__stats_request(r->path, r->is_write, result, r->ntasks, r->size,
 	                       gpufile__now_ns() - r->start_ns);
 

@@ -505,8 +505,8 @@ static void job_run(struct job *j)
 		                       "%s %s: waiting for the work queued on "
 		                       "the stream before the request",
 		                       stream_verb(j->is_write), j->h->path);
-	else if (j->is_write) /* the job holds j->h (job_dispatch) */
-		n = gpufile__pwrite_held(j->h, j->buf, j->size, j->offset);
+	else if (j->is_write)
+		n = gpufile_pwrite(j->h, j->buf, j->size, j->offset);
 	else
 		n = gpufile_pread(j->h, j->buf, j->size, j->offset);
 	gpufile__stream_event_put(j->before);

@@ -24,7 +24,7 @@ static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
 		.open = sys_open, .close = close, .pread = pread,              \
 		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat,      \
 		.fstatfs = fstatfs, .fdatasync = fdatasync,                    \
-		.mincore = mincore,                                            \
+		.ftruncate = ftruncate, .mincore = mincore,                    \
 	}
 
 static const struct gpufile__syscalls real_syscalls = REAL_SYSCALLS;

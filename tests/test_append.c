@@ -27,11 +27,38 @@
 /* pwrite fails with fail_errno at and past file offset fail_from. */
 static _Atomic int64_t fail_from = INT64_MAX;
 static atomic_int fail_errno;
+/* A pwrite whose range holds file offset one_at fails with ENOSPC, once a
+ * pwrite reaching offset gate_end has been made (-1: at once): one task
+ * of an append fails while a task above it, or a later append, writes
+ * (as on a file system that ran out of space for one task only). The
+ * wait makes sure the append is still in flight when that write starts,
+ * whatever the order the threads run in. */
+static _Atomic int64_t one_at = -1;
+static _Atomic int64_t gate_end = -1;
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_open;
 
 static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
 	const int64_t from = atomic_load(&fail_from);
+	const int64_t at = atomic_load(&one_at);
+	const int64_t gate = atomic_load(&gate_end);
 
+	if (gate >= 0 && (int64_t)off + (int64_t)len >= gate) {
+		pthread_mutex_lock(&gate_lock);
+		gate_open = 1;
+		pthread_cond_broadcast(&gate_cond);
+		pthread_mutex_unlock(&gate_lock);
+	}
+	if (at >= 0 && (int64_t)off <= at && at < (int64_t)off + (int64_t)len) {
+		pthread_mutex_lock(&gate_lock);
+		while (gate >= 0 && !gate_open)
+			pthread_cond_wait(&gate_cond, &gate_lock);
+		pthread_mutex_unlock(&gate_lock);
+		errno = ENOSPC;
+		return -1;
+	}
 	if ((int64_t)off + (int64_t)len > from) {
 		if ((int64_t)off >= from) {
 			errno = atomic_load(&fail_errno);
@@ -42,11 +69,30 @@ static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
+static void inject_one(int64_t at, int64_t after_end)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_open = 0;
+	atomic_store(&gate_end, after_end);
+	atomic_store(&one_at, at);
+	pthread_mutex_unlock(&gate_lock);
+}
+
 static int64_t file_size(const char *path)
 {
 	struct stat st;
 
 	return stat(path, &st) == 0 ? (int64_t)st.st_size : -1;
+}
+
+/* The file's first len bytes are test_make_file's (SEED). */
+static void check_head(const char *path, size_t len)
+{
+	size_t got = 0;
+	unsigned char *data = test_read_file(path, &got);
+
+	CHECK(data && got >= len && test_mismatch(data, len, SEED, 0) == -1);
+	free(data);
 }
 
 /* The file's last 5 bytes are "hello" and it is want bytes long. */
@@ -101,11 +147,93 @@ static void append_after_fault(const char *path, size_t size, int64_t limit,
 	n = gpufile_pwrite(h, data, size, 0);
 	atomic_store(&fail_from, INT64_MAX);
 	CHECK_EQ(n, -err);
+	/* Cut back to its size before the append: the part written below
+	 * the fault is not kept. */
 	real_end = file_size(path);
-	CHECK(real_end >= 1000 && real_end <= limit);
+	CHECK_EQ(real_end, 1000);
+	CHECK(limit > 1000 || real_end <= limit);
 	CHECK_EQ(gpufile_pwrite(h, "hello", 5, 0), 5);
 	CHECK_EQ(gpufile_close(h), 0);
-	check_hello_at_end(path, real_end + 5);
+	check_hello_at_end(path, 1000 + 5);
+	check_head(path, 1000);
+	free(data);
+}
+
+/* One task in the middle of a multi-task append fails with ENOSPC after
+ * the last task has written (issue 32 item 6: the file grew by the whole
+ * append, zeros where the failed task should have written, and the next
+ * append landed after them). The file is as it was before the append. */
+static void append_one_task_fails(const char *path)
+{
+	const size_t size = 1u << 20;
+	const int64_t end = 1000 + (int64_t)size;
+	unsigned char *data = test_malloc(size);
+	gpufile_t *h = NULL;
+	ssize_t n;
+
+	CHECK_EQ(test_make_file(path, 1000, SEED), 0);
+	test_fill(data, size, SEED, 1000);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h) {
+		free(data);
+		return;
+	}
+	inject_one(1000 + (300 << 10), end);
+	n = gpufile_pwrite(h, data, size, 0);
+	inject_one(-1, -1);
+	CHECK_EQ(n, -ENOSPC);
+	CHECK_EQ(file_size(path), 1000);
+	CHECK_EQ(gpufile_pwrite(h, "hello", 5, 0), 5);
+	CHECK_EQ(gpufile_close(h), 0);
+	check_hello_at_end(path, 1000 + 5);
+	check_head(path, 1000);
+	free(data);
+}
+
+/* Two appends in flight at once, the second ("world") placed after the
+ * first (1 MiB), whose task at 300 KiB fails with ENOSPC once the second
+ * has started to write. The second writes 2 bytes and fails too with
+ * both_fail: the file is as before them; else it is written and the
+ * first's range stays, as gpufile_open(3) says. */
+static void two_appends(const char *path, int both_fail)
+{
+	const size_t size = 1u << 20;
+	const int64_t end = 1000 + (int64_t)size;
+	unsigned char *data = test_malloc(size);
+	gpufile_future_t *fa = NULL, *fb = NULL;
+	gpufile_t *h = NULL;
+	char msg[1024];
+
+	CHECK_EQ(test_make_file(path, 1000, SEED), 0);
+	test_fill(data, size, SEED, 1000);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h) {
+		free(data);
+		return;
+	}
+	atomic_store(&fail_errno, ENOSPC);
+	if (both_fail)
+		atomic_store(&fail_from, end + 2);
+	inject_one(1000 + (300 << 10), end);
+	CHECK_EQ(gpufile_pwrite_async(h, data, size, 0, &fa), 0);
+	CHECK_EQ(gpufile_pwrite_async(h, "world", 5, 0, &fb), 0);
+	CHECK_EQ(gpufile_future_wait(fb), both_fail ? -ENOSPC : 5);
+	CHECK_EQ(gpufile_future_wait(fa), -ENOSPC);
+	snprintf(msg, sizeof(msg), "%s", gpufile_errmsg());
+	gpufile_future_free(fa);
+	gpufile_future_free(fb);
+	inject_one(-1, -1);
+	atomic_store(&fail_from, INT64_MAX);
+	if (both_fail) {
+		CHECK_EQ(file_size(path), 1000);
+	} else {
+		CHECK_EQ(file_size(path), end + 5);
+		CHECK_CONTAINS(msg, "stays in the file");
+	}
+	CHECK_EQ(gpufile_pwrite(h, "hello", 5, 0), 5);
+	CHECK_EQ(gpufile_close(h), 0);
+	check_hello_at_end(path, both_fail ? 1005 : end + 10);
+	check_head(path, 1000);
 	free(data);
 }
 
@@ -176,6 +304,27 @@ static void stream_appends(const char *path)
 		close(fd);
 		stream_append_hello(h, i == 0 ? (void *)host : dev_base);
 		check_hello_at_end(path, 5 + (i + 1) * (100 + 5));
+	}
+	/* A stream-ordered append that writes 2 of its bytes and fails
+	 * leaves the file as it was; the next lands right after. */
+	for (int i = 0; i < 2; i++) {
+		void *buf = i == 0 ? (void *)host : dev_base;
+		const int64_t before = file_size(path);
+		ssize_t n = -777;
+		CUstream s;
+
+		memcpy(buf, "hello", 5);
+		atomic_store(&fail_errno, ENOSPC);
+		atomic_store(&fail_from, before + 2);
+		CHECK_EQ(fake.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), 0);
+		CHECK_EQ(gpufile_write_async(h, buf, 5, 0, s, &n), 0);
+		CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+		CHECK_EQ(fake.cuStreamDestroy(s), 0);
+		atomic_store(&fail_from, INT64_MAX);
+		CHECK_EQ(n, -ENOSPC);
+		CHECK_EQ(file_size(path), before);
+		stream_append_hello(h, buf);
+		check_hello_at_end(path, before + 5);
 	}
 	CHECK_EQ(gpufile_close(h), 0);
 	gpufile_release();
@@ -317,6 +466,9 @@ int main(void)
 	append_after_fault(path, 8192, 1000 + 100, ENOSPC);
 	append_after_fault(path, 1u << 20, 1000 + (300 << 10) + 7, ENOSPC);
 	append_after_fault(path, 1u << 20, 1000 + (500 << 10), EDQUOT);
+	append_one_task_fails(path);
+	two_appends(path, 1);
+	two_appends(path, 0);
 	append_after_other_writer(path);
 	append_ignores_offset(path);
 	appends_in_flight(path);
