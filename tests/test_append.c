@@ -28,13 +28,13 @@
 static _Atomic int64_t fail_from = INT64_MAX;
 static atomic_int fail_errno;
 /* A pwrite whose range holds file offset one_at fails with ENOSPC, once a
- * pwrite reaching offset gate_end has been made (-1: at once): one task
+ * pwrite at or past offset gate_from has been made (-1: at once): one task
  * of an append fails while a task above it, or a later append, writes
  * (as on a file system that ran out of space for one task only). The
  * wait makes sure the append is still in flight when that write starts,
  * whatever the order the threads run in. */
 static _Atomic int64_t one_at = -1;
-static _Atomic int64_t gate_end = -1;
+static _Atomic int64_t gate_from = -1;
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static int gate_open;
@@ -43,9 +43,9 @@ static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
 	const int64_t from = atomic_load(&fail_from);
 	const int64_t at = atomic_load(&one_at);
-	const int64_t gate = atomic_load(&gate_end);
+	const int64_t gate = atomic_load(&gate_from);
 
-	if (gate >= 0 && (int64_t)off + (int64_t)len >= gate) {
+	if (gate >= 0 && (int64_t)off >= gate) {
 		pthread_mutex_lock(&gate_lock);
 		gate_open = 1;
 		pthread_cond_broadcast(&gate_cond);
@@ -69,11 +69,11 @@ static ssize_t f_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
-static void inject_one(int64_t at, int64_t after_end)
+static void inject_one(int64_t at, int64_t from)
 {
 	pthread_mutex_lock(&gate_lock);
 	gate_open = 0;
-	atomic_store(&gate_end, after_end);
+	atomic_store(&gate_from, from);
 	atomic_store(&one_at, at);
 	pthread_mutex_unlock(&gate_lock);
 }
@@ -166,7 +166,6 @@ static void append_after_fault(const char *path, size_t size, int64_t limit,
 static void append_one_task_fails(const char *path)
 {
 	const size_t size = 1u << 20;
-	const int64_t end = 1000 + (int64_t)size;
 	unsigned char *data = test_malloc(size);
 	gpufile_t *h = NULL;
 	ssize_t n;
@@ -178,7 +177,8 @@ static void append_one_task_fails(const char *path)
 		free(data);
 		return;
 	}
-	inject_one(1000 + (300 << 10), end);
+	/* Its last task starts at 1 MiB. */
+	inject_one(1000 + (300 << 10), 1 << 20);
 	n = gpufile_pwrite(h, data, size, 0);
 	inject_one(-1, -1);
 	CHECK_EQ(n, -ENOSPC);
