@@ -8,6 +8,17 @@
  * holds for stream-ordered appends (gpufile_write_async, on the fake CUDA
  * driver), whose job's own hold on the handle once counted as another
  * request in flight.
+ *
+ * A failed append leaves nothing of itself in the file (issue 32 item 6):
+ * an append one of whose tasks failed with ENOSPC while a task above it
+ * wrote grew the file by its whole size, zeros where the task failed, and
+ * the next append landed after them. Now it is cut back off, at once when
+ * it was alone in flight, or once the appends in flight with it have
+ * ended; only an append placed after it that was written keeps its range
+ * in the file (and its message says so). The ENOSPC and EDQUOT cases of
+ * append_after_fault now ask for the file's size before the append, not
+ * any size up to the fault. A file system that really fills up:
+ * test_append_enospc.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
