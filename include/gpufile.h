@@ -837,7 +837,9 @@ GPUFILE_API int gpufile_device_free(void *ptr);
 /* Copies between host and device memory (direction from the pointers),
  * and returns once the destination holds the bytes (also for device
  * destinations copied from pageable memory). For tools and tests.
- * Returns 0 or an error. */
+ * Returns 0 or an error: -EINVAL, naming it, when dst or src is NULL and
+ * size is not 0. A size of 0 copies nothing and returns 0, whatever the
+ * pointers. */
 GPUFILE_API int gpufile_memcpy(void *dst, const void *src, size_t size);
 
 /* Starts the worker pool and, when a GPU is usable, allocates the pinned

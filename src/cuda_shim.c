@@ -431,6 +431,15 @@ int gpufile_memcpy(void *dst, const void *src, size_t size)
 	int dd, ds, err;
 	CUresult rc;
 
+	/* memmove of 0 bytes from NULL is still undefined behaviour, and a
+	 * NULL with bytes to copy was a SIGSEGV. */
+	if (!size)
+		return 0;
+	if (!dst || !src)
+		return gpufile__fail(-EINVAL, "gpufile_memcpy: %s NULL",
+		                     !dst && !src ? "dst and src are"
+		                     : !dst       ? "dst is"
+		                                  : "src is");
 	if (!t) {
 		memmove(dst, src, size);
 		return 0;
