@@ -5,7 +5,8 @@
  * a process killed with SIGKILL in the middle of a read leaves nothing
  * (no /dev/shm file, no descriptor or mapping, no listing); a memory
  * limit at creation (injected fallocate failure) gives private counters
- * with the reason, and 64 threads count right in them; a forked child
+ * with the reason, and 64 threads count right in them; more threads than
+ * the segment has slots count right too (the shared slot); a forked child
  * counts in its own segment; a process that loaded gpufile but did no
  * I/O is "no I/O yet"; segments of older gpufile versions left in
  * /dev/shm are reported stale and cleaned; NULL out-pointers are
@@ -1169,6 +1170,69 @@ static void test_message_kept(void)
 	free(want);
 }
 
+/* More threads than the segment has slots (STATS_SEG_SLOTS): the ones
+ * beyond count in its shared slot, which every snapshot adds in (the
+ * process's own and a reader's). Each thread reads (a host read of one
+ * task runs in the calling thread, so it counts in that thread's slot),
+ * then waits for all the others: the slots are given back only when a
+ * thread exits, so at least OVER_SLOTS threads count in the shared one. */
+#define OVER_SLOTS   8
+#define OVER_THREADS (STATS_SEG_SLOTS + OVER_SLOTS)
+
+static pthread_barrier_t all_read;
+
+static void *read_then_wait(void *arg)
+{
+	gpufile_t *h = arg;
+	char buf[READ_SIZE];
+	ssize_t n = gpufile_pread(h, buf, sizeof(buf), 0);
+
+	pthread_barrier_wait(&all_read);
+	return n == READ_SIZE ? NULL : (void *)1;
+}
+
+static void test_more_threads_than_slots(void)
+{
+	static pthread_t t[OVER_THREADS];
+	gpufile_stats_t a, b, c;
+	const gpufile_counter_t *before, *after;
+	gpufile_t *h;
+	int started = 0, bad = 0;
+
+	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
+	CHECK_EQ(pthread_barrier_init(&all_read, NULL, OVER_THREADS), 0);
+	GPUFILE_INIT(a);
+	CHECK_EQ(gpufile_stats_self(&a), 0);
+	for (; started < OVER_THREADS; started++)
+		if (pthread_create(&t[started], NULL, read_then_wait, h))
+			break;
+	CHECK_EQ(started, OVER_THREADS);
+	if (started < OVER_THREADS) {
+		/* The barrier would never open: fail (the process ends). */
+		fprintf(stderr, "cannot start %d threads\n", OVER_THREADS);
+		exit(1);
+	}
+	for (int i = 0; i < started; i++) {
+		void *r;
+		pthread_join(t[i], &r);
+		bad |= r != NULL;
+	}
+	CHECK_EQ(bad, 0);
+	pthread_barrier_destroy(&all_read);
+	gpufile_close(h);
+	GPUFILE_INIT(b);
+	CHECK_EQ(gpufile_stats_self(&b), 0);
+	before = &a.path[GPUFILE_PATH_HOST][0];
+	after = &b.path[GPUFILE_PATH_HOST][0];
+	CHECK_EQ(after->ops - before->ops, OVER_THREADS);
+	CHECK_EQ(after->bytes - before->bytes,
+	         (uint64_t)OVER_THREADS * READ_SIZE);
+	/* A reader of the segment sees them too. */
+	GPUFILE_INIT(c);
+	CHECK_EQ(gpufile_stats_read(getpid(), &c), 0);
+	CHECK_EQ(c.path[GPUFILE_PATH_HOST][0].bytes, after->bytes);
+}
+
 int main(void)
 {
 	file_path = test_path("data");
@@ -1186,6 +1250,7 @@ int main(void)
 	test_old_leftover();
 	test_null();
 	test_self();
+	test_more_threads_than_slots();
 	test_watch_slow_reader();
 	test_watch_unreadable();
 	test_recent_files();
