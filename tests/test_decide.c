@@ -363,6 +363,25 @@ static void test_pure(void)
 		f.cfg = &cfg;
 		f.cufile_forced = NULL;
 	}
+	/* cuFile could not register the file: posix, and the reason gives
+	 * cuFile's own words. */
+	f.cufile_registered = 0;
+	f.cufile_why = "cuFileHandleRegister failed (5030)";
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_POSIX);
+	CHECK_CONTAINS(d.reason, "cuFile fallback: cuFileHandleRegister");
+	f.cufile_registered = 1;
+	f.cufile_why = NULL;
+	/* gds_threshold: a device read of fewer bytes takes the small path,
+	 * one of exactly that many does not. */
+	CHECK(cfg.gds_threshold > 0);
+	f.size = cfg.gds_threshold;
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_CUFILE);
+	f.size = cfg.gds_threshold - 1;
+	gpufile__decide(&f, &d);
+	CHECK_EQ(d.path, GPUFILE_PATH_SMALL);
+	CHECK_CONTAINS(d.reason, "below gds_threshold");
 }
 
 /* The handle's record in the statistics (gpufile_stats_files) is the path
