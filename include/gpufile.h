@@ -580,8 +580,8 @@ GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
 /* ---- remote sources (remote.c) ----
  *
  * gpufile_open() also takes http://, https:// and s3://BUCKET/KEY URLs
- * (and presigned S3 URLs), read-only ("r"): see docs/man/man3 and the
- * README's "Remote objects". Their requests count under
+ * (and presigned S3 URLs), read-only ("r"): see gpufile_remote_info(3)
+ * and the README's "Remote objects". Their requests count under
  * GPUFILE_PATH_REMOTE; these counters add what HTTP did. */
 
 #define GPUFILE_REMOTE_STATUS_CLASSES 6
@@ -610,6 +610,18 @@ GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
  * gpufile_open() would return (the report then says what failed);
  * -ENOTSUP when built without libcurl. */
 GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
+
+/* path as gpufile shows it in every message, statistic and report (and
+ * gpufile_filename()): an http:// or https:// URL without its user
+ * information (user:password@), query (a presigned signature, a token)
+ * and fragment; an s3://BUCKET/KEY URL without user information, its key
+ * whole ('?' and '#' are characters of a key); anything else unchanged.
+ * For tools and bindings that print a path they were given. Writes it
+ * into out (len bytes, NUL-terminated, cut to fit; out may be NULL when
+ * len is 0) and returns its length, as snprintf() does: a result >= len
+ * means it was cut, and len = result + 1 holds it. Returns -EINVAL (path
+ * NULL, out NULL with len > 0) or -ENOMEM. Thread-safe. */
+GPUFILE_API ssize_t gpufile_redact_url(const char *path, char *out, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* cuFile, the second layer (cufile_shim.c)                            */

@@ -202,17 +202,20 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	if (!path)
 		return gpufile__fail(-EINVAL, "gpufile_open: path is NULL");
 	if (parse_flags(flags, &oflags, &readable, &writable, &append)) {
-		char url[1024]; /* a URL's password and query left out */
-		const char *shown = path;
+		/* A URL's password and query left out. */
+		char *url =
+		    gpufile__is_url(path) ? gpufile__remote_redact(path) : NULL;
 
-		if (gpufile__is_url(path)) {
-			gpufile__remote_redact(path, url, sizeof(url));
-			shown = url;
-		}
-		return gpufile__fail(GPUFILE_EFLAGS,
-		                     "opening %s: invalid flags \"%s\" "
-		                     "(use r, r+, w, w+ or a)",
-		                     shown, flags ? flags : "(null)");
+		rc = gpufile__fail(GPUFILE_EFLAGS,
+		                   "opening %s: invalid flags \"%s\" (use r, "
+		                   "r+, w, w+ or a)",
+		                   url ? url
+		                   : gpufile__is_url(path)
+		                       ? GPUFILE__URL_NOT_SHOWN
+		                       : path,
+		                   flags ? flags : "(null)");
+		free(url);
+		return rc;
 	}
 	if (gpufile__is_url(path)) /* http(s)://, s3:// (remote.c) */
 		return gpufile__remote_open(out, path, flags);

@@ -1145,10 +1145,10 @@ static void check_file(struct list *l, const char *path,
  * opens, the prediction. */
 static void check_remote(struct list *l, const char *url)
 {
-	char report[2048], shown[1024], *save = NULL;
-	int rc = gpufile_remote_info(url, report, sizeof(report));
+	char *report = NULL, *shown, *save = NULL;
+	int rc = gpufile__remote_report(url, &report);
 
-	for (char *line = strtok_r(report, "\n", &save); line;
+	for (char *line = report ? strtok_r(report, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		char *colon = strchr(line, ':'), name[48];
 		int failed;
@@ -1166,14 +1166,18 @@ static void check_remote(struct list *l, const char *url)
 		    failed ? "failed" : colon + 2, "%s",
 		    failed ? colon + 2 : "");
 	}
-	gpufile__remote_redact(url, shown, sizeof(shown));
+	shown = gpufile__remote_redact(url);
 	if (rc)
-		add(l, "file", GPUFILE_CHECK_FAIL, shown, "%s",
-		    report[0] ? "cannot be opened (see the remote.* checks)"
-		              : gpufile_errmsg());
+		add(l, "file", GPUFILE_CHECK_FAIL,
+		    shown ? shown : GPUFILE__URL_NOT_SHOWN, "%s",
+		    report ? "cannot be opened (see the remote.* checks)"
+		           : gpufile_errmsg());
 	else
-		add(l, "file", GPUFILE_CHECK_PASS, shown,
+		add(l, "file", GPUFILE_CHECK_PASS,
+		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
 		    "a remote object, read with HTTP range requests");
+	free(shown);
+	free(report);
 	/* Every buffer takes the remote path: one prediction, as
 	 * gpufile_path_info() and the request itself decide it. */
 	if (rc == 0) {

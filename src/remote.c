@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,22 +48,99 @@ int gpufile__is_url(const char *path)
 	                strncmp(path, "s3://", 5) == 0);
 }
 
-void gpufile__remote_redact(const char *url, char *out, size_t len)
+/* 1 when text, up to the next '/', '?', '#' or its end, could be a host
+ * and port: a name, an IPv4 or a bracketed IPv6 address. */
+static int host_like(const char *text)
 {
-	const char *sep = strstr(url, "://");
-	const char *auth = sep ? sep + 3 : url;
-	const size_t alen = strcspn(auth, "/?#");
-	const char *at = memrchr(auth, '@', alen);
-	const char *host = at ? at + 1 : auth;
-	const char *path = auth + alen;
-	const size_t plen = strcspn(path, "?#");
+	size_t n =
+	    strspn(text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+	                 "vwxyz0123456789.-_~%:[]");
 
-	/* scheme://[user:password@]host[:port]/path[?query]: the user
-	 * information and the query (a presigned URL's signature, a token)
-	 * are dropped. */
-	snprintf(out, len, "%.*s%.*s%.*s%s", (int)(auth - url), url,
-	         (int)(path - host), host, (int)plen, path,
-	         path[plen] == '?' ? "?<query redacted>" : "");
+	return n > 0 && (text[n] == '\0' || text[n] == '/' || text[n] == '?' ||
+	                 text[n] == '#');
+}
+
+/*
+ * scheme://[user:password@]host[:port]/path[?query][#fragment] without the
+ * user information, the query (a presigned URL's signature, a token) and
+ * the fragment. A password may hold a raw '/', '?', '#' or '@' (not valid
+ * in a URL, but typed so): RFC 3986 would end the host at its first '/',
+ * '?' or '#' and show the rest of the password as a path or a query. So
+ * the user information ends at the LAST '@' that is followed by something
+ * shaped like a host:
+ *   - inside the authority that RFC 3986 reads: the usual case;
+ *   - in what RFC 3986 reads as the path (a password with a '/', or an '@'
+ *     in the path): the text after that '@' is shown, "<redacted>@" first;
+ *   - in what it reads as the query or fragment (a password with a '?' or
+ *     '#', or an '@' in the query): nothing after the scheme can be told
+ *     from a secret, and nothing is shown.
+ * An s3:// URL is s3://BUCKET/KEY and a key may hold '?', '#' and '@': only
+ * user information in the bucket part is dropped, the key is shown whole.
+ */
+char *gpufile__remote_redact(const char *url)
+{
+	static const char query_mark[] = "?<query redacted>";
+	static const char user_mark[] = "<redacted>@";
+	const char *sep = strstr(url, "://");
+	const char *rest = sep ? sep + 3 : url;
+	const size_t scheme_len = (size_t)(rest - url);
+	const size_t auth_len = strcspn(rest, "/?#");
+	const char *query = rest + auth_len + strcspn(rest + auth_len, "?#");
+	const char *host = rest, *at = NULL, *end, *mark = "";
+	char *out;
+
+	if (strncmp(url, "s3://", 5) == 0) {
+		const char *a = memrchr(rest, '@', auth_len);
+
+		host = a ? a + 1 : rest;
+		end = host + strlen(host);
+	} else {
+		for (const char *p = rest + strlen(rest); p-- > rest;)
+			if (*p == '@' && host_like(p + 1)) {
+				at = p;
+				break;
+			}
+		if (!at || at < rest + auth_len) {
+			const char *a = memrchr(rest, '@', auth_len);
+
+			host = a ? a + 1 : rest;
+			end = query;
+		} else if (at < query) {
+			mark = user_mark;
+			host = at + 1;
+			end = host + strcspn(host, "?#");
+		} else {
+			mark = "<redacted>";
+			host = end = rest + strlen(rest);
+		}
+	}
+	/* Sized from url: never more than it, plus the two marks. */
+	out = malloc(strlen(url) + sizeof(user_mark) + sizeof(query_mark));
+	if (!out)
+		return NULL;
+	sprintf(out, "%.*s%s%.*s%s", (int)scheme_len, url, mark,
+	        (int)(end - host), host, *end == '?' ? query_mark : "");
+	return out;
+}
+
+ssize_t gpufile_redact_url(const char *path, char *out, size_t len)
+{
+	char *shown;
+	size_t n;
+
+	if (!path || (!out && len))
+		return gpufile__fail(-EINVAL, "gpufile_redact_url: %s is NULL",
+		                     path ? "out" : "path");
+	shown =
+	    gpufile__is_url(path) ? gpufile__remote_redact(path) : strdup(path);
+	if (!shown)
+		return gpufile__fail(-ENOMEM, "gpufile_redact_url: out of "
+		                              "memory");
+	n = strlen(shown);
+	if (len)
+		snprintf(out, len, "%s", shown);
+	free(shown);
+	return (ssize_t)n;
 }
 
 #if GPUFILE_HAVE_CURL
@@ -75,12 +153,14 @@ struct gpufile__remote {
 	int s3, s3_signed;
 	char *s3_host;          /* Host header value signed */
 	char *s3_canonical_uri; /* URI-encoded path signed */
-	char region[64];
+	char *region;
 	char *access_key, *secret_key, *session_token;
 	int64_t size;
-	/* The object's strong ETag when it was opened ("" when it had none
-	 * or a weak one): every later response must carry the same. */
-	char etag[128];
+	/* The object's strong ETag when it was opened (NULL when it had
+	 * none or a weak one): every later response must carry the same. An
+	 * ETag has no length limit; one cut or dropped would turn the check
+	 * off. */
+	char *etag;
 	long size_status; /* HTTP status of the answer that gave the size */
 
 	unsigned max_attempts;
@@ -250,9 +330,13 @@ struct sink {
 	int overflow;       /* the server sent more than the range */
 	int range_mismatch; /* 206 naming another range, or 200 for part */
 	int changed;        /* the object is not the one opened */
+	int size_probe;     /* the GET of bytes 0-0 that learns the size */
 	long status;        /* of the last response */
+	long connects;      /* connections it opened (0: reused one) */
 	int64_t cr_start, cr_end, cr_total; /* Content-Range, -1 if none */
-	char etag[128]; /* of the last response, "" if none */
+	int64_t content_length;             /* -1 if none */
+	char *etag;   /* of the last response, NULL if none (sink_done frees) */
+	int etag_oom; /* its ETag could not be kept: not compared, failed */
 	/* What the object was when opened: its size (-1 while opening) and
 	 * strong ETag ("" for none), to tell a changed object. */
 	int64_t expect_total;
@@ -267,8 +351,16 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 	if (len > 5 && strncasecmp(line, "HTTP/", 5) == 0) {
 		/* A new response (after a redirect or a 100): reset. */
 		s->cr_start = s->cr_end = s->cr_total = -1;
+		s->content_length = -1;
 		s->accepted = -1;
-		s->etag[0] = '\0';
+		free(s->etag);
+		s->etag = NULL;
+	} else if (len > 15 && strncasecmp(line, "content-length:", 15) == 0) {
+		char *end;
+		long long v = strtoll(line + 15, &end, 10);
+
+		if (end != line + 15 && v >= 0)
+			s->content_length = v;
 	} else if (len > 14 && strncasecmp(line, "content-range:", 14) == 0) {
 		long long a, b, total;
 		char star[32];
@@ -291,8 +383,10 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		n = strcspn(v, "\r\n");
 		while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
 			n--;
-		if (n < sizeof(s->etag))
-			snprintf(s->etag, sizeof(s->etag), "%.*s", (int)n, v);
+		free(s->etag);
+		s->etag = strndup(v, n);
+		if (!s->etag)
+			s->etag_oom = 1;
 	}
 	return len;
 }
@@ -301,7 +395,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
  * servers holding the same bytes). */
 static int strong_etag(const char *etag)
 {
-	return etag[0] == '"';
+	return etag && etag[0] == '"';
 }
 
 /* Decides once per response whether its body is the range asked. */
@@ -309,10 +403,12 @@ static void accept_body(struct sink *s)
 {
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
 	s->accepted = 0;
+	if (s->etag_oom)
+		return; /* judge() fails it: the version cannot be checked */
 	if ((s->status == 200 || s->status == 206) &&
 	    ((s->expect_total >= 0 && s->cr_total >= 0 &&
 	      s->cr_total != s->expect_total) ||
-	     (s->expect_etag && s->expect_etag[0] && strong_etag(s->etag) &&
+	     (s->expect_etag && strong_etag(s->etag) &&
 	      strcmp(s->etag, s->expect_etag) != 0))) {
 		/* Bytes of another version of the object: never mixed with
 		 * the ones already read. */
@@ -340,7 +436,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 
 	if (s->accepted < 0)
 		accept_body(s);
-	if (s->range_mismatch || s->changed)
+	if (s->range_mismatch || s->changed || s->etag_oom)
 		return 0; /* stop now: do not download a whole object */
 	if (s->accepted == 0 || !s->dst)
 		return len; /* an error page: read and dropped */
@@ -383,15 +479,35 @@ static char *host_of(const char *url)
 	return host;
 }
 
+/* Appends "name: value" to *list, sized from them (a session token runs
+ * to a few KiB, an Authorization value grows with the access key and the
+ * region: never cut). The copy is wiped: it may hold a credential.
+ * Returns 0 or -ENOMEM. */
+static int append_header(struct curl_slist **list, const char *name,
+                         const char *value)
+{
+	struct curl_slist *more = NULL;
+	char *line;
+
+	if (asprintf(&line, "%s: %s", name, value) < 0)
+		return -ENOMEM;
+	more = curl_slist_append(*list, line);
+	explicit_bzero(line, strlen(line));
+	free(line);
+	if (!more)
+		return -ENOMEM;
+	*list = more;
+	return 0;
+}
+
 /* Adds the S3 headers of one request, signed now. */
 static int sign_s3(struct gpufile__remote *rm, const char *method,
                    const char *range, struct curl_slist **list)
 {
 	struct gpufile__sigv4_header hd[5];
 	struct gpufile__sigv4_request rq = {0};
-	char date[20], auth[512], line[600];
+	char date[20], *auth = NULL;
 	time_t now = time(NULL);
-	struct curl_slist *more;
 	struct tm tm;
 	int n = 0, rc;
 
@@ -417,34 +533,18 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 	rq.service = "s3";
 	rq.access_key = rm->access_key;
 	rq.secret_key = rm->secret_key;
-	rc = gpufile__sigv4_authorization(&rq, auth, sizeof(auth));
-	if (rc)
-		return rc;
-	for (int i = 0; i < n; i++) {
-		char *header;
-
-		if (strcmp(hd[i].name, "range") == 0)
-			continue; /* added by the caller */
-		/* A session token runs to a few KiB: never cut it. */
-		if (asprintf(&header, "%s: %s", hd[i].name, hd[i].value) < 0)
-			return -ENOMEM;
-		more = curl_slist_append(*list, header);
-		free(header);
-		if (!more)
-			return -ENOMEM;
-		*list = more;
+	rc = gpufile__sigv4_authorization(&rq, &auth);
+	for (int i = 0; i < n && rc == 0; i++)
+		if (strcmp(hd[i].name, "range") != 0) /* the caller adds it */
+			rc = append_header(list, hd[i].name, hd[i].value);
+	if (rc == 0)
+		rc = append_header(list, "Authorization", auth);
+	if (auth) {
+		explicit_bzero(auth, strlen(auth));
+		free(auth);
 	}
-	snprintf(line, sizeof(line), "Authorization: %s", auth);
-	more = curl_slist_append(*list, line);
-	explicit_bzero(auth, sizeof(auth));
-	explicit_bzero(line, sizeof(line));
-	if (!more)
-		return -ENOMEM;
-	*list = more;
-	return 0;
+	return rc;
 }
-
-enum { EX_OK, EX_RETRY, EX_FAIL };
 
 /* Forgets what an earlier attempt saw: a retry writes from the start of its
  * range. */
@@ -454,8 +554,19 @@ static void sink_reset(struct sink *s)
 	s->accepted = -1;
 	s->overflow = s->range_mismatch = s->changed = 0;
 	s->status = 0;
+	s->connects = 0;
 	s->cr_start = s->cr_end = s->cr_total = -1;
-	s->etag[0] = '\0';
+	s->content_length = -1;
+	free(s->etag);
+	s->etag = NULL;
+	s->etag_oom = 0;
+}
+
+/* Frees what the sink holds once its exchange is over. */
+static void sink_done(struct sink *s)
+{
+	free(s->etag);
+	s->etag = NULL;
 }
 
 /* The request's headers: the S3 signature when signed, and the Range of a
@@ -484,18 +595,18 @@ static int request_headers(struct gpufile__remote *rm, int head,
 	return 0;
 }
 
-/* Sends the request on s->c and counts its response; the handle keeps no
- * pointer to list or errbuf afterwards. */
+/* Sends the request on s->c (on a new connection when fresh) and counts
+ * its response; the handle keeps no pointer to list or errbuf afterwards. */
 static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
-                        struct curl_slist *list, char *errbuf)
+                        int fresh, struct curl_slist *list, char *errbuf)
 {
 	CURLcode cc;
-	long connects = 0;
 
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, list);
 	curl_easy_setopt(s->c, CURLOPT_NOBODY, head ? 1L : 0L);
 	if (!head)
 		curl_easy_setopt(s->c, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(s->c, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
 	curl_easy_setopt(s->c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(s->c, CURLOPT_HEADERDATA, s);
 	curl_easy_setopt(s->c, CURLOPT_WRITEFUNCTION, on_body);
@@ -511,24 +622,53 @@ static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
-	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &connects);
-	gpufile__stats_remote_response(s->status, connects);
+	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &s->connects);
+	gpufile__stats_remote_response(s->status, s->connects);
 	return cc;
+}
+
+/* EX_FRESH: the attempt failed on a reused connection in a way that
+ * connection explains (see transfer_failed): tried again at once on a new
+ * one, without counting it as an attempt. */
+enum { EX_OK, EX_RETRY, EX_FAIL, EX_FRESH };
+
+/* Sets *why to the formatted text, sized from it (an ETag, a URL: no
+ * limit), after freeing the one before; NULL when out of memory. */
+static void say(char **why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void say(char **why, const char *fmt, ...)
+{
+	va_list ap;
+
+	free(*why);
+	va_start(ap, fmt);
+	if (vasprintf(why, fmt, ap) < 0)
+		*why = NULL;
+	va_end(ap);
 }
 
 /* A transfer libcurl could not finish: EX_RETRY for the failures a new
  * attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
-static int transfer_failed(CURLcode cc, const char *errbuf, int *err, char *why,
-                           size_t why_len)
+static int transfer_failed(const struct sink *s, CURLcode cc,
+                           const char *errbuf, int *err, char **why)
 {
 	/* libcurl's detail may quote the URL: keep only its code's words
 	 * when it does. */
 	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
 
 	*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
-	snprintf(why, why_len, "curl error %d (%s%s%.160s)", (int)cc,
-	         curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
+	say(why, "curl error %d (%s%s%s)", (int)cc, curl_easy_strerror(cc),
+	    detail[0] ? ": " : "", detail);
 	switch (cc) {
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_WEIRD_SERVER_REPLY:
+		/* A server that sent bytes past a response's Content-Length
+		 * leaves them on the kept-alive connection, and the next
+		 * response read on it starts with them: libcurl 7.88 says
+		 * "Received HTTP/0.9 when not allowed" (CURLE_UNSUPPORTED_
+		 * PROTOCOL), others a weird server reply. Only a reused
+		 * connection explains it; on a new one it is the answer. */
+		return s->connects == 0 ? EX_FRESH : EX_FAIL;
 	case CURLE_OPERATION_TIMEDOUT:
 	case CURLE_PARTIAL_FILE:
 	case CURLE_RECV_ERROR:
@@ -545,72 +685,79 @@ static int transfer_failed(CURLcode cc, const char *errbuf, int *err, char *why,
 
 /* Judges a finished attempt: EX_* with err and why set on failure. */
 static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
-                 CURLcode cc, const char *errbuf, int *err, char *why,
-                 size_t why_len)
+                 CURLcode cc, const char *errbuf, int *err, char **why)
 {
+	if (s->etag_oom) {
+		*err = -ENOMEM;
+		say(why, "out of memory keeping the response's ETag, so its "
+		         "version could not be checked (no byte written)");
+		return EX_FAIL;
+	}
 	if (s->changed) {
 		*err = -ESTALE;
 		if (s->expect_total >= 0 && s->cr_total >= 0 &&
 		    s->cr_total != s->expect_total)
-			snprintf(
-			    why, why_len,
+			say(why,
 			    "the object changed since it was opened (%" PRId64
 			    " bytes then, %" PRId64 " now)",
 			    s->expect_total, s->cr_total);
 		else
-			snprintf(why, why_len,
-			         "the object changed since it was opened (ETag "
-			         "%.48s then, %.48s now)",
-			         s->expect_etag, s->etag);
+			say(why,
+			    "the object changed since it was opened (ETag %s "
+			    "then, %s now)",
+			    s->expect_etag, s->etag);
 		return EX_FAIL;
 	}
 	if (s->range_mismatch) {
 		*err = -EIO;
 		if (s->status == 200)
-			snprintf(why, why_len,
-			         "the server ignored the Range request (HTTP "
+			say(why, "the server ignored the Range request (HTTP "
 			         "200 instead of 206 Partial Content)");
 		else
-			snprintf(why, why_len,
-			         "HTTP 206 with Content-Range bytes "
-			         "%" PRId64 "-%" PRId64 " for the range asked",
-			         s->cr_start, s->cr_end);
+			say(why,
+			    "HTTP 206 with Content-Range bytes %" PRId64
+			    "-%" PRId64 " for the range asked",
+			    s->cr_start, s->cr_end);
 		return EX_FAIL;
 	}
 	if (s->overflow) {
 		*err = -EIO;
-		snprintf(why, why_len,
-		         "the server sent more bytes than the range holds "
+		say(why, "the server sent more bytes than the range holds "
 		         "(wrong Content-Length)");
 		return EX_FAIL;
 	}
 	if (cc != CURLE_OK)
-		return transfer_failed(cc, errbuf, err, why, why_len);
+		return transfer_failed(s, cc, errbuf, err, why);
 	if (s->status != 200 && s->status != 206) {
 		*err = s->status == 404 || s->status == 410   ? -ENOENT
 		       : s->status == 401 || s->status == 403 ? -EACCES
 		                                              : -EIO;
-		snprintf(why, why_len, "HTTP %ld", s->status);
+		say(why, "HTTP %ld", s->status);
 		for (int i = 0; i < rm->nretry_codes; i++)
 			if (rm->retry_codes[i] == s->status)
 				return EX_RETRY;
 		return EX_FAIL;
 	}
+	/* The size probe of an empty object from a server that ignores
+	 * Range there: 200 with no body (learn_size_by_get). */
+	if (s->size_probe && s->status == 200 && s->content_length == 0 &&
+	    s->got == 0)
+		return EX_OK;
 	if (!head && s->got != s->want) {
 		*err = -EIO;
-		snprintf(why, why_len,
-		         "the body ended after %zu of %zu bytes (wrong "
-		         "Content-Length)",
-		         s->got, s->want);
+		say(why,
+		    "the body ended after %zu of %zu bytes (wrong "
+		    "Content-Length)",
+		    s->got, s->want);
 		return EX_RETRY;
 	}
 	return EX_OK;
 }
 
-/* One attempt. Returns EX_* with err and why (why_len bytes) set on
- * failure. head: a HEAD request (s->want 0). */
+/* One attempt (on a new connection when fresh). Returns EX_* with err and
+ * why set on failure. head: a HEAD request (s->want 0). */
 static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
-                    int *err, char *why, size_t why_len)
+                    int fresh, int *err, char **why)
 {
 	struct curl_slist *list = NULL;
 	char range[64], errbuf[CURL_ERROR_SIZE];
@@ -626,17 +773,16 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 		curl_slist_free_all(list);
 		*err = rc;
 		if (rc == -ENOMEM)
-			snprintf(why, why_len,
-			         "out of memory building the request's "
+			say(why, "out of memory building the request's "
 			         "headers (no request sent)");
 		else
-			snprintf(why, why_len, "SigV4 signing failed: %s",
-			         gpufile_strerror(rc));
+			say(why, "SigV4 signing failed: %s",
+			    gpufile_strerror(rc));
 		return EX_FAIL;
 	}
-	cc = perform(rm, s, head, list, errbuf);
+	cc = perform(rm, s, head, fresh, list, errbuf);
 	curl_slist_free_all(list);
-	return judge(rm, s, head, cc, errbuf, err, why, why_len);
+	return judge(rm, s, head, cc, errbuf, err, why);
 }
 
 /* Runs one exchange with retries. Returns 0 or an error with the thread's
@@ -644,12 +790,21 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
                         const char *what)
 {
-	char why[256];
+	char *why = NULL;
 	unsigned attempt;
-	int err = 0, ex = EX_FAIL;
+	int err = 0, ex = EX_FAIL, fresh = 0, fresh_used = 0, rc;
 
 	for (attempt = 1; attempt <= rm->max_attempts; attempt++) {
-		ex = exchange(rm, s, head, &err, why, sizeof(why));
+		ex = exchange(rm, s, head, fresh, &err, &why);
+		fresh = 0;
+		if (ex == EX_FRESH && !fresh_used) {
+			gpufile__stats_remote_retry();
+			fresh = fresh_used = 1;
+			attempt--;
+			continue;
+		}
+		if (ex == EX_FRESH) /* once per range */
+			ex = EX_FAIL;
 		if (ex != EX_RETRY || attempt == rm->max_attempts)
 			break;
 		gpufile__stats_remote_retry();
@@ -662,13 +817,18 @@ static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
 			nanosleep(&ts, NULL);
 		}
 	}
-	if (ex == EX_OK)
+	if (ex == EX_OK) {
+		free(why);
 		return 0;
-	return gpufile__fail(
-	    err, "%s %s: %s%s (attempt %u of %u)", what, rm->shown, why,
+	}
+	rc = gpufile__fail(
+	    err, "%s %s: %s%s (attempt %u of %u)", what, rm->shown,
+	    why ? why : "(out of memory describing the failure)",
 	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
 	    attempt > rm->max_attempts ? rm->max_attempts : attempt,
 	    rm->max_attempts);
+	free(why);
+	return rc;
 }
 
 ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
@@ -696,6 +856,7 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
 	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
 	         off, off + (int64_t)len - 1);
 	rc = with_retries(rm, &s, 0, what);
+	sink_done(&s);
 	conn_put(rm, s.c);
 	gpufile__stats_remote_range(rc ? 0 : len, rc != 0);
 	return rc ? rc : (ssize_t)len;
@@ -719,6 +880,8 @@ static void remote_free(struct gpufile__remote *rm)
 	free(rm->shown);
 	free(rm->s3_host);
 	free(rm->s3_canonical_uri);
+	free(rm->region);
+	free(rm->etag);
 	if (rm->secret_key)
 		explicit_bzero(rm->secret_key, strlen(rm->secret_key));
 	free(rm->access_key);
@@ -734,15 +897,12 @@ static const char *env(const char *name)
 	return v && v[0] ? v : NULL;
 }
 
-/* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
- * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
- * credentials from the environment. */
 /* rm->url, the HTTP URL of bucket (blen bytes) and the encoded key, at
- * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); path, of
- * path_len bytes, gets its path, the canonical URI to sign. */
-static int s3_url(struct gpufile__remote *rm, const char *url,
-                  const char *bucket, size_t blen, const char *key, char *path,
-                  size_t path_len)
+ * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); *path
+ * gets its path, the canonical URI to sign (the caller frees it). Both
+ * are sized from the endpoint, bucket and key. */
+static int s3_url(struct gpufile__remote *rm, const char *bucket, size_t blen,
+                  const char *key, char **path)
 {
 	const char *endpoint = env("AWS_ENDPOINT_URL");
 	int n;
@@ -758,45 +918,46 @@ static int s3_url(struct gpufile__remote *rm, const char *url,
 
 		if (!scheme || ep_path == host || *ep_path == '?' ||
 		    *ep_path == '#') {
-			char shown[512];
-
-			gpufile__remote_redact(endpoint, shown, sizeof(shown));
-			return gpufile__fail(
+			char *shown = gpufile__remote_redact(endpoint);
+			int rc = gpufile__fail(
 			    -EINVAL,
 			    "opening %s: AWS_ENDPOINT_URL=\"%s\" is not an "
 			    "http:// or https:// URL with a host (and "
 			    "optionally a path, no query)",
-			    url, shown);
+			    rm->shown, shown ? shown : GPUFILE__URL_NOT_SHOWN);
+
+			free(shown);
+			return rc;
 		}
 		/* Trailing slashes of the path, never of the scheme. */
 		while (endpoint + eplen > ep_path && endpoint[eplen - 1] == '/')
 			eplen--;
-		n = snprintf(path, path_len, "%.*s/%.*s/%s",
+		n = asprintf(path, "%.*s/%.*s/%s",
 		             (int)(eplen - (size_t)(ep_path - endpoint)),
 		             ep_path, (int)blen, bucket, key);
-		rm->url = malloc(eplen + strlen(path) + 1);
-		if (rm->url)
-			sprintf(rm->url, "%.*s%s", (int)(ep_path - endpoint),
-			        endpoint, path);
+		if (n >= 0 &&
+		    asprintf(&rm->url, "%.*s%s", (int)(ep_path - endpoint),
+		             endpoint, *path) < 0)
+			rm->url = NULL;
 	} else {
-		n = snprintf(path, path_len, "/%s", key);
-		if (asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
-		             (int)blen, bucket, rm->region, path) < 0)
+		n = asprintf(path, "/%s", key);
+		if (n >= 0 &&
+		    asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
+		             (int)blen, bucket, rm->region, *path) < 0)
 			rm->url = NULL;
 	}
-	if (n < 0 || (size_t)n >= path_len)
-		return gpufile__fail(-ENAMETOOLONG, "opening %s: URL too long",
-		                     url);
-	if (!rm->url)
-		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
+	if (n < 0)
+		*path = NULL;
+	if (!*path || !rm->url)
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
 	return 0;
 }
 
 /* The credentials from the environment: none (a public bucket, unsigned
  * requests), or both keys (and a session token) for SigV4 signing of
  * requests to rm->url, whose path is path. */
-static int s3_credentials(struct gpufile__remote *rm, const char *url,
-                          const char *path)
+static int s3_credentials(struct gpufile__remote *rm, const char *path)
 {
 	const char *id = env("AWS_ACCESS_KEY_ID");
 	const char *secret = env("AWS_SECRET_ACCESS_KEY");
@@ -808,7 +969,8 @@ static int s3_credentials(struct gpufile__remote *rm, const char *url,
 		    -EINVAL,
 		    "opening %s: %s is set but %s is not; set both (or "
 		    "neither, for a public bucket)",
-		    url, id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+		    rm->shown,
+		    id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
 		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 #if !GPUFILE_HAVE_SIGV4
 	(void)path;
@@ -817,7 +979,7 @@ static int s3_credentials(struct gpufile__remote *rm, const char *url,
 	                     "was built without OpenSSL's libcrypto, needed "
 	                     "for SigV4 signing (install libssl-dev and "
 	                     "rebuild)",
-	                     url);
+	                     rm->shown);
 #endif
 	rm->s3_signed = 1;
 	rm->access_key = strdup(id);
@@ -829,33 +991,43 @@ static int s3_credentials(struct gpufile__remote *rm, const char *url,
 	if (!rm->access_key || !rm->secret_key || !rm->s3_host ||
 	    !rm->s3_canonical_uri ||
 	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
-		return gpufile__fail(-ENOMEM, "opening %s: out of memory", url);
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
 	return 0;
 }
 
+/* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
+ * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
+ * credentials from the environment. The key is a name: '?', '#' and "/../"
+ * in it are its characters, sent encoded. */
 static int s3_setup(struct gpufile__remote *rm, const char *url)
 {
 	const char *bucket = url + 5, *slash = strchr(bucket, '/');
 	const char *region = env("AWS_DEFAULT_REGION");
-	char key[2048], path[4096];
+	char *key, *path = NULL;
 	int rc;
 
 	if (!slash || slash == bucket || !slash[1])
-		return gpufile__fail(
-		    -EINVAL, "opening %s: an S3 URL is s3://BUCKET/KEY", url);
-	if (gpufile__sigv4_uri_encode(slash + 1, 1, key, sizeof(key)))
-		return gpufile__fail(-ENAMETOOLONG, "opening %s: key too long",
-		                     url);
+		return gpufile__fail(-EINVAL,
+		                     "opening %s: an S3 URL is s3://BUCKET/KEY",
+		                     rm->shown);
 	if (!region)
 		region = env("AWS_REGION");
-	snprintf(rm->region, sizeof(rm->region), "%s",
-	         region ? region : "us-east-1");
-	rc = s3_url(rm, url, bucket, (size_t)(slash - bucket), key, path,
-	            sizeof(path));
-	if (rc)
-		return rc;
-	rm->s3 = 1;
-	return s3_credentials(rm, url, path);
+	rm->region = strdup(region ? region : "us-east-1");
+	key = gpufile__sigv4_uri_encode(slash + 1, 1);
+	if (!key || !rm->region) {
+		free(key);
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	}
+	rc = s3_url(rm, bucket, (size_t)(slash - bucket), key, &path);
+	free(key);
+	if (rc == 0) {
+		rm->s3 = 1;
+		rc = s3_credentials(rm, path);
+	}
+	free(path);
+	return rc;
 }
 
 /* Asks for byte 0 the size and the version of the object. The fallback
@@ -868,7 +1040,13 @@ static int learn_size_by_get(struct gpufile__remote *rm, struct sink *s)
 
 	s->dst = &one;
 	s->want = 1;
+	s->size_probe = 1;
 	rc = with_retries(rm, s, 0, "opening (GET bytes 0-0)");
+	/* An empty object from a server that ignores Range on it (judge()
+	 * let it through): 200, Content-Length 0, no Content-Range. */
+	if (rc == 0 && s->status == 200 && s->content_length == 0 &&
+	    s->got == 0)
+		s->cr_total = 0;
 	/* s3rver 3.7 answers bytes=0-0 with bytes 0 to the end (it reads
 	 * an end of 0 as none). Only the size is asked here, and a
 	 * Content-Range from 0 carries it whole in its total; no byte of
@@ -925,8 +1103,11 @@ static int learn_size(struct gpufile__remote *rm)
 		rc = learn_size_by_get(rm, &s);
 	}
 	rm->size_status = s.status;
-	if (rc == 0 && strong_etag(s.etag))
-		snprintf(rm->etag, sizeof(rm->etag), "%s", s.etag);
+	if (rc == 0 && strong_etag(s.etag)) {
+		rm->etag = s.etag; /* sized from the header: never cut */
+		s.etag = NULL;
+	}
+	sink_done(&s);
 	conn_put(rm, s.c);
 	return rc;
 }
@@ -934,28 +1115,31 @@ static int learn_size(struct gpufile__remote *rm)
 static int remote_new(struct gpufile__remote **out, const char *url)
 {
 	struct gpufile__remote *rm;
-	char shown[1024];
 	int rc;
 
 	*out = NULL;
-	/* Redacted on the stack first: the messages of a failed allocation
-	 * name the URL too. */
-	gpufile__remote_redact(url, shown, sizeof(shown));
 	rm = calloc(1, sizeof(*rm));
 	if (!rm)
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                     shown);
+		                     GPUFILE__URL_NOT_SHOWN);
 	pthread_mutex_init(&rm->own_lock, NULL);
 	rm->lock = &rm->own_lock;
 	pthread_cond_init(&rm->freed, NULL);
 	rm->owner = getpid();
-	rm->shown = strdup(shown);
+	/* Every message from here names the URL this way. */
+	rm->shown = gpufile__remote_redact(url);
+	if (!rm->shown) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   GPUFILE__URL_NOT_SHOWN);
+		goto fail;
+	}
 	rc = load_settings(rm);
 	if (rc)
 		goto fail;
 	rm->idle = calloc(rm->max_conns, sizeof(*rm->idle));
-	if (!rm->shown || !rm->idle) {
-		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory", shown);
+	if (!rm->idle) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
 		goto fail;
 	}
 	if (strncmp(url, "s3://", 5) == 0) {
@@ -966,7 +1150,7 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 		rm->url = strdup(url);
 		if (!rm->url) {
 			rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
-			                   shown);
+			                   rm->shown);
 			goto fail;
 		}
 		rm->presigned = strcasestr(url, "X-Amz-Signature=") != NULL;
@@ -974,7 +1158,7 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK) {
 		rc = gpufile__fail(-EIO, "opening %s: curl_global_init: %s",
-		                   shown, curl_easy_strerror(curl_init_rc));
+		                   rm->shown, curl_easy_strerror(curl_init_rc));
 		goto fail;
 	}
 	*out = rm;
@@ -994,17 +1178,19 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 
 	*out = NULL;
 	if (!flags || strcmp(flags, "r") != 0) {
-		char shown[1024];
+		char *shown = gpufile__remote_redact(url);
 
-		gpufile__remote_redact(url, shown, sizeof(shown));
-		return gpufile__fail(
+		rc = gpufile__fail(
 		    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
 		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
 		        ? -EROFS
 		        : GPUFILE_EFLAGS,
 		    "opening %s (\"%s\"): remote objects are read-only; "
 		    "open them with \"r\"",
-		    shown, flags ? flags : "(null)");
+		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
+		    flags ? flags : "(null)");
+		free(shown);
+		return rc;
 	}
 	rc = remote_new(&rm, url);
 	if (rc)
@@ -1066,69 +1252,52 @@ static int has_userinfo(const char *url)
 	return memchr(a, '@', strcspn(a, "/?#")) != NULL;
 }
 
-int gpufile_remote_info(const char *url, char *out, size_t len)
+int gpufile__remote_report(const char *url, char **report)
 {
 	struct gpufile__remote *rm;
-	int rc;
+	char *endpoint, *probe = NULL;
+	const char *how;
+	int rc, made;
 
-	if (!url || !out || !len)
-		return gpufile__fail(-EINVAL, "gpufile_remote_info: NULL "
-		                              "argument");
-	out[0] = '\0';
-	if (!gpufile__is_url(url))
-		return gpufile__fail(
-		    -EINVAL, "%s: not an http://, https:// or s3:// URL", url);
+	*report = NULL;
 	rc = remote_new(&rm, url);
 	if (rc)
 		return rc;
-	{
-		char endpoint[1024];
-		size_t used;
-
-		gpufile__remote_redact(rm->url, endpoint, sizeof(endpoint));
-		snprintf(out, len,
-		         "endpoint: %s\n"
-		         "kind: %s\n"
-		         "credentials: %s\n",
-		         endpoint,
-		         rm->s3          ? "s3"
-		         : rm->presigned ? "presigned URL"
-		                         : "http",
-		         !rm->s3 ? (rm->presigned ? "in the URL's query "
-		                                    "(redacted)"
-		                    : has_userinfo(rm->url)
-		                        ? "user information in the URL "
-		                          "(redacted)"
-		                        : "none needed")
-		         : rm->s3_signed
-		             ? (rm->session_token
-		                    ? "AWS_ACCESS_KEY_ID, "
-		                      "AWS_SECRET_ACCESS_KEY and "
-		                      "AWS_SESSION_TOKEN set (values not shown)"
-		                    : "AWS_ACCESS_KEY_ID and "
-		                      "AWS_SECRET_ACCESS_KEY set (values not "
-		                      "shown)")
-		             : "none set: unsigned requests (public bucket)");
-		used = strlen(out);
-		if (rm->s3 && used < len)
-			snprintf(out + used, len - used, "region: %s\n",
-			         rm->region);
-		rc = learn_size(rm);
-		used = strlen(out);
-		if (used < len) {
-			if (rc == 0)
-				snprintf(
-				    out + used, len - used,
-				    "%s: HTTP %ld\nsize: %" PRId64 " bytes\n",
-				    rm->presigned ? "GET bytes 0-0" : "HEAD",
-				    rm->size_status, rm->size);
-			else
-				snprintf(out + used, len - used, "%s: %s\n",
-				         rm->presigned ? "GET bytes 0-0"
-				                       : "HEAD",
-				         gpufile_errmsg());
-		}
-	}
+	endpoint = gpufile__remote_redact(rm->url);
+	rc = learn_size(rm);
+	how = rm->presigned ? "GET bytes 0-0" : "HEAD";
+	if (rc == 0)
+		made =
+		    asprintf(&probe, "%s: HTTP %ld\nsize: %" PRId64 " bytes\n",
+		             how, rm->size_status, rm->size);
+	else
+		made = asprintf(&probe, "%s: %s\n", how, gpufile_errmsg());
+	if (made >= 0 && endpoint &&
+	    asprintf(
+	        report, "endpoint: %s\nkind: %s\ncredentials: %s\n%s%s%s%s",
+	        endpoint,
+	        rm->s3          ? "s3"
+	        : rm->presigned ? "presigned URL"
+	                        : "http",
+	        !rm->s3 ? (rm->presigned ? "in the URL's query (redacted)"
+	                   : has_userinfo(rm->url)
+	                       ? "user information in the URL (redacted)"
+	                       : "none needed")
+	        : rm->s3_signed
+	            ? (rm->session_token
+	                   ? "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+	                     "AWS_SESSION_TOKEN set (values not shown)"
+	                   : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+	                     "set (values not shown)")
+	            : "none set: unsigned requests (public bucket)",
+	        rm->s3 ? "region: " : "", rm->s3 ? rm->region : "",
+	        rm->s3 ? "\n" : "", probe) < 0)
+		*report = NULL;
+	if (!*report)
+		rc = gpufile__fail(-ENOMEM, "checking %s: out of memory",
+		                   rm->shown);
+	free(probe);
+	free(endpoint);
 	remote_free(rm);
 	return rc;
 }
@@ -1137,14 +1306,15 @@ int gpufile_remote_info(const char *url, char *out, size_t len)
 
 static int no_curl(const char *url)
 {
-	char shown[1024];
+	char *shown = gpufile__remote_redact(url);
+	int rc = gpufile__fail(-ENOTSUP,
+	                       "opening %s: gpufile was built without "
+	                       "libcurl, so it cannot read remote objects "
+	                       "(install libcurl4-openssl-dev and rebuild)",
+	                       shown ? shown : GPUFILE__URL_NOT_SHOWN);
 
-	gpufile__remote_redact(url, shown, sizeof(shown));
-	return gpufile__fail(-ENOTSUP,
-	                     "opening %s: gpufile was built without libcurl, "
-	                     "so it cannot read remote objects (install "
-	                     "libcurl4-openssl-dev and rebuild)",
-	                     shown);
+	free(shown);
+	return rc;
 }
 
 int gpufile__remote_open(struct gpufile **out, const char *url,
@@ -1177,11 +1347,10 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
 	return -ENOTSUP;
 }
 
-int gpufile_remote_info(const char *url, char *out, size_t len)
+int gpufile__remote_report(const char *url, char **report)
 {
-	if (out && len)
-		out[0] = '\0';
-	return no_curl(url ? url : "(null)");
+	*report = NULL;
+	return no_curl(url);
 }
 
 #endif
@@ -1202,20 +1371,45 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 	return n;
 }
 
+static int not_local(const char *shown, const char *what)
+{
+	return gpufile__fail(-ENOTSUP,
+	                     "%s: %s is a remote object, read over HTTP; it "
+	                     "has no file descriptor or page cache",
+	                     what, shown ? shown : GPUFILE__URL_NOT_SHOWN);
+}
+
 int gpufile__remote_no_fd(struct gpufile *h, const char *what)
 {
-	return gpufile__remote_not_local(h->path, what);
+	return not_local(h->path, what); /* redacted at open */
 }
 
 int gpufile__remote_not_local(const char *url, const char *what)
 {
-	char shown[1024];
+	char *shown = gpufile__remote_redact(url);
+	int rc = not_local(shown, what);
 
-	gpufile__remote_redact(url, shown, sizeof(shown));
-	return gpufile__fail(-ENOTSUP,
-	                     "%s: %s is a remote object, read over HTTP; it "
-	                     "has no file descriptor or page cache",
-	                     what, shown);
+	free(shown);
+	return rc;
+}
+
+int gpufile_remote_info(const char *url, char *out, size_t len)
+{
+	char *report = NULL;
+	int rc;
+
+	if (!url || !out || !len)
+		return gpufile__fail(-EINVAL, "gpufile_remote_info: NULL "
+		                              "argument");
+	out[0] = '\0';
+	if (!gpufile__is_url(url))
+		return gpufile__fail(
+		    -EINVAL, "%s: not an http://, https:// or s3:// URL", url);
+	rc = gpufile__remote_report(url, &report);
+	if (report)
+		snprintf(out, len, "%s", report);
+	free(report);
+	return rc;
 }
 
 static int remote_settle(struct gpufile__task_result *out, int idle)

@@ -58,8 +58,21 @@ int gpufile__remote_no_fd(struct gpufile *h, const char *what);
  * the URL without its credentials and query, as gpufile_open's do. */
 int gpufile__remote_not_local(const char *url, const char *what);
 
-/* Copies url into out (len bytes) with credentials and query strings
- * removed, for messages, statistics and logs. */
-void gpufile__remote_redact(const char *url, char *out, size_t len);
+/* url as messages, statistics, reports and gpufile_filename() show it:
+ * without user information, query and fragment (see remote.c for URLs a
+ * password with a raw '/', '?', '#' or '@' makes ambiguous); an s3:// key
+ * whole. Returns a string sized from url, the caller's to free, or NULL
+ * when out of memory. The one redaction of the library: the public
+ * gpufile_redact_url() (the CLI, the Python binding) calls it. */
+char *gpufile__remote_redact(const char *url);
+
+/* What a message shows in place of a URL whose redacted form could not be
+ * made (out of memory): never the URL itself. */
+#define GPUFILE__URL_NOT_SHOWN "(a URL, not shown: out of memory)"
+
+/* gpufile_remote_info()'s report on url, into *report (allocated, sized
+ * from it: the caller frees; NULL when the URL could not be looked at).
+ * Returns 0 or the error gpufile_open() would return. */
+int gpufile__remote_report(const char *url, char **report);
 
 #endif

@@ -31,6 +31,7 @@
  * number of threads may read accessors and run loads at once.
  */
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1054,6 +1055,7 @@ static int read_header(gpufile_safetensors_t *st)
 int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 {
 	gpufile_safetensors_t *st;
+	gpufile_t *h = NULL;
 	int64_t size;
 	int rc;
 
@@ -1063,16 +1065,20 @@ int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 		                     "NULL",
 		                     out ? "path" : "out");
 	*out = NULL;
+	rc = gpufile_open(&h, path, "r");
+	if (rc != 0)
+		return rc; /* the message names the file (a URL redacted) */
 	st = calloc(1, sizeof(*st));
-	if (!st || !(st->path = strdup(path))) {
+	/* Every message names the file as the handle does: a URL without
+	 * its password and query. */
+	if (!st || !(st->path = strdup(gpufile_filename(h)))) {
 		free(st);
-		return gpufile__fail(-ENOMEM, "%s: out of memory", path);
+		rc = gpufile__fail(-ENOMEM, "%s: out of memory",
+		                   gpufile_filename(h));
+		gpufile_close(h);
+		return rc;
 	}
-	rc = gpufile_open(&st->h, path, "r");
-	if (rc != 0) {
-		st_free(st);
-		return rc; /* the message names the file */
-	}
+	st->h = h;
 	size = gpufile_size(st->h);
 	rc = size < 0 ? (int)size : read_header_len(st, size);
 	if (rc == 0)
@@ -1091,14 +1097,22 @@ int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 
 int gpufile_safetensors_open(gpufile_safetensors_t **out, const char *path)
 {
+	char *shown =
+	    path && gpufile__is_url(path) ? gpufile__remote_redact(path) : NULL;
+	int rc = gpufile__fail(
+	    -ENOTSUP,
+	    "%s: safetensors header parsing not compiled in (gpufile was "
+	    "built without cJSON: install libcjson-dev and rebuild)",
+	    shown                   ? shown
+	    : gpufile__is_url(path) ? GPUFILE__URL_NOT_SHOWN
+	    : path                  ? path
+	                            : "(null)");
+
 	if (out)
 		*out = NULL;
 	(void)utf8_invalid_at;
-	return gpufile__fail(-ENOTSUP,
-	                     "%s: safetensors header parsing not compiled in "
-	                     "(gpufile was built without cJSON: install "
-	                     "libcjson-dev and rebuild)",
-	                     path ? path : "(null)");
+	free(shown);
+	return rc;
 }
 
 #endif

@@ -19,12 +19,15 @@
 #include <openssl/sha.h>
 #endif
 
-int gpufile__sigv4_uri_encode(const char *text, int keep_slash, char *out,
-                              size_t len)
+char *gpufile__sigv4_uri_encode(const char *text, int keep_slash)
 {
 	static const char hex[] = "0123456789ABCDEF";
+	/* Sized from text: each byte takes at most three ("%XX"). */
+	char *out = malloc(3 * strlen(text) + 1);
 	size_t o = 0;
 
+	if (!out)
+		return NULL;
 	for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
 		/* RFC 3986 unreserved characters, by their ASCII codes:
 		 * isalnum() follows the locale, and a single-byte locale
@@ -35,21 +38,15 @@ int gpufile__sigv4_uri_encode(const char *text, int keep_slash, char *out,
 		                       *p == '.' || *p == '_' || *p == '~';
 
 		if (unreserved || (keep_slash && *p == '/')) {
-			if (o + 1 >= len)
-				return -ENAMETOOLONG;
 			out[o++] = (char)*p;
 		} else {
-			if (o + 3 >= len)
-				return -ENAMETOOLONG;
 			out[o++] = '%';
 			out[o++] = hex[*p >> 4];
 			out[o++] = hex[*p & 15];
 		}
 	}
-	if (o >= len)
-		return -ENAMETOOLONG;
 	out[o] = '\0';
-	return 0;
+	return out;
 }
 
 #if GPUFILE_HAVE_SIGV4
@@ -230,35 +227,38 @@ static int string_to_sign(const struct gpufile__sigv4_request *rq,
 }
 
 /* The signature (hex) of sts with the key derived from the secret for
- * date, region and service. Returns 0 or -ENAMETOOLONG. */
+ * date, region and service. Returns 0 or -ENOMEM. */
 static int signature(const struct gpufile__sigv4_request *rq, const char *date,
                      const char *sts, char *sig_hex)
 {
 	unsigned char digest[32], k[32];
-	char secret[256];
-	int n = snprintf(secret, sizeof(secret), "AWS4%s", rq->secret_key);
+	char *secret;
+	int n = asprintf(&secret, "AWS4%s", rq->secret_key);
 
-	if (n < 0 || (size_t)n >= sizeof(secret))
-		return -ENAMETOOLONG;
+	if (n < 0)
+		return -ENOMEM;
 	hmac(secret, (size_t)n, date, k);
 	hmac(k, 32, rq->region, k);
 	hmac(k, 32, rq->service, k);
 	hmac(k, 32, "aws4_request", k);
 	hmac(k, 32, sts, digest);
 	to_hex(digest, 32, sig_hex);
-	/* The secret and the derived key are not left on the stack. */
-	explicit_bzero(secret, sizeof(secret));
+	/* The secret and the derived key are not left in memory. */
+	explicit_bzero(secret, (size_t)n);
+	free(secret);
 	explicit_bzero(k, sizeof(k));
 	return 0;
 }
 
 int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
-                                 char *out, size_t len)
+                                 char **out)
 {
 	struct buf canon = {0}, names = {0}, sts = {0};
 	unsigned char digest[32];
 	char hash_hex[65], sig_hex[65], date[9];
-	int rc, n;
+	int rc;
+
+	*out = NULL;
 
 	rc = canonical_request(rq, &canon, &names);
 	if (rc)
@@ -271,13 +271,14 @@ int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
 		rc = signature(rq, date, sts.p, sig_hex);
 	if (rc)
 		goto out;
-	n = snprintf(out, len,
+	if (asprintf(out,
 	             "AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, "
 	             "SignedHeaders=%s, Signature=%s",
 	             rq->access_key, date, rq->region, rq->service,
-	             names.p ? names.p : "", sig_hex);
-	if (n < 0 || (size_t)n >= len)
-		rc = -ENAMETOOLONG;
+	             names.p ? names.p : "", sig_hex) < 0) {
+		*out = NULL;
+		rc = -ENOMEM;
+	}
 out:
 	free(canon.p);
 	free(names.p);
@@ -288,11 +289,10 @@ out:
 #else
 
 int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
-                                 char *out, size_t len)
+                                 char **out)
 {
 	(void)rq;
-	if (len)
-		out[0] = '\0';
+	*out = NULL;
 	return -ENOTSUP;
 }
 

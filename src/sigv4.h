@@ -32,18 +32,17 @@ struct gpufile__sigv4_request {
 #define GPUFILE__SHA256_EMPTY                                                  \
 	"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-/* Writes the Authorization header value ("AWS4-HMAC-SHA256
- * Credential=..., SignedHeaders=..., Signature=...") into out (len bytes).
- * Headers may come in any order and case of names; they are sorted here.
- * Returns 0, -ENOMEM, -ENAMETOOLONG when out is too small, or -ENOTSUP
- * when built without libcrypto. */
+/* The Authorization header value ("AWS4-HMAC-SHA256 Credential=...,
+ * SignedHeaders=..., Signature=...") into *out, allocated and sized from
+ * the request (the caller wipes and frees it). Headers may come in any
+ * order and case of names; they are sorted here. Returns 0, -ENOMEM, or
+ * -ENOTSUP when built without libcrypto (*out NULL on failure). */
 int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
-                                 char *out, size_t len);
+                                 char **out);
 
-/* URI-encodes text the way SigV4 wants (unreserved A-Z a-z 0-9 - . _ ~
- * kept; '/' kept when keep_slash), into out (len bytes). Returns 0 or
- * -ENAMETOOLONG. */
-int gpufile__sigv4_uri_encode(const char *text, int keep_slash, char *out,
-                              size_t len);
+/* text URI-encoded the way SigV4 wants (unreserved A-Z a-z 0-9 - . _ ~
+ * kept; '/' kept when keep_slash), allocated and sized from text (the
+ * caller frees it), or NULL when out of memory. */
+char *gpufile__sigv4_uri_encode(const char *text, int keep_slash);
 
 #endif

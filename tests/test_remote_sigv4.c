@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <gpufile.h>
+#include <stdlib.h>
 
 static const char *suite_secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 
@@ -32,9 +33,11 @@ static void sign_suite(const char *query, const char *want_sig)
 	    .access_key = "AKIDEXAMPLE",
 	    .secret_key = suite_secret,
 	};
-	char auth[512], want[512];
+	char *auth = NULL, want[512];
 
-	CHECK_EQ(gpufile__sigv4_authorization(&rq, auth, sizeof(auth)), 0);
+	CHECK_EQ(gpufile__sigv4_authorization(&rq, &auth), 0);
+	if (!auth)
+		return;
 	snprintf(want, sizeof(want),
 	         "AWS4-HMAC-SHA256 "
 	         "Credential=AKIDEXAMPLE/20150830/us-east-1/service/"
@@ -43,6 +46,7 @@ static void sign_suite(const char *query, const char *want_sig)
 	CHECK(strcmp(auth, want) == 0);
 	if (strcmp(auth, want) != 0)
 		fprintf(stderr, "got  %s\nwant %s\n", auth, want);
+	free(auth);
 }
 
 static void sign_s3_get_object(void)
@@ -66,29 +70,59 @@ static void sign_s3_get_object(void)
 	    .access_key = "AKIAIOSFODNN7EXAMPLE",
 	    .secret_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
 	};
-	char auth[512];
+	char *auth = NULL, *secret, *access;
 
-	CHECK_EQ(gpufile__sigv4_authorization(&rq, auth, sizeof(auth)), 0);
+	CHECK_EQ(gpufile__sigv4_authorization(&rq, &auth), 0);
+	if (!auth)
+		return;
 	CHECK_CONTAINS(auth, "Credential=AKIAIOSFODNN7EXAMPLE/20130524/"
 	                     "us-east-1/s3/aws4_request, SignedHeaders=host;"
 	                     "range;x-amz-content-sha256;x-amz-date, ");
 	CHECK_CONTAINS(auth, "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44"
 	                     "f0170aba48dd91039c6036bdb41");
-	/* Too small an output: an error, not a truncated header. */
-	CHECK_EQ(gpufile__sigv4_authorization(&rq, auth, 40), -ENAMETOOLONG);
+	free(auth);
+	/* A secret key of 300 bytes and an access key of 600 (the header
+	 * and the signing key were fixed buffers of 512 and 256 bytes):
+	 * sized from them, never cut or refused. */
+	secret = malloc(301);
+	access = malloc(601);
+	if (!secret || !access)
+		goto out;
+	memset(secret, 's', 300);
+	secret[300] = '\0';
+	memset(access, 'A', 600);
+	access[600] = '\0';
+	rq.secret_key = secret;
+	rq.access_key = access;
+	CHECK_EQ(gpufile__sigv4_authorization(&rq, &auth), 0);
+	if (auth) {
+		CHECK_CONTAINS(auth, access);
+		CHECK(strlen(auth) > 600 + 64);
+		free(auth);
+	}
+out:
+	free(secret);
+	free(access);
 }
 
 static void uri_encoding(void)
 {
-	char out[64];
+	char *out, key[801];
 
-	CHECK_EQ(
-	    gpufile__sigv4_uri_encode("dir/a b+c~_.-Z9", 1, out, sizeof(out)),
-	    0);
-	CHECK(strcmp(out, "dir/a%20b%2Bc~_.-Z9") == 0);
-	CHECK_EQ(gpufile__sigv4_uri_encode("a/b", 0, out, sizeof(out)), 0);
-	CHECK(strcmp(out, "a%2Fb") == 0);
-	CHECK_EQ(gpufile__sigv4_uri_encode("abcdef", 1, out, 4), -ENAMETOOLONG);
+	out = gpufile__sigv4_uri_encode("dir/a b+c~_.-Z9", 1);
+	CHECK(out && strcmp(out, "dir/a%20b%2Bc~_.-Z9") == 0);
+	free(out);
+	out = gpufile__sigv4_uri_encode("a/b?c#d", 0);
+	CHECK(out && strcmp(out, "a%2Fb%3Fc%23d") == 0);
+	free(out);
+	/* An 800-byte UTF-8 key (S3 allows 1024) encodes to 2400 bytes, past
+	 * the 2047 of the buffer it once had. */
+	for (int i = 0; i < 400; i++)
+		memcpy(key + 2 * i, "\xc3\xbc", 2); /* u with diaeresis */
+	key[800] = '\0';
+	out = gpufile__sigv4_uri_encode(key, 1);
+	CHECK(out && strlen(out) == 2400 && strncmp(out, "%C3%BC", 6) == 0);
+	free(out);
 }
 
 int main(void)

@@ -24,6 +24,15 @@ SIZE bytes at every path; the first path component picks a behaviour:
   /chunkedhead/...    HEAD without Content-Length (chunked); GETs correct
   /keepdots/...       correct only for a path holding "/../" as sent (an
                       S3 key is not normalised), else 404
+  /emptyget/...       an empty object whose HEAD is refused (403, as for a
+                      URL presigned for GET): GETs are 200, Content-Length 0
+                      (a server that ignores Range on an empty object)
+  /extrabytes/...     each response leaves bytes after its Content-Length
+                      on the kept-alive connection: the next response on
+                      it comes after them (the first one on a connection
+                      is clean)
+  /longetag/...       HEAD: a strong ETag of 300 bytes; GETs: another one of
+                      300 bytes differing only in its last characters
 
 Prints "PORT <n>" on stdout once listening; runs until killed.
 Usage: fault_server.py SIZE [STALL_SECONDS]
@@ -71,6 +80,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def etag(self, head):
         m = self.mode()
+        if m == "longetag":
+            return [("ETag", '"%s%s"' % ("e" * 296, "v1" if head else "v2"))]
         if m == "etagswap":
             return [("ETag", '"v1"' if head else '"v2"')]
         if m == "weaketag":
@@ -81,7 +92,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         m = self.mode()
         if m == "e404" or (m == "keepdots" and "/../" not in self.path):
             return self.send(404, [("Content-Length", "0")])
-        if m == "presigned":
+        if m in ("presigned", "emptyget"):
             return self.send(403, [("Content-Length", "0")])
         if m == "empty":
             return self.send(405, [("Content-Length", "0")])
@@ -99,6 +110,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if m == "empty":
             return self.send(416, [("Content-Length", "0"),
                                    ("Content-Range", "bytes */0")])
+        if m == "emptyget":
+            return self.send(200, [("Content-Length", "0")])
+        if m == "extrabytes":
+            # What the previous response on this connection sent past
+            # its Content-Length reaches the client before this one.
+            served = getattr(self, "served", 0)
+            self.served = served + 1
+            if served:
+                self.wfile.write(b"LEFTOVER-BYTES\r\n")
         if m == "e403":
             body = b"<Error>AccessDenied</Error>"
             return self.send(403, [("Content-Length", str(len(body)))], body)
