@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "cufile_json.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -450,8 +451,8 @@ static int config_load(const char *path, gpufile_cufile_config_t *out)
 {
 	/* A path to read: ignored by a privileged (setuid) process. */
 	const char *env = gpufile__path_getenv("CUFILE_ENV_PATH_JSON");
-	const char *source, *kind = NULL;
-	char *text = NULL;
+	const char *source, *kind = NULL, *name;
+	char *text = NULL, *shown;
 	size_t len = 0;
 	int rc;
 
@@ -468,21 +469,29 @@ static int config_load(const char *path, gpufile_cufile_config_t *out)
 	rc = slurp(path, &text, &len, &kind);
 	if (rc == -ENOENT && strcmp(source, "/etc/cufile.json") == 0)
 		return 0; /* no file: cuFile's defaults */
-	snprintf(out->path, sizeof(out->path), "%s", path);
+	/* A path written like a URL is named as every URL is (remote.c):
+	 * without what could be a password or a signature. */
+	shown = gpufile__is_url(path) ? gpufile__remote_redact(path) : NULL;
+	name = shown                   ? shown
+	       : gpufile__is_url(path) ? GPUFILE__URL_NOT_SHOWN
+	                               : path;
+	snprintf(out->path, sizeof(out->path), "%s", name);
 	snprintf(out->path_source, sizeof(out->path_source), "%s", source);
 	if (rc && kind)
-		return gpufile__fail(rc,
-		                     "reading %s (%s): it is %s, not a regular "
-		                     "file; cufile.json must be a regular file "
-		                     "(cuFile reads it again itself)",
-		                     path, source, kind);
-	if (rc)
-		return gpufile__fail(rc, "reading %s (%s): %s", path, source,
-		                     rc == -EFBIG ? "larger than 4 MiB, "
-		                                    "not a cufile.json"
-		                                  : strerror(-rc));
-	rc = gpufile__cufile_json_parse(text, len, path, out);
+		rc = gpufile__fail(rc,
+		                   "reading %s (%s): it is %s, not a regular "
+		                   "file; cufile.json must be a regular file "
+		                   "(cuFile reads it again itself)",
+		                   name, source, kind);
+	else if (rc)
+		rc = gpufile__fail(rc, "reading %s (%s): %s", name, source,
+		                   rc == -EFBIG ? "larger than 4 MiB, "
+		                                  "not a cufile.json"
+		                                : strerror(-rc));
+	else
+		rc = gpufile__cufile_json_parse(text, len, name, out);
 	free(text);
+	free(shown);
 	if (rc) {
 		/* Keep the file's name, but none of its values. */
 		gpufile_cufile_config_t keep = *out;

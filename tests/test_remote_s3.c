@@ -78,6 +78,22 @@ int main(void)
 	read_whole("s3://bucket/dir/sub dir/a+b=c,d~e_(1).bin");
 	/* Dot segments are part of the key, signed and sent as written. */
 	read_whole("s3://bucket/dir/../dots.bin");
+	/* '#' and '?' are characters of a key, sent encoded and signed, and
+	 * the handle's name keeps them (read_whole_and_part compares
+	 * gpufile_filename() with the URL). */
+	read_whole("s3://bucket/hash#frag.bin");
+	read_whole("s3://bucket/q?x=1&y=2.bin");
+	/* A key of 800 bytes of UTF-8 (S3 allows 1024) encodes to 2400
+	 * bytes: it was refused as "key too long" past 2047. */
+	{
+		char url[16 + 800 + 1] = "s3://bucket/";
+		size_t at = strlen(url);
+
+		for (int i = 0; i < 400; i++, at += 2)
+			memcpy(url + at, "\xc3\xbc", 2); /* u with diaeresis */
+		url[at] = '\0';
+		read_whole(url);
+	}
 
 	/* gpufile check's report: never the secret. */
 	rc = gpufile_remote_info("s3://bucket/plain.bin", report,

@@ -127,10 +127,19 @@ int cmd_check(int argc, char **argv)
 	if (n > MAX_ITEMS)
 		n = MAX_ITEMS;
 	input_failed = count_items(items, n, counts);
-	if (as_json)
-		print_json(path, items, n, counts);
-	else
+	if (as_json) {
+		/* PATH as the library shows it: a URL redacted. */
+		char *shown = path ? util_shown_path(path) : NULL;
+
+		if (path && !shown) {
+			free(items);
+			return util_error(cmd, "out of memory");
+		}
+		print_json(shown, items, n, counts);
+		free(shown);
+	} else {
 		print_text(items, n, counts);
+	}
 	free(items);
 	return input_failed ? EXIT_RUNTIME : EXIT_OK;
 }

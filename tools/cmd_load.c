@@ -38,7 +38,7 @@ static const char load_usage[] =
     "Exit status: 0 ok, 1 I/O, format or runtime error, 2 usage error.\n";
 
 struct load_file {
-	const char *path;
+	char *path; /* as the library shows it: a URL redacted */
 	int tensors;
 	uint64_t bytes;
 	double open_seconds, seconds;
@@ -46,18 +46,19 @@ struct load_file {
 	char reason[512];
 };
 
-/* Opens, allocates, loads and frees one file; fills *f. */
-static int load_one(const char *cmd, int device, struct load_file *f)
+/* Opens path, allocates, loads and frees; fills *f. */
+static int load_one(const char *cmd, int device, const char *path,
+                    struct load_file *f)
 {
 	struct target mem = {.device = device};
-	char what[4200];
+	char *what = NULL;
 	gpufile_safetensors_t *st = NULL;
 	size_t len, shift;
 	double t0 = util_now();
 	ssize_t n;
 	int rc = EXIT_RUNTIME;
 
-	if (gpufile_safetensors_open(&st, f->path))
+	if (gpufile_safetensors_open(&st, path))
 		return util_error(cmd, "%s", gpufile_errmsg());
 	f->open_seconds = util_now() - t0;
 	f->tensors = gpufile_safetensors_count(st);
@@ -66,7 +67,11 @@ static int load_one(const char *cmd, int device, struct load_file *f)
 	 * offset modulo 4096, so that page-aligned file ranges (every task)
 	 * land page-aligned, as O_DIRECT and cuFile's direct path want;
 	 * gpufile read of the same file gets that by starting at offset 0. */
-	snprintf(what, sizeof(what), "the data section of %s", f->path);
+	if (asprintf(&what, "the data section of %s", f->path) < 0) {
+		what = NULL;
+		util_error(cmd, "out of memory");
+		goto out;
+	}
 	if (target_alloc(cmd, &mem, len + PAGE, what))
 		goto out;
 	/* buf + shift is congruent to the data offset (unsigned arithmetic
@@ -87,6 +92,7 @@ static int load_one(const char *cmd, int device, struct load_file *f)
 		goto out;
 	rc = EXIT_OK;
 out:
+	free(what);
 	target_free(&mem);
 	gpufile_safetensors_close(st);
 	return rc;
@@ -223,8 +229,10 @@ int cmd_load(int argc, char **argv)
 	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
-		files[i].path = argv[first + i];
-		rc = load_one(cmd, t.device, &files[i]);
+		files[i].path = util_shown_path(argv[first + i]);
+		rc = files[i].path
+		         ? load_one(cmd, t.device, argv[first + i], &files[i])
+		         : util_error(cmd, "out of memory");
 	}
 	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
@@ -236,6 +244,8 @@ int cmd_load(int argc, char **argv)
 			report_text(files, nfiles, target, t.reason, &before,
 			            &after);
 	}
+	for (int i = 0; i < nfiles; i++)
+		free(files[i].path);
 	free(files);
 	return rc;
 }

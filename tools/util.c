@@ -490,3 +490,15 @@ void util_print_settings_line(void)
 	}
 	printf("  (all: gpufile config)\n");
 }
+
+char *util_shown_path(const char *path)
+{
+	ssize_t n = gpufile_redact_url(path, NULL, 0);
+	char *shown = n < 0 ? NULL : malloc((size_t)n + 1);
+
+	if (shown && gpufile_redact_url(path, shown, (size_t)n + 1) != n) {
+		free(shown);
+		shown = NULL;
+	}
+	return shown;
+}

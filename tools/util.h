@@ -158,4 +158,9 @@ void util_print_paths(const struct gpufile_stats *before,
 /* Prints the settings that shape a request's split, in one line. */
 void util_print_settings_line(void);
 
+/* path as the library shows it (gpufile_redact_url: a URL without its
+ * password, query and fragment), allocated and sized from it: the
+ * caller frees it. NULL when out of memory. */
+char *util_shown_path(const char *path);
+
 #endif

@@ -225,14 +225,14 @@ class File:
                             % type(flags).__name__)
         raw = _args.c_path(path, "File")
         _args.c_text(flags, "flags", "File")
-        self.name = os.fsdecode(path)
+        # A URL may carry secrets (a presigned query, user:password):
+        # named as the library names it, in every message and exception.
+        self.name = _lib.shown_name(os.fsdecode(path))
         self.flags = flags
         lib = _lib.lib()
         handle = ctypes.c_void_p()
         rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
-        # A URL may carry secrets (a presigned query, user:password): the
-        # library's messages and its gpufile_filename() are redacted.
-        _lib.check(rc, filename=_lib.shown_name(self.name))
+        _lib.check(rc, filename=self.name)
         if "://" in self.name:
             name = lib.gpufile_filename
             name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]

@@ -370,8 +370,10 @@ def run_cli(command, *operands):
         return json.loads(out)
     except ValueError:
         code = errno.EINVAL if p.returncode == 2 else errno.EIO
+        # The operands as the tool shows them: a URL without its secrets.
+        shown = argv[:4] + [_lib.shown_name(a) for a in argv[4:]]
         raise OSError(code, "%s exited with status %d and no JSON: %s"
-                      % (" ".join(argv), p.returncode, err or out.strip())) from None
+                      % (" ".join(shown), p.returncode, err or out.strip())) from None
 
 
 def check(path=None):

@@ -182,10 +182,22 @@ def make_error(code, message=None, filename=None):
 
 
 def shown_name(name):
-    """name as an exception's filename: None for a URL, whose
-    user:password or presigned query would show there. The library's
-    messages name a URL without them (gpufile__remote_redact)."""
-    return None if "://" in name else name
+    """name as gpufile shows it in messages and exceptions: a URL without
+    its user information, query and fragment (user:password, a presigned
+    signature), through the library's one redaction, gpufile_redact_url;
+    anything else unchanged."""
+    if "://" not in name:
+        return name
+    f = lib().gpufile_redact_url
+    f.restype = ctypes.c_ssize_t
+    f.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    raw = os.fsencode(name)
+    n = f(raw, None, 0)
+    if n < 0:
+        return "(a URL, not shown: %s)" % strerror(n)
+    buf = ctypes.create_string_buffer(n + 1)
+    f(raw, buf, n + 1)
+    return os.fsdecode(buf.value)
 
 
 def check(rc, filename=None):

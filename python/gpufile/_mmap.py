@@ -62,7 +62,7 @@ class Mmap:
         # ctypes would wrap an offset of 2**64 + 4096 to 4096.
         raw = _args.c_path(file_path, "Mmap")
         _args.c_text(flags, "flags", "Mmap")
-        self.name = os.fsdecode(file_path)
+        self.name = _lib.shown_name(os.fsdecode(file_path))  # URL: redacted
         offset = _args.offset(initial_map_offset, "Mmap", "initial_map_offset")
         if initial_map_size is None:
             size = 0  # the library's "to the end of the file"
@@ -77,7 +77,7 @@ class Mmap:
         rc = _f("gpufile_mmap_open")(ctypes.byref(handle), raw,
                                      flags.encode(), offset, size)
         # A URL is refused, named without its secrets (as File does).
-        _lib.check(rc, filename=_lib.shown_name(self.name))
+        _lib.check(rc, filename=self.name)
         # As File's handle (see File): calls are shared calls of it.
         self._h = Owned(handle.value, _f("gpufile_mmap_close"),
                         "Mmap %r" % self.name)

@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 
+from .. import _lib
 from . import _core, _slice
 from ._core import TensorInfo, dtype_order
 
@@ -157,7 +158,8 @@ class safe_open:
 
     def __init__(self, filename, framework="pt", device="cpu"):
         self._fw = _core.framework(framework)
-        self._device = _core._parse_cuda_device(device, os.fsdecode(filename))
+        self._device = _core._parse_cuda_device(
+            device, _lib.shown_name(os.fsdecode(filename)))
         self._h = _core.Header(filename)
         self._staging = _slice.Staging()
 
@@ -263,7 +265,14 @@ def _checkpoint_files(path):
             return None, path, [os.path.join(path, n) for n in shards]
     if not path.endswith(".json"):
         return None, os.path.dirname(path), [path]
-    with open(path, "rb") as f:
+    failed = None
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        failed = (type(e), e.errno, e.strerror)
+    if failed:  # named as the library names a URL; no chained original
+        raise failed[0](failed[1], failed[2], _lib.shown_name(path))
+    with f:
         try:
             index = json.load(f)
         except ValueError as e:

@@ -134,7 +134,8 @@ class Header:
         self._c = None
         # A C string ends at a NUL: "a.safetensors\0junk" opened a.safetensors.
         raw = _args.c_path(path, "safetensors")
-        self.path = os.fsdecode(path)
+        # A URL named as the library names it: no password, no query.
+        self.path = _lib.shown_name(os.fsdecode(path))
         lib = _c()
         out = ctypes.c_void_p()
         rc = lib.gpufile_safetensors_open(ctypes.byref(out), raw)
@@ -768,7 +769,8 @@ def save(tensors, path, metadata):
         try:
             dtype, shape, nbytes, ptr, keep = fw.describe(obj)
         except ValueError as e:
-            raise ValueError("%s: tensor %r: %s" % (os.fsdecode(path), name, e)) from None
+            raise ValueError("%s: tensor %r: %s"
+                             % (_lib.shown_name(os.fsdecode(path)), name, e)) from None
         entries.append((name, dtype, shape, nbytes))
         ptrs[name] = (ptr, keep)  # keep: what holds the memory
     header, layout = build_header(entries, metadata)
