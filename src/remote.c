@@ -41,108 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int gpufile__is_url(const char *path)
-{
-	return path && (strncasecmp(path, "http://", 7) == 0 ||
-	                strncasecmp(path, "https://", 8) == 0 ||
-	                strncmp(path, "s3://", 5) == 0);
-}
-
-/* 1 when text, up to the next '/', '?', '#' or its end, could be a host
- * and port: a name, an IPv4 or a bracketed IPv6 address. */
-static int host_like(const char *text)
-{
-	size_t n =
-	    strspn(text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
-	                 "vwxyz0123456789.-_~%:[]");
-
-	return n > 0 && (text[n] == '\0' || text[n] == '/' || text[n] == '?' ||
-	                 text[n] == '#');
-}
-
-/*
- * scheme://[user:password@]host[:port]/path[?query][#fragment] without the
- * user information, the query (a presigned URL's signature, a token) and
- * the fragment. A password may hold a raw '/', '?', '#' or '@' (not valid
- * in a URL, but typed so): RFC 3986 would end the host at its first '/',
- * '?' or '#' and show the rest of the password as a path or a query. So
- * the user information ends at the LAST '@' that is followed by something
- * shaped like a host:
- *   - inside the authority that RFC 3986 reads: the usual case;
- *   - in what RFC 3986 reads as the path (a password with a '/', or an '@'
- *     in the path): the text after that '@' is shown, "<redacted>@" first;
- *   - in what it reads as the query or fragment (a password with a '?' or
- *     '#', or an '@' in the query): nothing after the scheme can be told
- *     from a secret, and nothing is shown.
- * An s3:// URL is s3://BUCKET/KEY and a key may hold '?', '#' and '@': only
- * user information in the bucket part is dropped, the key is shown whole.
- */
-char *gpufile__remote_redact(const char *url)
-{
-	static const char query_mark[] = "?<query redacted>";
-	static const char user_mark[] = "<redacted>@";
-	const char *sep = strstr(url, "://");
-	const char *rest = sep ? sep + 3 : url;
-	const size_t scheme_len = (size_t)(rest - url);
-	const size_t auth_len = strcspn(rest, "/?#");
-	const char *query = rest + auth_len + strcspn(rest + auth_len, "?#");
-	const char *host = rest, *at = NULL, *end, *mark = "";
-	char *out;
-
-	if (strncmp(url, "s3://", 5) == 0) {
-		const char *a = memrchr(rest, '@', auth_len);
-
-		host = a ? a + 1 : rest;
-		end = host + strlen(host);
-	} else {
-		for (const char *p = rest + strlen(rest); p-- > rest;)
-			if (*p == '@' && host_like(p + 1)) {
-				at = p;
-				break;
-			}
-		if (!at || at < rest + auth_len) {
-			const char *a = memrchr(rest, '@', auth_len);
-
-			host = a ? a + 1 : rest;
-			end = query;
-		} else if (at < query) {
-			mark = user_mark;
-			host = at + 1;
-			end = host + strcspn(host, "?#");
-		} else {
-			mark = "<redacted>";
-			host = end = rest + strlen(rest);
-		}
-	}
-	/* Sized from url: never more than it, plus the two marks. */
-	out = malloc(strlen(url) + sizeof(user_mark) + sizeof(query_mark));
-	if (!out)
-		return NULL;
-	sprintf(out, "%.*s%s%.*s%s", (int)scheme_len, url, mark,
-	        (int)(end - host), host, *end == '?' ? query_mark : "");
-	return out;
-}
-
-ssize_t gpufile_redact_url(const char *path, char *out, size_t len)
-{
-	char *shown;
-	size_t n;
-
-	if (!path || (!out && len))
-		return gpufile__fail(-EINVAL, "gpufile_redact_url: %s is NULL",
-		                     path ? "out" : "path");
-	shown =
-	    gpufile__is_url(path) ? gpufile__remote_redact(path) : strdup(path);
-	if (!shown)
-		return gpufile__fail(-ENOMEM, "gpufile_redact_url: out of "
-		                              "memory");
-	n = strlen(shown);
-	if (len)
-		snprintf(out, len, "%s", shown);
-	free(shown);
-	return (ssize_t)n;
-}
-
 #if GPUFILE_HAVE_CURL
 #include <curl/curl.h>
 
@@ -1114,14 +1012,18 @@ static int learn_size(struct gpufile__remote *rm)
 
 static int remote_new(struct gpufile__remote **out, const char *url)
 {
+	struct gpufile__url_parts shown;
 	struct gpufile__remote *rm;
 	int rc;
 
 	*out = NULL;
+	/* The messages of a failed allocation name the URL too. */
+	gpufile__url_parts(url, &shown);
 	rm = calloc(1, sizeof(*rm));
 	if (!rm)
-		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                     GPUFILE__URL_NOT_SHOWN);
+		return gpufile__fail(
+		    -ENOMEM, "opening " GPUFILE__URL_FMT ": out of memory",
+		    GPUFILE__URL_ARGS(shown));
 	pthread_mutex_init(&rm->own_lock, NULL);
 	rm->lock = &rm->own_lock;
 	pthread_cond_init(&rm->freed, NULL);
@@ -1129,8 +1031,9 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 	/* Every message from here names the URL this way. */
 	rm->shown = gpufile__remote_redact(url);
 	if (!rm->shown) {
-		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                   GPUFILE__URL_NOT_SHOWN);
+		rc = gpufile__fail(
+		    -ENOMEM, "opening " GPUFILE__URL_FMT ": out of memory",
+		    GPUFILE__URL_ARGS(shown));
 		goto fail;
 	}
 	rc = load_settings(rm);

@@ -66,8 +66,21 @@ int gpufile__remote_not_local(const char *url, const char *what);
  * gpufile_redact_url() (the CLI, the Python binding) calls it. */
 char *gpufile__remote_redact(const char *url);
 
+/* The same form as pieces of url, for a message that must name it without
+ * allocating (out of memory): printf(GPUFILE__URL_FMT,
+ * GPUFILE__URL_ARGS(parts)) prints what gpufile__remote_redact() returns.
+ * The pointers are into url and static text. */
+struct gpufile__url_parts {
+	const char *scheme, *mark, *shown, *tail;
+	int scheme_len, shown_len;
+};
+void gpufile__url_parts(const char *url, struct gpufile__url_parts *out);
+#define GPUFILE__URL_FMT "%.*s%s%.*s%s"
+#define GPUFILE__URL_ARGS(p)                                                   \
+	(p).scheme_len, (p).scheme, (p).mark, (p).shown_len, (p).shown, (p).tail
+
 /* What a message shows in place of a URL whose redacted form could not be
- * made (out of memory): never the URL itself. */
+ * made (out of memory) where its pieces are not at hand: never the URL. */
 #define GPUFILE__URL_NOT_SHOWN "(a URL, not shown: out of memory)"
 
 /* gpufile_remote_info()'s report on url, into *report (allocated, sized
