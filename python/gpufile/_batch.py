@@ -201,7 +201,8 @@ class BatchRead:
         if not self._c.closed:
             start = time.monotonic()
             try:
-                b = self._c.enter(exclusive=True, timeout=timeout)
+                b = self._c.enter(exclusive=True,
+                                  timeout=None if ms is None else ms / 1000)
             except ValueError:
                 b = 0  # freed, or being freed: _end() waits for it
             if b is None:

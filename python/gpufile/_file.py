@@ -4,6 +4,7 @@ import collections
 import ctypes
 import errno
 import os
+import time
 
 from . import _args
 from . import _buffers
@@ -135,13 +136,22 @@ class Future:
         May be called again, from any thread; returns or raises the same."""
         if not self._ended:
             ms = _args.wait_ms(timeout, self._what)
+            start = time.monotonic()
             try:
-                out = self._c.enter(exclusive=True)
+                # Another thread's get() first: within the timeout too.
+                out = self._c.enter(exclusive=True,
+                                    timeout=None if ms is None else ms / 1000)
+                if out is None:
+                    raise TimeoutError(errno.ETIMEDOUT, "%s: not done after "
+                                       "%gs" % (self._what, timeout))
             except ValueError:
-                out = None  # freed, or being freed: close() waits for it
-            if out is not None:
+                pass  # freed, or being freed: close() waits for it
+            else:
                 try:
                     if not self._ended:  # by a get() this one waited for
+                        if ms is not None:  # what is left of the timeout
+                            ms = max(0, ms - int(1000 * (time.monotonic()
+                                                         - start)))
                         self._wait(out, ms, timeout)
                 finally:
                     self._c.leave(exclusive=True)

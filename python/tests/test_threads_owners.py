@@ -423,6 +423,49 @@ def test_futures_got_done_and_closed_at_once(monkeypatch, data_file):
             assert np.array_equal(o, data[i << 18:(i + 1) << 18])
 
 
+@pytest.mark.parametrize("kind", ["Future", "BatchRead"])
+def test_wait_with_timeout_while_another_thread_waits(monkeypatch, data_file,
+                                                      kind):
+    """get(timeout) of a Future (wait(timeout) of a batch) while another
+    thread waits for it without one: the second waited for the first,
+    however long, past its own timeout. It raises TimeoutError once its
+    timeout is over, and a later get() (wait()) gives the outcome."""
+    path, _ = data_file
+    lib = _lib.lib()
+    waiting, other = threading.Event(), []
+    real = {"Future": lib.gpufile_future_wait,
+            "BatchRead": _batch._fn("gpufile_batch_wait")}[kind]
+
+    def held(*args):  # the first wait, until the second has ended
+        if not waiting.is_set():
+            waiting.set()
+            _wait_until(lambda: other and not other[0].is_alive())
+        return real(*args)
+
+    if kind == "Future":
+        monkeypatch.setattr(lib, "gpufile_future_wait", held)
+    else:
+        real_fn = _batch._fn
+        monkeypatch.setattr(_batch, "_fn", lambda name: (
+            held if name == "gpufile_batch_wait" else real_fn(name)))
+    with gpufile.File(path) as f:
+        if kind == "Future":
+            obj = f.pread(np.zeros(1 << 20, dtype=np.uint8))
+            wait, want = obj.get, 1 << 20
+        else:
+            obj, _bufs = _batch_of(f)
+            wait, want = obj.wait, [4096] * 16
+        first = _start(wait)
+        assert waiting.wait(WATCHDOG_S)
+        other.append(_start(lambda: wait(timeout=0.01)))
+        other[0].finish()
+        first.finish()
+        assert isinstance(other[0].error, TimeoutError), other[0].error
+        assert "not done after 0.01s" in str(other[0].error)
+        assert first.error is None and first.value == want
+        assert wait(timeout=0.01) == want
+
+
 @pytest.mark.parametrize("kind", ["File", "Mmap", "safe_open", "BatchRead"])
 def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
                                             kind):
