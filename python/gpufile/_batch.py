@@ -141,26 +141,31 @@ class BatchRead:
 
     def _free(self, b):
         """Owned's free function: waits for a batch not waited for (its
-        outcome kept), frees it, and lets go of the buffers."""
-        try:
-            if self._submitted and self._results is None:
+        outcome kept), frees it, and returns what _end() lets go of once
+        close() has returned: the buffers, and the error of that wait."""
+        err = None
+        if self._submitted and self._results is None:
+            try:
                 self._collect(b, -1)
-        finally:
-            _fn("gpufile_batch_free")(b)
-            bufs, self._bufs = self._bufs, []
-            for buf in bufs:
-                buf.release()
+            except Exception as e:  # the batch is freed all the same
+                err = e
+        _fn("gpufile_batch_free")(b)  # waits for the entries in flight
+        bufs, self._bufs = self._bufs, []
+        return bufs, err
 
     def _end(self):
         """Frees the C batch (waiting for it, its outcome kept) and lets go
         of the buffers; from any thread, any number of times: the first
         frees, the others wait for it."""
-        if self._c is not None:
-            self._c.close(self._free)
-        else:  # failed before the C batch was made
-            bufs, self._bufs = self._bufs, []
-            for buf in bufs:
-                buf.release()
+        if self._c is None:  # failed before the C batch was made
+            bufs, err = self._bufs, None
+            self._bufs = []
+        else:
+            bufs, err = self._c.close(self._free) or ((), None)
+        for buf in bufs:
+            buf.release()
+        if err is not None:
+            raise err
 
     def _first_error(self):
         for i, r in enumerate(self._results):
