@@ -138,7 +138,7 @@ class Owned:
 
     def hold(self):
         """with owned.hold() as ptr: a shared call for the block."""
-        return _Section(self, False, True, None)
+        return _Hold(self)
 
     def close(self, free=None):
         """Frees the C object once no call is in flight (see the rule),
@@ -167,22 +167,17 @@ class Owned:
                 self.cond.notify_all()
 
 
-class _Section:
-    __slots__ = ("owned", "exclusive", "blocking", "timeout", "entered")
+class _Hold:
+    __slots__ = ("owned",)
 
-    def __init__(self, owned, exclusive, blocking, timeout):
-        self.owned, self.exclusive = owned, exclusive
-        self.blocking, self.timeout = blocking, timeout
-        self.entered = False
+    def __init__(self, owned):
+        self.owned = owned
 
     def __enter__(self):
-        ptr = self.owned.enter(self.exclusive, self.blocking, self.timeout)
-        self.entered = ptr is not None  # an open object's ptr never is
-        return ptr
+        return self.owned.enter()
 
     def __exit__(self, *exc):
-        if self.entered:
-            self.owned.leave(self.exclusive)
+        self.owned.leave()
         return False
 
 
