@@ -114,6 +114,11 @@ static void test_failed(void)
 	CHECK_CONTAINS(msg, url("/ignorerange/object.bin"));
 	CHECK_CONTAINS(msg, "bytes 70000-");
 	CHECK_CONTAINS(msg, "not retried");
+	/* From offset 0 too: a 200 is the range only when the range is the
+	 * whole object. */
+	n = read_mode("ignorerange", 0, 100000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "ignored the Range request");
 
 	n = read_mode("longlen", 0, 200000, 0, msg, sizeof(msg));
 	CHECK_EQ(n, -EIO);
@@ -127,6 +132,11 @@ static void test_failed(void)
 	n = read_mode("shiftrange", 0, 200000, 0, msg, sizeof(msg));
 	CHECK_EQ(n, -EIO);
 	CHECK_CONTAINS(msg, "Content-Range bytes 1-");
+	/* Only the start differs from the range asked: still not it. */
+	n = read_mode("latestart", 0, 200000, 0, msg, sizeof(msg));
+	CHECK_EQ(n, -EIO);
+	CHECK_CONTAINS(msg, "Content-Range bytes 1-");
+	CHECK_CONTAINS(msg, "for the range asked");
 
 	/* 403 and 404: no retry. */
 	a = remote_stats();
@@ -414,6 +424,16 @@ static void test_settings(void)
 	{
 		char msg[1024];
 		ssize_t n = read_mode("flaky503", 0, 100, 0, msg, sizeof(msg));
+		CHECK_EQ(n, -EIO);
+		CHECK_CONTAINS(msg, "HTTP 503, not retried");
+		/* A status is retried when the list names it, and only
+		 * then: 503 alone retries a 503, 504 does not (ranges not
+		 * read before: flaky503 fails each range's first attempt). */
+		CHECK_EQ(gpufile_config_set("http_status_codes", "503"), 0);
+		CHECK_EQ(read_mode("flaky503", 1000, 100, 1, msg, sizeof(msg)),
+		         100);
+		CHECK_EQ(gpufile_config_set("http_status_codes", "504"), 0);
+		n = read_mode("flaky503", 2000, 100, 0, msg, sizeof(msg));
 		CHECK_EQ(n, -EIO);
 		CHECK_CONTAINS(msg, "HTTP 503, not retried");
 	}

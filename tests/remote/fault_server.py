@@ -11,6 +11,8 @@ SIZE bytes at every path; the first path component picks a behaviour:
   /longlen/...        Content-Length larger than the body, then close
   /shortlen/...       Content-Length and body shorter than the range
   /shiftrange/...     206 whose Content-Range and bytes start one byte later
+  /latestart/...      206 whose Content-Range and bytes start one byte later
+                      but end where asked (a range of one byte: correct)
   /e403/...           HEAD 200, every GET 403
   /e404/...           404 for everything
   /stall/...          GET: headers, then no byte for STALL seconds
@@ -154,6 +156,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             hdr = [("Content-Length", str(len(body))),
                    ("Content-Range",
                     "bytes %d-%d/%d" % (a + 1, a + len(body), SIZE))]
+            return self.send(206, hdr, body)
+        if m == "latestart" and a < b:
+            body = DATA[a + 1:b + 1]
+            hdr = [("Content-Length", str(len(body))),
+                   ("Content-Range", "bytes %d-%d/%d" % (a + 1, b, SIZE))]
             return self.send(206, hdr, body)
         if m == "stall" or (m == "stallonce" and first_time(key)):
             self.send_response(206)
