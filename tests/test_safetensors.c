@@ -218,6 +218,18 @@ static void test_malformed(void)
 	             "\"data_offsets\":[4,2]}}",
 	             4);
 	expect_bad(p, -EBADMSG, "tensor \"w\"", "end before begin", NULL);
+	p = write_st("offs-reversed-1",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],"
+	             "\"data_offsets\":[4,3]}}",
+	             4);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "[4, 3] end before begin",
+	           NULL);
+	/* data_offsets spanning more bytes than the shape holds. */
+	p = write_st("span-long",
+	             "{\"w\":{\"dtype\":\"U16\",\"shape\":[2],"
+	             "\"data_offsets\":[0,6]}}",
+	             6);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "(4 bytes)", "span 6 bytes");
 	p = write_st("offs-outside",
 	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[8],"
 	             "\"data_offsets\":[0,8]}}",
@@ -232,6 +244,15 @@ static void test_malformed(void)
 	    6);
 	expect_bad(p, -EBADMSG, "tensor \"b\"", "overlap tensor \"a\"",
 	           "[2, 6]");
+	/* One byte shared is an overlap too. */
+	p = write_st(
+	    "overlap-1",
+	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
+	    "4]},\"b\":{\"dtype\":\"U8\",\"shape\":[4],"
+	    "\"data_offsets\":[3,7]}}",
+	    7);
+	expect_bad(p, -EBADMSG, "tensor \"b\"", "overlap tensor \"a\"",
+	           "[3, 7]");
 	p = write_st(
 	    "gap",
 	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
