@@ -47,11 +47,11 @@
 # tree (tracked and untracked, not ignored files), so uncommitted changes
 # are checked too.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 root=$PWD
 
-jobs=2 limit=300 keep= list=scripts/mutations.txt all_tests=0 check_only=0
-table_out=
+jobs=2 limit=300 keep="" list=scripts/mutations.txt all_tests=0 check_only=0
+table_out=""
 usage() { sed -n "8,25p" "$0" | sed "s/^# \{0,1\}//" >&2; exit "${1:-2}"; }
 while getopts "j:t:k:f:o:ach" opt; do
 	case $opt in
@@ -291,7 +291,7 @@ build_for() {
 
 # Everything once, unmutated, then the union of the tests the selected
 # mutations run: none may fail there.
-union= union_py= whole=0 sets=()
+union="" union_py="" whole=0 sets=()
 for m in "${muts[@]}"; do
 	IFS=$'\x1f' read -r name file tests pyt rule st <<<"$m"
 	[ "$st" = ok ] || continue
