@@ -134,7 +134,7 @@ GPUFILE_API const char *gpufile_strerror(int err);
 
 /* The detailed message of the last failed call in this thread (naming the
  * file, offset, setting or value at fault), or "" when none failed; whole
- * however long (cut to 1023 bytes only where no memory is left). The
+ * however long (cut to 447 bytes only where no memory is left). The
  * string stays valid until the next gpufile call in this thread. */
 GPUFILE_API const char *gpufile_errmsg(void);
 

@@ -10,10 +10,15 @@
 
 /*
  * This thread's message, as long as its text (a path or URL in it is as
- * long as the caller made it): a malloc'd buffer, grown as needed and
- * freed when the thread ends (the key's destructor). Where it cannot
- * grow, the message is cut to fit short_text (the size all messages had
- * before): cut, but never lost.
+ * long as the caller made it): in short_text when it fits, else in a
+ * malloc'd buffer, grown as needed and freed when the thread ends (the
+ * key's destructor). Where no memory is left for it, the message is cut
+ * to fit short_text: cut, but never lost.
+ *
+ * short_text stays small because this is thread-local storage of a
+ * library that Python dlopen()s, whose TLS (initial-exec: map_copy.c's
+ * guard) must fit glibc's static TLS surplus: 2 x 1024 bytes here made
+ * the dlopen fail ("cannot allocate memory in static TLS block").
  *
  * Two slots: gpufile__error_save() sets the message aside by making the
  * other slot current, so that code which may fail on its own (reading a
@@ -21,9 +26,9 @@
  * current again. Per thread, so no lock is involved.
  */
 struct message {
-	char *text; /* malloc'd, cap bytes; or NULL */
+	char *text; /* malloc'd, cap bytes, when short_text is too short */
 	size_t cap;
-	char short_text[1024]; /* when text cannot be had */
+	char short_text[448];
 };
 
 static _Thread_local struct message slots[2];
@@ -48,32 +53,34 @@ static void make_free_key(void)
 	have_free_key = pthread_key_create(&free_key, free_slots) == 0;
 }
 
-/* Where the next message of len bytes (with its NUL) goes: the current
- * slot's buffer, grown to len where it can be (a new buffer, so that the
- * old one, which the text may come from, stays readable until the
- * caller's copy is done: *old gets it, to free after). */
+/* Where the next message of len bytes (with its NUL) goes, *cap bytes:
+ * short_text, the buffer the slot has, or a new one. A buffer the slot
+ * leaves goes to *old, to be freed once the caller has copied the text,
+ * which may come from it. */
 static char *room(size_t len, size_t *cap, char **old)
 {
 	struct message *m = &slots[current];
 	char *grown;
 
 	*old = NULL;
-	if (m->text && m->cap >= len) {
-		*cap = m->cap;
-		return m->text;
+	if (len > sizeof(m->short_text)) {
+		if (m->text && m->cap >= len) {
+			*cap = m->cap;
+			return m->text;
+		}
+		grown = malloc(len);
+		if (grown) {
+			pthread_once(&free_once, make_free_key);
+			if (have_free_key)
+				pthread_setspecific(free_key, slots);
+			*old = m->text;
+			m->text = grown;
+			m->cap = len;
+			*cap = len;
+			return grown;
+		}
 	}
-	grown = malloc(len);
-	if (grown) {
-		pthread_once(&free_once, make_free_key);
-		if (have_free_key)
-			pthread_setspecific(free_key, slots);
-		*old = m->text;
-		m->text = grown;
-		m->cap = len;
-		*cap = len;
-		return grown;
-	}
-	*old = m->text; /* short_text holds more than any buffer it cut */
+	*old = m->text; /* fits, or no memory: short_text */
 	m->text = NULL;
 	m->cap = 0;
 	*cap = sizeof(m->short_text);
