@@ -22,12 +22,18 @@ int gpufile__is_url(const char *path)
 }
 
 /* 1 when text, up to the next '/', '?', '#' or its end, could be a host
- * and port: a name, an IPv4 or a bracketed IPv6 address. */
+ * and port: a name (an internationalized one in UTF-8 too, which libcurl
+ * takes), an IPv4 or a bracketed IPv6 address. */
 static int host_like(const char *text)
 {
-	size_t n =
-	    strspn(text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
-	                 "vwxyz0123456789.-_~%:[]");
+	size_t n = 0;
+
+	while (text[n] &&
+	       ((unsigned char)text[n] >= 0x80 ||
+	        strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+	               "vwxyz0123456789.-_~%:[]",
+	               text[n])))
+		n++;
 
 	return n > 0 && (text[n] == '\0' || text[n] == '/' || text[n] == '?' ||
 	                 text[n] == '#');

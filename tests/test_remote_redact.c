@@ -45,6 +45,11 @@ static void test_redact_table(void)
 	    {"http://u:PLAN?TED@h:1/o", "http://<redacted>"},
 	    {"http://u:12/?#@PLANTED@h/o", "http://<redacted>"},
 	    {"http://PLANTED:x/y@h/o", "http://<redacted>@h/o"},
+	    /* A host libcurl takes (IDN, UTF-8) after such a password. */
+	    {"http://u:PLAN/TED@b\xc3\xbc"
+	     "cher.de/o",
+	     "http://<redacted>@b\xc3\xbc"
+	     "cher.de/o"},
 	    /* An '@' in a query that also holds a secret. */
 	    {"http://h/o?e=a@b&sig=PLANTED", "http://h/o?<query redacted>"},
 	    {"http://h/o?sig=PLANTED@b/c&d=PLANTED", "http://<redacted>"},
