@@ -624,8 +624,16 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 		         "(wrong Content-Length)");
 		return EX_FAIL;
 	}
-	if (cc != CURLE_OK)
-		return transfer_failed(s, cc, errbuf, err, why);
+	if (cc != CURLE_OK) {
+		struct gpufile__url_parts p;
+
+		/* A user information with a raw '/' (the redaction marks it):
+		 * libcurl took a piece of it as the host and port, and its
+		 * detail would quote them. */
+		gpufile__url_parts(rm->url, &p);
+		return transfer_failed(s, cc, p.mark[0] ? "" : errbuf, err,
+		                       why);
+	}
 	if (s->status != 200 && s->status != 206) {
 		*err = s->status == 404 || s->status == 410   ? -ENOENT
 		       : s->status == 401 || s->status == 403 ? -EACCES

@@ -207,6 +207,30 @@ static void test_leftover_bytes(void)
 	dest_free(d);
 }
 
+/* A raw '/' in the user information: libcurl reads the text before it
+ * as the host (and port), and its own detail of the failure ("Could not
+ * resolve host: X", "Failed to connect to X port N") quoted that piece
+ * of the secret. */
+static void test_curl_detail(void)
+{
+	const char *forms[] = {"http://" SECRET "/x@127.0.0.1:%d/ok/o.bin",
+	                       "http://localhost:1/" SECRET "@127.0.0.1:%d/ok/"
+	                       "o.bin"};
+	char url[256];
+
+	CHECK_EQ(gpufile_config_set("http_max_attempts", "1"), 0);
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(url, sizeof(url), forms[i], port);
+		CHECK(gpufile_open(&(gpufile_t *){NULL}, url, "r") < 0);
+		if (strstr(gpufile_errmsg(), SECRET) ||
+		    strstr(gpufile_errmsg(), "localhost port 1 ")) {
+			fprintf(stderr, "  LEAK: %s\n", gpufile_errmsg());
+			CHECK(0);
+		}
+	}
+	CHECK_EQ(gpufile_config_set("http_max_attempts", "3"), 0);
+}
+
 /* S3 keys holding '#' and '?' keep them in the handle's name, the
  * statistics and the messages (s3://bkt/hash#frag.bin showed as
  * s3://bkt/hash). */
@@ -380,6 +404,7 @@ int main(void)
 	test_empty_by_get();
 	test_leftover_bytes();
 	test_s3_key_names();
+	test_curl_detail();
 	test_cli();
 	server_stop(pid);
 	return test_finish("test_remote_redact");
