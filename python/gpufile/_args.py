@@ -101,5 +101,9 @@ def c_path(path, what):
         raise TypeError("%s: a path is a str, bytes or os.PathLike, not %s"
                         % (what, type(path).__name__)) from None
     if b"\0" in raw:
-        raise ValueError("%s: embedded null byte in path %r" % (what, path))
+        shown = path
+        if b"://" in raw:  # a URL: named as the library names it
+            from . import _lib
+            shown = _lib.shown_name(os.fsdecode(raw.replace(b"\0", b"%00")))
+        raise ValueError("%s: embedded null byte in path %r" % (what, shown))
     return raw

@@ -98,3 +98,14 @@ def test_names_are_redacted(port):
         assert f.read(out) == 5000
     # Not a URL: unchanged.
     assert gpufile._lib.shown_name("/tmp/a?b#c@d") == "/tmp/a?b#c@d"
+
+
+def test_embedded_nul_not_shown():
+    # A URL with an embedded NUL is refused before the library sees it;
+    # the ValueError named it with repr(), secrets and all.
+    url = "http://u:%s@127.0.0.1:1/o?X-Amz-Signature=%s\0x" % (SECRET, SECRET)
+    for make in (lambda: gpufile.File(url, "r"),
+                 lambda: gpufile.safetensors.safe_open(url, "np")):
+        with pytest.raises(ValueError) as e:
+            make()
+        assert SECRET not in str(e.value) and SECRET not in repr(e.value)
