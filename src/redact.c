@@ -18,7 +18,7 @@ int gpufile__is_url(const char *path)
 {
 	return path && (strncasecmp(path, "http://", 7) == 0 ||
 	                strncasecmp(path, "https://", 8) == 0 ||
-	                strncmp(path, "s3://", 5) == 0);
+	                strncasecmp(path, "s3://", 5) == 0);
 }
 
 /* 1 when text, up to the next '/', '?', '#' or its end, could be a host
@@ -64,7 +64,7 @@ void gpufile__url_parts(const char *url, struct gpufile__url_parts *out)
 	const char *query = rest + auth_len + strcspn(rest + auth_len, "?#");
 	const char *host = rest, *at = NULL, *end, *mark = "";
 
-	if (strncmp(url, "s3://", 5) == 0) {
+	if (strncasecmp(url, "s3://", 5) == 0) {
 		const char *a = memrchr(rest, '@', auth_len);
 
 		host = a ? a + 1 : rest;

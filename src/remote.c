@@ -1053,7 +1053,7 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 		                   rm->shown);
 		goto fail;
 	}
-	if (strncmp(url, "s3://", 5) == 0) {
+	if (strncasecmp(url, "s3://", 5) == 0) {
 		rc = s3_setup(rm, url);
 		if (rc)
 			goto fail;

@@ -57,6 +57,8 @@ static void test_redact_table(void)
 	    {"s3://bkt/hash#frag.bin", "s3://bkt/hash#frag.bin"},
 	    {"s3://bkt/q?x=1.bin", "s3://bkt/q?x=1.bin"},
 	    {"s3://u:PLANTED@bkt/k", "s3://bkt/k"},
+	    /* A scheme in any case, as http:// and https:// are. */
+	    {"S3://u:PLANTED@bkt/k", "S3://bkt/k"},
 	    {"/local/file?x#y", "/local/file?x#y"},
 	};
 	char out[256];
