@@ -272,10 +272,11 @@ typedef struct gpufile gpufile_t;
  *         (ftruncate), so the file holds what it held before it and the
  *         next append lands there: at once when no other append was in
  *         flight on the handle, else when the last of those has ended.
- *         Only where an append placed after the failed one was written
- *         does the failed one's range stay (zeros where nothing was
- *         written), and its error message says so. Appends from other
- *         handles are not otherwise coordinated.
+ *         Only where an append placed after the failed one was written,
+ *         or another handle or process wrote past the appends' end
+ *         meanwhile, does the failed one's range stay (zeros where
+ *         nothing was written), and its error message says so. Appends
+ *         from other handles are not otherwise coordinated.
  * Anything else fails with GPUFILE_EFLAGS. On success *out owns a handle
  * that gpufile_close() frees. Whether O_DIRECT is used follows the
  * direct_io setting; a file system that refuses O_DIRECT (tmpfs) is read

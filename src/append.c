@@ -19,7 +19,9 @@
  *     or, when an append placed after that one succeeded, to the end of
  *     the last that succeeded: a failed append leaves no byte, and no zero
  *     nobody wrote, in the file unless an append placed after it on the
- *     handle was written, whose bytes are kept where they are.
+ *     handle was written, whose bytes are kept where they are, or
+ *     the file holds bytes past the appends' end (another handle's or
+ *     process's): nothing is cut then, as that would lose them.
  * A failed append is cut at once when it was the only one in flight: its
  * caller sees the file as it was before it (issue 32: an 8 MiB append
  * that failed with ENOSPC in one task grew the file by 8 MiB, the
@@ -71,18 +73,27 @@ int gpufile__append_begin(struct gpufile *h, size_t size, int64_t *offset)
 
 /* Caller holds h->lock; the last append in flight has ended. Cuts the
  * file back to where the failed appends' bytes begin (see above).
- * Returns 0 or -errno. */
+ * Returns 0, 1 when the file holds bytes past the appends' end (another
+ * writer's: nothing is cut), or -errno. */
 static int cut_back(struct gpufile *h, int64_t *cut)
 {
+	const int64_t placed_end = h->append_pos;
 	struct stat st;
 
 	*cut = h->append_failed_from > h->append_ok_end ? h->append_failed_from
 	                                                : h->append_ok_end;
-	if (*cut >= h->append_pos)
+	if (*cut >= placed_end)
 		return 0; /* succeeded up to the end: nothing to cut */
 	h->append_pos = *cut;
 	if (gpufile__sys.fstat(h->fd, &st) != 0)
 		return -errno;
+	/* Bytes past the appends' end are another writer's (another
+	 * handle or process appended meanwhile): cutting would lose them,
+	 * so the failed range stays. */
+	if ((int64_t)st.st_size > placed_end) {
+		h->append_pos = (int64_t)st.st_size;
+		return 1;
+	}
 	/* Never longer: the file may have been cut short meanwhile. */
 	if ((int64_t)st.st_size > *cut &&
 	    gpufile__sys.ftruncate(h->fd, (off_t)*cut) != 0)
@@ -102,7 +113,8 @@ void gpufile__append_end(struct gpufile *h, int64_t offset, size_t size,
 	pthread_mutex_lock(&h->lock);
 	if (failed && offset < h->append_failed_from)
 		h->append_failed_from = offset;
-	if (!failed && end > h->append_ok_end)
+	/* A zero-size append writes nothing: it keeps no failed range. */
+	if (!failed && size && end > h->append_ok_end)
 		h->append_ok_end = end;
 	ok_end = h->append_ok_end;
 	last = --h->appends == 0;
@@ -111,7 +123,14 @@ void gpufile__append_end(struct gpufile *h, int64_t offset, size_t size,
 	pthread_mutex_unlock(&h->lock);
 	if (!failed || !msg || used + 1 >= msg_len)
 		return;
-	if (rc)
+	if (rc == 1)
+		snprintf(msg + used, msg_len - used,
+		         "; %s was written past the appends' end by another "
+		         "writer meanwhile, so its range (offsets %lld to "
+		         "%lld) stays in the file: zeros where nothing was "
+		         "written",
+		         h->path, (long long)offset, (long long)end);
+	else if (rc)
 		snprintf(msg + used, msg_len - used,
 		         "; cutting %s back to %lld bytes, where the failed "
 		         "appends began, failed: %s",

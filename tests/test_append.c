@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -245,6 +246,95 @@ static void two_appends(const char *path, int both_fail)
 	CHECK_EQ(gpufile_close(h), 0);
 	check_hello_at_end(path, both_fail ? 1005 : end + 10);
 	check_head(path, 1000);
+	free(data);
+}
+
+/* Opens the gate by hand: a failing write injected with a gate no write
+ * reaches (INT64_MAX) waits for this. */
+static void open_gate(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+/* A zero-size append placed after a failing one, ended while that one is
+ * in flight, wrote nothing: the failed one is still cut back off (it
+ * counted as an append placed after it that was written, and the failed
+ * range stayed in the file, zeros where its task failed). */
+static void zero_size_after_failed(const char *path)
+{
+	const size_t size = 1u << 20;
+	unsigned char *data = test_malloc(size);
+	gpufile_future_t *fa = NULL;
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(test_make_file(path, 1000, SEED), 0);
+	test_fill(data, size, SEED, 1000);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h) {
+		free(data);
+		return;
+	}
+	inject_one(1000 + (300 << 10), INT64_MAX);
+	CHECK_EQ(gpufile_pwrite_async(h, data, size, 0, &fa), 0);
+	CHECK_EQ(gpufile_pwrite(h, data, 0, 0), 0);
+	open_gate();
+	CHECK_EQ(gpufile_future_wait(fa), -ENOSPC);
+	gpufile_future_free(fa);
+	inject_one(-1, -1);
+	CHECK_EQ(file_size(path), 1000);
+	CHECK_EQ(gpufile_close(h), 0);
+	check_head(path, 1000);
+	free(data);
+}
+
+/* Another writer appends after a failing append's last byte was written,
+ * while the failed task still waits: the cut must not take the other
+ * writer's bytes with it (the file was cut back to the append's start,
+ * and the other writer's 100 bytes were lost). */
+static void other_writer_after_failed(const char *path)
+{
+	const size_t size = 1u << 20;
+	const int64_t end = 1000 + (int64_t)size;
+	unsigned char *data = test_malloc(size), other[100], *back;
+	gpufile_future_t *fa = NULL;
+	gpufile_t *h = NULL;
+	size_t len = 0;
+	int fd;
+	char msg[1024];
+
+	CHECK_EQ(test_make_file(path, 1000, SEED), 0);
+	test_fill(data, size, SEED, 1000);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h) {
+		free(data);
+		return;
+	}
+	inject_one(1000 + (300 << 10), INT64_MAX);
+	CHECK_EQ(gpufile_pwrite_async(h, data, size, 0, &fa), 0);
+	/* Every other task writes; the last brings the file to end. */
+	while (file_size(path) < end)
+		sched_yield();
+	fd = open(path, O_WRONLY | O_APPEND);
+	CHECK(fd >= 0);
+	memset(other, 'x', sizeof(other));
+	CHECK_EQ(write(fd, other, sizeof(other)), (ssize_t)sizeof(other));
+	close(fd);
+	open_gate();
+	CHECK_EQ(gpufile_future_wait(fa), -ENOSPC);
+	snprintf(msg, sizeof(msg), "%s", gpufile_errmsg());
+	gpufile_future_free(fa);
+	inject_one(-1, -1);
+	CHECK_EQ(gpufile_close(h), 0);
+	back = test_read_file(path, &len);
+	CHECK_EQ((int64_t)len, end + 100);
+	CHECK(back && len == (size_t)end + 100 &&
+	      test_mismatch_byte(back + end, 100, 'x') == -1);
+	CHECK_CONTAINS(msg, "stays in the file");
+	check_head(path, 1000);
+	free(back);
 	free(data);
 }
 
@@ -481,6 +571,8 @@ int main(void)
 	two_appends(path, 1);
 	two_appends(path, 0);
 	append_after_other_writer(path);
+	zero_size_after_failed(path);
+	other_writer_after_failed(path);
 	append_ignores_offset(path);
 	appends_in_flight(path);
 	appends_from_threads(path);
