@@ -36,8 +36,10 @@ class Owned:
        call raises ValueError("I/O operation on closed <what>"); a
        close() of another thread meanwhile waits for the first and
        returns None; a close() again returns None. A close() from within
-       a call of the same thread (a signal handler, a finaliser) raises
-       RuntimeError: it could never end.
+       a call of the same thread (a signal handler, a finaliser), or from
+       within its own close(), raises RuntimeError: it could never end.
+       A close() interrupted while it waits (KeyboardInterrupt) frees
+       nothing and leaves the object open.
     3. The lock of cond guards the state and the counts only: it is never
        held across a call into the library, the free function, or anything
        that may run a finaliser. What the free function lets go of (a
@@ -69,6 +71,7 @@ class Owned:
         self.users = {}  # thread ident -> shared calls of it in flight
         self.exclusive_by = None  # the thread ident in an exclusive call
         self.waiting = 0  # calls waiting in enter() for others to end
+        self.closing_by = None  # the thread ident in close(), once begun
         _owned.add(self)
 
     @property
@@ -146,16 +149,27 @@ class Owned:
         returned, or None when this call did not free it."""
         me = threading.get_ident()
         with self.cond:
-            if self.state == _CLOSED:
-                return None
-            if self.state != _OPEN:  # by another thread: wait for it
-                self.cond.wait_for(lambda: self.state == _CLOSED)
-                return None
+            while self.state != _OPEN:
+                if self.state == _CLOSED:
+                    return None
+                if self.closing_by == me:  # a signal handler inside it
+                    raise self._same_thread("close()")
+                # By another thread: wait for it (it may be interrupted,
+                # leaving the object open: then close it here).
+                self.cond.wait_for(lambda: self.state in (_OPEN, _CLOSED))
             if self.users.get(me) or self.exclusive_by == me:
                 raise self._same_thread("close()")
-            self.state = _CLOSING
-            self.cond.wait_for(lambda: not self.users
-                               and self.exclusive_by is None)
+            self.state, self.closing_by = _CLOSING, me
+            try:
+                self.cond.wait_for(lambda: not self.users
+                                   and self.exclusive_by is None)
+            except BaseException:
+                # Interrupted (KeyboardInterrupt): nothing was freed, the
+                # object stays open; left closing, every later close()
+                # waited for this one for ever.
+                self.state, self.closing_by = _OPEN, None
+                self.cond.notify_all()
+                raise
             self.state = _FREEING
             ptr = self.ptr
         try:
@@ -163,7 +177,7 @@ class Owned:
         finally:
             with self.cond:
                 self.ptr = None
-                self.state = _CLOSED
+                self.state, self.closing_by = _CLOSED, None
                 self.cond.notify_all()
 
 
@@ -205,6 +219,7 @@ def _after_fork_in_child():
         o.users = {}
         o.exclusive_by = None
         o.waiting = 0
+        o.closing_by = None
         if o.state == _CLOSING:
             o.state = _OPEN
         elif o.state == _FREEING:

@@ -515,3 +515,109 @@ def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
                 with pytest.raises(ValueError, match="I/O operation on closed"):
                     after()
     keep.close()
+
+
+def test_close_interrupted_while_waiting_stays_open():
+    """A close() interrupted (Ctrl-C: a signal handler that raises) while it
+    waits for a call of another thread leaves the object open, not stuck
+    half closed: a later close() frees it once. Before, it stayed
+    "closing" for ever, and every later close() (a with block's end, the
+    finaliser) waited for a close that would never end."""
+    import signal
+    from gpufile import _owned
+
+    frees = []
+    o = _owned.Owned(1234, frees.append, "thing")
+    entered, release = threading.Event(), threading.Event()
+
+    def caller():
+        with o.hold():
+            entered.set()
+            release.wait()
+
+    class Interrupt(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupt()
+
+    t = _start(caller)
+    assert entered.wait(WATCHDOG_S)
+    main = threading.get_ident()
+
+    def kick():
+        _wait_until(lambda: o.state == "closing")
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        k = _start(kick)
+        with pytest.raises(Interrupt):
+            o.close()
+        k.finish()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        release.set()
+    assert t.finish().error is None
+    assert not o.closed and frees == []
+    assert _start(o.close).finish().error is None
+    assert frees == [1234] and o.closed
+
+
+_NESTED_CLOSE = r'''
+import signal, sys, threading, time
+sys.path.insert(0, %(pkg)r)
+from gpufile import _owned
+
+frees, seen = [], []
+o = _owned.Owned(1234, frees.append, "thing")
+entered, release = threading.Event(), threading.Event()
+
+def caller():
+    with o.hold():
+        entered.set()
+        release.wait()
+
+def handler(signum, frame):
+    try:
+        o.close()
+    except RuntimeError as e:
+        seen.append(str(e))
+    release.set()
+
+signal.signal(signal.SIGUSR1, handler)
+t = threading.Thread(target=caller)
+t.start()
+entered.wait()
+main = threading.get_ident()
+
+def kick():
+    while o.state != "closing":
+        time.sleep(0.001)
+    signal.pthread_kill(main, signal.SIGUSR1)
+
+k = threading.Thread(target=kick)
+k.start()
+o.close()
+k.join()
+t.join()
+assert frees == [1234], frees
+assert len(seen) == 1 and "same thread" in seen[0], seen
+print("ok")
+'''
+
+
+def test_close_from_a_signal_handler_inside_close():
+    """A signal handler that runs while close() waits for another thread's
+    call, in the thread of that close(), and closes the same object gets
+    RuntimeError, as a close() from within a call does; before, it waited
+    for the close() it had interrupted, which could never go on: a hang."""
+    import os
+    import subprocess
+    out = subprocess.run(
+        [sys.executable, "-c",
+         _NESTED_CLOSE % {"pkg": os.path.join(os.path.dirname(
+             os.path.abspath(__file__)), os.pardir)}],
+        capture_output=True, text=True, timeout=WATCHDOG_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "ok"
