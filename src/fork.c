@@ -136,6 +136,8 @@ static void parent(void)
  * only thread: it may release them. */
 static void child(void)
 {
+	struct gpufile *h;
+
 	pthread_mutex_unlock(&dl_lock);
 	gpufile__config_atfork_child();
 	gpufile__cuda_atfork_child();
@@ -144,6 +146,12 @@ static void child(void)
 	gpufile__staging_atfork_child();
 	gpufile__pool_atfork_child(); /* cancels requests: h->inflight drops */
 	gpufile__stream_atfork_child(); /* and the parent's stream jobs' */
+	/* No append is in flight here: the parent's are cancelled above or
+	 * were other threads'. Left counted, the child's next append did
+	 * not start at the file's end and a failed one was never cut back
+	 * (append.c). */
+	LIST_FOREACH (h, &handles.open, tracked)
+		h->appends = 0;
 	unlock_handles();
 	/* Last: it releases batch entries' holds (pool.lock, unlocked). */
 	gpufile__batch_atfork_child();

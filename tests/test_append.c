@@ -30,6 +30,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SEED     23
@@ -338,6 +339,54 @@ static void other_writer_after_failed(const char *path)
 	free(data);
 }
 
+/* A child forked while an append is in flight (its failing task held):
+ * the child's copy of that append is cancelled, and an append of the
+ * child that fails is cut back off at once, as in any process (the
+ * cancelled append stayed counted in flight in the child: nothing the
+ * child appended was ever cut back, and its failed bytes stayed, which
+ * also kept the parent's failed append from being cut back). */
+static void fork_during_append(const char *path)
+{
+	const size_t size = 1u << 20;
+	const int64_t end = 1000 + (int64_t)size;
+	unsigned char *data = test_malloc(size);
+	gpufile_future_t *fa = NULL;
+	gpufile_t *h = NULL;
+	int status = -1;
+	pid_t pid;
+
+	CHECK_EQ(test_make_file(path, 1000, SEED), 0);
+	test_fill(data, size, SEED, 1000);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	if (!h) {
+		free(data);
+		return;
+	}
+	inject_one(1000 + (300 << 10), INT64_MAX);
+	CHECK_EQ(gpufile_pwrite_async(h, data, size, 0, &fa), 0);
+	while (file_size(path) < end)
+		sched_yield();
+	pid = fork();
+	if (pid == 0) {
+		ssize_t n;
+
+		atomic_store(&fail_errno, ENOSPC);
+		atomic_store(&fail_from, end + 100);
+		n = gpufile_pwrite(h, data, 8192, 0);
+		_exit(n == -ENOSPC && file_size(path) == end ? 0 : 1);
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	open_gate();
+	CHECK_EQ(gpufile_future_wait(fa), -ENOSPC);
+	gpufile_future_free(fa);
+	inject_one(-1, -1);
+	CHECK_EQ(file_size(path), 1000);
+	CHECK_EQ(gpufile_close(h), 0);
+	free(data);
+}
+
 /* Another writer appends between two appends of the handle. */
 static void append_after_other_writer(const char *path)
 {
@@ -573,6 +622,7 @@ int main(void)
 	append_after_other_writer(path);
 	zero_size_after_failed(path);
 	other_writer_after_failed(path);
+	fork_during_append(path);
 	append_ignores_offset(path);
 	appends_in_flight(path);
 	appends_from_threads(path);
