@@ -9,6 +9,7 @@
 #include "remote.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,16 @@ void gpufile__url_parts(const char *url, struct gpufile__url_parts *out)
 	const char *query = rest + auth_len + strcspn(rest + auth_len, "?#");
 	const char *host = rest, *at = NULL, *end, *mark = "";
 
+	/* The lengths are printed with "%.*s", whose precision is an int: a
+	 * longer URL (2 GiB) would print whole, query included. */
+	if (strnlen(url, (size_t)INT_MAX + 1) > INT_MAX) {
+		*out = (struct gpufile__url_parts){
+		    .scheme = url,
+		    .mark = "<a URL too long to show>",
+		    .shown = url,
+		    .tail = ""};
+		return;
+	}
 	if (strncasecmp(url, "s3://", 5) == 0) {
 		const char *a = memrchr(rest, '@', auth_len);
 

@@ -128,8 +128,8 @@ static void uri_encoding(void)
 int main(void)
 {
 	if (!strstr(gpufile_features(), "sigv4")) {
-		fprintf(stderr, "built without libcrypto: skipped\n");
-		return TEST_SKIP;
+		return test_missing("test_remote_sigv4",
+		                    "libcrypto (built without it)");
 	}
 	/* get-vanilla */
 	sign_suite("", "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1"
