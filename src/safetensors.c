@@ -39,10 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if GPUFILE_HAVE_CJSON
-#include <cJSON.h>
-#endif
-
 /* The reference's MAX_HEADER_SIZE: a larger length is taken as a corrupt
  * or hostile file, not a header worth allocating for. */
 #define ST_MAX_HEADER 100000000ull
@@ -70,7 +66,8 @@ struct st_tensor {
 	char *name;
 	int dtype; /* index into st_dtypes */
 	int ndim;
-	uint64_t *shape;
+	uint64_t *shape;     /* into dims */
+	size_t dim0;         /* shape's index in dims, while parsing */
 	uint64_t begin, end; /* in the data section */
 };
 
@@ -86,20 +83,16 @@ struct gpufile_safetensors {
 	int has_meta;        /* "__metadata__" is an object (maybe empty) */
 	int nmeta;
 	char **meta_key, **meta_value; /* in header order, keys unique */
+	char *strings;  /* names, keys and values, decoded, one after another */
+	uint64_t *dims; /* every tensor's shape, one after another */
 };
 
 static void st_free(gpufile_safetensors_t *st)
 {
 	if (!st)
 		return;
-	for (int i = 0; i < st->ntensors; i++) {
-		free(st->t[i].name);
-		free(st->t[i].shape);
-	}
-	for (int i = 0; i < st->nmeta; i++) {
-		free(st->meta_key[i]);
-		free(st->meta_value[i]);
-	}
+	free(st->strings);
+	free(st->dims);
 	free(st->t);
 	free(st->by_name);
 	free(st->meta_key);
@@ -515,146 +508,6 @@ static int check_lexical(const gpufile_safetensors_t *st, const char *text,
 	return rc;
 }
 
-/* A JSON number that is a non-negative integer cJSON holds exactly. */
-static int json_u64(const cJSON *v, uint64_t *out)
-{
-	double d;
-
-	if (!cJSON_IsNumber(v))
-		return -1;
-	d = v->valuedouble;
-	if (!(d >= 0) || d >= (double)ST_MAX_EXACT || d != (double)(uint64_t)d)
-		return -1;
-	*out = (uint64_t)d;
-	return 0;
-}
-
-/* The JSON text of v, for messages ("-3", "\"x\"", "[1,2]"); into buf. */
-static const char *json_text(const cJSON *v, char *buf, size_t len)
-{
-	char *s = v ? cJSON_PrintUnformatted(v) : NULL;
-
-	snprintf(buf, len, "%s", s ? s : "(missing)");
-	if (s && strlen(s) >= len && len > 4)
-		memcpy(buf + len - 4, "...", 4);
-	cJSON_free(s);
-	return buf;
-}
-
-struct st_meta_ref {
-	const cJSON *kv;
-	int pos; /* in header order */
-};
-
-static int cmp_meta(const void *a, const void *b)
-{
-	const struct st_meta_ref *x = a, *y = b;
-	int c = strcmp(x->kv->string, y->kv->string);
-
-	return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* keep[i] for the i-th of the n members of meta: the member whose value
- * entry i takes, or NULL where i repeats an earlier key. A key given
- * twice keeps its first place and its last value, as serde's HashMap and
- * a Python dict keep it, so that gpufile_safetensors_metadata_get() and
- * the binding's dict agree. Sorted, not searched: a header may hold
- * millions of keys. */
-static int meta_keep(const cJSON *meta, int n, const cJSON **keep)
-{
-	struct st_meta_ref *m = malloc(((size_t)n + 1) * sizeof(*m));
-	const cJSON *kv;
-	int i = 0, j;
-
-	if (!m)
-		return -ENOMEM;
-	cJSON_ArrayForEach(kv, meta)
-	{
-		m[i].kv = kv;
-		m[i].pos = i;
-		keep[i++] = NULL;
-	}
-	qsort(m, (size_t)n, sizeof(*m), cmp_meta);
-	for (i = 0; i < n; i = j) {
-		for (j = i + 1; j < n; j++)
-			if (strcmp(m[j].kv->string, m[i].kv->string) != 0)
-				break;
-		keep[m[i].pos] = m[j - 1].kv;
-	}
-	free(m);
-	return 0;
-}
-
-static int parse_metadata(gpufile_safetensors_t *st, const cJSON *meta)
-{
-	int n = 0, rc = 0;
-	const cJSON *kv, **keep;
-	char text[96];
-
-	if (cJSON_IsNull(meta))
-		return 0;
-	if (!cJSON_IsObject(meta))
-		return gpufile__fail(-EBADMSG,
-		                     "%s: __metadata__ is %s, not an object of "
-		                     "strings",
-		                     st->path,
-		                     json_text(meta, text, sizeof(text)));
-	st->has_meta = 1;
-	cJSON_ArrayForEach(kv, meta)
-	{
-		if (!cJSON_IsString(kv))
-			return gpufile__fail(
-			    -EBADMSG,
-			    "%s: __metadata__ key \"%s\": value %s is not a "
-			    "string",
-			    st->path, kv->string,
-			    json_text(kv, text, sizeof(text)));
-		n++;
-	}
-	keep = calloc((size_t)n + 1, sizeof(*keep));
-	st->meta_key = calloc((size_t)n + 1, sizeof(char *));
-	st->meta_value = calloc((size_t)n + 1, sizeof(char *));
-	if (!keep || !st->meta_key || !st->meta_value ||
-	    meta_keep(meta, n, keep) != 0)
-		rc = -ENOMEM;
-	for (int i = 0; rc == 0 && i < n; i++) {
-		if (!keep[i])
-			continue;
-		st->meta_key[st->nmeta] = strdup(keep[i]->string);
-		st->meta_value[st->nmeta] = strdup(keep[i]->valuestring);
-		if (!st->meta_key[st->nmeta] || !st->meta_value[st->nmeta])
-			rc = -ENOMEM;
-		st->nmeta++; /* st_free() frees what was copied */
-	}
-	free(keep);
-	return rc ? gpufile__fail(rc, "%s: out of memory", st->path) : 0;
-}
-
-/* t->dtype from the entry's "dtype". */
-static int parse_dtype(gpufile_safetensors_t *st, struct st_tensor *t,
-                       const cJSON *dtype)
-{
-	char text[96];
-
-	if (!cJSON_IsString(dtype))
-		return gpufile__fail(
-		    -EBADMSG, "%s: tensor \"%s\": dtype %s is not a string",
-		    st->path, t->name, json_text(dtype, text, sizeof(text)));
-	t->dtype = -1;
-	for (int k = 0; k < ST_NDTYPES; k++)
-		if (strcmp(dtype->valuestring, st_dtypes[k].name) == 0)
-			t->dtype = k;
-	if (t->dtype < 0)
-		return gpufile__fail(
-		    -EBADMSG,
-		    "%s: tensor \"%s\": dtype \"%s\" is unknown (known: BOOL, "
-		    "U8, I8, I16, U16, I32, U32, I64, U64, F16, BF16, F32, "
-		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, "
-		    "F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4)",
-		    st->path, t->name, dtype->valuestring);
-	return 0;
-}
-
 /* t's shape as "[d0,d1,...]" into buf (len bytes, "..." when cut), from
  * the integers parsed: cJSON prints a number near 2^53 rounded to 15
  * digits ("5e+15" for 5000000000000001), which json_text() would pass on
@@ -671,80 +524,6 @@ static const char *shape_text(const struct st_tensor *t, char *buf, size_t len)
 	if (used + 1 >= len && len > 4)
 		memcpy(buf + len - 4, "...", 4);
 	return buf;
-}
-
-/* t->ndim and t->shape from the entry's "shape", and the product of its
- * dimensions into *nelem (refused when 64 bits cannot hold it). */
-static int parse_shape(gpufile_safetensors_t *st, struct st_tensor *t,
-                       const cJSON *shape, uint64_t *nelem)
-{
-	const cJSON *d;
-	char text[96];
-	uint64_t dim;
-	int i = 0;
-
-	if (!cJSON_IsArray(shape))
-		return gpufile__fail(
-		    -EBADMSG, "%s: tensor \"%s\": shape %s is not an array",
-		    st->path, t->name, json_text(shape, text, sizeof(text)));
-	t->ndim = cJSON_GetArraySize(shape);
-	t->shape = calloc((size_t)t->ndim + 1, sizeof(uint64_t));
-	if (!t->shape)
-		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
-	*nelem = 1;
-	cJSON_ArrayForEach(d, shape)
-	{
-		if (json_u64(d, &dim) != 0)
-			return gpufile__fail(-EBADMSG,
-			                     "%s: tensor \"%s\": shape[%d] is "
-			                     "%s, not an integer "
-			                     "in [0, 2^53)",
-			                     st->path, t->name, i,
-			                     json_text(d, text, sizeof(text)));
-		t->shape[i++] = dim;
-	}
-	/* Every dimension first, as the reference parses the whole header
-	 * before it multiplies (try_fold of checked_mul: in order). */
-	for (i = 0; i < t->ndim; i++)
-		if (__builtin_mul_overflow(*nelem, t->shape[i], nelem))
-			return gpufile__fail(
-			    -EBADMSG,
-			    "%s: tensor \"%s\": shape %s has more elements "
-			    "than 64 bits can count",
-			    st->path, t->name,
-			    shape_text(t, text, sizeof(text)));
-	return 0;
-}
-
-/* t->begin and t->end from the entry's "data_offsets", inside the data
- * section. */
-static int parse_offsets(gpufile_safetensors_t *st, struct st_tensor *t,
-                         const cJSON *offs)
-{
-	char text[96];
-
-	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-	    json_u64(cJSON_GetArrayItem(offs, 0), &t->begin) != 0 ||
-	    json_u64(cJSON_GetArrayItem(offs, 1), &t->end) != 0)
-		return gpufile__fail(
-		    -EBADMSG,
-		    "%s: tensor \"%s\": data_offsets %s is not [begin, end] "
-		    "of two integers in [0, 2^53)",
-		    st->path, t->name, json_text(offs, text, sizeof(text)));
-	if (t->end < t->begin)
-		return gpufile__fail(-EBADMSG,
-		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
-		                     ", %" PRIu64 "] end before begin",
-		                     st->path, t->name, t->begin, t->end);
-	if (t->end > st->data_size)
-		return gpufile__fail(-EBADMSG,
-		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
-		                     ", %" PRIu64
-		                     "] reach past the data section (%" PRIu64
-		                     " bytes, from file offset %" PRIu64 ")",
-		                     st->path, t->name, t->begin, t->end,
-		                     st->data_size, st->data_offset);
-	return 0;
 }
 
 /* Checks that nelem elements of t's dtype are exactly the bytes its
@@ -774,61 +553,6 @@ static int check_span(gpufile_safetensors_t *st, const struct st_tensor *t,
 		    nbits % 8 ? "not a whole number of bytes, " : "", nbits / 8,
 		    t->begin, t->end, t->end - t->begin);
 	return 0;
-}
-
-/* Field name of the entry v into *out (NULL when absent). A field given
- * twice is refused, as serde refuses it ("duplicate field"): cJSON would
- * hand out the first, another reader might take the last. */
-static int entry_field(const gpufile_safetensors_t *st,
-                       const struct st_tensor *t, const cJSON *v,
-                       const char *name, const cJSON **out)
-{
-	const cJSON *f;
-
-	*out = NULL;
-	cJSON_ArrayForEach(f, v)
-	{
-		if (strcmp(f->string, name) != 0)
-			continue;
-		if (*out)
-			return gpufile__fail(-EBADMSG,
-			                     "%s: tensor \"%s\": field \"%s\" "
-			                     "is given twice",
-			                     st->path, t->name, name);
-		*out = f;
-	}
-	return 0;
-}
-
-/* Fills t from the header entry v (name already set). */
-static int parse_tensor(gpufile_safetensors_t *st, struct st_tensor *t,
-                        const cJSON *v)
-{
-	const cJSON *dtype, *shape, *offs;
-	char text[96];
-	uint64_t nelem = 1; /* set by parse_shape; GCC cannot tell */
-	int rc;
-
-	if (!cJSON_IsObject(v))
-		return gpufile__fail(
-		    -EBADMSG,
-		    "%s: tensor \"%s\": entry %s is not an "
-		    "object with dtype, shape and data_offsets",
-		    st->path, t->name, json_text(v, text, sizeof(text)));
-	rc = entry_field(st, t, v, "dtype", &dtype);
-	if (rc == 0)
-		rc = entry_field(st, t, v, "shape", &shape);
-	if (rc == 0)
-		rc = entry_field(st, t, v, "data_offsets", &offs);
-	if (rc == 0)
-		rc = parse_dtype(st, t, dtype);
-	if (rc == 0)
-		rc = parse_shape(st, t, shape, &nelem);
-	if (rc == 0)
-		rc = parse_offsets(st, t, offs);
-	if (rc == 0)
-		rc = check_span(st, t, nelem);
-	return rc;
 }
 
 static int cmp_offsets(const void *a, const void *b)
@@ -916,14 +640,604 @@ static int check_layout(gpufile_safetensors_t *st)
 	return rc;
 }
 
+/*
+ * The header's structure, read straight off the text (check_lexical()
+ * has already held its tokens to RFC 8259). No tree is built: cJSON's
+ * costs 64 bytes and a malloc per value, 44 times the header's size for
+ * a header of small numbers (a 20 MB header took 862 MB; one shape of 50
+ * million entries in a 100 MB header, 4.4 GB). Here the header costs its
+ * text, its decoded strings (at most as many bytes as their text), 8
+ * bytes per shape entry (each at least 2 bytes of text) and a record per
+ * tensor and metadata key: at most about 6 times the header's size.
+ */
+struct st_parser {
+	gpufile_safetensors_t *st;
+	const char *text;
+	size_t len, at;
+	char *arena; /* decoded strings, header_len + 1 bytes */
+	size_t arena_used;
+	uint64_t *dims; /* every tensor's shape, one after another */
+	size_t ndims, dims_cap;
+	size_t tensors_cap, meta_cap;
+};
+
+/* The reference's serde_json refuses JSON nested 128 deep. */
+#define ST_MAX_DEPTH 127
+
+static int st_syntax(const struct st_parser *p)
+{
+	return gpufile__fail(-EBADMSG,
+	                     "%s: header is not valid JSON (at header byte %zu "
+	                     "of %zu)",
+	                     p->st->path, p->at, p->len);
+}
+
+static void st_ws(struct st_parser *p)
+{
+	p->at += strspn(p->text + p->at, " \t\n\r");
+}
+
+/* Whether the next token (after white space) starts with c; consumes it
+ * when it does. */
+static int st_take(struct st_parser *p, char c)
+{
+	st_ws(p);
+	if (p->at < p->len && p->text[p->at] == c) {
+		p->at++;
+		return 1;
+	}
+	return 0;
+}
+
+/* Grows *arr (elem bytes each, *cap of them) to hold need. */
+static int st_grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+	size_t n = *cap ? *cap : 16;
+	void *a;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	a = realloc(*arr, n * elem);
+	if (!a)
+		return -ENOMEM;
+	*arr = a;
+	*cap = n;
+	return 0;
+}
+
+static void st_put_utf8(struct st_parser *p, unsigned long cp)
+{
+	char *o = p->arena + p->arena_used;
+
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		p->arena_used += 1;
+	} else if (cp < 0x800) {
+		o[0] = (char)(0xc0 | (cp >> 6));
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		p->arena_used += 2;
+	} else if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | (cp >> 12));
+		o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		p->arena_used += 3;
+	} else {
+		o[0] = (char)(0xf0 | (cp >> 18));
+		o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+		o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		o[3] = (char)(0x80 | (cp & 0x3f));
+		p->arena_used += 4;
+	}
+}
+
+/* The string at p->at (after white space), decoded into the arena
+ * (NUL-terminated) at *out. Decoded text is never longer than its JSON
+ * text, quotes included, so the arena (header_len + 1 bytes) holds
+ * every string of the header. */
+static int st_string(struct st_parser *p, const char **out)
+{
+	static const char esc[] = "\"\\/bfnrt", dec[] = "\"\\/\b\f\n\r\t";
+
+	st_ws(p);
+	if (p->at >= p->len || p->text[p->at] != '"')
+		return st_syntax(p);
+	*out = p->arena + p->arena_used;
+	for (p->at++; p->at < p->len && p->text[p->at] != '"';) {
+		const char *s = p->text + p->at, *e;
+		long cp, lo;
+
+		if (*s != '\\') {
+			p->arena[p->arena_used++] = *s;
+			p->at++;
+			continue;
+		}
+		if (s[1] != 'u') {
+			e = s[1] ? strchr(esc, s[1]) : NULL;
+			if (!e)
+				return st_syntax(p);
+			p->arena[p->arena_used++] = dec[e - esc];
+			p->at += 2;
+			continue;
+		}
+		/* check_lexical() saw 4 hex digits, not 0000. */
+		cp = hex4(s + 2);
+		p->at += 6;
+		if (cp >= 0xdc00 && cp <= 0xdfff)
+			return st_syntax(p); /* a lone low surrogate */
+		if (cp >= 0xd800 && cp <= 0xdbff) {
+			if (s[6] != '\\' || s[7] != 'u' ||
+			    (lo = hex4(s + 8)) < 0xdc00 || lo > 0xdfff)
+				return st_syntax(p);
+			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+			p->at += 6;
+		}
+		st_put_utf8(p, (unsigned long)cp);
+	}
+	if (p->at >= p->len)
+		return st_syntax(p);
+	p->at++;
+	p->arena[p->arena_used++] = '\0';
+	return 0;
+}
+
+/* Skips the value at p->at (after white space), checking its
+ * structure; depth is the nesting of the container it is in. */
+static int st_skip(struct st_parser *p, int depth)
+{
+	size_t mark = p->arena_used, n;
+	const char *s, *key;
+	char close;
+	int rc;
+
+	st_ws(p);
+	s = p->text + p->at;
+	if (*s == '"') {
+		rc = st_string(p, &key);
+		p->arena_used = mark;
+		return rc;
+	}
+	if (*s == '-' || (*s >= '0' && *s <= '9')) {
+		n = json_number_len(s);
+		p->at += n;
+		return n ? 0 : st_syntax(p);
+	}
+	if (strncmp(s, "true", 4) == 0 || strncmp(s, "null", 4) == 0 ||
+	    strncmp(s, "false", 5) == 0) {
+		p->at += *s == 'f' ? 5 : 4;
+		return 0;
+	}
+	if (*s != '{' && *s != '[')
+		return st_syntax(p);
+	if (depth + 1 > ST_MAX_DEPTH)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: header byte %zu: JSON nested deeper "
+		                     "than %d levels (the reference's limit)",
+		                     p->st->path, p->at, ST_MAX_DEPTH);
+	close = *s == '{' ? '}' : ']';
+	p->at++;
+	if (st_take(p, close))
+		return 0;
+	do {
+		if (close == '}') {
+			rc = st_string(p, &key);
+			p->arena_used = mark;
+			if (rc == 0 && !st_take(p, ':'))
+				rc = st_syntax(p);
+			if (rc)
+				return rc;
+		}
+		rc = st_skip(p, depth + 1);
+		if (rc)
+			return rc;
+	} while (st_take(p, ','));
+	return st_take(p, close) ? 0 : st_syntax(p);
+}
+
+/* Skips the value at p->at and quotes its text into buf (ST_QUOTE_BUF
+ * bytes), for a message about it. */
+static int st_skip_quote(struct st_parser *p, int depth, char *buf)
+{
+	size_t start;
+	int rc;
+
+	st_ws(p);
+	start = p->at;
+	rc = st_skip(p, depth);
+	if (rc == 0)
+		st_quote(p->text + start, p->at - start, buf);
+	return rc;
+}
+
+/* A plain integer at p->at (check_lexical() held every number of a
+ * shape or data_offsets to [0, 2^53)), or 1 when something else is
+ * there. */
+static int st_integer(struct st_parser *p, uint64_t *out)
+{
+	const char *s;
+
+	st_ws(p);
+	s = p->text + p->at;
+	if (*s < '0' || *s > '9')
+		return 1;
+	for (*out = 0; *s >= '0' && *s <= '9'; s++, p->at++)
+		*out = *out * 10 + (uint64_t)(*s - '0');
+	return 0;
+}
+
+static int st_dtype(struct st_parser *p, struct st_tensor *t)
+{
+	char q[ST_QUOTE_BUF];
+	const char *name;
+	int rc;
+
+	st_ws(p);
+	if (p->text[p->at] != '"') {
+		rc = st_skip_quote(p, 2, q);
+		return rc ? rc
+		          : gpufile__fail(-EBADMSG,
+		                          "%s: tensor \"%s\": dtype %s is not "
+		                          "a string",
+		                          p->st->path, t->name, q);
+	}
+	rc = st_string(p, &name);
+	if (rc)
+		return rc;
+	t->dtype = -1;
+	for (int k = 0; k < ST_NDTYPES; k++)
+		if (strcmp(name, st_dtypes[k].name) == 0)
+			t->dtype = k;
+	if (t->dtype < 0)
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: tensor \"%s\": dtype \"%s\" is unknown (known: BOOL, "
+		    "U8, I8, I16, U16, I32, U32, I64, U64, F16, BF16, F32, "
+		    "F64, C64, F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, "
+		    "F8_E5M2FNUZ, F6_E2M3, F6_E3M2, F4)",
+		    p->st->path, t->name, name);
+	return 0;
+}
+
+/* t->ndim and its dimensions (appended to p->dims from t->dim0). */
+static int st_shape(struct st_parser *p, struct st_tensor *t)
+{
+	char q[ST_QUOTE_BUF];
+	uint64_t dim;
+	int rc;
+
+	t->dim0 = p->ndims;
+	t->ndim = 0;
+	st_ws(p);
+	if (p->text[p->at] != '[') {
+		rc = st_skip_quote(p, 2, q);
+		return rc ? rc
+		          : gpufile__fail(-EBADMSG,
+		                          "%s: tensor \"%s\": shape %s is not "
+		                          "an array",
+		                          p->st->path, t->name, q);
+	}
+	p->at++;
+	if (st_take(p, ']'))
+		return 0;
+	do {
+		if (st_integer(p, &dim) != 0) {
+			rc = st_skip_quote(p, 3, q);
+			return rc ? rc
+			          : gpufile__fail(
+			                -EBADMSG,
+			                "%s: tensor \"%s\": shape[%d] "
+			                "is %s, not an integer in [0, "
+			                "2^53)",
+			                p->st->path, t->name, t->ndim, q);
+		}
+		if (st_grow((void **)&p->dims, &p->dims_cap, p->ndims + 1,
+		            sizeof(*p->dims)))
+			return gpufile__fail(-ENOMEM, "%s: out of memory",
+			                     p->st->path);
+		p->dims[p->ndims++] = dim;
+		t->ndim++;
+	} while (st_take(p, ','));
+	return st_take(p, ']') ? 0 : st_syntax(p);
+}
+
+static int st_offsets(struct st_parser *p, struct st_tensor *t)
+{
+	gpufile_safetensors_t *st = p->st;
+	char q[ST_QUOTE_BUF];
+	size_t start;
+	int rc;
+
+	st_ws(p);
+	start = p->at;
+	if (!st_take(p, '[') || st_integer(p, &t->begin) != 0 ||
+	    !st_take(p, ',') || st_integer(p, &t->end) != 0 ||
+	    !st_take(p, ']')) {
+		p->at = start;
+		rc = st_skip_quote(p, 2, q);
+		return rc ? rc
+		          : gpufile__fail(-EBADMSG,
+		                          "%s: tensor \"%s\": data_offsets %s "
+		                          "is not [begin, end] of two integers "
+		                          "in [0, 2^53)",
+		                          st->path, t->name, q);
+	}
+	if (t->end < t->begin)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
+		                     ", %" PRIu64 "] end before begin",
+		                     st->path, t->name, t->begin, t->end);
+	if (t->end > st->data_size)
+		return gpufile__fail(-EBADMSG,
+		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
+		                     ", %" PRIu64
+		                     "] reach past the data section (%" PRIu64
+		                     " bytes, from file offset %" PRIu64 ")",
+		                     st->path, t->name, t->begin, t->end,
+		                     st->data_size, st->data_offset);
+	return 0;
+}
+
+/* Fills t from its header entry at p->at (t->name already set): the
+ * fields as serde reads them, each of dtype, shape and data_offsets
+ * once (cJSON would have handed out the first, another reader the
+ * last), any other field skipped. */
+static int st_entry(struct st_parser *p, struct st_tensor *t)
+{
+	static const char *const fields[] = {"dtype", "shape", "data_offsets"};
+	int seen[3] = {0, 0, 0}, rc;
+	char q[ST_QUOTE_BUF];
+	uint64_t nelem = 1;
+
+	st_ws(p);
+	if (p->text[p->at] != '{') {
+		rc = st_skip_quote(p, 1, q);
+		return rc ? rc
+		          : gpufile__fail(
+		                -EBADMSG,
+		                "%s: tensor \"%s\": entry %s is not an "
+		                "object with dtype, shape and "
+		                "data_offsets",
+		                p->st->path, t->name, q);
+	}
+	p->at++;
+	if (!st_take(p, '}')) {
+		do {
+			size_t mark = p->arena_used;
+			const char *key;
+			int f = 0;
+
+			rc = st_string(p, &key);
+			if (rc == 0 && !st_take(p, ':'))
+				rc = st_syntax(p);
+			if (rc)
+				return rc;
+			while (f < 3 && strcmp(key, fields[f]) != 0)
+				f++;
+			p->arena_used = mark;
+			if (f < 3 && seen[f]++)
+				return gpufile__fail(-EBADMSG,
+				                     "%s: tensor \"%s\": field "
+				                     "\"%s\" is given twice",
+				                     p->st->path, t->name,
+				                     fields[f]);
+			rc = f == 0   ? st_dtype(p, t)
+			     : f == 1 ? st_shape(p, t)
+			     : f == 2 ? st_offsets(p, t)
+			              : st_skip(p, 2);
+			if (rc)
+				return rc;
+		} while (st_take(p, ','));
+		if (!st_take(p, '}'))
+			return st_syntax(p);
+	}
+	for (int f = 0; f < 3; f++)
+		if (!seen[f])
+			return gpufile__fail(
+			    -EBADMSG,
+			    f == 0 ? "%s: tensor \"%s\": dtype (missing) is "
+			             "not a string"
+			    : f == 1
+			        ? "%s: tensor \"%s\": shape (missing) is not "
+			          "an array"
+			        : "%s: tensor \"%s\": data_offsets (missing) "
+			          "is "
+			          "not [begin, end] of two integers in [0, "
+			          "2^53)",
+			    p->st->path, t->name);
+	/* Every dimension first, as the reference parses the whole entry
+	 * before it multiplies (try_fold of checked_mul: in order). */
+	t->shape = p->dims + t->dim0;
+	for (int i = 0; i < t->ndim; i++)
+		if (__builtin_mul_overflow(nelem, t->shape[i], &nelem))
+			return gpufile__fail(
+			    -EBADMSG,
+			    "%s: tensor \"%s\": shape %s has more elements "
+			    "than 64 bits can count",
+			    p->st->path, t->name, shape_text(t, q, sizeof(q)));
+	return check_span(p->st, t, nelem);
+}
+
+struct st_meta_ref {
+	const char *key;
+	int pos; /* in header order */
+};
+
+static int cmp_meta(const void *a, const void *b)
+{
+	const struct st_meta_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* A key given twice keeps its first place and its last value, as
+ * serde's HashMap and a Python dict keep it, so that
+ * gpufile_safetensors_metadata_get() and the binding's dict agree.
+ * Sorted, not searched: a header may hold millions of keys. */
+static int st_meta_dedup(gpufile_safetensors_t *st)
+{
+	int n = st->nmeta, i, j, m = 0;
+	struct st_meta_ref *r = malloc(((size_t)n + 1) * sizeof(*r));
+	char *keep = calloc((size_t)n + 1, 1);
+
+	if (!r || !keep) {
+		free(r);
+		free(keep);
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	}
+	for (i = 0; i < n; i++)
+		r[i] = (struct st_meta_ref){st->meta_key[i], i};
+	qsort(r, (size_t)n, sizeof(*r), cmp_meta);
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n; j++)
+			if (strcmp(r[j].key, r[i].key) != 0)
+				break;
+		keep[r[i].pos] = 1;
+		st->meta_value[r[i].pos] = st->meta_value[r[j - 1].pos];
+	}
+	for (i = 0; i < n; i++)
+		if (keep[i]) {
+			st->meta_key[m] = st->meta_key[i];
+			st->meta_value[m++] = st->meta_value[i];
+		}
+	st->nmeta = m;
+	free(r);
+	free(keep);
+	return 0;
+}
+
+/* The value of "__metadata__": null, or an object of strings. */
+static int st_metadata(struct st_parser *p)
+{
+	gpufile_safetensors_t *st = p->st;
+	char q[ST_QUOTE_BUF];
+	int rc;
+
+	st_ws(p);
+	if (strncmp(p->text + p->at, "null", 4) == 0) {
+		p->at += 4;
+		return 0;
+	}
+	if (p->text[p->at] != '{') {
+		rc = st_skip_quote(p, 1, q);
+		return rc ? rc
+		          : gpufile__fail(-EBADMSG,
+		                          "%s: __metadata__ is %s, not an "
+		                          "object of strings",
+		                          st->path, q);
+	}
+	p->at++;
+	st->has_meta = 1;
+	if (st_take(p, '}'))
+		return 0;
+	do {
+		const char *key, *value;
+
+		rc = st_string(p, &key);
+		if (rc == 0 && !st_take(p, ':'))
+			rc = st_syntax(p);
+		if (rc)
+			return rc;
+		st_ws(p);
+		if (p->text[p->at] != '"') {
+			rc = st_skip_quote(p, 2, q);
+			return rc ? rc
+			          : gpufile__fail(
+			                -EBADMSG,
+			                "%s: __metadata__ key \"%s\": "
+			                "value %s is not a string",
+			                st->path, key, q);
+		}
+		rc = st_string(p, &value);
+		if (rc)
+			return rc;
+		if (st_grow((void **)&st->meta_key, &p->meta_cap,
+		            (size_t)st->nmeta + 1, sizeof(char *)))
+			return gpufile__fail(-ENOMEM, "%s: out of memory",
+			                     st->path);
+		/* meta_value follows meta_key's capacity. */
+		{
+			char **v = realloc(st->meta_value,
+			                   p->meta_cap * sizeof(char *));
+			if (!v)
+				return gpufile__fail(
+				    -ENOMEM, "%s: out of memory", st->path);
+			st->meta_value = v;
+		}
+		st->meta_key[st->nmeta] = (char *)key;
+		st->meta_value[st->nmeta++] = (char *)value;
+	} while (st_take(p, ','));
+	if (!st_take(p, '}'))
+		return st_syntax(p);
+	return st_meta_dedup(st);
+}
+
+/* The root object: tensor name -> entry, and "__metadata__". */
+static int st_root(struct st_parser *p)
+{
+	gpufile_safetensors_t *st = p->st;
+	int have_meta = 0, rc;
+
+	st_ws(p);
+	if (p->text[p->at] != '{') {
+		rc = st_skip(p, 0);
+		st_ws(p);
+		if (rc == 0 && p->at < p->len)
+			rc = st_syntax(p);
+		return rc ? rc
+		          : gpufile__fail(-EBADMSG,
+		                          "%s: header is JSON but not an "
+		                          "object of tensors",
+		                          st->path);
+	}
+	p->at++;
+	if (!st_take(p, '}')) {
+		do {
+			const char *key;
+			struct st_tensor *t;
+
+			rc = st_string(p, &key);
+			if (rc == 0 && !st_take(p, ':'))
+				rc = st_syntax(p);
+			if (rc)
+				return rc;
+			if (strcmp(key, "__metadata__") == 0) {
+				if (have_meta++)
+					return gpufile__fail(
+					    -EBADMSG,
+					    "%s: __metadata__ appears twice",
+					    st->path);
+				rc = st_metadata(p);
+				if (rc)
+					return rc;
+				continue;
+			}
+			if (st_grow((void **)&st->t, &p->tensors_cap,
+			            (size_t)st->ntensors + 1, sizeof(*st->t)))
+				return gpufile__fail(
+				    -ENOMEM, "%s: out of memory", st->path);
+			t = &st->t[st->ntensors++];
+			memset(t, 0, sizeof(*t));
+			t->name = (char *)key;
+			rc = st_entry(p, t);
+			if (rc)
+				return rc;
+		} while (st_take(p, ','));
+		if (!st_take(p, '}'))
+			return st_syntax(p);
+	}
+	st_ws(p);
+	return p->at < p->len ? st_syntax(p) : 0;
+}
+
 /* Parses the NUL-terminated header text (len bytes) into st. */
 static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 {
 	const char *nul = memchr(text, '\0', len);
-	const char *end = NULL;
 	long long bad = utf8_invalid_at((const unsigned char *)text, len);
-	cJSON *root, *v;
-	int n = 0, rc = 0, have_meta = 0;
+	struct st_parser p = {.st = st, .text = text, .len = len};
+	int rc;
 
 	if (bad >= 0)
 		return gpufile__fail(-EBADMSG,
@@ -939,54 +1253,22 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 	rc = check_lexical(st, text, len);
 	if (rc != 0)
 		return rc;
-	root = cJSON_ParseWithOpts(text, &end, 1);
-	if (!root) {
-		size_t pos = end && end >= text && end <= text + len
-		                 ? (size_t)(end - text)
-		                 : len;
-		return gpufile__fail(-EBADMSG,
-		                     "%s: header is not valid JSON (at header "
-		                     "byte %zu of %zu)",
-		                     st->path, pos, len);
+	st->strings = p.arena = malloc(len + 1);
+	/* Never NULL, even when empty: qsort and a shape of no dimensions
+	 * get a valid pointer. */
+	if (!p.arena ||
+	    st_grow((void **)&p.dims, &p.dims_cap, 1, sizeof(*p.dims)) != 0 ||
+	    st_grow((void **)&st->t, &p.tensors_cap, 1, sizeof(*st->t)) != 0) {
+		free(p.dims);
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
 	}
-	if (!cJSON_IsObject(root)) {
-		cJSON_Delete(root);
-		return gpufile__fail(-EBADMSG,
-		                     "%s: header is JSON but not an object of "
-		                     "tensors",
-		                     st->path);
-	}
-	cJSON_ArrayForEach(v, root) n++;
-	st->t = calloc((size_t)n + 1, sizeof(st->t[0]));
-	if (!st->t)
-		rc = gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
-	cJSON_ArrayForEach(v, root)
-	{
-		struct st_tensor *t;
-
-		if (rc != 0)
-			break;
-		if (strcmp(v->string, "__metadata__") == 0) {
-			/* Counted, not read off st->meta_key: a first
-			 * "__metadata__": null leaves that NULL. */
-			if (have_meta++)
-				rc = gpufile__fail(
-				    -EBADMSG, "%s: __metadata__ appears twice",
-				    st->path);
-			else
-				rc = parse_metadata(st, v);
-			continue;
-		}
-		t = &st->t[st->ntensors++];
-		t->name = strdup(v->string);
-		if (!t->name)
-			rc = gpufile__fail(-ENOMEM, "%s: out of memory",
-			                   st->path);
-		else
-			rc = parse_tensor(st, t, v);
-	}
-	cJSON_Delete(root);
-	return rc ? rc : check_layout(st);
+	rc = st_root(&p);
+	st->dims = p.dims;
+	if (rc)
+		return rc;
+	for (int i = 0; i < st->ntensors; i++)
+		st->t[i].shape = p.dims + st->t[i].dim0;
+	return check_layout(st);
 }
 
 /* Reads the 8-byte header length of a file of size bytes and places the
