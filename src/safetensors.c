@@ -1,7 +1,8 @@
 /*
- * safetensors checkpoints: the header parsed and validated (cJSON), the
- * data section read through an ordinary gpufile handle, so that every byte
- * is counted on its path and the handle's path reason applies.
+ * safetensors checkpoints: the header parsed and validated (by hand, see
+ * struct st_parser: no JSON tree), the data section read through an
+ * ordinary gpufile handle, so that every byte is counted on its path and
+ * the handle's path reason applies.
  *
  * The format (huggingface/safetensors, safetensors/src/tensor.rs): an
  * 8-byte little-endian header length N, N bytes of UTF-8 JSON (an object:
