@@ -360,10 +360,10 @@ GPUFILE_API ssize_t gpufile_pwrite(gpufile_t *h, const void *buf, size_t size,
  * gather into pinned memory and copy that to the GPU in one copy. A run
  * the file does not fully hold is an error (-EIO naming the run), never a
  * short count, also when the file is cut short during the call (the copy's
- * SIGBUS is caught by gpufile's handler, see host_map_copy; with
- * host_map_copy=off no handler is installed and such a fault is the
- * process's, as for any map of the file). Returns run_size * nruns (0
- * when that is 0) or an error. */
+ * SIGBUS is caught by gpufile's handler, whatever handlers the program
+ * installs: see gpufile_mmap_pread; with host_map_copy=off no handler is
+ * installed and such a fault is the process's, as for any map of the
+ * file). Returns run_size * nruns (0 when that is 0) or an error. */
 GPUFILE_API ssize_t gpufile_pread_gather(gpufile_t *h, void *buf,
                                          size_t run_size, size_t nruns,
                                          const int64_t *offsets);
@@ -985,10 +985,14 @@ GPUFILE_API int gpufile_mmap_range(gpufile_mmap_t *m, int64_t *offset,
  * counted as path GPUFILE_PATH_MMAP. Host buffers are copied from the
  * mapping; device buffers go through the pinned bounce buffers (see
  * gpufile_mmap_path_info for why). Returns size or an error; -EIO when
- * the file shrank below the mapped range, for device reads and for host
- * tasks of 256 KiB or more copied by gpufile's guarded streaming copy
- * (host_map_copy); a smaller host task of lost pages faults instead
- * (SIGBUS), as any access to the mapping would.
+ * the file shrank below the mapped range, device or host, whatever the
+ * size. Host copies run under gpufile's SIGBUS handler, put back before
+ * each copy where the program installed its own since (Python's
+ * faulthandler does), which passes every SIGBUS that is not its copy's on
+ * to the program's handlers (gpufile_mmap_open(3), SIGBUS, says how and
+ * the windows left); only with host_map_copy=off, where gpufile installs
+ * no handler, does a host read of lost pages fault (SIGBUS), as any
+ * access to the mapping would.
  */
 GPUFILE_API ssize_t gpufile_mmap_pread(gpufile_mmap_t *m, void *buf,
                                        size_t size, int64_t file_offset);

@@ -22,7 +22,8 @@
  * runs on the H200 at 8, 16 or 32 threads alike (3.5 us per call); a
  * copy from the map has no system call per run. A file cut short between
  * the fstat and the copy makes the copy fault (SIGBUS): the copies run
- * under gpufile's SIGBUS guard (map_copy.c), and a task whose copies
+ * under gpufile's SIGBUS guard (map_copy.c, whatever handlers the program
+ * installs), and a task whose copies
  * faulted, or that finds the file shorter than the span after them, reads
  * its runs again by pread, which turns the first run the file lost into
  * -EIO naming it. Only with host_map_copy=off (no handler
@@ -85,9 +86,10 @@ static void copy_runs(void *arg)
 }
 
 /* One task: the packed bytes [off, off + len) of the result. From the map
- * under the SIGBUS guard (where host_map_copy lets gpufile install it);
- * after a fault, or where the file no longer holds the span, or without a
- * map, by pread, which names the first run the file no longer holds. */
+ * under the SIGBUS guard (with host_map_copy=off, unguarded); after a
+ * fault, or where the file no longer holds the span, or without a map or
+ * the guard, by pread, which names the first run the file no longer
+ * holds. */
 static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
                            int64_t off, char *msg, size_t msg_len)
 {
@@ -97,21 +99,26 @@ static ssize_t gather_task(struct gpufile__request *r, char *buf, size_t len,
 	if (g->map) {
 		struct map_copies c = {g, buf, len, 0, off};
 
-		if (!gpufile__guard_ready(r->cfg.host_map_copy)) {
+		/* host_map_copy=off installs no handler: a bare copy. */
+		if (r->cfg.host_map_copy == GPUFILE__MAP_COPY_OFF) {
 			copy_runs(&c);
 			gpufile__stats_map_copy(len, 0);
 			return (ssize_t)len;
 		}
-		if (gpufile__map_read_hook)
-			gpufile__map_read_hook(r->h, off, len);
-		/* A file cut inside a run's last page reads zeros there,
+		/* Where the guard cannot be put in place (out of memory
+		 * for its record of the program's handler), by pread. A
+		 * file cut inside a run's last page reads zeros there,
 		 * without a fault: only its size tells. Then, as after a
 		 * fault (bytes copied before it may be such zeros), the
 		 * task starts again by pread. */
-		if (gpufile__guarded(copy_runs, &c) == 0 &&
-		    gpufile__file_holds(r->h, g->span_end)) {
-			gpufile__stats_map_copy(len, 0);
-			return (ssize_t)len;
+		if (gpufile__guard_ready(r->cfg.host_map_copy)) {
+			if (gpufile__map_read_hook)
+				gpufile__map_read_hook(r->h, off, len);
+			if (gpufile__guarded(copy_runs, &c) == 0 &&
+			    gpufile__file_holds(r->h, g->span_end)) {
+				gpufile__stats_map_copy(len, 0);
+				return (ssize_t)len;
+			}
 		}
 	}
 	while (done < len) {

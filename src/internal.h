@@ -383,8 +383,8 @@ int gpufile__user_range_ok(const void *p, size_t n, int write);
 
 /* map_copy.c. Installs the SIGBUS guard on first use; 1 when a guarded
  * streaming copy can be made now under mode (GPUFILE__MAP_COPY_*: the CPU
- * has AVX-512 streaming stores, or for ON AVX2's, and the SIGBUS handler
- * in place is still gpufile's), else 0. */
+ * has AVX-512 streaming stores, or for ON AVX2's, and gpufile__guard_ready
+ * says 1), else 0. */
 int gpufile__stream_copy_ready(int mode);
 /* The streaming stores this CPU has for the map copy, found once, no
  * handler installed: host_map_copy=auto uses AVX-512's only, on also
@@ -396,8 +396,11 @@ int gpufile__stream_copy_kind(void);
  * applies it). */
 int gpufile__stream_copy_allowed(int mode, int kind);
 
-/* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and
- * still the process's handler: gpufile__guarded() may be called. */
+/* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and is
+ * the process's handler, put back in place where the program installed
+ * its own since: gpufile__guarded() may be called. 0 for OFF, or where
+ * it cannot be (out of memory for its record of the program's handler):
+ * then nothing may be copied from a map but by pread. */
 int gpufile__guard_ready(int mode);
 /* After gpufile__guard_ready() returned 1: runs fn(arg), which reads a
  * shared map of a file, with the guard armed on this thread. Returns 0,

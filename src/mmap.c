@@ -19,10 +19,10 @@
  * host page tables (HMM/ATS systems), which gpufile does not assume. A file
  * that shrinks below the mapped range after gpufile_mmap_open() makes reads
  * of the lost bytes fail with -EIO, synchronous or not, device or host: host
- * copies run under gpufile's SIGBUS guard (map_copy.c) and check the size
- * after copying; only with host_map_copy=off, where gpufile installs no
- * handler, does a host read of a lost page fault (SIGBUS), as any access to
- * a mapping would.
+ * copies run under gpufile's SIGBUS guard (map_copy.c), whatever handlers
+ * the program installs, and check the size after copying; only with
+ * host_map_copy=off, where gpufile installs no handler, does a host read
+ * of a lost page fault (SIGBUS), as any access to a mapping would.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -91,22 +91,27 @@ static void map_memcpy(void *arg)
 
 /* Copies len bytes of the map at src into buf: by the streaming copy of
  * file.c's warm host reads for large tasks (map_copy.c), else by memcpy,
- * under the SIGBUS guard wherever host_map_copy lets gpufile install it
- * (unguarded, a page the file lost raises SIGBUS, as any access to a map
- * would). Returns 1 copied, 0 a page the file lost faulted. */
+ * under the SIGBUS guard; with host_map_copy=off, where gpufile installs
+ * no handler, by a bare memcpy (a page the file lost raises SIGBUS, as
+ * any access to a map would). Returns 1 copied, 0 a page the file lost
+ * faulted, -1 the guard could not be put in place (nothing copied). */
 static int copy_from_map(const struct gpufile__request *r, char *buf,
                          const char *src, size_t len)
 {
+	const int mode = r->cfg.host_map_copy;
 	struct map_memcpy c = {buf, src, len};
 
+	if (mode == GPUFILE__MAP_COPY_OFF) {
+		memcpy(buf, src, len);
+		return 1;
+	}
 	if (len >= GPUFILE__MAP_COPY_MIN && gpufile__populate_works() &&
-	    gpufile__stream_copy_ready(r->cfg.host_map_copy))
+	    gpufile__stream_copy_ready(mode))
 		return gpufile__user_range_ok(src, len, 0) &&
 		       gpufile__stream_copy(buf, src, len) == 0;
-	if (gpufile__guard_ready(r->cfg.host_map_copy))
-		return gpufile__guarded(map_memcpy, &c) == 0;
-	memcpy(buf, src, len);
-	return 1;
+	if (!gpufile__guard_ready(mode))
+		return -1;
+	return gpufile__guarded(map_memcpy, &c) == 0;
 }
 
 static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
@@ -114,6 +119,8 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 {
 	struct gpufile_mmap *m = of(r);
 	const char *src = m->data + (off - m->map_offset);
+	ssize_t n;
+	int copied;
 
 	/* The copy is made by this process, not the kernel: memory the
 	 * caller cannot write is pread's -EFAULT, not a SIGSEGV. */
@@ -123,10 +130,22 @@ static ssize_t mmap_host_task(struct gpufile__request *r, char *buf, size_t len,
 		         m->file.path, (void *)buf);
 		return -EFAULT;
 	}
+	copied = copy_from_map(r, buf, src, len);
+	/* Without the guard (out of memory for its record of the program's
+	 * handler), the same page-cache pages by pread, which stops at the
+	 * file's end instead of faulting. */
+	if (copied < 0) {
+		n = gpufile__pread_full(m->file.fd, buf, len, off);
+		if (n < 0) {
+			snprintf(msg, msg_len, "reading %s: %s", m->file.path,
+			         strerror((int)-n));
+			return n;
+		}
+		copied = (size_t)n == len;
+	}
 	/* A file cut inside the range's last page reads zeros there, with
 	 * no fault: only its size tells. */
-	if (copy_from_map(r, buf, src, len) &&
-	    gpufile__file_holds(&m->file, off + (int64_t)len))
+	if (copied && gpufile__file_holds(&m->file, off + (int64_t)len))
 		return (ssize_t)len;
 	return shrank(m, msg, msg_len);
 }

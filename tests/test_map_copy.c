@@ -8,8 +8,15 @@
  *   - a handler the program had before gpufile's still gets the SIGBUS
  *     that is not gpufile's;
  *   - with the default disposition, such a SIGBUS still ends the process;
- *   - a handler installed after gpufile's: gpufile stops copying from the
- *     map (its faults would go to that handler) and reads stay right;
+ *   - a handler installed after gpufile's (as Python's faulthandler and
+ *     pytest install one): gpufile puts its own back over it at the next
+ *     copy, which still copies from the map; a file cut short during the
+ *     copy is still the short read, and under a memory-mapped handle -EIO,
+ *     the process alive; a SIGBUS that is not gpufile's (a fault, a
+ *     raise()) still reaches that handler, every time, whether it jumps
+ *     out, returns, or (as faulthandler does) puts back the handler it
+ *     displaced and raises the signal again (then the process ends as it
+ *     would without gpufile, the handler having run once);
  *   - host_map_copy=off never installs a handler;
  *   - as nobody (from root), where mincore() says every page is cached,
  *     nothing is copied from the map.
@@ -125,9 +132,22 @@ static void warm(void)
 	free(test_read_file(file, &len));
 }
 
+static size_t cut_to;
+
+static void cut_short(struct gpufile *h, int64_t off, size_t len)
+{
+	(void)h;
+	(void)len;
+	/* Only the first task cuts: the count is then decided by it,
+	 * whatever the task on the other thread did. */
+	if (off == 0 && cut_to && truncate(file, (off_t)cut_to) == 0)
+		cut_to = 0;
+}
+
 /* ---- children: the process's SIGBUS disposition ---- */
 
 static sigjmp_buf user_env;
+static volatile sig_atomic_t user_env_set;
 static volatile sig_atomic_t user_handler_ran;
 
 static void user_handler(int sig, siginfo_t *si, void *uc)
@@ -135,7 +155,11 @@ static void user_handler(int sig, siginfo_t *si, void *uc)
 	(void)sig;
 	(void)si;
 	(void)uc;
-	user_handler_ran = 1;
+	/* A fault of gpufile's copy that reached the program's handler. */
+	if (!user_env_set)
+		_exit(20);
+	user_handler_ran++;
+	user_env_set = 0;
 	siglongjmp(user_env, 1);
 }
 
@@ -148,6 +172,16 @@ static void install_user_handler(void)
 	act.sa_flags = SA_SIGINFO;
 	sigemptyset(&act.sa_mask);
 	sigaction(SIGBUS, &act, NULL);
+}
+
+/* The disposition in place now. */
+static struct sigaction in_place(void)
+{
+	struct sigaction cur;
+
+	memset(&cur, 0, sizeof(cur));
+	sigaction(SIGBUS, NULL, &cur);
+	return cur;
 }
 
 /* A SIGBUS that is not gpufile's: a page of a map past its file's end. */
@@ -195,6 +229,7 @@ static void child_handler_before(void)
 {
 	install_user_handler();
 	map_read_once();
+	user_env_set = 1;
 	if (sigsetjmp(user_env, 1) == 0)
 		foreign_sigbus();
 	_exit(user_handler_ran ? 0 : 6);
@@ -210,21 +245,184 @@ static void child_default(void)
 	_exit(0); /* survived: the default disposition was lost */
 }
 
+/* In a child, on a copy of the file of its own (the parent reads its
+ * file after the children), the file cut short under each mapped read:
+ * a small read (memcpy under the guard) of a memory-mapped handle after
+ * the cut, -EIO (else exits code); a host read (one task) cut during its
+ * copy from the map, past the copy's first page, which returns the new
+ * end with the right bytes, the fault caught (code + 1); a gathered read
+ * cut during its copies, -EIO naming the first run lost (code + 2). */
+static void cut_during_copy(int code)
+{
+	enum { RUNS = 512, RUN = 4096, STRIDE = 8192 };
+	const size_t end = 2 * MiB + 7;
+	int64_t offsets[RUNS];
+	char *runs = test_malloc((size_t)RUNS * RUN);
+	gpufile_mmap_t *m = NULL;
+	gpufile_t *h = NULL;
+	char small[4096];
+	uint64_t caught = faults_caught();
+	int bad;
+
+	file = strdup(test_path("map_copy_child.bin"));
+	if (!file || test_make_file(file, SIZE, SEED) ||
+	    gpufile_mmap_open(&m, file, "r", 0, 0) ||
+	    truncate(file, (off_t)end))
+		_exit(3);
+	if (gpufile_mmap_pread(m, small, sizeof(small), 3 * MiB) != -EIO ||
+	    !strstr(gpufile_errmsg(), "shrank"))
+		_exit(code);
+	gpufile_mmap_close(m);
+
+	if (test_make_file(file, SIZE, SEED))
+		_exit(3);
+	warm();
+	cut_to = end;
+	cut_during = 1;
+	gpufile__map_read_hook = cut_short;
+	if (read_checked(4 * MiB, 0, end, &bad) != (ssize_t)end || bad ||
+	    cut_to != 0 || faults_caught() == caught)
+		_exit(code + 1);
+
+	if (test_make_file(file, SIZE, SEED) || gpufile_open(&h, file, "r"))
+		_exit(3);
+	for (int i = 0; i < RUNS; i++)
+		offsets[i] = (int64_t)i * STRIDE;
+	cut_to = 10 * STRIDE + 100; /* inside run 10, the first task's */
+	if (gpufile_pread_gather(h, runs, RUN, RUNS, offsets) != -EIO ||
+	    !strstr(gpufile_errmsg(), "run 10 "))
+		_exit(code + 2);
+	gpufile__map_read_hook = NULL;
+	cut_during = 0;
+	gpufile_close(h);
+	free(runs);
+	/* Whole again, for the child's next reads. */
+	if (test_make_file(file, SIZE, SEED))
+		_exit(3);
+	warm();
+}
+
 static void child_handler_after(void)
 {
-	int bad;
-	uint64_t before;
-
 	map_read_once();
 	install_user_handler();
-	before = map_bytes();
-	if (read_checked(SIZE, 0, SIZE, &bad) != SIZE || bad)
-		_exit(4);
-	if (map_bytes() != before)
-		_exit(7); /* copied from the map without its guard */
+	/* Still copied from the map (map_read_once exits 5 where not), under
+	 * gpufile's handler, put back in place. */
+	map_read_once();
+	if (in_place().sa_sigaction == user_handler)
+		_exit(10);
+	cut_during_copy(30);
+	/* The program's handler gets what is not gpufile's: a fault, a
+	 * raise(), and again after the next copy. */
+	user_env_set = 1;
 	if (sigsetjmp(user_env, 1) == 0)
 		foreign_sigbus();
-	_exit(user_handler_ran ? 0 : 6);
+	if (user_handler_ran != 1)
+		_exit(6);
+	user_env_set = 1;
+	if (sigsetjmp(user_env, 1) == 0)
+		raise(SIGBUS);
+	if (user_handler_ran != 2)
+		_exit(13);
+	map_read_once();
+	user_env_set = 1;
+	if (sigsetjmp(user_env, 1) == 0)
+		foreign_sigbus();
+	_exit(user_handler_ran == 3 ? 0 : 14);
+}
+
+/* A handler installed after gpufile's that deals with a raise() and
+ * returns: called each time, and gpufile's goes back over it after each. */
+static volatile sig_atomic_t returned_count;
+
+static void returning_handler(int sig)
+{
+	(void)sig;
+	returned_count++;
+}
+
+static void child_handler_returns(void)
+{
+	struct sigaction act;
+
+	map_read_once();
+	memset(&act, 0, sizeof(act));
+	act.sa_handler = returning_handler;
+	sigemptyset(&act.sa_mask);
+	sigaction(SIGBUS, &act, NULL);
+	map_read_once();
+	raise(SIGBUS);
+	if (returned_count != 1)
+		_exit(15);
+	if (in_place().sa_handler == returning_handler)
+		_exit(16);
+	raise(SIGBUS);
+	if (returned_count != 2)
+		_exit(17);
+	map_read_once();
+	_exit(0);
+}
+
+/* Python's faulthandler: installed after gpufile's (SA_NODEFER), it
+ * writes its report, puts back the handler it displaced (gpufile's) and
+ * raises the signal again. reports: the pipe the child writes to. */
+static int reports = -1;
+static int fh_flags;
+static struct sigaction fh_displaced;
+
+static void fh_like(int sig)
+{
+	if (write(reports, "H", 1) != 1)
+		_exit(21);
+	sigaction(sig, &fh_displaced, NULL);
+	raise(sig);
+}
+
+static void child_restore_and_raise(void)
+{
+	struct rlimit no_core = {0, 0};
+	struct sigaction act;
+
+	setrlimit(RLIMIT_CORE, &no_core);
+	map_read_once();
+	memset(&act, 0, sizeof(act));
+	act.sa_handler = fh_like;
+	act.sa_flags = fh_flags;
+	sigemptyset(&act.sa_mask);
+	sigaction(SIGBUS, &act, &fh_displaced);
+	cut_during_copy(30);
+	if (write(reports, "R", 1) != 1)
+		_exit(3);
+	foreign_sigbus();
+	_exit(0); /* survived: the default disposition was lost */
+}
+
+/* Runs child_restore_and_raise with the handler's flags; returns 1 where
+ * it read, then died of the foreign SIGBUS after one report. */
+static int restore_and_raise(int flags)
+{
+	int fds[2], st = 0, ok;
+	char got[64];
+	ssize_t n;
+
+	if (pipe(fds))
+		return 0;
+	reports = fds[1];
+	fh_flags = flags;
+	ok = run_child(child_restore_and_raise, &st) == 0;
+	close(fds[1]);
+	n = read(fds[0], got, sizeof(got) - 1);
+	close(fds[0]);
+	got[n > 0 ? n : 0] = 0;
+	fprintf(stderr,
+	        "  faulthandler-like handler (flags 0x%x): %s, status 0x%x\n",
+	        flags, got, st);
+	ok = ok && strcmp(got, "RH") == 0;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	return ok && !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+#else
+	return ok && WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS;
+#endif
 }
 
 static void child_off(void)
@@ -298,6 +496,12 @@ static void test_children(void)
 	CHECK_EQ(run_child(child_handler_after, &st), 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	fprintf(stderr, "  handler after gpufile's: status 0x%x\n", st);
+	CHECK_EQ(run_child(child_handler_returns, &st), 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "  handler after gpufile's that returns: status 0x%x\n",
+	        st);
+	CHECK(restore_and_raise(SA_NODEFER));
+	CHECK(restore_and_raise(0));
 	CHECK_EQ(run_child(child_off, &st), 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	fprintf(stderr, "  host_map_copy=off: status 0x%x\n", st);
@@ -393,18 +597,6 @@ static void test_counted(void)
 	CHECK(!bad);
 	CHECK_EQ(map_bytes() - before, cpu_has_avx512() ? SIZE : 0);
 	CHECK_EQ(gpufile_config_set("host_map_copy", "on"), 0);
-}
-
-static size_t cut_to;
-
-static void cut_short(struct gpufile *h, int64_t off, size_t len)
-{
-	(void)h;
-	(void)len;
-	/* Only the first task cuts: the count is then decided by it,
-	 * whatever the task on the other thread did. */
-	if (off == 0 && cut_to && truncate(file, (off_t)cut_to) == 0)
-		cut_to = 0;
 }
 
 /* The file cut short to end inside the first task, after its range was

@@ -1,9 +1,15 @@
 """gpufile.Mmap: KvikIO's Mmap API over gpufile_mmap_*."""
+import errno
+import os
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import needs_gpu
+from conftest import PKG_ROOT, needs_gpu
 
 
 def test_read_host(data_file):
@@ -65,3 +71,83 @@ def test_read_device(data_file):
         a[:] = 0
         assert m.pread(a, len(data) - 7, 7).get() == len(data) - 7
         assert (cupy.asnumpy(a[:len(data) - 7]) == data[7:]).all()
+
+
+def _run(code, *args):
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    return subprocess.run([sys.executable, "-c", code] + list(args), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)
+
+
+# The issue's recipe: faulthandler (which pytest enables) installed after
+# gpufile's SIGBUS handler, then the file cut short under the map. Run in a
+# child, so that a crash is its exit status, not pytest's.
+_CUT_UNDER_FAULTHANDLER = """
+import faulthandler, os, sys
+import numpy as np
+import gpufile
+p = sys.argv[1]
+m = gpufile.Mmap(p)
+b = np.zeros(m.initial_map_size(), dtype=np.uint8)
+m.read(b)
+faulthandler.enable()
+os.truncate(p, 4096)
+faults = gpufile.stats()["gpufile"]["map_copy_faults"]
+# The whole map (large tasks: the streaming copy) and 64 KiB past the new
+# end (memcpy under the guard, which faults).
+for size, offset in ((len(b), 0), (65536, 1 << 20)):
+    try:
+        m.read(b, size, offset)
+        print("read", flush=True)
+    except OSError as e:
+        print("error", e.errno, "shrank" in str(e), flush=True)
+print("faults", gpufile.stats()["gpufile"]["map_copy_faults"] - faults)
+"""
+
+
+def test_cut_short_under_faulthandler(data_file):
+    path, _ = data_file
+    r = _run(_CUT_UNDER_FAULTHANDLER, path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    assert lines[:2] == ["error %d True" % errno.EIO] * 2, r.stdout
+    # The guarded copy ran, faulthandler's handler in place or not.
+    assert lines[2].startswith("faults ") and int(lines[2].split()[1]) >= 1
+
+
+# A SIGBUS that is not gpufile's, once gpufile's handler went back over
+# faulthandler's: faulthandler reports it, once, and the process ends as
+# it would without gpufile.
+_FOREIGN_UNDER_FAULTHANDLER = """
+import faulthandler, mmap, os, sys
+import numpy as np
+import gpufile
+p, q = sys.argv[1:]
+m = gpufile.Mmap(p)
+b = np.zeros(65536, dtype=np.uint8)
+m.read(b)
+faulthandler.enable()
+m.read(b)
+with open(q, "wb") as f:
+    f.write(b"x" * 8192)
+with open(q, "rb") as f:
+    mm = mmap.mmap(f.fileno(), 8192, prot=mmap.PROT_READ)
+os.truncate(q, 0)
+print("touching", flush=True)
+mm[4096]
+print("survived", flush=True)
+"""
+
+
+def test_foreign_sigbus_reaches_faulthandler(data_file, tmp_path):
+    path, _ = data_file
+    r = _run(_FOREIGN_UNDER_FAULTHANDLER, path, str(tmp_path / "foreign.bin"))
+    assert r.stdout == "touching\n"
+    assert r.stderr.count("Fatal Python error: Bus error") == 1, r.stderr
+    # Then the default disposition (or, in the sanitizer stage, the
+    # sanitizer's handler, which was there before gpufile's).
+    if "Sanitizer" in r.stderr:
+        assert r.returncode != 0
+    else:
+        assert r.returncode == -signal.SIGBUS
