@@ -1263,7 +1263,16 @@ static int parse_header(gpufile_safetensors_t *st, char *text, size_t len)
 		free(p.dims);
 		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
 	}
-	rc = st_root(&p);
+	/* The whole text's syntax first, as the reference parses it all
+	 * before it judges a field: a header cut short is not valid JSON,
+	 * not a tensor with a missing field or an offset past the data. */
+	rc = st_skip(&p, 0);
+	st_ws(&p);
+	if (rc == 0 && p.at < p.len)
+		rc = st_syntax(&p);
+	p.at = 0;
+	if (rc == 0)
+		rc = st_root(&p);
 	st->dims = p.dims;
 	if (rc)
 		return rc;

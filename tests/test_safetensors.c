@@ -110,6 +110,20 @@ static void test_malformed(void)
 	expect_bad(p, -EBADMSG, "NUL byte", NULL, NULL);
 	p = write_st("badjson", "{\"a\": {\"dtype\": ", 0);
 	expect_bad(p, -EBADMSG, "not valid JSON", NULL, NULL);
+	/* A header that is not JSON is called so, as the reference parses
+	 * the whole text before it judges a field: not a missing field, a
+	 * second __metadata__ or an offset past the data that comes before
+	 * the fault. */
+	p = write_st("badjson-cut",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],"
+	             "\"data_offsets\":[0,4]},\"v\":",
+	             0);
+	expect_bad(p, -EBADMSG, "not valid JSON", NULL, NULL);
+	p = write_st("badjson-missing", "{\"w\":{\"dtype\":\"U8\"}, 1}", 0);
+	expect_bad(p, -EBADMSG, "not valid JSON", NULL, NULL);
+	p = write_st("badjson-meta",
+	             "{\"__metadata__\":{},\"__metadata__\":{},}", 0);
+	expect_bad(p, -EBADMSG, "not valid JSON", NULL, NULL);
 	p = write_st("array", "[1, 2]", 0);
 	expect_bad(p, -EBADMSG, "not an object", NULL, NULL);
 	p = write_st("entry", "{\"w\": 5}", 0);
