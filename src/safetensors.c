@@ -963,6 +963,14 @@ static int st_offsets(struct st_parser *p, struct st_tensor *t)
 		                          "in [0, 2^53)",
 		                          st->path, t->name, q);
 	}
+	return 0;
+}
+
+/* t's offsets against each other and the data section: judged once
+ * the whole entry is read, after a missing or repeated field, as the
+ * reference validates offsets only after it has parsed the header. */
+static int st_offsets_fit(gpufile_safetensors_t *st, const struct st_tensor *t)
+{
 	if (t->end < t->begin)
 		return gpufile__fail(-EBADMSG,
 		                     "%s: tensor \"%s\": data_offsets [%" PRIu64
@@ -1056,7 +1064,8 @@ static int st_entry(struct st_parser *p, struct st_tensor *t)
 			    "%s: tensor \"%s\": shape %s has more elements "
 			    "than 64 bits can count",
 			    p->st->path, t->name, shape_text(t, q, sizeof(q)));
-	return check_span(p->st, t, nelem);
+	rc = st_offsets_fit(p->st, t);
+	return rc ? rc : check_span(p->st, t, nelem);
 }
 
 struct st_meta_ref {

@@ -114,6 +114,18 @@ static void test_malformed(void)
 	 * the whole text before it judges a field: not a missing field, a
 	 * second __metadata__ or an offset past the data that comes before
 	 * the fault. */
+	/* The reference checks offsets against the data section only after
+	 * it has read every entry: a missing or repeated field is named
+	 * first, even when the offsets before it reach past the data. */
+	p = write_st("past-then-missing",
+	             "{\"w\":{\"dtype\":\"U8\",\"data_offsets\":[0,4]}}", 0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"", "shape (missing)", NULL);
+	p = write_st("past-then-twice",
+	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],"
+	             "\"data_offsets\":[0,4],\"data_offsets\":[0,4]}}",
+	             0);
+	expect_bad(p, -EBADMSG, "tensor \"w\"",
+	           "field \"data_offsets\" is given twice", NULL);
 	p = write_st("badjson-cut",
 	             "{\"w\":{\"dtype\":\"U8\",\"shape\":[4],"
 	             "\"data_offsets\":[0,4]},\"v\":",
