@@ -23,6 +23,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_THREAD__)
+/* TSan refuses to start threads in a child of a multi-threaded process
+ * unless told to: the children here read, so the pool starts its workers
+ * again (as in test_fork.c). */
+__attribute__((visibility("default"))) const char *__tsan_default_options(void)
+{
+	return "die_after_fork=0";
+}
+#endif
+
 #define FSIZE  ((64u << 20) + 4321u)
 #define SEED   61
 #define NFORKS 8
