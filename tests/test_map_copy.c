@@ -245,6 +245,19 @@ static void child_default(void)
 	_exit(0); /* survived: the default disposition was lost */
 }
 
+/* A SIGBUS sent by raise() (si_code <= 0), not a fault: no instruction
+ * takes it again when gpufile's handler returns, so the handler must
+ * restore the default and send it again, or it is lost. */
+static void child_default_raised(void)
+{
+	struct rlimit no_core = {0, 0};
+
+	setrlimit(RLIMIT_CORE, &no_core);
+	map_read_once();
+	raise(SIGBUS);
+	_exit(0); /* survived: the signal was swallowed */
+}
+
 /* In a child, on a copy of the file of its own (the parent reads its
  * file after the children), the file cut short under each mapped read:
  * a small read (memcpy under the guard) of a memory-mapped handle after
@@ -493,6 +506,14 @@ static void test_children(void)
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
 #endif
 	fprintf(stderr, "  default disposition: status 0x%x\n", st);
+	CHECK_EQ(run_child(child_default_raised, &st), 0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
+#else
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+#endif
+	fprintf(stderr, "  raise(SIGBUS), default disposition: status 0x%x\n",
+	        st);
 	CHECK_EQ(run_child(child_handler_after, &st), 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	fprintf(stderr, "  handler after gpufile's: status 0x%x\n", st);
