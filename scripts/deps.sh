@@ -32,6 +32,8 @@ packages=(
 	python3-venv python3-setuptools python3-wheel  # python/README.md install route
 	libcurl4-openssl-dev libssl-dev  # remote sources: HTTP(S) and S3 SigV4
 	nginx-light python3-botocore curl  # remote tests: nginx, S3 signature check
+	python3-torch                  # drop-ins and distributed loading: torch on CPU, gloo
+	python3-fsspec python3-zarr python3-dask python3-distributed  # fsspec, Zarr, Dask
 )
 
 missing=()
