@@ -3,7 +3,7 @@
  * Reads FILE through gpufile with compat_mode=off (run with
  * CUFILE_EXPERIMENTAL_FS=1 where registration needs it), then dumps every
  * non-zero 64-bit word of cuFileGetStatsL3's output with its offset, so
- * that the per-GPU layout gpufile assumes (src/cufile_abi.h) can be
+ * that the per-GPU layout gpufile assumes (src/platform/cufile_abi.h) can be
  * checked against the real library. A diagnostic for the GPU machine.
  *
  *   cufile_stats_probe FILE [--early]

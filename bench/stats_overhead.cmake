@@ -4,11 +4,11 @@
 # file from bench/CMakeLists.txt (after gpufile_objects exists). Run:
 #   bench/stats_overhead_on --other bench/stats_overhead_off
 set(_so_dir ${CMAKE_CURRENT_LIST_DIR})
-file(GLOB _so_lib_sources ${_so_dir}/../src/*.c)
+set(_so_lib_sources ${GPUFILE_SOURCES})
 foreach(_so_mode on off)
   add_executable(stats_overhead_${_so_mode} ${_so_dir}/stats_overhead.c ${_so_lib_sources})
   target_include_directories(stats_overhead_${_so_mode} PRIVATE
-    ${_so_dir}/../include ${_so_dir}/../src)
+    ${_so_dir}/../include ${GPUFILE_PRIVATE_INCLUDE_DIRS})
   target_compile_definitions(stats_overhead_${_so_mode} PRIVATE
     $<TARGET_PROPERTY:gpufile_objects,COMPILE_DEFINITIONS>)
   target_link_libraries(stats_overhead_${_so_mode} PRIVATE

@@ -72,7 +72,7 @@ extern "C" {
  *     loads it on first need, as any process. Use exec (Python:
  *     multiprocessing's "spawn" or "forkserver") for GPU work in children.
  * The library's atfork handlers hold its locks across fork() in the lock
- * order written in src/fork.c; statistics segments follow stats.c's own
+ * order written in src/api/fork.c; statistics segments follow stats.c's own
  * handler.
  */
 

@@ -4,7 +4,7 @@ of structural changes (issue 12): run it on two trees and compare.
 
     scripts/code_size.py [DIR] [--top N]
 
-DIR defaults to src/ of this checkout. A function is a definition that
+DIR defaults to src/ of this checkout (its wing folders included). A function is a definition that
 starts in column 0 (return type and name, as .clang-format lays them out)
 and ends at the first "}" in column 0; its length counts its lines, both
 braces included."""
@@ -45,7 +45,9 @@ def main():
     root = args[0] if args else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "src")
     files, funcs, total = [], [], 0
-    for name in sorted(os.listdir(root)):
+    names = sorted(os.path.relpath(os.path.join(d, n), root)
+                   for d, _, ns in os.walk(root) for n in ns)
+    for name in names:
         if not name.endswith((".c", ".h")):
             continue
         p = os.path.join(root, name)

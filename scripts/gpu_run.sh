@@ -284,7 +284,7 @@ firstuse)
 	# The same tree with pinned.c's registration off (cuMemHostAlloc, as
 	# before): first reads and the warm read of both, interleaved.
 	log "mutant: registration off"
-	mutant "bench_first_read bench_gpu_bench" src/pinned.c \
+	mutant "bench_first_read bench_gpu_bench" src/platform/pinned.c \
 		's/if (t->cuMemHostRegister \&\& t->cuMemHostUnregister \&\&/if (0 \&\&/' 'if (0 &&'
 	for f in 64m:64 4g:4096; do
 		make_file $data/first_read_${f%:*}.bin $((${f#*:} << 20))
@@ -380,7 +380,7 @@ harden)
 		# host requests run their own tasks): expected to hang on the
 		# remote object where the queue is shared (alarm: rc 142).
 		log "test_gpu_stream_queue without the fix (expected: hang)"
-		mutant test_gpu_stream_queue src/pool.c \
+		mutant test_gpu_stream_queue src/core/pool.c \
 			's/!r->cuda_ctx \&\& !is_worker/r->path == GPUFILE_PATH_HOST \&\& !is_worker/' \
 			'r->path == GPUFILE_PATH_HOST && !is_worker'
 		timeout 60 $mut/b/tests/test_gpu_stream_queue 2>&1 | tail -4
@@ -407,11 +407,11 @@ stagefix)
 	done
 	# MUT=release: release_read off; MUT=events: events destroyed, not kept
 	if [ "${MUT:-release}" = release ]; then
-		mutant test_gpu_stream src/stream_stage.c \
+		mutant test_gpu_stream src/api/stream_stage.c \
 			's/if (st->is_write || st->released || !st->queue_done/if (1 || st->is_write || st->released || !st->queue_done/' \
 			'if (1 || st->is_write'
 	else
-		mutant test_gpu_stream src/stream.c \
+		mutant test_gpu_stream src/api/stream.c \
 			's/^\tfor (size_t i = 0; i < events.n \&\& !kept; i++)/\tfor (size_t i = 0; 0 \&\& i < events.n \&\& !kept; i++)/' \
 			'0 && i < events.n'
 	fi

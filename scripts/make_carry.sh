@@ -50,7 +50,7 @@ if [ ! -x .carry/fio/fio ]; then
 	strip .carry/fio/fio
 	rm -rf "$work"
 fi
-# Remote sources (src/remote.c) and bench/remote_bench.sh: libcurl's and
+# Remote sources (src/sources/remote.c) and bench/remote_bench.sh: libcurl's and
 # OpenSSL's headers (the GPU machine has the runtime libraries, not the
 # headers; CMake's GPUFILE_CURL_DIR/GPUFILE_OPENSSL_DIR), and Debian's nginx
 # with the libraries it links beyond libc, run with LD_LIBRARY_PATH (checked

@@ -1,4 +1,4 @@
-/* The SigV4 signer (src/sigv4.c) against AWS's published examples: the
+/* The SigV4 signer (src/sources/sigv4.c) against AWS's published examples: the
  * signature test suite's get-vanilla and get-vanilla-query-order-key-case
  * (service "service", 20150830T123600Z) and the S3 GetObject example of
  * the S3 API reference (a Range header and x-amz-content-sha256). The

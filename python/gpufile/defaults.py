@@ -59,7 +59,7 @@ def _known(name):
                        % (name, ", ".join(known)))
 
 
-# The settings whose values are text (KIND_STRING in src/config.c): a
+# The settings whose values are text (KIND_STRING in src/core/config.c): a
 # library name, a list of HTTP statuses. Their values stay str even when
 # all digits ("503" came back as the int 503, "429,503" as a str). Every
 # other setting is a mode ("auto", "on", "off": str) or a number (int):

@@ -224,7 +224,7 @@ def test_ordering_with_the_fake_driver(data_file, tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    # Device memory: a read is staged on the stream (src/stream_stage.c):
+    # Device memory: a read is staged on the stream (src/api/stream_stage.c):
     # its copy waits for a flag, and one more wait holds the work after;
     # a write too: its copy comes first, behind a wait the flag already
     # passes, and the wait for its end holds the work after.

@@ -1,7 +1,7 @@
 /*
  * A stand-in for libcufile.so.0 on machines without one (CI): implements
- * the part of the cuFile ABI gpufile uses (src/cufile_abi.h), moving bytes
- * with pread/pwrite into "device" memory that is really host memory (the
+ * the part of the cuFile ABI gpufile uses (src/platform/cufile_abi.h), moving
+ * bytes with pread/pwrite into "device" memory that is really host memory (the
  * tests pair it with a fake CUDA driver table). It counts its calls, and
  * the environment tells it to fail (read at each call):
  *   FAKE_CUFILE_FAIL_OPEN=STATUS      cuFileDriverOpen returns STATUS

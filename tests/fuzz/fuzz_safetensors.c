@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the safetensors header parser (src/safetensors.c).
+ * libFuzzer target: the safetensors header parser (src/formats/safetensors.c).
  * The first input byte picks the framing: odd, the rest is taken as the
  * JSON header and an 8-byte length is put in front of it that leaves the
  * last (byte0 >> 1) bytes as the data section, so that the fuzzer spends

@@ -1,0 +1,1311 @@
+/*
+ * Remote objects behind a gpufile handle: HTTP(S) through libcurl, S3
+ * (s3://BUCKET/KEY, signed with SigV4 when credentials are set) and
+ * presigned S3 URLs.
+ *
+ * A request on a remote handle is split into task_size tasks by the pool
+ * like any other; each task (or each bounce-buffer chunk of a staged
+ * device task) is one HTTP range request on a connection taken from the
+ * handle's set of at most remote_connections libcurl handles, which keep
+ * their connections open between ranges.
+ *
+ * Invariants of a range (KvikIO's RemoteFile breaks the first: a retried
+ * range goes on writing where the failed attempt stopped):
+ *   - every attempt writes from the start of the range (sink.got = 0);
+ *   - bytes are written only from a response that is exactly the range
+ *     asked (206 with a Content-Range naming it, or 200 for the whole
+ *     object): an error page, a 200 of a server that ignored Range, or
+ *     bytes past the range never reach the destination;
+ *   - a range succeeds only when every byte arrived; otherwise the task
+ *     fails, naming the redacted URL, the range and the HTTP status or
+ *     curl error;
+ *   - bytes of two versions of the object are never mixed: a response
+ *     whose Content-Range total or strong ETag differs from the object's
+ *     at open fails the range (-ESTALE) before any of its bytes land.
+ * Lock order: rm->lock (the handle's lock, h->lock, level 2 of fork.c's
+ * order) is held only to take or give a connection, and nothing is taken
+ * under it.
+ */
+#define _GNU_SOURCE
+#include "core/decide.h"
+#include "sources/sources.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#if GPUFILE_HAVE_CURL
+#include <curl/curl.h>
+
+struct gpufile__remote {
+	char *url;   /* the URL requests go to (may hold a presigned query) */
+	char *shown; /* redacted, for messages (also h->path) */
+	int presigned;
+	int s3, s3_signed;
+	char *s3_host;          /* Host header value signed */
+	char *s3_canonical_uri; /* URI-encoded path signed */
+	char *region;
+	char *access_key, *secret_key, *session_token;
+	int64_t size;
+	/* The object's strong ETag when it was opened (NULL when it had
+	 * none or a weak one): every later response must carry the same. An
+	 * ETag has no length limit; one cut or dropped would turn the check
+	 * off. */
+	char *etag;
+	long size_status; /* HTTP status of the answer that gave the size */
+
+	unsigned max_attempts;
+	long timeout_s;
+	int retry_codes[GPUFILE__MAX_RETRY_CODES];
+	int nretry_codes;
+
+	/* Guards the connection set: the handle's lock once there is one
+	 * (fork.c holds it across fork()), own_lock before. */
+	pthread_mutex_t *lock;
+	pthread_mutex_t own_lock;
+	pthread_cond_t freed;
+	CURL **idle;
+	unsigned nidle, nopen, max_conns;
+	pid_t owner; /* the process whose connections idle holds */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- settings ---- */
+
+static int setting_count(const char *name, uint64_t *out)
+{
+	char value[64], var[64];
+	gpufile_source_t src;
+	int rc = gpufile_config_get(name, value, sizeof(value), &src, var,
+	                            sizeof(var));
+
+	if (rc)
+		return rc;
+	return gpufile__parse_count(value, out) ? GPUFILE_ECONFIG : 0;
+}
+
+/* http_status_codes: a comma-separated list of HTTP statuses to retry,
+ * checked when the settings are read (config.c). */
+static int load_retry_codes(struct gpufile__remote *rm)
+{
+	char value[512], var[64];
+	gpufile_source_t src;
+	int rc = gpufile_config_get("http_status_codes", value, sizeof(value),
+	                            &src, var, sizeof(var));
+
+	if (rc)
+		return rc;
+	rc = gpufile__parse_status_codes(value, rm->retry_codes,
+	                                 GPUFILE__MAX_RETRY_CODES);
+	if (rc < 0)
+		return gpufile__fail(GPUFILE_ECONFIG,
+		                     "%s=\"%s\": not a list of HTTP status "
+		                     "codes",
+		                     var[0] ? var : "http_status_codes", value);
+	rm->nretry_codes = rc;
+	return 0;
+}
+
+static int load_settings(struct gpufile__remote *rm)
+{
+	uint64_t v;
+	int rc = setting_count("http_max_attempts", &v);
+
+	if (rc)
+		return rc;
+	rm->max_attempts = (unsigned)v;
+	rc = setting_count("http_timeout", &v);
+	if (rc)
+		return rc;
+	rm->timeout_s = (long)v;
+	rc = setting_count("remote_connections", &v);
+	if (rc)
+		return rc;
+	rm->max_conns = (unsigned)v;
+	return load_retry_codes(rm);
+}
+
+/* ---- connections ---- */
+
+static CURL *conn_new(struct gpufile__remote *rm)
+{
+	CURL *c = curl_easy_init();
+	const char *ca = getenv("CURL_CA_BUNDLE");
+
+	if (!c)
+		return NULL;
+	curl_easy_setopt(c, CURLOPT_URL, rm->url);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* Larger receive chunks: fewer callbacks at tens of GB/s. */
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	/* A signed request must not follow a redirect (it would carry the
+	 * signature elsewhere); plain URLs may. */
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, rm->s3_signed ? 0L : 1L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+	/* An S3 key is a name, not a path: "a/../b" is that key, and libcurl
+	 * would otherwise remove its dot segments (another object, and a
+	 * request that no longer matches its signature). */
+	if (rm->s3)
+		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	if (!ca || !ca[0])
+		ca = getenv("SSL_CERT_FILE");
+	if (ca && ca[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	return c;
+}
+
+static CURL *conn_get(struct gpufile__remote *rm)
+{
+	CURL *c = NULL;
+
+	pthread_mutex_lock(rm->lock);
+	if (rm->owner != getpid()) {
+		/* A forked child: the idle connections' sockets (and TLS
+		 * states) are its parent's too, and one stream used by two
+		 * processes breaks. They are dropped, not closed (a TLS
+		 * close would end the parent's session), at the cost of
+		 * their memory in the child. Transfers of the parent's other
+		 * threads do not exist here. */
+		rm->nidle = 0;
+		rm->nopen = 0;
+		rm->owner = getpid();
+	}
+	while (rm->nidle == 0 && rm->nopen >= rm->max_conns)
+		pthread_cond_wait(&rm->freed, rm->lock);
+	if (rm->nidle) {
+		c = rm->idle[--rm->nidle];
+	} else {
+		rm->nopen++;
+	}
+	pthread_mutex_unlock(rm->lock);
+	if (!c) {
+		c = conn_new(rm);
+		if (!c) {
+			pthread_mutex_lock(rm->lock);
+			rm->nopen--;
+			pthread_cond_signal(&rm->freed);
+			pthread_mutex_unlock(rm->lock);
+		}
+	}
+	return c;
+}
+
+static void conn_put(struct gpufile__remote *rm, CURL *c)
+{
+	pthread_mutex_lock(rm->lock);
+	rm->idle[rm->nidle++] = c;
+	pthread_cond_signal(&rm->freed);
+	pthread_mutex_unlock(rm->lock);
+}
+
+/* ---- one HTTP exchange ---- */
+
+struct sink {
+	CURL *c;
+	char *dst;          /* NULL: discard the body */
+	size_t want;        /* bytes of the range */
+	int64_t off;        /* its first byte */
+	int whole_ok;       /* a 200 carrying the whole object is the range */
+	size_t got;         /* bytes written at dst */
+	int accepted;       /* -1 unknown, 0 body discarded, 1 written */
+	int overflow;       /* the server sent more than the range */
+	int range_mismatch; /* 206 naming another range, or 200 for part */
+	int changed;        /* the object is not the one opened */
+	int size_probe;     /* the GET of bytes 0-0 that learns the size */
+	long status;        /* of the last response */
+	long connects;      /* connections it opened (0: reused one) */
+	int64_t cr_start, cr_end, cr_total; /* Content-Range, -1 if none */
+	int64_t content_length;             /* -1 if none */
+	char *etag;   /* of the last response, NULL if none (sink_done frees) */
+	int etag_oom; /* its ETag could not be kept: not compared, failed */
+	/* What the object was when opened: its size (-1 while opening) and
+	 * strong ETag ("" for none), to tell a changed object. */
+	int64_t expect_total;
+	const char *expect_etag;
+};
+
+static size_t on_header(char *line, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	const size_t len = size * n;
+
+	if (len > 5 && strncasecmp(line, "HTTP/", 5) == 0) {
+		/* A new response (after a redirect or a 100): reset. */
+		s->cr_start = s->cr_end = s->cr_total = -1;
+		s->content_length = -1;
+		s->accepted = -1;
+		free(s->etag);
+		s->etag = NULL;
+	} else if (len > 15 && strncasecmp(line, "content-length:", 15) == 0) {
+		char *end;
+		long long v = strtoll(line + 15, &end, 10);
+
+		if (end != line + 15 && v >= 0)
+			s->content_length = v;
+	} else if (len > 14 && strncasecmp(line, "content-range:", 14) == 0) {
+		long long a, b, total;
+		char star[32];
+
+		if (sscanf(line + 14, " bytes %lld-%lld/%31[0-9*]", &a, &b,
+		           star) == 3) {
+			s->cr_start = a;
+			s->cr_end = b;
+			s->cr_total =
+			    star[0] == '*' ? -1 : strtoll(star, NULL, 10);
+		} else if (sscanf(line + 14, " bytes */%lld", &total) == 1) {
+			/* An unsatisfiable range (416): only the size. */
+			s->cr_total = total;
+		}
+	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
+		const char *v = line + 5;
+		size_t n;
+
+		v += strspn(v, " \t");
+		n = strcspn(v, "\r\n");
+		while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+			n--;
+		free(s->etag);
+		s->etag = strndup(v, n);
+		if (!s->etag)
+			s->etag_oom = 1;
+	}
+	return len;
+}
+
+/* A strong entity tag: not W/"..." (a weak one may differ between two
+ * servers holding the same bytes). */
+static int strong_etag(const char *etag)
+{
+	return etag && etag[0] == '"';
+}
+
+/* Decides once per response whether its body is the range asked. */
+static void accept_body(struct sink *s)
+{
+	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
+	s->accepted = 0;
+	if (s->etag_oom)
+		return; /* judge() fails it: the version cannot be checked */
+	if ((s->status == 200 || s->status == 206) &&
+	    ((s->expect_total >= 0 && s->cr_total >= 0 &&
+	      s->cr_total != s->expect_total) ||
+	     (s->expect_etag && strong_etag(s->etag) &&
+	      strcmp(s->etag, s->expect_etag) != 0))) {
+		/* Bytes of another version of the object: never mixed with
+		 * the ones already read. */
+		s->changed = 1;
+		return;
+	}
+	if (s->status == 206) {
+		if (s->cr_start == s->off &&
+		    s->cr_end == s->off + (int64_t)s->want - 1)
+			s->accepted = 1;
+		else
+			s->range_mismatch = 1;
+	} else if (s->status == 200) {
+		if (s->whole_ok)
+			s->accepted = 1;
+		else
+			s->range_mismatch = 1;
+	}
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+	struct sink *s = arg;
+	const size_t len = size * n;
+
+	if (s->accepted < 0)
+		accept_body(s);
+	if (s->range_mismatch || s->changed || s->etag_oom)
+		return 0; /* stop now: do not download a whole object */
+	if (s->accepted == 0 || !s->dst)
+		return len; /* an error page: read and dropped */
+	if (len > s->want - s->got) {
+		s->overflow = 1;
+		return 0;
+	}
+	memcpy(s->dst + s->got, data, len);
+	s->got += len;
+	return len;
+}
+
+/* "Host" for signing: the authority of url without user information and
+ * without the scheme's default port (as libcurl sends it). */
+static char *host_of(const char *url)
+{
+	const char *a = strstr(url, "://");
+	size_t n;
+	char *host;
+
+	a = a ? a + 3 : url;
+	n = strcspn(a, "/?#");
+	{
+		const char *at = memchr(a, '@', n);
+		if (at) {
+			n -= (size_t)(at + 1 - a);
+			a = at + 1;
+		}
+	}
+	host = strndup(a, n);
+	if (host) {
+		size_t hl = strlen(host);
+		if (strncasecmp(url, "http://", 7) == 0 && hl > 3 &&
+		    strcmp(host + hl - 3, ":80") == 0)
+			host[hl - 3] = '\0';
+		else if (strncasecmp(url, "https://", 8) == 0 && hl > 4 &&
+		         strcmp(host + hl - 4, ":443") == 0)
+			host[hl - 4] = '\0';
+	}
+	return host;
+}
+
+/* Appends "name: value" to *list, sized from them (a session token runs
+ * to a few KiB, an Authorization value grows with the access key and the
+ * region: never cut). The copy is wiped: it may hold a credential.
+ * Returns 0 or -ENOMEM. */
+static int append_header(struct curl_slist **list, const char *name,
+                         const char *value)
+{
+	struct curl_slist *more = NULL;
+	char *line;
+
+	if (asprintf(&line, "%s: %s", name, value) < 0)
+		return -ENOMEM;
+	more = curl_slist_append(*list, line);
+	explicit_bzero(line, strlen(line));
+	free(line);
+	if (!more)
+		return -ENOMEM;
+	*list = more;
+	return 0;
+}
+
+/* Adds the S3 headers of one request, signed now. */
+static int sign_s3(struct gpufile__remote *rm, const char *method,
+                   const char *range, struct curl_slist **list)
+{
+	struct gpufile__sigv4_header hd[5];
+	struct gpufile__sigv4_request rq = {0};
+	char date[20], *auth = NULL;
+	time_t now = time(NULL);
+	struct tm tm;
+	int n = 0, rc;
+
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
+	hd[n++] = (struct gpufile__sigv4_header){"host", rm->s3_host};
+	if (range)
+		hd[n++] = (struct gpufile__sigv4_header){"range", range};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-content-sha256",
+	                                         GPUFILE__SHA256_EMPTY};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-date", date};
+	if (rm->session_token)
+		hd[n++] = (struct gpufile__sigv4_header){"x-amz-security-token",
+		                                         rm->session_token};
+	rq.method = method;
+	rq.canonical_uri = rm->s3_canonical_uri;
+	rq.query = "";
+	rq.headers = hd;
+	rq.nheaders = n;
+	rq.payload_sha256 = GPUFILE__SHA256_EMPTY;
+	rq.amz_date = date;
+	rq.region = rm->region;
+	rq.service = "s3";
+	rq.access_key = rm->access_key;
+	rq.secret_key = rm->secret_key;
+	rc = gpufile__sigv4_authorization(&rq, &auth);
+	for (int i = 0; i < n && rc == 0; i++)
+		if (strcmp(hd[i].name, "range") != 0) /* the caller adds it */
+			rc = append_header(list, hd[i].name, hd[i].value);
+	if (rc == 0)
+		rc = append_header(list, "Authorization", auth);
+	if (auth) {
+		explicit_bzero(auth, strlen(auth));
+		free(auth);
+	}
+	return rc;
+}
+
+/* Forgets what an earlier attempt saw: a retry writes from the start of its
+ * range. */
+static void sink_reset(struct sink *s)
+{
+	s->got = 0;
+	s->accepted = -1;
+	s->overflow = s->range_mismatch = s->changed = 0;
+	s->status = 0;
+	s->connects = 0;
+	s->cr_start = s->cr_end = s->cr_total = -1;
+	s->content_length = -1;
+	free(s->etag);
+	s->etag = NULL;
+	s->etag_oom = 0;
+}
+
+/* Frees what the sink holds once its exchange is over. */
+static void sink_done(struct sink *s)
+{
+	free(s->etag);
+	s->etag = NULL;
+}
+
+/* The request's headers: the S3 signature when signed, and the Range of a
+ * GET. Returns 0, -ENOMEM (a header could not be added: the request must
+ * not go out, unsigned or without its Range, and then be blamed on the
+ * server) or the signing error; *list is the caller's to free. */
+static int request_headers(struct gpufile__remote *rm, int head,
+                           const char *range, struct curl_slist **list)
+{
+	if (rm->s3_signed) {
+		int rc = sign_s3(rm, head ? "HEAD" : "GET", head ? NULL : range,
+		                 list);
+		if (rc)
+			return rc;
+	}
+	if (!head) {
+		struct curl_slist *more;
+		char line[80];
+
+		snprintf(line, sizeof(line), "Range: %s", range);
+		more = curl_slist_append(*list, line);
+		if (!more)
+			return -ENOMEM;
+		*list = more;
+	}
+	return 0;
+}
+
+/* Sends the request on s->c (on a new connection when fresh) and counts
+ * its response; the handle keeps no pointer to list or errbuf afterwards. */
+static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
+                        int fresh, struct curl_slist *list, char *errbuf)
+{
+	CURLcode cc;
+
+	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, list);
+	curl_easy_setopt(s->c, CURLOPT_NOBODY, head ? 1L : 0L);
+	if (!head)
+		curl_easy_setopt(s->c, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(s->c, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
+	curl_easy_setopt(s->c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(s->c, CURLOPT_HEADERDATA, s);
+	curl_easy_setopt(s->c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(s->c, CURLOPT_WRITEDATA, s);
+	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, errbuf);
+	/* A stalled server: no byte for http_timeout seconds, or a range
+	 * taking longer than that in all, ends the attempt. */
+	curl_easy_setopt(s->c, CURLOPT_TIMEOUT, rm->timeout_s);
+	curl_easy_setopt(s->c, CURLOPT_CONNECTTIMEOUT, rm->timeout_s);
+	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_TIME, rm->timeout_s);
+	cc = curl_easy_perform(s->c);
+	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
+	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
+	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &s->connects);
+	gpufile__stats_remote_response(s->status, s->connects);
+	return cc;
+}
+
+/* EX_FRESH: the attempt failed on a reused connection in a way that
+ * connection explains (see transfer_failed): tried again at once on a new
+ * one, without counting it as an attempt. */
+enum { EX_OK, EX_RETRY, EX_FAIL, EX_FRESH };
+
+/* Sets *why to the formatted text, sized from it (an ETag, a URL: no
+ * limit), after freeing the one before; NULL when out of memory. */
+static void say(char **why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void say(char **why, const char *fmt, ...)
+{
+	va_list ap;
+
+	free(*why);
+	va_start(ap, fmt);
+	if (vasprintf(why, fmt, ap) < 0)
+		*why = NULL;
+	va_end(ap);
+}
+
+/* A transfer libcurl could not finish: EX_RETRY for the failures a new
+ * attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
+static int transfer_failed(const struct sink *s, CURLcode cc,
+                           const char *errbuf, int *err, char **why)
+{
+	/* libcurl's detail may quote the URL: keep only its code's words
+	 * when it does. */
+	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+
+	*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+	say(why, "curl error %d (%s%s%s)", (int)cc, curl_easy_strerror(cc),
+	    detail[0] ? ": " : "", detail);
+	switch (cc) {
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_WEIRD_SERVER_REPLY:
+		/* A server that sent bytes past a response's Content-Length
+		 * leaves them on the kept-alive connection, and the next
+		 * response read on it starts with them: libcurl 7.88 says
+		 * "Received HTTP/0.9 when not allowed" (CURLE_UNSUPPORTED_
+		 * PROTOCOL), others a weird server reply. Only a reused
+		 * connection explains it; on a new one it is the answer. */
+		return s->connects == 0 ? EX_FRESH : EX_FAIL;
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return EX_RETRY;
+	default:
+		return EX_FAIL;
+	}
+}
+
+/* Judges a finished attempt: EX_* with err and why set on failure. */
+static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
+                 CURLcode cc, const char *errbuf, int *err, char **why)
+{
+	if (s->etag_oom) {
+		*err = -ENOMEM;
+		say(why, "out of memory keeping the response's ETag, so its "
+		         "version could not be checked (no byte written)");
+		return EX_FAIL;
+	}
+	if (s->changed) {
+		*err = -ESTALE;
+		if (s->expect_total >= 0 && s->cr_total >= 0 &&
+		    s->cr_total != s->expect_total)
+			say(why,
+			    "the object changed since it was opened (%" PRId64
+			    " bytes then, %" PRId64 " now)",
+			    s->expect_total, s->cr_total);
+		else
+			say(why,
+			    "the object changed since it was opened (ETag %s "
+			    "then, %s now)",
+			    s->expect_etag, s->etag);
+		return EX_FAIL;
+	}
+	if (s->range_mismatch) {
+		*err = -EIO;
+		if (s->status == 200)
+			say(why, "the server ignored the Range request (HTTP "
+			         "200 instead of 206 Partial Content)");
+		else
+			say(why,
+			    "HTTP 206 with Content-Range bytes %" PRId64
+			    "-%" PRId64 " for the range asked",
+			    s->cr_start, s->cr_end);
+		return EX_FAIL;
+	}
+	if (s->overflow) {
+		*err = -EIO;
+		say(why, "the server sent more bytes than the range holds "
+		         "(wrong Content-Length)");
+		return EX_FAIL;
+	}
+	if (cc != CURLE_OK) {
+		struct gpufile__url_parts p;
+
+		/* A user information with a raw '/' (the redaction marks it):
+		 * libcurl took a piece of it as the host and port, and its
+		 * detail would quote them. */
+		gpufile__url_parts(rm->url, &p);
+		return transfer_failed(s, cc, p.mark[0] ? "" : errbuf, err,
+		                       why);
+	}
+	if (s->status != 200 && s->status != 206) {
+		*err = s->status == 404 || s->status == 410   ? -ENOENT
+		       : s->status == 401 || s->status == 403 ? -EACCES
+		                                              : -EIO;
+		say(why, "HTTP %ld", s->status);
+		for (int i = 0; i < rm->nretry_codes; i++)
+			if (rm->retry_codes[i] == s->status)
+				return EX_RETRY;
+		return EX_FAIL;
+	}
+	/* The size probe of an empty object from a server that ignores
+	 * Range there: 200 with no body (learn_size_by_get). */
+	if (s->size_probe && s->status == 200 && s->content_length == 0 &&
+	    s->got == 0)
+		return EX_OK;
+	if (!head && s->got != s->want) {
+		*err = -EIO;
+		say(why,
+		    "the body ended after %zu of %zu bytes (wrong "
+		    "Content-Length)",
+		    s->got, s->want);
+		return EX_RETRY;
+	}
+	return EX_OK;
+}
+
+/* One attempt (on a new connection when fresh). Returns EX_* with err and
+ * why set on failure. head: a HEAD request (s->want 0). */
+static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
+                    int fresh, int *err, char **why)
+{
+	struct curl_slist *list = NULL;
+	char range[64], errbuf[CURL_ERROR_SIZE];
+	CURLcode cc;
+	int rc;
+
+	sink_reset(s);
+	errbuf[0] = '\0';
+	snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, s->off,
+	         s->off + (int64_t)s->want - 1);
+	rc = request_headers(rm, head, range, &list);
+	if (rc) {
+		curl_slist_free_all(list);
+		*err = rc;
+		if (rc == -ENOMEM)
+			say(why, "out of memory building the request's "
+			         "headers (no request sent)");
+		else
+			say(why, "SigV4 signing failed: %s",
+			    gpufile_strerror(rc));
+		return EX_FAIL;
+	}
+	cc = perform(rm, s, head, fresh, list, errbuf);
+	curl_slist_free_all(list);
+	return judge(rm, s, head, cc, errbuf, err, why);
+}
+
+/* Runs one exchange with retries. Returns 0 or an error with the thread's
+ * message naming what (e.g. "reading bytes 0-99 of URL"). */
+static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
+                        const char *what)
+{
+	char *why = NULL;
+	unsigned attempt;
+	int err = 0, ex = EX_FAIL, fresh = 0, fresh_used = 0, rc;
+
+	for (attempt = 1; attempt <= rm->max_attempts; attempt++) {
+		ex = exchange(rm, s, head, fresh, &err, &why);
+		fresh = 0;
+		if (ex == EX_FRESH && !fresh_used) {
+			gpufile__stats_remote_retry();
+			fresh = fresh_used = 1;
+			attempt--;
+			continue;
+		}
+		if (ex == EX_FRESH) /* once per range */
+			ex = EX_FAIL;
+		if (ex != EX_RETRY || attempt == rm->max_attempts)
+			break;
+		gpufile__stats_remote_retry();
+		/* Back off 50 ms, 100 ms, ... up to 2 s: a 503 or 429 asks
+		 * the client to slow down. */
+		{
+			long ms = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
+			struct timespec ts = {ms / 1000,
+			                      (ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (ex == EX_OK) {
+		free(why);
+		return 0;
+	}
+	rc = gpufile__fail(
+	    err, "%s %s: %s%s (attempt %u of %u)", what, rm->shown,
+	    why ? why : "(out of memory describing the failure)",
+	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
+	    attempt > rm->max_attempts ? rm->max_attempts : attempt,
+	    rm->max_attempts);
+	free(why);
+	return rc;
+}
+
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off)
+{
+	struct gpufile__remote *rm = h->remote;
+	struct sink s = {0};
+	char what[96];
+	int rc;
+
+	if (off >= rm->size || len == 0)
+		return 0;
+	if ((int64_t)len > rm->size - off)
+		len = (size_t)(rm->size - off);
+	s.c = conn_get(rm);
+	if (!s.c)
+		return gpufile__fail(-ENOMEM, "reading %s: no curl handle",
+		                     rm->shown);
+	s.dst = buf;
+	s.want = len;
+	s.off = off;
+	s.whole_ok = off == 0 && (int64_t)len == rm->size;
+	s.expect_total = rm->size;
+	s.expect_etag = rm->etag;
+	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
+	         off, off + (int64_t)len - 1);
+	rc = with_retries(rm, &s, 0, what);
+	sink_done(&s);
+	conn_put(rm, s.c);
+	gpufile__stats_remote_range(rc ? 0 : len, rc != 0);
+	return rc ? rc : (ssize_t)len;
+}
+
+/* ---- opening ---- */
+
+static void remote_free(struct gpufile__remote *rm)
+{
+	if (!rm)
+		return;
+	/* In a forked child the idle connections are its parent's too: left
+	 * unclosed, as conn_get leaves them (a TLS close would end the
+	 * parent's session). */
+	for (unsigned i = 0; rm->owner == getpid() && i < rm->nidle; i++)
+		curl_easy_cleanup(rm->idle[i]);
+	free(rm->idle);
+	pthread_mutex_destroy(&rm->own_lock);
+	pthread_cond_destroy(&rm->freed);
+	free(rm->url);
+	free(rm->shown);
+	free(rm->s3_host);
+	free(rm->s3_canonical_uri);
+	free(rm->region);
+	free(rm->etag);
+	if (rm->secret_key)
+		explicit_bzero(rm->secret_key, strlen(rm->secret_key));
+	free(rm->access_key);
+	free(rm->secret_key);
+	free(rm->session_token);
+	free(rm);
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && v[0] ? v : NULL;
+}
+
+/* rm->url, the HTTP URL of bucket (blen bytes) and the encoded key, at
+ * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); *path
+ * gets its path, the canonical URI to sign (the caller frees it). Both
+ * are sized from the endpoint, bucket and key. */
+static int s3_url(struct gpufile__remote *rm, const char *bucket, size_t blen,
+                  const char *key, char **path)
+{
+	const char *endpoint = env("AWS_ENDPOINT_URL");
+	int n;
+
+	if (endpoint) {
+		const int scheme = strncasecmp(endpoint, "http://", 7) == 0 ? 7
+		                   : strncasecmp(endpoint, "https://", 8) == 0
+		                       ? 8
+		                       : 0;
+		const char *host = endpoint + scheme;
+		const char *ep_path = host + strcspn(host, "/?#");
+		size_t eplen = strlen(endpoint);
+
+		if (!scheme || ep_path == host || *ep_path == '?' ||
+		    *ep_path == '#') {
+			char *shown = gpufile__remote_redact(endpoint);
+			int rc = gpufile__fail(
+			    -EINVAL,
+			    "opening %s: AWS_ENDPOINT_URL=\"%s\" is not an "
+			    "http:// or https:// URL with a host (and "
+			    "optionally a path, no query)",
+			    rm->shown, shown ? shown : GPUFILE__URL_NOT_SHOWN);
+
+			free(shown);
+			return rc;
+		}
+		/* Trailing slashes of the path, never of the scheme. */
+		while (endpoint + eplen > ep_path && endpoint[eplen - 1] == '/')
+			eplen--;
+		n = asprintf(path, "%.*s/%.*s/%s",
+		             (int)(eplen - (size_t)(ep_path - endpoint)),
+		             ep_path, (int)blen, bucket, key);
+		if (n >= 0 &&
+		    asprintf(&rm->url, "%.*s%s", (int)(ep_path - endpoint),
+		             endpoint, *path) < 0)
+			rm->url = NULL;
+	} else {
+		n = asprintf(path, "/%s", key);
+		if (n >= 0 &&
+		    asprintf(&rm->url, "https://%.*s.s3.%s.amazonaws.com%s",
+		             (int)blen, bucket, rm->region, *path) < 0)
+			rm->url = NULL;
+	}
+	if (n < 0)
+		*path = NULL;
+	if (!*path || !rm->url)
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	return 0;
+}
+
+/* The credentials from the environment: none (a public bucket, unsigned
+ * requests), or both keys (and a session token) for SigV4 signing of
+ * requests to rm->url, whose path is path. */
+static int s3_credentials(struct gpufile__remote *rm, const char *path)
+{
+	const char *id = env("AWS_ACCESS_KEY_ID");
+	const char *secret = env("AWS_SECRET_ACCESS_KEY");
+
+	if (!id && !secret)
+		return 0;
+	if (!id || !secret)
+		return gpufile__fail(
+		    -EINVAL,
+		    "opening %s: %s is set but %s is not; set both (or "
+		    "neither, for a public bucket)",
+		    rm->shown,
+		    id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
+#if !GPUFILE_HAVE_SIGV4
+	(void)path;
+	return gpufile__fail(-ENOTSUP,
+	                     "opening %s: S3 credentials are set but gpufile "
+	                     "was built without OpenSSL's libcrypto, needed "
+	                     "for SigV4 signing (install libssl-dev and "
+	                     "rebuild)",
+	                     rm->shown);
+#endif
+	rm->s3_signed = 1;
+	rm->access_key = strdup(id);
+	rm->secret_key = strdup(secret);
+	if (env("AWS_SESSION_TOKEN"))
+		rm->session_token = strdup(env("AWS_SESSION_TOKEN"));
+	rm->s3_host = host_of(rm->url);
+	rm->s3_canonical_uri = strdup(path);
+	if (!rm->access_key || !rm->secret_key || !rm->s3_host ||
+	    !rm->s3_canonical_uri ||
+	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	return 0;
+}
+
+/* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
+ * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
+ * credentials from the environment. The key is a name: '?', '#' and "/../"
+ * in it are its characters, sent encoded. */
+static int s3_setup(struct gpufile__remote *rm, const char *url)
+{
+	const char *bucket = url + 5, *slash = strchr(bucket, '/');
+	const char *region = env("AWS_DEFAULT_REGION");
+	char *key, *path = NULL;
+	int rc;
+
+	if (!slash || slash == bucket || !slash[1])
+		return gpufile__fail(-EINVAL,
+		                     "opening %s: an S3 URL is s3://BUCKET/KEY",
+		                     rm->shown);
+	if (!region)
+		region = env("AWS_REGION");
+	rm->region = strdup(region ? region : "us-east-1");
+	key = gpufile__sigv4_uri_encode(slash + 1, 1);
+	if (!key || !rm->region) {
+		free(key);
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	}
+	rc = s3_url(rm, bucket, (size_t)(slash - bucket), key, &path);
+	free(key);
+	if (rc == 0) {
+		rm->s3 = 1;
+		rc = s3_credentials(rm, path);
+	}
+	free(path);
+	return rc;
+}
+
+/* Asks for byte 0 the size and the version of the object. The fallback
+ * of learn_size, and the way for a presigned URL (signed for GET only):
+ * the Content-Range of the answer names the total. */
+static int learn_size_by_get(struct gpufile__remote *rm, struct sink *s)
+{
+	char one;
+	int rc;
+
+	s->dst = &one;
+	s->want = 1;
+	s->size_probe = 1;
+	rc = with_retries(rm, s, 0, "opening (GET bytes 0-0)");
+	/* An empty object from a server that ignores Range on it (judge()
+	 * let it through): 200, Content-Length 0, no Content-Range. */
+	if (rc == 0 && s->status == 200 && s->content_length == 0 &&
+	    s->got == 0)
+		s->cr_total = 0;
+	/* s3rver 3.7 answers bytes=0-0 with bytes 0 to the end (it reads
+	 * an end of 0 as none). Only the size is asked here, and a
+	 * Content-Range from 0 carries it whole in its total; no byte of
+	 * this response reached a destination (on_body stopped at the
+	 * mismatch), and data ranges still must be exactly the range
+	 * asked. */
+	if (rc && s->range_mismatch && s->status == 206 && s->cr_start == 0 &&
+	    s->cr_total > 0 && s->cr_end < s->cr_total)
+		rc = 0;
+	/* An empty object has no byte 0: "416, bytes *\/0" (RFC 9110). */
+	if (rc && s->status == 416 && s->cr_total == 0)
+		rc = 0;
+	if (rc == 0 && s->cr_total < 0)
+		rc = gpufile__fail(-EPROTO,
+		                   "opening %s: the response to bytes 0-0 "
+		                   "has no Content-Range total, so the "
+		                   "size is unknown",
+		                   rm->shown);
+	rm->size = s->cr_total;
+	return rc;
+}
+
+/* The object's size and strong ETag: HEAD, else (a URL signed for GET
+ * only, a server without HEAD or whose HEAD gives no length) a GET of
+ * byte 0. */
+static int learn_size(struct gpufile__remote *rm)
+{
+	struct sink s = {.expect_total = -1};
+	curl_off_t cl = -1;
+	int rc;
+
+	s.c = conn_get(rm);
+	if (!s.c)
+		return gpufile__fail(-ENOMEM, "opening %s: no curl handle",
+		                     rm->shown);
+	if (!rm->presigned) {
+		rc = with_retries(rm, &s, 1, "opening (HEAD)");
+		if (rc == 0)
+			curl_easy_getinfo(
+			    s.c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+		curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+		rm->size = cl;
+		/* A refused HEAD on a signed request means the credentials,
+		 * not the method: that error stands. */
+		if ((rc == 0 && cl < 0) ||
+		    (rc && !rm->s3_signed &&
+		     (s.status == 403 || s.status == 405 || s.status == 501))) {
+			rm->presigned = 1;
+			rc = learn_size_by_get(rm, &s);
+			if (rc)
+				rm->presigned = 0;
+		}
+	} else {
+		rc = learn_size_by_get(rm, &s);
+	}
+	rm->size_status = s.status;
+	if (rc == 0 && strong_etag(s.etag)) {
+		rm->etag = s.etag; /* sized from the header: never cut */
+		s.etag = NULL;
+	}
+	sink_done(&s);
+	conn_put(rm, s.c);
+	return rc;
+}
+
+static int remote_new(struct gpufile__remote **out, const char *url)
+{
+	struct gpufile__url_parts shown;
+	struct gpufile__remote *rm;
+	int rc;
+
+	*out = NULL;
+	/* The messages of a failed allocation name the URL too. */
+	gpufile__url_parts(url, &shown);
+	rm = calloc(1, sizeof(*rm));
+	if (!rm)
+		return gpufile__fail(
+		    -ENOMEM, "opening " GPUFILE__URL_FMT ": out of memory",
+		    GPUFILE__URL_ARGS(shown));
+	pthread_mutex_init(&rm->own_lock, NULL);
+	rm->lock = &rm->own_lock;
+	pthread_cond_init(&rm->freed, NULL);
+	rm->owner = getpid();
+	/* Every message from here names the URL this way. */
+	rm->shown = gpufile__remote_redact(url);
+	if (!rm->shown) {
+		rc = gpufile__fail(
+		    -ENOMEM, "opening " GPUFILE__URL_FMT ": out of memory",
+		    GPUFILE__URL_ARGS(shown));
+		goto fail;
+	}
+	rc = load_settings(rm);
+	if (rc)
+		goto fail;
+	rm->idle = calloc(rm->max_conns, sizeof(*rm->idle));
+	if (!rm->idle) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
+		goto fail;
+	}
+	if (strncasecmp(url, "s3://", 5) == 0) {
+		rc = s3_setup(rm, url);
+		if (rc)
+			goto fail;
+	} else {
+		rm->url = strdup(url);
+		if (!rm->url) {
+			rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+			                   rm->shown);
+			goto fail;
+		}
+		rm->presigned = strcasestr(url, "X-Amz-Signature=") != NULL;
+	}
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_rc != CURLE_OK) {
+		rc = gpufile__fail(-EIO, "opening %s: curl_global_init: %s",
+		                   rm->shown, curl_easy_strerror(curl_init_rc));
+		goto fail;
+	}
+	*out = rm;
+	return 0;
+fail:
+	remote_free(rm);
+	return rc;
+}
+
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags)
+{
+	struct gpufile__decision d;
+	struct gpufile__remote *rm;
+	struct gpufile *h;
+	int rc;
+
+	*out = NULL;
+	if (!flags || strcmp(flags, "r") != 0) {
+		char *shown = gpufile__remote_redact(url);
+
+		rc = gpufile__fail(
+		    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
+		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
+		        ? -EROFS
+		        : GPUFILE_EFLAGS,
+		    "opening %s (\"%s\"): remote objects are read-only; "
+		    "open them with \"r\"",
+		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
+		    flags ? flags : "(null)");
+		free(shown);
+		return rc;
+	}
+	rc = remote_new(&rm, url);
+	if (rc)
+		return rc;
+	rc = learn_size(rm);
+	if (rc) {
+		remote_free(rm);
+		return rc;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h || !(h->path = strdup(rm->shown))) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
+		free(h);
+		remote_free(rm);
+		return rc;
+	}
+	h->fd = h->direct_fd = h->cufile_fd = -1;
+	h->readable = 1;
+	h->remote = rm;
+	atomic_init(&h->direct_refused, 1);
+	atomic_init(&h->inflight, 0);
+	pthread_mutex_init(&h->lock, NULL);
+	/* From now on the connection set is guarded by the handle's lock,
+	 * which fork.c's handlers hold across fork(). */
+	rm->lock = &h->lock;
+	h->remote_read = gpufile__remote_read;
+	h->cufile_state = GPUFILE__CUFILE_UNAVAILABLE;
+	snprintf(h->cufile_reason, sizeof(h->cufile_reason),
+	         "a remote object: cuFile reads local files only");
+	snprintf(h->direct_reason, sizeof(h->direct_reason),
+	         "a remote object: no O_DIRECT");
+	gpufile__decide_source(GPUFILE__SOURCE_REMOTE, &d);
+	gpufile__stats_file(h->path, d.path, d.reason);
+	*out = h;
+	return 0;
+}
+
+int gpufile__remote_close(struct gpufile *h)
+{
+	remote_free(h->remote);
+	pthread_mutex_destroy(&h->lock);
+	free(h->path);
+	free(h);
+	return 0;
+}
+
+int64_t gpufile__remote_size(struct gpufile *h)
+{
+	return h->remote->size;
+}
+
+/* 1 when url's authority holds user information (user:password@). */
+static int has_userinfo(const char *url)
+{
+	const char *a = strstr(url, "://");
+
+	a = a ? a + 3 : url;
+	return memchr(a, '@', strcspn(a, "/?#")) != NULL;
+}
+
+int gpufile__remote_report(const char *url, char **report)
+{
+	struct gpufile__remote *rm;
+	char *endpoint, *probe = NULL;
+	const char *how;
+	int rc, made;
+
+	*report = NULL;
+	rc = remote_new(&rm, url);
+	if (rc)
+		return rc;
+	endpoint = gpufile__remote_redact(rm->url);
+	rc = learn_size(rm);
+	how = rm->presigned ? "GET bytes 0-0" : "HEAD";
+	if (rc == 0)
+		made =
+		    asprintf(&probe, "%s: HTTP %ld\nsize: %" PRId64 " bytes\n",
+		             how, rm->size_status, rm->size);
+	else
+		made = asprintf(&probe, "%s: %s\n", how, gpufile_errmsg());
+	if (made >= 0 && endpoint &&
+	    asprintf(
+	        report, "endpoint: %s\nkind: %s\ncredentials: %s\n%s%s%s%s",
+	        endpoint,
+	        rm->s3          ? "s3"
+	        : rm->presigned ? "presigned URL"
+	                        : "http",
+	        !rm->s3 ? (rm->presigned ? "in the URL's query (redacted)"
+	                   : has_userinfo(rm->url)
+	                       ? "user information in the URL (redacted)"
+	                       : "none needed")
+	        : rm->s3_signed
+	            ? (rm->session_token
+	                   ? "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+	                     "AWS_SESSION_TOKEN set (values not shown)"
+	                   : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+	                     "set (values not shown)")
+	            : "none set: unsigned requests (public bucket)",
+	        rm->s3 ? "region: " : "", rm->s3 ? rm->region : "",
+	        rm->s3 ? "\n" : "", probe) < 0)
+		*report = NULL;
+	if (!*report)
+		rc = gpufile__fail(-ENOMEM, "checking %s: out of memory",
+		                   rm->shown);
+	free(probe);
+	free(endpoint);
+	remote_free(rm);
+	return rc;
+}
+
+#else /* !GPUFILE_HAVE_CURL */
+
+static int no_curl(const char *url)
+{
+	char *shown = gpufile__remote_redact(url);
+	int rc = gpufile__fail(-ENOTSUP,
+	                       "opening %s: gpufile was built without "
+	                       "libcurl, so it cannot read remote objects "
+	                       "(install libcurl4-openssl-dev and rebuild)",
+	                       shown ? shown : GPUFILE__URL_NOT_SHOWN);
+
+	free(shown);
+	return rc;
+}
+
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags)
+{
+	(void)flags;
+	*out = NULL;
+	return no_curl(url);
+}
+
+int gpufile__remote_close(struct gpufile *h)
+{
+	(void)h;
+	return 0;
+}
+
+int64_t gpufile__remote_size(struct gpufile *h)
+{
+	(void)h;
+	return -ENOTSUP;
+}
+
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off)
+{
+	(void)h;
+	(void)buf;
+	(void)len;
+	(void)off;
+	return -ENOTSUP;
+}
+
+int gpufile__remote_report(const char *url, char **report)
+{
+	*report = NULL;
+	return no_curl(url);
+}
+
+#endif
+
+static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
+                           int64_t off, char *msg, size_t msg_len)
+{
+	ssize_t n;
+
+	if (r->cuda_ctx) /* the staging path, its cross-task overlap kept */
+		n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
+	else
+		n = gpufile__remote_read(r->h, buf, len, off);
+	/* The range's own words (URL, bytes, HTTP status or curl error) are
+	 * the task's message. */
+	if (n < 0 && n != GPUFILE__TASK_DEFERRED && !msg[0])
+		snprintf(msg, msg_len, "%s", gpufile_errmsg());
+	return n;
+}
+
+int gpufile_remote_info(const char *url, char *out, size_t len)
+{
+	char *report = NULL;
+	int rc;
+
+	if (!url || !out || !len)
+		return gpufile__fail(-EINVAL, "gpufile_remote_info: NULL "
+		                              "argument");
+	out[0] = '\0';
+	if (!gpufile__is_url(url))
+		return gpufile__fail(
+		    -EINVAL, "%s: not an http://, https:// or s3:// URL", url);
+	rc = gpufile__remote_report(url, &report);
+	if (report)
+		snprintf(out, len, "%s", report);
+	free(report);
+	return rc;
+}
+
+static int remote_settle(struct gpufile__task_result *out, int idle)
+{
+	return gpufile__staged_ops.settle(out, idle);
+}
+
+const struct gpufile__task_ops gpufile__remote_ops = {
+    .run = remote_task,
+    .settle = remote_settle,
+};

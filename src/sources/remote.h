@@ -1,0 +1,55 @@
+/*
+ * Remote sources (remote.c): HTTP(S) URLs, s3://BUCKET/KEY and presigned
+ * S3 URLs, opened as read-only gpufile handles. api/file.c dispatches to
+ * these at open, close and size; gpufile__file_read() (paths/posix_io.c)
+ * calls the handle's remote_read, which is gpufile__remote_read(), so the
+ * host path and the pinned staging pipeline of device reads serve remote
+ * handles unchanged.
+ */
+#ifndef GPUFILE_REMOTE_H
+#define GPUFILE_REMOTE_H
+
+#include "paths/paths.h"
+
+struct gpufile__remote;
+
+/* What gpufile_features() adds for remote sources. */
+#if GPUFILE_HAVE_CURL && GPUFILE_HAVE_SIGV4
+#define GPUFILE__REMOTE_FEATURES " remote sigv4"
+#elif GPUFILE_HAVE_CURL
+#define GPUFILE__REMOTE_FEATURES " remote"
+#else
+#define GPUFILE__REMOTE_FEATURES ""
+#endif
+
+/* Opens url read-only ("r" only: anything else is -EROFS or
+ * GPUFILE_EFLAGS) and learns its size (HEAD, or a GET of bytes 0-0 for a
+ * presigned URL). Returns 0 with *out set, or an error whose message names
+ * the redacted URL and the HTTP status or curl error. */
+int gpufile__remote_open(struct gpufile **out, const char *url,
+                         const char *flags);
+/* Frees h (every request on it has ended). Returns 0. */
+int gpufile__remote_close(struct gpufile *h);
+int64_t gpufile__remote_size(struct gpufile *h);
+
+/* Reads [off, off+len) of h's object into host memory buf, in one HTTP
+ * range request, retried from its start on a retryable failure. Returns
+ * the bytes read (fewer than len only at the end of the object) or an
+ * error, with the thread's message naming the URL, range and cause. */
+ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
+                             int64_t off);
+
+/* The operations of every request on a remote handle, which
+ * gpufile__decide() sends down the remote path: host buffers are filled
+ * by gpufile__remote_read(); device buffers go through the staging
+ * pipeline (gpufile__staged_task), which reads each chunk with
+ * gpufile__remote_read() into a pinned buffer while the previous chunk is
+ * copied to the GPU. */
+extern const struct gpufile__task_ops gpufile__remote_ops;
+
+/* gpufile_remote_info()'s report on url, into *report (allocated, sized
+ * from it: the caller frees; NULL when the URL could not be looked at).
+ * Returns 0 or the error gpufile_open() would return. */
+int gpufile__remote_report(const char *url, char **report);
+
+#endif
