@@ -1,9 +1,9 @@
 /*
- * safetensors checkpoints (src/formats/safetensors.c): every malformed header is an
- * error naming the file, the tensor and the field; well-formed files (written
- * here, following the format) load byte for byte into host memory and, with
- * the fake CUDA driver, into "device" memory through the posix path; tensors
- * adjacent in file and memory are read as one request.
+ * safetensors checkpoints (src/formats/safetensors.c): every malformed header
+ * is an error naming the file, the tensor and the field; well-formed files
+ * (written here, following the format) load byte for byte into host memory and,
+ * with the fake CUDA driver, into "device" memory through the posix path;
+ * tensors adjacent in file and memory are read as one request.
  */
 #include "testlib.h"
 
