@@ -12,6 +12,17 @@ from . import _lib
 from ._owned import Owned
 from ._structs import PATH_NAMES, text
 
+# C functions not in every libgpufile (_structs declares the others), got
+# through _fn.
+_DECLS = {
+    "gpufile_fd": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+}
+
+
+def _fn(name):
+    return _lib.fn(name, _DECLS)
+
+
 PathInfo = collections.namedtuple("PathInfo", ["path", "reason"])
 PathInfo.__doc__ = """Which path a device request of at least gds_threshold
 bytes takes on a file ("host", "posix", "cufile" or "small"), and why."""
@@ -421,8 +432,7 @@ class File:
         (FileNotFoundError saying why when there is none). Owned by the
         File: do not close it; close() closes it, so it is valid only until
         then, as io's fileno() is."""
-        from ._page_cache import fn
-        return _lib.check(self._call(fn("gpufile_fd"), 1 if direct else 0),
+        return _lib.check(self._call(_fn("gpufile_fd"), 1 if direct else 0),
                           filename=self.name)
 
     def fileno(self):
@@ -434,13 +444,11 @@ class File:
         KvikIO's CuFile.open_flags(): test them with os.O_RDONLY, ..."""
         import fcntl
 
-        from ._page_cache import fn
-
         def flags(h):
             # Under the hold of the handle: a close() in another thread
             # between fileno() and fcntl() would close the descriptor, and
             # fcntl would see EBADF or another file that took its number.
-            fd = _lib.check(fn("gpufile_fd")(h, 0), filename=self.name)
+            fd = _lib.check(_fn("gpufile_fd")(h, 0), filename=self.name)
             return fcntl.fcntl(fd, fcntl.F_GETFL)
         return self._call(flags)
 

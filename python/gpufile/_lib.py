@@ -139,6 +139,19 @@ def library_path():
     return _lib_path
 
 
+def fn(name, decls):
+    """The C function name with its prototype from decls ({name: (restype,
+    argtypes)}) set; a clear error when the loaded library is too old to
+    have it. For functions that are not in every libgpufile (_structs
+    declares those that are)."""
+    f = getattr(lib(), name, None)
+    if f is None:
+        raise Error(95, "%s is not in %s (an older libgpufile)"
+                    % (name, library_path()))
+    f.restype, f.argtypes = decls[name]
+    return f
+
+
 def errmsg():
     return lib().gpufile_errmsg().decode("utf-8", "replace")
 

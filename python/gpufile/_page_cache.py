@@ -8,27 +8,21 @@ from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void
 
 from . import _args
 from . import _lib
+from ._file import File
 
 _DECLS = {
     "gpufile_page_cache_info": (c_int, [c_void_p, c_char_p, c_int64, c_size_t,
                                         POINTER(c_uint64), POINTER(c_uint64)]),
     "gpufile_drop_page_cache": (c_int, [c_void_p, c_int64, c_size_t]),
     "gpufile_drop_system_page_cache": (c_int, [c_int]),
-    "gpufile_fd": (c_int, [c_void_p, c_int]),
     "gpufile_bounce_buffer_free": (c_size_t, []),
 }
 
 
 def fn(name, decls=_DECLS):
-    """The C function name with its prototype set; a clear error when the
-    loaded library is too old to have it."""
-    lib = _lib.lib()
-    f = getattr(lib, name, None)
-    if f is None:
-        raise _lib.Error(95, "%s is not in %s (an older libgpufile)"
-                         % (name, _lib.library_path()))
-    f.restype, f.argtypes = decls[name]
-    return f
+    """The C function name with its prototype set (_lib.fn); decls defaults
+    to the page-cache controls'."""
+    return _lib.fn(name, decls)
 
 
 def _range(offset, size, what):
@@ -44,7 +38,6 @@ def page_cache_info(file, offset=0, size=0):
     """(cached_bytes, total_bytes) of [offset, offset+size) of file (a path
     or an open gpufile.File), clipped to the file's end; size 0: to the
     end. KvikIO's get_page_cache_info counts pages; this counts bytes."""
-    from ._file import File
     info = fn("gpufile_page_cache_info")
     offset, size = _range(offset, size, "page_cache_info")
     cached, total = c_uint64(), c_uint64()
@@ -64,7 +57,6 @@ def page_cache_info(file, offset=0, size=0):
 def drop_file_page_cache(file, offset=0, size=0):
     """Flushes file's dirty pages and drops [offset, offset+size) (size 0:
     to the end) from the page cache. No root needed."""
-    from ._file import File
     offset, size = _range(offset, size, "drop_file_page_cache")
     if isinstance(file, File):
         rc = file._call(fn("gpufile_drop_page_cache"), offset, size)

@@ -130,19 +130,19 @@ def test_file_helpers_hold_the_file_open(monkeypatch, data_file, what):
     passed the raw handle to C without entering it: a close() in another
     thread freed it under them (EBADF naming a garbage path, or the
     descriptor number of a closed file)."""
-    from gpufile import _page_cache
+    from gpufile import _file, _page_cache
 
     path, data = data_file
     f = gpufile.File(path)
-    cname, call = {
-        "fd": ("gpufile_fd", f.fd),
-        "fileno": ("gpufile_fd", f.fileno),
-        "page_cache_info": ("gpufile_page_cache_info",
+    module, getter, cname, call = {
+        "fd": (_file, "_fn", "gpufile_fd", f.fd),
+        "fileno": (_file, "_fn", "gpufile_fd", f.fileno),
+        "page_cache_info": (_page_cache, "fn", "gpufile_page_cache_info",
                             lambda: gpufile.page_cache_info(f, 0, 4096)),
-        "drop_file_page_cache": ("gpufile_drop_page_cache",
+        "drop_file_page_cache": (_page_cache, "fn", "gpufile_drop_page_cache",
                                  lambda: gpufile.drop_file_page_cache(f)),
     }[what]
-    got = _close_during_call(monkeypatch, f, _page_cache, "fn", cname, call)
+    got = _close_during_call(monkeypatch, f, module, getter, cname, call)
     if what == "page_cache_info":
         assert got[1] == 4096
     elif what in ("fd", "fileno"):
@@ -161,7 +161,7 @@ def test_open_flags_holds_the_file_open(monkeypatch, data_file):
     import fcntl
     import os
 
-    from gpufile import _page_cache
+    from gpufile import _file
 
     path, _ = data_file
     f = gpufile.File(path)
@@ -176,7 +176,7 @@ def test_open_flags_holds_the_file_open(monkeypatch, data_file):
         return real_fcntl(fd, op, *rest)
 
     monkeypatch.setattr(fcntl, "fcntl", held_fcntl)
-    flags = _close_during_call(monkeypatch, f, _page_cache, "fn", "gpufile_fd",
+    flags = _close_during_call(monkeypatch, f, _file, "_fn", "gpufile_fd",
                                f.open_flags, log,
                                ("call", "return", "fcntl", "free"))
     assert flags & os.O_ACCMODE == os.O_RDONLY
