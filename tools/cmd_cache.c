@@ -6,8 +6,11 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "measure.h"
+#include "msg.h"
 #include "options.h"
-#include "util.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +43,8 @@ static void print_count(const char *what, const struct count *c)
 	char a[32], b[32];
 
 	printf("%-7s %s of %s in the page cache (%.1f%%; %llu of %llu bytes)\n",
-	       what, util_human_bytes(c->cached, a, sizeof(a)),
-	       util_human_bytes(c->total, b, sizeof(b)),
+	       what, measure_human_bytes(c->cached, a, sizeof(a)),
+	       measure_human_bytes(c->total, b, sizeof(b)),
 	       c->total ? 100.0 * (double)c->cached / (double)c->total : 0.0,
 	       (unsigned long long)c->cached, (unsigned long long)c->total);
 }
@@ -81,21 +84,21 @@ int cmd_cache(int argc, char **argv)
 	path = argv[first];
 	if (gpufile_page_cache_info(NULL, path, (int64_t)offset, (size_t)size,
 	                            &before.cached, &before.total) < 0)
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	if (drop) {
 		gpufile_t *h;
 
 		/* Read-only is enough: fdatasync and fadvise need no
 		 * write access. */
 		if (gpufile_open(&h, path, "r") < 0)
-			return util_error(cmd, "%s", gpufile_errmsg());
+			return msg_error(cmd, "%s", gpufile_errmsg());
 		rc = gpufile_drop_page_cache(h, (int64_t)offset, (size_t)size);
 		if (rc == 0)
 			rc = gpufile_page_cache_info(
 			    h, NULL, (int64_t)offset, (size_t)size,
 			    &after.cached, &after.total);
 		if (rc < 0) {
-			util_error(cmd, "%s", gpufile_errmsg());
+			msg_error(cmd, "%s", gpufile_errmsg());
 			gpufile_close(h);
 			return EXIT_RUNTIME;
 		}
@@ -115,7 +118,7 @@ int cmd_cache(int argc, char **argv)
 			json_key_null(&j, "after_drop");
 		json_object_end(&j);
 	} else {
-		util_put_text(stdout, path);
+		text_put(stdout, path);
 		putchar('\n');
 		print_count(drop ? "before" : "now", &before);
 		if (drop)

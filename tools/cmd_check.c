@@ -5,8 +5,10 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "msg.h"
 #include "options.h"
-#include "util.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +84,7 @@ static void print_text(const gpufile_check_item_t *items, int n,
  * input failed: a file gpufile cannot read and a cufile.json cuFile will
  * reject are errors to fix, not facts of the platform, and scripts must
  * see them in the exit status -- and people on stderr, first, rather than
- * among the platform's lines (util_error). */
+ * among the platform's lines (msg_error). */
 static int count_items(const gpufile_check_item_t *items, int n, int counts[3])
 {
 	int input_failed = 0;
@@ -93,8 +95,8 @@ static int count_items(const gpufile_check_item_t *items, int n, int counts[3])
 		if ((strcmp(items[i].name, "file") == 0 ||
 		     strcmp(items[i].name, "cufile.json") == 0) &&
 		    items[i].status == GPUFILE_CHECK_FAIL) {
-			util_error("check", "%s: %s", items[i].value,
-			           items[i].why);
+			msg_error("check", "%s: %s", items[i].value,
+			          items[i].why);
 			input_failed = 1;
 		}
 	}
@@ -118,22 +120,22 @@ int cmd_check(int argc, char **argv)
 		path = argv[first];
 	items = calloc(MAX_ITEMS, sizeof(*items));
 	if (!items)
-		return util_error(cmd, "out of memory");
+		return msg_error(cmd, "out of memory");
 	n = gpufile_check(path, items, MAX_ITEMS);
 	if (n < 0) {
 		free(items);
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	}
 	if (n > MAX_ITEMS)
 		n = MAX_ITEMS;
 	input_failed = count_items(items, n, counts);
 	if (as_json) {
 		/* PATH as the library shows it: a URL redacted. */
-		char *shown = path ? util_shown_path(path) : NULL;
+		char *shown = path ? text_shown_path(path) : NULL;
 
 		if (path && !shown) {
 			free(items);
-			return util_error(cmd, "out of memory");
+			return msg_error(cmd, "out of memory");
 		}
 		print_json(shown, items, n, counts);
 		free(shown);

@@ -4,8 +4,10 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "msg.h"
 #include "options.h"
-#include "util.h"
+#include "summary.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +82,7 @@ static int config_text(void)
 	int wname = 0, wvalue = 0, wsource = 0, bad = 0;
 
 	if (!rows)
-		return util_error("config", "out of memory");
+		return msg_error("config", "out of memory");
 	wname = width(wname, "SETTING");
 	wvalue = width(wvalue, "VALUE");
 	wsource = width(wsource, "SOURCE");
@@ -111,7 +113,7 @@ static int config_text(void)
 		fflush(stdout);
 	for (int i = 0; i < n; i++) {
 		if (rows[i].bad)
-			util_error("config", "%s", row_error(&rows[i]));
+			msg_error("config", "%s", row_error(&rows[i]));
 		free(rows[i].error);
 	}
 	free(rows);
@@ -125,7 +127,7 @@ static int config_json(void)
 
 	json_init(&j, stdout);
 	json_object_begin(&j, NULL);
-	bad = util_json_settings(&j, "settings");
+	bad = summary_json_settings(&j, "settings");
 	json_array_begin(&j, "help");
 	for (int i = 0; i < gpufile_config_count(); i++) {
 		json_object_begin(&j, NULL);
@@ -147,7 +149,7 @@ static int config_json(void)
 	json_object_end(&j);
 	if (bad) {
 		gpufile_config_check();
-		return util_error("config", "%s", gpufile_errmsg());
+		return msg_error("config", "%s", gpufile_errmsg());
 	}
 	return EXIT_OK;
 }

@@ -4,8 +4,10 @@
  */
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "msg.h"
 #include "options.h"
-#include "util.h"
+#include "text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -53,7 +55,7 @@ static void print_config_text(const gpufile_cufile_config_t *c)
 {
 	if (c->path[0]) {
 		printf("cuFile configuration: ");
-		util_put_text(stdout, c->path);
+		text_put(stdout, c->path);
 		printf(" (from %s)%s\n", c->path_source,
 		       c->parsed ? ""
 		                 : " NOT parsed: gpufile's model of the "
@@ -285,27 +287,27 @@ int cmd_explain(int argc, char **argv)
 	if (opt_parse(&spec, argc, argv, &rc) < 0)
 		return rc;
 	if (!have_size)
-		return util_usage_error(cmd, "--size is required");
+		return msg_usage_error(cmd, "--size is required");
 	/* A read no file offset can hold is a fault of the arguments (exit
 	 * 2, as read's --size), not of the run: gpufile_explain() would
 	 * refuse it with -EINVAL, which read as exit 1. */
 	if (size > INT64_MAX || offset > INT64_MAX - size)
-		return util_usage_error(cmd,
-		                        "--offset %" PRIu64
-		                        " with --size %" PRIu64
-		                        ": the read ends past the largest file "
-		                        "offset (%" PRId64 ")",
-		                        offset, size, INT64_MAX);
+		return msg_usage_error(cmd,
+		                       "--offset %" PRIu64
+		                       " with --size %" PRIu64
+		                       ": the read ends past the largest file "
+		                       "offset (%" PRId64 ")",
+		                       offset, size, INT64_MAX);
 	GPUFILE_INIT(cfg);
 	rc = gpufile_cufile_config_load(json_path, &cfg);
 	if (rc == -ENOTSUP)
-		util_warn(cmd, "warning: %s", gpufile_errmsg());
+		msg_warn(cmd, "warning: %s", gpufile_errmsg());
 	else if (rc)
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	GPUFILE_INIT(plan);
 	rc = gpufile_explain(size, offset, task_size, registered, &cfg, &plan);
 	if (rc)
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	if (as_json)
 		print_json(&plan, task_size ? "--task-size" : "setting");
 	else

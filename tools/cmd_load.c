@@ -5,9 +5,13 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "measure.h"
+#include "msg.h"
 #include "options.h"
+#include "summary.h"
 #include "target.h"
-#include "util.h"
+#include "text.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -54,13 +58,13 @@ static int load_one(const char *cmd, int device, const char *path,
 	char *what = NULL;
 	gpufile_safetensors_t *st = NULL;
 	size_t len, shift;
-	double t0 = util_now();
+	double t0 = measure_now();
 	ssize_t n;
 	int rc = EXIT_RUNTIME;
 
 	if (gpufile_safetensors_open(&st, path))
-		return util_error(cmd, "%s", gpufile_errmsg());
-	f->open_seconds = util_now() - t0;
+		return msg_error(cmd, "%s", gpufile_errmsg());
+	f->open_seconds = measure_now() - t0;
 	f->tensors = gpufile_safetensors_count(st);
 	len = (size_t)gpufile_safetensors_data_size(st);
 	/* The data section is placed at an address congruent to its file
@@ -69,7 +73,7 @@ static int load_one(const char *cmd, int device, const char *path,
 	 * gpufile read of the same file gets that by starting at offset 0. */
 	if (asprintf(&what, "the data section of %s", f->path) < 0) {
 		what = NULL;
-		util_error(cmd, "out of memory");
+		msg_error(cmd, "out of memory");
 		goto out;
 	}
 	if (target_alloc(cmd, &mem, len + PAGE, what))
@@ -79,11 +83,11 @@ static int load_one(const char *cmd, int device, const char *path,
 	shift = (size_t)((gpufile_safetensors_data_offset(st) -
 	                  (uint64_t)(uintptr_t)mem.buf) %
 	                 PAGE);
-	t0 = util_now();
+	t0 = measure_now();
 	n = gpufile_safetensors_load(st, (char *)mem.buf + shift, len);
-	f->seconds = util_now() - t0;
+	f->seconds = measure_now() - t0;
 	if (n < 0) {
-		util_error(cmd, "%s", gpufile_errmsg());
+		msg_error(cmd, "%s", gpufile_errmsg());
 		goto out;
 	}
 	f->bytes = (uint64_t)n;
@@ -108,22 +112,22 @@ static void report_text(const struct load_file *files, int nfiles,
 	char human[32];
 
 	printf("target: %s: ", target);
-	util_put_text(stdout, why);
+	text_put(stdout, why);
 	putchar('\n');
 	for (int i = 0; i < nfiles; i++) {
 		const struct load_file *f = &files[i];
 
-		util_put_text(stdout, f->path);
+		text_put(stdout, f->path);
 		printf(": %d tensors, %" PRIu64 " bytes (%s), %.6f s, "
 		       "%.3f GB/s (header %.6f s)\n",
 		       f->tensors, f->bytes,
-		       util_human_bytes(f->bytes, human, sizeof(human)),
-		       f->seconds, util_gbps(f->bytes, f->seconds),
+		       measure_human_bytes(f->bytes, human, sizeof(human)),
+		       f->seconds, measure_gbps(f->bytes, f->seconds),
 		       f->open_seconds);
 		/* The reason starts with the path's name ("posix: ..."), as
 		 * in gpufile read's "device buffers:" line. */
 		printf("  device path: ");
-		util_put_text(stdout, f->reason);
+		text_put(stdout, f->reason);
 		putchar('\n');
 		bytes += f->bytes;
 		tensors += (uint64_t)f->tensors;
@@ -132,7 +136,7 @@ static void report_text(const struct load_file *files, int nfiles,
 	printf("total: %d file%s, %" PRIu64 " tensors, %" PRIu64
 	       " bytes, %.6f s, %.3f GB/s\n",
 	       nfiles, nfiles == 1 ? "" : "s", tensors, bytes, seconds,
-	       util_gbps(bytes, seconds));
+	       measure_gbps(bytes, seconds));
 	printf("paths (this command's reads):\n");
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		const gpufile_counter_t *a = &after->path[p][0];
@@ -170,7 +174,7 @@ static void report_json(const struct load_file *files, int nfiles,
 		json_key_i64(&j, "tensors", f->tensors);
 		json_key_u64(&j, "bytes", f->bytes);
 		json_key_double(&j, "seconds", f->seconds);
-		json_key_double(&j, "gbps", util_gbps(f->bytes, f->seconds));
+		json_key_double(&j, "gbps", measure_gbps(f->bytes, f->seconds));
 		json_key_double(&j, "open_seconds", f->open_seconds);
 		json_key_str(&j, "device_path",
 		             gpufile_path_name(f->device_path));
@@ -184,8 +188,8 @@ static void report_json(const struct load_file *files, int nfiles,
 	json_key_u64(&j, "tensors", tensors);
 	json_key_u64(&j, "bytes", bytes);
 	json_key_double(&j, "seconds", seconds);
-	json_key_double(&j, "gbps", util_gbps(bytes, seconds));
-	util_json_paths(&j, "paths", before, after, 0);
+	json_key_double(&j, "gbps", measure_gbps(bytes, seconds));
+	summary_json_paths(&j, "paths", before, after, 0);
 	json_key_str(&j, "version", gpufile_version());
 	json_object_end(&j);
 }
@@ -215,24 +219,24 @@ int cmd_load(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (gpufile_config_check())
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	if (target_choose(cmd, want_host, want_device, &t))
 		return EXIT_RUNTIME;
 	/* "device:0" / "host" in the text report too. */
 	target_name(&t, 1, target, sizeof(target));
 	if (gpufile_warmup())
-		return util_error(cmd, "warmup: %s", gpufile_errmsg());
+		return msg_error(cmd, "warmup: %s", gpufile_errmsg());
 	nfiles = argc - first;
 	files = calloc((size_t)nfiles, sizeof(*files));
 	if (!files)
-		return util_error(cmd, "out of memory");
+		return msg_error(cmd, "out of memory");
 	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
-		files[i].path = util_shown_path(argv[first + i]);
+		files[i].path = text_shown_path(argv[first + i]);
 		rc = files[i].path
 		         ? load_one(cmd, t.device, argv[first + i], &files[i])
-		         : util_error(cmd, "out of memory");
+		         : msg_error(cmd, "out of memory");
 	}
 	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);

@@ -6,10 +6,14 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "measure.h"
+#include "msg.h"
 #include "options.h"
 #include "progress.h"
+#include "summary.h"
 #include "target.h"
-#include "util.h"
+#include "text.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -174,7 +178,7 @@ static int read_once(gpufile_t *h, const struct target *t,
 
 		if (n < 0) {
 			progress_end(p); /* the message on a line of its own */
-			return util_error("read", "%s", gpufile_errmsg());
+			return msg_error("read", "%s", gpufile_errmsg());
 		}
 		calls++;
 		done += (uint64_t)n;
@@ -203,11 +207,11 @@ static int run_reads(gpufile_t *h, const struct target *t,
 	gpufile_stats_self(&r->before);
 	progress_start(&p, "read", expected, !o->json && !o->quiet);
 	for (uint64_t i = 0; i < o->repeat; i++) {
-		double t0 = util_now(), dt;
+		double t0 = measure_now(), dt;
 
 		if (read_once(h, t, o, r, &p, base))
 			return EXIT_RUNTIME;
-		dt = util_now() - t0;
+		dt = measure_now() - t0;
 		base += r->bytes;
 		if (i == 0 || dt < r->best)
 			r->best = dt;
@@ -227,14 +231,14 @@ static void report_text(const struct read_options *o,
 	char human[32], target[32];
 
 	printf("file:     ");
-	util_put_text(stdout, o->file);
+	text_put(stdout, o->file);
 	printf(" (%" PRId64 " bytes)\n", r->file_size);
 	printf("target:   %s: ", target_name(t, 0, target, sizeof(target)));
-	util_put_text(stdout, t->reason);
+	text_put(stdout, t->reason);
 	putchar('\n');
 	printf("read:     %" PRIu64 " bytes (%s) at offset %" PRIu64
 	       ", %" PRIu64 " time%s\n",
-	       r->bytes, util_human_bytes(r->bytes, human, sizeof(human)),
+	       r->bytes, measure_human_bytes(r->bytes, human, sizeof(human)),
 	       o->offset, o->repeat, o->repeat == 1 ? "" : "s");
 	if (r->bytes < o->size)
 		printf("short:    %" PRIu64 " bytes requested, %" PRIu64
@@ -245,18 +249,18 @@ static void report_text(const struct read_options *o,
 		printf("window:   %" PRIu64 " bytes (%s), %" PRIu64
 		       " reads per repeat (%s)\n",
 		       r->window,
-		       util_human_bytes(r->window, human, sizeof(human)),
+		       measure_human_bytes(r->window, human, sizeof(human)),
 		       r->windows, r->window_why);
 	printf("best:     %.6f s  %.3f GB/s\n", r->best,
-	       util_gbps(r->bytes, r->best));
+	       measure_gbps(r->bytes, r->best));
 	printf("mean:     %.6f s  %.3f GB/s\n", r->mean,
-	       util_gbps(r->bytes, r->mean));
+	       measure_gbps(r->bytes, r->mean));
 	printf("paths (this command's reads, all repeats):\n");
-	util_print_paths(&r->before, &r->after, 0);
+	summary_print_paths(&r->before, &r->after, 0);
 	printf("device buffers: ");
-	util_put_text(stdout, r->path_reason);
+	text_put(stdout, r->path_reason);
 	putchar('\n');
-	util_print_settings_line();
+	summary_print_settings_line();
 }
 
 static void report_json(const struct read_options *o,
@@ -276,9 +280,9 @@ static void report_json(const struct read_options *o,
 	json_key_u64(&j, "window", r->window);
 	json_key_u64(&j, "windows", r->windows);
 	json_key_double(&j, "seconds", r->best);
-	json_key_double(&j, "gbps", util_gbps(r->bytes, r->best));
+	json_key_double(&j, "gbps", measure_gbps(r->bytes, r->best));
 	json_key_double(&j, "seconds_mean", r->mean);
-	json_key_double(&j, "gbps_mean", util_gbps(r->bytes, r->mean));
+	json_key_double(&j, "gbps_mean", measure_gbps(r->bytes, r->mean));
 	json_key_u64(&j, "repeat", o->repeat);
 	json_array_begin(&j, "seconds_each");
 	for (uint64_t i = 0; i < o->repeat; i++)
@@ -286,12 +290,12 @@ static void report_json(const struct read_options *o,
 	json_array_end(&j);
 	json_key_str(&j, "target", target_name(t, 1, target, sizeof(target)));
 	json_key_str(&j, "target_reason", t->reason);
-	util_json_paths(&j, "paths", &r->before, &r->after, 0);
+	summary_json_paths(&j, "paths", &r->before, &r->after, 0);
 	json_object_begin(&j, "path_info");
 	json_key_str(&j, "device_path", gpufile_path_name(r->device_path));
 	json_key_str(&j, "reason", r->path_reason);
 	json_object_end(&j);
-	util_json_settings(&j, "settings");
+	summary_json_settings(&j, "settings");
 	json_key_str(&j, "version", gpufile_version());
 	json_key_str(&j, "features", gpufile_features());
 	json_object_end(&j);
@@ -302,11 +306,11 @@ static void report_json(const struct read_options *o,
 static int fit_range(struct read_options *o, int64_t file_size)
 {
 	if (o->offset > (uint64_t)file_size)
-		return util_error("read",
-		                  "%s: --offset %" PRIu64
-		                  " is past the end of the file (%" PRId64
-		                  " bytes)",
-		                  o->file, o->offset, file_size);
+		return msg_error("read",
+		                 "%s: --offset %" PRIu64
+		                 " is past the end of the file (%" PRId64
+		                 " bytes)",
+		                 o->file, o->offset, file_size);
 	if (!o->have_size)
 		o->size = (uint64_t)file_size - o->offset;
 	/* No check that offset + size fits in a file offset: the reads stop
@@ -322,12 +326,12 @@ static int read_file(gpufile_t *h, struct read_options *o,
 {
 	r->file_size = gpufile_size(h);
 	if (r->file_size < 0)
-		return util_error("read", "%s", gpufile_errmsg());
+		return msg_error("read", "%s", gpufile_errmsg());
 	if (fit_range(o, r->file_size))
 		return EXIT_RUNTIME;
 	r->seconds = calloc(o->repeat, sizeof(*r->seconds));
 	if (!r->seconds)
-		return util_error("read", "out of memory");
+		return msg_error("read", "out of memory");
 	if (target_choose("read", o->want_host, o->want_device, t))
 		return EXIT_RUNTIME;
 	r->window = choose_window(o, t, (uint64_t)r->file_size - o->offset,
@@ -336,7 +340,7 @@ static int read_file(gpufile_t *h, struct read_options *o,
 	                 "the read window (a smaller --window needs less)"))
 		return EXIT_RUNTIME;
 	if (gpufile_warmup())
-		return util_error("read", "warmup: %s", gpufile_errmsg());
+		return msg_error("read", "warmup: %s", gpufile_errmsg());
 	if (run_reads(h, t, o, r))
 		return EXIT_RUNTIME;
 	if (target_path_info("read", t, h, &r->device_path, r->path_reason,
@@ -356,9 +360,9 @@ int cmd_read(int argc, char **argv)
 	if (rc || !o.file)
 		return rc;
 	if (gpufile_config_check())
-		return util_error("read", "%s", gpufile_errmsg());
+		return msg_error("read", "%s", gpufile_errmsg());
 	if (gpufile_open(&h, o.file, "r"))
-		return util_error("read", "%s", gpufile_errmsg());
+		return msg_error("read", "%s", gpufile_errmsg());
 	/* From here the file is named as the library shows it: a URL without
 	 * its user information and query (a password, a signature). */
 	o.file = gpufile_filename(h);
@@ -370,6 +374,6 @@ int cmd_read(int argc, char **argv)
 	target_free(&t);
 	free(r.seconds);
 	if (gpufile_close(h) && rc == EXIT_OK)
-		rc = util_error("read", "%s", gpufile_errmsg());
+		rc = msg_error("read", "%s", gpufile_errmsg());
 	return rc;
 }

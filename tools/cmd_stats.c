@@ -6,8 +6,11 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "measure.h"
+#include "msg.h"
 #include "options.h"
-#include "util.h"
+#include "text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -55,11 +58,11 @@ static int list_processes(int as_json)
 	int n;
 
 	if (!procs)
-		return util_error("stats", "out of memory");
+		return msg_error("stats", "out of memory");
 	n = gpufile_stats_list(procs, MAX_PROCS);
 	if (n < 0) {
 		free(procs);
-		return util_error("stats", "%s", gpufile_errmsg());
+		return msg_error("stats", "%s", gpufile_errmsg());
 	}
 	if (n > MAX_PROCS)
 		n = MAX_PROCS;
@@ -87,7 +90,7 @@ static int list_processes(int as_json)
 		for (int i = 0; i < n; i++) {
 			char cmd[4 * sizeof(procs[i].command)];
 			printf("%8d  %-16s %16" PRIu64 "  %s\n", procs[i].pid,
-			       util_text(procs[i].command, cmd, sizeof(cmd)),
+			       text_escape(procs[i].command, cmd, sizeof(cmd)),
 			       procs[i].bytes,
 			       procs[i].stale ? "stale (gpufile stats --clean)"
 			                      : "running");
@@ -190,7 +193,7 @@ static void json_path(struct json *j, const gpufile_stats_t *s, int p,
 			    s->path[p][d].bytes - prev->path[p][d].bytes;
 			uint64_t dop = s->path[p][d].ops - prev->path[p][d].ops;
 			snprintf(key, sizeof(key), "%s_gbps", dirs[d]);
-			json_key_double(j, key, util_gbps(db, seconds));
+			json_key_double(j, key, measure_gbps(db, seconds));
 			snprintf(key, sizeof(key), "%s_iops", dirs[d]);
 			json_key_double(j, key, (double)dop / seconds);
 		}
@@ -324,7 +327,8 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
 		ops += s->path[p][0].ops + s->path[p][1].ops;
-	printf("PID %d (%s)\n", s->pid, util_text(s->command, t1, sizeof(t1)));
+	printf("PID %d (%s)\n", s->pid,
+	       text_escape(s->command, t1, sizeof(t1)));
 	if (!ops && !s->files_opened)
 		printf("no I/O yet: gpufile is loaded; its counters start at "
 		       "its first gpufile_open or request\n");
@@ -346,14 +350,14 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 			       dirs[d], gpufile_path_name((gpufile_path_t)p),
 			       c->ops, c->tasks, c->bytes, c->errors);
 			if (prev && seconds > 0)
-				printf(
-				    " %10.3f %10.0f",
-				    util_gbps(c->bytes - prev->path[p][d].bytes,
-				              seconds),
-				    (double)(c->ops - prev->path[p][d].ops) /
-				        seconds);
+				printf(" %10.3f %10.0f",
+				       measure_gbps(c->bytes -
+				                        prev->path[p][d].bytes,
+				                    seconds),
+				       (double)(c->ops - prev->path[p][d].ops) /
+				           seconds);
 			printf("  (%s)\n",
-			       util_human_bytes(c->bytes, hb, sizeof(hb)));
+			       measure_human_bytes(c->bytes, hb, sizeof(hb)));
 		}
 	}
 	remote_counters(NULL, s->pid);
@@ -365,7 +369,7 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		       "gathered reads): %" PRIu64 " of %" PRIu64
 		       " host-read bytes (%s)\n",
 		       s->map_copy_bytes, s->path[GPUFILE_PATH_HOST][0].bytes,
-		       util_human_bytes(s->map_copy_bytes, hb, sizeof(hb)));
+		       measure_human_bytes(s->map_copy_bytes, hb, sizeof(hb)));
 	if (s->map_copy_faults)
 		printf("copies from a map that a SIGBUS cut short (the file "
 		       "shrank): %" PRIu64 "\n",
@@ -373,9 +377,9 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	printf("files opened: %" PRIu64 "%s\n", s->files_opened,
 	       s->files_opened > (uint64_t)nfiles ? " (latest shown)" : "");
 	for (int i = 0; i < nfiles; i++)
-		printf("  %s: %s: %s\n", util_text(f[i].path, t1, sizeof(t1)),
+		printf("  %s: %s: %s\n", text_escape(f[i].path, t1, sizeof(t1)),
 		       gpufile_path_name(f[i].chosen),
-		       util_text(f[i].reason, t2, sizeof(t2)));
+		       text_escape(f[i].reason, t2, sizeof(t2)));
 	if (s->nsettings) {
 		printf("settings:");
 		for (int i = 0; i < s->nsettings; i++) {
@@ -383,11 +387,11 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 			int dflt = strcmp(v->source, "default") == 0;
 			char t3[4 * sizeof(v->source)];
 
-			printf(" %s=%s", util_text(v->name, t1, sizeof(t1)),
-			       util_text(v->value, t2, sizeof(t2)));
+			printf(" %s=%s", text_escape(v->name, t1, sizeof(t1)),
+			       text_escape(v->value, t2, sizeof(t2)));
 			if (!dflt)
 				printf(" (%s)",
-				       util_text(v->source, t3, sizeof(t3)));
+				       text_escape(v->source, t3, sizeof(t3)));
 		}
 		printf("\n");
 	}
@@ -401,7 +405,7 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 	int nfiles, rc;
 
 	if (!files)
-		return util_error("stats", "out of memory");
+		return msg_error("stats", "out of memory");
 	GPUFILE_INIT(*now);
 	rc = gpufile_stats_read(pid, now);
 	nfiles = rc ? rc : gpufile_stats_files(pid, files, MAX_FILES);
@@ -454,38 +458,37 @@ int cmd_stats(int argc, char **argv)
 	/* Each of these was ignored without a word: --clean --json printed
 	 * text, and --watch without a PID printed the list once. */
 	if (clean && (as_json || watch > 0 || first < argc))
-		return util_usage_error(cmd, "--clean takes no %s",
-		                        first < argc ? "PID"
-		                        : as_json    ? "--json"
-		                                     : "--watch");
+		return msg_usage_error(cmd, "--clean takes no %s",
+		                       first < argc ? "PID"
+		                       : as_json    ? "--json"
+		                                    : "--watch");
 	if (watch > 0 && first == argc)
-		return util_usage_error(cmd, "--watch needs a PID");
+		return msg_usage_error(cmd, "--watch needs a PID");
 	if (clean) {
 		rc = gpufile_stats_clean();
 		printf("removed %d stale segment%s\n", rc, rc == 1 ? "" : "s");
 		return EXIT_OK;
 	}
-	if (first < argc && (util_parse_count(argv[first], &pid) || pid == 0 ||
+	if (first < argc && (opt_parse_count(argv[first], &pid) || pid == 0 ||
 	                     pid > 0x7fffffff))
-		return util_usage_error(cmd, "\"%s\" is not a PID",
-		                        argv[first]);
+		return msg_usage_error(cmd, "\"%s\" is not a PID", argv[first]);
 	if (!pid)
 		return list_processes(as_json);
 
 	/* a is the latest sample, b the next; they swap after each. */
 	samples = calloc(2, sizeof(*samples));
 	if (!samples)
-		return util_error(cmd, "out of memory");
+		return msg_error(cmd, "out of memory");
 	a = samples;
 	b = samples + 1;
 	/* Rates are over the time between two samples, not the sleep
 	 * alone: printing a sample waits as long as the reader of stdout
 	 * does (a pager, a full pipe), and the counters go on meanwhile. */
-	sampled = util_now();
+	sampled = measure_now();
 	rc = show((int)pid, as_json, NULL, 0, a);
 	if (rc) {
 		free(samples);
-		return util_error(cmd, "%s", gpufile_errmsg());
+		return msg_error(cmd, "%s", gpufile_errmsg());
 	}
 	while (watch > 0) {
 		struct timespec ts = {
@@ -497,7 +500,7 @@ int cmd_stats(int argc, char **argv)
 		nanosleep(&ts, NULL);
 		if (!as_json)
 			printf("\n");
-		now = util_now();
+		now = measure_now();
 		rc = show((int)pid, as_json, a, now - sampled, b);
 		sampled = now;
 		if (rc == -ESRCH || rc == -ESTALE || rc == -ENOENT) {
@@ -508,7 +511,7 @@ int cmd_stats(int argc, char **argv)
 		}
 		if (rc) {
 			free(samples);
-			return util_error(cmd, "%s", gpufile_errmsg());
+			return msg_error(cmd, "%s", gpufile_errmsg());
 		}
 		t = a;
 		a = b;

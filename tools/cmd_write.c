@@ -6,10 +6,14 @@
 #define _GNU_SOURCE
 #include "commands.h"
 #include "gpufile.h"
+#include "json.h"
+#include "measure.h"
+#include "msg.h"
 #include "options.h"
 #include "progress.h"
+#include "summary.h"
 #include "target.h"
-#include "util.h"
+#include "text.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -160,7 +164,7 @@ static int parse(int argc, char **argv, struct write_options *o)
 	if (first < 0)
 		return rc;
 	if (!have_size)
-		return util_usage_error("write", "--size is required");
+		return msg_usage_error("write", "--size is required");
 	rc = target_check_options("write", o->want_host, o->want_device);
 	if (rc)
 		return rc;
@@ -197,7 +201,7 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 	while (off < o->size) {
 		size_t len = (size_t)(o->size - off < o->chunk ? o->size - off
 		                                               : o->chunk);
-		double t0 = util_now();
+		double t0 = measure_now();
 
 		fill_chunk((enum pattern)o->pattern, o->seed, r->bufs[which],
 		           len, off);
@@ -206,11 +210,11 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 		if (r->dev[which] &&
 		    gpufile_memcpy(r->dev[which], r->bufs[which], len)) {
 			progress_end(p);
-			util_error("write", "copying a chunk to GPU %d: %s",
-			           r->target.device, gpufile_errmsg());
+			msg_error("write", "copying a chunk to GPU %d: %s",
+			          r->target.device, gpufile_errmsg());
 			goto fail;
 		}
-		r->fill_seconds += util_now() - t0;
+		r->fill_seconds += measure_now() - t0;
 		if (pending && (n = wait_write(&pending)) < 0)
 			goto fail_io;
 		progress_update(p, off); /* all before off is written */
@@ -227,7 +231,7 @@ static int write_chunks(gpufile_t *h, const struct write_options *o,
 	return 0;
 fail_io:
 	progress_end(p); /* the message goes on a line of its own */
-	util_error("write", "%s", gpufile_errmsg());
+	msg_error("write", "%s", gpufile_errmsg());
 fail:
 	if (pending)
 		wait_write(&pending);
@@ -245,7 +249,7 @@ static void report_json(const struct write_options *o,
 	json_key_str(&j, "file", o->file);
 	json_key_u64(&j, "bytes", o->size);
 	json_key_double(&j, "seconds", r->seconds);
-	json_key_double(&j, "gbps", util_gbps(o->size, r->seconds));
+	json_key_double(&j, "gbps", measure_gbps(o->size, r->seconds));
 	json_key_double(&j, "fill_seconds", r->fill_seconds);
 	json_key_double(&j, "sync_seconds", r->sync_seconds);
 	json_key_str(&j, "pattern", pattern_names[o->pattern]);
@@ -256,12 +260,12 @@ static void report_json(const struct write_options *o,
 	json_key_str(&j, "source",
 	             target_name(&r->target, 1, source, sizeof(source)));
 	json_key_str(&j, "source_reason", r->target.reason);
-	util_json_paths(&j, "paths", &r->before, &r->after, 1);
+	summary_json_paths(&j, "paths", &r->before, &r->after, 1);
 	json_object_begin(&j, "path_info");
 	json_key_str(&j, "device_path", gpufile_path_name(r->device_path));
 	json_key_str(&j, "reason", r->path_reason);
 	json_object_end(&j);
-	util_json_settings(&j, "settings");
+	summary_json_settings(&j, "settings");
 	json_key_str(&j, "version", gpufile_version());
 	json_object_end(&j);
 }
@@ -272,30 +276,30 @@ static void report_text(const struct write_options *o,
 	char human[32];
 
 	printf("file:     ");
-	util_put_text(stdout, o->file);
+	text_put(stdout, o->file);
 	if (r->target.device >= 0)
 		printf("\nsource:   device memory of GPU %d (",
 		       r->target.device);
 	else
 		printf("\nsource:   host memory (");
-	util_put_text(stdout, r->target.reason);
+	text_put(stdout, r->target.reason);
 	printf(")\n");
 	printf("wrote:    %" PRIu64 " bytes (%s), pattern %s", o->size,
-	       util_human_bytes(o->size, human, sizeof(human)),
+	       measure_human_bytes(o->size, human, sizeof(human)),
 	       pattern_names[o->pattern]);
 	if (o->pattern == PATTERN_RANDOM)
 		printf(" (seed %" PRIu64 ")", o->seed);
 	printf(", %s, chunks of %" PRIu64 " bytes\n",
 	       o->direct ? "O_DIRECT requested" : "buffered", o->chunk);
 	printf("time:     %.6f s  %.3f GB/s (generating %.3f s, sync %.3f s)\n",
-	       r->seconds, util_gbps(o->size, r->seconds), r->fill_seconds,
+	       r->seconds, measure_gbps(o->size, r->seconds), r->fill_seconds,
 	       r->sync_seconds);
 	printf("paths (this command's writes):\n");
-	util_print_paths(&r->before, &r->after, 1);
+	summary_print_paths(&r->before, &r->after, 1);
 	printf("device buffers: ");
-	util_put_text(stdout, r->path_reason);
+	text_put(stdout, r->path_reason);
 	putchar('\n');
-	util_print_settings_line();
+	summary_print_settings_line();
 }
 
 /* Two host chunks, and two device chunks when writing from a GPU. */
@@ -305,11 +309,11 @@ static int alloc_chunks(const struct write_options *o, struct write_result *r)
 		void *p;
 
 		if (posix_memalign(&p, ALIGNMENT, (size_t)o->chunk))
-			return util_error("write",
-			                  "allocating 2 x %" PRIu64
-			                  " bytes of host memory failed "
-			                  "(a smaller --chunk needs less)",
-			                  o->chunk);
+			return msg_error("write",
+			                 "allocating 2 x %" PRIu64
+			                 " bytes of host memory failed "
+			                 "(a smaller --chunk needs less)",
+			                 o->chunk);
 		r->bufs[i] = p;
 	}
 	for (int i = 0; i < 2 && r->target.device >= 0; i++) {
@@ -317,7 +321,7 @@ static int alloc_chunks(const struct write_options *o, struct write_result *r)
 
 		if (gpufile_device_alloc(r->target.device, (size_t)o->chunk,
 		                         &p))
-			return util_error(
+			return msg_error(
 			    "write",
 			    "allocating %" PRIu64 " bytes on GPU %d: %s",
 			    o->chunk, r->target.device, gpufile_errmsg());
@@ -335,27 +339,27 @@ static int write_file(gpufile_t *h, const struct write_options *o,
 	int rc;
 
 	if (gpufile_warmup())
-		return util_error("write", "warmup: %s", gpufile_errmsg());
+		return msg_error("write", "warmup: %s", gpufile_errmsg());
 	GPUFILE_INIT(r->before);
 	gpufile_stats_self(&r->before);
-	t0 = util_now();
+	t0 = measure_now();
 	progress_start(&p, "wrote", o->size, !o->json && !o->quiet);
 	rc = write_chunks(h, o, r, &p);
 	if (rc == 0) {
 		/* A sync of gigabytes of dirty pages takes seconds: say what
 		 * the wait is for. */
 		progress_note(&p, "syncing to storage");
-		t_sync = util_now();
+		t_sync = measure_now();
 		if (gpufile_sync(h)) {
 			progress_end(&p);
-			rc = util_error("write", "%s", gpufile_errmsg());
+			rc = msg_error("write", "%s", gpufile_errmsg());
 		}
-		r->sync_seconds = util_now() - t_sync;
+		r->sync_seconds = measure_now() - t_sync;
 	}
 	progress_end(&p);
 	if (rc)
 		return rc;
-	r->seconds = util_now() - t0;
+	r->seconds = measure_now() - t0;
 	GPUFILE_INIT(r->after);
 	gpufile_stats_self(&r->after);
 	if (target_path_info("write", &r->target, h, &r->device_path,
@@ -374,19 +378,19 @@ int cmd_write(int argc, char **argv)
 	if (rc || !o.file)
 		return rc;
 	if (gpufile_config_check())
-		return util_error("write", "%s", gpufile_errmsg());
+		return msg_error("write", "%s", gpufile_errmsg());
 	if (o.direct && gpufile_config_set("direct_io", "on"))
-		return util_error("write", "%s", gpufile_errmsg());
+		return msg_error("write", "%s", gpufile_errmsg());
 	rc = target_choose("write", o.want_host, o.want_device, &r.target);
 	if (rc == 0)
 		rc = alloc_chunks(&o, &r);
 	if (rc == 0 && gpufile_open(&h, o.file, "w"))
-		rc = util_error("write", "%s", gpufile_errmsg());
+		rc = msg_error("write", "%s", gpufile_errmsg());
 	if (rc == 0)
 		rc = write_file(h, &o, &r);
 	/* A close that fails loses data: it is an error of the command. */
 	if (h && gpufile_close(h) && rc == 0)
-		rc = util_error("write", "%s", gpufile_errmsg());
+		rc = msg_error("write", "%s", gpufile_errmsg());
 	if (rc == 0 && o.json)
 		report_json(&o, &r);
 	else if (rc == 0)

@@ -5,7 +5,7 @@
  */
 #include "commands.h"
 #include "gpufile.h"
-#include "util.h"
+#include "msg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -81,14 +81,13 @@ static int run(int argc, char **argv)
 		}
 		c = find_command(argv[2]);
 		if (!c)
-			return util_usage_error(NULL, "unknown command \"%s\"",
-			                        argv[2]);
+			return msg_usage_error(NULL, "unknown command \"%s\"",
+			                       argv[2]);
 		return c->run(2, args);
 	}
 	c = find_command(argv[1]);
 	if (!c)
-		return util_usage_error(NULL, "unknown command \"%s\"",
-		                        argv[1]);
+		return msg_usage_error(NULL, "unknown command \"%s\"", argv[1]);
 	return c->run(argc - 1, argv + 1);
 }
 
@@ -114,8 +113,8 @@ static int finish_stdout(const char *cmd, int rc)
 	}
 	if (!failed)
 		return rc;
-	util_error(cmd, "writing to standard output failed: %s",
-	           err ? strerror(err) : "an earlier write failed");
+	msg_error(cmd, "writing to standard output failed: %s",
+	          err ? strerror(err) : "an earlier write failed");
 	return rc == EXIT_OK ? EXIT_RUNTIME : rc;
 }
 

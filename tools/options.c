@@ -3,7 +3,10 @@
  */
 #define _GNU_SOURCE
 #include "options.h"
-#include "util.h"
+#include "measure.h"
+#include "msg.h"
+/* gpufile_parse_size/count: sizes parse as the settings do. */
+#include "gpufile_private.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -17,15 +20,37 @@
 /* GPU numbers above this are typing errors, not devices. */
 #define OPT_DEVICE_MAX 1023
 
+/* The forms of a size, for messages: every suffix parse_size() accepts
+ * and no other (test_cli_usage checks both ways, and that each help text
+ * that mentions sizes says the same). */
+#define SIZE_FORMS                                                             \
+	"bytes (B) or a number with k, m, g, t, KiB, MiB, GiB, TiB, KB, MB, "  \
+	"GB or TB (any case; all binary)"
+
+/* The library's own parsers: the CLI accepts exactly what settings do. */
+int opt_parse_count(const char *text, uint64_t *out)
+{
+	return gpufile_parse_count(text, out);
+}
+
+/* Parses a size as settings do: plain bytes, or a number followed
+ * (optionally after spaces) by b, k, kb, kib, m, mb, mib, g, gb, gib, t,
+ * tb or tib in any case, all binary (1k = 1024). Returns 0, -EINVAL when
+ * text is not a size, or -ERANGE when it does not fit in 64 bits. */
+static int parse_size(const char *text, uint64_t *out)
+{
+	return gpufile_parse_size(text, out);
+}
+
 static int size_value(const char *cmd, const struct opt *o, const char *text)
 {
 	uint64_t max = o->max ? o->max : UINT64_MAX, v;
 	char lo[32], hi[32];
-	int rc = util_parse_size(text, &v);
+	int rc = parse_size(text, &v);
 
 	if (rc == -EINVAL)
-		return util_usage_error(cmd, "--%s \"%s\": not a size; use %s",
-		                        o->name, text, UTIL_SIZE_FORMS);
+		return msg_usage_error(cmd, "--%s \"%s\": not a size; use %s",
+		                       o->name, text, SIZE_FORMS);
 	if (rc == 0 && v >= o->min && v <= max) {
 		*(uint64_t *)o->dest = v;
 		return 0;
@@ -34,24 +59,24 @@ static int size_value(const char *cmd, const struct opt *o, const char *text)
 	 * limit but 64 bits, 2^64 and more is all that can be too large, and
 	 * saying so beats quoting a bound the user never wrote. */
 	if (rc == 0 && v < o->min && max == UINT64_MAX)
-		return util_usage_error(
+		return msg_usage_error(
 		    cmd, "--%s \"%s\": must be at least %s", o->name, text,
-		    util_human_bytes(o->min, lo, sizeof(lo)));
+		    measure_human_bytes(o->min, lo, sizeof(lo)));
 	if (max == UINT64_MAX)
-		return util_usage_error(cmd,
-		                        "--%s \"%s\": too large (does not fit "
-		                        "in 64 bits)",
-		                        o->name, text);
+		return msg_usage_error(cmd,
+		                       "--%s \"%s\": too large (does not fit "
+		                       "in 64 bits)",
+		                       o->name, text);
 	/* Beyond 64 bits and beyond max get the same message, so that
 	 * 2^64-1 and 2^64 read alike. */
 	if (o->min == 0)
-		return util_usage_error(cmd,
-		                        "--%s \"%s\": too large (at most "
-		                        "%" PRIu64 " bytes)",
-		                        o->name, text, max);
-	return util_usage_error(cmd, "--%s \"%s\": use %s to %s", o->name, text,
-	                        util_human_bytes(o->min, lo, sizeof(lo)),
-	                        util_human_bytes(max, hi, sizeof(hi)));
+		return msg_usage_error(cmd,
+		                       "--%s \"%s\": too large (at most "
+		                       "%" PRIu64 " bytes)",
+		                       o->name, text, max);
+	return msg_usage_error(cmd, "--%s \"%s\": use %s to %s", o->name, text,
+	                       measure_human_bytes(o->min, lo, sizeof(lo)),
+	                       measure_human_bytes(max, hi, sizeof(hi)));
 }
 
 static int device_value(const char *cmd, const struct opt *o, const char *text)
@@ -60,12 +85,11 @@ static int device_value(const char *cmd, const struct opt *o, const char *text)
 
 	/* "-1" must not read as "not a whole number": what is wrong is that
 	 * it names no GPU. */
-	if (util_parse_count(text, &v) || v > OPT_DEVICE_MAX)
-		return util_usage_error(
-		    cmd,
-		    "--%s \"%s\": not a device number (GPUs "
-		    "are numbered 0, 1, ...; at most %d)",
-		    o->name, text, OPT_DEVICE_MAX);
+	if (opt_parse_count(text, &v) || v > OPT_DEVICE_MAX)
+		return msg_usage_error(cmd,
+		                       "--%s \"%s\": not a device number (GPUs "
+		                       "are numbered 0, 1, ...; at most %d)",
+		                       o->name, text, OPT_DEVICE_MAX);
 	*(int *)o->dest = (int)v;
 	return 0;
 }
@@ -78,10 +102,10 @@ static int seconds_value(const char *cmd, const struct opt *o, const char *text)
 	errno = 0;
 	v = strtod(text, &end);
 	if (end == text || *end || errno || !(v > 0) || v > max)
-		return util_usage_error(cmd,
-		                        "--%s \"%s\": not a number of seconds "
-		                        "in (0, %g]",
-		                        o->name, text, max);
+		return msg_usage_error(cmd,
+		                       "--%s \"%s\": not a number of seconds "
+		                       "in (0, %g]",
+		                       o->name, text, max);
 	*(double *)o->dest = v;
 	return 0;
 }
@@ -105,8 +129,28 @@ static int choice_value(const char *cmd, const struct opt *o, const char *text)
 		    : i + 1 == n ? " or "
 		                 : ", ",
 		    o->choices[i]);
-	return util_usage_error(cmd, "--%s \"%s\": use %s", o->name, text,
-	                        list);
+	return msg_usage_error(cmd, "--%s \"%s\": use %s", o->name, text, list);
+}
+
+/* Parses the whole number given to option opt of subcommand cmd. On
+ * failure prints `gpufile CMD: OPT "TEXT": not a whole number` (or "out
+ * of range [MIN, MAX]") and returns EXIT_USAGE; else returns 0 with the
+ * number, in [min, max], in *out. */
+static int count_arg(const char *cmd, const char *opt, const char *text,
+                     uint64_t min, uint64_t max, uint64_t *out)
+{
+	int rc = opt_parse_count(text, out);
+
+	if (rc == 0 && (*out < min || *out > max))
+		rc = -ERANGE;
+	if (rc == -ERANGE)
+		return msg_usage_error(
+		    cmd, "%s \"%s\": out of range [%" PRIu64 ", %" PRIu64 "]",
+		    opt, text, min, max);
+	if (rc)
+		return msg_usage_error(cmd, "%s \"%s\": not a whole number",
+		                       opt, text);
+	return 0;
 }
 
 /* Stores the value of option o given as text. Returns 0 or EXIT_USAGE
@@ -126,8 +170,8 @@ static int store(const char *cmd, const struct opt *o, const char *text)
 		rc = size_value(cmd, o, text);
 		break;
 	case OPT_COUNT:
-		rc = util_count_arg(cmd, name, text, o->min,
-		                    o->max ? o->max : UINT64_MAX, &v);
+		rc = count_arg(cmd, name, text, o->min,
+		               o->max ? o->max : UINT64_MAX, &v);
 		if (rc == 0)
 			*(uint64_t *)o->dest = v;
 		break;
@@ -156,27 +200,46 @@ static int check_args(const struct opt_spec *spec, int first, int argc,
 	int n = argc - first;
 
 	if (n < spec->min_args)
-		return util_usage_error(spec->cmd, "no %s given",
-		                        spec->arg_name ? spec->arg_name
-		                                       : "argument");
+		return msg_usage_error(spec->cmd, "no %s given",
+		                       spec->arg_name ? spec->arg_name
+		                                      : "argument");
 	if (n <= spec->max_args)
 		return 0;
 	if (spec->max_args == 1 && spec->min_args == 1)
-		return util_usage_error(spec->cmd,
-		                        "one %s only (got \"%s\" too)",
-		                        spec->arg_name, argv[first + 1]);
-	return util_usage_error(spec->cmd, "unexpected argument \"%s\"",
-	                        argv[first + spec->max_args]);
+		return msg_usage_error(spec->cmd,
+		                       "one %s only (got \"%s\" too)",
+		                       spec->arg_name, argv[first + 1]);
+	return msg_usage_error(spec->cmd, "unexpected argument \"%s\"",
+	                       argv[first + spec->max_args]);
+}
+
+/* Reports the getopt_long() failure that returned c ('?' or ':', with
+ * optstring starting with ':' and opterr = 0) as a usage error. */
+static int getopt_error(const char *cmd, int c, char **argv)
+{
+	/* optind has moved past the offending word; for a short option
+	 * grouped with others ("-xq") optopt names the letter. */
+	const char *word = optind > 0 ? argv[optind - 1] : "?";
+
+	if (c == ':') {
+		if (optopt && strncmp(word, "--", 2) != 0)
+			return msg_usage_error(cmd, "option -%c needs a value",
+			                       optopt);
+		return msg_usage_error(cmd, "option %s needs a value", word);
+	}
+	if (optopt && strncmp(word, "--", 2) != 0)
+		return msg_usage_error(cmd, "unknown option -%c", optopt);
+	return msg_usage_error(cmd, "unknown option %s", word);
 }
 
 /*
  * getopt_long() returns '?' for three faults of a long option, which
- * util_getopt_error() alone calls "unknown option" all three: a name of
+ * getopt_error() alone calls "unknown option" all three: a name of
  * no option, a value given to an option that takes none ("--json=x";
  * optopt is then the option's val) and a prefix of two or more options
  * ("--d" of --device and --direct; optopt is 0, as for an unknown name).
  * Reports the last two and returns EXIT_USAGE, or returns 0 to leave the
- * fault to util_getopt_error().
+ * fault to getopt_error().
  */
 static int long_option_error(const struct opt_spec *spec,
                              const struct option *longopts, char **argv)
@@ -194,11 +257,11 @@ static int long_option_error(const struct opt_spec *spec,
 		return 0; /* "--=x" names nothing */
 	for (int i = 0; longopts[i].name; i++) {
 		if (optopt && longopts[i].val == optopt && word[len] == '=')
-			return util_usage_error(spec->cmd,
-			                        "option --%s takes no value "
-			                        "(got \"%s\")",
-			                        longopts[i].name,
-			                        word + len + 1);
+			return msg_usage_error(spec->cmd,
+			                       "option --%s takes no value "
+			                       "(got \"%s\")",
+			                       longopts[i].name,
+			                       word + len + 1);
 		if (!optopt && strncmp(longopts[i].name, word, len) == 0 &&
 		    used < sizeof(names)) {
 			used += (size_t)snprintf(
@@ -209,8 +272,8 @@ static int long_option_error(const struct opt_spec *spec,
 	}
 	if (matches < 2)
 		return 0;
-	return util_usage_error(spec->cmd, "option --%.*s is ambiguous (%s)",
-	                        (int)len, word, names);
+	return msg_usage_error(spec->cmd, "option --%.*s is ambiguous (%s)",
+	                       (int)len, word, names);
 }
 
 int opt_parse(const struct opt_spec *spec, int argc, char **argv,
@@ -243,8 +306,7 @@ int opt_parse(const struct opt_spec *spec, int argc, char **argv,
 		if (c < 256 || c >= 256 + n) {
 			rc = c == '?' ? long_option_error(spec, longopts, argv)
 			              : 0;
-			*exit_code =
-			    rc ? rc : util_getopt_error(spec->cmd, c, argv);
+			*exit_code = rc ? rc : getopt_error(spec->cmd, c, argv);
 			return -1;
 		}
 		rc = store(spec->cmd, &spec->opts[c - 256], optarg);

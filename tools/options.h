@@ -41,6 +41,10 @@ struct opt_spec {
 /* At most this many options per subcommand (besides --help). */
 #define OPT_MAX 24
 
+/* Parses a non-negative decimal integer as option values are parsed (a
+ * positional one, such as a PID). Returns 0, -EINVAL or -ERANGE. */
+int opt_parse_count(const char *text, uint64_t *out);
+
 /*
  * Parses argv[1..argc) against spec. Returns the index in argv of the
  * first positional argument (between min_args and max_args of them

@@ -3,7 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "progress.h"
-#include "util.h"
+#include "measure.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -18,8 +18,8 @@ static void draw(struct progress *p, double now, int final)
 	double elapsed = now - p->start;
 	double rate = elapsed > 0 ? (double)p->done / elapsed : 0;
 
-	util_human_bytes(p->done, done, sizeof(done));
-	util_human_bytes(p->total, total, sizeof(total));
+	measure_human_bytes(p->done, done, sizeof(done));
+	measure_human_bytes(p->total, total, sizeof(total));
 	/* \r and "clear to end of line" redraw in place. */
 	fprintf(stderr, "\r%s %s of %s (%3.0f%%)  %.2f GB/s", p->verb, done,
 	        total,
@@ -46,7 +46,7 @@ void progress_start(struct progress *p, const char *verb, uint64_t total,
 	p->note = NULL;
 	p->total = total;
 	p->done = 0;
-	p->start = util_now();
+	p->start = measure_now();
 	p->last_draw = 0;
 	if (p->on)
 		draw(p, p->start, 0);
@@ -59,7 +59,7 @@ void progress_update(struct progress *p, uint64_t done)
 	p->done = done;
 	if (!p->on)
 		return;
-	now = util_now();
+	now = measure_now();
 	if (now - p->last_draw >= REDRAW_SECONDS)
 		draw(p, now, 0);
 }
@@ -68,12 +68,12 @@ void progress_note(struct progress *p, const char *note)
 {
 	p->note = note;
 	if (p->on)
-		draw(p, util_now(), 0);
+		draw(p, measure_now(), 0);
 }
 
 void progress_end(struct progress *p)
 {
 	if (p->on)
-		draw(p, util_now(), 1);
+		draw(p, measure_now(), 1);
 	p->on = 0;
 }

@@ -4,7 +4,8 @@
 #define _GNU_SOURCE
 #include "target.h"
 #include "gpufile.h"
-#include "util.h"
+#include "msg.h"
+#include "measure.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,8 @@
 int target_check_options(const char *cmd, int want_host, int want_device)
 {
 	if (want_host && want_device >= 0)
-		return util_usage_error(cmd, "--host and --device exclude "
-		                             "each other");
+		return msg_usage_error(cmd, "--host and --device exclude "
+		                            "each other");
 	return 0;
 }
 
@@ -33,12 +34,12 @@ int target_choose(const char *cmd, int want_host, int want_device,
 	n = gpufile_cuda_device_count();
 	if (want_device >= 0) {
 		if (n < 0)
-			return util_error(cmd, "--device %d: no usable GPU: %s",
-			                  want_device, gpufile_errmsg());
+			return msg_error(cmd, "--device %d: no usable GPU: %s",
+			                 want_device, gpufile_errmsg());
 		if (want_device >= n)
-			return util_error(
-			    cmd, "--device %d: no such GPU (%d usable)",
-			    want_device, n);
+			return msg_error(cmd,
+			                 "--device %d: no such GPU (%d usable)",
+			                 want_device, n);
 		t->device = want_device;
 		snprintf(t->reason, sizeof(t->reason), "--device %d given",
 		         want_device);
@@ -63,26 +64,26 @@ int target_alloc(const char *cmd, struct target *t, size_t size,
 	char human[32];
 	int rc;
 
-	util_human_bytes(len, human, sizeof(human));
+	measure_human_bytes(len, human, sizeof(human));
 	if (t->device >= 0) {
 		rc = gpufile_device_alloc(t->device, len, &t->buf);
 		if (rc) {
 			t->buf = NULL;
-			return util_error(cmd,
-			                  "allocating %s (%zu bytes) on GPU %d "
-			                  "for %s: %s",
-			                  human, len, t->device, what,
-			                  gpufile_errmsg());
+			return msg_error(cmd,
+			                 "allocating %s (%zu bytes) on GPU %d "
+			                 "for %s: %s",
+			                 human, len, t->device, what,
+			                 gpufile_errmsg());
 		}
 		return 0;
 	}
 	rc = posix_memalign(&t->buf, ALIGNMENT, len);
 	if (rc) {
 		t->buf = NULL;
-		return util_error(cmd,
-		                  "allocating %s (%zu bytes) of host memory "
-		                  "for %s: %s",
-		                  human, len, what, strerror(rc));
+		return msg_error(cmd,
+		                 "allocating %s (%zu bytes) of host memory "
+		                 "for %s: %s",
+		                 human, len, what, strerror(rc));
 	}
 	/* Fault the pages in now, so that the first repeat does not time
 	 * the kernel zeroing them. */
@@ -102,7 +103,7 @@ int target_path_info(const char *cmd, const struct target *t, gpufile_t *h,
 		snprintf(reason, len, "%s", gpufile_errmsg());
 		return 0;
 	}
-	return util_error(cmd, "%s", gpufile_errmsg());
+	return msg_error(cmd, "%s", gpufile_errmsg());
 }
 
 void target_free(struct target *t)
