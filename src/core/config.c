@@ -261,7 +261,7 @@ int gpufile__parse_count(const char *text, uint64_t *out)
 }
 
 /* The suffixes below are listed, all and only these, by parse_value's
- * message and the tool's (tools/util.h UTIL_SIZE_FORMS); test_cli_usage
+ * message and the tool's (tools/options.c SIZE_FORMS); test_cli_usage
  * checks both against this parser. */
 int gpufile__parse_size(const char *text, uint64_t *out)
 {
