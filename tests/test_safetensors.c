@@ -317,13 +317,15 @@ static void test_malformed(void)
 	             "\"data_offsets\":[0,4]}}",
 	             9);
 	expect_bad(p, -EBADMSG, "data section is 9 bytes", "end at 4", NULL);
+	/* A name given twice keeps its last entry (test_reference_forms):
+	 * the first one's bytes then belong to no tensor. */
 	p = write_st(
 	    "twice",
 	    "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,"
 	    "4]},\"a\":{\"dtype\":\"U8\",\"shape\":[4],"
 	    "\"data_offsets\":[4,8]}}",
 	    8);
-	expect_bad(p, -EBADMSG, "tensor \"a\"", "named twice", NULL);
+	expect_bad(p, -EBADMSG, "tensor \"a\"", "bytes [0, 4)", "no tensor");
 
 	/* __metadata__. */
 	p = write_st("meta-num",
@@ -516,6 +518,195 @@ static void test_strict_json(void)
 		CHECK(gpufile_safetensors_find(st, "w\\u0000") == 0);
 		gpufile_safetensors_close(st);
 	}
+}
+
+/* Tensor t of st has dtype, ndim and shape[0] (when ndim > 0) and
+ * [begin, end). */
+static void expect_tensor(gpufile_safetensors_t *st, const char *name,
+                          const char *dtype, int ndim, uint64_t dim0,
+                          uint64_t begin, uint64_t end)
+{
+	gpufile_safetensors_tensor_t t;
+	int i = gpufile_safetensors_find(st, name);
+
+	CHECK(i >= 0);
+	if (i < 0)
+		return;
+	CHECK_EQ(gpufile_safetensors_tensor(st, i, &t), 0);
+	CHECK(strcmp(t.dtype, dtype) == 0);
+	CHECK_EQ(t.ndim, ndim);
+	if (ndim > 0)
+		CHECK_EQ(t.shape[0], dim0);
+	CHECK_EQ(t.begin, begin);
+	CHECK_EQ(t.end, end);
+}
+
+/* JSON nested depth levels deep (the root object counts one), in an
+ * unknown field of tensor "w"; the caller frees it. */
+static char *nested_json(int depth)
+{
+	static const char head[] = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+	                           "\"data_offsets\":[0,1],\"x\":";
+	size_t inner = (size_t)depth - 2, at = sizeof(head) - 1;
+	char *j = test_malloc(at + 2 * inner + 3);
+
+	memcpy(j, head, at);
+	memset(j + at, '[', inner);
+	memset(j + at + inner, ']', inner);
+	strcpy(j + at + 2 * inner, "}}");
+	return j;
+}
+
+/* What the reference (safetensors 0.8: serde_json reading the header
+ * through a flattened map, so every value is read) refuses, gpufile
+ * refuses too; the three odd forms it accepts are accepted (issue 34,
+ * the decisions in gpufile_safetensors_open(3)). */
+static void test_reference_forms(void)
+{
+	static const char *const too_big[] = {
+	    "1e400",
+	    "-1e400",
+	    "1.8e308",
+	    "1.797693134862315e308",
+	    "0.001e312",
+	    "1e99999999999999999999",
+	    "1000000000000000000000000000000000000000000000000000000000000000"
+	    "0000000000000000000000000000000000000000000000000000000000000000"
+	    "0000000000000000000000000000000000000000000000000000000000000000"
+	    "0000000000000000000000000000000000000000000000000000000000000000"
+	    "0000000000000000000000000000000000000000000000000000000000000000"
+	    "0000000000"};
+	static const char *const fine[] = {"1e308",
+	                                   "1.79769313486231e308",
+	                                   "0.001e311",
+	                                   "1e-400",
+	                                   "0e400",
+	                                   "-0.0e99999999999999999999",
+	                                   "18446744073709551616",
+	                                   "1e-99999999999999999999"};
+	gpufile_safetensors_t *st;
+	char json[1024];
+	const char *p;
+	char *deep;
+
+	/* A number too large for a double, in an unknown field or at the
+	 * top level: serde_json's "number out of range". */
+	for (size_t i = 0; i < sizeof(too_big) / sizeof(too_big[0]); i++) {
+		snprintf(json, sizeof(json),
+		         "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+		         "\"data_offsets\":[0,1],\"x\":[%s]}}",
+		         too_big[i]);
+		p = write_st("num-too-big", json, 1);
+		expect_bad(p, -EBADMSG, "(tensor \"w\", field \"x\")",
+		           "too large for a double", NULL);
+	}
+	p = write_st("num-too-big-top", "{\"__metadata__\":null,\"x\":1e400}",
+	             0);
+	expect_bad(p, -EBADMSG, "1e400 is too large for a double", NULL, NULL);
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		snprintf(json, sizeof(json),
+		         "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],"
+		         "\"data_offsets\":[0,1],\"x\":%s}}",
+		         fine[i]);
+		p = write_st("num-fine", json, 1);
+		st = expect_ok(p);
+		gpufile_safetensors_close(st);
+	}
+
+	/* Nesting: 127 levels (the root object included) in an unknown
+	 * field pass, 128 do not (serde_json's recursion limit). */
+	deep = nested_json(127);
+	p = write_st("nest-127", deep, 1);
+	free(deep);
+	st = expect_ok(p);
+	gpufile_safetensors_close(st);
+	deep = nested_json(128);
+	p = write_st("nest-128", deep, 1);
+	free(deep);
+	expect_bad(p, -EBADMSG, "nested deeper than 127 levels", NULL, NULL);
+
+	/* A name given twice: the last entry wins, as in the reference's
+	 * HashMap; three times too; and one whose earlier entry is not a
+	 * valid entry is refused (stricter than the reference). */
+	p = write_st("dup-last",
+	             "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],"
+	             "\"data_offsets\":[0,2]},\"b\":{\"dtype\":\"U8\","
+	             "\"shape\":[1],\"data_offsets\":[2,3]},\"a\":{\"dtype\":"
+	             "\"I8\",\"shape\":[2],\"data_offsets\":[0,2]},\"a\":{"
+	             "\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[0,2]}}",
+	             3);
+	st = expect_ok(p);
+	if (st) {
+		CHECK_EQ(gpufile_safetensors_count(st), 2);
+		expect_tensor(st, "a", "I16", 1, 1, 0, 2);
+		expect_tensor(st, "b", "U8", 1, 1, 2, 3);
+		gpufile_safetensors_close(st);
+	}
+	p = write_st("dup-bad-first",
+	             "{\"a\":{\"dtype\":\"Q9\",\"shape\":[1],"
+	             "\"data_offsets\":[0,1]},\"a\":{\"dtype\":\"U8\","
+	             "\"shape\":[1],\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "dtype \"Q9\" is unknown", NULL, NULL);
+
+	/* An entry as an array: [dtype, shape, data_offsets], exactly. */
+	p = write_st("entry-array",
+	             "{\"a\":[\"F32\",[2],[0,8]],\"b\":{\"dtype\":\"U8\","
+	             "\"shape\":[],\"data_offsets\":[8,9]}}",
+	             9);
+	st = expect_ok(p);
+	if (st) {
+		expect_tensor(st, "a", "F32", 1, 2, 0, 8);
+		expect_tensor(st, "b", "U8", 0, 0, 8, 9);
+		gpufile_safetensors_close(st);
+	}
+	p = write_st("entry-array-2", "{\"a\":[\"U8\",[1]]}", 1);
+	expect_bad(p, -EBADMSG, "tensor \"a\": entry [\"U8\",[1]] is an array",
+	           "not [dtype, shape, data_offsets]", NULL);
+	p = write_st("entry-array-4", "{\"a\":[\"U8\",[1],[0,1],[]]}", 1);
+	expect_bad(p, -EBADMSG, "is an array", "not [dtype, shape", NULL);
+	p = write_st("entry-array-order", "{\"a\":[[1],\"U8\",[0,1]]}", 1);
+	expect_bad(p, -EBADMSG, "tensor \"a\": dtype [1] is not a string", NULL,
+	           NULL);
+	/* Its numbers have no field name for the lexical check: still plain
+	 * integers below 2^53 (18446744073709551617 once wrapped to 1). */
+	p = write_st("entry-array-wrap",
+	             "{\"a\":[\"U8\",[18446744073709551617],[0,1]]}", 1);
+	expect_bad(p, -EBADMSG, "shape[0] is 18446744073709551617",
+	           "not an integer in [0, 2^53)", NULL);
+	p = write_st("entry-array-float", "{\"a\":[\"U8\",[1],[0,1.0]]}", 1);
+	expect_bad(p, -EBADMSG, "data_offsets [0,1.0] is not", NULL, NULL);
+
+	/* A dtype as serde's map form of a unit variant: {"U8": null}
+	 * only. */
+	p = write_st(
+	    "dtype-map",
+	    "{\"a\":{\"dtype\": { \"U\\u0038\" : null } ,\"shape\":[1],"
+	    "\"data_offsets\":[0,1]},\"b\":[{\"I8\":null},[1],[1,2]]}",
+	    2);
+	st = expect_ok(p);
+	if (st) {
+		expect_tensor(st, "a", "U8", 1, 1, 0, 1);
+		expect_tensor(st, "b", "I8", 1, 1, 1, 2);
+		gpufile_safetensors_close(st);
+	}
+	p = write_st("dtype-map-1",
+	             "{\"a\":{\"dtype\":{\"U8\":1},\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "dtype {\"U8\":1} is not a string", NULL, NULL);
+	p = write_st(
+	    "dtype-map-2",
+	    "{\"a\":{\"dtype\":{\"U8\":null,\"I8\":null},\"shape\":[1],"
+	    "\"data_offsets\":[0,1]}}",
+	    1);
+	expect_bad(p, -EBADMSG, "is not a string (or {\"NAME\": null})", NULL,
+	           NULL);
+	p = write_st("dtype-map-unknown",
+	             "{\"a\":{\"dtype\":{\"Q9\":null},\"shape\":[1],"
+	             "\"data_offsets\":[0,1]}}",
+	             1);
+	expect_bad(p, -EBADMSG, "dtype \"Q9\" is unknown", NULL, NULL);
 }
 
 /* The header of the well-formed file below: a scalar, an empty tensor,
@@ -953,6 +1144,7 @@ int main(void)
 
 	test_malformed();
 	test_strict_json();
+	test_reference_forms();
 	good = write_st("good", good_json, GOOD_DATA);
 	test_accessors(good);
 	test_host_loads(good);

@@ -323,6 +323,60 @@ static int plain_integer(const char *s, size_t len)
 	return v < ST_MAX_EXACT;
 }
 
+/* Whether the JSON number s (n bytes, valid) is at least
+ * 1.797693134862315e308 in magnitude. The reference's serde_json reads
+ * every number of the header (unknown fields too) as an f64 and refuses
+ * one that overflows it ("number out of range"); its rounding near
+ * DBL_MAX (1.7976931348623157e308) is not exact, so the last sliver
+ * below it is refused too, so that nothing the reference refuses is
+ * accepted here. Decimal arithmetic on the text, not strtod: no locale,
+ * no limit on the length of digits or exponent. */
+static int number_overflows(const char *s, size_t n)
+{
+	static const char lim[] = "1797693134862315";
+	size_t i = s[0] == '-', nsig = 0;
+	long long mag = 0, exp = 0; /* value = 0.D * 10^(mag + exp) */
+	char sig[sizeof(lim) - 1];
+	int point = 0, neg;
+
+	for (; i < n && s[i] != 'e' && s[i] != 'E'; i++) {
+		if (s[i] == '.') {
+			point = 1;
+			continue;
+		}
+		if (nsig == 0 && s[i] == '0') {
+			mag -= point; /* a zero after the point, before D */
+			continue;
+		}
+		if (nsig < sizeof(sig))
+			sig[nsig] = s[i];
+		nsig++;
+		mag += !point; /* a digit of D before the point */
+	}
+	if (nsig == 0)
+		return 0; /* zero, whatever its exponent */
+	if (i < n) {
+		i++;
+		neg = s[i] == '-';
+		i += s[i] == '-' || s[i] == '+';
+		for (; i < n; i++)
+			if (exp < 1000000000000LL) /* beyond, |exp| outweighs
+			                            * any mag a header holds */
+				exp = exp * 10 + (s[i] - '0');
+		if (neg)
+			exp = -exp;
+	}
+	if (mag + exp != 309)
+		return mag + exp > 309;
+	for (size_t k = 0; k < sizeof(sig); k++) {
+		char d = k < nsig ? sig[k] : '0';
+
+		if (d != lim[k])
+			return d > lim[k];
+	}
+	return 1;
+}
+
 /* The number token at lx->at. */
 static int lex_number(struct st_lex *lx)
 {
@@ -347,6 +401,13 @@ static int lex_number(struct st_lex *lx)
 		    -EBADMSG,
 		    "%s: header byte %zu%s: %s is not a JSON number (RFC 8259: "
 		    "no leading zero, no '+', digits both sides of a '.')",
+		    lx->st->path, lx->at, lex_where(lx, where, sizeof(where)),
+		    q);
+	if (number_overflows(s, n))
+		return gpufile__fail(
+		    -EBADMSG,
+		    "%s: header byte %zu%s: the number %s is too large for a "
+		    "double (the reference refuses it: number out of range)",
 		    lx->st->path, lx->at, lex_where(lx, where, sizeof(where)),
 		    q);
 	lx->at += n;
@@ -574,18 +635,53 @@ struct st_name {
 
 static int cmp_names(const void *a, const void *b)
 {
-	return strcmp(((const struct st_name *)a)->name,
-	              ((const struct st_name *)b)->name);
+	const struct st_name *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	return c ? c : (x->index > y->index) - (x->index < y->index);
 }
 
-/* Sorts by offsets, checks that the tensors tile the data section, and
- * builds the name index (refusing a name given twice). */
+/* A tensor name given twice keeps its last entry, as the reference's
+ * HashMap keeps it (the earlier ones must still be valid entries: each
+ * was checked as it was read); the others are dropped before the layout
+ * is checked, so their bytes, like the reference's, belong to no
+ * tensor. Entries keep their header order. */
+static int st_dedup_names(gpufile_safetensors_t *st)
+{
+	int n = st->ntensors, m = 0;
+	struct st_name *names = malloc(((size_t)n + 1) * sizeof(*names));
+	char *drop = calloc((size_t)n + 1, 1);
+
+	if (!names || !drop) {
+		free(names);
+		free(drop);
+		return gpufile__fail(-ENOMEM, "%s: out of memory", st->path);
+	}
+	for (int i = 0; i < n; i++)
+		names[i] = (struct st_name){st->t[i].name, i};
+	qsort(names, (size_t)n, sizeof(*names), cmp_names);
+	for (int i = 0; i + 1 < n; i++)
+		if (strcmp(names[i].name, names[i + 1].name) == 0)
+			drop[names[i].index] = 1;
+	for (int i = 0; i < n; i++)
+		if (!drop[i])
+			st->t[m++] = st->t[i];
+	st->ntensors = m;
+	free(names);
+	free(drop);
+	return 0;
+}
+
+/* Drops repeated names, sorts by offsets, checks that the tensors tile
+ * the data section, and builds the name index. */
 static int check_layout(gpufile_safetensors_t *st)
 {
 	uint64_t at = 0;
 	struct st_name *names;
-	int rc = 0;
+	int rc = st_dedup_names(st);
 
+	if (rc)
+		return rc;
 	qsort(st->t, (size_t)st->ntensors, sizeof(st->t[0]), cmp_offsets);
 	for (int i = 0; i < st->ntensors; i++) {
 		const struct st_tensor *t = &st->t[i];
@@ -630,15 +726,7 @@ static int check_layout(gpufile_safetensors_t *st)
 	for (int i = 0; i < st->ntensors; i++)
 		st->by_name[i] = names[i].index;
 	free(names);
-	for (int i = 1; i < st->ntensors && rc == 0; i++)
-		if (strcmp(st->t[st->by_name[i]].name,
-		           st->t[st->by_name[i - 1]].name) == 0)
-			rc =
-			    gpufile__fail(-EBADMSG,
-			                  "%s: tensor \"%s\" is named twice in "
-			                  "the header",
-			                  st->path, st->t[st->by_name[i]].name);
-	return rc;
+	return 0;
 }
 
 /*
@@ -851,40 +939,66 @@ static int st_skip_quote(struct st_parser *p, int depth, char *buf)
 	return rc;
 }
 
-/* A plain integer at p->at (check_lexical() held every number of a
- * shape or data_offsets to [0, 2^53)), or 1 when something else is
- * there. */
+/* A plain integer in [0, 2^53) at p->at (consumed), or 1 when
+ * something else is there (nothing consumed). check_lexical() holds the
+ * numbers of a "shape" or "data_offsets" field to this already, but not
+ * those of an entry written as an array, which have no field name. */
 static int st_integer(struct st_parser *p, uint64_t *out)
 {
 	const char *s;
+	size_t n;
 
 	st_ws(p);
 	s = p->text + p->at;
-	if (*s < '0' || *s > '9')
+	n = json_number_len(s);
+	if (!plain_integer(s, n))
 		return 1;
 	for (*out = 0; *s >= '0' && *s <= '9'; s++, p->at++)
 		*out = *out * 10 + (uint64_t)(*s - '0');
 	return 0;
 }
 
+/* A dtype written as serde writes a unit enum variant in a map,
+ * {"U8": null}, which the reference reads as "U8": 1 and the name in
+ * *name, or 0 when the value at p->at is something else (p->at is then
+ * anywhere inside it). */
+static int st_dtype_variant(struct st_parser *p, const char **name)
+{
+	if (!st_take(p, '{'))
+		return 0;
+	st_ws(p);
+	if (p->text[p->at] != '"' || st_string(p, name) != 0 ||
+	    !st_take(p, ':'))
+		return 0;
+	st_ws(p);
+	if (strncmp(p->text + p->at, "null", 4) != 0)
+		return 0;
+	p->at += 4;
+	return st_take(p, '}');
+}
+
 static int st_dtype(struct st_parser *p, struct st_tensor *t)
 {
 	char q[ST_QUOTE_BUF];
 	const char *name;
+	size_t start;
 	int rc;
 
 	st_ws(p);
-	if (p->text[p->at] != '"') {
+	start = p->at;
+	if (p->text[p->at] == '"') {
+		rc = st_string(p, &name);
+		if (rc)
+			return rc;
+	} else if (!st_dtype_variant(p, &name)) {
+		p->at = start;
 		rc = st_skip_quote(p, 2, q);
 		return rc ? rc
 		          : gpufile__fail(-EBADMSG,
 		                          "%s: tensor \"%s\": dtype %s is not "
-		                          "a string",
+		                          "a string (or {\"NAME\": null})",
 		                          p->st->path, t->name, q);
 	}
-	rc = st_string(p, &name);
-	if (rc)
-		return rc;
 	t->dtype = -1;
 	for (int k = 0; k < ST_NDTYPES; k++)
 		if (strcmp(name, st_dtypes[k].name) == 0)
@@ -987,28 +1101,14 @@ static int st_offsets_fit(gpufile_safetensors_t *st, const struct st_tensor *t)
 	return 0;
 }
 
-/* Fills t from its header entry at p->at (t->name already set): the
- * fields as serde reads them, each of dtype, shape and data_offsets
- * once (cJSON would have handed out the first, another reader the
- * last), any other field skipped. */
-static int st_entry(struct st_parser *p, struct st_tensor *t)
+/* The fields of an entry written as an object, as serde reads them:
+ * each of dtype, shape and data_offsets once (cJSON would have handed
+ * out the first, another reader the last), any other field skipped. */
+static int st_entry_object(struct st_parser *p, struct st_tensor *t)
 {
 	static const char *const fields[] = {"dtype", "shape", "data_offsets"};
 	int seen[3] = {0, 0, 0}, rc;
-	char q[ST_QUOTE_BUF];
-	uint64_t nelem = 1;
 
-	st_ws(p);
-	if (p->text[p->at] != '{') {
-		rc = st_skip_quote(p, 1, q);
-		return rc ? rc
-		          : gpufile__fail(
-		                -EBADMSG,
-		                "%s: tensor \"%s\": entry %s is not an "
-		                "object with dtype, shape and "
-		                "data_offsets",
-		                p->st->path, t->name, q);
-	}
 	p->at++;
 	if (!st_take(p, '}')) {
 		do {
@@ -1054,6 +1154,63 @@ static int st_entry(struct st_parser *p, struct st_tensor *t)
 			          "not [begin, end] of two integers in [0, "
 			          "2^53)",
 			    p->st->path, t->name);
+	return 0;
+}
+
+/* An entry written as an array, [dtype, shape, data_offsets]: serde
+ * reads a struct from a sequence of exactly its fields in order, and
+ * the reference accepts it. */
+static int st_entry_array(struct st_parser *p, struct st_tensor *t)
+{
+	char q[ST_QUOTE_BUF];
+	size_t start = p->at;
+	int rc;
+
+	p->at++;
+	rc = st_dtype(p, t);
+	if (rc == 0)
+		rc = st_take(p, ',') ? st_shape(p, t) : 1;
+	if (rc == 0)
+		rc = st_take(p, ',') ? st_offsets(p, t) : 1;
+	if (rc == 0 && !st_take(p, ']'))
+		rc = 1;
+	if (rc <= 0)
+		return rc;
+	p->at = start;
+	rc = st_skip_quote(p, 1, q);
+	return rc ? rc
+	          : gpufile__fail(-EBADMSG,
+	                          "%s: tensor \"%s\": entry %s is an array "
+	                          "but not [dtype, shape, data_offsets]",
+	                          p->st->path, t->name, q);
+}
+
+/* Fills t from its header entry at p->at (t->name already set): an
+ * object of fields, or an array of them, then its shape against its
+ * data_offsets. */
+static int st_entry(struct st_parser *p, struct st_tensor *t)
+{
+	char q[ST_QUOTE_BUF];
+	uint64_t nelem = 1;
+	int rc;
+
+	st_ws(p);
+	if (p->text[p->at] == '{') {
+		rc = st_entry_object(p, t);
+	} else if (p->text[p->at] == '[') {
+		rc = st_entry_array(p, t);
+	} else {
+		rc = st_skip_quote(p, 1, q);
+		return rc ? rc
+		          : gpufile__fail(
+		                -EBADMSG,
+		                "%s: tensor \"%s\": entry %s is not an "
+		                "object with dtype, shape and "
+		                "data_offsets",
+		                p->st->path, t->name, q);
+	}
+	if (rc)
+		return rc;
 	/* Every dimension first, as the reference parses the whole entry
 	 * before it multiplies (try_fold of checked_mul: in order). */
 	t->shape = p->dims + t->dim0;
