@@ -24,6 +24,10 @@ Differences from safetensors.torch.load_file, on purpose:
     tensor with memory of its own.
   - save_file writes __metadata__ keys sorted (safetensors writes them in
     hash order, so files with two or more metadata keys differ only there).
+
+Errors: SafetensorError where safetensors raises it, each also the
+OSError / KeyError / ValueError / IndexError gpufile raises there
+(_errors). The drop-in table, name by name: docs/safetensors.md.
 """
 
 import concurrent.futures
@@ -34,15 +38,18 @@ import os
 from .. import _lib
 from . import _core, _slice
 from ._core import TensorInfo, dtype_order
+from ._errors import SafetensorError
 
 __all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoint",
-           "TensorInfo", "dtype_order"]
+           "TensorInfo", "dtype_order", "SafetensorError"]
 
 
 def _set_current(fw, device):
     """Makes device current in this (worker) thread for the framework."""
     if device is None:
         return
+    if fw.name in ("pt", "cupy"):
+        fw.need_gpu(device)
     if fw.name == "pt":
         fw.torch.cuda.set_device(device)
     elif fw.name == "cupy":
@@ -54,6 +61,7 @@ def _on_device(fw, device):
     its duration only (the caller's own current device is restored)."""
     if device is None or fw.name not in ("pt", "cupy"):
         return contextlib.nullcontext()
+    fw.need_gpu(device)  # gpufile's "no usable GPU", not the framework's error
     if fw.name == "pt":
         return fw.torch.cuda.device(device)
     return fw.cp.cuda.Device(device)
@@ -160,6 +168,8 @@ class safe_open:
         self._fw = _core.framework(framework)
         self._device = _core._parse_cuda_device(
             device, _lib.shown_name(os.fsdecode(filename)))
+        if self._device is not None and self._fw.name == "numpy":
+            self._fw.alloc(0, self._device)  # raises, as safetensors does here
         self._h = _core.Header(filename)
         self._staging = _slice.Staging()
 
@@ -171,16 +181,20 @@ class safe_open:
                 pass
 
     def keys(self):
-        """Tensor names, sorted."""
+        """Tensor names, sorted. On a closed file raises SafetensorError
+        (also a ValueError), as safetensors does, as every method does."""
+        self._check_open()
         return sorted(self._h.by_name)
 
     def offset_keys(self):
         """Tensor names in the order of their data in the file."""
+        self._check_open()
         return [t.name for t in self._h.tensors]
 
     def metadata(self):
         """The __metadata__ dict ({} for an empty one), or None when the
         file has none or "__metadata__": null, as safetensors gives it."""
+        self._check_open()
         return None if self._h.metadata is None else dict(self._h.metadata)
 
     def get_tensor(self, name):
@@ -199,12 +213,18 @@ class safe_open:
 
     def tensor_info(self, name):
         """dtype, shape and data_offsets of tensor name, without reading it."""
+        self._check_open()
         return self._h.info(name)
 
     def load_all(self):
         """Every tensor, as load_file() would read them."""
         with self._h.hold():
             return _load_header(self._h, self._fw, self._device, None)
+
+    def get_tensors(self):
+        """safetensors' get_tensors(): {name: tensor} of every tensor, read
+        as load_file() reads them (views of one allocation, see above)."""
+        return self.load_all()
 
     def close(self):
         """Closes the file once the reads of other threads have ended.

@@ -10,10 +10,12 @@ import ctypes
 import errno
 import json
 import os
+import stat
 import threading
 
 from .. import _args, _lib
 from .._owned import Owned
+from . import _errors
 
 
 class _CTensor(ctypes.Structure):
@@ -117,6 +119,14 @@ def _table(lib, st, path):
     return out
 
 
+class _Owned(Owned):
+    """An Owned whose calls once close() has begun raise what
+    safetensors raises there (SafetensorError), still a ValueError."""
+
+    def _closed(self):
+        return _errors.ClosedFileError("I/O operation on closed " + self.what)
+
+
 class Header:
     """An open safetensors file with its header parsed and validated by the
     library (gpufile_safetensors_open): the tensors in offset order, the
@@ -139,10 +149,16 @@ class Header:
         lib = _c()
         out = ctypes.c_void_p()
         rc = lib.gpufile_safetensors_open(ctypes.byref(out), raw)
-        _lib.check(rc, filename=self.path)
+        try:
+            _lib.check(rc, filename=self.path)
+        except OSError as e:
+            # A malformed file: safetensors raises SafetensorError.
+            if e.errno != errno.EBADMSG:
+                raise
+            raise _errors.header_error(e) from None
         st = out.value
-        self._c = Owned(st, lib.gpufile_safetensors_close,
-                        "safetensors file %r" % self.path)
+        self._c = _Owned(st, lib.gpufile_safetensors_close,
+                         "safetensors file %r" % self.path)
         # No other thread knows the object yet: no call to count.
         self.tensors = _table(lib, st, self.path)
         self.by_name = {t.name: t for t in self.tensors}
@@ -189,14 +205,15 @@ class Header:
         """with header.hold() as st: the C object held open for the block
         (a shared call); ValueError once close() has begun."""
         if self._c is None:
-            raise ValueError("I/O operation on closed safetensors file %r"
-                             % self.path)
+            raise _errors.ClosedFileError(
+                "I/O operation on closed safetensors file %r" % self.path)
         return self._c.hold()
 
     def info(self, name):
         t = self.by_name.get(name)
         if t is None:
-            raise KeyError("%s: no tensor named %r" % (self.path, name))
+            raise _errors.TensorNotFoundError("%s: no tensor named %r"
+                                              % (self.path, name))
         return t
 
     def load_indices(self, indices, ptrs):
@@ -218,18 +235,18 @@ def _parse_cuda_device(device, what):
     if device is None:
         return None
     if isinstance(device, bool):
-        raise TypeError("%s: device must be \"cpu\", \"cuda\", \"cuda:N\" or an int, "
+        raise _errors.UsageTypeError("%s: device must be \"cpu\", \"cuda\", \"cuda:N\" or an int, "
                         "not %r" % (what, device))
     if isinstance(device, int):
         if device < 0:
-            raise ValueError("%s: device %d is negative" % (what, device))
+            raise _errors.UsageError("%s: device %d is negative" % (what, device))
         return device
     if type(device).__name__ == "device" and hasattr(device, "type"):  # torch.device
         if device.type == "cpu":
             return None
         if device.type == "cuda":
             return device.index if device.index is not None else _current_cuda()
-        raise ValueError("%s: device %s is not cpu or cuda" % (what, device))
+        raise _errors.UsageError("%s: device %s is not cpu or cuda" % (what, device))
     if isinstance(device, str):
         d = device.strip().lower()
         if d == "cpu":
@@ -240,8 +257,20 @@ def _parse_cuda_device(device, what):
             return int(d[5:])
         if d.isdigit():
             return int(d)
-    raise ValueError("%s: device %r is not \"cpu\", \"cuda\", \"cuda:N\" or an int"
+    raise _errors.UsageError("%s: device %r is not \"cpu\", \"cuda\", \"cuda:N\" or an int"
                      % (what, device))
+
+
+def need_gpu(device):
+    """Raises gpufile's error (GPUFILE_ENOCUDA: "no usable GPU", with the
+    driver's reason) unless CUDA ordinal device is a usable GPU here."""
+    n = _lib.lib().gpufile_cuda_device_count()
+    if n < 0:
+        raise _lib.make_error(n, "cuda:%d: no usable GPU: %s"
+                              % (device, _lib.errmsg() or _lib.strerror(n)))
+    if device >= n:
+        raise _lib.Error(errno.ENODEV, "cuda:%d: no usable GPU of that ordinal (this "
+                         "machine has %d)" % (device, n))
 
 
 def _current_cuda():
@@ -305,19 +334,39 @@ class _Torch:
             if hasattr(t, attr):
                 self.dtypes[st_name] = getattr(t, attr)
         self.names = {v: k for k, v in self.dtypes.items()}
-        self.itemsize = {v: t.empty((), dtype=v).element_size() for v in self.dtypes.values()}
+        # device="cpu" on every host allocation: under
+        # torch.set_default_device("cuda") one without it lands on the
+        # GPU (issue 34 item 3).
+        self.itemsize = {v: t.empty((), dtype=v, device="cpu").element_size()
+                         for v in self.dtypes.values()}
+        self.usable = set()  # CUDA ordinals need_gpu() has seen usable
 
     def dtype(self, info, path):
         d = self.dtypes.get(info.dtype)
         if d is None:
-            raise ValueError("%s: tensor %r: dtype %s has no torch dtype in torch %s"
+            raise _errors.UsageError("%s: tensor %r: dtype %s has no torch dtype in torch %s"
                              % (path, info.name, info.dtype, self.torch.__version__))
         return d
+
+    def need_gpu(self, device):
+        """Raises gpufile's "no usable GPU" error for CUDA ordinal device
+        on a machine (or a torch) that cannot use it, instead of what
+        torch raises there ("Torch not compiled with CUDA enabled")."""
+        if device in self.usable:
+            return
+        need_gpu(device)
+        if not self.torch.cuda.is_available():
+            raise _lib.Error(errno.ENODEV, "cuda:%d: no usable GPU for torch %s "
+                             "(torch.cuda.is_available() is False: torch "
+                             "built without CUDA); load with device=\"cpu\""
+                             % (device, self.torch.__version__))
+        self.usable.add(device)
 
     def alloc(self, nbytes, device):
         t = self.torch
         if device is None:
-            return t.empty(nbytes, dtype=t.uint8)
+            return t.empty(nbytes, dtype=t.uint8, device="cpu")
+        self.need_gpu(device)
         dev = t.device("cuda", device)
         buf = t.empty(nbytes, dtype=t.uint8, device=dev)
         # The caching allocator may hand out memory that kernels queued on
@@ -335,7 +384,8 @@ class _Torch:
         t = self.torch
         dtype = self.dtype(info, path)
         if device is None:
-            return t.empty(shape, dtype=dtype)
+            return t.empty(shape, dtype=dtype, device="cpu")
+        self.need_gpu(device)
         dev = t.device("cuda", device)
         out = t.empty(shape, dtype=dtype, device=dev)
         if sync:
@@ -353,7 +403,8 @@ class _Torch:
 
     def pinned(self, nbytes):
         """(pinned host buffer of nbytes, its address)."""
-        buf = self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=True)
+        buf = self.torch.empty(nbytes, dtype=self.torch.uint8, device="cpu",
+                               pin_memory=True)
         return buf, buf.data_ptr()
 
     def from_pinned(self, out, pinned, nbytes):
@@ -446,13 +497,13 @@ class _Numpy:
     def dtype(self, info, path):
         d = self.dtypes.get(info.dtype)
         if d is None:
-            raise ValueError("%s: tensor %r: dtype %s has no NumPy dtype (use "
+            raise _errors.UsageError("%s: tensor %r: dtype %s has no NumPy dtype (use "
                              "framework=\"pt\")" % (path, info.name, info.dtype))
         return d
 
     def _host_only(self, device):
         if device is not None:
-            raise ValueError("framework \"numpy\" loads into host memory; device "
+            raise _errors.UsageError("framework \"numpy\" loads into host memory; device "
                              "must be \"cpu\", not cuda:%d" % device)
 
     def alloc(self, nbytes, device):
@@ -523,9 +574,10 @@ class _Numpy:
             raise ValueError("dtype %s cannot be saved in safetensors" % a.dtype)
         # As safetensors.numpy saves it: a big-endian array byteswapped to
         # little-endian, a non-contiguous one in C order (its tobytes());
-        # a copy, the caller's array untouched.
+        # a copy, the caller's array untouched. Not ascontiguousarray(),
+        # which makes a 0-d array 1-d (shape [1] written for []).
         if a.dtype != le or not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a, dtype=le)
+            a = a.astype(le, order="C")
         return self.names[le], tuple(a.shape), a.nbytes, a.ctypes.data, a
 
 
@@ -537,9 +589,12 @@ class _Cupy(_Numpy):
         import cupy
         self.cp = cupy
 
+    def need_gpu(self, device):
+        need_gpu(device)
+
     def alloc(self, nbytes, device):
         if device is None:
-            raise ValueError("framework \"cupy\" loads into GPU memory; device must "
+            raise _errors.UsageError("framework \"cupy\" loads into GPU memory; device must "
                              "be \"cuda\", \"cuda:N\" or an int, not \"cpu\"")
         with self.cp.cuda.Device(device):
             buf = self.cp.empty(nbytes, dtype=self.cp.uint8)
@@ -627,7 +682,7 @@ def framework(name):
     try:
         cls = _FRAMEWORKS[name]
     except (KeyError, TypeError):
-        raise ValueError("framework %r is not one of \"pt\", \"numpy\", \"cupy\""
+        raise _errors.UsageError("framework %r is not one of \"pt\", \"numpy\", \"cupy\""
                          % (name,)) from None
     return cls()
 
@@ -763,6 +818,9 @@ def save(tensors, path, metadata):
     if not isinstance(tensors, dict):
         raise TypeError("tensors must be a dict of name -> tensor, not %s"
                         % type(tensors).__name__)
+    if any(type(v).__module__.split(".")[0] == "torch" for v in tensors.values()):
+        from . import _torch_model
+        _torch_model.refuse_shared(tensors, _lib.shown_name(os.fsdecode(path)))
     entries, ptrs = [], {}
     for name, obj in tensors.items():
         fw = _framework_for(obj)
@@ -774,12 +832,107 @@ def save(tensors, path, metadata):
         entries.append((name, dtype, shape, nbytes))
         ptrs[name] = (ptr, keep)  # keep: what holds the memory
     header, layout = build_header(entries, metadata)
+    with _Replacing(path) as tmp:
+        _write(tmp, _lib.shown_name(os.fsdecode(path)), header, layout, ptrs,
+               sync=tmp is not path)
+    return None
+
+
+class _Replacing:
+    """with _Replacing(path) as tmp: the file is written at tmp, a new
+    file in path's folder, then fsync'ed and renamed over path, so that a
+    save that fails part-way (a full disk, an I/O error, an exception)
+    leaves the file that was there whole (issue 34 item 3), and a reader
+    never sees a file half written. On failure tmp is removed.
+
+    Written in place (tmp is path) where a rename cannot stand in: a URL,
+    or a path naming something other than a regular file (/dev/null, a
+    FIFO). A symbolic link is followed: the file it names is replaced
+    and the link kept. The new file has the mode the file it replaces
+    had, else what gpufile gives a file it creates (0644 less the umask).
+    """
+
+    def __init__(self, path):
+        _args.c_path(path, "save_file")  # TypeError/ValueError as File gives
+        self.path = path
+        self.tmp = None
+
+    def __enter__(self):
+        path = os.fsdecode(self.path)
+        if "://" in path:
+            return self.path
+        target = os.path.realpath(path)
+        try:
+            mode = os.stat(target).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            return self.path
+        folder, base = os.path.split(target)
+        while True:
+            tmp = os.path.join(folder, ".%s.%s.gpufile-tmp"
+                               % (base, os.urandom(6).hex()))
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o644)
+            except FileExistsError:
+                continue
+            break
+        self.tmp, self.target = tmp, target
+        try:
+            if mode is not None:
+                os.fchmod(fd, stat.S_IMODE(mode))
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.tmp is None:
+            return False
+        if exc_type is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            return False
+        try:
+            os.replace(self.tmp, self.target)
+        except BaseException:
+            os.unlink(self.tmp)
+            raise
+        _fsync_folder(os.path.dirname(self.target))
+        return False
+
+
+def _fsync_folder(folder):
+    """Makes a rename in folder durable (the rename is done either way)."""
+    fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        # Some file systems (and /proc-like ones) refuse fsync on a
+        # folder; the data of the file itself was synced already.
+        if e.errno not in (errno.EINVAL, errno.EROFS, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write(path, shown, header, layout, ptrs, sync):
+    """Writes the header and each tensor's bytes (layout, ptrs: as save()
+    built them) into a file at path; with sync, then syncs its data. Our
+    messages name shown, the file the caller named (path may be the
+    temporary file that will replace it; the library's own messages name
+    the file it wrote)."""
     from .._file import File
 
     lib = _lib.lib()
     with File(path, "w") as f:
         head = bytearray(len(header).to_bytes(8, "little") + header)
-        _check_written(f.write(head), len(head), 0, "the header", f.name)
+        _check_written(f.write(head), len(head), 0, "the header", shown)
         base = 8 + len(header)
         for name, begin, end in layout:
             if end == begin:
@@ -787,9 +940,10 @@ def save(tensors, path, metadata):
             ptr = ptrs[name][0]
             rc = f._call(lib.gpufile_pwrite, ctypes.c_void_p(ptr),
                          end - begin, base + begin)
-            _check_written(_lib.check(rc, filename=f.name), end - begin,
-                           base + begin, "tensor %r" % name, f.name)
-    return None
+            _check_written(_lib.check(rc, filename=shown), end - begin,
+                           base + begin, "tensor %r" % name, shown)
+        if sync:
+            f.sync()
 
 
 def _check_written(got, asked, offset, what, path):

@@ -45,7 +45,7 @@ import operator
 import threading
 
 from .. import _lib
-from . import _core
+from . import _core, _errors
 
 # The shortest run read as a request of its own (plan "runs"). A request
 # of 1 MiB is one task of the pool; thousands of shorter ones cost a
@@ -100,9 +100,16 @@ def plan(index, shape, where):
     nd = len(shape)
     if sum(1 for x in items if x is Ellipsis) > 1:
         return None
+    # Anything but ints, slices, None and Ellipsis is the framework's to
+    # index, before the count below: a bool (a mask) selects no
+    # dimension of the tensor, and [True] on a 0-d tensor gives shape
+    # (1,) in NumPy and torch.
+    if any(x is not None and x is not Ellipsis and not isinstance(x, slice)
+           and _as_int(x) is None for x in items):
+        return None
     used = sum(1 for x in items if x is not None and x is not Ellipsis)
     if used > nd:
-        raise IndexError("%s: too many indices (%d) for a tensor of %d dimensions"
+        raise _errors.SliceError("%s: too many indices (%d) for a tensor of %d dimensions"
                          % (where, used, nd))
     dims, out, d = [], [], 0
     for x in items:
@@ -130,7 +137,7 @@ def plan(index, shape, where):
                 return None
             n = shape[d]
             if not -n <= i < n:
-                raise IndexError("%s: index %d is out of bounds for dimension %d of "
+                raise _errors.SliceError("%s: index %d is out of bounds for dimension %d of "
                                  "size %d" % (where, i, d, n))
             dims.append((i + n if i < 0 else i, 1, 1))
             d += 1
