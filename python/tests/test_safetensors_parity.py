@@ -189,6 +189,13 @@ def test_save_replaces_atomically_keeping_mode_and_links(tmp_path):
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+def test_save_into_a_missing_folder_names_the_file(tmp_path):
+    p = str(tmp_path / "no" / "x.safetensors")
+    with pytest.raises(FileNotFoundError) as ei:
+        stn.save_file({"a": np.zeros(1)}, p)
+    assert ei.value.filename == p
+
+
 def test_failed_save_before_writing_leaves_nothing(tmp_path):
     p = str(tmp_path / "n.safetensors")
     with pytest.raises(ValueError):

@@ -877,6 +877,8 @@ class _Replacing:
                              0o644)
             except FileExistsError:
                 continue
+            except OSError as e:  # named as the caller named it
+                raise type(e)(e.errno, e.strerror, _lib.shown_name(path)) from None
             break
         self.tmp, self.target = tmp, target
         try:
