@@ -596,6 +596,52 @@ static void test_bound_after_shrink(const char *rpath)
 	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
 }
 
+/* Issue 34: a bounce buffer below 64 KiB, and not a multiple of 4 KiB,
+ * is used as given (KvikIO honours any positive size): chunks of that
+ * many bytes, each in a page-aligned buffer with room for its O_DIRECT
+ * window, through the page cache and through O_DIRECT. */
+static void test_small_bounce(const char *rpath, const char *wpath)
+{
+	static const size_t bounce[] = {3, 1000, 4097};
+	static const size_t sizes[] = {1, 4095, 4096, 9001};
+	static const int64_t offsets[] = {0, 1, 4097};
+	static const char *const backends[] = {"off", "on"};
+	size_t bbs = 0;
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_set_nthreads(2), 0);
+	CHECK_EQ(gpufile_set_gds_threshold(0), 0); /* every size is staged */
+	for (size_t b = 0; b < sizeof(bounce) / sizeof(bounce[0]); b++) {
+		CHECK_EQ(gpufile_set_bounce_buffer_size(bounce[b]), 0);
+		CHECK_EQ(gpufile_get_bounce_buffer_size(&bbs), 0);
+		CHECK_EQ(bbs, bounce[b]);
+		gpufile_release(); /* no buffers of the size before */
+		peak_reset();
+		CHECK_EQ(gpufile_pinned_bytes_max(),
+		         3 * 2u * 2 *
+		             (((bounce[b] + 4095) & ~(size_t)4095) + 4096));
+		for (size_t d = 0; d < 2; d++) {
+			CHECK_EQ(gpufile_config_set("direct_io", backends[d]),
+			         0);
+			CHECK_EQ(gpufile_open(&h, rpath, "r"), 0);
+			if (!h)
+				return;
+			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]);
+			     s++)
+				for (size_t o = 0;
+				     o < sizeof(offsets) / sizeof(offsets[0]);
+				     o++)
+					roundtrip_one(h, wpath, sizes[s],
+					              offsets[o], (s + o) % 3,
+					              0);
+			CHECK(peak() <= stagers_max());
+			CHECK_EQ(gpufile_close(h), 0);
+		}
+	}
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_set_compat_mode(GPUFILE_COMPAT_ON), 0);
+}
+
 int main(void)
 {
 	const char *rpath = test_path("staging-src");
@@ -613,6 +659,7 @@ int main(void)
 	test_driver_failures(rpath, wpath);
 	test_pooled_copies(rpath);
 	test_bound_after_shrink(rpath);
+	test_small_bounce(rpath, wpath);
 
 	/* release frees every pinned buffer, stream and event. */
 	gpufile_release();

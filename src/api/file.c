@@ -984,7 +984,7 @@ size_t gpufile_pinned_bytes_max(void)
 	 * staged on the caller's stream (stream_stage.c); then the batches'
 	 * slots, which are not bounce buffers (batch.c). */
 	return 3 * (size_t)cfg.nthreads * cfg.bounce_buffers *
-	           (cfg.bounce_buffer_size + GPUFILE_ALIGN) +
+	           GPUFILE__BOUNCE_STRIDE(cfg.bounce_buffer_size) +
 	       gpufile__batch_pinned_max();
 }
 

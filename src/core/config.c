@@ -157,15 +157,16 @@ static struct setting settings[] = {
      .min = 1,
      .max = UINT64_MAX,
      .default_value = default_bounce_buffer_size,
-     .help = "bytes per pinned bounce buffer (rounded down to 4 KiB; "
-             "clamped to [64 KiB, 1 GiB])",
-     .clamp_lo = 64 * KiB,
+     .help = "bytes per pinned bounce buffer (any positive size, as "
+             "KvikIO; at most 1 GiB)",
      .clamp_hi = GiB,
-     /* The range the staging path is built and tested for (it used to
-      * be the accepted range). KvikIO accepts any positive size, and a
-      * KvikIO user's setting must not make every open fail: a value
-      * outside is moved to the nearest end, with a note. */
-     .clamp_why = "the staging path works with 64 KiB to 1 GiB per buffer"},
+     /* KvikIO accepts any positive size, and a KvikIO user's setting
+      * must not make every open fail: a value above is moved to 1 GiB,
+      * with a note. A size below 64 KiB (or not a multiple of 4 KiB) is
+      * used as given: staging.c reads chunks of that many bytes into
+      * page-aligned buffers with room for the O_DIRECT window
+      * (GPUFILE__BOUNCE_STRIDE), as KvikIO honours it. */
+     .clamp_why = "the staging path works with at most 1 GiB per buffer"},
     SETTING("bounce_buffers", KIND_COUNT, 2, 64, default_bounce_buffers,
             "pinned bounce buffers per worker (pipeline depth)"),
     SETTING("direct_io", KIND_MODE, 0, 2, default_mode_auto,
@@ -868,8 +869,7 @@ int gpufile__settings(struct gpufile__settings *s)
 		s->task_size = (size_t)settings[S_TASK].value;
 		s->gds_threshold = (size_t)settings[S_THRESH].value;
 		s->nthreads = (unsigned)settings[S_NTHREADS].value;
-		s->bounce_buffer_size = (size_t)settings[S_BOUNCE].value &
-		                        ~(size_t)(GPUFILE_ALIGN - 1);
+		s->bounce_buffer_size = (size_t)settings[S_BOUNCE].value;
 		s->bounce_buffers = (unsigned)settings[S_NBOUNCE].value;
 		/* Setting values are stored as 0 auto, 1 on, 2 off. */
 		s->direct_io =

@@ -34,6 +34,16 @@ struct gpufile__settings {
 	int host_map_copy; /* GPUFILE__MAP_COPY_*: warm host reads from a map */
 };
 
+/* The pinned bytes one bounce buffer of bounce_buffer_size bytes takes:
+ * the size rounded up to GPUFILE_ALIGN, plus GPUFILE_ALIGN, so that a
+ * chunk of up to bounce_buffer_size bytes at any file offset fits with its
+ * O_DIRECT window (offset rounded down, end rounded up) and every buffer
+ * starts aligned. A size below 4 KiB (KvikIO honours any positive size)
+ * then still gets whole pages; the chunks stay bounce_buffer_size. */
+#define GPUFILE__BOUNCE_STRIDE(size)                                           \
+	((((size) + GPUFILE_ALIGN - 1) & ~(size_t)(GPUFILE_ALIGN - 1)) +       \
+	 GPUFILE_ALIGN)
+
 /* host_map_copy: auto copies with AVX-512 streaming stores only (the
  * measured win, bench/README.md); on also with AVX2's; off never. */
 enum {

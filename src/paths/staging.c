@@ -13,7 +13,7 @@
  *
  * Stagers are kept on a free list and handed to whichever thread runs a
  * device task; at most nthreads exist, so pinned memory is bounded by
- * nthreads * bounce_buffers * (bounce_buffer_size + GPUFILE_ALIGN).
+ * nthreads * bounce_buffers * GPUFILE__BOUNCE_STRIDE(bounce_buffer_size).
  * A stager's buffers are one pinned region (pinned.c: pinning is most of
  * what a first read pays), allocated on first use and kept until
  * gpufile_release(). At process exit they are left to the operating
@@ -152,7 +152,7 @@ static struct {
 
 static size_t stager_bytes(const struct stager *s)
 {
-	return (size_t)s->nbufs * (s->buf_size + GPUFILE_ALIGN);
+	return (size_t)s->nbufs * GPUFILE__BOUNCE_STRIDE(s->buf_size);
 }
 
 /*
@@ -616,7 +616,7 @@ static int stager_prepare(const struct gpufile__cuda *t, struct stager *s,
                           size_t msg_len)
 {
 	CUcontext buf_ctx = ctx;
-	size_t stride = cfg->bounce_buffer_size + GPUFILE_ALIGN;
+	size_t stride = GPUFILE__BOUNCE_STRIDE(cfg->bounce_buffer_size);
 	const char *call = NULL;
 	CUresult rc;
 	int same_bufs, err;
