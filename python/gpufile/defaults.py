@@ -11,7 +11,9 @@ modes ("auto", "on", "off") and text settings (TEXT_SETTINGS: names,
 lists) as str, even when all digits. Values given may be int (a NumPy integer too),
 bool, str (any spelling the environment accepts: "4m", "1 GiB", "yes", ...)
 or a gpufile.CompatMode.
-An unknown name is a KeyError; an invalid value a gpufile.ConfigError
+KvikIO's names are accepted too (ALIASES: num_threads is nthreads). An
+unknown name is a KeyError that names the nearest setting ("did you mean
+'task_size'?"); an invalid value a gpufile.ConfigError
 (an OSError with errno EINVAL that is also a ValueError) naming the
 setting and the value, and then nothing changes.
 """
@@ -46,17 +48,30 @@ def help(name=None):
              for i in range(lib.gpufile_config_count())}
     if name is None:
         return table
-    _known(name)
-    return table[name]
+    return table[_known(name)]
+
+
+# KvikIO's names for gpufile's settings (issue 34): a KvikIO program's
+# defaults.set(num_threads=8) works unchanged. Reported under gpufile's
+# name (names(), items()).
+ALIASES = {"num_threads": "nthreads", "thread_pool_nthreads": "nthreads"}
 
 
 def _known(name):
+    """gpufile's name for setting name (itself, or the setting an alias in
+    ALIASES names). An unknown name is a KeyError that lists the settings
+    and names the nearest one ("did you mean 'task_size'?")."""
     if not isinstance(name, str):
         raise TypeError("a setting name is a str, not %s" % type(name).__name__)
+    name = ALIASES.get(name, name)
     known = names()
     if name not in known:
-        raise KeyError("unknown gpufile setting %r; settings are: %s"
-                       % (name, ", ".join(known)))
+        import difflib
+        near = difflib.get_close_matches(name, known + sorted(ALIASES), n=1)
+        hint = " (did you mean %r?)" % near[0] if near else ""
+        raise KeyError("unknown gpufile setting %r%s; settings are: %s"
+                       % (name, hint, ", ".join(known)))
+    return name
 
 
 # The settings whose values are text (KIND_STRING in src/core/config.c): a
@@ -75,7 +90,7 @@ def _typed(name, text):
 
 def _raw(name):
     """(canonical text, source word, variable or None)."""
-    _known(name)
+    name = _known(name)
     lib = _lib.lib()
     value = ctypes.create_string_buffer(1024)
     variable = ctypes.create_string_buffer(256)
@@ -89,9 +104,10 @@ def _raw(name):
 
 
 def get(name):
-    """The effective value of setting name: an int for sizes and counts, a
-    str for modes ("auto", "on", "off") and for TEXT_SETTINGS."""
-    return _typed(name, _raw(name)[0])
+    """The effective value of setting name (or of the setting an alias in
+    ALIASES names): an int for sizes and counts, a str for modes ("auto",
+    "on", "off") and for TEXT_SETTINGS."""
+    return _typed(_known(name), _raw(name)[0])
 
 
 def items():
@@ -123,7 +139,7 @@ def _text(value):
 
 
 def _set_one(name, value):
-    _known(name)
+    name = _known(name)
     _lib.check(_lib.lib().gpufile_config_set(name.encode(), _text(value).encode()))
 
 
@@ -184,12 +200,20 @@ def set(*args, **values):
         raise TypeError("set() takes (name, value), a dict or keyword "
                         "arguments")
     if args:
-        for name in given:
-            if name in values:
-                raise TypeError("set(): %r given twice" % (name,))
-        values = dict(given, **values)
+        values = [*given.items(), *values.items()]
+    else:
+        values = list(values.items())
     if not values:
         raise TypeError("set() needs at least one setting")
+    # Under gpufile's names: an alias and its setting, or a name given
+    # both positionally and as a keyword, is one setting given twice.
+    canonical = {}
+    for name, value in values:
+        key = _known(name)
+        if key in canonical:
+            raise TypeError("set(): %r given twice" % (name,))
+        canonical[key] = value
+    values = canonical
     return _lib.set_all(values, _previous, _restore_one,
                         "gpufile.defaults.set")
 
