@@ -1,0 +1,317 @@
+"""kvikio.RemoteFile on gpufile's remote objects (gpufile.File of a URL:
+HTTP(S), S3, presigned S3 URLs over libcurl).
+
+gpufile reads S3 credentials from the environment at open; the
+credentials open_s3()/open_s3_url() are given are put there for the open
+only, under a lock that every open here takes (a gpufile open of an
+s3:// URL made at that moment by other code of the process would see
+them too). WebHDFS is not supported by gpufile (open_webhdfs raises
+NotImplementedError, a RuntimeError).
+"""
+
+import enum
+import functools
+import os
+import re
+import threading
+import urllib.parse
+
+from .. import _lib
+from .. import features as _features
+from .._file import File as _File
+from ._errors import runtime, size_t
+from .cufile import IOFuture, _call
+
+__all__ = ["RemoteEndpointType", "RemoteFile", "infer_remote_endpoint_type",
+           "is_remote_file_available"]
+
+
+class RemoteEndpointType(enum.Enum):
+    """The kinds of remote endpoint (kvikio.RemoteEndpointType)."""
+    AUTO = 0
+    S3 = 1
+    S3_PUBLIC = 2
+    S3_PRESIGNED_URL = 3
+    WEBHDFS = 4
+    HTTP = 5
+
+
+@functools.cache
+def is_remote_file_available():
+    """True when the loaded libgpufile was built with libcurl."""
+    try:
+        return "remote" in _features()
+    except OSError:
+        return False
+
+
+def _need_remote():
+    if not is_remote_file_available():
+        raise RuntimeError("RemoteFile not available: %s was built without "
+                           "libcurl (remote objects)" % _lib.library_path())
+
+
+_AWS_HOST = re.compile(r"^(?P<bucket>[^/]+)\.s3(?:[.-](?P<region>[a-z0-9-]+))?"
+                       r"\.amazonaws\.com$", re.IGNORECASE)
+_AWS_PATH_HOST = re.compile(r"^s3(?:[.-](?P<region>[a-z0-9-]+))?"
+                            r"\.amazonaws\.com$", re.IGNORECASE)
+
+
+def _split(url):
+    parsed = urllib.parse.urlsplit(url)
+    if not parsed.scheme or not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*$",
+                                         parsed.scheme):
+        raise RuntimeError("Bad scheme: %r is not a URL" % _lib.shown_name(url))
+    return parsed
+
+
+def _is_presigned(parsed):
+    query = urllib.parse.parse_qs(parsed.query)
+    return "X-Amz-Algorithm" in query and "X-Amz-Signature" in query
+
+
+def _s3_parts(parsed):
+    """(bucket, key, endpoint or None) of an s3:// URL or of an http(s) URL
+    of an S3 object (virtual-hosted AWS, or path style on any endpoint),
+    or None when it names no object."""
+    if parsed.scheme.lower() == "s3":
+        bucket, key = parsed.netloc, parsed.path.lstrip("/")
+        return (bucket, key, None) if bucket and key else None
+    if parsed.scheme.lower() not in ("http", "https"):
+        return None
+    host = parsed.hostname or ""
+    m = _AWS_HOST.match(host)
+    if m:
+        key = parsed.path.lstrip("/")
+        return (m.group("bucket"), key, None) if key else None
+    bucket, _, key = parsed.path.lstrip("/").partition("/")
+    if not bucket or not key:
+        return None
+    endpoint = None if _AWS_PATH_HOST.match(host) else "%s://%s" % (
+        parsed.scheme, parsed.netloc)
+    return bucket, key, endpoint
+
+
+def _matches(kind, parsed):
+    scheme = parsed.scheme.lower()
+    web = scheme in ("http", "https")
+    if kind is RemoteEndpointType.S3:
+        if scheme == "s3":
+            return _s3_parts(parsed) is not None
+        return (web and _AWS_HOST.match(parsed.hostname or "") is not None
+                and not _is_presigned(parsed) and bool(parsed.path.strip("/")))
+    if kind is RemoteEndpointType.S3_PUBLIC:
+        return False  # as S3's URLs, and tried after it
+    if kind is RemoteEndpointType.S3_PRESIGNED_URL:
+        return web and _is_presigned(parsed)
+    if kind is RemoteEndpointType.WEBHDFS:
+        return web and "/webhdfs/v1/" in parsed.path
+    if kind is RemoteEndpointType.HTTP:
+        return web
+    return False
+
+
+_ORDER = (RemoteEndpointType.S3, RemoteEndpointType.S3_PUBLIC,
+          RemoteEndpointType.S3_PRESIGNED_URL, RemoteEndpointType.WEBHDFS,
+          RemoteEndpointType.HTTP)
+
+
+def infer_remote_endpoint_type(url, allow_list=None):
+    """The endpoint type RemoteFile.open() would use for url (AUTO's
+    rules): S3 for s3:// and AWS S3 URLs, S3_PRESIGNED_URL for a query
+    with X-Amz-Algorithm and X-Amz-Signature, WEBHDFS for a path with
+    /webhdfs/v1/, else HTTP for http(s)."""
+    parsed = _split(url)
+    for kind in (allow_list or _ORDER):
+        if _matches(kind, parsed):
+            return kind
+    raise RuntimeError("Unsupported endpoint URL: %r" % _lib.shown_name(url))
+
+
+_env_lock = threading.Lock()
+_AWS_VARS = {"aws_region_name": "AWS_DEFAULT_REGION",
+             "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+             "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+             "aws_endpoint_url": "AWS_ENDPOINT_URL",
+             "aws_session_token": "AWS_SESSION_TOKEN"}
+
+
+def _open(url, env=None):
+    """gpufile.File(url, "r") with env's variables set for the open."""
+    _need_remote()
+    with _env_lock:
+        saved = {}
+        try:
+            for var, value in (env or {}).items():
+                if value is None:
+                    continue
+                saved[var] = os.environ.get(var)
+                if value == "":  # removed for the open (unsigned)
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+            return _call(_File, url, "r",
+                         prefix="Unable to open %s" % _lib.shown_name(url))
+        finally:
+            for var, value in saved.items():
+                if value is None:
+                    os.environ.pop(var, None)
+                else:
+                    os.environ[var] = value
+
+
+class RemoteFile:
+    """A remote file (kvikio.RemoteFile), opened by one of the class
+    methods; read() and pread() into host or device memory."""
+
+    def __init__(self, handle, endpoint_type=RemoteEndpointType.HTTP,
+                 nbytes=None):
+        if not isinstance(handle, _File):
+            raise TypeError("RemoteFile is made by open_http(), open_s3(), "
+                            "... not directly")
+        self._file = handle
+        self._type = endpoint_type
+        self._nbytes = None if nbytes is None else size_t(nbytes, "nbytes",
+                                                          "RemoteFile")
+
+    @classmethod
+    def open_http(cls, url, nbytes=None):
+        return cls(_open(url), RemoteEndpointType.HTTP, nbytes)
+
+    @classmethod
+    def _s3(cls, bucket, key, nbytes, region, key_id, secret, endpoint,
+            token):
+        env = {"AWS_DEFAULT_REGION": region, "AWS_ACCESS_KEY_ID": key_id,
+               "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": endpoint,
+               "AWS_SESSION_TOKEN": token}
+        url = "s3://%s/%s" % (bucket, key)
+        return cls(_open(url, env), RemoteEndpointType.S3, nbytes)
+
+    @classmethod
+    def open_s3(cls, bucket_name, object_name, nbytes=None,
+                aws_region_name=None, aws_access_key_id=None,
+                aws_secret_access_key=None, aws_endpoint_url=None,
+                aws_session_token=None):
+        return cls._s3(bucket_name, object_name, nbytes, aws_region_name,
+                       aws_access_key_id, aws_secret_access_key,
+                       aws_endpoint_url, aws_session_token)
+
+    @classmethod
+    def open_s3_url(cls, url, nbytes=None, aws_region_name=None,
+                    aws_access_key_id=None, aws_secret_access_key=None,
+                    aws_endpoint_url=None, aws_session_token=None):
+        scheme = urllib.parse.urlsplit(url.lower()).scheme
+        if scheme not in ("http", "https", "s3"):
+            raise ValueError("Unsupported protocol: %s" % _lib.shown_name(url))
+        parts = _s3_parts(urllib.parse.urlsplit(url))
+        if parts is None:
+            raise RuntimeError("Invalid URL: %r names no S3 bucket and "
+                               "object" % _lib.shown_name(url))
+        bucket, key, endpoint = parts
+        if scheme != "s3":
+            aws_endpoint_url = endpoint  # the URL's own host
+        return cls._s3(bucket, key, nbytes, aws_region_name,
+                       aws_access_key_id, aws_secret_access_key,
+                       aws_endpoint_url, aws_session_token)
+
+    @classmethod
+    def open_s3_public(cls, url, nbytes=None):
+        """A public S3 object: unsigned requests to its http(s) URL (an
+        s3:// URL goes to AWS, or AWS_ENDPOINT_URL, unsigned)."""
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme.lower() == "s3":
+            env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+            return cls(_open(url, env), RemoteEndpointType.S3_PUBLIC, nbytes)
+        return cls(_open(url), RemoteEndpointType.S3_PUBLIC, nbytes)
+
+    @classmethod
+    def open_s3_presigned_url(cls, presigned_url, nbytes=None):
+        return cls(_open(presigned_url), RemoteEndpointType.S3_PRESIGNED_URL,
+                   nbytes)
+
+    @classmethod
+    def open_webhdfs(cls, url, nbytes=None):
+        raise NotImplementedError("open_webhdfs: gpufile does not support "
+                                  "WebHDFS (%s)" % _lib.shown_name(url))
+
+    @classmethod
+    def open(cls, url, remote_endpoint_type=RemoteEndpointType.AUTO,
+             allow_list=None, nbytes=None):
+        """Opens url as remote_endpoint_type, or (AUTO) as the first type
+        of allow_list (default: S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS,
+        HTTP) whose URLs it matches."""
+        kind = RemoteEndpointType(remote_endpoint_type)
+        if kind is RemoteEndpointType.AUTO:
+            kind = infer_remote_endpoint_type(url, allow_list)
+        else:
+            parsed = _split(url)
+            if allow_list is not None and kind not in allow_list:
+                raise RuntimeError("%s is not in the allowlist (%s)" % (
+                    kind.name, ", ".join(k.name for k in allow_list)))
+            if kind is RemoteEndpointType.S3:
+                if _s3_parts(parsed) is None:
+                    raise RuntimeError("Invalid URL for S3: %r"
+                                       % _lib.shown_name(url))
+            elif not _matches(kind, parsed) and not (
+                    kind is RemoteEndpointType.S3_PUBLIC and
+                    _s3_parts(parsed) is not None):
+                raise RuntimeError("Invalid URL for %s: %r"
+                                   % (kind.name, _lib.shown_name(url)))
+        if kind is RemoteEndpointType.S3:
+            return cls.open_s3_url(url, nbytes)
+        if kind is RemoteEndpointType.S3_PUBLIC:
+            return cls.open_s3_public(url, nbytes)
+        if kind is RemoteEndpointType.S3_PRESIGNED_URL:
+            return cls.open_s3_presigned_url(url, nbytes)
+        if kind is RemoteEndpointType.WEBHDFS:
+            return cls.open_webhdfs(url, nbytes)
+        return cls.open_http(url, nbytes)
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        self.close()
+
+    def __str__(self):
+        return "RemoteFile(%s, %s)" % (self._type.name, self._file.name)
+
+    def remote_endpoint_type(self):
+        return self._type
+
+    def nbytes(self):
+        """The object's size: the nbytes it was opened with, else the
+        server's."""
+        if self._nbytes is not None:
+            return self._nbytes
+        return _call(self._file.size)
+
+    @property
+    def file(self):
+        """The gpufile.File underneath."""
+        return self._file
+
+    def _range(self, buf, size, file_offset):
+        from .. import _buffers
+        file_offset = size_t(file_offset, "file_offset", "RemoteFile.pread")
+        if size is None:
+            b = _buffers.as_buffer(buf, True, "RemoteFile.pread")
+            size = b.nbytes
+            b.release()
+        size = size_t(size, "size", "RemoteFile.pread")
+        nbytes = self.nbytes()
+        if file_offset + size > nbytes:
+            raise ValueError("cannot read %d+%d bytes into a %d bytes file "
+                             "(%s)" % (file_offset, size, nbytes,
+                                       self._file.name))
+        return size, file_offset
+
+    def pread(self, buf, size=None, file_offset=0):
+        size, file_offset = self._range(buf, size, file_offset)
+        return IOFuture(_call(self._file.pread, buf, size, file_offset))
+
+    def read(self, buf, size=None, file_offset=0):
+        return self.pread(buf, size, file_offset).get()
