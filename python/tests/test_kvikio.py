@@ -4,7 +4,6 @@ memory (the CuPy parts are in test_kvikio_gpu.py). Written from KvikIO's
 documented behaviour."""
 import errno
 import os
-import warnings
 
 import numpy as np
 import pytest

@@ -9,7 +9,8 @@ is gpufile's nthreads; compat_mode comes back as gpufile.kvikio.CompatMode
 (an IntEnum, as KvikIO's); http_status_codes as a list of ints;
 auto_direct_io_read is gpufile's direct_io (True: "auto", gpufile's
 opportunistic O_DIRECT for cold ranges; False: "off"); auto_direct_io_write
-is kept here only (gpufile writes through the page cache). Values are
+is kept here only (gpufile's writes take O_DIRECT only under direct_io=on,
+whatever it says). Values are
 checked as KvikIO's Cython layer checks them: a negative count is an
 OverflowError, a zero where KvikIO wants a positive integer a ValueError.
 """
@@ -37,8 +38,9 @@ _TO_WORD = {CompatMode.OFF: "off", CompatMode.ON: "on",
             CompatMode.AUTO: "auto"}
 _FROM_WORD = {w: m for m, w in _TO_WORD.items()}
 
-# What gpufile does not keep: KvikIO's default (POSIX writes with
-# opportunistic O_DIRECT). gpufile's own writes are not affected by it.
+# What gpufile does not keep (its direct_io covers both directions):
+# KvikIO's default (POSIX writes with opportunistic O_DIRECT), reported
+# back; gpufile's writes are not affected by it.
 _local = {"auto_direct_io_write": True}
 
 

@@ -19,7 +19,7 @@ import urllib.parse
 from .. import _lib
 from .. import features as _features
 from .._file import File as _File
-from ._errors import runtime, size_t
+from ._errors import size_t
 from .cufile import IOFuture, _call
 
 __all__ = ["RemoteEndpointType", "RemoteFile", "infer_remote_endpoint_type",
@@ -36,7 +36,7 @@ class RemoteEndpointType(enum.Enum):
     HTTP = 5
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def is_remote_file_available():
     """True when the loaded libgpufile was built with libcurl."""
     try:
