@@ -119,6 +119,39 @@ def test_cufile_errors(tmp_path, npfile):
         f.write(a)
 
 
+class _CudaArrayInterface:
+    """Host memory presented as device memory (__cuda_array_interface__):
+    without CUDA, gpufile reads it as host memory, which tests the raw
+    calls' argument handling (dev_offset, sizes) on any machine."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {
+            "shape": (a.nbytes,), "typestr": "|u1", "version": 3,
+            "data": (a.ctypes.data, False), "strides": None}
+
+
+def test_cufile_raw_dev_offset(npfile):
+    if gpufile.cuda_device_count() > 0:
+        pytest.skip("CUDA is there: test_kvikio_gpu.py tests device memory")
+    path, a = npfile
+    c = np.zeros(100, dtype=np.int64)
+    with kvikio.CuFile(path, "r+") as f:
+        assert f.raw_read(_CudaArrayInterface(c), 80, 400, 160) == 80
+        assert np.array_equal(c[20:30], a[50:60])
+        assert not c[:20].any() and not c[30:].any()
+        assert f.raw_write(_CudaArrayInterface(c), 16, 8, dev_offset=160) == 16
+        d = np.empty(4, dtype=np.int64)
+        assert f.read(d) == 32
+        assert list(d) == [0, 50, 51, 3]
+        with pytest.raises(IndexError, match="dev_offset"):
+            f.raw_read(_CudaArrayInterface(c), 8, 0, dev_offset=c.nbytes + 1)
+        with pytest.raises(IndexError, match="do not fit"):
+            f.raw_read(_CudaArrayInterface(c), c.nbytes, 0, dev_offset=8)
+        with pytest.raises(OverflowError, match="negative value"):
+            f.raw_read(_CudaArrayInterface(c), 8, 0, dev_offset=-1)
+
+
 def test_cufile_direct_io_supported(npfile):
     path, _ = npfile
     with kvikio.CuFile(path, "r") as f:

@@ -8,6 +8,7 @@ import warnings
 from .. import _buffers
 from .. import _page_cache
 from .._file import File as _File
+from .._stream import stream_handle as _stream_handle
 from . import _errors
 from ._errors import runtime, size_t
 
@@ -188,11 +189,15 @@ class CuFile:
                 raise ValueError("task_size must be a positive integer")
         return size, file_offset
 
-    def _device_range(self, buf, size, dev_offset, writable, doing):
+    def _device_range(self, buf, size, dev_offset, writable, doing,
+                      stream=None):
         """buf from dev_offset on, as raw_read/raw_write take it: device
-        memory only (KvikIO: "Non-CUDA buffers not supported")."""
+        memory only (KvikIO: "Non-CUDA buffers not supported"). The
+        buffer's own stream is waited for here, unless it is stream (the
+        CUstream of a stream-ordered request, which comes after its work
+        anyway); the range itself names no stream."""
         dev_offset = size_t(dev_offset, "dev_offset", doing)
-        b = _buffers.as_buffer(buf, writable, doing)
+        b = _buffers.as_buffer(buf, writable, doing, stream=stream)
         try:
             if not b.device:
                 raise ValueError("Non-CUDA buffers not supported (%s takes "
@@ -243,7 +248,8 @@ class CuFile:
                        dev_offset=0):
         size, file_offset = self._check("read", size, file_offset)
         view = self._device_range(buf, size, dev_offset, True,
-                                  "raw_read_async")
+                                  "raw_read_async",
+                                  _stream_handle(raw_stream, "raw_read_async"))
         return IOFutureStream(_call(self._file.read_async, view, raw_stream,
                                     size, file_offset))
 
@@ -251,7 +257,8 @@ class CuFile:
                         dev_offset=0):
         size, file_offset = self._check("write", size, file_offset)
         view = self._device_range(buf, size, dev_offset, False,
-                                  "raw_write_async")
+                                  "raw_write_async",
+                                  _stream_handle(raw_stream, "raw_write_async"))
         return IOFutureStream(_call(self._file.write_async, view, raw_stream,
                                     size, file_offset))
 
