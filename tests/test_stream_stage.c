@@ -1140,6 +1140,39 @@ static void test_huge_offsets(gpufile_t *w)
 	CHECK_EQ(fake.cuStreamDestroy(s), 0);
 }
 
+/* Issue 34: a bounce_buffer_size below 64 KiB and not a multiple of
+ * 4 KiB (KvikIO honours any positive size) is the piece size of staged
+ * reads and writes: many pieces of 1000 bytes, in arena units of 1000. */
+static void test_small_pieces(gpufile_t *h, gpufile_t *w)
+{
+	const size_t size = 9001;
+	const int64_t off = 4097;
+	unsigned char *dst = dev_base + 3;
+	ssize_t n = -1;
+	size_t bbs = 0;
+	CUstream s = new_stream();
+
+	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "1000"), 0);
+	CHECK_EQ(gpufile_get_bounce_buffer_size(&bbs), 0);
+	CHECK_EQ(bbs, 1000);
+	memset(dev_base, 0, size + 6);
+	CHECK_EQ(gpufile_read_async(h, dst, size, off, s, &n), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(test_mismatch(dst, size, SEED, (uint64_t)off), -1);
+	CHECK_EQ(test_mismatch_byte(dev_base, 3, 0), -1);
+	CHECK_EQ(test_mismatch_byte(dst + size, 3, 0), -1);
+
+	test_fill(dst, size, SEED + 2, (uint64_t)off);
+	n = -1;
+	CHECK_EQ(gpufile_write_async(w, dst, size, off, s, &n), 0);
+	CHECK_EQ(fake.cuStreamSynchronize(s), 0);
+	CHECK_EQ(n, (ssize_t)size);
+	CHECK_EQ(file_holds(off, size, SEED + 2), 0);
+	CHECK_EQ(fake.cuStreamDestroy(s), 0);
+	CHECK_EQ(gpufile_config_set("bounce_buffer_size", "1MiB"), 0);
+}
+
 int main(void)
 {
 	gpufile_t *h = NULL, *w = NULL;
@@ -1185,6 +1218,7 @@ int main(void)
 	test_writes(w);
 	test_read_after_write(w);
 	test_huge_offsets(w);
+	test_small_pieces(h, w);
 	/* Last: a refused wait is remembered for the process. */
 	test_wait_refused(h);
 	gpufile_close(w);
