@@ -923,6 +923,8 @@ static int uring_submit(struct stager *s, struct gpufile__request *r,
 	c->wl = (size_t)((((uint64_t)c->end + GPUFILE_ALIGN - 1) &
 	                  ~(uint64_t)(GPUFILE_ALIGN - 1)) -
 	                 (uint64_t)c->ws);
+	/* The window fits its buffer whatever bounce_buffer_size is. */
+	assert(c->wl <= GPUFILE__BOUNCE_STRIDE(s->buf_size));
 	c->done = 0;
 	io_uring_prep_read(sqe, r->h->direct_fd, s->buf[b], (unsigned)c->wl,
 	                   (uint64_t)c->ws);
