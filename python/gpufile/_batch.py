@@ -167,13 +167,18 @@ class BatchRead:
         if err is not None:
             raise err
 
+    def _error_of(self, i):
+        """The exception of entry i, which failed (once complete)."""
+        r = self._results[i]
+        return _lib.make_error(r, self._msgs.get(i) or
+                               "batch entry %d (%s): %s"
+                               % (i, self._files[i], _lib.strerror(r)),
+                               filename=self._files[i])
+
     def _first_error(self):
         for i, r in enumerate(self._results):
             if r < 0:
-                return _lib.make_error(r, self._msgs.get(i) or
-                                       "batch entry %d (%s): %s"
-                                       % (i, self._files[i], _lib.strerror(r)),
-                                       filename=self._files[i])
+                return self._error_of(i)
         return None
 
     def poll(self):
