@@ -1,0 +1,289 @@
+"""Zarr (2.x) stores and arrays that read chunks through gpufile.
+
+    import cupy, gpufile.zarr
+    z = gpufile.zarr.open_array("/data/a.zarr", mode="r",
+                                meta_array=cupy.empty(()))
+    a = z[:1000]            # a CuPy array: the chunks read into it
+    z = gpufile.zarr.open_array("s3://bucket/a.zarr", mode="r")  # NumPy
+
+Store(path) is zarr's DirectoryStore (the same layout on disk) whose
+reads and writes go through gpufile handles, so they are counted in the
+statistics per file and path; getitems() reads every key asked for in
+one gpufile batch. RemoteStore(url) reads http(s):// and s3:// objects
+through gpufile's sources (read-only: gpufile does not write, list or
+delete remote objects). store(root) picks one.
+
+Array is zarr.Array with the read of a selection done by gpufile: every
+chunk the selection touches is one entry of one batch, submitted at
+once. A chunk that is stored uncompressed and unfiltered and that the
+selection takes whole is read straight into its place in the result, in
+device memory for a CuPy-backed array (meta_array) and host memory
+otherwise: no copy through a chunk buffer, which is what a store alone
+can do (zarr copies each chunk a store returns into the result). Other
+chunks (compressed, filtered, cut by the selection) are read into host
+memory by the same batch and decoded by zarr; for a device result, the
+decoded part is then copied to the device. open_array() returns an
+Array; pickling keeps it one (Dask sends it to its workers so).
+
+Zarr 3.x has another store interface (asynchronous); it is not covered
+here: store() and open_array() refuse it, naming the version.
+"""
+
+import numpy as np
+import zarr
+from zarr.storage import BaseStore, DirectoryStore
+
+from . import _ranges
+from ._file import File
+
+ZARR_MAJOR = int(zarr.__version__.split(".")[0])
+
+
+def _check_version():
+    if ZARR_MAJOR != 2:
+        raise ImportError("gpufile.zarr works with zarr 2.x; this is zarr %s"
+                          % zarr.__version__)
+
+
+class _BatchReads:
+    """Reads of keys through gpufile, for a store whose _key_path(key)
+    names a key's file or URL."""
+
+    def _read_keys(self, keys):
+        """{key: bytes} for the keys that exist, in one batch; a missing
+        key is left out, any other failure raises."""
+        paths = {k: self._key_path(k) for k in keys}
+        files = _ranges.open_files(paths.values())
+        try:
+            out, entries, order = {}, [], []
+            for k, p in paths.items():
+                f = files[p]
+                if isinstance(f, FileNotFoundError):
+                    continue
+                if isinstance(f, BaseException):
+                    raise f
+                n = f.size()
+                if n == 0:
+                    out[k] = b""
+                    continue
+                b, buf = _ranges.new_bytes(n)
+                out[k] = b
+                entries.append((f, buf, n, 0))
+                order.append(k)
+            for k, r in zip(order, _ranges.read_batch(entries)):
+                if isinstance(r, BaseException):
+                    raise r
+                out[k] = _ranges.shrink(out[k], r)
+            return out
+        finally:
+            _ranges.close_files(files)
+
+    def getitems(self, keys, **kwargs):
+        """{key: bytes} of the keys that exist, read as one batch (zarr
+        2.x calls it with on_error="omit", for the chunks of a
+        selection)."""
+        return self._read_keys(list(keys))
+
+    def __getitem__(self, key):
+        got = self._read_keys([key])
+        if key not in got:
+            raise KeyError(key)
+        return got[key]
+
+
+class Store(_BatchReads, DirectoryStore):
+    """zarr's DirectoryStore read and written through gpufile (see the
+    module's documentation); the files on disk are DirectoryStore's."""
+
+    def __init__(self, path, normalize_keys=False, dimension_separator=None):
+        _check_version()
+        super().__init__(path, normalize_keys=normalize_keys,
+                         dimension_separator=dimension_separator)
+
+    def _key_path(self, key):
+        import os
+        return os.path.join(self.path, self._normalize_key(key))
+
+    @staticmethod
+    def _tofile(a, fn):
+        # DirectoryStore writes a temporary file, then renames it: the
+        # write goes through gpufile (a device array from a CuPy-backed
+        # Array is written from device memory).
+        with File(fn, "w") as f:
+            if a.nbytes:
+                f.write(a)
+
+
+class RemoteStore(_BatchReads, BaseStore):
+    """A read-only zarr store over http(s):// or s3:// objects read
+    through gpufile's sources: root/key is each key's URL."""
+
+    _readable = True
+    _writeable = False
+    _listable = False
+    _erasable = False
+
+    def __init__(self, root):
+        _check_version()
+        if not _ranges.is_url(root):
+            raise ValueError("gpufile.zarr.RemoteStore: %r is no http://, "
+                             "https:// or s3:// URL" % (root,))
+        self.root = root.rstrip("/")
+
+    def _key_path(self, key):
+        return self.root + "/" + key
+
+    def __contains__(self, key):
+        try:
+            File(self._key_path(key)).close()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _refuse(self, what):
+        from ._lib import shown_name
+        return PermissionError(
+            "gpufile.zarr.RemoteStore(%s): %s: gpufile's remote sources read "
+            "objects; they do not write, delete or list them"
+            % (shown_name(self.root), what))
+
+    def __setitem__(self, key, value):
+        raise self._refuse("writing %r" % key)
+
+    def __delitem__(self, key):
+        raise self._refuse("deleting %r" % key)
+
+    def __iter__(self):
+        raise self._refuse("listing")
+
+    def __len__(self):
+        raise self._refuse("listing")
+
+    def __reduce__(self):
+        return (RemoteStore, (self.root,))
+
+
+def store(root, **kwargs):
+    """RemoteStore for an http://, https:// or s3:// URL, else Store."""
+    return RemoteStore(root) if _ranges.is_url(root) else Store(root, **kwargs)
+
+
+def _is_total(chunk_selection, chunks):
+    """Whether the selection of a chunk is all of it, in order."""
+    for sel, n in zip(chunk_selection, chunks):
+        if not (isinstance(sel, slice) and sel.step in (None, 1) and
+                (sel.start or 0) == 0 and sel.stop is not None and
+                sel.stop >= n):
+            return False
+    return len(chunk_selection) == len(chunks)
+
+
+class Array(zarr.Array):
+    """zarr.Array whose selections are read by gpufile in one batch, whole
+    uncompressed chunks straight into the result (see the module's
+    documentation). Writes are zarr's, through the store."""
+
+    def _direct(self, out, chunk_selection, out_selection, fields):
+        """The part of out a chunk's bytes are, when they can be read into
+        it as they are stored; else None."""
+        if (fields or self._compressor or self._filters or
+                self._dtype == object or
+                not _is_total(chunk_selection, self._chunks)):
+            return None
+        try:
+            dest = out[out_selection]
+        except Exception:
+            return None
+        flags = getattr(dest, "flags", None)
+        if flags is None or dest.shape != tuple(self._chunks):
+            return None
+        contiguous = (flags.c_contiguous if self._order == "C"
+                      else flags.f_contiguous)
+        writeable = getattr(flags, "writeable", True)
+        return dest if contiguous and writeable else None
+
+    def _chunk_getitems(self, lchunk_coords, lchunk_selection, out,
+                        lout_selection, drop_axes=None, fields=None):
+        store = self.chunk_store
+        if not isinstance(store, _BatchReads) or self._dtype == object or \
+                self._partial_decompress:
+            return super()._chunk_getitems(lchunk_coords, lchunk_selection,
+                                           out, lout_selection, drop_axes,
+                                           fields)
+        device = hasattr(out, "__cuda_array_interface__")
+        jobs = []  # (key, path, chunk_selection, out_selection, dest)
+        for coords, csel, osel in zip(lchunk_coords, lchunk_selection,
+                                      lout_selection):
+            key = self._chunk_key(coords)
+            jobs.append((key, store._key_path(key), csel, osel,
+                         self._direct(out, csel, osel, fields)))
+        files = _ranges.open_files([j[1] for j in jobs])
+        try:
+            self._read_chunks(jobs, files, out, device, drop_axes, fields)
+        finally:
+            _ranges.close_files(files)
+
+    def _read_chunks(self, jobs, files, out, device, drop_axes, fields):
+        entries, read = [], []
+        for key, path, csel, osel, dest in jobs:
+            f = files[path]
+            if isinstance(f, FileNotFoundError):
+                if self._fill_value is not None:  # zarr: a missing chunk
+                    fill = self._fill_value
+                    out[osel] = fill[fields] if fields else fill
+                continue
+            if isinstance(f, BaseException):
+                raise f
+            n = f.size()
+            if dest is not None:
+                if n != dest.nbytes:
+                    raise ValueError(
+                        "chunk %r of %s holds %d bytes; an uncompressed chunk "
+                        "of shape %s and dtype %s holds %d" %
+                        (key, f.name, n, self._chunks, self._dtype,
+                         dest.nbytes))
+                entries.append((f, dest, n, 0))
+                read.append((key, f.name, None, csel, osel, n))
+            elif n:
+                b, buf = _ranges.new_bytes(n)
+                entries.append((f, buf, n, 0))
+                read.append((key, f.name, b, csel, osel, n))
+            else:
+                read.append((key, f.name, b"", csel, osel, 0))
+                entries.append(None)
+        counts = _ranges.read_batch([e for e in entries if e is not None])
+        counts = iter(counts)
+        for e, (key, name, b, csel, osel, n) in zip(entries, read):
+            got = next(counts) if e is not None else 0
+            if isinstance(got, BaseException):
+                raise got
+            if got != n:
+                raise OSError("chunk %r of %s: %d of its %d bytes read (the "
+                              "file shrank?)" % (key, name, got, n))
+            if b is None:
+                continue  # read in place
+            if device:
+                tmp = self._decode_chunk(b)
+                if fields:
+                    tmp = tmp[fields]
+                tmp = tmp[csel]
+                if drop_axes:
+                    tmp = np.squeeze(tmp, axis=drop_axes)
+                out[osel] = np.asarray(tmp, like=out)
+            else:
+                self._process_chunk(out, b, csel, drop_axes, True, fields,
+                                    osel)
+
+
+def open_array(root, mode="a", meta_array=None, **kwargs):
+    """zarr.open_array over store(root) (root may be a store already),
+    returned as an Array; meta_array=cupy.empty(()) gives CuPy results.
+    kwargs are zarr.open_array's (shape, chunks, dtype, compressor, ...).
+    """
+    _check_version()
+    s = root if isinstance(root, BaseStore) else store(root)
+    z = zarr.open_array(s, mode=mode, **kwargs)
+    state = z.__getstate__()
+    if meta_array is not None:
+        state["meta_array"] = meta_array
+    return Array(**state)
