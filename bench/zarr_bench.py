@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Array data through gpufile (issue 38), in one run, interleaved rounds
+(so that drift in the machine hits every contender alike), page cache
+warm (one untimed read of each first), medians of --rounds:
+
+  zarr    a Zarr array (float64, 1-D, --chunk-sized chunks, uncompressed)
+          read whole: gpufile.zarr.open_array(root)[:] against
+          zarr.open_array(DirectoryStore(root))[:]          goal >= 1.5x
+  ranges  --nranges ranges of --range-size at random offsets of one file:
+          fsspec "file" cat_ranges against "gpufile" cat_ranges
+                                                            goal >= 2x
+  --gpu   the same Zarr array into CuPy: gpufile.zarr with meta_array
+          against DirectoryStore + cupy.asarray per chunk   goal >= 3x
+
+Every contender's result is checked against the others' (the whole array
+sum, every range's bytes).
+
+Files (created once in --dir, reused when their size matches):
+  a.zarr/     the array (--size bytes)
+  ranges.bin  the file the ranges are cut from (--size bytes)
+
+Usage, from the repository root after building:
+  GPUFILE_LIBRARY=build/libgpufile.so PYTHONPATH=python \\
+      python3 bench/zarr_bench.py --dir /tmp/zarr-bench --size 2GiB
+  ... --gpu          (on the GPU machine, CuPy installed)
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gpufile
+import gpufile.fsspec  # noqa: F401  (registers "gpufile")
+import gpufile.zarr as gz
+
+import fsspec
+import zarr
+
+
+def size_arg(text):
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for u, m in units.items():
+        if text.endswith(u):
+            return int(float(text[:-len(u)]) * m)
+    return int(text)
+
+
+def make_array(root, size, chunk):
+    n, c = size // 8, chunk // 8
+    try:
+        z = zarr.open_array(zarr.storage.DirectoryStore(root), mode="r")
+        if z.shape == (n,) and z.chunks == (c,) and z.compressor is None:
+            return z
+    except Exception:
+        pass
+    print("creating %s (%d MiB)" % (root, size >> 20), flush=True)
+    z = zarr.open_array(zarr.storage.DirectoryStore(root), mode="w",
+                        shape=(n,), chunks=(c,), dtype="<f8", compressor=None)
+    step = max(c, (64 << 20) // 8 // c * c)
+    for i in range(0, n, step):
+        z[i:i + step] = np.arange(i, min(i + step, n), dtype="<f8")
+    return z
+
+
+def make_file(path, size):
+    if os.path.exists(path) and os.path.getsize(path) == size:
+        return
+    print("creating %s (%d MiB)" % (path, size >> 20), flush=True)
+    rng = np.random.default_rng(1)
+    with open(path, "wb") as f:
+        for i in range(0, size, 64 << 20):
+            f.write(rng.integers(0, 256, min(64 << 20, size - i),
+                                 dtype=np.uint8).tobytes())
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def rounds(contenders, n, check):
+    """{name: [seconds]} over n interleaved rounds, after one untimed
+    round; check(results by name) after each."""
+    times = {name: [] for name in contenders}
+    for r in range(n + 1):
+        results = {}
+        order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
+        for name in order:
+            dt, results[name] = timed(contenders[name])
+            if r:
+                times[name].append(dt)
+        check(results)
+        del results
+    return times
+
+
+def report(label, times, nbytes, base, new, goal):
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k, v in times.items():
+        print("%-8s %-30s median %.3f s  best %.3f s  %.2f GB/s  (%s)" % (
+            label, k, med[k], min(v), nbytes / med[k] / 1e9,
+            " ".join("%.3f" % x for x in v)))
+    ratio = med[base] / med[new]
+    print("%-8s %s / %s = %.2fx (goal >= %gx: %s)" % (
+        label, base, new, ratio, goal, "met" if ratio >= goal else "MISSED"))
+    return ratio
+
+
+def bench_zarr(root, nrounds):
+    n = zarr.open_array(zarr.storage.DirectoryStore(root), mode="r").shape[0]
+    want = n * (n - 1) / 2
+
+    def check(results):
+        for k, a in results.items():
+            assert a.shape == (n,) and a[-1] == n - 1 and a.sum() == want, k
+    times = rounds({
+        "zarr DirectoryStore": lambda: zarr.open_array(
+            zarr.storage.DirectoryStore(root), mode="r")[:],
+        "gpufile.zarr": lambda: gz.open_array(root, mode="r")[:],
+    }, nrounds, check)
+    return report("zarr", times, n * 8, "zarr DirectoryStore",
+                  "gpufile.zarr", 1.5)
+
+
+def bench_ranges(path, nranges, range_size, nrounds):
+    size = os.path.getsize(path)
+    rng = np.random.default_rng(2)
+    starts = [int(s) for s in rng.integers(0, size - range_size, nranges)]
+    ends = [s + range_size for s in starts]
+    local = fsspec.filesystem("file")
+    gfs = fsspec.filesystem("gpufile")
+
+    def check(results):
+        a, b = results.values()
+        assert a == b and all(len(x) == range_size for x in a)
+    times = rounds({
+        "fsspec file:// cat_ranges": lambda: local.cat_ranges(
+            [path] * nranges, starts, ends),
+        "fsspec gpufile:// cat_ranges": lambda: gfs.cat_ranges(
+            [path] * nranges, starts, ends),
+    }, nrounds, check)
+    return report("ranges", times, nranges * range_size,
+                  "fsspec file:// cat_ranges", "fsspec gpufile:// cat_ranges",
+                  2.0)
+
+
+def bench_gpu(root, nrounds):
+    import cupy as cp
+    z0 = zarr.open_array(zarr.storage.DirectoryStore(root), mode="r")
+    n, c = z0.shape[0], z0.chunks[0]
+    want = n * (n - 1) / 2
+
+    def per_chunk():
+        store = zarr.storage.DirectoryStore(root)
+        out = cp.empty(n, dtype=cp.float64)
+        for i in range(0, (n + c - 1) // c):
+            a = np.frombuffer(store[str(i)], dtype="<f8")
+            m = min(c, n - i * c)
+            out[i * c:i * c + m] = cp.asarray(a[:m])
+        cp.cuda.Device().synchronize()
+        return out
+
+    def through_store():
+        out = gz.open_array(root, mode="r", meta_array=cp.empty(()))[:]
+        cp.cuda.Device().synchronize()
+        return out
+
+    def check(results):
+        for k, a in results.items():
+            assert isinstance(a, cp.ndarray) and float(a.sum()) == want, k
+    times = rounds({"DirectoryStore + cupy.asarray": per_chunk,
+                    "gpufile.zarr meta_array=cupy": through_store},
+                   nrounds, check)
+    return report("gpu", times, n * 8, "DirectoryStore + cupy.asarray",
+                  "gpufile.zarr meta_array=cupy", 3.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dir", default="/tmp/zarr-bench")
+    ap.add_argument("--size", type=size_arg, default=2 << 30)
+    ap.add_argument("--chunk", type=size_arg, default=1 << 20)
+    ap.add_argument("--nranges", type=int, default=10000)
+    ap.add_argument("--range-size", type=size_arg, default=64 << 10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gpu", action="store_true",
+                    help="only the CuPy form (the GPU machine)")
+    args = ap.parse_args()
+    if args.size % args.chunk or args.chunk % 8:
+        sys.exit("zarr_bench: --size must be a multiple of --chunk, and "
+                 "--chunk of 8 bytes")
+    os.makedirs(args.dir, exist_ok=True)
+    root = os.path.join(args.dir, "a.zarr")
+    make_array(root, args.size, args.chunk)
+    print("gpufile %s, zarr %s, fsspec %s, %d CPUs, load %s; array %d MiB "
+          "in %d KiB chunks" % (gpufile.version(), zarr.__version__,
+                                fsspec.__version__, os.cpu_count(),
+                                "%.2f %.2f %.2f" % os.getloadavg(),
+                                args.size >> 20, args.chunk >> 10), flush=True)
+    if args.gpu:
+        bench_gpu(root, args.rounds)
+        return
+    bench_zarr(root, args.rounds)
+    path = os.path.join(args.dir, "ranges.bin")
+    make_file(path, args.size)
+    bench_ranges(path, args.nranges, args.range_size, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
