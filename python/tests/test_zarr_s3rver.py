@@ -68,3 +68,32 @@ def test_fsspec_cat_ranges_on_s3(s3_env, uploaded):  # noqa: F811
     z = zarr.open_array("gpufile://s3://%s/%s" % (BUCKET, PREFIX), mode="r",
                         storage_options={})
     assert (z[:] == uploaded).all()
+
+
+def test_example_computes_over_s3_with_two_workers(s3_env, uploaded):  # noqa: F811
+    """examples/zarr_s3_dask.py on a LocalCluster of 2 worker processes."""
+    import re
+    import subprocess
+    import sys
+
+    import gpufile
+    from conftest import PKG_ROOT
+    pytest.importorskip("distributed")
+    example = os.path.join(PKG_ROOT, "..", "examples", "zarr_s3_dask.py")
+    env = dict(os.environ, GPUFILE_LIBRARY=gpufile.library_path(),
+               PYTHONPATH=os.pathsep.join(
+                   [PKG_ROOT] + [p for p in [os.environ.get("PYTHONPATH")]
+                                 if p]))
+    url = "s3://%s/%s" % (BUCKET, PREFIX)
+    p = subprocess.run([sys.executable, example, url, "--workers", "2",
+                        "--timeout", "300"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "sum %r " % float(uploaded.sum()) in p.stdout, p.stdout
+    assert "max %r" % float(uploaded.max()) in p.stdout, p.stdout
+    workers = re.findall(r"^worker \S+ pid (\d+): (\d+) bytes read from S3",
+                         p.stdout, re.M)
+    assert len(workers) == 2, p.stdout
+    # Each chunk is read by one worker per computation (4 of them here);
+    # together they read the array through gpufile's S3 source.
+    assert sum(int(b) for _, b in workers) >= uploaded.nbytes, p.stdout
