@@ -26,23 +26,20 @@ decoded part is then copied to the device. open_array() returns an
 Array; pickling keeps it one (Dask sends it to its workers so).
 
 Zarr 3.x has another store interface (asynchronous); it is not covered
-here: store() and open_array() refuse it, naming the version.
+here: importing gpufile.zarr raises ImportError naming the version.
 """
 
 import numpy as np
 import zarr
-from zarr.storage import BaseStore, DirectoryStore
 
-from . import _ranges
-from ._file import File
+if int(zarr.__version__.split(".")[0]) != 2:
+    raise ImportError("gpufile.zarr works with zarr 2.x; this is zarr %s, "
+                      "whose store interface is another" % zarr.__version__)
 
-ZARR_MAJOR = int(zarr.__version__.split(".")[0])
+from zarr.storage import BaseStore, DirectoryStore  # noqa: E402
 
-
-def _check_version():
-    if ZARR_MAJOR != 2:
-        raise ImportError("gpufile.zarr works with zarr 2.x; this is zarr %s"
-                          % zarr.__version__)
+from . import _ranges  # noqa: E402
+from ._file import File  # noqa: E402
 
 
 class _BatchReads:
@@ -96,7 +93,6 @@ class Store(_BatchReads, DirectoryStore):
     module's documentation); the files on disk are DirectoryStore's."""
 
     def __init__(self, path, normalize_keys=False, dimension_separator=None):
-        _check_version()
         super().__init__(path, normalize_keys=normalize_keys,
                          dimension_separator=dimension_separator)
 
@@ -124,7 +120,6 @@ class RemoteStore(_BatchReads, BaseStore):
     _erasable = False
 
     def __init__(self, root):
-        _check_version()
         if not _ranges.is_url(root):
             raise ValueError("gpufile.zarr.RemoteStore: %r is no http://, "
                              "https:// or s3:// URL" % (root,))
@@ -280,7 +275,6 @@ def open_array(root, mode="a", meta_array=None, **kwargs):
     returned as an Array; meta_array=cupy.empty(()) gives CuPy results.
     kwargs are zarr.open_array's (shape, chunks, dtype, compressor, ...).
     """
-    _check_version()
     s = root if isinstance(root, BaseStore) else store(root)
     z = zarr.open_array(s, mode=mode, **kwargs)
     state = z.__getstate__()
