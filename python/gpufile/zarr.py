@@ -55,7 +55,8 @@ class _BatchReads:
             out, entries, order = {}, [], []
             for k, p in paths.items():
                 f = files[p]
-                if isinstance(f, FileNotFoundError):
+                # DirectoryStore: a key that is no file is missing.
+                if isinstance(f, (FileNotFoundError, IsADirectoryError)):
                     continue
                 if isinstance(f, BaseException):
                     raise f

@@ -186,8 +186,10 @@ def test_store_getitems_is_one_batch(gz, tmp_path):
     assert after["ops"] - before["ops"] == 1 and \
         after["tasks"] - before["tasks"] == 3
     assert s[".zarray"] == raw[".zarray"]
-    with pytest.raises(KeyError):
-        s["nope"]
+    os.mkdir(os.path.join(root, "sub"))
+    for key in ("nope", "sub"):  # no such file; a folder
+        with pytest.raises(KeyError):
+            s[key]
     # zarr's own Array over the store reads through getitems too.
     same(zarr.open_array(s, mode="r")[:], np.arange(100))
 
