@@ -42,6 +42,10 @@ from ._errors import SafetensorError
 
 __all__ = ["load_file", "load", "safe_open", "save_file", "save", "load_checkpoint",
            "TensorInfo", "dtype_order", "SafetensorError"]
+# Issue 37: a checkpoint shared by the ranks of a torch.distributed group.
+from ._distributed import (REPLICATE, DistributedLoadError, Shard,  # noqa: E402
+                           load_distributed)
+__all__ += ["load_distributed", "Shard", "REPLICATE", "DistributedLoadError"]
 
 
 def _set_current(fw, device):
