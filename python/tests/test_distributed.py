@@ -61,7 +61,12 @@ def _tensors_b():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ckpt")
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt"))
+
+
+def make_checkpoint(d):
+    """Two shards and their index in folder d (a pathlib.Path), with the
+    reference tensors: load_file of each shard on the host."""
     save_file(_tensors_a(), str(d / "model-00001-of-00002.safetensors"))
     save_file(_tensors_b(), str(d / "model-00002-of-00002.safetensors"),
               metadata={"format": "pt"})
