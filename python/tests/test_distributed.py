@@ -94,6 +94,7 @@ def _scenarios(ck, world):
         {"name": "bf16_to_f32", "checkpoint": ck["files"],
          "dtype": {"bfloat16": "float32"}, "bucket_size": 8192},
         {"name": "fault", "checkpoint": ck["index"], "fail_rank": world - 1},
+        {"name": "bad_plan", "checkpoint": ck["index"], "plan": [["scalar", 0]]},
     ]
 
 
@@ -205,3 +206,10 @@ def test_one_rank_read_fails_every_rank_raises(ranks, checkpoint):
         assert "rank %d" % bad in err["str"], err
         assert err["filename"] in checkpoint["files"], err
         assert "injected" in err["str"], err
+
+
+def test_a_plan_that_does_not_fit_raises_on_every_rank(ranks):
+    for rank, res in enumerate(ranks["results"]["bad_plan"]):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ValueError", (rank, res)
+        assert "'scalar'" in err["str"] and "dim 0" in err["str"], err

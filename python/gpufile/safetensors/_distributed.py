@@ -581,6 +581,7 @@ class _Reader:
         t = self.ctx.torch
         first = self.ctx.tables[b.fidx]["data_offset"] + b.reads(self.ctx.g.world)[0][0]
         raw = t.empty(b.nbytes + 2 * _ALIGN, dtype=t.uint8, device=self.ctx.tdevice)
+        _settle(self.ctx)
         shift = (first - raw.data_ptr()) % _ALIGN
         return raw[shift:shift + b.nbytes]
 
@@ -706,6 +707,15 @@ def _allocate(ctx, runs, sharded):
         run.base = ptr + run.shift
     for s in sharded:
         s.shard = t.empty(s.shard_shape(ctx.g.rank), dtype=s.dst, device=ctx.tdevice)
+    _settle(ctx)
+
+
+def _settle(ctx):
+    """After allocating device memory that gpufile writes (on streams of
+    its own): the caching allocator may hand out memory that kernels
+    queued on the current stream still use (as _core's alloc() says)."""
+    if ctx.device is not None:
+        ctx.torch.cuda.current_stream(ctx.tdevice).synchronize()
 
 
 def _results(ctx, runs, sharded):
