@@ -654,20 +654,23 @@ class _Ctx:
 
 
 def _send(ctx, b, parts, stats):
-    """The collective of bucket b (owned by b.owner), on every rank."""
+    """Starts the collective of bucket b (owned by b.owner), on every rank;
+    returns (work, finish): finish() after work.wait() puts a padded
+    scatter part in place. The collectives of one step are started
+    together, so that the owners' sends overlap."""
     g, dist, t = ctx.g, ctx.dist, ctx.torch
     src = g.globals[b.owner]
     if b.kind == "rep":
         run = b.item
         d0, d1 = run.dest(b.a), run.dest(b.b)
         msg = run.buf[run.shift + d0:run.shift + d1]
-        dist.broadcast(msg, src=src, group=g.group)
+        work = dist.broadcast(msg, src=src, group=g.group, async_op=True)
         stats["broadcasts"] += 1
         if g.rank == b.owner:
             stats["collective_sent_bytes"] += msg.numel() * (g.world - 1)
         else:
             stats["collective_recv_bytes"] += msg.numel()
-        return
+        return work, None
     s = b.item
     size = max(b.part_bytes(q) for q in range(g.world))
     mine = b.part_bytes(g.rank)
@@ -677,15 +680,18 @@ def _send(ctx, b, parts, stats):
         dest = s.shard.view(s.outer, s.rows[g.rank], s.inner)[b.a:b.b]
     dest = dest.reshape(-1).view(t.uint8)
     out = dest if mine == size else t.empty(size, dtype=t.uint8, device=ctx.tdevice)
-    dist.scatter(out, scatter_list=parts if g.rank == b.owner else None, src=src,
-                 group=g.group)
-    if out is not dest and mine:
-        dest.copy_(out[:mine])
+    work = dist.scatter(out, scatter_list=parts if g.rank == b.owner else None, src=src,
+                        group=g.group, async_op=True)
+
+    def finish():
+        if out is not dest and mine:
+            dest.copy_(out[:mine])
     stats["scatters"] += 1
     if g.rank == b.owner:
         stats["collective_sent_bytes"] += size * (g.world - 1)
     else:
         stats["collective_recv_bytes"] += size
+    return work, finish
 
 
 def _storage_counters():
@@ -859,11 +865,15 @@ def _run_steps(ctx, buckets):
             failed = g.first_failure(res[0] == "error")
             if failed is not None:
                 _raise_failure(g, failed, res[1] if failed == g.rank else None)
-            for b in sorted(by_step[step], key=lambda b: b.owner):
-                _send(ctx, b, res[1] if b.owner == g.rank else None, stats)
+            started = [(b, _send(ctx, b, res[1] if b.owner == g.rank else None, stats))
+                       for b in sorted(by_step[step], key=lambda b: b.owner)]
+            for b, (work, finish) in started:
+                work.wait()
+                if finish is not None:
+                    finish()
                 if b.owner == g.rank:
                     ctx.budget.release(b.cost)
-            res = None
+            res = started = None
     finally:
         ctx.budget.cancel()
         reader.thread.join()
