@@ -586,7 +586,6 @@ class _Reader:
         return raw[shift:shift + b.nbytes]
 
     def _do(self, b):
-        t = self.ctx.torch
         if b.kind == "rep" and not b.item.conv:
             run = b.item
             self._read(b, lambda off, at: run.base + run.dest(off))
