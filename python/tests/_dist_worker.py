@@ -79,7 +79,8 @@ def main():
             sd = load_distributed(sc["checkpoint"], device=device,
                                   plan=[(p, d) for p, d in sc.get("plan") or []],
                                   dtype=_dtype(torch, sc.get("dtype")),
-                                  bucket_size=sc.get("bucket_size", 64 << 20),
+                                  bucket_size=sc.get("bucket_size_rank%d" % rank,
+                                                     sc.get("bucket_size", 64 << 20)),
                                   max_staging=sc.get("max_staging", 256 << 20))
             res = {"tensors": {k: v.cpu().clone() for k, v in sd.items()}, "summary": sd.summary}
         except Exception as e:  # noqa: BLE001 - the test judges it

@@ -75,11 +75,14 @@ def make_checkpoint(d):
     (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
     files = [str(d / "model-00001-of-00002.safetensors"),
              str(d / "model-00002-of-00002.safetensors")]
+    with open(files[1], "rb") as f:
+        head = f.read(4096)
+    (d / "broken.safetensors").write_bytes(head[:8 + int.from_bytes(head[:8], "little")])
     ref = {}
     for f in files:
         ref.update(load_file(f, device="cpu"))
     return {"dir": str(d), "index": str(d / "model.safetensors.index.json"),
-            "files": files, "ref": ref}
+            "files": files, "ref": ref, "broken": str(d / "broken.safetensors")}
 
 
 def _scenarios(ck, world):
@@ -95,6 +98,10 @@ def _scenarios(ck, world):
          "dtype": {"bfloat16": "float32"}, "bucket_size": 8192},
         {"name": "fault", "checkpoint": ck["index"], "fail_rank": world - 1},
         {"name": "bad_plan", "checkpoint": ck["index"], "plan": [["scalar", 0]]},
+        # File 1's header (parsed by rank 1) promises more data than it has.
+        {"name": "bad_header", "checkpoint": [ck["files"][0], ck["broken"]]},
+        {"name": "mismatch", "checkpoint": ck["index"], "bucket_size": 8192,
+         "bucket_size_rank0": 4096},
     ]
 
 
@@ -213,3 +220,18 @@ def test_a_plan_that_does_not_fit_raises_on_every_rank(ranks):
         err = res.get("error")
         assert err is not None and err["type"] == "ValueError", (rank, res)
         assert "'scalar'" in err["str"] and "dim 0" in err["str"], err
+
+
+def test_a_bad_header_raises_on_every_rank_naming_file_and_rank(ranks, checkpoint):
+    for rank, res in enumerate(ranks["results"]["bad_header"]):
+        err = res.get("error")
+        assert err is not None and err["type"] == "DistributedLoadError", (rank, res)
+        assert err["rank"] == 1 and "rank 1" in err["str"], err
+        assert err["filename"] == checkpoint["broken"], err
+
+
+def test_arguments_that_differ_between_ranks_raise_on_every_rank(ranks):
+    for rank, res in enumerate(ranks["results"]["mismatch"]):
+        err = res.get("error")
+        assert err is not None and err["type"] == "ValueError", (rank, res)
+        assert "other arguments" in err["str"], err

@@ -430,8 +430,11 @@ def _read_headers(g, files, fingerprint):
     got = g.all_gather_object((fingerprint, failed, mine))
     for q, (fp, _, _) in enumerate(got):
         if fp != fingerprint:
+            (key, there), (_, here) = next(
+                (a, b) for a, b in zip(fp, fingerprint) if a != b)
             raise ValueError("load_distributed: rank %d was called with other arguments "
-                             "than rank %d: %r != %r" % (q, g.rank, fp, fingerprint))
+                             "than rank %d: %s %s there, %s here"
+                             % (q, g.rank, key, there, here))
     for q, (_, f, _) in enumerate(got):
         if f is not None:
             e = DistributedLoadError(f[0], f[1], f[2])
@@ -814,8 +817,10 @@ def load_distributed(checkpoint, group=None, device=None, plan=None, dtype=None,
     dev = _core._parse_cuda_device(device, "load_distributed")
     index, folder, files = _resolve(checkpoint)
     entries = _plan_entries(plan)
-    fingerprint = (tuple(_lib.shown_name(p) for p in files), bucket_size, max_staging,
-                   repr(dtype), "callable" if callable(entries) else repr(entries))
+    fingerprint = (("files", tuple(_lib.shown_name(p) for p in files)),
+                   ("bucket_size", bucket_size), ("max_staging", max_staging),
+                   ("dtype", repr(dtype)),
+                   ("plan", "a callable" if callable(entries) else repr(entries)))
     ctx = _Ctx()
     ctx.torch, ctx.dist, ctx.files, ctx.device = torch, dist, files, dev
     ctx.max_staging = max_staging
