@@ -100,6 +100,8 @@ def _scenarios(ck, world):
         {"name": "bad_plan", "checkpoint": ck["index"], "plan": [["scalar", 0]]},
         # File 1's header (parsed by rank 1) promises more data than it has.
         {"name": "bad_header", "checkpoint": [ck["files"][0], ck["broken"]]},
+        # The index is missing on rank 1 only (as on a node without it).
+        {"name": "missing_on_one", "checkpoint": ck["index"], "missing_rank": 1},
         {"name": "mismatch", "checkpoint": ck["index"], "bucket_size": 8192,
          "bucket_size_rank0": 4096},
     ]
@@ -235,3 +237,11 @@ def test_arguments_that_differ_between_ranks_raise_on_every_rank(ranks):
         err = res.get("error")
         assert err is not None and err["type"] == "ValueError", (rank, res)
         assert "other arguments" in err["str"], err
+
+
+def test_files_missing_on_one_rank_raise_on_every_rank(ranks, checkpoint):
+    for rank, res in enumerate(ranks["results"]["missing_on_one"]):
+        err = res.get("error")
+        assert err is not None and err["type"] == "DistributedLoadError", (rank, res)
+        assert err["rank"] == 1 and "rank 1" in err["str"], err
+        assert "nowhere" in err["str"], err

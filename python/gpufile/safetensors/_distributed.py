@@ -411,10 +411,12 @@ def _failure(rank, exc, what):
     return (err, "rank %d: %s: %s" % (rank, what, detail), filename)
 
 
-def _read_headers(g, files, fingerprint):
-    """The tables of every file, each header parsed by one rank."""
-    mine, failed = {}, None
-    for k, path in enumerate(files):
+def _read_headers(g, files, fingerprint, failed=None):
+    """The tables of every file, each header parsed by one rank. failed:
+    this rank's failure to find the files (a folder or index that one node
+    lacks), raised on every rank as a header's would be."""
+    mine = {}
+    for k, path in enumerate(files if failed is None else ()):
         if k % g.world != g.rank:
             continue
         try:
@@ -428,6 +430,11 @@ def _read_headers(g, files, fingerprint):
             failed = (failed[0], failed[1], failed[2] or shown)
             break
     got = g.all_gather_object((fingerprint, failed, mine))
+    for q, (_, f, _) in enumerate(got):
+        if f is not None:
+            e = DistributedLoadError(f[0], f[1], f[2])
+            e.rank = q
+            raise e
     for q, (fp, _, _) in enumerate(got):
         if fp != fingerprint:
             (key, there), (_, here) = next(
@@ -435,11 +442,6 @@ def _read_headers(g, files, fingerprint):
             raise ValueError("load_distributed: rank %d was called with other arguments "
                              "than rank %d: %s %s there, %s here"
                              % (q, g.rank, key, there, here))
-    for q, (_, f, _) in enumerate(got):
-        if f is not None:
-            e = DistributedLoadError(f[0], f[1], f[2])
-            e.rank = q
-            raise e
     tables = [None] * len(files)
     for _, _, part in got:
         for k, tab in part.items():
@@ -815,8 +817,14 @@ def load_distributed(checkpoint, group=None, device=None, plan=None, dtype=None,
     if device is None:
         device = "cuda" if backend == "nccl" else "cpu"
     dev = _core._parse_cuda_device(device, "load_distributed")
-    index, folder, files = _resolve(checkpoint)
     entries = _plan_entries(plan)
+    failed = None
+    try:
+        index, folder, files = _resolve(checkpoint)
+    except (OSError, ValueError) as e:  # raised on every rank below
+        index = folder = None
+        files = []
+        failed = _failure(dist.get_rank(group), e, "finding the files of %r" % (checkpoint,))
     fingerprint = (("files", tuple(_lib.shown_name(p) for p in files)),
                    ("bucket_size", bucket_size), ("max_staging", max_staging),
                    ("dtype", repr(dtype)),
@@ -830,7 +838,7 @@ def load_distributed(checkpoint, group=None, device=None, plan=None, dtype=None,
     with cuda_scope:
         g = ctx.g = _Group(dist, group, ctx.tdevice)
         before = _storage_counters()
-        ctx.tables = _read_headers(g, files, fingerprint)
+        ctx.tables = _read_headers(g, files, fingerprint, failed)
         _check_names(ctx.tables, index, folder, checkpoint)
         runs, sharded, buckets = _build_plan(ctx.fw, ctx.tables, entries, dtype, g.world,
                                              bucket_size)
