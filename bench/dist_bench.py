@@ -24,7 +24,8 @@ and the ratios, and --json FILE writes every figure.
 
 The checkpoint is made once in --dir (bench.safetensors, random F32/BF16
 data) and read warm (the first round is thrown away as a warm-up unless
---no-warmup). Each case's result is checked on every rank against the
+--no-warmup), or with --cold from storage: the file is dropped from the
+page cache (gpufile.drop_file_page_cache) before each case. Each case's result is checked on every rank against the
 file (the first and the last row of each tensor, or of its part).
 """
 import argparse
@@ -118,6 +119,9 @@ def child(args):
     rounds = args.repeat + (0 if args.no_warmup else 1)
     for rnd in range(rounds):
         for case in args.cases:
+            if args.cold and rank == 0:
+                import gpufile
+                gpufile.drop_file_page_cache(path)
             dist.barrier()
             before = storage_read()
             t0 = time.perf_counter()
@@ -162,7 +166,8 @@ def run_world(args, world):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--file", args.file,
            "--backend", args.backend, "--repeat", str(args.repeat),
            "--bucket", str(args.bucket), "--rendezvous", rendezvous, "--result", result,
-           "--cases", ",".join(args.cases)] + (["--no-warmup"] if args.no_warmup else [])
+           "--cases", ",".join(args.cases)] + (["--no-warmup"] if args.no_warmup else []) + (
+               ["--cold"] if args.cold else [])
     env = dict(os.environ, WORLD_SIZE=str(world), OMP_NUM_THREADS=str(args.omp))
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r))) for r in range(world)]
     rcs = [p.wait() for p in procs]
@@ -184,6 +189,8 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--omp", type=int, default=1, help="OMP_NUM_THREADS of each rank")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="drop the file from the page cache before each case")
     ap.add_argument("--json")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
@@ -201,13 +208,14 @@ def main():
     args.file = os.path.join(args.dir, "bench-%d-%d.safetensors" % (size, args.tensors))
     make_checkpoint(args.file, size, args.tensors)
     with open(args.file, "rb") as f:  # warm the page cache
-        while f.read(64 << 20):
+        while not args.cold and f.read(64 << 20):
             pass
     fsize = os.path.getsize(args.file)
     with open(args.file, "rb") as f:
         data = fsize - 8 - int.from_bytes(f.read(8), "little")
-    print("checkpoint %s: %d tensors, %d data bytes (%.2f GiB), file %d bytes; backend %s"
-          % (args.file, args.tensors, data, data / (1 << 30), fsize, args.backend))
+    print("checkpoint %s: %d tensors, %d data bytes (%.2f GiB), file %d bytes; backend %s; %s"
+          % (args.file, args.tensors, data, data / (1 << 30), fsize, args.backend,
+             "cold (dropped from the page cache before each case)" if args.cold else "warm"))
     report = {"file": args.file, "data_bytes": data, "file_bytes": fsize,
               "backend": args.backend, "worlds": {}}
     for world in [int(w) for w in args.ranks.split(",")]:
