@@ -245,3 +245,13 @@ def test_files_missing_on_one_rank_raise_on_every_rank(ranks, checkpoint):
         assert err is not None and err["type"] == "DistributedLoadError", (rank, res)
         assert err["rank"] == 1 and "rank 1" in err["str"], err
         assert "nowhere" in err["str"], err
+
+
+def test_staging_stays_within_max_staging(ranks):
+    # small_buckets: bucket_size 4096, max_staging 8192; a bucket's cost
+    # (read + packed parts) is at most about 2 x 4096, and one bucket may
+    # run alone past the limit.
+    peaks = [res["summary"]["ranks"][r]["staging_peak"]
+             for r, res in enumerate(ranks["results"]["small_buckets"])]
+    assert max(peaks) > 0, peaks
+    assert max(peaks) <= 8192 + 4096, peaks
