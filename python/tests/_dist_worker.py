@@ -66,14 +66,24 @@ def main():
                             world_size=spec["world"],
                             timeout=datetime.timedelta(seconds=spec["timeout_s"]))
     device = "cuda:%d" % rank if spec["backend"] == "nccl" else "cpu"
-    real_pread = _distributed._pread
+    real_start = _distributed._pread_start
+
+    def fail_at_start(f, ptr, n, off):
+        raise OSError(errno.EIO, "Input/output error (injected at the start)")
+
+    def fail_at_end(f, ptr, n, off):
+        wait = real_start(f, ptr, n, off)
+
+        def failing_wait():
+            wait()
+            raise OSError(errno.EIO, "Input/output error (injected at the end)")
+        return failing_wait
+
     for sc in spec["scenarios"]:
+        _distributed._pread_start = real_start
         if sc.get("fail_rank") == rank:
-            def failing(f, ptr, n, off):
-                raise OSError(errno.EIO, "Input/output error (injected)")
-            _distributed._pread = failing
-        else:
-            _distributed._pread = real_pread
+            _distributed._pread_start = (fail_at_start if sc.get("fail_at") == "start"
+                                         else fail_at_end)
         out = os.path.join(spec["out"], "%s.%d.pt" % (sc["name"], rank))
         try:
             ck = sc["checkpoint"]
@@ -91,7 +101,7 @@ def main():
                              "rank": getattr(e, "rank", None),
                              "filename": getattr(e, "filename", None)}}
         torch.save(res, out)
-    _distributed._pread = real_pread
+    _distributed._pread_start = real_start
     dist.barrier()
     dist.destroy_process_group()
 

@@ -97,6 +97,8 @@ def _scenarios(ck, world):
         {"name": "bf16_to_f32", "checkpoint": ck["files"],
          "dtype": {"bfloat16": "float32"}, "bucket_size": 8192},
         {"name": "fault", "checkpoint": ck["index"], "fail_rank": world - 1},
+        {"name": "fault_sharded", "checkpoint": ck["files"], "plan": PLAN,
+         "bucket_size": 4096, "fail_rank": 0, "fail_at": "start"},
         {"name": "bad_plan", "checkpoint": ck["index"], "plan": [["scalar", 0]]},
         # File 1's header (parsed by rank 1) promises more data than it has.
         {"name": "bad_header", "checkpoint": [ck["files"][0], ck["broken"]]},
@@ -204,10 +206,11 @@ def test_each_byte_is_read_by_one_rank(ranks, checkpoint, scenario):
         assert got == data * (world - 1)
 
 
-def test_one_rank_read_fails_every_rank_raises(ranks, checkpoint):
+@pytest.mark.parametrize("scenario,bad", [("fault", -1), ("fault_sharded", 0)])
+def test_one_rank_read_fails_every_rank_raises(ranks, checkpoint, scenario, bad):
     world = ranks["world"]
-    bad = world - 1
-    for rank, res in enumerate(ranks["results"]["fault"]):
+    bad %= world
+    for rank, res in enumerate(ranks["results"][scenario]):
         err = res.get("error")
         assert err is not None, "rank %d did not raise" % rank
         assert err["type"] == "DistributedLoadError", err

@@ -25,7 +25,7 @@ def _run(world, checkpoint, tmp_path):
         pytest.skip("needs %d CUDA GPU(s) and NCCL (have %d)" % (world, _gpus()))
     spec = {"world": world, "backend": "nccl", "timeout_s": 300,
             "scenarios": [sc for sc in base._scenarios(checkpoint, world)
-                          if sc["name"] != "fault" or world > 1]}
+                          if not sc["name"].startswith("fault") or world > 1]}
     outs = _dist_worker.run_ranks(spec, str(tmp_path), wait_s=900)
     for rank, (rc, text) in enumerate(outs):
         assert rc == 0, "rank %d exited %s:\n%s" % (rank, rc, text[-4000:])
@@ -40,7 +40,8 @@ def _run(world, checkpoint, tmp_path):
     for scenario in ("replicated", "sharded", "small_buckets", "bf16_to_f32"):
         base.test_each_byte_is_read_by_one_rank(ranks, checkpoint, scenario)
     if world > 1:
-        base.test_one_rank_read_fails_every_rank_raises(ranks, checkpoint)
+        base.test_one_rank_read_fails_every_rank_raises(ranks, checkpoint, "fault", -1)
+        base.test_one_rank_read_fails_every_rank_raises(ranks, checkpoint, "fault_sharded", 0)
 
 
 @pytest.fixture(scope="module")

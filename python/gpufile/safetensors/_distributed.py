@@ -480,15 +480,44 @@ def _resolve(checkpoint):
 
 # ---- reading -------------------------------------------------------------
 
-def _pread(f, ptr, n, off):
-    """Reads n bytes at file offset off of gpufile.File f into address ptr
-    (host or device). A layer tests replace to make one rank's read fail."""
+def _pread_start(f, ptr, n, off):
+    """Starts reading n bytes at file offset off of gpufile.File f into
+    address ptr (host or device); returns wait(), to be called once: it
+    returns when the bytes are in place and raises OSError for a failed or
+    short read. A layer tests replace to make one rank's read fail."""
     lib = _lib.lib()
-    got = _lib.check(f._call(lib.gpufile_pread, ctypes.c_void_p(ptr), n, off),
-                     filename=f.name)
-    if got != n:
-        raise OSError(errno.EIO, "read %d of %d bytes at file offset %d (the file is "
-                      "shorter than its header says)" % (got, n, off), f.name)
+    fut = ctypes.c_void_p()
+    _lib.check(f._call(lib.gpufile_pread_async, ctypes.c_void_p(ptr), n, off,
+                       ctypes.byref(fut)), filename=f.name)
+
+    def wait():
+        got = lib.gpufile_future_wait(fut.value)
+        lib.gpufile_future_free(fut.value)
+        if got < 0:
+            raise _lib.make_error(got, filename=f.name)
+        if got != n:
+            raise OSError(errno.EIO, "read %d of %d bytes at file offset %d (the file is "
+                          "shorter than its header says)" % (got, n, off), f.name)
+    return wait
+
+
+def _wait_all(waiters):
+    """Waits for every read of waiters; returns the first error, or None."""
+    first = None
+    for w in waiters:
+        try:
+            w()
+        except Exception as e:  # noqa: BLE001 - returned
+            if first is None:
+                first = e
+    return first
+
+
+# Buckets read straight into the results whose reads are in flight at
+# once: one 64 MiB request after another left the pool idle between them
+# (one H200, one rank, 4 GiB warm: 0.155 s in 64 MiB buckets read in turn
+# against 0.081 s for load_file's one request).
+_READ_AHEAD = 4
 
 
 class _Budget:
@@ -545,24 +574,64 @@ class _Reader:
         ctx = self.ctx
         if ctx.device is not None:
             ctx.torch.cuda.set_device(ctx.device)
-        for b in self.mine:
-            if not ctx.budget.acquire(b.cost):
-                return
-            first = b.reads(ctx.g.world)[0][0]
-            what = "reading %s (%d bytes from data offset %d)" % (
-                ctx.tables[b.fidx]["path"], b.nbytes, first)
-            try:
-                out = self._do(b)
-                res = ("ok", out)
-            except Exception as e:  # noqa: BLE001 - agreed on by every rank
-                res = ("error", _failure(ctx.g.rank, e, what))
-                if res[1][2] is None:
-                    res = ("error", (res[1][0], res[1][1], ctx.tables[b.fidx]["path"]))
-            with self.cond:
-                self.slots[b.step] = res
-                self.cond.notify_all()
-            if res[0] == "error":
-                return
+        inflight = collections.deque()  # (bucket, waiters), in order
+        try:
+            for b in self.mine:
+                if not ctx.budget.acquire(b.cost):
+                    return
+                if b.kind == "rep" and not b.item.conv:
+                    run = b.item
+                    try:
+                        waiters = self._start(b, lambda off, at: run.base + run.dest(off))
+                    except Exception as e:  # noqa: BLE001 - agreed on by every rank
+                        if self._complete(inflight):
+                            self._post(b, self._error(b, e))
+                        return
+                    inflight.append((b, waiters))
+                    if not self._complete(inflight, keep=_READ_AHEAD):
+                        return
+                    continue
+                if not self._complete(inflight):
+                    return
+                try:
+                    res = ("ok", self._staged(b))
+                except Exception as e:  # noqa: BLE001 - agreed on by every rank
+                    res = self._error(b, e)
+                self._post(b, res)
+                if res[0] == "error":
+                    return
+            self._complete(inflight)
+        finally:
+            while inflight:  # no read may go on into memory after we leave
+                _wait_all(inflight.popleft()[1])
+
+    def _complete(self, inflight, keep=0):
+        """Waits for the oldest reads in flight until keep are left, posting
+        each bucket; at a failure, posts it, waits for the rest without
+        posting them and returns False."""
+        while len(inflight) > keep:
+            b, waiters = inflight.popleft()
+            err = _wait_all(waiters)
+            if err is not None:
+                self._post(b, self._error(b, err))
+                while inflight:
+                    _wait_all(inflight.popleft()[1])
+                return False
+            self._post(b, ("ok", None))
+        return True
+
+    def _error(self, b, exc):
+        ctx = self.ctx
+        path = ctx.tables[b.fidx]["path"]
+        what = "reading %s (%d bytes from data offset %d)" % (
+            path, b.nbytes, b.reads(ctx.g.world)[0][0])
+        err, msg, filename = _failure(ctx.g.rank, exc, what)
+        return ("error", (err, msg, filename or path))
+
+    def _post(self, b, res):
+        with self.cond:
+            self.slots[b.step] = res
+            self.cond.notify_all()
 
     def wait(self, step):
         with self.cond:
@@ -570,15 +639,22 @@ class _Reader:
                 self.cond.wait()
             return self.slots.pop(step)
 
-    def _read(self, b, ptr_of):
+    def _start(self, b, ptr_of):
+        """Starts the reads of bucket b; returns their waiters (on a
+        failure to start one, waits for those started, then raises)."""
         f = self._file(b.fidx)
         doff = self.ctx.tables[b.fidx]["data_offset"]
-        at = 0
-        for off, n in b.reads(self.ctx.g.world):
-            if n:
-                _pread(f, ptr_of(off, at), n, doff + off)
-                self.ranges.append((b.fidx, off, n))
-            at += n
+        at, waiters = 0, []
+        try:
+            for off, n in b.reads(self.ctx.g.world):
+                if n:
+                    waiters.append(_pread_start(f, ptr_of(off, at), n, doff + off))
+                    self.ranges.append((b.fidx, off, n))
+                at += n
+        except BaseException:
+            _wait_all(waiters)
+            raise
+        return waiters
 
     def _staging(self, b):
         """A uint8 staging tensor of b.nbytes whose address is congruent to
@@ -590,14 +666,14 @@ class _Reader:
         shift = (first - raw.data_ptr()) % _ALIGN
         return raw[shift:shift + b.nbytes]
 
-    def _do(self, b):
-        if b.kind == "rep" and not b.item.conv:
-            run = b.item
-            self._read(b, lambda off, at: run.base + run.dest(off))
-            return None
+    def _staged(self, b):
+        """Reads bucket b into staging, then converts it into the results
+        (replicated) or packs the parts of its scatter (returned)."""
         st = self._staging(b)
         base = st.data_ptr()
-        self._read(b, lambda off, at: base + at)
+        err = _wait_all(self._start(b, lambda off, at: base + at))
+        if err is not None:
+            raise err
         if b.kind == "rep":
             self._convert_run(b, st)
             return None
