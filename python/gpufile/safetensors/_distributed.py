@@ -577,9 +577,7 @@ class _Reader:
         inflight = collections.deque()  # (bucket, waiters), in order
         try:
             for b in self.mine:
-                if not ctx.budget.acquire(b.cost):
-                    return
-                if b.kind == "rep" and not b.item.conv:
+                if b.kind == "rep" and not b.item.conv:  # no staging: no budget
                     run = b.item
                     try:
                         waiters = self._start(b, lambda off, at: run.base + run.dest(off))
@@ -588,10 +586,12 @@ class _Reader:
                             self._post(b, self._error(b, e))
                         return
                     inflight.append((b, waiters))
-                    if not self._complete(inflight, keep=_READ_AHEAD):
+                    if ctx.budget.cancelled or not self._complete(inflight, keep=_READ_AHEAD):
                         return
                     continue
-                if not self._complete(inflight):
+                # Every bucket before b is posted before b waits for the
+                # budget, which only the sending of posted buckets frees.
+                if not self._complete(inflight) or not ctx.budget.acquire(b.cost):
                     return
                 try:
                     res = ("ok", self._staged(b))
