@@ -504,8 +504,10 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
 		 * reads whether the map copy can see the page cache (asked
 		 * only where the copy could be made). */
 		f.stream_copy = gpufile__stream_copy_kind();
-		if (!h->remote && gpufile__stream_copy_allowed(
-		                      cfg->host_map_copy, f.stream_copy))
+		f.cpus = gpufile__usable_cpus();
+		if (!h->remote &&
+		    gpufile__stream_copy_allowed(cfg->host_map_copy,
+		                                 f.stream_copy, f.cpus))
 			f.cache_hidden = !gpufile__cache_visible(h);
 		gpufile__decide(&f, d);
 		return 0;

@@ -44,8 +44,9 @@ struct gpufile__settings {
 	((((size) + GPUFILE_ALIGN - 1) & ~(size_t)(GPUFILE_ALIGN - 1)) +       \
 	 GPUFILE_ALIGN)
 
-/* host_map_copy: auto copies with AVX-512 streaming stores only (the
- * measured win, bench/README.md); on also with AVX2's; off never. */
+/* host_map_copy: auto copies with AVX-512 streaming stores only, and only
+ * with GPUFILE__MAP_COPY_MIN_CPUS or more CPUs (the measured win,
+ * bench/README.md); on also with AVX2's and on any CPU count; off never. */
 enum {
 	GPUFILE__MAP_COPY_OFF = 0,
 	GPUFILE__MAP_COPY_ON = 1,
@@ -224,10 +225,14 @@ void gpufile__append_end(struct gpufile *h, int64_t offset, size_t size,
 
 /* ---- the host map copy's rule (decide.c) ---- */
 
+/* auto copies from the map only where the process may run on at least
+ * this many CPUs (decide.c says why). */
+#define GPUFILE__MAP_COPY_MIN_CPUS 8
+
 /* The rule, pure: 1 when host_map_copy mode lets a CPU with stores kind
- * (GPUFILE__STREAM_*) copy from the map (decide.c words it, paths/map_copy.c
- * applies it). */
-int gpufile__stream_copy_allowed(int mode, int kind);
+ * (GPUFILE__STREAM_*), in a process that may run on cpus CPUs, copy from
+ * the map (decide.c words it, paths/map_copy.c applies it). */
+int gpufile__stream_copy_allowed(int mode, int kind, int cpus);
 
 /* ---- worker pool and requests (pool.c) ---- */
 

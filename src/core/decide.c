@@ -107,19 +107,40 @@ static int decide_device(const struct gpufile__facts *f,
 	                                   : "cufile_accel_only=off");
 }
 
-/* How host reads move their bytes: the map copy where host_map_copy and
- * the CPU's streaming stores allow it (gpufile__stream_copy_allowed, the
- * rule map_copy.c applies) and the page cache is visible, else pread. */
+/* Why host reads are not copied from the map, where host_map_copy is not
+ * off and the rule says no: the CPU's stores, or too few CPUs. */
+static const char *no_map_copy(const struct gpufile__facts *f, char *out,
+                               size_t len)
+{
+	if (f->stream_copy == GPUFILE__STREAM_NONE)
+		return ": this CPU has no streaming stores gpufile uses";
+	if (f->stream_copy != GPUFILE__STREAM_AVX512)
+		return ": this CPU has AVX2's streaming stores, not AVX-512's, "
+		       "which auto requires";
+	snprintf(out, len,
+	         ": this process may run on %d CPU%s, and auto copies from "
+	         "the map only with %d or more, where the copy is bound by "
+	         "memory bandwidth and streaming stores save a third of it",
+	         f->cpus, f->cpus == 1 ? "" : "s", GPUFILE__MAP_COPY_MIN_CPUS);
+	return out;
+}
+
+/* How host reads move their bytes: the map copy where host_map_copy, the
+ * CPU's streaming stores and its CPU count allow it
+ * (gpufile__stream_copy_allowed, the rule map_copy.c applies) and the
+ * page cache is visible, else pread. */
 static void decide_host_reads(const struct gpufile__facts *f,
                               struct gpufile__decision *d)
 {
 	static const char *const modes[] = {"off", "on", "auto"};
 	const int mode = f->cfg->host_map_copy;
+	const int allowed =
+	    gpufile__stream_copy_allowed(mode, f->stream_copy, f->cpus);
 	const char *stores =
 	    f->stream_copy == GPUFILE__STREAM_AVX512 ? "AVX-512" : "AVX2";
+	char why[256];
 
-	if (gpufile__stream_copy_allowed(mode, f->stream_copy) &&
-	    f->cache_hidden)
+	if (allowed && f->cache_hidden)
 		snprintf(
 		    d->reason, sizeof(d->reason),
 		    "host: host memory is read and written in place; "
@@ -128,7 +149,7 @@ static void decide_host_reads(const struct gpufile__facts *f,
 		    "does not say which of its pages are cached (mincore), "
 		    "and the map copy is made only of cached pages",
 		    modes[mode]);
-	else if (gpufile__stream_copy_allowed(mode, f->stream_copy))
+	else if (allowed)
 		snprintf(d->reason, sizeof(d->reason),
 		         "host: host memory is read and written in place; "
 		         "warm reads of 256 KiB or more are copied from a map "
@@ -140,11 +161,9 @@ static void decide_host_reads(const struct gpufile__facts *f,
 		         "host: host memory is read and written in place; "
 		         "reads by pread (host_map_copy=%s%s)",
 		         modes[mode],
-		         mode == GPUFILE__MAP_COPY_OFF ? ""
-		         : f->stream_copy == GPUFILE__STREAM_NONE
-		             ? ": this CPU has no streaming stores gpufile uses"
-		             : ": this CPU has AVX2's streaming stores, not "
-		               "AVX-512's, which auto requires");
+		         mode == GPUFILE__MAP_COPY_OFF
+		             ? ""
+		             : no_map_copy(f, why, sizeof(why)));
 }
 
 void gpufile__decide(const struct gpufile__facts *f,
@@ -327,6 +346,7 @@ const char *gpufile__cufile_forced_compat(void)
 void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)
 {
 	f->stream_copy = gpufile__stream_copy_kind();
+	f->cpus = gpufile__usable_cpus();
 	f->cufile_forced = gpufile__cufile_forced_compat();
 	f->nvfs_loaded =
 	    gpufile__platform.nvfs_loaded(f->nvfs_why, sizeof(f->nvfs_why));
@@ -345,10 +365,28 @@ void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)
 /* auto takes AVX-512's 64-byte stores only: on the H200 host, 16 threads
  * copying a 4 GiB file's map with AVX2's 32-byte streaming stores reached
  * 54.8 GB/s against 67-70 with AVX-512's, and on a 2-core AMD VM with
- * AVX2 alone the copy did not beat pread (12.8 against 14.2 GB/s). */
-int gpufile__stream_copy_allowed(int mode, int kind)
+ * AVX2 alone the copy did not beat pread (12.8 against 14.2 GB/s).
+ *
+ * And auto takes it only with GPUFILE__MAP_COPY_MIN_CPUS or more CPUs.
+ * The map copy wins where the copy is bound by memory bandwidth: the
+ * streaming stores skip the destination's read-for-ownership, a third of
+ * the traffic of pread's copy. On the H200 host, 16 threads, that is the
+ * limit (pread 36-43 GB/s, the map copy 70-71). With few cores each
+ * core's copy is the limit, and the map costs page-table work that
+ * pread does not do. On the 2-core AMD EPYC VM with AVX-512
+ * (bench/README.md, "Host reads on 2 cores"): the streaming copy out of
+ * an already populated map ran at the kernel's pace (1 thread 5.9 GB/s,
+ * pread 5.8); each 4 MiB task then adds MADV_POPULATE_READ of the map,
+ * MADV_POPULATE_WRITE of the destination (the writability check,
+ * 0.6-1.0 s of CPU per 2 GiB under a CPU hog: it walks every 4 KiB page)
+ * and MADV_DONTNEED with its TLB flush, so gpufile's map copy ran at
+ * 0.5x pread quiet and 0.6x under a 2-process CPU hog. Any threshold
+ * between 3 and 16 fits both machines; 8 leaves the map copy to hosts
+ * with server-class memory parallelism. */
+int gpufile__stream_copy_allowed(int mode, int kind, int cpus)
 {
 	if (mode == GPUFILE__MAP_COPY_AUTO)
-		return kind == GPUFILE__STREAM_AVX512;
+		return kind == GPUFILE__STREAM_AVX512 &&
+		       cpus >= GPUFILE__MAP_COPY_MIN_CPUS;
 	return mode == GPUFILE__MAP_COPY_ON && kind != GPUFILE__STREAM_NONE;
 }

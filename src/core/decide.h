@@ -29,6 +29,8 @@ struct gpufile__facts {
 	/* The CPU's streaming stores for host reads (platform/cpu.c):
 	 * GPUFILE__STREAM_*. */
 	int stream_copy;
+	/* The CPUs this process may run on (gpufile__usable_cpus). */
+	int cpus;
 	/* 1: the kernel does not tell this process which pages of the file
 	 * are cached (gpufile__mincore_tells), so warm host reads cannot be
 	 * told from cold ones and are not copied from the map. */

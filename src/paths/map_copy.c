@@ -30,8 +30,8 @@
  * The handler is installed only once a guarded copy is to be made, and
  * never with host_map_copy=off: by a streaming copy (a warm host read, a
  * memory-mapped handle's host read; under auto only on a CPU with
- * AVX-512), or by a gathered read's copies from its map (gather.c: memcpy
- * of short runs, any CPU).
+ * AVX-512 and 8 or more usable CPUs), or by a gathered read's copies from its
+ * map (gather.c: memcpy of short runs, any CPU).
  *
  * The guard's state is per thread (initial-exec TLS, so the handler never
  * allocates); the process-wide part is set once, under guard_once.
@@ -328,7 +328,8 @@ int gpufile__guard_ready(int mode)
 
 int gpufile__stream_copy_ready(int mode)
 {
-	if (!gpufile__stream_copy_allowed(mode, gpufile__stream_copy_kind()))
+	if (!gpufile__stream_copy_allowed(mode, gpufile__stream_copy_kind(),
+	                                  gpufile__usable_cpus()))
 		return 0; /* and the handler is not installed */
 	return gpufile__guard_ready(mode);
 }

@@ -1,15 +1,18 @@
 /*
  * The CPU's streaming (non-temporal) stores, for the copy from a file's
  * map (paths/map_copy.c): which the CPU has, found once, and a copy made
- * with them. A fact of the machine: core/decide.c weighs it (the
- * host_map_copy rule), paths/map_copy.c uses the copy.
+ * with them; and how many CPUs the process may run on. Facts of the
+ * machine: core/decide.c weighs them (the host_map_copy rule),
+ * paths/map_copy.c uses the copy.
  */
 #define _GNU_SOURCE
 #include "platform/platform.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -107,4 +110,31 @@ gpufile__copy_fn gpufile__stream_copy_fn(void)
 {
 	pthread_once(&cpu_once, find_copy);
 	return copy;
+}
+
+/* ---- the CPUs this process may use ---- */
+
+static pthread_once_t cpus_once = PTHREAD_ONCE_INIT;
+static int usable_cpus; /* set once, under cpus_once */
+
+static void count_cpus(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	/* A mask of more than CPU_SETSIZE CPUs fails with EINVAL: the
+	 * online count then stands for it (both are far above the rule's
+	 * threshold). */
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		usable_cpus = CPU_COUNT(&set);
+	else
+		usable_cpus = online > 0 ? (int)online : 1;
+	if (usable_cpus < 1)
+		usable_cpus = 1;
+}
+
+int gpufile__usable_cpus(void)
+{
+	pthread_once(&cpus_once, count_cpus);
+	return usable_cpus;
 }

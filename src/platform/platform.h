@@ -38,6 +38,9 @@ int gpufile__stream_copy_kind(void);
  * or NULL where the CPU has none (GPUFILE__STREAM_NONE). */
 typedef void (*gpufile__copy_fn)(char *dst, const char *src, size_t n);
 gpufile__copy_fn gpufile__stream_copy_fn(void);
+/* The CPUs this process may run on (its affinity mask; the online count
+ * where the mask cannot be read), found once. */
+int gpufile__usable_cpus(void);
 
 /* ---- CUDA (cuda_shim.c) ---- */
 
