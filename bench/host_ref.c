@@ -3,7 +3,12 @@
  * the fastest hand-written parallel pread into the same buffer, in one
  * run (issue 14, goal 3: >= 0.95x the fastest reference).
  *
- *	host_ref FILE [--rounds N] [--repeat R] [--json]
+ *	host_ref FILE [--rounds N] [--repeat R] [--threads T,T,...] [--json]
+ *
+ * --threads: the small-machine form (issue 33): pread references of
+ * those thread counts only (each with 4 MiB blocks and with the whole
+ * slice), against gpufile at defaults and with host_map_copy=on and off
+ * (its setting names which), no other readers.
  *
  * One destination: a file-sized buffer, 4 KiB aligned, touched before
  * timing, shared by every reader, so that no reader gains from a smaller
@@ -67,6 +72,7 @@ enum copy_kind {
 struct reader {
 	char name[64];
 	unsigned gpufile_nthreads; /* 0: a hand-written reference */
+	const char *map_copy;      /* host_map_copy for gpufile; NULL: auto */
 	unsigned threads;
 	size_t block; /* 0: the whole slice */
 	enum copy_kind how;
@@ -342,7 +348,8 @@ int main(int argc, char **argv)
 	struct reader readers[4 + 16 + 4 + 7];
 	const char *path = NULL;
 	int rounds = 5, repeat = 3, json = 0, nreaders = 0, fd;
-	unsigned def_threads = 0;
+	unsigned def_threads = 0, small_threads[8];
+	int n_small = 0;
 	struct reader *gf_def, *gf_best = NULL, *ref_best = NULL,
 	                       *map_best = NULL;
 	gpufile_t *h;
@@ -357,7 +364,25 @@ int main(int argc, char **argv)
 			rounds = atoi(argv[++i]);
 		else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
 			repeat = atoi(argv[++i]);
-		else if (!path && argv[i][0] != '-')
+		else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+			char *p = argv[++i], *end;
+
+			for (n_small = 0; *p && n_small < 8; n_small++) {
+				unsigned long t = strtoul(p, &end, 10);
+
+				if (end == p || t < 1 || t > MAX_THREADS)
+					break;
+				small_threads[n_small] = (unsigned)t;
+				p = *end == ',' ? end + 1 : end;
+			}
+			if (*p || !n_small) {
+				fprintf(stderr,
+				        "host_ref: --threads wants a list "
+				        "such as 1,2,4 (each 1..%d)\n",
+				        MAX_THREADS);
+				return 2;
+			}
+		} else if (!path && argv[i][0] != '-')
 			path = argv[i];
 		else {
 			fprintf(stderr, "host_ref: unknown argument '%s'\n",
@@ -395,6 +420,32 @@ int main(int argc, char **argv)
 	snprintf(readers[nreaders].name, sizeof(readers[0].name),
 	         "gpufile nthreads=%u (default)", def_threads);
 	nreaders++;
+	if (n_small) {
+		static const char *const modes[] = {"on", "off"};
+
+		for (size_t m = 0; m < 2; m++) {
+			readers[nreaders] =
+			    (struct reader){.gpufile_nthreads = def_threads,
+			                    .map_copy = modes[m]};
+			snprintf(readers[nreaders].name,
+			         sizeof(readers[0].name),
+			         "gpufile host_map_copy=%s", modes[m]);
+			nreaders++;
+		}
+		for (int t = 0; t < n_small; t++)
+			for (size_t b = 1; b < 4; b += 2) {
+				readers[nreaders] =
+				    (struct reader){.threads = small_threads[t],
+				                    .block = ref_blocks[b]};
+				snprintf(readers[nreaders].name,
+				         sizeof(readers[0].name), "pread %ux%s",
+				         small_threads[t],
+				         block_name(ref_blocks[b], bname,
+				                    sizeof(bname)));
+				nreaders++;
+			}
+		goto measure;
+	}
 	for (size_t i = 0; i < 3; i++) {
 		if (gf_threads[i] == def_threads)
 			continue;
@@ -440,6 +491,7 @@ int main(int argc, char **argv)
 		nreaders++;
 	}
 
+measure:
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < nreaders; k++) {
 			/* Rotate by about nreaders/rounds per round, so that
@@ -449,7 +501,10 @@ int main(int argc, char **argv)
 			double best = 0;
 
 			if (rd->gpufile_nthreads &&
-			    gpufile_use(rd->gpufile_nthreads))
+			    (gpufile_use(rd->gpufile_nthreads) ||
+			     gpufile_config_set("host_map_copy",
+			                        rd->map_copy ? rd->map_copy
+			                                     : "auto")))
 				return 1;
 			for (int i = 0; i < repeat; i++) {
 				double g = rd->gpufile_nthreads
@@ -476,6 +531,8 @@ int main(int argc, char **argv)
 			printf(" %.2f", rd->best_of_round[r]);
 		printf("\n");
 		if (rd->gpufile_nthreads) {
+			if (rd->map_copy)
+				continue; /* a setting, not a thread count */
 			if (!gf_best || rd->median > gf_best->median)
 				gf_best = rd;
 		} else if (rd->how != BY_PREAD) {
