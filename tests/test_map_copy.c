@@ -40,6 +40,7 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,14 @@ static int cpu_has_avx512(void)
 #else
 	return 0;
 #endif
+}
+
+static atomic_int mincore_calls;
+
+static int counting_mincore(void *addr, size_t len, unsigned char *vec)
+{
+	atomic_fetch_add(&mincore_calls, 1);
+	return test_mincore_all_cached(addr, len, vec);
 }
 
 /* The CPUs this process may run on, counted here rather than asked of
@@ -632,6 +641,19 @@ static void test_counted(void)
 	CHECK(!bad);
 	CHECK_EQ(map_bytes() - before,
 	         cpu_has_avx512() && usable_cpus() >= 8 ? SIZE : 0);
+	/* Where auto's rule takes pread, a read does not look its range
+	 * up in the page cache for a copy it will not make (direct_io=off:
+	 * its own lookup, for O_DIRECT, aside). */
+	if (!(cpu_has_avx512() && usable_cpus() >= 8)) {
+		CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
+		mincore_calls = 0;
+		gpufile__sys.mincore = counting_mincore;
+		CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
+		CHECK(!bad);
+		gpufile__sys.mincore = test_mincore_all_cached;
+		CHECK_EQ(atomic_load(&mincore_calls), 0);
+		CHECK_EQ(gpufile_config_set("direct_io", "auto"), 0);
+	}
 	CHECK_EQ(gpufile_config_set("host_map_copy", "on"), 0);
 }
 
