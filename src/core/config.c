@@ -207,7 +207,8 @@ static struct setting settings[] = {
             "host reads of 256 KiB or more that the page cache holds are "
             "copied from a map of the file with streaming stores (SIGBUS "
             "from a file cut short is caught and the range read again): "
-            "auto where the CPU has AVX-512, on also with AVX2, off: pread"),
+            "auto where the CPU has AVX-512 and the process may run on 8 or "
+            "more CPUs, on also with AVX2 or fewer CPUs, off: pread"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {

@@ -380,7 +380,7 @@ void gpufile__platform_facts(struct gpufile__facts *f, const struct stat *st)
  * MADV_POPULATE_WRITE of the destination (the writability check,
  * 0.6-1.0 s of CPU per 2 GiB under a CPU hog: it walks every 4 KiB page)
  * and MADV_DONTNEED with its TLB flush, so gpufile's map copy ran at
- * 0.5x pread quiet and 0.6x under a 2-process CPU hog. Any threshold
+ * 0.2-0.5x pread quiet and 0.2-0.7x under a 2-process CPU hog. Any threshold
  * between 3 and 16 fits both machines; 8 leaves the map copy to hosts
  * with server-class memory parallelism. */
 int gpufile__stream_copy_allowed(int mode, int kind, int cpus)

@@ -101,8 +101,8 @@ int gpufile__user_range_ok(const void *p, size_t n, int write);
 
 /* map_copy.c. Installs the SIGBUS guard on first use; 1 when a guarded
  * streaming copy can be made now under mode (GPUFILE__MAP_COPY_*: the CPU
- * has AVX-512 streaming stores, or for ON AVX2's, and gpufile__guard_ready
- * says 1), else 0. */
+ * has AVX-512 streaming stores and the process 8 or more CPUs, or for ON
+ * AVX2's and any CPU count, and gpufile__guard_ready says 1), else 0. */
 int gpufile__stream_copy_ready(int mode);
 
 /* 1 when the SIGBUS guard is installed (now, unless mode is OFF) and is
