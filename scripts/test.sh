@@ -30,6 +30,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
 TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream|batch|multi_device|map_copy|context}
+# Matched by the regex, but no threads to race: test_remote_redact runs
+# the tool about 220 times to grep its output for a planted secret, each
+# start under TSan a second or more; on a loaded 2-core machine that passed
+# its 600 s limit. The main and ASan stages run it.
+TSAN_EXCLUDE=${TSAN_EXCLUDE:-^test_remote_redact\$}
 jobs=$(nproc 2>/dev/null || echo 2)
 export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$((jobs * 2))}
 logs=$(mktemp -d)
@@ -242,7 +247,7 @@ if build asan "$ASAN_DIR" "${san_flags[@]}" \
 	run_ctest asan "$ASAN_DIR"
 fi
 if build tsan "$TSAN_DIR" "${san_flags[@]}" -DGPUFILE_SANITIZE=thread; then
-	run_ctest tsan "$TSAN_DIR" -R "$TSAN_REGEX"
+	run_ctest tsan "$TSAN_DIR" -R "$TSAN_REGEX" -E "$TSAN_EXCLUDE"
 fi
 
 pytest_stage
