@@ -109,3 +109,13 @@ def size_t(value, name, what):
         raise OverflowError("value too large to convert to size_t "
                             "(%s: %s=%d)" % (what, name, v))
     return v
+
+
+def set_args(config, usage):
+    """The settings a KvikIO set() call names: set({name: value, ...}) or
+    set(name, value), as a dict; ValueError(usage) for any other form."""
+    if len(config) == 1 and isinstance(config[0], dict):
+        return config[0]
+    if len(config) == 2 and isinstance(config[0], str):
+        return {config[0]: config[1]}
+    raise ValueError(usage)

@@ -11,6 +11,7 @@ import atexit
 
 from .. import _info
 from .. import cufile_driver as _gdriver
+from ._errors import set_args
 from .cufile import _call
 
 __all__ = ["properties", "set", "get", "libcufile_version", "driver_open",
@@ -98,15 +99,7 @@ _ERR = ("Valid arguments are kvikio.cufile_driver.set(config: dict) or "
 def set(*config):
     """set({name: value, ...}) or set(name, value); as a context manager,
     restores the previous values on exit."""
-    if len(config) == 1:
-        if not isinstance(config[0], dict):
-            raise ValueError(_ERR)
-        return ConfigContextManager(config[0])
-    if len(config) == 2:
-        if not isinstance(config[0], str):
-            raise ValueError(_ERR)
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(_ERR)
+    return ConfigContextManager(set_args(config, _ERR))
 
 
 def get(config_name):

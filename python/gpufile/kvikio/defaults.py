@@ -20,7 +20,7 @@ import enum
 import warnings
 
 from .. import defaults as _gdefaults
-from ._errors import size_t
+from ._errors import set_args, size_t
 
 __all__ = ["set", "get", "is_compat_mode_preferred", "CompatMode",
            "ConfigContextManager"]
@@ -177,15 +177,7 @@ _ERR = ("Valid arguments are kvikio.defaults.set(config: dict) or "
 def set(*config):
     """set({name: value, ...}) or set(name, value): sets them (all or
     none); as a context manager, restores them on exit."""
-    if len(config) == 1:
-        if not isinstance(config[0], dict):
-            raise ValueError(_ERR)
-        return ConfigContextManager(config[0])
-    if len(config) == 2:
-        if not isinstance(config[0], str):
-            raise ValueError(_ERR)
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(_ERR)
+    return ConfigContextManager(set_args(config, _ERR))
 
 
 def get(config_name):
