@@ -18,7 +18,10 @@
 # script installs (nginx, botocore, s3rver, libcurl, ...) fails, naming it,
 # when it is missing; skips remain for what CI cannot have (a GPU, cuFile).
 #
-# Environment: BUILD_DIR, ASAN_DIR, TSAN_DIR override the build folders;
+# Environment: TEST_STAGES, a comma-separated list of stages to run
+# (main,cli,asan,tsan,python,python-asan,python-install,format; default all;
+# a stage builds what it needs: python-asan builds build-asan/);
+# BUILD_DIR, ASAN_DIR, TSAN_DIR override the build folders;
 # CTEST_PARALLEL_LEVEL: tests run at once (default: twice the cores; the
 # tests mostly wait on children, servers and sleeps: on 2 cores the main
 # stage took 110 s one at a time and 35 s four at a time).
@@ -35,6 +38,25 @@ TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bou
 # start under TSan a second or more; on a loaded 2-core machine that passed
 # its 600 s limit. The main and ASan stages run it.
 TSAN_EXCLUDE=${TSAN_EXCLUDE:-^test_remote_redact\$}
+TEST_STAGES=${TEST_STAGES:-main,cli,asan,tsan,python,python-asan,python-install,format}
+all_stages=main,cli,asan,tsan,python,python-asan,python-install,format
+for s in ${TEST_STAGES//,/ }; do
+	case ",$all_stages," in
+	*",$s,"*) ;;
+	*)
+		echo "test: TEST_STAGES=\"$TEST_STAGES\": no stage \"$s\" (stages: $all_stages)" >&2
+		exit 2
+		;;
+	esac
+done
+# want STAGE...: true when any of the stages is to run.
+want() {
+	local s
+	for s in "$@"; do
+		case ",$TEST_STAGES," in *",$s,"*) return 0 ;; esac
+	done
+	return 1
+}
 jobs=$(nproc 2>/dev/null || echo 2)
 export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$((jobs * 2))}
 logs=$(mktemp -d)
@@ -234,29 +256,31 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
-if build main "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	-DGPUFILE_WERROR=ON; then
-	run_ctest main "$BUILD_DIR"
-	cli_smoke "$BUILD_DIR"
+# The main build also serves the python, python-install stages.
+if want main cli python python-install &&
+	build main "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DGPUFILE_WERROR=ON; then
+	want main && run_ctest main "$BUILD_DIR"
+	want cli && cli_smoke "$BUILD_DIR"
 fi
 
 san_flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1"
 	-DGPUFILE_BENCH=OFF)
-if build asan "$ASAN_DIR" "${san_flags[@]}" \
+if want asan python-asan && build asan "$ASAN_DIR" "${san_flags[@]}" \
 	-DGPUFILE_SANITIZE=address,undefined; then
-	run_ctest asan "$ASAN_DIR"
+	want asan && run_ctest asan "$ASAN_DIR"
 fi
-if build tsan "$TSAN_DIR" "${san_flags[@]}" -DGPUFILE_SANITIZE=thread; then
+if want tsan && build tsan "$TSAN_DIR" "${san_flags[@]}" -DGPUFILE_SANITIZE=thread; then
 	run_ctest tsan "$TSAN_DIR" -R "$TSAN_REGEX" -E "$TSAN_EXCLUDE"
 fi
 
-pytest_stage
+want python && pytest_stage
 
 # ---- python-asan: the binding's tests against the ASan+UBSan library, its
 # sanitizer runtimes preloaded into python (a File.close() racing a call in
 # flight was a heap use-after-free that only ASan shows). Python's own
 # allocations are not leaks of the library: detect_leaks=0.
-if [ -f "$ASAN_DIR/libgpufile.so" ]; then
+if want python-asan && [ -f "$ASAN_DIR/libgpufile.so" ]; then
 	asan_rt=$(ldd "$ASAN_DIR/libgpufile.so" | awk '/lib(a|ub)san/ {print $3}' | paste -sd:)
 	ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
 		pytest_stage python-asan "$ASAN_DIR" "$asan_rt"
@@ -293,17 +317,20 @@ print("installed", gpufile.__file__, "read", len(data), "bytes: ok")
 		record python-install 0 1 0
 	fi
 }
-python_install_stage
+want python-install && python_install_stage
 
 # Every C file follows .clang-format: one check, counted as one test.
-step "format: clang-format --dry-run --Werror on every C file"
-if (cd "$root" && git ls-files -z '*.c' '*.h' |
-	xargs -0 clang-format --dry-run --Werror) >"$logs/format" 2>&1; then
-	record format 1 0 0
-else
-	head -40 "$logs/format"
-	record format 0 1 0
-fi
+format_stage() {
+	step "format: clang-format --dry-run --Werror on every C file"
+	if (cd "$root" && git ls-files -z '*.c' '*.h' |
+		xargs -0 clang-format --dry-run --Werror) >"$logs/format" 2>&1; then
+		record format 1 0 0
+	else
+		head -40 "$logs/format"
+		record format 0 1 0
+	fi
+}
+want format && format_stage
 
 print_skips
 step "summary"
