@@ -18,7 +18,7 @@ from conftest import missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-S3RVER = os.environ.get("GPUFILE_S3RVER") or os.path.join(
+S3RVER = os.environ.get("S3RVER") or os.path.join(
     ROOT, ".deps", "s3rver", "node_modules", ".bin", "s3rver")
 SIZE = (3 << 20) + 12345
 BUCKET = "gpufile-bucket"
