@@ -4,9 +4,10 @@ Read from the source, not from sys.modules: every ``from . import X``,
 ``from .X import Y``, ``from .. import X`` and ``import gpufile.X`` line
 counts, those inside functions too (an import deferred into a function is
 still a loop: _file.py and _page_cache.py each imported the other inside
-functions). A package's __init__ is left out of the graph: it gathers the
-public names, and a module reaching back into its own package for one is a
-separate matter.
+functions). A package's __init__ is a node of the graph too, but only
+for names: `from . import _core` needs the module _core, while
+`from . import _on_device` in a module needs its package's __init__, which
+imports that module in turn (safetensors/_slice.py did that).
 """
 import ast
 import os
@@ -48,15 +49,15 @@ def _targets(node, module, is_package, mods):
         sub = prefix + "." + alias.name
         if sub in mods:  # "from . import _lib": the module _lib
             out.append(sub)
-        elif prefix in mods:  # "from ._file import File": the module _file
-            out.append(prefix)
+        elif prefix in mods:  # "from ._file import File": the module _file;
+            out.append(prefix)  # "from . import name": the package's __init__
     return out
 
 
 def import_graph():
-    """{module: {imported module: (path, line)}} without packages."""
+    """{module or package: {imported module or package: (path, line)}}."""
     mods = _modules()
-    graph = {m: {} for m, (_, is_package) in mods.items() if not is_package}
+    graph = {m: {} for m in mods}
     for module in graph:
         path, is_package = mods[module]
         with open(path, encoding="utf-8") as f:
@@ -112,6 +113,10 @@ def test_the_graph_sees_function_level_imports():
     assert "gpufile._file" in graph["gpufile._page_cache"]
     assert "gpufile._file" in graph["gpufile.safetensors._core"]
     assert "gpufile._lib" in graph["gpufile._file"]
+    # A name from a package is an edge to the package; a module of it is not.
+    assert "gpufile.safetensors._core" in graph["gpufile.safetensors"]
+    assert "gpufile.safetensors" not in graph["gpufile.safetensors._slice"]
+    assert "gpufile.safetensors" in graph["gpufile.safetensors.torch"]
 
 
 def test_find_cycle_names_a_loop():

@@ -31,8 +31,6 @@ OSError / KeyError / ValueError / IndexError gpufile raises there
 """
 
 import concurrent.futures
-import contextlib
-import json
 import os
 
 from .. import _lib
@@ -60,17 +58,6 @@ def _set_current(fw, device):
         fw.cp.cuda.Device(device).use()
 
 
-def _on_device(fw, device):
-    """A context manager making device current in the caller's thread for
-    its duration only (the caller's own current device is restored)."""
-    if device is None or fw.name not in ("pt", "cupy"):
-        return contextlib.nullcontext()
-    fw.need_gpu(device)  # gpufile's "no usable GPU", not the framework's error
-    if fw.name == "pt":
-        return fw.torch.cuda.device(device)
-    return fw.cp.cuda.Device(device)
-
-
 def _group(header, device, device_map):
     """{device: [TensorInfo in offset order]} of an open Header: device
     (parsed once) for every tensor without a device_map; with one, each
@@ -96,7 +83,7 @@ def _load_header(header, fw, device, device_map, parallel=True):
     if len(groups) <= 1 or not parallel:
         out = {}
         for dev, infos in groups.items():
-            with _on_device(fw, dev):
+            with _core.on_device(fw, dev):
                 out.update(_core.load_group(header, infos, fw, dev, ordered=True))
         return out
     return _run_per_device(
@@ -203,7 +190,7 @@ class safe_open:
 
     def get_tensor(self, name):
         info = self._h.info(name)
-        with self._h.hold(), _on_device(self._fw, self._device):
+        with self._h.hold(), _core.on_device(self._fw, self._device):
             return _core.load_group(self._h, [info], self._fw, self._device)[name]
 
     def get_slice(self, name):
@@ -269,59 +256,6 @@ def save(tensors, metadata=None):
             return f.read()
 
 
-def _checkpoint_files(path):
-    """(index dict or None, folder, [shard files]) for an index .json, a
-    folder holding model.safetensors.index.json or *.safetensors, or one
-    .safetensors file."""
-    path = os.fsdecode(path)
-    if os.path.isdir(path):
-        idx = [n for n in sorted(os.listdir(path)) if n.endswith(".safetensors.index.json")]
-        if len(idx) > 1:
-            raise ValueError("%s: several index files (%s); name the one to load"
-                             % (path, ", ".join(idx)))
-        if idx:
-            path = os.path.join(path, idx[0])
-        else:
-            shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
-            if not shards:
-                raise FileNotFoundError(2, "%s: no *.safetensors.index.json and no "
-                                        "*.safetensors file in the folder" % path, path)
-            return None, path, [os.path.join(path, n) for n in shards]
-    if not path.endswith(".json"):
-        return None, os.path.dirname(path), [path]
-    failed = None
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        failed = (type(e), e.errno, e.strerror)
-    if failed:  # named as the library names a URL; no chained original
-        raise failed[0](failed[1], failed[2], _lib.shown_name(path))
-    with f:
-        try:
-            index = json.load(f)
-        except ValueError as e:
-            raise ValueError("%s: not a valid JSON index: %s" % (path, e)) from None
-    wm = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
-        raise ValueError("%s: no \"weight_map\" object of tensor name -> shard file"
-                         % path)
-    folder = os.path.dirname(os.path.abspath(path))
-    shards = []
-    for v in wm.values():
-        if os.path.isabs(v) or ".." in v.split("/"):
-            raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
-        p = _shard_path(folder, v)
-        if p not in shards:
-            shards.append(p)
-    return index, folder, shards
-
-
-def _shard_path(folder, shard):
-    """The path of a weight_map shard name: normalised, so that
-    "./s1.safetensors" and "s1.safetensors" are one file, opened once."""
-    return os.path.join(folder, os.path.normpath(shard))
-
-
 def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framework="pt",
                     parallel=True):
     """Every tensor of a sharded checkpoint (model.safetensors.index.json,
@@ -332,7 +266,7 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
     Raises ValueError when the index names a tensor its shard lacks, or a
     name is in two shards."""
     fw = _core.framework(framework)
-    index, folder, shards = _checkpoint_files(index_json_or_dir)
+    index, folder, shards = _core.checkpoint_files(index_json_or_dir)
     headers = [_core.Header(p) for p in shards]
     try:
         owner = {}
@@ -344,7 +278,7 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
                 owner[name] = h.path
         if index is not None:
             for name, shard in index["weight_map"].items():
-                p = _shard_path(folder, shard)
+                p = _core.shard_path(folder, shard)
                 if owner.get(name) != p:
                     raise ValueError("%s: weight_map puts tensor %r in %s, which has "
                                      "no such tensor" % (index_json_or_dir, name, p))
@@ -356,7 +290,7 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
         if not parallel:
             out = {}
             for dev, fn in jobs:
-                with _on_device(fw, dev):
+                with _core.on_device(fw, dev):
                     out.update(fn())
             return out
         return _run_per_device(jobs, fw)

@@ -6,6 +6,7 @@ Frameworks are imported only when a call needs them.
 """
 
 import collections
+import contextlib
 import ctypes
 import errno
 import json
@@ -271,6 +272,17 @@ def need_gpu(device):
     if device >= n:
         raise _lib.Error(errno.ENODEV, "cuda:%d: no usable GPU of that ordinal (this "
                          "machine has %d)" % (device, n))
+
+
+def on_device(fw, device):
+    """A context manager making device current in the caller's thread for
+    its duration only (the caller's own current device is restored)."""
+    if device is None or fw.name not in ("pt", "cupy"):
+        return contextlib.nullcontext()
+    fw.need_gpu(device)  # gpufile's "no usable GPU", not the framework's error
+    if fw.name == "pt":
+        return fw.torch.cuda.device(device)
+    return fw.cp.cuda.Device(device)
 
 
 def _current_cuda():
@@ -778,6 +790,59 @@ def dtype_order():
             return names
         names.append(n.decode())
         k += 1
+
+
+def checkpoint_files(path):
+    """(index dict or None, folder, [shard files]) for an index .json, a
+    folder holding model.safetensors.index.json or *.safetensors, or one
+    .safetensors file."""
+    path = os.fsdecode(path)
+    if os.path.isdir(path):
+        idx = [n for n in sorted(os.listdir(path)) if n.endswith(".safetensors.index.json")]
+        if len(idx) > 1:
+            raise ValueError("%s: several index files (%s); name the one to load"
+                             % (path, ", ".join(idx)))
+        if idx:
+            path = os.path.join(path, idx[0])
+        else:
+            shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+            if not shards:
+                raise FileNotFoundError(2, "%s: no *.safetensors.index.json and no "
+                                        "*.safetensors file in the folder" % path, path)
+            return None, path, [os.path.join(path, n) for n in shards]
+    if not path.endswith(".json"):
+        return None, os.path.dirname(path), [path]
+    failed = None
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        failed = (type(e), e.errno, e.strerror)
+    if failed:  # named as the library names a URL; no chained original
+        raise failed[0](failed[1], failed[2], _lib.shown_name(path))
+    with f:
+        try:
+            index = json.load(f)
+        except ValueError as e:
+            raise ValueError("%s: not a valid JSON index: %s" % (path, e)) from None
+    wm = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise ValueError("%s: no \"weight_map\" object of tensor name -> shard file"
+                         % path)
+    folder = os.path.dirname(os.path.abspath(path))
+    shards = []
+    for v in wm.values():
+        if os.path.isabs(v) or ".." in v.split("/"):
+            raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
+        p = shard_path(folder, v)
+        if p not in shards:
+            shards.append(p)
+    return index, folder, shards
+
+
+def shard_path(folder, shard):
+    """The path of a weight_map shard name: normalised, so that
+    "./s1.safetensors" and "s1.safetensors" are one file, opened once."""
+    return os.path.join(folder, os.path.normpath(shard))
 
 
 def build_header(entries, metadata):

@@ -459,9 +459,8 @@ def _check_names(tables, index, folder, where):
                                  % (t.name, owner[t.name], tab["path"]))
             owner[t.name] = tab["path"]
     if index is not None:
-        from . import _shard_path
         for name, shard in index["weight_map"].items():
-            p = _lib.shown_name(_shard_path(folder, shard))
+            p = _lib.shown_name(_core.shard_path(folder, shard))
             if owner.get(name) != p:
                 raise ValueError("%s: weight_map puts tensor %r in %s, which has no such "
                                  "tensor" % (where, name, p))
@@ -474,8 +473,7 @@ def _resolve(checkpoint):
         if not files:
             raise ValueError("load_distributed: an empty list of files")
         return None, None, files
-    from . import _checkpoint_files
-    return _checkpoint_files(checkpoint)
+    return _core.checkpoint_files(checkpoint)
 
 
 # ---- reading -------------------------------------------------------------

@@ -388,5 +388,4 @@ class Slice:
 def _core_device(owner):
     # The framework's current device is the safe_open's for the copies
     # and allocations a slice makes (the caller's is restored).
-    from . import _on_device
-    return _on_device(owner._fw, owner._device)
+    return _core.on_device(owner._fw, owner._device)
