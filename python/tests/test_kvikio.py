@@ -115,6 +115,10 @@ def test_cufile_errors(tmp_path, npfile):
             f.read(np.empty(10))
         with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
             f.raw_write(a)
+        with pytest.raises(ValueError, match="Non-CUDA buffers not supported"):
+            f.raw_write_async(a, 0)
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            f.raw_read_async(a, 0)
     with pytest.raises(ValueError, match="closed"):
         f.write(a)
 

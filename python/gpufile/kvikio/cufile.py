@@ -246,21 +246,20 @@ class CuFile:
 
     def raw_read_async(self, buf, raw_stream, size=None, file_offset=0,
                        dev_offset=0):
-        size, file_offset = self._check("read", size, file_offset)
-        view = self._device_range(buf, size, dev_offset, True,
-                                  "raw_read_async",
-                                  _stream_handle(raw_stream, "raw_read_async"))
-        return IOFutureStream(_call(self._file.read_async, view, raw_stream,
-                                    size, file_offset))
+        return self._raw_async("read", buf, raw_stream, size, file_offset, dev_offset)
 
     def raw_write_async(self, buf, raw_stream, size=None, file_offset=0,
                         dev_offset=0):
-        size, file_offset = self._check("write", size, file_offset)
-        view = self._device_range(buf, size, dev_offset, False,
-                                  "raw_write_async",
-                                  _stream_handle(raw_stream, "raw_write_async"))
-        return IOFutureStream(_call(self._file.write_async, view, raw_stream,
-                                    size, file_offset))
+        return self._raw_async("write", buf, raw_stream, size, file_offset, dev_offset)
+
+    def _raw_async(self, op, buf, raw_stream, size, file_offset, dev_offset):
+        """raw_read_async / raw_write_async: op is "read" or "write"."""
+        what = "raw_%s_async" % op
+        size, file_offset = self._check(op, size, file_offset)
+        view = self._device_range(buf, size, dev_offset, op == "read", what,
+                                  _stream_handle(raw_stream, what))
+        call = self._file.read_async if op == "read" else self._file.write_async
+        return IOFutureStream(_call(call, view, raw_stream, size, file_offset))
 
     # KvikIO's C++ FileHandle::read_async/write_async names; the stream
     # (a CuPy or PyTorch stream, or a CUstream as an int) comes second.
