@@ -902,6 +902,19 @@ static void test_misspelled(void)
 	CHECK(find_warning("KVIKIO_NTHREAD is not a setting gpufile knows "
 	                   "from KvikIO; did you mean KVIKIO_NTHREADS?") >= 0);
 	CHECK_EQ(gpufile_config_warning_count(), 2);
+	/* A name of any length is named (one of 64+ bytes was passed over). */
+	{
+		char var[101];
+		memset(var, 'X', sizeof(var) - 1);
+		memcpy(var, "GPUFILE_TASK_SIZE_", 18);
+		var[sizeof(var) - 1] = '\0';
+		setenv(var, "1", 1);
+		gpufile_config_reset();
+		strcat(strcpy(w, var), " is not a setting");
+		CHECK(find_warning(w) >= 0);
+		CHECK_EQ(gpufile_config_warning_count(), 3);
+		unsetenv(var);
+	}
 	/* The project's own other variables are no misspellings. */
 	setenv("GPUFILE_LIBRARY", "/x/libgpufile.so", 1);
 	gpufile_config_reset();

@@ -809,19 +809,22 @@ static void check_names(void)
 	for (char **e = environ; e && *e; e++) {
 		for (int p = 0; p < 2; p++) {
 			size_t n = strlen(prefixes[p]);
-			char var[64], closest[64];
+			char closest[64], *var;
 			const char *eq = strchr(*e, '=');
 
-			if (strncmp(*e, prefixes[p], n) != 0 || !eq ||
-			    (size_t)(eq - *e) >= sizeof(var))
+			if (strncmp(*e, prefixes[p], n) != 0 || !eq)
 				continue;
-			memcpy(var, *e, (size_t)(eq - *e));
-			var[eq - *e] = '\0';
+			/* Sized from the name: a long one is named too. */
+			var = strndup(*e, (size_t)(eq - *e));
+			if (!var)
+				continue; /* no memory: no warning, nothing else
+				           */
 			if (!known(var, prefixes[p], closest, sizeof(closest)))
 				warn("%s is not a setting%s; did you mean %s? "
 				     "(ignored)",
 				     var, p ? " gpufile knows from KvikIO" : "",
 				     closest);
+			free(var);
 		}
 	}
 }
