@@ -113,7 +113,7 @@ static void test_other_values(const char *file)
 	snprintf(args, sizeof(args), "write %s", file);
 	expect(2, "--size is required", args);
 	snprintf(args, sizeof(args), "write %s --size 1m --d", file);
-	expect(2, "option --d is ambiguous (--direct, --device)", args);
+	expect(2, "option --d is ambiguous (--device, --direct)", args);
 	snprintf(args, sizeof(args), "write %s --size 1m --di=1", file);
 	expect(2, "option --direct takes no value (got \"1\")", args);
 	expect(2, "--task-size \"0\": must be at least",

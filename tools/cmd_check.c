@@ -8,6 +8,7 @@
 #include "json.h"
 #include "msg.h"
 #include "options.h"
+#include "run_settings.h"
 #include "text.h"
 
 #include <stdio.h>
@@ -17,7 +18,7 @@
 #define MAX_ITEMS 256
 
 static const char *const usage =
-    "Usage: gpufile check [PATH] [--json]\n"
+    "Usage: gpufile check [PATH | URL] [--json] " RUN_SETTINGS_PATH_USAGE "\n"
     "\n"
     "Checks what decides the data path: libcufile (where, which version)\n"
     "and whether its driver opens, nvidia-fs, GPUs and their PCIe\n"
@@ -26,10 +27,13 @@ static const char *const usage =
     "system and whether GDS supports it, its block device, whether\n"
     "O_DIRECT opens, and the path a device read of it takes at each\n"
     "layer (gpufile: cufile or posix; cuFile: nvfs or posix), with the\n"
-    "reason. Each check says pass, fail or unknown, and why.\n"
+    "reason. With an http://, https:// or s3://BUCKET/KEY URL: the\n"
+    "endpoint (redacted), whether credentials are present, and the\n"
+    "object's size (see gpufile(1), REMOTE OBJECTS). Each check says\n"
+    "pass, fail or unknown, and why.\n"
     "\n"
-    "  --json         print one JSON object instead of text\n"
-    "  --help         print this help\n"
+    "  --json         print one JSON object instead of "
+    "text\n" RUN_SETTINGS_PATH_HELP "  --help         print this help\n"
     "\n"
     "Exit status: 0 when the checks ran (whatever the platform lacks),\n"
     "1 when PATH cannot be examined or read by this user, or when the\n"
@@ -108,13 +112,19 @@ int cmd_check(int argc, char **argv)
 	const char *cmd = "check", *path = NULL;
 	gpufile_check_item_t *items;
 	int as_json = 0, n, counts[3] = {0}, input_failed, rc, first;
+	struct run_settings settings = {0};
 	const struct opt opts[] = {
 	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+	    RUN_SETTINGS_PATH_OPTS(&settings),
 	};
-	const struct opt_spec spec = {cmd, usage, opts, 1, "PATH", 0, 1};
+	const struct opt_spec spec = {
+	    cmd, usage, opts, sizeof(opts) / sizeof(opts[0]), "PATH", 0, 1};
 
 	first = opt_parse(&spec, argc, argv, &rc);
 	if (first < 0)
+		return rc;
+	rc = run_settings_apply(cmd, &settings);
+	if (rc)
 		return rc;
 	if (first < argc)
 		path = argv[first];

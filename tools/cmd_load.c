@@ -3,12 +3,14 @@
  * gpufile_safetensors_load, timed, with the paths that carried the bytes.
  */
 #define _GNU_SOURCE
+#include "checkpoint.h"
 #include "commands.h"
 #include "gpufile.h"
 #include "json.h"
 #include "measure.h"
 #include "msg.h"
 #include "options.h"
+#include "run_settings.h"
 #include "summary.h"
 #include "target.h"
 #include "text.h"
@@ -21,7 +23,14 @@
 #define PAGE 4096u
 
 static const char load_usage[] =
-    "Usage: gpufile load FILE... [--host | --device N] [--json]\n"
+    "Usage: gpufile load FILE|DIR|INDEX.json|URL... [--host | --device N]\n"
+    "                    [--json] " RUN_SETTINGS_USAGE "\n"
+    "\n"
+    "Loads safetensors files, given as files, as a checkpoint folder (its\n"
+    "*.safetensors.index.json, else every *.safetensors in it), as an\n"
+    "index (model.safetensors.index.json: the shards its weight_map names,\n"
+    "each once) or as http://, https:// or s3://BUCKET/KEY URLs (see\n"
+    "gpufile(1), REMOTE OBJECTS).\n"
     "\n"
     "Opens each safetensors FILE (its header parsed and validated: an error\n"
     "names the file, the tensor and the field at fault), reads its whole\n"
@@ -36,7 +45,7 @@ static const char load_usage[] =
     "\n"
     "  --host         load into host memory even when a GPU is usable\n"
     "  --device N     load into device memory of GPU N (error if unusable)\n"
-    "  --json         print one JSON object instead of text\n"
+    "  --json         print one JSON object instead of text\n" RUN_SETTINGS_HELP
     "  --help         print this help\n"
     "\n"
     "Exit status: 0 ok, 1 I/O, format or runtime error, 2 usage error.\n";
@@ -190,34 +199,21 @@ static void report_json(const struct load_file *files, int nfiles,
 	json_key_double(&j, "seconds", seconds);
 	json_key_double(&j, "gbps", measure_gbps(bytes, seconds));
 	summary_json_paths(&j, "paths", before, after, 0);
+	summary_json_settings(&j, "settings");
 	json_key_str(&j, "version", gpufile_version());
 	json_object_end(&j);
 }
 
-int cmd_load(int argc, char **argv)
+/* Loads the files of args, and reports. */
+static int cmd_load_files(const char *cmd, int want_host, int want_device,
+                          int json, const struct checkpoint_files *args)
 {
-	static const char *const cmd = "load";
-	int want_host = 0, want_device = -1, json = 0, first, nfiles;
 	struct target t = {.device = -1};
 	char target[32];
 	struct load_file *files;
 	gpufile_stats_t before, after;
-	int rc = EXIT_OK;
-	const struct opt opts[] = {
-	    {.name = "host", .kind = OPT_FLAG, .dest = &want_host},
-	    {.name = "device", .kind = OPT_DEVICE, .dest = &want_device},
-	    {.name = "json", .kind = OPT_FLAG, .dest = &json},
-	};
-	const struct opt_spec spec = {
-	    cmd,    load_usage, opts,   sizeof(opts) / sizeof(opts[0]),
-	    "FILE", 1,          INT_MAX};
+	int rc = EXIT_OK, nfiles;
 
-	first = opt_parse(&spec, argc, argv, &rc);
-	if (first < 0)
-		return rc;
-	rc = target_check_options(cmd, want_host, want_device);
-	if (rc)
-		return rc;
 	if (gpufile_config_check())
 		return msg_error(cmd, "%s", gpufile_errmsg());
 	if (target_choose(cmd, want_host, want_device, &t))
@@ -226,16 +222,16 @@ int cmd_load(int argc, char **argv)
 	target_name(&t, 1, target, sizeof(target));
 	if (gpufile_warmup())
 		return msg_error(cmd, "warmup: %s", gpufile_errmsg());
-	nfiles = argc - first;
+	nfiles = args->count;
 	files = calloc((size_t)nfiles, sizeof(*files));
 	if (!files)
 		return msg_error(cmd, "out of memory");
 	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
-		files[i].path = text_shown_path(argv[first + i]);
+		files[i].path = text_shown_path(args->paths[i]);
 		rc = files[i].path
-		         ? load_one(cmd, t.device, argv[first + i], &files[i])
+		         ? load_one(cmd, t.device, args->paths[i], &files[i])
 		         : msg_error(cmd, "out of memory");
 	}
 	GPUFILE_INIT(after);
@@ -251,5 +247,41 @@ int cmd_load(int argc, char **argv)
 	for (int i = 0; i < nfiles; i++)
 		free(files[i].path);
 	free(files);
+	return rc;
+}
+
+int cmd_load(int argc, char **argv)
+{
+	static const char *const cmd = "load";
+	int want_host = 0, want_device = -1, json = 0, first;
+	struct run_settings settings = {0};
+	struct checkpoint_files args = {0};
+	int rc = EXIT_OK;
+	const struct opt opts[] = {
+	    {.name = "host", .kind = OPT_FLAG, .dest = &want_host},
+	    {.name = "device", .kind = OPT_DEVICE, .dest = &want_device},
+	    {.name = "json", .kind = OPT_FLAG, .dest = &json},
+	    RUN_SETTINGS_OPTS(&settings),
+	};
+	const struct opt_spec spec = {
+	    cmd,    load_usage, opts,   sizeof(opts) / sizeof(opts[0]),
+	    "FILE", 1,          INT_MAX};
+
+	first = opt_parse(&spec, argc, argv, &rc);
+	if (first < 0)
+		return rc;
+	rc = target_check_options(cmd, want_host, want_device);
+	if (rc == 0)
+		rc = run_settings_apply(cmd, &settings);
+	if (rc)
+		return rc;
+	for (int i = first; i < argc && rc == EXIT_OK; i++)
+		rc = checkpoint_expand(cmd, argv[i], &args);
+	if (rc) {
+		checkpoint_files_free(&args);
+		return rc;
+	}
+	rc = cmd_load_files(cmd, want_host, want_device, json, &args);
+	checkpoint_files_free(&args);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #include "msg.h"
 #include "options.h"
 #include "progress.h"
+#include "run_settings.h"
 #include "summary.h"
 #include "target.h"
 #include "text.h"
@@ -39,10 +40,15 @@ static const char usage[] =
     "[--size B]\n"
     "                         [--window B] [--repeat K] [--json]\n"
     "                         [--no-progress]\n"
+    "                         " RUN_SETTINGS_USAGE "\n"
     "\n"
     "Reads SIZE bytes of FILE at OFFSET into a fresh buffer, K times, and\n"
     "reports the time, the throughput (GB/s, 1 GB = 1e9 bytes) of the best\n"
-    "and the mean repeat, and which data path carried the bytes.\n"
+    "and the mean repeat, and which data path carried the bytes. FILE may\n"
+    "be an http://, https:// or s3://BUCKET/KEY URL (see gpufile(1),\n"
+    "REMOTE OBJECTS). Each repeat's rate is its own bytes over its own\n"
+    "time; a warning says when repeats read different amounts (the file\n"
+    "changed during the run).\n"
     "\n"
     "The buffer is device memory of GPU 0 when a GPU is usable, else host\n"
     "memory (4096-byte aligned, touched before timing); the report says\n"
@@ -60,12 +66,13 @@ static const char usage[] =
     "  --repeat K     read K times (default 1)\n"
     "  --json         print one JSON object instead of text\n"
     "  --no-progress  no progress line (it is shown on stderr only when\n"
-    "                 stderr is a terminal and the read is >= 64 MiB)\n"
-    "  --help         print this help\n"
+    "                 stderr is a terminal and the read is >= 64 "
+    "MiB)\n" RUN_SETTINGS_HELP "  --help         print this help\n"
     "\n"
     "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
     "TiB, KB, MB, GB or TB (any case; all binary). Settings come from\n"
-    "GPUFILE_* variables (see gpufile config).\n"
+    "GPUFILE_* variables (see gpufile config); the options above set\n"
+    "theirs over them (gpufile(1), RUN SETTINGS).\n"
     "Exit status: 0 ok (a short read included), 1 I/O or runtime error,\n"
     "2 usage error.\n";
 
@@ -73,14 +80,17 @@ struct read_options {
 	const char *file;
 	uint64_t offset, size, window, repeat;
 	int have_size, have_window, want_host, want_device, json, quiet;
+	struct run_settings settings;
 };
 
 struct read_result {
 	int64_t file_size;
-	uint64_t bytes;   /* read by each repeat */
+	uint64_t bytes;   /* read by the last repeat */
 	uint64_t window;  /* buffer size used */
 	uint64_t windows; /* pread calls per repeat */
 	double best, mean, *seconds;
+	uint64_t *bytes_each;       /* read by repeat i */
+	uint64_t best_bytes, total; /* of the fastest repeat; of all */
 	gpufile_stats_t before, after;
 	gpufile_path_t device_path;
 	char path_reason[512];
@@ -114,6 +124,7 @@ static int parse(int argc, char **argv, struct read_options *o)
 	     .max = 1000000},
 	    {.name = "json", .kind = OPT_FLAG, .dest = &o->json},
 	    {.name = "no-progress", .kind = OPT_FLAG, .dest = &o->quiet},
+	    RUN_SETTINGS_OPTS(&o->settings),
 	};
 	const struct opt_spec spec = {
 	    "read", usage, opts, sizeof(opts) / sizeof(opts[0]), "FILE", 1, 1};
@@ -122,6 +133,8 @@ static int parse(int argc, char **argv, struct read_options *o)
 	if (first < 0)
 		return rc;
 	rc = target_check_options("read", o->want_host, o->want_device);
+	if (rc == 0)
+		rc = run_settings_check("read", &o->settings);
 	if (rc)
 		return rc;
 	o->file = argv[first];
@@ -191,6 +204,37 @@ static int read_once(gpufile_t *h, const struct target *t,
 	return 0;
 }
 
+/*
+ * The best repeat is the one of the highest rate, each rate its own bytes
+ * over its own time, and the mean rate all bytes over all time: where the
+ * file changed between repeats, the last repeat's bytes over the fastest
+ * repeat's time printed 53 GB/s for a file that shrank mid-run. Warns
+ * when the repeats read different amounts.
+ */
+static void rate_repeats(const struct read_options *o, struct read_result *r)
+{
+	uint64_t i, best = 0, odd = 0;
+
+	r->total = 0;
+	for (i = 0; i < o->repeat; i++) {
+		r->total += r->bytes_each[i];
+		if (measure_gbps(r->bytes_each[i], r->seconds[i]) >
+		    measure_gbps(r->bytes_each[best], r->seconds[best]))
+			best = i;
+		if (r->bytes_each[i] != r->bytes_each[0] && odd == 0)
+			odd = i;
+	}
+	r->best = r->seconds[best];
+	r->best_bytes = r->bytes_each[best];
+	if (odd)
+		msg_warn("read",
+		         "the repeats read different amounts (repeat 1: "
+		         "%" PRIu64 " bytes, repeat %" PRIu64 ": %" PRIu64
+		         " bytes): the file changed during the run; each "
+		         "repeat's rate is its own bytes over its own time",
+		         r->bytes_each[0], odd + 1, r->bytes_each[odd]);
+}
+
 static int run_reads(gpufile_t *h, const struct target *t,
                      const struct read_options *o, struct read_result *r)
 {
@@ -213,15 +257,15 @@ static int run_reads(gpufile_t *h, const struct target *t,
 			return EXIT_RUNTIME;
 		dt = measure_now() - t0;
 		base += r->bytes;
-		if (i == 0 || dt < r->best)
-			r->best = dt;
 		r->seconds[i] = dt;
+		r->bytes_each[i] = r->bytes;
 		total += dt;
 	}
 	progress_end(&p);
 	GPUFILE_INIT(r->after);
 	gpufile_stats_self(&r->after);
 	r->mean = total / (double)o->repeat;
+	rate_repeats(o, r);
 	return 0;
 }
 
@@ -252,9 +296,9 @@ static void report_text(const struct read_options *o,
 		       measure_human_bytes(r->window, human, sizeof(human)),
 		       r->windows, r->window_why);
 	printf("best:     %.6f s  %.3f GB/s\n", r->best,
-	       measure_gbps(r->bytes, r->best));
+	       measure_gbps(r->best_bytes, r->best));
 	printf("mean:     %.6f s  %.3f GB/s\n", r->mean,
-	       measure_gbps(r->bytes, r->mean));
+	       measure_gbps(r->total, r->mean * (double)o->repeat));
 	printf("paths (this command's reads, all repeats):\n");
 	summary_print_paths(&r->before, &r->after, 0);
 	printf("device buffers: ");
@@ -280,13 +324,23 @@ static void report_json(const struct read_options *o,
 	json_key_u64(&j, "window", r->window);
 	json_key_u64(&j, "windows", r->windows);
 	json_key_double(&j, "seconds", r->best);
-	json_key_double(&j, "gbps", measure_gbps(r->bytes, r->best));
+	json_key_double(&j, "gbps", measure_gbps(r->best_bytes, r->best));
 	json_key_double(&j, "seconds_mean", r->mean);
-	json_key_double(&j, "gbps_mean", measure_gbps(r->bytes, r->mean));
+	json_key_double(&j, "gbps_mean",
+	                measure_gbps(r->total, r->mean * (double)o->repeat));
 	json_key_u64(&j, "repeat", o->repeat);
 	json_array_begin(&j, "seconds_each");
 	for (uint64_t i = 0; i < o->repeat; i++)
 		json_key_double(&j, NULL, r->seconds[i]);
+	json_array_end(&j);
+	json_array_begin(&j, "bytes_each");
+	for (uint64_t i = 0; i < o->repeat; i++)
+		json_key_u64(&j, NULL, r->bytes_each[i]);
+	json_array_end(&j);
+	json_array_begin(&j, "gbps_each");
+	for (uint64_t i = 0; i < o->repeat; i++)
+		json_key_double(&j, NULL,
+		                measure_gbps(r->bytes_each[i], r->seconds[i]));
 	json_array_end(&j);
 	json_key_str(&j, "target", target_name(t, 1, target, sizeof(target)));
 	json_key_str(&j, "target_reason", t->reason);
@@ -330,7 +384,8 @@ static int read_file(gpufile_t *h, struct read_options *o,
 	if (fit_range(o, r->file_size))
 		return EXIT_RUNTIME;
 	r->seconds = calloc(o->repeat, sizeof(*r->seconds));
-	if (!r->seconds)
+	r->bytes_each = calloc(o->repeat, sizeof(*r->bytes_each));
+	if (!r->seconds || !r->bytes_each)
 		return msg_error("read", "out of memory");
 	if (target_choose("read", o->want_host, o->want_device, t))
 		return EXIT_RUNTIME;
@@ -359,6 +414,9 @@ int cmd_read(int argc, char **argv)
 
 	if (rc || !o.file)
 		return rc;
+	rc = run_settings_apply("read", &o.settings);
+	if (rc)
+		return rc;
 	if (gpufile_config_check())
 		return msg_error("read", "%s", gpufile_errmsg());
 	if (gpufile_open(&h, o.file, "r"))
@@ -373,6 +431,7 @@ int cmd_read(int argc, char **argv)
 		report_text(&o, &r, &t);
 	target_free(&t);
 	free(r.seconds);
+	free(r.bytes_each);
 	if (gpufile_close(h) && rc == EXIT_OK)
 		rc = msg_error("read", "%s", gpufile_errmsg());
 	return rc;

@@ -11,6 +11,7 @@
 #include "msg.h"
 #include "options.h"
 #include "progress.h"
+#include "run_settings.h"
 #include "summary.h"
 #include "target.h"
 #include "text.h"
@@ -25,9 +26,10 @@
 
 static const char usage[] =
     "Usage: gpufile write FILE --size B [--pattern random|zero|sequence]\n"
-    "                          [--seed N] [--chunk B] [--direct]\n"
+    "                          [--seed N] [--chunk B]\n"
     "                          [--host | --device N] [--json]\n"
     "                          [--no-progress]\n"
+    "                          " RUN_SETTINGS_USAGE "\n"
     "\n"
     "Creates (or truncates) FILE and writes SIZE bytes to it with\n"
     "gpufile_pwrite, then flushes it to storage (gpufile_sync): a test\n"
@@ -46,13 +48,12 @@ static const char usage[] =
     "  --seed N       seed for --pattern random (same seed and chunk,\n"
     "                 same file)\n"
     "  --chunk B      bytes per write request (default 64 MiB)\n"
-    "  --direct       write with O_DIRECT (sets direct_io=on)\n"
     "  --host         write from host memory even when a GPU is usable\n"
     "  --device N     write from device memory of GPU N\n"
     "  --json         print one JSON object instead of text\n"
     "  --no-progress  no progress line (it is shown on stderr only when\n"
-    "                 stderr is a terminal and SIZE is >= 64 MiB)\n"
-    "  --help         print this help\n"
+    "                 stderr is a terminal and SIZE is >= 64 "
+    "MiB)\n" RUN_SETTINGS_HELP "  --help         print this help\n"
     "\n"
     "The time reported covers generating, writing and syncing.\n"
     "Sizes accept bytes (B) or a number with k, m, g, t, KiB, MiB, GiB,\n"
@@ -116,7 +117,8 @@ struct write_options {
 	const char *file;
 	uint64_t size, chunk, seed;
 	int pattern; /* enum pattern */
-	int have_seed, direct, want_host, want_device, json, quiet;
+	int have_seed, want_host, want_device, json, quiet;
+	struct run_settings settings;
 };
 
 struct write_result {
@@ -151,11 +153,11 @@ static int parse(int argc, char **argv, struct write_options *o)
 	     .dest = &o->chunk,
 	     .min = 4096,
 	     .max = 1ull << 30},
-	    {.name = "direct", .kind = OPT_FLAG, .dest = &o->direct},
 	    {.name = "host", .kind = OPT_FLAG, .dest = &o->want_host},
 	    {.name = "device", .kind = OPT_DEVICE, .dest = &o->want_device},
 	    {.name = "json", .kind = OPT_FLAG, .dest = &o->json},
 	    {.name = "no-progress", .kind = OPT_FLAG, .dest = &o->quiet},
+	    RUN_SETTINGS_OPTS(&o->settings),
 	};
 	const struct opt_spec spec = {
 	    "write", usage, opts, sizeof(opts) / sizeof(opts[0]), "FILE", 1, 1};
@@ -166,6 +168,8 @@ static int parse(int argc, char **argv, struct write_options *o)
 	if (!have_size)
 		return msg_usage_error("write", "--size is required");
 	rc = target_check_options("write", o->want_host, o->want_device);
+	if (rc == 0)
+		rc = run_settings_check("write", &o->settings);
 	if (rc)
 		return rc;
 	o->file = argv[first];
@@ -256,7 +260,7 @@ static void report_json(const struct write_options *o,
 	if (o->pattern == PATTERN_RANDOM)
 		json_key_u64(&j, "seed", o->seed);
 	json_key_u64(&j, "chunk", o->chunk);
-	json_key_bool(&j, "direct", o->direct);
+	json_key_bool(&j, "direct", o->settings.direct);
 	json_key_str(&j, "source",
 	             target_name(&r->target, 1, source, sizeof(source)));
 	json_key_str(&j, "source_reason", r->target.reason);
@@ -290,7 +294,8 @@ static void report_text(const struct write_options *o,
 	if (o->pattern == PATTERN_RANDOM)
 		printf(" (seed %" PRIu64 ")", o->seed);
 	printf(", %s, chunks of %" PRIu64 " bytes\n",
-	       o->direct ? "O_DIRECT requested" : "buffered", o->chunk);
+	       o->settings.direct ? "O_DIRECT requested" : "buffered",
+	       o->chunk);
 	printf("time:     %.6f s  %.3f GB/s (generating %.3f s, sync %.3f s)\n",
 	       r->seconds, measure_gbps(o->size, r->seconds), r->fill_seconds,
 	       r->sync_seconds);
@@ -377,9 +382,10 @@ int cmd_write(int argc, char **argv)
 
 	if (rc || !o.file)
 		return rc;
+	rc = run_settings_apply("write", &o.settings);
+	if (rc)
+		return rc;
 	if (gpufile_config_check())
-		return msg_error("write", "%s", gpufile_errmsg());
-	if (o.direct && gpufile_config_set("direct_io", "on"))
 		return msg_error("write", "%s", gpufile_errmsg());
 	rc = target_choose("write", o.want_host, o.want_device, &r.target);
 	if (rc == 0)
