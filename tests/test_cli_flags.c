@@ -1,7 +1,7 @@
 /*
  * The settings users change per run, as options of the gpufile tool
  * (--threads, --task-size, --direct, --no-direct, --compat) on read,
- * write, load and (the path ones) check, shown as set in the
+ * write, load, bench and (the path ones) check, shown as set in the
  * report; gpufile load of a checkpoint folder and of an index
  * (model.safetensors.index.json), as Python's load_checkpoint accepts
  * them; URLs named in the helps of read, load and check; and read
@@ -69,6 +69,9 @@ static void test_settings(const char *file, const char *st)
 	         flags);
 	expect_settings(args, 1);
 	snprintf(args, sizeof(args), "load %s --host %s", st, flags);
+	expect_settings(args, 1);
+	snprintf(args, sizeof(args), "bench %s --host --bs 4k --size 16k %s",
+	         file, flags);
 	expect_settings(args, 1);
 	/* check takes the path ones: its settings item shows them. */
 	snprintf(args, sizeof(args), "check %s --no-direct --compat on", file);

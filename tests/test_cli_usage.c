@@ -197,8 +197,8 @@ static void test_arguments(const char *file)
 	/* Every subcommand answers --help and -h on stdout, exit 0. */
 	static const char *const cmds[] = {"read",  "write", "config",
 	                                   "stats", "check", "explain",
-	                                   "cache", "load"};
-	for (int i = 0; i < 8; i++) {
+	                                   "cache", "load",  "bench"};
+	for (int i = 0; i < 9; i++) {
 		snprintf(args, sizeof(args), "%s --help", cmds[i]);
 		expect(0, "Usage: gpufile", args);
 		snprintf(args, sizeof(args), "%s -h", cmds[i]);
@@ -265,10 +265,10 @@ static void test_help_form(void)
 {
 	static const char *const cmds[] = {"read",  "write", "config",
 	                                   "stats", "check", "explain",
-	                                   "cache", "load"};
+	                                   "cache", "load",  "bench"};
 	char want[64];
 
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < 9; i++) {
 		CHECK_EQ(test_cli_run(out, sizeof(out), "%s --help", cmds[i]),
 		         0);
 		snprintf(want, sizeof(want), "Usage: gpufile %s ", cmds[i]);
@@ -342,8 +342,9 @@ static void test_size_forms(const char *file)
 	unsetenv("GPUFILE_TASK_SIZE");
 	CHECK_CONTAINS(out, forms);
 	/* And every help of a command that takes sizes. */
-	static const char *const cmds[] = {"read", "write", "explain", "cache"};
-	for (int i = 0; i < 4; i++) {
+	static const char *const cmds[] = {"read", "write", "explain", "cache",
+	                                   "bench"};
+	for (int i = 0; i < 5; i++) {
 		test_cli_run(out, sizeof(out), "%s --help", cmds[i]);
 		squeeze(out);
 		if (!strstr(out, forms)) {

@@ -15,5 +15,6 @@ int cmd_check(int argc, char **argv);   /* tools/cmd_check.c */
 int cmd_explain(int argc, char **argv); /* tools/cmd_explain.c */
 int cmd_cache(int argc, char **argv);   /* tools/cmd_cache.c */
 int cmd_load(int argc, char **argv);    /* tools/cmd_load.c */
+int cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
 
 #endif

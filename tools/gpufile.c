@@ -24,6 +24,7 @@ static const struct command {
     {"explain", cmd_explain, "print the split plan of a request"},
     {"cache", cmd_cache, "show or drop a file's pages in the page cache"},
     {"load", cmd_load, "load safetensors checkpoints into GPU memory, timed"},
+    {"bench", cmd_bench, "measure a workload (fio/gdsio-like) and its paths"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
