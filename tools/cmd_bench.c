@@ -53,6 +53,8 @@ static const char usage[] =
     "A FILE that does not exist, or is smaller than --file-size, is laid\n"
     "out first (not timed) with the pattern of --seed: the 8-byte word at\n"
     "offset 8i is a hash of the seed and i, so any block can be checked.\n"
+    "An http://, https:// or s3:// URL is read as it is (never laid out;\n"
+    "no writes).\n"
     "\n"
     "  --rw MODE      read (default), write (sequential), randread or\n"
     "                 randwrite (uniform random blocks, with repeats, as\n"
@@ -451,6 +453,9 @@ static int prepare_file(const struct bench_options *o, uint64_t *region,
 	uint64_t have = 0;
 
 	*laid_out = 0;
+	*region = o->have_file_size ? o->file_size : 0;
+	if (strstr(o->file, "://"))
+		return 0; /* a URL: read as it is (writes are refused) */
 	if (stat(o->file, &st) == 0) {
 		if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
 			return msg_error("bench",
