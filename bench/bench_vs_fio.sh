@@ -74,11 +74,11 @@ run() {
 	gflag=$([ "$mode" = direct ] && echo --direct || echo --no-direct)
 	prep "$mode"
 	"$GPUFILE" bench "$FILE" --host --rw "$rw" --bs "$bs" --batch "$depth" \
-		--time "$T" $gflag --json >"$OUT/$name.gpufile.json"
+		--time "$T" "$gflag" --json >"$OUT/$name.gpufile.json"
 	if [ -n "$DEVICE" ]; then
 		prep "$mode"
 		"$GPUFILE" bench "$FILE" --device "$DEVICE" --rw "$rw" --bs "$bs" \
-			--batch "$depth" --time "$T" $gflag --json \
+			--batch "$depth" --time "$T" "$gflag" --json \
 			>"$OUT/$name.gpufile-gpu$DEVICE.json"
 	fi
 	for engine in psync io_uring; do
