@@ -80,8 +80,8 @@ extern "C" {
  * Structs that grow. The structs the library fills for the caller and
  * that may gain fields in later versions (gpufile_stats_t,
  * gpufile_remote_stats_t, gpufile_cufile_info_t, gpufile_cufile_config_t,
- * gpufile_plan_t) start with a uint32_t size that the caller sets to
- * sizeof the struct it was compiled with, before the call:
+ * gpufile_plan_t, gpufile_remote_file_info_t) start with a uint32_t size
+ * that the caller sets to sizeof the struct it was compiled with, before the call:
  *
  *     gpufile_stats_t st;
  *     GPUFILE_INIT(st);
@@ -99,7 +99,8 @@ extern "C" {
  *     failures after which the function's contract says what it holds),
  *     size becomes the number of bytes it filled: the smaller of the two
  *     sizes. Nothing is ever written beyond the size the caller declared.
- * A struct passed IN (gpufile_explain's cfg) needs a valid size too.
+ * A struct passed IN (gpufile_explain's cfg, gpufile_open_remote's opts)
+ * needs a valid size too.
  * Arrays of fixed records (gpufile_file_stat_t, gpufile_process_t,
  * gpufile_check_item_t, gpufile_batch_entry_t,
  * gpufile_safetensors_tensor_t, gpufile_counter_t) have no size field:
@@ -612,6 +613,84 @@ GPUFILE_API int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out);
  * gpufile_open() would return (the report then says what failed);
  * -ENOTSUP when built without libcurl. */
 GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
+
+/* Options of one remote handle (gpufile_open_remote()): a struct that
+ * grows ("Structs that grow"), passed in. Zero (or NULL) in a field means
+ * "not given": the value then comes from the environment, the AWS profile
+ * files or the settings, as for gpufile_open(). Strings are copied at
+ * open; nothing is kept. */
+typedef struct gpufile_remote_opts {
+	uint32_t size; /* sizeof(gpufile_remote_opts_t), set by the caller */
+	uint32_t flags;                /* GPUFILE_REMOTE_* below */
+	const char *aws_access_key_id; /* with aws_secret_access_key */
+	const char *aws_secret_access_key;
+	const char *aws_session_token; /* temporary credentials */
+	const char *aws_region;        /* the SigV4 region */
+	const char *aws_endpoint_url;  /* s3:// URLs: the endpoint, path style */
+	const char *aws_profile;       /* the profile of ~/.aws/{credentials,config} */
+	const char *ca_file; /* CA bundle HTTPS servers are checked against */
+	const char *ca_path; /* a folder of hashed CA certificates */
+	uint64_t known_size; /* with GPUFILE_REMOTE_KNOWN_SIZE: no HEAD */
+	uint32_t timeout_s;     /* http_timeout of this handle */
+	uint32_t max_in_flight; /* remote_connections of this handle */
+	uint32_t max_attempts;  /* http_max_attempts of this handle */
+} gpufile_remote_opts_t;
+
+/* known_size is the object's size: the open sends no request. */
+#define GPUFILE_REMOTE_KNOWN_SIZE (1u << 0)
+/* Never sign (a public bucket), whatever credentials are found. */
+#define GPUFILE_REMOTE_UNSIGNED (1u << 1)
+/* An http(s):// URL of an S3 object on an endpoint of its own (MinIO,
+ * s3rver; path style: ENDPOINT/BUCKET/KEY), signed as AWS's own S3 URLs
+ * are when credentials are found. */
+#define GPUFILE_REMOTE_S3 (1u << 2)
+
+/* gpufile_open() of a URL (http://, https://, s3://) with the options of
+ * opts (NULL: none, as gpufile_open()). Credentials are taken from the
+ * first of: opts, the environment (AWS_ACCESS_KEY_ID and
+ * AWS_SECRET_ACCESS_KEY), the profile (opts->aws_profile, else
+ * AWS_PROFILE, else "default") of AWS_SHARED_CREDENTIALS_FILE (else
+ * ~/.aws/credentials) and AWS_CONFIG_FILE (else ~/.aws/config); they are
+ * used for s3:// URLs, for AWS's S3 URLs (https://BUCKET.s3.REGION.
+ * amazonaws.com/KEY, https://s3.REGION.amazonaws.com/BUCKET/KEY, ...) and
+ * with GPUFILE_REMOTE_S3; never for a presigned URL (X-Amz-Signature in
+ * its query). Returns 0 with *out set (gpufile_close() frees it), or an
+ * error naming the redacted URL and, for a bad option, the option, the
+ * variable or the profile file: -EINVAL (url not a URL, opts->size 0 or
+ * too small, half-given credentials, an unknown flag, a missing profile),
+ * -ENOENT (a CA file or folder that does not exist), or what
+ * gpufile_open() returns. See gpufile_open_remote(3). */
+GPUFILE_API int gpufile_open_remote(gpufile_t **out, const char *url,
+                                    const char *flags,
+                                    const gpufile_remote_opts_t *opts);
+
+/* What one remote handle did (gpufile_remote_file_info()): a struct that
+ * grows. The strings point into the handle (valid until gpufile_close()). */
+typedef struct gpufile_remote_file_info {
+	uint32_t size;   /* sizeof(gpufile_remote_file_info_t), set by caller */
+	int32_t signed_requests; /* 1: requests carry a SigV4 signature */
+	const char *url; /* redacted, as gpufile_filename() */
+	const char *kind; /* "http", "s3", "presigned URL" */
+	const char *etag; /* the object's strong ETag at open, or NULL */
+	const char *region;      /* the SigV4 region (S3), or NULL */
+	const char *credentials; /* where they came from (never them) */
+	int64_t object_size;
+	uint64_t requests;  /* HTTP requests sent, retries included */
+	uint64_t retries;   /* attempts repeated after a retryable failure */
+	uint64_t ranges;    /* ranges that arrived whole */
+	uint64_t bytes;     /* bytes of those ranges */
+	uint64_t failures;  /* ranges that failed after every attempt */
+	uint64_t redirects; /* redirect hops followed */
+	uint64_t connects;  /* connections opened */
+} gpufile_remote_file_info_t;
+
+/* Fills *out (out->size set by the caller) with what h, a remote handle,
+ * did since it was opened (the HEAD of the open included). Returns 0,
+ * -EINVAL (h or out NULL, a bad size) or -ENOTSUP (h is not a remote
+ * object). Thread-safe; the counters are read without a lock, each
+ * exact but not all at one instant. */
+GPUFILE_API int gpufile_remote_file_info(gpufile_t *h,
+                                         gpufile_remote_file_info_t *out);
 
 /* path as gpufile shows it in every message, statistic and report (and
  * gpufile_filename()): an http:// or https:// URL without its user

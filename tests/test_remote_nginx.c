@@ -3,7 +3,9 @@
  * with a self-signed certificate whose CA comes from CURL_CA_BUNDLE: into
  * host memory, and into (fake) device memory through the pinned staging
  * pipeline, every byte and the canaries checked. Without the CA, HTTPS
- * fails naming the certificate problem. Skips when nginx is absent. */
+ * fails naming the certificate problem; the CA is also taken from
+ * AWS_CA_BUNDLE, SSL_CERT_FILE, SSL_CERT_DIR and the handle's options.
+ * Skips when nginx is absent. */
 #include "remote/helpers.h"
 #include "testlib.h"
 
@@ -90,6 +92,45 @@ static void check_range_size(const char *url)
 	CHECK_EQ(gpufile_config_set("remote_task_size", "1MiB"), 0);
 }
 
+/* The CA settings besides CURL_CA_BUNDLE: AWS_CA_BUNDLE, SSL_CERT_FILE,
+ * SSL_CERT_DIR (a folder of certificates under their hash names) and the
+ * handle's ca_file; a bundle that does not exist is named. */
+static void ca_settings(const char *url, const char *ca)
+{
+	gpufile_remote_opts_t o = {0};
+	char dir[4200], cmd[20000];
+	gpufile_t *h = NULL;
+
+	setenv("AWS_CA_BUNDLE", ca, 1);
+	read_host(url);
+	unsetenv("AWS_CA_BUNDLE");
+	setenv("SSL_CERT_FILE", ca, 1);
+	read_host(url);
+	unsetenv("SSL_CERT_FILE");
+
+	snprintf(dir, sizeof(dir), "%s", test_path("certs"));
+	snprintf(cmd, sizeof(cmd),
+	         "mkdir -p '%s' && ln -sf '%s' \"%s/$(openssl x509 -hash "
+	         "-noout -in '%s').0\"",
+	         dir, ca, dir, ca);
+	CHECK_EQ(system(cmd), 0);
+	setenv("SSL_CERT_DIR", dir, 1);
+	read_host(url);
+	unsetenv("SSL_CERT_DIR");
+
+	GPUFILE_INIT(o);
+	o.ca_file = ca;
+	CHECK_EQ(gpufile_open_remote(&h, url, "r", &o), 0);
+	gpufile_close(h);
+
+	setenv("AWS_CA_BUNDLE", "/nonexistent/ca.pem", 1);
+	CHECK_EQ(gpufile_open(&h, url, "r"), -ENOENT);
+	CHECK_CONTAINS(gpufile_errmsg(),
+	               "AWS_CA_BUNDLE=\"/nonexistent/ca.pem\": the CA bundle "
+	               "cannot be read");
+	unsetenv("AWS_CA_BUNDLE");
+}
+
 int main(void)
 {
 	char dir[4096], server[4200], line[4096], url[256], ca[4096];
@@ -151,11 +192,14 @@ int main(void)
 		gpufile_t *h = NULL;
 		unsetenv("CURL_CA_BUNDLE");
 		unsetenv("SSL_CERT_FILE");
+		unsetenv("SSL_CERT_DIR");
+		unsetenv("AWS_CA_BUNDLE");
 		rc = gpufile_open(&h, url, "r");
 		CHECK_EQ(rc, -EIO);
 		CHECK_CONTAINS(gpufile_errmsg(), "certificate");
 		CHECK_CONTAINS(gpufile_errmsg(), url);
 	}
+	ca_settings(url, ca);
 	setenv("CURL_CA_BUNDLE", ca, 1);
 	read_host(url);
 

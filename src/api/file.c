@@ -199,6 +199,48 @@ static int open_remote(gpufile_t **out, const char *url, const char *flags)
 	return rc;
 }
 
+int gpufile_open_remote(gpufile_t **out, const char *url, const char *flags,
+                        const gpufile_remote_opts_t *opts)
+{
+	gpufile_remote_opts_t o = {0};
+	int rc;
+
+	if (!out)
+		return gpufile__fail(-EINVAL, "gpufile_open_remote: out is "
+		                              "NULL");
+	*out = NULL;
+	if (!url)
+		return gpufile__fail(-EINVAL, "gpufile_open_remote: url is "
+		                              "NULL");
+	if (!gpufile__is_url(url))
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_open_remote: %s is not a URL "
+		                     "(http://, https://, s3://)",
+		                     url);
+	if (opts) {
+		/* A caller built against a newer header may pass a larger
+		 * struct: the fields this library knows are read. */
+		rc = GPUFILE__SIZED_CHECK(opts, gpufile_remote_opts_t);
+		if (rc)
+			return rc;
+		memcpy(&o, opts,
+		       opts->size < sizeof(o) ? opts->size : sizeof(o));
+		for (size_t i = sizeof(o); i < opts->size; i++)
+			if (((const unsigned char *)opts)[i])
+				return gpufile__fail(
+				    -EINVAL,
+				    "gpufile_open_remote: opts sets fields "
+				    "past byte %zu, which this gpufile does "
+				    "not "
+				    "know (built against a newer gpufile.h)",
+				    sizeof(o));
+	}
+	rc = gpufile__remote_open_with(out, url, flags, opts ? &o : NULL);
+	if (rc == 0)
+		gpufile__fork_track(*out);
+	return rc;
+}
+
 int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 {
 	struct gpufile__settings cfg;

@@ -116,6 +116,10 @@ static uint64_t default_http_timeout(void)
 {
 	return 60;
 }
+static uint64_t default_off(void)
+{
+	return 0;
+}
 static uint64_t default_remote_connections(void)
 {
 	return 16;
@@ -203,6 +207,9 @@ static struct setting settings[] = {
             default_remote_task_size,
             "bytes per task (one HTTP range) of a remote request; 0: "
             "task_size"),
+    SETTING("http_verbose", KIND_COUNT, 0, 1, default_off,
+            "1: log each HTTP request (method, redacted URL, range), its "
+            "status and every retry's wait to stderr"),
     SETTING("host_map_copy", KIND_MODE, 0, 2, default_mode_auto,
             "host reads of 256 KiB or more that the page cache holds are "
             "copied from a map of the file with streaming stores (SIGBUS "
@@ -228,6 +235,7 @@ enum {
 	S_HTTP_CODES,
 	S_REMOTE_CONNECTIONS,
 	S_REMOTE_TASK,
+	S_HTTP_VERBOSE,
 	S_HOST_MAP_COPY
 };
 _Static_assert(S_HOST_MAP_COPY + 1 == NSETTINGS,

@@ -1,7 +1,7 @@
 /*
  * Remote objects behind a gpufile handle: HTTP(S) through libcurl, S3
- * (s3://BUCKET/KEY, signed with SigV4 when credentials are set) and
- * presigned S3 URLs.
+ * (s3://BUCKET/KEY and AWS's own https:// S3 URLs, signed with SigV4 when
+ * credentials are found: aws_config.c) and presigned S3 URLs.
  *
  * A request on a remote handle is split into task_size tasks by the pool
  * like any other; each task (or each bounce-buffer chunk of a staged
@@ -30,6 +30,7 @@
 #include "core/decide.h"
 #include "sources/sources.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -50,8 +51,14 @@ struct gpufile__remote {
 	int s3, s3_signed;
 	char *s3_host;          /* Host header value signed */
 	char *s3_canonical_uri; /* URI-encoded path signed */
+	char *s3_query;         /* the query signed ("" for none) */
 	char *region;
 	char *access_key, *secret_key, *session_token;
+	char *cred_source;       /* where the credentials came from, in words */
+	char *endpoint_from;     /* what named an s3:// URL's endpoint */
+	char *ca_file, *ca_path; /* NULL: libcurl's default */
+	int verbose;             /* http_verbose: log each request */
+	int size_known;          /* the options gave the size: no HEAD */
 	int64_t size;
 	/* The object's strong ETag when it was opened (NULL when it had
 	 * none or a weak one): every later response must carry the same. An
@@ -64,6 +71,10 @@ struct gpufile__remote {
 	long timeout_s;
 	int retry_codes[GPUFILE__MAX_RETRY_CODES];
 	int nretry_codes;
+
+	/* This handle's counters (gpufile_remote_file_info), relaxed. */
+	_Atomic uint64_t n_requests, n_retries, n_ranges, n_bytes, n_failures,
+	    n_redirects, n_connects;
 
 	/* Guards the connection set: the handle's lock once there is one
 	 * (fork.c holds it across fork()), own_lock before. */
@@ -135,7 +146,35 @@ static int load_settings(struct gpufile__remote *rm)
 	if (rc)
 		return rc;
 	rm->max_conns = (unsigned)v;
+	rc = setting_count("http_verbose", &v);
+	if (rc)
+		return rc;
+	rm->verbose = v != 0;
 	return load_retry_codes(rm);
+}
+
+/* The handle's options over the settings (0: the setting's value). */
+static int apply_opts(struct gpufile__remote *rm,
+                      const gpufile_remote_opts_t *o)
+{
+	if (!o)
+		return 0;
+	if (o->max_attempts)
+		rm->max_attempts = o->max_attempts;
+	if (o->timeout_s)
+		rm->timeout_s = (long)o->timeout_s;
+	if (o->max_in_flight)
+		rm->max_conns = o->max_in_flight;
+	if (o->flags & GPUFILE_REMOTE_KNOWN_SIZE) {
+		if (o->known_size > INT64_MAX)
+			return gpufile__fail(-EINVAL,
+			                     "opening %s: known_size %" PRIu64
+			                     " is larger than any object",
+			                     rm->shown, o->known_size);
+		rm->size = (int64_t)o->known_size;
+		rm->size_known = 1;
+	}
+	return 0;
 }
 
 /* ---- connections ---- */
@@ -143,7 +182,6 @@ static int load_settings(struct gpufile__remote *rm)
 static CURL *conn_new(struct gpufile__remote *rm)
 {
 	CURL *c = curl_easy_init();
-	const char *ca = getenv("CURL_CA_BUNDLE");
 
 	if (!c)
 		return NULL;
@@ -163,10 +201,12 @@ static CURL *conn_new(struct gpufile__remote *rm)
 		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	if (!ca || !ca[0])
-		ca = getenv("SSL_CERT_FILE");
-	if (ca && ca[0])
-		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	/* aws_config.c's gpufile__ca_settings(): options, AWS_CA_BUNDLE,
+	 * CURL_CA_BUNDLE, SSL_CERT_FILE; options, SSL_CERT_DIR. */
+	if (rm->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, rm->ca_file);
+	if (rm->ca_path)
+		curl_easy_setopt(c, CURLOPT_CAPATH, rm->ca_path);
 	return c;
 }
 
@@ -234,11 +274,39 @@ struct sink {
 	int64_t content_length;             /* -1 if none */
 	char *etag;   /* of the last response, NULL if none (sink_done frees) */
 	int etag_oom; /* its ETag could not be kept: not compared, failed */
+	int64_t retry_after; /* seconds its Retry-After asks, -1 if none */
 	/* What the object was when opened: its size (-1 while opening) and
 	 * strong ETag ("" for none), to tell a changed object. */
 	int64_t expect_total;
 	const char *expect_etag;
 };
+
+/* A Retry-After value (RFC 9110: delay-seconds or an HTTP-date) as
+ * seconds from now, or -1 when it is neither (or too long to be one). */
+static int64_t retry_after_seconds(const char *value, size_t len)
+{
+	char text[128], *end;
+	long long v;
+	time_t when;
+
+	while (len && (*value == ' ' || *value == '\t')) {
+		value++;
+		len--;
+	}
+	while (len && strchr(" \t\r\n", value[len - 1]))
+		len--;
+	if (!len || len >= sizeof(text)) /* no date is that long */
+		return -1;
+	memcpy(text, value, len);
+	text[len] = '\0';
+	v = strtoll(text, &end, 10);
+	if (end != text && !*end)
+		return v < 0 ? -1 : v;
+	when = curl_getdate(text, NULL);
+	if (when == (time_t)-1)
+		return -1;
+	return when > time(NULL) ? (int64_t)(when - time(NULL)) : 0;
+}
 
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
 {
@@ -250,8 +318,11 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		s->cr_start = s->cr_end = s->cr_total = -1;
 		s->content_length = -1;
 		s->accepted = -1;
+		s->retry_after = -1;
 		free(s->etag);
 		s->etag = NULL;
+	} else if (len > 12 && strncasecmp(line, "retry-after:", 12) == 0) {
+		s->retry_after = retry_after_seconds(line + 12, len - 12);
 	} else if (len > 15 && strncasecmp(line, "content-length:", 15) == 0) {
 		char *end;
 		long long v = strtoll(line + 15, &end, 10);
@@ -421,7 +492,7 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 		                                         rm->session_token};
 	rq.method = method;
 	rq.canonical_uri = rm->s3_canonical_uri;
-	rq.query = "";
+	rq.query = rm->s3_query ? rm->s3_query : "";
 	rq.headers = hd;
 	rq.nheaders = n;
 	rq.payload_sha256 = GPUFILE__SHA256_EMPTY;
@@ -454,6 +525,7 @@ static void sink_reset(struct sink *s)
 	s->connects = 0;
 	s->cr_start = s->cr_end = s->cr_total = -1;
 	s->content_length = -1;
+	s->retry_after = -1;
 	free(s->etag);
 	s->etag = NULL;
 	s->etag_oom = 0;
@@ -492,6 +564,52 @@ static int request_headers(struct gpufile__remote *rm, int head,
 	return 0;
 }
 
+/* Counts one response on the handle (gpufile_remote_file_info). */
+static void count_response(struct gpufile__remote *rm, const struct sink *s)
+{
+	long hops = 0;
+
+	curl_easy_getinfo(s->c, CURLINFO_REDIRECT_COUNT, &hops);
+	atomic_fetch_add_explicit(&rm->n_requests, 1 + (uint64_t)hops,
+	                          memory_order_relaxed);
+	atomic_fetch_add_explicit(&rm->n_redirects, (uint64_t)hops,
+	                          memory_order_relaxed);
+	atomic_fetch_add_explicit(&rm->n_connects, (uint64_t)s->connects,
+	                          memory_order_relaxed);
+}
+
+/* http_verbose: one line on stderr per exchange, the URL redacted (the
+ * request's own: an s3:// URL's endpoint, a redirect's target). */
+static void log_exchange(struct gpufile__remote *rm, const struct sink *s,
+                         int head, const char *range, CURLcode cc)
+{
+	char *url = gpufile__remote_redact(rm->url), *to = NULL;
+	const char *eff = NULL;
+	long hops = 0;
+
+	curl_easy_getinfo(s->c, CURLINFO_REDIRECT_COUNT, &hops);
+	if (hops > 0 &&
+	    curl_easy_getinfo(s->c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK &&
+	    eff)
+		to = gpufile__remote_redact(eff);
+	if (cc != CURLE_OK)
+		fprintf(
+		    stderr,
+		    "gpufile: http: %s %s%s%s -> curl error %d (%s)%s%s%s\n",
+		    head ? "HEAD" : "GET", url ? url : GPUFILE__URL_NOT_SHOWN,
+		    head ? "" : " Range: ", head ? "" : range, (int)cc,
+		    curl_easy_strerror(cc), to ? " after redirects to " : "",
+		    to ? to : "", "");
+	else
+		fprintf(
+		    stderr, "gpufile: http: %s %s%s%s -> HTTP %ld%s%s%s\n",
+		    head ? "HEAD" : "GET", url ? url : GPUFILE__URL_NOT_SHOWN,
+		    head ? "" : " Range: ", head ? "" : range, s->status,
+		    to ? " (redirected to " : "", to ? to : "", to ? ")" : "");
+	free(url);
+	free(to);
+}
+
 /* Sends the request on s->c (on a new connection when fresh) and counts
  * its response; the handle keeps no pointer to list or errbuf afterwards. */
 static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
@@ -521,6 +639,7 @@ static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
 	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &s->connects);
 	gpufile__stats_remote_response(s->status, s->connects);
+	count_response(rm, s);
 	return cc;
 }
 
@@ -687,7 +806,64 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 	}
 	cc = perform(rm, s, head, fresh, list, errbuf);
 	curl_slist_free_all(list);
+	if (rm->verbose)
+		log_exchange(rm, s, head, range, cc);
 	return judge(rm, s, head, cc, errbuf, err, why);
+}
+
+/* A number in [0, n) from a per-thread xorshift generator: jitter only,
+ * no secret depends on it. */
+static uint64_t jitter(uint64_t n)
+{
+	static _Thread_local uint64_t x;
+
+	if (!x) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
+		    (uint64_t)gettid() ^ 0x9e3779b97f4a7c15ull;
+	}
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return n ? x % n : 0;
+}
+
+/* Waits before attempt + 1. A Retry-After of the failed response (a 429
+ * or 503 saying when to come back) is honoured, cut to http_timeout so a
+ * server cannot hold a read for hours; else an exponential back-off, 50
+ * ms doubling to 2 s, of which a random half is waited (jitter: clients
+ * that failed together do not come back together). */
+static void back_off(struct gpufile__remote *rm, const struct sink *s,
+                     unsigned attempt)
+{
+	const long base = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
+	long ms = base / 2 + (long)jitter((uint64_t)base / 2 + 1);
+	int cut = 0;
+	struct timespec ts;
+
+	if (s->retry_after > 0) {
+		cut = s->retry_after > rm->timeout_s;
+		ms = (cut ? rm->timeout_s : (long)s->retry_after) * 1000L;
+	}
+	if (rm->verbose) {
+		if (s->retry_after > 0)
+			fprintf(stderr,
+			        "gpufile: http: waiting %ld ms before attempt "
+			        "%u of %u (Retry-After: %" PRId64 " s%s)\n",
+			        ms, attempt + 1, rm->max_attempts,
+			        s->retry_after,
+			        cut ? ", cut to http_timeout" : "");
+		else
+			fprintf(stderr,
+			        "gpufile: http: waiting %ld ms before attempt "
+			        "%u of %u (back-off with jitter)\n",
+			        ms, attempt + 1, rm->max_attempts);
+	}
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 /* Runs one exchange with retries. Returns 0 or an error with the thread's
@@ -713,14 +889,9 @@ static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
 		if (ex != EX_RETRY || attempt == rm->max_attempts)
 			break;
 		gpufile__stats_remote_retry();
-		/* Back off 50 ms, 100 ms, ... up to 2 s: a 503 or 429 asks
-		 * the client to slow down. */
-		{
-			long ms = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
-			struct timespec ts = {ms / 1000,
-			                      (ms % 1000) * 1000000L};
-			nanosleep(&ts, NULL);
-		}
+		atomic_fetch_add_explicit(&rm->n_retries, 1,
+		                          memory_order_relaxed);
+		back_off(rm, s, attempt);
 	}
 	if (ex == EX_OK) {
 		free(why);
@@ -764,6 +935,11 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
 	sink_done(&s);
 	conn_put(rm, s.c);
 	gpufile__stats_remote_range(rc ? 0 : len, rc != 0);
+	atomic_fetch_add_explicit(rc ? &rm->n_failures : &rm->n_ranges, 1,
+	                          memory_order_relaxed);
+	if (!rc)
+		atomic_fetch_add_explicit(&rm->n_bytes, len,
+		                          memory_order_relaxed);
 	return rc ? rc : (ssize_t)len;
 }
 
@@ -785,6 +961,11 @@ static void remote_free(struct gpufile__remote *rm)
 	free(rm->shown);
 	free(rm->s3_host);
 	free(rm->s3_canonical_uri);
+	free(rm->s3_query);
+	free(rm->cred_source);
+	free(rm->endpoint_from);
+	free(rm->ca_file);
+	free(rm->ca_path);
 	free(rm->region);
 	free(rm->etag);
 	if (rm->secret_key)
@@ -795,21 +976,14 @@ static void remote_free(struct gpufile__remote *rm)
 	free(rm);
 }
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && v[0] ? v : NULL;
-}
-
 /* rm->url, the HTTP URL of bucket (blen bytes) and the encoded key, at
- * AWS_ENDPOINT_URL (path style) or at AWS (virtual-host style); *path
- * gets its path, the canonical URI to sign (the caller frees it). Both
- * are sized from the endpoint, bucket and key. */
-static int s3_url(struct gpufile__remote *rm, const char *bucket, size_t blen,
-                  const char *key, char **path)
+ * the endpoint aws_config.c found (path style; named in messages by
+ * rm->endpoint_from) or at AWS (virtual-host style); *path gets its path,
+ * the canonical URI to sign (the caller frees it). Both are sized from
+ * the endpoint, bucket and key. */
+static int s3_url(struct gpufile__remote *rm, const char *endpoint,
+                  const char *bucket, size_t blen, const char *key, char **path)
 {
-	const char *endpoint = env("AWS_ENDPOINT_URL");
 	int n;
 
 	if (endpoint) {
@@ -826,10 +1000,11 @@ static int s3_url(struct gpufile__remote *rm, const char *bucket, size_t blen,
 			char *shown = gpufile__remote_redact(endpoint);
 			int rc = gpufile__fail(
 			    -EINVAL,
-			    "opening %s: AWS_ENDPOINT_URL=\"%s\" is not an "
+			    "opening %s: %s=\"%s\" is not an "
 			    "http:// or https:// URL with a host (and "
 			    "optionally a path, no query)",
-			    rm->shown, shown ? shown : GPUFILE__URL_NOT_SHOWN);
+			    rm->shown, rm->endpoint_from,
+			    shown ? shown : GPUFILE__URL_NOT_SHOWN);
 
 			free(shown);
 			return rc;
@@ -859,56 +1034,56 @@ static int s3_url(struct gpufile__remote *rm, const char *bucket, size_t blen,
 	return 0;
 }
 
-/* The credentials from the environment: none (a public bucket, unsigned
- * requests), or both keys (and a session token) for SigV4 signing of
- * requests to rm->url, whose path is path. */
-static int s3_credentials(struct gpufile__remote *rm, const char *path)
+/* Takes what aws_config.c resolved: the region (else fallback) and the
+ * credentials: none (a public bucket, unsigned requests), or both keys
+ * (and a session token) for SigV4 signing of requests to rm->url, whose
+ * path is path and query query. */
+static int s3_credentials(struct gpufile__remote *rm, struct gpufile__aws *a,
+                          const char *fallback_region, const char *path,
+                          const char *query)
 {
-	const char *id = env("AWS_ACCESS_KEY_ID");
-	const char *secret = env("AWS_SECRET_ACCESS_KEY");
-
-	if (!id && !secret)
+	rm->region = a->region ? a->region : strdup(fallback_region);
+	a->region = NULL;
+	rm->cred_source = a->source;
+	a->source = NULL;
+	if (!rm->region || !rm->cred_source)
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	if (!a->access_key)
 		return 0;
-	if (!id || !secret)
-		return gpufile__fail(
-		    -EINVAL,
-		    "opening %s: %s is set but %s is not; set both (or "
-		    "neither, for a public bucket)",
-		    rm->shown,
-		    id ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
-		    id ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
 #if !GPUFILE_HAVE_SIGV4
 	(void)path;
+	(void)query;
 	return gpufile__fail(-ENOTSUP,
-	                     "opening %s: S3 credentials are set but gpufile "
-	                     "was built without OpenSSL's libcrypto, needed "
-	                     "for SigV4 signing (install libssl-dev and "
+	                     "opening %s: S3 credentials are set (%s) but "
+	                     "gpufile was built without OpenSSL's libcrypto, "
+	                     "needed for SigV4 signing (install libssl-dev and "
 	                     "rebuild)",
-	                     rm->shown);
+	                     rm->shown, rm->cred_source);
 #endif
 	rm->s3_signed = 1;
-	rm->access_key = strdup(id);
-	rm->secret_key = strdup(secret);
-	if (env("AWS_SESSION_TOKEN"))
-		rm->session_token = strdup(env("AWS_SESSION_TOKEN"));
+	rm->access_key = a->access_key;
+	rm->secret_key = a->secret_key;
+	rm->session_token = a->session_token;
+	a->access_key = a->secret_key = a->session_token = NULL;
 	rm->s3_host = host_of(rm->url);
 	rm->s3_canonical_uri = strdup(path);
-	if (!rm->access_key || !rm->secret_key || !rm->s3_host ||
-	    !rm->s3_canonical_uri ||
-	    (env("AWS_SESSION_TOKEN") && !rm->session_token))
+	rm->s3_query = strdup(query);
+	if (!rm->s3_host || !rm->s3_canonical_uri || !rm->s3_query)
 		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
 		                     rm->shown);
 	return 0;
 }
 
-/* s3://BUCKET/KEY: the endpoint (AWS_ENDPOINT_URL, path style; else
- * virtual-hosted https://BUCKET.s3.REGION.amazonaws.com), region and
- * credentials from the environment. The key is a name: '?', '#' and "/../"
- * in it are its characters, sent encoded. */
-static int s3_setup(struct gpufile__remote *rm, const char *url)
+/* s3://BUCKET/KEY: the endpoint (path style; else virtual-hosted
+ * https://BUCKET.s3.REGION.amazonaws.com), region and credentials of
+ * aws_config.c. The key is a name: '?', '#' and "/../" in it are its
+ * characters, sent encoded. */
+static int s3_setup(struct gpufile__remote *rm, const char *url,
+                    const gpufile_remote_opts_t *opts)
 {
 	const char *bucket = url + 5, *slash = strchr(bucket, '/');
-	const char *region = env("AWS_DEFAULT_REGION");
+	struct gpufile__aws a;
 	char *key, *path = NULL;
 	int rc;
 
@@ -916,23 +1091,142 @@ static int s3_setup(struct gpufile__remote *rm, const char *url)
 		return gpufile__fail(-EINVAL,
 		                     "opening %s: an S3 URL is s3://BUCKET/KEY",
 		                     rm->shown);
-	if (!region)
-		region = env("AWS_REGION");
-	rm->region = strdup(region ? region : "us-east-1");
+	rc = gpufile__aws_resolve(opts, rm->shown, 1, &a);
+	if (rc)
+		return rc;
+	rm->endpoint_from = a.endpoint_from;
+	a.endpoint_from = NULL;
 	key = gpufile__sigv4_uri_encode(slash + 1, 1);
-	if (!key || !rm->region) {
-		free(key);
-		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                     rm->shown);
+	rc = !key ? gpufile__fail(-ENOMEM, "opening %s: out of memory",
+	                          rm->shown)
+	          : 0;
+	if (rc == 0 && !a.region && !(a.region = strdup("us-east-1")))
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
+	if (rc == 0) {
+		/* s3_url names the region in AWS's host. */
+		rm->region = a.region;
+		rc = s3_url(rm, a.endpoint_url, bucket,
+		            (size_t)(slash - bucket), key, &path);
+		rm->region = NULL;
 	}
-	rc = s3_url(rm, bucket, (size_t)(slash - bucket), key, &path);
 	free(key);
 	if (rc == 0) {
 		rm->s3 = 1;
-		rc = s3_credentials(rm, path);
+		rc = s3_credentials(rm, &a, "us-east-1", path, "");
 	}
+	gpufile__aws_free(&a);
 	free(path);
 	return rc;
+}
+
+/* 1 for a character a path keeps as it is when signed and sent. */
+static int path_char(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	       (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+	       c == '~' || c == '/';
+}
+
+static int hex_digit(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+	       (c >= 'A' && c <= 'F');
+}
+
+/* The path of an https:// S3 URL (path, n bytes) as SigV4 signs it and as
+ * it is then sent, so that the two agree: escapes kept (hex in upper
+ * case), every other character outside A-Z a-z 0-9 - . _ ~ / encoded.
+ * Sized from the path; NULL when out of memory. */
+static char *s3_http_path(const char *path, size_t n)
+{
+	char *out = malloc(3 * n + 2), *o = out;
+
+	if (!out)
+		return NULL;
+	if (n == 0 || path[0] != '/')
+		*o++ = '/';
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char c = (unsigned char)path[i];
+
+		if (c == '%' && i + 2 < n && hex_digit(path[i + 1]) &&
+		    hex_digit(path[i + 2])) {
+			o += sprintf(o, "%%%c%c",
+			             (char)toupper((unsigned char)path[i + 1]),
+			             (char)toupper((unsigned char)path[i + 2]));
+			i += 2;
+		} else if (path_char(c)) {
+			*o++ = (char)c;
+		} else {
+			o += sprintf(o, "%%%02X", c);
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/* An http(s):// URL of an S3 object: AWS's own (aws_config.c tells them
+ * by their host) or any with GPUFILE_REMOTE_S3. Requests are signed when
+ * credentials are found, for the host's region (else the configured one,
+ * else us-east-1). The URL sent is the one signed: its path normalised
+ * (s3_http_path), its query kept (signed too), its fragment dropped. */
+static int s3_http_setup(struct gpufile__remote *rm, const char *url,
+                         const gpufile_remote_opts_t *opts, char *host_region)
+{
+	const char *auth = strstr(url, "://") + 3;
+	const char *path = auth + strcspn(auth, "/?#");
+	const size_t plen = strcspn(path, "?#");
+	const char *query = path[plen] == '?' ? path + plen + 1 : "";
+	const size_t qlen = strcspn(query, "#");
+	struct gpufile__aws a;
+	char *canon = NULL, *q = NULL;
+	int rc = gpufile__aws_resolve(opts, rm->shown, 0, &a);
+
+	if (rc) {
+		free(host_region);
+		return rc;
+	}
+	/* The host's region wins over the configured one, unless the
+	 * options name one: a request signed for another region fails. */
+	if (host_region && !(opts && opts->aws_region && opts->aws_region[0])) {
+		free(a.region);
+		a.region = host_region;
+		host_region = NULL;
+	}
+	free(host_region);
+	canon = s3_http_path(path, plen);
+	q = strndup(query, qlen);
+	if (!canon || !q ||
+	    asprintf(&rm->url, "%.*s%s%s%s", (int)(path - url), url, canon,
+	             qlen ? "?" : "", q) < 0) {
+		rm->url = NULL;
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
+	}
+	if (rc == 0) {
+		rm->s3 = 1;
+		rc = s3_credentials(rm, &a, "us-east-1", canon, q);
+	}
+	free(canon);
+	free(q);
+	gpufile__aws_free(&a);
+	return rc;
+}
+
+/* A presigned URL: X-Amz-Signature among its query's parameters. */
+static int presigned_url(const char *url)
+{
+	const char *auth = strstr(url, "://");
+	const char *q;
+
+	auth = auth ? auth + 3 : url;
+	q = auth + strcspn(auth, "?#");
+	if (*q != '?')
+		return 0;
+	for (q++; *q && *q != '#'; q += strcspn(q, "&#"), q += *q == '&')
+		if (strncasecmp(q, "X-Amz-Signature=", 16) == 0)
+			return 1;
+	return 0;
 }
 
 /* Asks for byte 0 the size and the version of the object. The fallback
@@ -983,6 +1277,8 @@ static int learn_size(struct gpufile__remote *rm)
 	curl_off_t cl = -1;
 	int rc;
 
+	if (rm->size_known) /* the options gave it */
+		return 0;
 	s.c = conn_get(rm);
 	if (!s.c)
 		return gpufile__fail(-ENOMEM, "opening %s: no curl handle",
@@ -1017,7 +1313,44 @@ static int learn_size(struct gpufile__remote *rm)
 	return rc;
 }
 
-static int remote_new(struct gpufile__remote **out, const char *url)
+/* Where the requests of url go and how they are signed: s3:// URLs and
+ * S3 https:// URLs through aws_config.c, a presigned URL or any other
+ * URL as it is, unsigned. */
+static int source_setup(struct gpufile__remote *rm, const char *url,
+                        const gpufile_remote_opts_t *opts)
+{
+	char *region = NULL;
+	int s3 = 0;
+
+	if (opts && (opts->flags &
+	             ~(uint32_t)(GPUFILE_REMOTE_KNOWN_SIZE |
+	                         GPUFILE_REMOTE_UNSIGNED | GPUFILE_REMOTE_S3)))
+		return gpufile__fail(-EINVAL,
+		                     "opening %s: unknown flags 0x%x in "
+		                     "gpufile_remote_opts_t.flags",
+		                     rm->shown, (unsigned)opts->flags);
+	if (strncasecmp(url, "s3://", 5) == 0)
+		return s3_setup(rm, url, opts);
+	rm->presigned = presigned_url(url);
+	if (!rm->presigned) {
+		s3 = gpufile__aws_s3_host(url, &region);
+		if (s3 < 0)
+			return gpufile__fail(
+			    -ENOMEM, "opening %s: out of memory", rm->shown);
+		if (!s3 && opts && (opts->flags & GPUFILE_REMOTE_S3))
+			s3 = 1;
+	}
+	if (s3)
+		return s3_http_setup(rm, url, opts, region);
+	rm->url = strdup(url);
+	if (!rm->url)
+		return gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                     rm->shown);
+	return 0;
+}
+
+static int remote_new(struct gpufile__remote **out, const char *url,
+                      const gpufile_remote_opts_t *opts)
 {
 	struct gpufile__url_parts shown;
 	struct gpufile__remote *rm;
@@ -1044,6 +1377,11 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 		goto fail;
 	}
 	rc = load_settings(rm);
+	if (rc == 0)
+		rc = apply_opts(rm, opts);
+	if (rc == 0)
+		rc = gpufile__ca_settings(opts, rm->shown, &rm->ca_file,
+		                          &rm->ca_path);
 	if (rc)
 		goto fail;
 	rm->idle = calloc(rm->max_conns, sizeof(*rm->idle));
@@ -1052,19 +1390,9 @@ static int remote_new(struct gpufile__remote **out, const char *url)
 		                   rm->shown);
 		goto fail;
 	}
-	if (strncasecmp(url, "s3://", 5) == 0) {
-		rc = s3_setup(rm, url);
-		if (rc)
-			goto fail;
-	} else {
-		rm->url = strdup(url);
-		if (!rm->url) {
-			rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
-			                   rm->shown);
-			goto fail;
-		}
-		rm->presigned = strcasestr(url, "X-Amz-Signature=") != NULL;
-	}
+	rc = source_setup(rm, url, opts);
+	if (rc)
+		goto fail;
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK) {
 		rc = gpufile__fail(-EIO, "opening %s: curl_global_init: %s",
@@ -1080,6 +1408,13 @@ fail:
 
 int gpufile__remote_open(struct gpufile **out, const char *url,
                          const char *flags)
+{
+	return gpufile__remote_open_with(out, url, flags, NULL);
+}
+
+int gpufile__remote_open_with(struct gpufile **out, const char *url,
+                              const char *flags,
+                              const gpufile_remote_opts_t *opts)
 {
 	struct gpufile__decision d;
 	struct gpufile__remote *rm;
@@ -1102,7 +1437,7 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 		free(shown);
 		return rc;
 	}
-	rc = remote_new(&rm, url);
+	rc = remote_new(&rm, url, opts);
 	if (rc)
 		return rc;
 	rc = learn_size(rm);
@@ -1162,6 +1497,53 @@ static int has_userinfo(const char *url)
 	return memchr(a, '@', strcspn(a, "/?#")) != NULL;
 }
 
+static uint64_t get(_Atomic uint64_t *counter)
+{
+	return atomic_load_explicit(counter, memory_order_relaxed);
+}
+
+int gpufile_remote_file_info(gpufile_t *h, gpufile_remote_file_info_t *out)
+{
+	gpufile_remote_file_info_t info = {0};
+	struct gpufile__remote *rm;
+	int rc;
+
+	if (!h || !out)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_remote_file_info: %s is "
+		                     "NULL",
+		                     h ? "out" : "h");
+	rc = GPUFILE__SIZED_CHECK(out, gpufile_remote_file_info_t);
+	if (rc)
+		return rc;
+	if (!h->remote)
+		return gpufile__fail(-ENOTSUP,
+		                     "gpufile_remote_file_info: %s is not a "
+		                     "remote object",
+		                     h->path);
+	rm = h->remote;
+	info.signed_requests = rm->s3_signed;
+	info.url = rm->shown;
+	info.kind = rm->s3 ? "s3" : rm->presigned ? "presigned URL" : "http";
+	info.etag = rm->etag;
+	info.region = rm->s3 ? rm->region : NULL;
+	info.credentials = rm->s3          ? rm->cred_source
+	                   : rm->presigned ? "in the URL's query (redacted)"
+	                   : has_userinfo(rm->url)
+	                       ? "user information in the URL (redacted)"
+	                       : "none";
+	info.object_size = rm->size;
+	info.requests = get(&rm->n_requests);
+	info.retries = get(&rm->n_retries);
+	info.ranges = get(&rm->n_ranges);
+	info.bytes = get(&rm->n_bytes);
+	info.failures = get(&rm->n_failures);
+	info.redirects = get(&rm->n_redirects);
+	info.connects = get(&rm->n_connects);
+	gpufile__sized_put(out, &info, sizeof(info));
+	return 0;
+}
+
 int gpufile__remote_report(const char *url, char **report)
 {
 	struct gpufile__remote *rm;
@@ -1170,7 +1552,7 @@ int gpufile__remote_report(const char *url, char **report)
 	int rc, made;
 
 	*report = NULL;
-	rc = remote_new(&rm, url);
+	rc = remote_new(&rm, url, NULL);
 	if (rc)
 		return rc;
 	endpoint = gpufile__remote_redact(rm->url);
@@ -1183,25 +1565,19 @@ int gpufile__remote_report(const char *url, char **report)
 	else
 		made = asprintf(&probe, "%s: %s\n", how, gpufile_errmsg());
 	if (made >= 0 && endpoint &&
-	    asprintf(
-	        report, "endpoint: %s\nkind: %s\ncredentials: %s\n%s%s%s%s",
-	        endpoint,
-	        rm->s3          ? "s3"
-	        : rm->presigned ? "presigned URL"
-	                        : "http",
-	        !rm->s3 ? (rm->presigned ? "in the URL's query (redacted)"
-	                   : has_userinfo(rm->url)
-	                       ? "user information in the URL (redacted)"
-	                       : "none needed")
-	        : rm->s3_signed
-	            ? (rm->session_token
-	                   ? "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
-	                     "AWS_SESSION_TOKEN set (values not shown)"
-	                   : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-	                     "set (values not shown)")
-	            : "none set: unsigned requests (public bucket)",
-	        rm->s3 ? "region: " : "", rm->s3 ? rm->region : "",
-	        rm->s3 ? "\n" : "", probe) < 0)
+	    asprintf(report,
+	             "endpoint: %s\nkind: %s\ncredentials: %s\n%s%s%s%s",
+	             endpoint,
+	             rm->s3          ? "s3"
+	             : rm->presigned ? "presigned URL"
+	                             : "http",
+	             !rm->s3 ? (rm->presigned ? "in the URL's query (redacted)"
+	                        : has_userinfo(rm->url)
+	                            ? "user information in the URL (redacted)"
+	                            : "none needed")
+	                     : rm->cred_source, /* words, never the values */
+	             rm->s3 ? "region: " : "", rm->s3 ? rm->region : "",
+	             rm->s3 ? "\n" : "", probe) < 0)
 		*report = NULL;
 	if (!*report)
 		rc = gpufile__fail(-ENOMEM, "checking %s: out of memory",
@@ -1233,6 +1609,24 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	(void)flags;
 	*out = NULL;
 	return no_curl(url);
+}
+
+int gpufile__remote_open_with(struct gpufile **out, const char *url,
+                              const char *flags,
+                              const gpufile_remote_opts_t *opts)
+{
+	(void)flags;
+	(void)opts;
+	*out = NULL;
+	return no_curl(url);
+}
+
+int gpufile_remote_file_info(gpufile_t *h, gpufile_remote_file_info_t *out)
+{
+	(void)h;
+	(void)out;
+	return gpufile__fail(-ENOTSUP, "gpufile_remote_file_info: gpufile "
+	                               "was built without libcurl");
 }
 
 int gpufile__remote_close(struct gpufile *h)

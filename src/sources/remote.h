@@ -28,6 +28,12 @@ struct gpufile__remote;
  * the redacted URL and the HTTP status or curl error. */
 int gpufile__remote_open(struct gpufile **out, const char *url,
                          const char *flags);
+/* The same with the handle's options (gpufile_open_remote(); NULL: none),
+ * checked here: unknown flags, half-given credentials, unreadable CA
+ * files are -EINVAL or -ENOENT naming them. */
+int gpufile__remote_open_with(struct gpufile **out, const char *url,
+                              const char *flags,
+                              const gpufile_remote_opts_t *opts);
 /* Frees h (every request on it has ended). Returns 0. */
 int gpufile__remote_close(struct gpufile *h);
 int64_t gpufile__remote_size(struct gpufile *h);

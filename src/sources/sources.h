@@ -1,16 +1,18 @@
 /*
  * The sources wing (src/sources/): where bytes come from when they are not
- * a local file: HTTP(S) and S3 objects (remote.c, remote.h) and S3's
- * request signatures (sigv4.c, sigv4.h). A source opens a handle (struct
- * gpufile, core/core.h) whose remote_read the paths call, and moves device
- * reads through the paths' staging pipeline. A new source (WebHDFS,
- * uploads) is one new file here.
+ * a local file: HTTP(S) and S3 objects (remote.c, remote.h), S3's
+ * request signatures (sigv4.c, sigv4.h) and credentials, regions and
+ * endpoints as AWS tools find them (aws_config.c, aws_config.h). A source opens
+ * a handle (struct gpufile, core/core.h) whose remote_read the paths call, and
+ * moves device reads through the paths' staging pipeline. A new source
+ * (WebHDFS, uploads) is one new file here.
  *
  * May include: common/, platform/, core/, paths/.
  */
 #ifndef GPUFILE_SOURCES_H
 #define GPUFILE_SOURCES_H
 
+#include "sources/aws_config.h"
 #include "sources/remote.h"
 #include "sources/sigv4.h"
 

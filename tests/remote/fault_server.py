@@ -35,10 +35,17 @@ SIZE bytes at every path; the first path component picks a behaviour:
                       is clean)
   /longetag/...       HEAD: a strong ETag of 300 bytes; GETs: another one of
                       300 bytes differing only in its last characters
+  /retryafter/N/...   the first attempt of each range (per path): 503 with
+                      "Retry-After: N" (seconds), then correct
+  /retryafterdate/... the first attempt of each range (per path): 503 with
+                      a Retry-After HTTP-date an hour ahead, then correct
+  /always503/...      every GET: 503 without Retry-After
+  /redirect/...       302 to /ok/obj?token=REDIRECT-SECRET (HEAD and GET)
 
 Prints "PORT <n>" on stdout once listening; runs until killed.
 Usage: fault_server.py SIZE [STALL_SECONDS]
 """
+import email.utils
 import http.server
 import socketserver
 import sys
@@ -90,8 +97,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return [("ETag", 'W/"v1"' if head else 'W/"v2"')]
         return []
 
+    def redirect(self):
+        self.send(302, [("Location", "/ok/obj?token=REDIRECT-SECRET"),
+                        ("Content-Length", "0")])
+
     def do_HEAD(self):
         m = self.mode()
+        if m == "redirect":
+            return self.redirect()
         if m == "e404" or (m == "keepdots" and "/../" not in self.path):
             return self.send(404, [("Content-Length", "0")])
         if m in ("presigned", "emptyget"):
@@ -106,6 +119,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         m = self.mode()
         rng = self.headers.get("Range", "")
+        if m == "redirect":
+            return self.redirect()
+        if m in ("retryafter", "retryafterdate") and \
+                first_time((self.path, rng)):
+            when = self.path.split("/")[2] if m == "retryafter" else \
+                email.utils.formatdate(time.time() + 3600, usegmt=True)
+            err = b"slow down"
+            return self.send(503, [("Retry-After", when),
+                                   ("Content-Length", str(len(err)))], err)
+        if m == "always503":
+            err = b"slow down"
+            return self.send(503, [("Content-Length", str(len(err)))], err)
         if m == "e404" or (m == "keepdots" and "/../" not in self.path):
             body = b"<html>not found</html>"
             return self.send(404, [("Content-Length", str(len(body)))], body)

@@ -3,7 +3,9 @@
 signature with botocore (not with gpufile's own signer).
 
 Serves, path style, /BUCKET/KEY for the one bucket named on the command
-line: every key holds the same deterministic object (byte i is
+line, and virtual-hosted (Host: BUCKET.s3...) /KEY; also as an HTTP proxy
+(absolute-form requests "GET http://HOST/PATH"), so that a test can send
+AWS's own host names here through http_proxy: every key holds the same deterministic object (byte i is
 (i * 131 + (i >> 9)) & 255) of SIZE bytes, except keys starting with
 "missing", which are 404 NoSuchKey. A request whose signature botocore
 computes differently is answered 403 SignatureDoesNotMatch; so is one
@@ -27,9 +29,25 @@ TOKEN = sys.argv[6] if len(sys.argv) > 6 else None
 DATA = bytes(((i * 131) + (i >> 9)) & 255 for i in range(SIZE))
 
 
+def origin_path(handler):
+    """The request's path (and query), also of an absolute-form request
+    made to a proxy."""
+    path = handler.path
+    if path.startswith("http://"):
+        path = "/" + path[7:].partition("/")[2]
+    return path
+
+
 def check_signature(handler):
-    """None when botocore agrees with the request's signature, else why."""
+    """None when botocore agrees with the request's signature, else why.
+    A presigned URL (X-Amz-Signature in the query) must come unsigned:
+    S3 refuses a request with two signatures (400)."""
     auth = handler.headers.get("Authorization", "")
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(
+        origin_path(handler)).query)
+    if "X-Amz-Signature" in query:
+        return "presigned URL with an Authorization header" if auth \
+            else None
     if not auth.startswith("AWS4-HMAC-SHA256 "):
         return "no SigV4 Authorization header"
     fields = dict(p.strip().split("=", 1) for p in auth[17:].split(","))
@@ -49,7 +67,7 @@ def check_signature(handler):
     headers = {h: handler.headers[h] for h in signed}
     req = AWSRequest(method=handler.command,
                      url="http://%s%s" % (handler.headers["Host"],
-                                          handler.path),
+                                          origin_path(handler)),
                      headers=headers)
     req.context["timestamp"] = handler.headers["X-Amz-Date"]
     signer = S3SigV4Auth(Credentials(AK, SK, TOKEN), "s3", REGION)
@@ -85,8 +103,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def serve(self):
         why = check_signature(self)
         if why:
-            return self.error(403, "SignatureDoesNotMatch", why)
-        path = urllib.parse.unquote(self.path.split("?", 1)[0])
+            return self.error(400 if why.startswith("presigned") else 403,
+                              "SignatureDoesNotMatch", why)
+        path = urllib.parse.unquote(origin_path(self).split("?", 1)[0])
+        host = self.headers.get("Host", "").split(":")[0]
+        if host.startswith(BUCKET + ".s3.") or \
+                host.startswith(BUCKET + ".s3-"):
+            path = "/" + BUCKET + path  # virtual-hosted
         bucket, _, key = path.lstrip("/").partition("/")
         if bucket != BUCKET:
             return self.error(404, "NoSuchBucket")
