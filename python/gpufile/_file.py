@@ -9,8 +9,9 @@ import time
 from . import _args
 from . import _buffers
 from . import _lib
+from . import _remote
 from ._owned import Owned
-from ._structs import PATH_NAMES, text
+from ._structs import _OPTIONAL as _OPTIONAL_DECLS, PATH_NAMES, RemoteFileInfo, text
 
 # C functions not in every libgpufile (_structs declares the others), got
 # through _fn.
@@ -239,7 +240,25 @@ class File:
     refers to the handle once its work has ended.
     """
 
-    def __init__(self, path, flags="r"):
+    def __init__(self, path, flags="r", *, known_size=None,
+                 aws_access_key_id=None, aws_secret_access_key=None,
+                 aws_session_token=None, aws_region=None,
+                 aws_endpoint_url=None, aws_profile=None, ca_file=None,
+                 ca_path=None, timeout=None, max_in_flight=None,
+                 max_attempts=None, unsigned=False, s3=False):
+        """Opens path (a file, or an http://, https:// or s3:// URL).
+
+        The keywords are for URLs only (gpufile_open_remote(3)); None
+        means "not given", and the value then comes from the environment,
+        the AWS profile files or the settings as without them:
+        known_size (bytes: the open sends no request), aws_access_key_id
+        and aws_secret_access_key (both), aws_session_token, aws_region,
+        aws_endpoint_url (s3:// URLs), aws_profile, ca_file, ca_path,
+        timeout (seconds, http_timeout), max_in_flight
+        (remote_connections), max_attempts (http_max_attempts),
+        unsigned=True (never sign: a public bucket), s3=True (an
+        http(s):// URL of an S3 object on an endpoint of its own, signed
+        as AWS's S3 URLs are)."""
         self._h = None
         if not isinstance(flags, str):
             raise TypeError("flags must be a str such as \"r\" or \"w\", not %s"
@@ -250,9 +269,25 @@ class File:
         # named as the library names it, in every message and exception.
         self.name = _lib.shown_name(os.fsdecode(path))
         self.flags = flags
+        opts = _remote.opts(
+            "File", known_size=known_size, unsigned=unsigned, s3=s3,
+            aws_access_key_id=aws_access_key_id,
+            aws_secret_access_key=aws_secret_access_key,
+            aws_session_token=aws_session_token, aws_region=aws_region,
+            aws_endpoint_url=aws_endpoint_url, aws_profile=aws_profile,
+            ca_file=ca_file, ca_path=ca_path, timeout=timeout,
+            max_in_flight=max_in_flight, max_attempts=max_attempts)
         lib = _lib.lib()
         handle = ctypes.c_void_p()
-        rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
+        if opts is None:
+            rc = lib.gpufile_open(ctypes.byref(handle), raw, flags.encode())
+        elif "://" not in self.name:
+            raise TypeError("File: %r is not a URL; the remote keywords "
+                            "(known_size, aws_*, ca_*, ...) are for "
+                            "http://, https:// and s3:// URLs" % self.name)
+        else:
+            rc = _lib.fn("gpufile_open_remote", _OPTIONAL_DECLS)(
+                ctypes.byref(handle), raw, flags.encode(), ctypes.byref(opts))
         _lib.check(rc, filename=self.name)
         if "://" in self.name:
             name = lib.gpufile_filename
@@ -451,6 +486,20 @@ class File:
             fd = _lib.check(_fn("gpufile_fd")(h, 0), filename=self.name)
             return fcntl.fcntl(fd, fcntl.F_GETFL)
         return self._call(flags)
+
+    def remote_info(self):
+        """What this remote object's handle did since it was opened, as a
+        dict: url (redacted: no user information, no query), kind ("http",
+        "s3", "presigned URL"), size, etag (None when the server gave no
+        strong one), region, credentials (where they came from, never
+        their values), signed, and the counts requests (redirect hops
+        included), retries, ranges, bytes, failures, redirects, connects.
+        OSError (ENOTSUP) for a local file."""
+        out = RemoteFileInfo()
+        rc = self._call(_lib.fn("gpufile_remote_file_info", _OPTIONAL_DECLS),
+                        ctypes.byref(out))
+        _lib.check(rc, filename=self.name)
+        return _remote.info(out)
 
     def path_info(self):
         """PathInfo(path, reason): the path a device request of at least

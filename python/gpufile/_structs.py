@@ -70,6 +70,34 @@ class Stats(_Sized):
     ]
 
 
+class RemoteOpts(_Sized):
+    """gpufile_remote_opts_t (gpufile_open_remote's options)."""
+    _fields_ = [("size", c_uint32), ("flags", c_uint32),
+                ("aws_access_key_id", c_char_p),
+                ("aws_secret_access_key", c_char_p),
+                ("aws_session_token", c_char_p), ("aws_region", c_char_p),
+                ("aws_endpoint_url", c_char_p), ("aws_profile", c_char_p),
+                ("ca_file", c_char_p), ("ca_path", c_char_p),
+                ("known_size", c_uint64), ("timeout_s", c_uint32),
+                ("max_in_flight", c_uint32), ("max_attempts", c_uint32)]
+
+
+REMOTE_KNOWN_SIZE = 1 << 0
+REMOTE_UNSIGNED = 1 << 1
+REMOTE_S3 = 1 << 2
+
+
+class RemoteFileInfo(_Sized):
+    """gpufile_remote_file_info_t."""
+    _fields_ = [("size", c_uint32), ("signed_requests", c_int32),
+                ("url", c_char_p), ("kind", c_char_p), ("etag", c_char_p),
+                ("region", c_char_p), ("credentials", c_char_p),
+                ("object_size", c_int64), ("requests", c_uint64),
+                ("retries", c_uint64), ("ranges", c_uint64),
+                ("bytes", c_uint64), ("failures", c_uint64),
+                ("redirects", c_uint64), ("connects", c_uint64)]
+
+
 class FileStat(Structure):
     _fields_ = [("path", c_char * 256), ("chosen", c_int),
                 ("reason", c_char * 256)]
@@ -196,6 +224,9 @@ _OPTIONAL = {
     "gpufile_check": (c_int, [c_char_p, POINTER(CheckItem), c_int]),
     "gpufile_check_status_name": (c_char_p, [c_int]),
     "gpufile_pinned_bytes_max": (c_size_t, []),
+    "gpufile_open_remote": (c_int, [POINTER(c_void_p), c_char_p, c_char_p,
+                                    POINTER(RemoteOpts)]),
+    "gpufile_remote_file_info": (c_int, [c_void_p, POINTER(RemoteFileInfo)]),
 }
 
 

@@ -27,6 +27,8 @@ STRUCTS = {
     "gpufile_plan_entry_t": S.PlanEntry,
     "gpufile_plan_t": S.Plan,
     "gpufile_check_item_t": S.CheckItem,
+    "gpufile_remote_opts_t": S.RemoteOpts,
+    "gpufile_remote_file_info_t": S.RemoteFileInfo,
 }
 
 CONSTANTS = {
@@ -71,6 +73,8 @@ SIZED = {
     "gpufile_cufile_info_t": S.CufileInfo,
     "gpufile_cufile_config_t": S.CufileConfig,
     "gpufile_plan_t": S.Plan,
+    "gpufile_remote_opts_t": S.RemoteOpts,
+    "gpufile_remote_file_info_t": S.RemoteFileInfo,
 }
 
 

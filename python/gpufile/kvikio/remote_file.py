@@ -1,19 +1,18 @@
 """kvikio.RemoteFile on gpufile's remote objects (gpufile.File of a URL:
 HTTP(S), S3, presigned S3 URLs over libcurl).
 
-gpufile reads S3 credentials from the environment at open; the
-credentials open_s3()/open_s3_url() are given are put there for the open
-only, under a lock that every open here takes (a gpufile open of an
-s3:// URL made at that moment by other code of the process would see
-them too). WebHDFS is not supported by gpufile (open_webhdfs raises
-NotImplementedError, a RuntimeError).
+The credentials, region and endpoint open_s3()/open_s3_url() are given
+go to that handle only (gpufile.File's keywords, gpufile_open_remote's
+options): the environment is left alone, so opens on several threads
+with different credentials do not see each other's. What is not given is
+found as gpufile finds it (environment, AWS profile files). WebHDFS is
+not supported here yet (open_webhdfs raises NotImplementedError, a
+RuntimeError).
 """
 
 import enum
 import functools
-import os
 import re
-import threading
 import urllib.parse
 
 from .. import _lib
@@ -128,36 +127,15 @@ def infer_remote_endpoint_type(url, allow_list=None):
     raise RuntimeError("Unsupported endpoint URL: %r" % _lib.shown_name(url))
 
 
-_env_lock = threading.Lock()
-_AWS_VARS = {"aws_region_name": "AWS_DEFAULT_REGION",
-             "aws_access_key_id": "AWS_ACCESS_KEY_ID",
-             "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-             "aws_endpoint_url": "AWS_ENDPOINT_URL",
-             "aws_session_token": "AWS_SESSION_TOKEN"}
-
-
-def _open(url, env=None):
-    """gpufile.File(url, "r") with env's variables set for the open."""
+def _open(url, nbytes=None, **kw):
+    """gpufile.File(url, "r") with nbytes as its known size (no HEAD) and
+    kw's options that are not None, for this handle only."""
     _need_remote()
-    with _env_lock:
-        saved = {}
-        try:
-            for var, value in (env or {}).items():
-                if value is None:
-                    continue
-                saved[var] = os.environ.get(var)
-                if value == "":  # removed for the open (unsigned)
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
-            return _call(_File, url, "r",
-                         prefix="Unable to open %s" % _lib.shown_name(url))
-        finally:
-            for var, value in saved.items():
-                if value is None:
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if nbytes is not None:
+        kw["known_size"] = size_t(nbytes, "nbytes", "RemoteFile")
+    return _call(lambda: _File(url, "r", **kw),
+                 prefix="Unable to open %s" % _lib.shown_name(url))
 
 
 class RemoteFile:
@@ -176,16 +154,18 @@ class RemoteFile:
 
     @classmethod
     def open_http(cls, url, nbytes=None):
-        return cls(_open(url), RemoteEndpointType.HTTP, nbytes)
+        return cls(_open(url, nbytes), RemoteEndpointType.HTTP, nbytes)
 
     @classmethod
     def _s3(cls, bucket, key, nbytes, region, key_id, secret, endpoint,
             token):
-        env = {"AWS_DEFAULT_REGION": region, "AWS_ACCESS_KEY_ID": key_id,
-               "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": endpoint,
-               "AWS_SESSION_TOKEN": token}
         url = "s3://%s/%s" % (bucket, key)
-        return cls(_open(url, env), RemoteEndpointType.S3, nbytes)
+        return cls(_open(url, nbytes, aws_region=region,
+                         aws_access_key_id=key_id,
+                         aws_secret_access_key=secret,
+                         aws_endpoint_url=endpoint,
+                         aws_session_token=token),
+                   RemoteEndpointType.S3, nbytes)
 
     @classmethod
     def open_s3(cls, bucket_name, object_name, nbytes=None,
@@ -218,16 +198,13 @@ class RemoteFile:
     def open_s3_public(cls, url, nbytes=None):
         """A public S3 object: unsigned requests to its http(s) URL (an
         s3:// URL goes to AWS, or AWS_ENDPOINT_URL, unsigned)."""
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme.lower() == "s3":
-            env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-            return cls(_open(url, env), RemoteEndpointType.S3_PUBLIC, nbytes)
-        return cls(_open(url), RemoteEndpointType.S3_PUBLIC, nbytes)
+        return cls(_open(url, nbytes, unsigned=True),
+                   RemoteEndpointType.S3_PUBLIC, nbytes)
 
     @classmethod
     def open_s3_presigned_url(cls, presigned_url, nbytes=None):
-        return cls(_open(presigned_url), RemoteEndpointType.S3_PRESIGNED_URL,
-                   nbytes)
+        return cls(_open(presigned_url, nbytes),
+                   RemoteEndpointType.S3_PRESIGNED_URL, nbytes)
 
     @classmethod
     def open_webhdfs(cls, url, nbytes=None):
