@@ -81,7 +81,8 @@ extern "C" {
  * that may gain fields in later versions (gpufile_stats_t,
  * gpufile_remote_stats_t, gpufile_cufile_info_t, gpufile_cufile_config_t,
  * gpufile_plan_t, gpufile_remote_file_info_t) start with a uint32_t size
- * that the caller sets to sizeof the struct it was compiled with, before the call:
+ * that the caller sets to sizeof the struct it was compiled with, before the
+ * call:
  *
  *     gpufile_stats_t st;
  *     GPUFILE_INIT(st);
@@ -620,18 +621,18 @@ GPUFILE_API int gpufile_remote_info(const char *url, char *out, size_t len);
  * files or the settings, as for gpufile_open(). Strings are copied at
  * open; nothing is kept. */
 typedef struct gpufile_remote_opts {
-	uint32_t size; /* sizeof(gpufile_remote_opts_t), set by the caller */
-	uint32_t flags;                /* GPUFILE_REMOTE_* below */
+	uint32_t size;  /* sizeof(gpufile_remote_opts_t), set by the caller */
+	uint32_t flags; /* GPUFILE_REMOTE_* below */
 	const char *aws_access_key_id; /* with aws_secret_access_key */
 	const char *aws_secret_access_key;
 	const char *aws_session_token; /* temporary credentials */
 	const char *aws_region;        /* the SigV4 region */
-	const char *aws_endpoint_url;  /* s3:// URLs: the endpoint, path style */
-	const char *aws_profile;       /* the profile of ~/.aws/{credentials,config} */
+	const char *aws_endpoint_url; /* s3:// URLs: the endpoint, path style */
+	const char *aws_profile;      /* the profile of ~/.aws/ files */
 	const char *ca_file; /* CA bundle HTTPS servers are checked against */
 	const char *ca_path; /* a folder of hashed CA certificates */
 	uint64_t known_size; /* with GPUFILE_REMOTE_KNOWN_SIZE: no HEAD */
-	uint32_t timeout_s;     /* http_timeout of this handle */
+	uint32_t timeout_s;  /* http_timeout of this handle */
 	uint32_t max_in_flight; /* remote_connections of this handle */
 	uint32_t max_attempts;  /* http_max_attempts of this handle */
 } gpufile_remote_opts_t;
@@ -667,11 +668,11 @@ GPUFILE_API int gpufile_open_remote(gpufile_t **out, const char *url,
 /* What one remote handle did (gpufile_remote_file_info()): a struct that
  * grows. The strings point into the handle (valid until gpufile_close()). */
 typedef struct gpufile_remote_file_info {
-	uint32_t size;   /* sizeof(gpufile_remote_file_info_t), set by caller */
+	uint32_t size; /* sizeof(gpufile_remote_file_info_t), set by caller */
 	int32_t signed_requests; /* 1: requests carry a SigV4 signature */
-	const char *url; /* redacted, as gpufile_filename() */
-	const char *kind; /* "http", "s3", "presigned URL" */
-	const char *etag; /* the object's strong ETag at open, or NULL */
+	const char *url;         /* redacted, as gpufile_filename() */
+	const char *kind;        /* "http", "s3", "presigned URL" */
+	const char *etag;        /* the object's strong ETag at open, or NULL */
 	const char *region;      /* the SigV4 region (S3), or NULL */
 	const char *credentials; /* where they came from (never them) */
 	int64_t object_size;

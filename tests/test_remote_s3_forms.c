@@ -198,6 +198,10 @@ static void options(void)
 	open_with("s3://bucket/flags.bin", &o, -EINVAL);
 	CHECK_CONTAINS(gpufile_errmsg(), "unknown flags");
 	o.flags = 0;
+	o.max_in_flight = 5000;
+	open_with("s3://bucket/many.bin", &o, -EINVAL);
+	CHECK_CONTAINS(gpufile_errmsg(), "max_in_flight 5000 is out of range");
+	o.max_in_flight = 0;
 	o.size = 0;
 	open_with("s3://bucket/size.bin", &o, -EINVAL);
 	CHECK_CONTAINS(gpufile_errmsg(), "gpufile_remote_opts_t.size is 0");

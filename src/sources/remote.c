@@ -159,6 +159,27 @@ static int apply_opts(struct gpufile__remote *rm,
 {
 	if (!o)
 		return 0;
+	/* The settings' own bounds (config.c): max_in_flight sizes an
+	 * array. */
+	if (o->max_attempts > 100 || o->timeout_s > 86400 ||
+	    o->max_in_flight > 1024)
+		return gpufile__fail(
+		    -EINVAL,
+		    "opening %s: %s %u is out of range (at most %u, as the "
+		    "setting %s)",
+		    rm->shown,
+		    o->max_attempts > 100  ? "max_attempts"
+		    : o->timeout_s > 86400 ? "timeout_s"
+		                           : "max_in_flight",
+		    o->max_attempts > 100  ? o->max_attempts
+		    : o->timeout_s > 86400 ? o->timeout_s
+		                           : o->max_in_flight,
+		    o->max_attempts > 100  ? 100u
+		    : o->timeout_s > 86400 ? 86400u
+		                           : 1024u,
+		    o->max_attempts > 100  ? "http_max_attempts"
+		    : o->timeout_s > 86400 ? "http_timeout"
+		                           : "remote_connections");
 	if (o->max_attempts)
 		rm->max_attempts = o->max_attempts;
 	if (o->timeout_s)
