@@ -82,8 +82,19 @@ static int read_all(const char *url, gpufile_remote_file_info_t *info)
 		if (rc == 0)
 			CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
 		if (info) {
+			/* Its strings live as long as the handle: kept. */
+			static char url_copy[256], kind[32], credentials[256];
+
 			GPUFILE_INIT(*info);
 			CHECK_EQ(gpufile_remote_file_info(h, info), 0);
+			snprintf(url_copy, sizeof(url_copy), "%s", info->url);
+			snprintf(kind, sizeof(kind), "%s", info->kind);
+			snprintf(credentials, sizeof(credentials), "%s",
+			         info->credentials);
+			info->url = url_copy;
+			info->kind = kind;
+			info->credentials = credentials;
+			info->etag = info->region = NULL;
 		}
 		gpufile_close(h);
 	}
