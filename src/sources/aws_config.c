@@ -1,7 +1,8 @@
 /*
  * The S3 facts of an open (aws_config.h): credentials, region, endpoint
- * and CA settings, found where the AWS CLI and SDKs find them, and the
- * shapes of AWS's own S3 host names.
+ * and CA settings, found where the AWS CLI and SDKs find them; the
+ * shapes of AWS's own S3 host names, of a presigned URL, and the path a
+ * signed https:// S3 URL is signed and sent with.
  *
  * Order (botocore's credential chain, less what needs a network call):
  *   1. the handle's options (gpufile_remote_opts_t);
@@ -19,6 +20,7 @@
 #define _GNU_SOURCE
 #include "sources/aws_config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -558,6 +560,64 @@ int gpufile__aws_s3_host(const char *url, char **region)
 			return host_region(host + i + 4, len - i - 4, region);
 	}
 	return 0;
+}
+
+/* ---- S3 https:// URLs ---- */
+
+int gpufile__aws_presigned(const char *url)
+{
+	const char *auth = strstr(url, "://");
+	const char *q;
+
+	auth = auth ? auth + 3 : url;
+	q = auth + strcspn(auth, "?#");
+	if (*q != '?')
+		return 0;
+	for (q++; *q && *q != '#'; q += strcspn(q, "&#"), q += *q == '&')
+		if (strncasecmp(q, "X-Amz-Signature=", 16) == 0)
+			return 1;
+	return 0;
+}
+
+/* 1 for a character a path keeps as it is when signed and sent. */
+static int path_char(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	       (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+	       c == '~' || c == '/';
+}
+
+static int hex_digit(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+	       (c >= 'A' && c <= 'F');
+}
+
+char *gpufile__s3_http_path(const char *path, size_t n)
+{
+	char *out = malloc(3 * n + 2), *o = out;
+
+	if (!out)
+		return NULL;
+	if (n == 0 || path[0] != '/')
+		*o++ = '/';
+	for (size_t i = 0; i < n; i++) {
+		const unsigned char c = (unsigned char)path[i];
+
+		if (c == '%' && i + 2 < n && hex_digit(path[i + 1]) &&
+		    hex_digit(path[i + 2])) {
+			o += sprintf(o, "%%%c%c",
+			             (char)toupper((unsigned char)path[i + 1]),
+			             (char)toupper((unsigned char)path[i + 2]));
+			i += 2;
+		} else if (path_char(c)) {
+			*o++ = (char)c;
+		} else {
+			o += sprintf(o, "%%%02X", c);
+		}
+	}
+	*o = '\0';
+	return out;
 }
 
 /* ---- CA ---- */

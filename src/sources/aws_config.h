@@ -49,6 +49,16 @@ void gpufile__aws_free(struct gpufile__aws *a);
  * URL, -ENOMEM. */
 int gpufile__aws_s3_host(const char *url, char **region);
 
+/* 1 when url is a presigned S3 URL: X-Amz-Signature among its query's
+ * parameters (its query is its credential: never signed again). */
+int gpufile__aws_presigned(const char *url);
+
+/* The path of an https:// S3 URL (path, n bytes) as SigV4 signs it and as
+ * it is then sent, so that the two agree: escapes kept (hex in upper
+ * case), every other character outside A-Z a-z 0-9 - . _ ~ / encoded.
+ * Sized from the path (the caller frees it); NULL when out of memory. */
+char *gpufile__s3_http_path(const char *path, size_t n);
+
 /* The CA bundle and folder HTTPS peers are checked against: opts, else
  * AWS_CA_BUNDLE, CURL_CA_BUNDLE, SSL_CERT_FILE; and opts, else
  * SSL_CERT_DIR. *file and *dir are allocated (NULL: libcurl's default).

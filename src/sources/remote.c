@@ -30,7 +30,6 @@
 #include "core/decide.h"
 #include "sources/sources.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -1141,56 +1140,12 @@ static int s3_setup(struct gpufile__remote *rm, const char *url,
 	return rc;
 }
 
-/* 1 for a character a path keeps as it is when signed and sent. */
-static int path_char(unsigned char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-	       (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-	       c == '~' || c == '/';
-}
-
-static int hex_digit(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-	       (c >= 'A' && c <= 'F');
-}
-
-/* The path of an https:// S3 URL (path, n bytes) as SigV4 signs it and as
- * it is then sent, so that the two agree: escapes kept (hex in upper
- * case), every other character outside A-Z a-z 0-9 - . _ ~ / encoded.
- * Sized from the path; NULL when out of memory. */
-static char *s3_http_path(const char *path, size_t n)
-{
-	char *out = malloc(3 * n + 2), *o = out;
-
-	if (!out)
-		return NULL;
-	if (n == 0 || path[0] != '/')
-		*o++ = '/';
-	for (size_t i = 0; i < n; i++) {
-		const unsigned char c = (unsigned char)path[i];
-
-		if (c == '%' && i + 2 < n && hex_digit(path[i + 1]) &&
-		    hex_digit(path[i + 2])) {
-			o += sprintf(o, "%%%c%c",
-			             (char)toupper((unsigned char)path[i + 1]),
-			             (char)toupper((unsigned char)path[i + 2]));
-			i += 2;
-		} else if (path_char(c)) {
-			*o++ = (char)c;
-		} else {
-			o += sprintf(o, "%%%02X", c);
-		}
-	}
-	*o = '\0';
-	return out;
-}
-
 /* An http(s):// URL of an S3 object: AWS's own (aws_config.c tells them
  * by their host) or any with GPUFILE_REMOTE_S3. Requests are signed when
  * credentials are found, for the host's region (else the configured one,
  * else us-east-1). The URL sent is the one signed: its path normalised
- * (s3_http_path), its query kept (signed too), its fragment dropped. */
+ * (gpufile__s3_http_path), its query kept (signed too), its fragment dropped.
+ */
 static int s3_http_setup(struct gpufile__remote *rm, const char *url,
                          const gpufile_remote_opts_t *opts, char *host_region)
 {
@@ -1215,7 +1170,7 @@ static int s3_http_setup(struct gpufile__remote *rm, const char *url,
 		host_region = NULL;
 	}
 	free(host_region);
-	canon = s3_http_path(path, plen);
+	canon = gpufile__s3_http_path(path, plen);
 	q = strndup(query, qlen);
 	if (!canon || !q ||
 	    asprintf(&rm->url, "%.*s%s%s%s", (int)(path - url), url, canon,
@@ -1232,22 +1187,6 @@ static int s3_http_setup(struct gpufile__remote *rm, const char *url,
 	free(q);
 	gpufile__aws_free(&a);
 	return rc;
-}
-
-/* A presigned URL: X-Amz-Signature among its query's parameters. */
-static int presigned_url(const char *url)
-{
-	const char *auth = strstr(url, "://");
-	const char *q;
-
-	auth = auth ? auth + 3 : url;
-	q = auth + strcspn(auth, "?#");
-	if (*q != '?')
-		return 0;
-	for (q++; *q && *q != '#'; q += strcspn(q, "&#"), q += *q == '&')
-		if (strncasecmp(q, "X-Amz-Signature=", 16) == 0)
-			return 1;
-	return 0;
 }
 
 /* Asks for byte 0 the size and the version of the object. The fallback
@@ -1352,7 +1291,7 @@ static int source_setup(struct gpufile__remote *rm, const char *url,
 		                     rm->shown, (unsigned)opts->flags);
 	if (strncasecmp(url, "s3://", 5) == 0)
 		return s3_setup(rm, url, opts);
-	rm->presigned = presigned_url(url);
+	rm->presigned = gpufile__aws_presigned(url);
 	if (!rm->presigned) {
 		s3 = gpufile__aws_s3_host(url, &region);
 		if (s3 < 0)
