@@ -232,6 +232,8 @@ def test_kvikio_open_s3_leaves_environment_alone(s3, clean_env, monkeypatch):
     """KvikIO's openers give the credentials to the handle: the
     environment (which other threads' opens read) is never written."""
     import gpufile.kvikio as kvikio
+    # AWS's host names below reach the test server as a proxy.
+    monkeypatch.setenv("http_proxy", s3)
     rec = _Recorder(os.environ)
     monkeypatch.setattr(os, "environ", rec)
     with kvikio.RemoteFile.open_s3(
@@ -243,5 +245,11 @@ def test_kvikio_open_s3_leaves_environment_alone(s3, clean_env, monkeypatch):
             s3 + "/bucket/kv.bin", nbytes=SIZE, aws_region_name=REGION,
             aws_access_key_id=AK, aws_secret_access_key=SK) as f:
         assert f.file.remote_info()["requests"] == 0  # nbytes: no HEAD
+        read_all(f.file)
+    # AWS's own URL: sent as it is, signed for the host's region.
+    with kvikio.RemoteFile.open_s3_url(
+            "http://bucket.s3.%s.amazonaws.com/kv.bin" % REGION,
+            aws_access_key_id=AK, aws_secret_access_key=SK) as f:
+        assert f.file.remote_info()["region"] == REGION
         read_all(f.file)
     assert rec.writes == []

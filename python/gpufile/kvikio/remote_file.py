@@ -188,6 +188,14 @@ class RemoteFile:
             raise RuntimeError("Invalid URL: %r names no S3 bucket and "
                                "object" % _lib.shown_name(url))
         bucket, key, endpoint = parts
+        if scheme != "s3" and endpoint is None:
+            # AWS's own URL: sent as it is, signed for its host's region
+            # (gpufile_open_remote recognises it).
+            return cls(_open(url, nbytes, aws_region=aws_region_name,
+                             aws_access_key_id=aws_access_key_id,
+                             aws_secret_access_key=aws_secret_access_key,
+                             aws_session_token=aws_session_token),
+                       RemoteEndpointType.S3, nbytes)
         if scheme != "s3":
             aws_endpoint_url = endpoint  # the URL's own host
         return cls._s3(bucket, key, nbytes, aws_region_name,
