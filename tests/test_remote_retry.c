@@ -2,8 +2,9 @@
  * tests/remote/fault_server.py:
  *   - a 503 with "Retry-After: 1" is retried after the second it asks
  *     (said in the log; the read took at least that long);
- *   - a Retry-After HTTP-date an hour ahead is cut to http_timeout
- *     (3 s here);
+ *   - a Retry-After HTTP-date an hour ahead is cut to
+ *     http_retry_after_max (1 s here; http_timeout, the time a request may
+ *     take, stays as it was);
  *   - without Retry-After, the waits double with jitter: each within
  *     [base/2, base], not all equal to base (the fixed waits of before);
  *   - http_verbose logs each request line and status, the URL redacted
@@ -125,15 +126,15 @@ static void retry_after_date(void)
 {
 	char url[256], *log;
 
-	CHECK_EQ(gpufile_config_set("http_timeout", "3"), 0);
+	CHECK_EQ(gpufile_config_set("http_retry_after_max", "1"), 0);
 	snprintf(url, sizeof(url), "%s/retryafterdate/obj", base);
 	log_begin();
 	CHECK_EQ(read_all(url, NULL), 0);
 	log = log_end();
-	CHECK_CONTAINS(log, "waiting 3000 ms before attempt 2 of 3");
-	CHECK_CONTAINS(log, "s, cut to http_timeout)");
+	CHECK_CONTAINS(log, "waiting 1000 ms before attempt 2 of 3");
+	CHECK_CONTAINS(log, "s, cut to http_retry_after_max)");
 	free(log);
-	CHECK_EQ(gpufile_config_set("http_timeout", "60"), 0);
+	CHECK_EQ(gpufile_config_set("http_retry_after_max", "60"), 0);
 }
 
 static void jitter(void)

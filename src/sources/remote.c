@@ -68,6 +68,7 @@ struct gpufile__remote {
 
 	unsigned max_attempts;
 	long timeout_s;
+	long retry_after_max_s; /* http_retry_after_max */
 	int retry_codes[GPUFILE__MAX_RETRY_CODES];
 	int nretry_codes;
 
@@ -141,6 +142,10 @@ static int load_settings(struct gpufile__remote *rm)
 	if (rc)
 		return rc;
 	rm->timeout_s = (long)v;
+	rc = setting_count("http_retry_after_max", &v);
+	if (rc)
+		return rc;
+	rm->retry_after_max_s = (long)v;
 	rc = setting_count("remote_connections", &v);
 	if (rc)
 		return rc;
@@ -850,10 +855,10 @@ static uint64_t jitter(uint64_t n)
 }
 
 /* Waits before attempt + 1. A Retry-After of the failed response (a 429
- * or 503 saying when to come back) is honoured, cut to http_timeout so a
- * server cannot hold a read for hours; else an exponential back-off, 50
- * ms doubling to 2 s, of which a random half is waited (jitter: clients
- * that failed together do not come back together). */
+ * or 503 saying when to come back) is honoured, cut to
+ * http_retry_after_max so a server cannot hold a read for hours; else an
+ * exponential back-off, 50 ms doubling to 2 s, of which a random half is waited
+ * (jitter: clients that failed together do not come back together). */
 static void back_off(struct gpufile__remote *rm, const struct sink *s,
                      unsigned attempt)
 {
@@ -863,8 +868,9 @@ static void back_off(struct gpufile__remote *rm, const struct sink *s,
 	struct timespec ts;
 
 	if (s->retry_after > 0) {
-		cut = s->retry_after > rm->timeout_s;
-		ms = (cut ? rm->timeout_s : (long)s->retry_after) * 1000L;
+		cut = s->retry_after > rm->retry_after_max_s;
+		ms = (cut ? rm->retry_after_max_s : (long)s->retry_after) *
+		     1000L;
 	}
 	if (rm->verbose) {
 		if (s->retry_after > 0)
@@ -873,7 +879,7 @@ static void back_off(struct gpufile__remote *rm, const struct sink *s,
 			        "%u of %u (Retry-After: %" PRId64 " s%s)\n",
 			        ms, attempt + 1, rm->max_attempts,
 			        s->retry_after,
-			        cut ? ", cut to http_timeout" : "");
+			        cut ? ", cut to http_retry_after_max" : "");
 		else
 			fprintf(stderr,
 			        "gpufile: http: waiting %ld ms before attempt "
