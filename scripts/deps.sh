@@ -34,6 +34,7 @@ packages=(
 	nginx-light python3-botocore curl  # remote tests: nginx, S3 signature check
 	python3-torch                  # drop-ins and distributed loading: torch on CPU, gloo
 	python3-fsspec python3-zarr python3-dask python3-distributed  # fsspec, Zarr, Dask
+	python3-prometheus-client      # gpufile stats --serve: its OpenMetrics parser checks a scrape
 )
 
 missing=()

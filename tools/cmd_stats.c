@@ -8,6 +8,7 @@
 #include "gpufile.h"
 #include "json.h"
 #include "measure.h"
+#include "metrics.h"
 #include "msg.h"
 #include "options.h"
 #include "text.h"
@@ -23,6 +24,8 @@
 
 static const char *const usage =
     "Usage: gpufile stats [PID] [--json] [--watch SECONDS]\n"
+    "       gpufile stats [PID] --openmetrics\n"
+    "       gpufile stats [PID] --serve [ADDR:]PORT [--timeout SECONDS]\n"
     "       gpufile stats --clean\n"
     "\n"
     "Without PID: lists this user's processes that use gpufile (PID,\n"
@@ -41,13 +44,30 @@ static const char *const usage =
     "  --json            one JSON object (per interval with --watch)\n"
     "  --watch SECONDS   print again every SECONDS, with rates (GB/s,\n"
     "                    IOPS), until the process exits\n"
+    "  --openmetrics     every process's counters (PID's alone when\n"
+    "                    given) in the OpenMetrics text format: per\n"
+    "                    process, path and direction requests, tasks,\n"
+    "                    bytes, errors; cuFile's own counters; remote\n"
+    "                    HTTP counters; handles per file and fallbacks\n"
+    "                    with their reason as labels (URLs without their\n"
+    "                    secrets, control bytes as \\xHH)\n"
+    "  --serve [ADDR:]PORT  an exporter: answers GET /metrics with the\n"
+    "                    --openmetrics text, read anew each time, until\n"
+    "                    killed. ADDR defaults to 127.0.0.1 (loopback);\n"
+    "                    [::1]:PORT for IPv6; PORT 0 takes a free port.\n"
+    "                    Prints the URL it serves on stdout; an ADDR:PORT\n"
+    "                    that is not one is a usage error\n"
+    "  --timeout SECONDS with --serve: drop a client that has not sent\n"
+    "                    its request and taken the answer in this time\n"
+    "                    (default 10)\n"
     "  --clean           remove the /dev/shm segments that older gpufile\n"
     "                    versions left for dead processes (today's\n"
     "                    segment is a memfd that goes with its process)\n"
     "  --help            print this help\n"
     "\n"
     "Exit status: 0 ok, 1 when PID does not exist, belongs to another\n"
-    "user, or does not use gpufile, 2 usage error.\n";
+    "user, or does not use gpufile, or --serve cannot listen (in use,\n"
+    "not an address of this machine), 2 usage error.\n";
 
 #define MAX_PROCS 1024
 #define MAX_FILES GPUFILE_MAX_FILE_STATS
@@ -437,8 +457,10 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 int cmd_stats(int argc, char **argv)
 {
 	const char *cmd = "stats";
-	int as_json = 0, clean = 0, rc, first;
-	double watch = 0, sampled;
+	int as_json = 0, clean = 0, openmetrics = 0, timeout_given = 0, rc,
+	    first;
+	double watch = 0, sampled, timeout = 10;
+	const char *serve = NULL;
 	uint64_t pid = 0;
 	gpufile_stats_t *samples, *a, *b;
 	const struct opt opts[] = {
@@ -448,6 +470,13 @@ int cmd_stats(int argc, char **argv)
 	     .dest = &watch,
 	     .max = 86400},
 	    {.name = "clean", .kind = OPT_FLAG, .dest = &clean},
+	    {.name = "openmetrics", .kind = OPT_FLAG, .dest = &openmetrics},
+	    {.name = "serve", .kind = OPT_STRING, .dest = &serve},
+	    {.name = "timeout",
+	     .kind = OPT_SECONDS,
+	     .dest = &timeout,
+	     .given = &timeout_given,
+	     .max = 3600},
 	};
 	const struct opt_spec spec = {
 	    cmd, usage, opts, sizeof(opts) / sizeof(opts[0]), "PID", 0, 1};
@@ -462,6 +491,18 @@ int cmd_stats(int argc, char **argv)
 		                       first < argc ? "PID"
 		                       : as_json    ? "--json"
 		                                    : "--watch");
+	if ((openmetrics || serve) && (clean || as_json || watch > 0))
+		return msg_usage_error(cmd, "--%s takes no %s",
+		                       serve ? "serve" : "openmetrics",
+		                       clean     ? "--clean"
+		                       : as_json ? "--json"
+		                                 : "--watch");
+	if (openmetrics && serve)
+		return msg_usage_error(cmd, "--openmetrics and --serve: one "
+		                            "or the other (--serve answers "
+		                            "with the --openmetrics text)");
+	if (timeout_given && !serve)
+		return msg_usage_error(cmd, "--timeout goes with --serve");
 	if (watch > 0 && first == argc)
 		return msg_usage_error(cmd, "--watch needs a PID");
 	if (clean) {
@@ -472,6 +513,10 @@ int cmd_stats(int argc, char **argv)
 	if (first < argc && (opt_parse_count(argv[first], &pid) || pid == 0 ||
 	                     pid > 0x7fffffff))
 		return msg_usage_error(cmd, "\"%s\" is not a PID", argv[first]);
+	if (openmetrics)
+		return metrics_print(cmd, (int)pid);
+	if (serve)
+		return metrics_serve(cmd, (int)pid, serve, timeout);
 	if (!pid)
 		return list_processes(as_json);
 

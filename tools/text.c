@@ -87,6 +87,19 @@ const char *text_escape(const char *s, char *buf, size_t len)
 	return buf;
 }
 
+char *text_escape_alloc(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t len = 1;
+	char *buf;
+
+	/* Each input byte becomes at most 4 output bytes (\xHH). */
+	for (const unsigned char *q = p; *q; q++)
+		len += 4;
+	buf = malloc(len);
+	return buf ? (char *)text_escape((const char *)p, buf, len) : NULL;
+}
+
 void text_put(FILE *out, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)(s ? s : "");

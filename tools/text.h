@@ -24,6 +24,10 @@ int text_utf8_len(const unsigned char *s);
  * through this before it is printed. */
 const char *text_escape(const char *s, char *buf, size_t len);
 
+/* s escaped as text_escape() escapes it, whole, in a buffer sized from
+ * it that the caller frees. NULL when out of memory. */
+char *text_escape_alloc(const char *s);
+
 /* Writes s to out escaped as text_escape() escapes it, whole (no buffer
  * to cut it). Every text output of a name that a file, another process or
  * the command line chose (tensor names, metadata keys, paths, messages
