@@ -33,7 +33,8 @@ pytestmark = pytest.mark.skipif(text_string_to_metric_families is None and not i
 REMOTE = "remote" in gpufile.features()
 
 # The reading process: its command name and a file name hold an ESC byte;
-# it reads that file, then (when remote sources are built in) a URL with
+# it reads that file, opens it twice more with compat_mode=on (a fallback
+# from cuFile, with its reason), then (when remote sources are built in) a URL with
 # a password and a signature in its query, then starts a read that the
 # server stalls, and waits, the read still in flight, until stdin closes.
 CHILD = r"""
@@ -43,6 +44,12 @@ with open("/proc/self/comm", "w") as f:
 local, url, stall = sys.argv[1:4]
 with gpufile.File(local) as f:
     f.read(np.empty(os.path.getsize(local), np.uint8))
+# Two handles whose device requests would not go to cuFile, for one
+# reason: one fallback sample of value 2.
+with gpufile.defaults.set(compat_mode="on"):
+    keep = [gpufile.File(local), gpufile.File(local)]
+    for k in keep:
+        k.path_info()
 if url:
     with gpufile.defaults.set(remote_task_size=64 << 10):
         g = gpufile.File(url)
@@ -100,6 +107,8 @@ def parse(text):
     fams = {}
     for fam in text_string_to_metric_families(text):
         assert fam.name not in fams, "family %s twice" % fam.name
+        keys = [(x.name, tuple(sorted(x.labels.items()))) for x in fam.samples]
+        assert len(keys) == len(set(keys)), "a label set twice in %s" % fam.name
         fams[fam.name] = fam.samples
     return fams
 
@@ -129,11 +138,15 @@ def check_scrape(text, reader):
                  direction="read") >= 1
     assert value(fams, "gpufile_errors", "gpufile_errors_total", pid=p, path="host",
                  direction="read") == 0
+    shown_local = local.replace(ESC, "\\x1b")
+    assert value(fams, "gpufile_file_handles", "gpufile_file_handles", pid=p,
+                 file=shown_local, path="host") == 1
+    assert value(fams, "gpufile_file_handles", "gpufile_file_handles", pid=p,
+                 file=shown_local, path="posix") == 2
+    assert value(fams, "gpufile_fallbacks", "gpufile_fallbacks", pid=p, path="posix",
+                 reason="posix: compat_mode=on, cuFile is not used") == 2
     files = {s.labels["file"]: s for s in fams["gpufile_file_handles"]
              if s.labels["pid"] == p}
-    shown_local = local.replace(ESC, "\\x1b")
-    assert shown_local in files, sorted(files)
-    assert files[shown_local].value == 1
     assert value(fams, "gpufile_cufile_layer_recorded", "gpufile_cufile_layer_recorded",
                  pid=p) in (0, 1)
     if REMOTE:
