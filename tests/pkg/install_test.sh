@@ -213,6 +213,19 @@ pc_build pc_static2 static --static --cflags --libs gpufile-static
 echo "== find_package(gpufile)"
 cmake_build cmake_shared gpufile::gpufile
 cmake_build cmake_static gpufile::gpufile_static
+cmake_build cmake_static_required gpufile::gpufile_static -DGPUFILE_COMPONENTS=static
+# Required, and not to be found: find_package fails, naming what.
+b=$work/cmake_static_nodeps
+if cmake -S "$src/tests/pkg/consumer" -B "$b" -DCMAKE_PREFIX_PATH="$prefix" \
+	-DGPUFILE_TARGET=gpufile::gpufile_static -DGPUFILE_COMPONENTS=static \
+	-DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON -DCMAKE_C_COMPILER="$cc" >"$b.log" 2>&1; then
+	fail "find_package(gpufile COMPONENTS static) without pkg-config: configured"
+elif grep -q 'PkgConfig' "$b.log"; then
+	ok "find_package(gpufile COMPONENTS static) without pkg-config: fails naming PkgConfig"
+else
+	tail -20 "$b.log"
+	fail "find_package(gpufile COMPONENTS static) without pkg-config: no word of PkgConfig"
+fi
 # A shared consumer where no dependency can be looked up (as on a
 # machine without liburing-dev, libcjson-dev, ...): still found, builds.
 cmake_build cmake_shared_nodeps gpufile::gpufile -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON
