@@ -717,7 +717,11 @@ static int client_write(struct client *c)
 	return c->out_off == c->out_len;
 }
 
-static void accept_clients(int lfd, struct client *cl, double timeout)
+/* Accepts the clients waiting, as many as there are free entries.
+ * Returns 0, or -errno when out of descriptors or memory (the listener
+ * would stay readable: the caller waits before it tries again, instead of
+ * spinning). */
+static int accept_clients(int lfd, struct client *cl, double timeout)
 {
 	for (int i = 0; i < SERVE_CLIENTS; i++) {
 		int fd;
@@ -726,20 +730,29 @@ static void accept_clients(int lfd, struct client *cl, double timeout)
 			continue;
 		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
-			return; /* EAGAIN, or the client already left */
+			return errno == EMFILE || errno == ENFILE ||
+			               errno == ENOBUFS || errno == ENOMEM
+			           ? -errno
+			           : 0; /* EAGAIN, or the client already left */
 		cl[i] = (struct client){.fd = fd,
 		                        .in = malloc(SERVE_REQUEST_MAX + 2),
 		                        .deadline = measure_now() + timeout};
 		if (!cl[i].in)
 			drop(&cl[i]);
 	}
+	return 0;
 }
 
 int metrics_serve(const char *cmd, int pid, const char *addr, double timeout)
 {
 	struct client cl[SERVE_CLIENTS];
+	/* pfd[0] the listener, then the clients being served (which[k]
+	 * names pfd[k]'s): only those, as poll() refuses more entries than
+	 * RLIMIT_NOFILE allows descriptors (EINVAL). */
 	struct pollfd pfd[SERVE_CLIENTS + 1];
+	int which[SERVE_CLIENTS + 1];
 	int usage, lfd = listen_on(cmd, addr, &usage);
+	double accept_after = 0; /* after a failed accept: not before then */
 
 	if (lfd < 0)
 		return usage ? EXIT_USAGE : EXIT_RUNTIME;
@@ -748,46 +761,59 @@ int metrics_serve(const char *cmd, int pid, const char *addr, double timeout)
 	announce(cmd, lfd);
 	for (;;) {
 		double now = measure_now(), next = -1;
-		int busy = 0, wait_ms;
+		int n = 1, wait_ms;
 
 		for (int i = 0; i < SERVE_CLIENTS; i++) {
-			pfd[i + 1] = (struct pollfd){.fd = cl[i].fd};
 			if (cl[i].fd < 0)
 				continue;
 			if (now >= cl[i].deadline) {
 				drop(&cl[i]); /* too slow: never held up */
-				pfd[i + 1].fd = -1;
 				continue;
 			}
-			busy++;
-			pfd[i + 1].events = cl[i].out ? POLLOUT : POLLIN;
+			which[n] = i;
+			pfd[n++] = (struct pollfd){
+			    .fd = cl[i].fd,
+			    .events = cl[i].out ? POLLOUT : POLLIN};
 			if (next < 0 || cl[i].deadline < next)
 				next = cl[i].deadline;
 		}
 		/* At SERVE_CLIENTS, new clients wait in the backlog. */
-		pfd[0] = (struct pollfd){.fd = busy < SERVE_CLIENTS ? lfd : -1,
-		                         .events = POLLIN};
+		pfd[0] = (struct pollfd){
+		    .fd = n <= SERVE_CLIENTS && now >= accept_after ? lfd : -1,
+		    .events = POLLIN};
+		if (now < accept_after && (next < 0 || accept_after < next))
+			next = accept_after;
 		wait_ms = next < 0 ? -1 : (int)((next - now) * 1000) + 1;
-		if (poll(pfd, SERVE_CLIENTS + 1, wait_ms) < 0) {
+		if (poll(pfd, (nfds_t)n, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			msg_error(cmd, "poll: %s", strerror(errno));
 			break;
 		}
-		for (int i = 0; i < SERVE_CLIENTS; i++) {
+		for (int k = 1; k < n; k++) {
+			struct client *c = &cl[which[k]];
 			int rc = 0;
 
-			if (cl[i].fd < 0 || !pfd[i + 1].revents)
+			if (!pfd[k].revents)
 				continue;
-			if (cl[i].out)
-				rc = client_write(&cl[i]);
-			else if (client_read(&cl[i], pid) < 0)
+			if (c->out)
+				rc = client_write(c);
+			else if (client_read(c, pid) < 0)
 				rc = -1;
 			if (rc != 0)
-				drop(&cl[i]);
+				drop(c);
 		}
-		if (pfd[0].revents)
-			accept_clients(lfd, cl, timeout);
+		if (pfd[0].revents) {
+			int rc = accept_clients(lfd, cl, timeout);
+
+			if (rc < 0) {
+				msg_warn(cmd,
+				         "cannot take a client: %s; trying "
+				         "again in a second",
+				         strerror(-rc));
+				accept_after = measure_now() + 1;
+			}
+		}
 	}
 	for (int i = 0; i < SERVE_CLIENTS; i++)
 		if (cl[i].fd >= 0)

@@ -301,3 +301,31 @@ def test_usage_errors(cli, args, says):
     r = subprocess.run([cli, "stats"] + args, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=120)
     assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_serve_out_of_descriptors(cli, reader):
+    """Clients beyond the descriptors the exporter may open: it says so,
+    waits instead of spinning on its listener, and answers once the silent
+    clients are dropped (--timeout 1)."""
+    import resource
+
+    def few_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8, 8))
+
+    p = subprocess.Popen([cli, "stats", "--serve", "0", "--timeout", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=few_fds)
+    silent = []
+    try:
+        url = p.stdout.readline().split()[-1]
+        host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+        silent = [socket.create_connection((host, int(port)), timeout=60) for _ in range(6)]
+        r = curl(url)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.endswith("# EOF\n")
+    finally:
+        for s in silent:
+            s.close()
+        p.terminate()
+        err = p.communicate(timeout=60)[1]
+    assert "cannot take a client: " + os.strerror(24) in err, err  # EMFILE
