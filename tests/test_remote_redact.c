@@ -367,7 +367,7 @@ static void test_cli(void)
 	    "read '%s' extra-argument",
 	};
 	gpufile_t *held = NULL;
-	char url[512], *args;
+	char url[512], *args, *out;
 
 	if (!getenv("GPUFILE_CLI") || access(getenv("GPUFILE_CLI"), X_OK)) {
 		fprintf(stderr, "  the tool was not built: CLI part skipped\n");
@@ -402,6 +402,12 @@ static void test_cli(void)
 	}
 	grep_cli("stats");
 	grep_cli("stats --json");
+	grep_cli("stats --openmetrics");
+	/* The held URL is there, redacted, as the file label. */
+	out = cli_output("stats --openmetrics");
+	CHECK(out && strstr(out, "file=\"http://127.0.0.1:") &&
+	      strstr(out, "/ok/held.bin?<query redacted>\""));
+	free(out);
 	grep_cli("config");
 	grep_cli("config --json");
 	gpufile_close(held);
