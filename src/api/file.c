@@ -192,7 +192,11 @@ static int open_fd(struct gpufile *h, const char *flags, int oflags,
  * here for fork as every handle is. */
 static int open_remote(gpufile_t **out, const char *url, const char *flags)
 {
-	int rc = gpufile__remote_open(out, url, flags);
+	int rc = gpufile__webhdfs_url(url)
+	             ? gpufile__webhdfs_open(out, url, flags)
+	         : flags && !strcmp(flags, "w")
+	             ? gpufile__upload_open(out, url)
+	             : gpufile__remote_open(out, url, flags);
 
 	if (rc == 0)
 		gpufile__fork_track(*out);
@@ -330,7 +334,8 @@ int gpufile_close(gpufile_t *h)
 	gpufile__handle_wait_idle(h);
 	gpufile__fork_untrack(h);
 	if (h->remote)
-		return gpufile__remote_close(h);
+		return h->source_ops ? h->source_ops->close(h)
+		                     : gpufile__remote_close(h);
 	if (h->map)
 		munmap(h->map, h->map_len);
 	while (h->old_maps) {
@@ -363,7 +368,8 @@ int64_t gpufile_size(gpufile_t *h)
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_size: handle is NULL");
 	if (h->remote)
-		return gpufile__remote_size(h);
+		return h->source_ops ? h->source_ops->size(h)
+		                     : gpufile__remote_size(h);
 	rc = gpufile__fd_size(h->fd, &size);
 	if (rc)
 		return gpufile__fail(rc, "the size of %s: %s", h->path,
@@ -380,6 +386,8 @@ int gpufile_sync(gpufile_t *h)
 {
 	if (!h)
 		return gpufile__fail(-EINVAL, "gpufile_sync: handle is NULL");
+	if (h->remote && h->source_ops)
+		return h->source_ops->sync(h);
 	if (h->remote)
 		return 0; /* read-only: nothing to flush */
 	if (gpufile__sys.fdatasync(h->fd) < 0)
@@ -631,7 +639,8 @@ static int decide_path(struct gpufile__request *r)
 		return rc;
 	r->path = d.path;
 	if (d.path == GPUFILE_PATH_REMOTE) { /* HTTP ranges (remote.c) */
-		r->ops = &gpufile__remote_ops;
+		r->ops = r->h->source_ops ? r->h->source_ops->task
+		                          : &gpufile__remote_ops;
 		return 0;
 	}
 	if (d.path == GPUFILE_PATH_HOST) {
@@ -721,6 +730,8 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	 * requests are split at their own size (config.c says why 8 MiB). */
 	if (h->remote && r->cfg.remote_task_size)
 		r->cfg.task_size = r->cfg.remote_task_size;
+	if (h->source_ops && h->source_ops->task_size(h))
+		r->cfg.task_size = h->source_ops->task_size(h);
 	r->h = h;
 	r->buf = buf;
 	r->size = size;

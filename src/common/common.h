@@ -112,7 +112,8 @@ static inline const char *gpufile__special_kind(mode_t mode)
 
 /* ---- URLs (redact.c) ---- */
 
-/* 1 when path names a remote object (http://, https://, s3://). */
+/* 1 when path names a remote object (http://, https://, s3://,
+ * webhdfs://). */
 int gpufile__is_url(const char *path);
 
 /* url as messages, statistics, reports and gpufile_filename() show it:

@@ -19,7 +19,8 @@ int gpufile__is_url(const char *path)
 {
 	return path && (strncasecmp(path, "http://", 7) == 0 ||
 	                strncasecmp(path, "https://", 8) == 0 ||
-	                strncasecmp(path, "s3://", 5) == 0);
+	                strncasecmp(path, "s3://", 5) == 0 ||
+	                strncasecmp(path, "webhdfs://", 10) == 0);
 }
 
 /* 1 when text, up to the next '/', '?', '#' or its end, could be a host

@@ -135,6 +135,14 @@ static uint64_t default_remote_task_size(void)
 	return 8ull << 20;
 }
 
+/* 16 MiB parts: S3 takes 5 MiB to 5 GiB (the last part any size) and at
+ * most 10,000 parts, so 16 MiB parts reach 156 GiB; each part in flight
+ * is held in host memory, one per worker. */
+static uint64_t default_upload_part_size(void)
+{
+	return 16ull << 20;
+}
+
 #define KiB (1ull << 10)
 #define GiB (1ull << 30)
 
@@ -218,6 +226,10 @@ static struct setting settings[] = {
             "from a file cut short is caught and the range read again): "
             "auto where the CPU has AVX-512 and the process may run on 8 or "
             "more CPUs, on also with AVX2 or fewer CPUs, off: pread"),
+    SETTING("upload_part_size", KIND_SIZE, 5ull << 20, 5ull << 30,
+            default_upload_part_size,
+            "bytes per part of an S3 multipart upload (sources/upload.c), "
+            "5 MiB (S3's least) to 5 GiB; smaller objects go up in one PUT"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -239,9 +251,10 @@ enum {
 	S_REMOTE_CONNECTIONS,
 	S_REMOTE_TASK,
 	S_HTTP_VERBOSE,
-	S_HOST_MAP_COPY
+	S_HOST_MAP_COPY,
+	S_UPLOAD_PART
 };
-_Static_assert(S_HOST_MAP_COPY + 1 == NSETTINGS,
+_Static_assert(S_UPLOAD_PART + 1 == NSETTINGS,
                "the S_* positions name every entry of settings[]");
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;

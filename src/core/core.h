@@ -202,6 +202,20 @@ struct gpufile {
 	 * for it. Returns as gpufile__pread_full. */
 	ssize_t (*remote_read)(struct gpufile *h, char *buf, size_t len,
 	                       int64_t off);
+	/* A source with ops of its own (sources/upload.c, webhdfs.c; remote
+	 * is set too), or NULL: its state, and what api/file.c calls in
+	 * place of remote.c's functions. */
+	const struct gpufile__source_ops *source_ops;
+	void *source;
+};
+struct gpufile__task_ops;
+struct gpufile__source_ops {
+	const struct gpufile__task_ops *task; /* its requests' ops */
+	int (*close)(struct gpufile *h);      /* frees h; 0 or an error */
+	int64_t (*size)(struct gpufile *h);
+	int (*sync)(struct gpufile *h);
+	/* Bytes per task of its requests (0: remote_task_size). */
+	size_t (*task_size)(struct gpufile *h);
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,

@@ -1396,8 +1396,8 @@ int gpufile__remote_open_with(struct gpufile **out, const char *url,
 		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
 		        ? -EROFS
 		        : GPUFILE_EFLAGS,
-		    "opening %s (\"%s\"): remote objects are read-only; "
-		    "open them with \"r\"",
+		    "opening %s (\"%s\"): remote objects are opened "
+		    "\"r\" to read or \"w\" to upload",
 		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
 		    flags ? flags : "(null)");
 		free(shown);
@@ -1552,6 +1552,38 @@ int gpufile__remote_report(const char *url, char **report)
 	free(endpoint);
 	remote_free(rm);
 	return rc;
+}
+
+int gpufile__remote_setup(const char *url, struct gpufile__remote **out)
+{
+	return remote_new(out, url);
+}
+
+void gpufile__remote_free(struct gpufile__remote *rm)
+{
+	remote_free(rm);
+}
+
+void gpufile__remote_view(const struct gpufile__remote *rm,
+                          struct gpufile__remote_view *v)
+{
+	*v = (struct gpufile__remote_view){
+	    .url = rm->url,
+	    .shown = rm->shown,
+	    .s3 = rm->s3,
+	    .s3_signed = rm->s3_signed,
+	    .s3_host = rm->s3_host,
+	    .s3_canonical_uri = rm->s3_canonical_uri,
+	    .region = rm->region,
+	    .access_key = rm->access_key,
+	    .secret_key = rm->secret_key,
+	    .session_token = rm->session_token,
+	    .max_attempts = rm->max_attempts,
+	    .max_conns = rm->max_conns,
+	    .timeout_s = rm->timeout_s,
+	    .retry_codes = rm->retry_codes,
+	    .nretry_codes = rm->nretry_codes,
+	};
 }
 
 #else /* !GPUFILE_HAVE_CURL */

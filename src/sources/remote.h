@@ -58,4 +58,45 @@ extern const struct gpufile__task_ops gpufile__remote_ops;
  * Returns 0 or the error gpufile_open() would return. */
 int gpufile__remote_report(const char *url, char **report);
 
+/* ---- for the other sources (upload.c, webhdfs.c) ----
+ * They open a URL as remote.c does (settings, redaction, the S3 endpoint,
+ * region and credentials: one rule, here) and move bytes their own way.
+ * The handle they make has remote set (so every check for a remote
+ * handle holds) and source_ops (core.h) naming their close, size and
+ * request ops; remote.c's own functions are never called on it. */
+
+/* What the setup of a URL found, borrowed from rm (valid while it
+ * lives). */
+struct gpufile__remote_view {
+	const char *url;   /* the HTTP(S) URL requests go to */
+	const char *shown; /* redacted, for messages */
+	int s3, s3_signed; /* an S3 object; requests signed (SigV4) */
+	const char *s3_host, *s3_canonical_uri, *region;
+	const char *access_key, *secret_key, *session_token;
+	unsigned max_attempts, max_conns;
+	long timeout_s;
+	const int *retry_codes;
+	int nretry_codes;
+};
+
+/* Sets url up as gpufile_open() of it does, without a request: *out, or
+ * an error with the message naming the redacted URL. */
+int gpufile__remote_setup(const char *url, struct gpufile__remote **out);
+/* Frees what gpufile__remote_setup() made (NULL accepted). */
+void gpufile__remote_free(struct gpufile__remote *rm);
+void gpufile__remote_view(const struct gpufile__remote *rm,
+                          struct gpufile__remote_view *v);
+
+/* Opens url for writing ("w"): an upload (upload.c) to an HTTP PUT URL or
+ * an S3 object, published whole by gpufile_close(). */
+int gpufile__upload_open(struct gpufile **out, const char *url);
+/* 1 when url is a WebHDFS one (webhdfs:// or http(s)://HOST/webhdfs/v1/),
+ * read by webhdfs.c. */
+int gpufile__webhdfs_url(const char *url);
+/* Opens a WebHDFS file read-only ("r"; anything else GPUFILE_EFLAGS or
+ * -EROFS): its size by GETFILESTATUS, reads by OPEN with offset and
+ * length. */
+int gpufile__webhdfs_open(struct gpufile **out, const char *url,
+                          const char *flags);
+
 #endif

@@ -5,9 +5,9 @@ The credentials, region and endpoint open_s3()/open_s3_url() are given
 go to that handle only (gpufile.File's keywords, gpufile_open_remote's
 options): the environment is left alone, so opens on several threads
 with different credentials do not see each other's. What is not given is
-found as gpufile finds it (environment, AWS profile files). WebHDFS is
-not supported here yet (open_webhdfs raises NotImplementedError, a
-RuntimeError).
+found as gpufile finds it (environment, AWS profile files). WebHDFS files
+are read through gpufile's WebHDFS source (GETFILESTATUS for the size,
+OPEN with offset and length).
 """
 
 import enum
@@ -216,8 +216,10 @@ class RemoteFile:
 
     @classmethod
     def open_webhdfs(cls, url, nbytes=None):
-        raise NotImplementedError("open_webhdfs: gpufile does not support "
-                                  "WebHDFS (%s)" % _lib.shown_name(url))
+        """A WebHDFS file: http(s)://HOST:PORT/webhdfs/v1/PATH (or
+        webhdfs://HOST:PORT/PATH); its size by GETFILESTATUS, its bytes by
+        OPEN with offset and length."""
+        return cls(_open(url), RemoteEndpointType.WEBHDFS, nbytes)
 
     @classmethod
     def open(cls, url, remote_endpoint_type=RemoteEndpointType.AUTO,

@@ -1,0 +1,253 @@
+"""Uploads (issue 36 item 5): gpufile.File(url, "w") to an HTTP PUT server
+and to S3 (tests/remote/s3_upload_server.py, which checks every SigV4
+signature with botocore and each payload's SHA-256): one PUT for a small
+object, a multipart upload of several parts for a large one, an aborted
+multipart upload leaving no object and no upload in progress, failures
+naming the redacted URL and never the credentials; the CLI's
+`gpufile write URL` and gpufile.safetensors.save_file(..., URL)."""
+import errno
+import http.server
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import in_ci, missing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
+
+pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
+                                reason="built without libcurl")
+
+AK, SK, TOKENLESS = "AKIDUPLOADTEST", "upload/secret+KEY", None
+BUCKET, REGION = "up-bucket", "eu-west-3"
+MiB = 1 << 20
+
+
+def pattern(n, seed=0):
+    i = np.arange(n, dtype=np.uint64) + seed
+    return ((i * 131 + (i >> 9)) & 255).astype(np.uint8)
+
+
+class _PutServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture(scope="module")
+def put_server():
+    """An HTTP server storing PUT bodies (201), serving them back on GET;
+    paths under /deny/ answer 403."""
+    store = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code, body=b""):
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_PUT(self):
+            n = int(self.headers.get("Content-Length") or -1)
+            if n < 0 or self.headers.get("Transfer-Encoding"):
+                return self._send(411)
+            body = self.rfile.read(n)
+            path = self.path.split("?")[0]
+            if path.startswith("/deny/"):
+                return self._send(403, b"Forbidden: no writes here")
+            store[path] = body
+            self._send(201)
+
+        def do_GET(self):
+            body = store.get(self.path.split("?")[0])
+            self._send(404) if body is None else self._send(200, body)
+
+    srv = _PutServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % srv.server_address[1], store
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    try:
+        from s3_upload_server import S3Server
+    except ImportError:
+        missing("python3-botocore (import botocore failed)")
+    srv = S3Server(BUCKET, AK, SK, REGION)
+    endpoint = srv.start()
+    yield endpoint, srv
+    srv.stop()
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3[0])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SK)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    return s3[1]
+
+
+# ---- HTTP PUT ----
+
+def test_put_round_trip_out_of_order_writes(put_server):
+    url, store = put_server
+    data = pattern(3 * MiB + 1001)
+    with gpufile.File(url + "/obj/a.bin", "w") as f:
+        half = len(data) // 2
+        assert f.pwrite(data[half:], file_offset=half).get() == len(data) - half
+        assert f.write(data[:half]) == half
+        assert f.size() == len(data)
+        assert "/obj/a.bin" not in store  # published at close only
+    assert store["/obj/a.bin"] == data.tobytes()
+
+
+def test_put_empty_object(put_server):
+    url, store = put_server
+    with gpufile.File(url + "/obj/empty.bin", "w"):
+        pass
+    assert store["/obj/empty.bin"] == b""
+
+
+def test_failed_put_names_the_redacted_url(put_server):
+    url, store = put_server
+    secret_url = url.replace("http://", "http://user:PASSWORD@") + \
+        "/deny/x.bin?token=SECRET"
+    f = gpufile.File(secret_url, "w")
+    assert f.write(pattern(1000)) == 1000
+    with pytest.raises(PermissionError) as e:
+        f.close()
+    msg = str(e.value)
+    assert url + "/deny/x.bin" in msg and "HTTP 403" in msg
+    assert "PASSWORD" not in msg and "SECRET" not in msg
+    assert "/deny/x.bin" not in store
+
+
+def test_hole_fails_and_nothing_is_stored(put_server):
+    url, store = put_server
+    f = gpufile.File(url + "/obj/hole.bin", "w")
+    f.pwrite(pattern(100), file_offset=50).get()
+    with pytest.raises(OSError) as e:
+        f.close()
+    assert "bytes 0-49" in str(e.value) and "never written" in str(e.value)
+    assert "/obj/hole.bin" not in store
+
+
+def test_overlapping_write_is_refused(put_server):
+    url, store = put_server
+    with gpufile.File(url + "/obj/twice.bin", "w") as f:
+        f.write(pattern(100))
+        with pytest.raises(OSError) as e:
+            f.pwrite(pattern(10), file_offset=95).get()
+        assert e.value.errno == errno.EINVAL
+        assert "bytes 95-104" in str(e.value) and "written before" in str(e.value)
+        f.pwrite(pattern(50, 100), file_offset=100).get()
+    assert store["/obj/twice.bin"] == pattern(150).tobytes()
+
+
+def test_upload_handle_is_write_only(put_server):
+    url, _ = put_server
+    with gpufile.File(url + "/obj/wo.bin", "w") as f:
+        f.write(pattern(10))
+        with pytest.raises(OSError):
+            f.read(np.zeros(10, dtype=np.uint8))
+
+
+def test_cli_write_url(put_server):
+    url, store = put_server
+    try:
+        cli = gpufile.cli_path()
+    except OSError:
+        missing("no gpufile tool built")
+    p = subprocess.run([cli, "write", url + "/cli/seq.bin", "--size", "3MiB",
+                        "--pattern", "sequence", "--chunk", "1MiB", "--host",
+                        "--no-progress"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    assert p.returncode == 0, p.stderr
+    i = np.arange(3 * MiB, dtype=np.uint64)
+    assert store["/cli/seq.bin"] == (i % 251).astype(np.uint8).tobytes()
+    p = subprocess.run([cli, "write", url + "/deny/c.bin?sig=SECRET",
+                        "--size", "4096", "--host", "--no-progress"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True)
+    assert p.returncode == 1
+    assert "HTTP 403" in p.stderr and "SECRET" not in p.stderr + p.stdout
+
+
+def test_safetensors_save_file_to_url(put_server):
+    import gpufile.safetensors as st
+    url, store = put_server
+    tensors = {"a": np.arange(1000, dtype=np.float32),
+               "b": np.ones((3, 5), dtype=np.int64)}
+    st.save_file(tensors, url + "/ckpt/model.safetensors",
+                 metadata={"step": "7"})
+    assert store["/ckpt/model.safetensors"] == st.save(tensors, {"step": "7"})
+
+
+# ---- S3 ----
+
+def test_s3_small_object_is_one_put(s3_env):
+    srv = s3_env
+    del srv.log[:]
+    data = pattern(MiB + 17)
+    with gpufile.File("s3://%s/small/one put.bin" % BUCKET, "w") as f:
+        assert f.write(data) == len(data)
+    assert srv.objects["small/one put.bin"] == data.tobytes()
+    assert [(m, sorted(q)) for m, k, q in srv.log] == [("PUT", [])]
+
+
+def test_s3_multipart_several_parts(s3_env):
+    srv = s3_env
+    del srv.log[:]
+    data = pattern(17 * MiB + 12345, seed=3)
+    with gpufile.defaults.set(upload_part_size=5 * MiB):
+        with gpufile.File("s3://%s/big/multi.bin" % BUCKET, "w") as f:
+            # Two writes, the second first: parts are stored as they fill.
+            cut = 7 * MiB + 5
+            assert f.pwrite(data[cut:], file_offset=cut).get() == len(data) - cut
+            assert f.write(data[:cut]) == cut
+    assert srv.objects["big/multi.bin"] == data.tobytes()
+    parts = sorted(int(q["partNumber"]) for m, k, q in srv.log
+                   if m == "PUT" and "partNumber" in q)
+    assert parts == [1, 2, 3, 4]
+    assert [m for m, k, q in srv.log if m == "POST"] == ["POST", "POST"]
+    assert srv.uploads == {}
+
+
+def test_s3_aborted_multipart_leaves_nothing(s3_env):
+    srv = s3_env
+    del srv.log[:]
+    key = "big/failpart2.bin"
+    data = pattern(12 * MiB)
+    with gpufile.defaults.set(upload_part_size=5 * MiB, http_max_attempts=2):
+        f = gpufile.File("s3://%s/%s" % (BUCKET, key), "w")
+        with pytest.raises(OSError) as e:
+            f.write(data)
+        with pytest.raises(OSError) as e2:
+            f.close()
+    for msg in (str(e.value), str(e2.value)):
+        assert "s3://%s/%s" % (BUCKET, key) in msg
+        assert "part 2" in msg and "HTTP 500" in msg
+        assert SK not in msg and AK not in msg
+    assert "aborted" in str(e2.value)
+    assert key not in srv.objects
+    assert srv.uploads == {}  # the listing of uploads in progress is empty
+    assert [m for m, k, q in srv.log if m == "DELETE"] == ["DELETE"]
+
+
+def test_s3_part_size_setting_is_checked():
+    with pytest.raises(Exception) as e:
+        with gpufile.defaults.set(upload_part_size=MiB):
+            pass
+    assert "upload_part_size" in str(e.value)

@@ -1,0 +1,177 @@
+"""WebHDFS reads (issue 36 item 3) through gpufile.File against a small
+WebHDFS started here on loopback: a namenode answering GETFILESTATUS with
+FileStatus JSON and OPEN with a 307 redirect to a datanode, which serves
+the bytes of offset/length (and refuses a request without them)."""
+import http.server
+import json
+import threading
+import urllib.parse
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import in_ci
+
+pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
+                                reason="built without libcurl")
+
+SIZE = (3 << 20) + 4321
+PATH = "/user/alice/data.bin"
+
+
+def expected(off, n):
+    i = np.arange(off, off + n, dtype=np.uint64)
+    return ((i * 37 + (i >> 11)) & 255).astype(np.uint8)
+
+
+DATA = expected(0, SIZE).tobytes()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def _start(handler):
+    srv = _Server(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.fixture(scope="module")
+def webhdfs():
+    """(namenode port, log of (who, method, path, query dict))."""
+    log = []
+
+    class Datanode(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            url = urllib.parse.urlsplit(self.path)
+            q = dict(urllib.parse.parse_qsl(url.query))
+            log.append(("datanode", "GET", url.path, q))
+            if q.get("op") != "OPEN" or "offset" not in q or "length" not in q:
+                return self._send(400, b'{"error":"op, offset, length"}')
+            off, n = int(q["offset"]), int(q["length"])
+            self._send(200, DATA[off:off + n], "application/octet-stream")
+
+        def _send(self, code, body, ctype="application/json"):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    datanode = _start(Datanode)
+
+    class Namenode(Datanode):
+        def do_GET(self):
+            url = urllib.parse.urlsplit(self.path)
+            q = dict(urllib.parse.parse_qsl(url.query))
+            log.append(("namenode", "GET", url.path, q))
+            if not url.path.startswith("/webhdfs/v1/"):
+                return self._send(404, b"{}")
+            path = url.path[len("/webhdfs/v1"):]
+            if path == "/user/alice":
+                status = {"type": "DIRECTORY", "length": 0}
+            elif path == PATH:
+                status = {"type": "FILE", "length": SIZE,
+                          "pathSuffix": "", "replication": 3}
+            else:
+                return self._send(404, json.dumps({"RemoteException": {
+                    "exception": "FileNotFoundException",
+                    "message": "File does not exist: " + path}}).encode())
+            if q.get("op") == "GETFILESTATUS":
+                return self._send(200, json.dumps(
+                    {"FileStatus": status}).encode())
+            if q.get("op") == "OPEN":
+                self.send_response(307)
+                self.send_header("Location", "http://127.0.0.1:%d%s?%s" % (
+                    datanode.server_address[1], url.path, url.query))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            return self._send(400, b'{"error":"op"}')
+
+    namenode = _start(Namenode)
+    yield namenode.server_address[1], log
+    namenode.shutdown()
+    datanode.shutdown()
+
+
+def test_webhdfs_url_reads_through_the_datanode(webhdfs):
+    port, log = webhdfs
+    del log[:]
+    with gpufile.defaults.set(remote_task_size=1 << 20):
+        with gpufile.File("webhdfs://127.0.0.1:%d%s" % (port, PATH)) as f:
+            assert f.size() == SIZE
+            out = np.zeros(SIZE, dtype=np.uint8)
+            assert f.read(out) == SIZE
+            assert (out == expected(0, SIZE)).all()
+            part = np.zeros(100001, dtype=np.uint8)
+            assert f.pread(part, file_offset=2000000).get() == 100001
+            assert (part == expected(2000000, 100001)).all()
+    ops = [e[3].get("op") for e in log if e[0] == "namenode"]
+    assert ops[0] == "GETFILESTATUS"
+    reads = [e[3] for e in log if e[0] == "datanode"]
+    # Every range went to the datanode by OPEN's redirect, with its
+    # offset and length: 4 tasks of 1 MiB, then the pread's two (split at
+    # the 1 MiB task boundary 2 MiB).
+    assert sorted((int(q["offset"]), int(q["length"])) for q in reads) == sorted([
+        (0, 1 << 20), (1 << 20, 1 << 20), (2 << 20, 1 << 20), (3 << 20, 4321),
+        (2000000, (2 << 20) - 2000000),
+        (2 << 20, 2000000 + 100001 - (2 << 20))])
+
+
+def test_http_webhdfs_url_keeps_its_parameters(webhdfs):
+    port, log = webhdfs
+    del log[:]
+    url = "http://127.0.0.1:%d/webhdfs/v1%s?op=OPEN&user.name=alice" % (
+        port, PATH)
+    with gpufile.File(url) as f:
+        assert f.size() == SIZE
+        out = np.zeros(5000, dtype=np.uint8)
+        assert f.pread(out, file_offset=SIZE - 5000).get() == 5000
+        assert (out == expected(SIZE - 5000, 5000)).all()
+    assert log and all(e[3].get("user.name") == "alice" for e in log)
+    assert {e[3]["op"] for e in log} == {"GETFILESTATUS", "OPEN"}
+
+
+def test_missing_file_names_the_url(webhdfs):
+    port, _ = webhdfs
+    url = "webhdfs://127.0.0.1:%d/user/alice/nothing.bin?delegation=SECRET" % port
+    with pytest.raises(FileNotFoundError) as e:
+        gpufile.File(url)
+    msg = str(e.value)
+    assert "webhdfs://127.0.0.1:%d/user/alice/nothing.bin" % port in msg
+    assert "HTTP 404" in msg and "SECRET" not in msg
+
+
+def test_directory_is_refused(webhdfs):
+    port, _ = webhdfs
+    with pytest.raises(IsADirectoryError):
+        gpufile.File("webhdfs://127.0.0.1:%d/user/alice" % port)
+
+
+def test_webhdfs_is_read_only(webhdfs):
+    port, _ = webhdfs
+    with pytest.raises(OSError) as e:
+        gpufile.File("webhdfs://127.0.0.1:%d%s" % (port, PATH), "w")
+    assert "read-only" in str(e.value)
+
+
+def test_kvikio_open_webhdfs(webhdfs):
+    from gpufile.kvikio.remote_file import RemoteEndpointType, RemoteFile
+    port, _ = webhdfs
+    url = "http://127.0.0.1:%d/webhdfs/v1%s" % (port, PATH)
+    with RemoteFile.open_webhdfs(url) as f:
+        assert f.nbytes() == SIZE
+        out = np.zeros(4096, dtype=np.uint8)
+        assert f.read(out, file_offset=12345) == 4096
+        assert (out == expected(12345, 4096)).all()
+    with RemoteFile.open(url) as f:
+        assert f.remote_endpoint_type() is RemoteEndpointType.WEBHDFS
+        assert f.nbytes() == SIZE

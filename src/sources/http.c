@@ -1,0 +1,433 @@
+/*
+ * One HTTP request with retries for the sources that send their own
+ * (upload.c, webhdfs.c); see http.h. Every attempt starts over: the body
+ * is read again from its start and a reply written from dst's start.
+ */
+#define _GNU_SOURCE
+#include "sources/http.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#if GPUFILE_HAVE_CURL
+#include <curl/curl.h>
+
+/* The most of a reply text kept (an S3 or WebHDFS answer is a few hundred
+ * bytes; an error page is cut here). */
+#define REPLY_MAX (1u << 20)
+
+int gpufile__http_init(struct gpufile__http *t,
+                       const struct gpufile__remote_view *v)
+{
+	*t = (struct gpufile__http){
+	    .shown = v->shown,
+	    .max_attempts = v->max_attempts,
+	    .timeout_s = v->timeout_s,
+	    .retry_codes = v->retry_codes,
+	    .nretry_codes = v->nretry_codes,
+	    .max_idle = v->max_conns,
+	};
+	pthread_mutex_init(&t->lock, NULL);
+	t->idle = calloc(t->max_idle ? t->max_idle : 1, sizeof(*t->idle));
+	return t->idle ? 0 : -ENOMEM;
+}
+
+void gpufile__http_free(struct gpufile__http *t)
+{
+	for (unsigned i = 0; t->idle && i < t->nidle; i++)
+		curl_easy_cleanup(t->idle[i]);
+	free(t->idle);
+	t->idle = NULL;
+	pthread_mutex_destroy(&t->lock);
+}
+
+static CURL *conn_take(struct gpufile__http *t)
+{
+	CURL *c = NULL;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->nidle)
+		c = t->idle[--t->nidle];
+	pthread_mutex_unlock(&t->lock);
+	return c ? c : curl_easy_init();
+}
+
+static void conn_give(struct gpufile__http *t, CURL *c)
+{
+	pthread_mutex_lock(&t->lock);
+	if (t->nidle < t->max_idle) {
+		t->idle[t->nidle++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (c)
+		curl_easy_cleanup(c);
+}
+
+/* The body being sent. */
+struct body {
+	const struct iovec *iov;
+	int iovcnt;
+	uint64_t len, pos;
+};
+
+static size_t on_read(char *dst, size_t size, size_t n, void *arg)
+{
+	struct body *b = arg;
+	size_t want = size * n, done = 0;
+	uint64_t at = 0;
+
+	for (int i = 0; i < b->iovcnt && done < want; i++) {
+		const uint64_t seg = b->iov[i].iov_len;
+
+		if (b->pos < at + seg) {
+			size_t from = (size_t)(b->pos - at);
+			size_t k =
+			    seg - from < want - done ? seg - from : want - done;
+
+			memcpy(dst + done, (char *)b->iov[i].iov_base + from,
+			       k);
+			done += k;
+			b->pos += k;
+		}
+		at += seg;
+	}
+	return done;
+}
+
+static int on_seek(void *arg, curl_off_t off, int origin)
+{
+	struct body *b = arg;
+
+	if (origin != SEEK_SET || off < 0 || (uint64_t)off > b->len)
+		return CURL_SEEKFUNC_CANTSEEK;
+	b->pos = (uint64_t)off;
+	return CURL_SEEKFUNC_OK;
+}
+
+static size_t on_reply(char *data, size_t size, size_t n, void *arg)
+{
+	struct gpufile__http_reply *rp = arg;
+	size_t len = size * n, k = len;
+	long status = 0;
+
+	curl_easy_getinfo(rp->curl, CURLINFO_RESPONSE_CODE, &status);
+	if (rp->dst && status >= 200 && status < 300) {
+		if (len > rp->want - rp->got) {
+			rp->overflow = 1;
+			return 0; /* stop: never past the destination */
+		}
+		memcpy(rp->dst + rp->got, data, len);
+		rp->got += len;
+		return len;
+	}
+	if (rp->len + k > REPLY_MAX)
+		k = REPLY_MAX - rp->len;
+	if (k && !rp->oom) {
+		char *more = realloc(rp->text, rp->len + k + 1);
+
+		if (!more) {
+			rp->oom = 1;
+			return len;
+		}
+		rp->text = more;
+		memcpy(rp->text + rp->len, data, k);
+		rp->len += k;
+		rp->text[rp->len] = '\0';
+	}
+	return len;
+}
+
+static size_t on_header(char *line, size_t size, size_t n, void *arg)
+{
+	struct gpufile__http_reply *rp = arg;
+	const size_t len = size * n;
+
+	if (len > 5 && strncasecmp(line, "HTTP/", 5) == 0) {
+		/* A new response (a redirect's target, after a 100). */
+		free(rp->etag);
+		rp->etag = NULL;
+		rp->len = 0;
+		if (rp->text)
+			rp->text[0] = '\0';
+	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
+		const char *v = line + 5 + strspn(line + 5, " \t");
+		size_t k = strcspn(v, "\r\n");
+
+		while (k && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+			k--;
+		free(rp->etag);
+		rp->etag = strndup(v, k);
+		if (!rp->etag)
+			rp->oom = 1;
+	}
+	return len;
+}
+
+void gpufile__http_reply_free(struct gpufile__http_reply *rp)
+{
+	free(rp->text);
+	free(rp->etag);
+	rp->text = rp->etag = NULL;
+	rp->len = 0;
+}
+
+int gpufile__http_header(struct curl_slist **list, const char *name,
+                         const char *value)
+{
+	struct curl_slist *more;
+	char *line;
+
+	if (asprintf(&line, "%s: %s", name, value) < 0)
+		return -ENOMEM;
+	more = curl_slist_append(*list, line);
+	explicit_bzero(line, strlen(line));
+	free(line);
+	if (!more)
+		return -ENOMEM;
+	*list = more;
+	return 0;
+}
+
+void gpufile__http_gist(const struct gpufile__http_reply *rp, char *out,
+                        size_t len)
+{
+	const char *code = rp->text ? strstr(rp->text, "<Code>") : NULL;
+	const char *from = code ? code + 6 : rp->text;
+	size_t n = 0;
+
+	if (!len)
+		return;
+	while (from && from[n] && from[n] != '<' && from[n] != '\n' &&
+	       n < 200 && n + 1 < len) {
+		out[n] = (unsigned char)from[n] < 0x20 ? ' ' : from[n];
+		n++;
+	}
+	out[n] = '\0';
+}
+
+enum { EX_OK, EX_RETRY, EX_FAIL };
+
+/* A curl failure a new attempt may cure. */
+static int curl_retryable(CURLcode cc)
+{
+	switch (cc) {
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static void setup(struct gpufile__http *t, CURL *c,
+                  const struct gpufile__http_call *k, struct body *body,
+                  struct gpufile__http_reply *rp)
+{
+	const char *ca = getenv("CURL_CA_BUNDLE");
+
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, k->url);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, t->follow ? 1L : 0L);
+	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
+	if (t->path_as_is)
+		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+	if (!ca || !ca[0])
+		ca = getenv("SSL_CERT_FILE");
+	if (ca && ca[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	if (!strcmp(k->method, "PUT")) {
+		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE,
+		                 (curl_off_t)body->len);
+	} else if (!strcmp(k->method, "POST")) {
+		curl_easy_setopt(c, CURLOPT_POST, 1L);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+		                 (curl_off_t)body->len);
+	} else if (strcmp(k->method, "GET") != 0) {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, k->method);
+	}
+	curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+	curl_easy_setopt(c, CURLOPT_READDATA, body);
+	curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+	curl_easy_setopt(c, CURLOPT_SEEKDATA, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_reply);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, rp);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, rp);
+	/* A stalled server: no byte for http_timeout seconds. */
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t->timeout_s);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t->timeout_s);
+}
+
+/* Sets *why to the formatted text (sized from it; NULL when out of
+ * memory). */
+static void say(char **why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void say(char **why, const char *fmt, ...)
+{
+	va_list ap;
+
+	free(*why);
+	va_start(ap, fmt);
+	if (vasprintf(why, fmt, ap) < 0)
+		*why = NULL;
+	va_end(ap);
+}
+
+/* Judges a finished attempt: EX_* with *err and *why set on failure. */
+static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
+                 CURLcode cc, const char *errbuf, int *err, char **why)
+{
+	char gist[208];
+
+	if (rp->overflow) {
+		*err = -EIO;
+		say(why, "the server sent more than the %zu bytes asked",
+		    rp->want);
+		return EX_FAIL;
+	}
+	if (cc != CURLE_OK) {
+		/* libcurl's detail may quote the URL: its code's words only
+		 * then. */
+		const char *detail =
+		    errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+
+		*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+		say(why, "curl error %d (%s%s%s)", (int)cc,
+		    curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
+		return curl_retryable(cc) ? EX_RETRY : EX_FAIL;
+	}
+	if (rp->oom) {
+		*err = -ENOMEM;
+		say(why, "out of memory keeping the reply");
+		return EX_FAIL;
+	}
+	if (rp->status < 200 || rp->status >= 300) {
+		*err = rp->status == 404 || rp->status == 410   ? -ENOENT
+		       : rp->status == 401 || rp->status == 403 ? -EACCES
+		                                                : -EIO;
+		gpufile__http_gist(rp, gist, sizeof(gist));
+		say(why, "HTTP %ld%s%s", rp->status, gist[0] ? ": " : "", gist);
+		for (int i = 0; i < t->nretry_codes; i++)
+			if (t->retry_codes[i] == rp->status)
+				return EX_RETRY;
+		return EX_FAIL;
+	}
+	if (rp->dst && rp->got != rp->want) {
+		*err = -EIO;
+		say(why, "the body ended after %zu of %zu bytes", rp->got,
+		    rp->want);
+		return EX_RETRY;
+	}
+	return EX_OK;
+}
+
+/* One attempt of k on c. */
+static int attempt(struct gpufile__http *t, CURL *c,
+                   const struct gpufile__http_call *k,
+                   struct gpufile__http_reply *rp, int *err, char **why)
+{
+	struct curl_slist *list = NULL;
+	struct body body = {.iov = k->iov, .iovcnt = k->iovcnt};
+	char errbuf[CURL_ERROR_SIZE];
+	CURLcode cc;
+	int rc;
+
+	for (int i = 0; i < k->iovcnt; i++)
+		body.len += k->iov[i].iov_len;
+	gpufile__http_reply_free(rp);
+	rp->got = 0;
+	rp->overflow = rp->oom = 0;
+	rp->status = 0;
+	rp->curl = c;
+	errbuf[0] = '\0';
+	/* A body goes without waiting for "100 Continue" (a server that
+	 * never sends one would cost a second a request). */
+	rc = gpufile__http_header(&list, "Expect", "");
+	if (rc == 0 && t->headers)
+		rc = t->headers(t->headers_arg, k->method, k->query, k->iov,
+		                k->iovcnt, &list);
+	if (rc) {
+		curl_slist_free_all(list);
+		*err = rc;
+		say(why, "%s (no request sent)",
+		    rc == -ENOMEM ? "out of memory building the request"
+		                  : "SigV4 signing failed");
+		return EX_FAIL;
+	}
+	setup(t, c, k, &body, rp);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	cc = curl_easy_perform(c);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+	curl_slist_free_all(list);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rp->status);
+	{
+		long connects = 0;
+
+		curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+		gpufile__stats_remote_response(rp->status, connects);
+	}
+	rp->curl = NULL;
+	return judge(t, rp, cc, errbuf, err, why);
+}
+
+int gpufile__http_send(struct gpufile__http *t,
+                       const struct gpufile__http_call *k,
+                       struct gpufile__http_reply *rp)
+{
+	CURL *c = conn_take(t);
+	char *why = NULL;
+	unsigned n;
+	int err = -EIO, ex = EX_FAIL, rc;
+
+	if (!c)
+		return gpufile__fail(-ENOMEM, "%s %s: no curl handle", k->what,
+		                     t->shown);
+	for (n = 1; n <= t->max_attempts; n++) {
+		ex = attempt(t, c, k, rp, &err, &why);
+		if (ex != EX_RETRY || n == t->max_attempts)
+			break;
+		gpufile__stats_remote_retry();
+		/* Back off as remote reads do: 50 ms doubling to 1.6 s. */
+		{
+			long ms = 50L << (n - 1 < 5 ? n - 1 : 5);
+			struct timespec ts = {ms / 1000,
+			                      (ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	conn_give(t, c);
+	if (ex == EX_OK) {
+		free(why);
+		return 0;
+	}
+	rc = gpufile__fail(
+	    err, "%s %s: %s%s (attempt %u of %u)", k->what, t->shown,
+	    why ? why : "(out of memory)",
+	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
+	    n > t->max_attempts ? t->max_attempts : n, t->max_attempts);
+	free(why);
+	return rc;
+}
+
+#endif
