@@ -251,3 +251,71 @@ def test_s3_part_size_setting_is_checked():
         with gpufile.defaults.set(upload_part_size=MiB):
             pass
     assert "upload_part_size" in str(e.value)
+
+
+# ---- device memory (the fake driver, in a child process) ----
+
+DEVICE_CHILD = r'''
+import ctypes, sys
+import gpufile
+
+cuda = ctypes.CDLL("libcuda.so.1")
+assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
+lib = gpufile._lib.lib()
+lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+url, size = sys.argv[1], int(sys.argv[2])
+ptr = ctypes.c_void_p()
+assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
+data = bytes((i * 7 + (i >> 13)) & 255 for i in range(size))
+ctypes.memmove(ptr.value, data, size)  # the fake's device memory is host's
+
+
+class Dev:
+    __cuda_array_interface__ = {"data": (ptr.value, False), "shape": (size,),
+                                "typestr": "|u1", "version": 2}
+
+
+kind = ctypes.c_int()
+dev = ctypes.c_int()
+assert lib.gpufile_mem_kind(ctypes.c_void_p(ptr.value), ctypes.byref(kind),
+                            ctypes.byref(dev)) == 0
+print("kind", kind.value)
+with gpufile.File(url, "w") as f:
+    assert f.write(Dev()) == size
+print("ok")
+'''
+
+
+def _fake_libcuda_dir():
+    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
+                     "fake_libcuda", "lib")
+    return d if os.path.exists(os.path.join(d, "libcuda.so.1")) else None
+
+
+@pytest.mark.parametrize("where", ["put", "s3"])
+def test_upload_from_device_memory(where, put_server, s3, monkeypatch):
+    d = _fake_libcuda_dir()
+    if d is None:
+        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+    size = 11 * MiB + 333
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    env["GPUFILE_COMPAT_MODE"] = "on"
+    env["GPUFILE_UPLOAD_PART_SIZE"] = "5MiB"
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    if where == "put":
+        url, store = put_server[0] + "/dev/obj.bin", put_server[1]
+        key = "/dev/obj.bin"
+    else:
+        env.update(AWS_ENDPOINT_URL=s3[0], AWS_ACCESS_KEY_ID=AK,
+                   AWS_SECRET_ACCESS_KEY=SK, AWS_DEFAULT_REGION=REGION)
+        url, store, key = "s3://%s/dev/obj.bin" % BUCKET, s3[1].objects, \
+            "dev/obj.bin"
+    p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(size)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "kind 2" in p.stdout, p.stdout  # GPUFILE_MEM_DEVICE
+    i = np.arange(size, dtype=np.uint64)
+    assert store[key] == ((i * 7 + (i >> 13)) & 255).astype(np.uint8).tobytes()

@@ -1396,8 +1396,8 @@ int gpufile__remote_open_with(struct gpufile **out, const char *url,
 		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
 		        ? -EROFS
 		        : GPUFILE_EFLAGS,
-		    "opening %s (\"%s\"): remote objects are opened "
-		    "\"r\" to read or \"w\" to upload",
+		    "opening %s (\"%s\"): remote objects are read-only "
+		    "(\"r\") or uploaded whole (\"w\")",
 		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
 		    flags ? flags : "(null)");
 		free(shown);
