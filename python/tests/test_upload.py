@@ -247,10 +247,13 @@ def test_s3_aborted_multipart_leaves_nothing(s3_env):
 
 
 def test_s3_part_size_setting_is_checked():
+    # S3's smallest part is 5 MiB: a smaller setting is refused.
     with pytest.raises(Exception) as e:
         with gpufile.defaults.set(upload_part_size=MiB):
             pass
-    assert "upload_part_size" in str(e.value)
+    assert "upload_part_size" in str(e.value) and "out of range" in str(e.value)
+    with gpufile.defaults.set(upload_part_size=6 * MiB):
+        assert gpufile.defaults.get("upload_part_size") == 6 * MiB
 
 
 # ---- device memory (the fake driver, in a child process) ----
