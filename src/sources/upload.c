@@ -410,23 +410,21 @@ static int part_ready(struct upload *u, size_t index, int need_buf)
 	return 0;
 }
 
-/* One task of a write: [off, off+len) of the object, inside one part
- * (requests are split at part boundaries). The bytes are copied into the
- * part's buffer; the task that makes an S3 part whole stores it. A whole
- * part from host memory goes straight from the caller's buffer. */
-static ssize_t upload_task(struct gpufile__request *r, char *buf, size_t len,
-                           int64_t off, char *msg, size_t msg_len)
+/* [off, off+len) of the object, inside one part, from buf (device memory
+ * when on_device). The bytes are copied into the part's buffer; the
+ * piece that makes an S3 part whole stores it. A whole part from host
+ * memory goes straight from the caller's buffer. Returns 0 or an error
+ * (the message set). */
+static int upload_piece(struct upload *u, int on_device, char *buf, size_t len,
+                        int64_t off)
 {
-	struct upload *u = r->h->source;
 	const size_t index = (size_t)((uint64_t)off / u->part_size);
 	const size_t at = (size_t)((uint64_t)off % u->part_size);
 	const int direct =
-	    u->v.s3 && at == 0 && len == u->part_size && !r->cuda_ctx;
-	char *dst = NULL;
+	    u->v.s3 && at == 0 && len == u->part_size && !on_device;
+	char *dst = NULL, *part_buf = NULL;
 	int rc, whole = 0;
 
-	if (len == 0)
-		return 0;
 	pthread_mutex_lock(&u->lock);
 	rc = failed_locked(u);
 	if (rc == 0 && u->v.s3 && index >= S3_MAX_PARTS)
@@ -451,37 +449,54 @@ static ssize_t upload_task(struct gpufile__request *r, char *buf, size_t len,
 		dst = u->parts[index].buf + at;
 	pthread_mutex_unlock(&u->lock);
 	if (rc)
-		goto out;
-	if (direct) {
-		rc = put_part(u, index, buf, len);
-		goto out;
-	}
+		return rc;
+	if (direct)
+		return put_part(u, index, buf, len);
 	/* Device memory through the CUDA driver's copy (the handle's one
 	 * path for every buffer, as reads of remote objects). */
-	if (r->cuda_ctx) {
+	if (on_device) {
 		rc = gpufile_memcpy(dst, buf, len);
-		if (rc) {
-			rc = fail_upload(
+		if (rc)
+			return fail_upload(
 			    u,
 			    gpufile__fail(rc,
 			                  "writing %s: copying %zu bytes "
 			                  "from device memory: %s",
 			                  u->v.shown, len, gpufile_errmsg()));
-			goto out;
-		}
 	} else {
 		memcpy(dst, buf, len);
 	}
 	pthread_mutex_lock(&u->lock);
 	u->parts[index].filled += len;
 	whole = u->v.s3 && u->parts[index].filled == u->part_size;
+	part_buf = u->parts[index].buf; /* parts may move: read under lock */
 	pthread_mutex_unlock(&u->lock);
-	if (whole)
-		rc = put_part(u, index, u->parts[index].buf, u->part_size);
-out:
-	if (rc) {
-		snprintf(msg, msg_len, "%s", gpufile_errmsg());
-		return rc;
+	return whole ? put_part(u, index, part_buf, u->part_size) : 0;
+}
+
+/* One task of a write. Requests are split at part boundaries (the
+ * handle's task_size is upload_part_size), so a task is one part or a
+ * piece of one; a task that spans parts is taken part by part all the
+ * same. */
+static ssize_t upload_task(struct gpufile__request *r, char *buf, size_t len,
+                           int64_t off, char *msg, size_t msg_len)
+{
+	struct upload *u = r->h->source;
+	size_t done = 0;
+
+	while (done < len) {
+		const int64_t at = off + (int64_t)done;
+		const size_t room =
+		    u->part_size - (size_t)((uint64_t)at % u->part_size);
+		const size_t n = len - done < room ? len - done : room;
+		int rc =
+		    upload_piece(u, r->cuda_ctx != NULL, buf + done, n, at);
+
+		if (rc) {
+			snprintf(msg, msg_len, "%s", gpufile_errmsg());
+			return rc;
+		}
+		done += n;
 	}
 	return (ssize_t)len;
 }
