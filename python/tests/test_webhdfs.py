@@ -175,3 +175,60 @@ def test_kvikio_open_webhdfs(webhdfs):
     with RemoteFile.open(url) as f:
         assert f.remote_endpoint_type() is RemoteEndpointType.WEBHDFS
         assert f.nbytes() == SIZE
+
+
+DEVICE_CHILD = r'''
+import ctypes, sys
+import gpufile
+
+cuda = ctypes.CDLL("libcuda.so.1")
+assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
+lib = gpufile._lib.lib()
+lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+url, size = sys.argv[1], int(sys.argv[2])
+ptr = ctypes.c_void_p()
+assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
+ctypes.memset(ptr.value, 0xA5, size)
+
+
+class Dev:
+    __cuda_array_interface__ = {"data": (ptr.value, False), "shape": (size,),
+                                "typestr": "|u1", "version": 2}
+
+
+with gpufile.File(url) as f:
+    path, _ = f.path_info()
+    print("path", path)
+    assert f.read(Dev()) == size
+sys.stdout.flush()
+sys.stdout.buffer.write(ctypes.string_at(ptr.value, size))
+'''
+
+
+def test_read_into_device_memory_fake_driver(webhdfs):
+    """Device memory through the staging path (the fake driver)."""
+    import os
+    import subprocess
+    import sys
+    from conftest import missing
+    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
+                     "fake_libcuda", "lib")
+    if not os.path.exists(os.path.join(d, "libcuda.so.1")):
+        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+    port, log = webhdfs
+    del log[:]
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    env["GPUFILE_COMPAT_MODE"] = "on"
+    env["GPUFILE_REMOTE_TASK_SIZE"] = "1MiB"
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    url = "webhdfs://127.0.0.1:%d%s" % (port, PATH)
+    p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(SIZE)],
+                       env=env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    head, _, body = p.stdout.partition(b"\n")
+    assert head == b"path remote", head
+    assert body == DATA
+    assert sum(1 for e in log if e[0] == "datanode") >= 4
