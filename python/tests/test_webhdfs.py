@@ -232,3 +232,22 @@ def test_read_into_device_memory_fake_driver(webhdfs):
     assert head == b"path remote", head
     assert body == DATA
     assert sum(1 for e in log if e[0] == "datanode") >= 4
+
+
+def test_check_reports_a_webhdfs_url(webhdfs):
+    import subprocess
+    from conftest import missing
+    port, _ = webhdfs
+    try:
+        cli = gpufile.cli_path()
+    except OSError:
+        missing("no gpufile tool built")
+    url = "webhdfs://127.0.0.1:%d%s?delegation=SECRET" % (port, PATH)
+    p = subprocess.run([cli, "check", url], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    out = p.stdout + p.stderr
+    # (The exit status also counts this machine's missing GPU and cuFile.)
+    lines = [l.split() for l in out.splitlines()]
+    assert ["[pass", "]", "remote.kind", "webhdfs"] in lines, out
+    assert ["[pass", "]", "remote.size", str(SIZE), "bytes"] in lines, out
+    assert "SECRET" not in out

@@ -1157,7 +1157,8 @@ static void check_remote(struct list *l, const char *url)
 			continue;
 		*colon = '\0';
 		failed = rc && (strcmp(line, "HEAD") == 0 ||
-		                strcmp(line, "GET bytes 0-0") == 0);
+		                strcmp(line, "GET bytes 0-0") == 0 ||
+		                strcmp(line, "GETFILESTATUS") == 0);
 		snprintf(name, sizeof(name), "remote.%s",
 		         strcmp(line, "GET bytes 0-0") == 0 ? "get_0_0"
 		         : strcmp(line, "HEAD") == 0        ? "head"

@@ -1518,6 +1518,8 @@ int gpufile__remote_report(const char *url, char **report)
 	int rc, made;
 
 	*report = NULL;
+	if (gpufile__webhdfs_url(url)) /* webhdfs.c */
+		return gpufile__webhdfs_report(url, report);
 	rc = remote_new(&rm, url, NULL);
 	if (rc)
 		return rc;

@@ -98,5 +98,8 @@ int gpufile__webhdfs_url(const char *url);
  * length. */
 int gpufile__webhdfs_open(struct gpufile **out, const char *url,
                           const char *flags);
+/* gpufile_remote_info()'s report on a WebHDFS url, as
+ * gpufile__remote_report(). */
+int gpufile__webhdfs_report(const char *url, char **report);
 
 #endif

@@ -351,6 +351,38 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 	return rc;
 }
 
+int gpufile__webhdfs_report(const char *url, char **report)
+{
+	struct gpufile *h = NULL;
+	char *shown = gpufile__remote_redact(url), *probe = NULL;
+	int rc = gpufile__webhdfs_open(&h, url, "r"), made;
+
+	*report = NULL;
+	if (rc == 0)
+		made = asprintf(
+		    &probe, "GETFILESTATUS: a file\nsize: %" PRId64 " bytes\n",
+		    webhdfs_size(h));
+	else
+		made =
+		    asprintf(&probe, "GETFILESTATUS: %s\n", gpufile_errmsg());
+	if (made < 0 || !shown ||
+	    asprintf(report, "endpoint: %s\nkind: webhdfs\ncredentials: %s\n%s",
+	             shown,
+	             strchr(url, '?') ? "in the URL's query, if any (redacted)"
+	                              : "none (no user.name or delegation "
+	                                "token in the URL)",
+	             probe) < 0) {
+		*report = NULL;
+		rc = gpufile__fail(-ENOMEM, "checking %s: out of memory",
+		                   shown ? shown : GPUFILE__URL_NOT_SHOWN);
+	}
+	if (h)
+		webhdfs_close(h);
+	free(probe);
+	free(shown);
+	return rc;
+}
+
 #else /* no libcurl or no cJSON */
 
 int gpufile__webhdfs_open(struct gpufile **out, const char *url,
@@ -369,6 +401,14 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 	*out = NULL;
 	free(shown);
 	return rc;
+}
+
+int gpufile__webhdfs_report(const char *url, char **report)
+{
+	struct gpufile *h;
+
+	*report = NULL;
+	return gpufile__webhdfs_open(&h, url, "r");
 }
 
 #endif
