@@ -1,11 +1,13 @@
 /*
  * The sources wing (src/sources/): where bytes come from when they are not
- * a local file: HTTP(S) and S3 objects (remote.c, remote.h), S3's
- * request signatures (sigv4.c, sigv4.h) and credentials, regions and
- * endpoints as AWS tools find them (aws_config.c, aws_config.h). A source opens
- * a handle (struct gpufile, core/core.h) whose remote_read the paths call, and
- * moves device reads through the paths' staging pipeline. A new source
- * (WebHDFS, uploads) is one new file here.
+ * a local file: HTTP(S) and S3 objects (remote.c, remote.h), S3's request
+ * signatures (sigv4.c, sigv4.h), credentials, regions and endpoints as AWS
+ * tools find them (aws_config.c, aws_config.h), WebHDFS files (webhdfs.c)
+ * and uploads (upload.c), the last two over one HTTP request helper
+ * (http.c, http.h). A source opens a handle (struct gpufile, core/core.h)
+ * whose remote_read the paths call, and moves device reads through the
+ * paths' staging pipeline; a source other than remote.c also sets the
+ * handle's source_ops (its close, size and request ops).
  *
  * May include: common/, platform/, core/, paths/.
  */
