@@ -438,9 +438,13 @@ GPUFILE_API const char *gpufile_path_name(gpufile_path_t path);
 GPUFILE_API int gpufile_path_info(gpufile_t *h, gpufile_path_t *device_path,
                                   char *reason, size_t len);
 
+/* Requests and errors count when a request ends; tasks and bytes as each
+ * task ends, so that a large request is seen moving while it runs (a
+ * request that failed keeps the bytes its other tasks moved). Batches and
+ * stream-ordered requests count whole when they end. */
 typedef struct gpufile_counter {
-	uint64_t ops;    /* requests (blocking or async) */
-	uint64_t tasks;  /* tasks those requests were split into */
+	uint64_t ops;    /* requests (blocking or async) that ended */
+	uint64_t tasks;  /* tasks that ran */
 	uint64_t bytes;  /* bytes moved */
 	uint64_t errors; /* requests that failed */
 } gpufile_counter_t;
@@ -501,6 +505,18 @@ typedef struct gpufile_stats {
 	 * map_copy_bytes: a caller built without these fields gets the rest. */
 	uint64_t map_copy_bytes;
 	uint64_t map_copy_faults;
+	/* In flight at the moment of reading (requests of the worker pool):
+	 * requests started and not yet ended, their tasks not yet ended, and
+	 * the bytes they asked for that no task has moved yet. */
+	uint64_t inflight_requests;
+	uint64_t inflight_tasks;
+	uint64_t pending_bytes;
+	/* torch.distributed collectives that moved data of this process
+	 * (gpufile.safetensors.load_distributed credits them through
+	 * gpufile_stats_add_collective): calls, bytes received, bytes sent. */
+	uint64_t collective_calls;
+	uint64_t collective_bytes_received;
+	uint64_t collective_bytes_sent;
 } gpufile_stats_t;
 
 /* A snapshot of this process's counters since it started. Returns 0, or
@@ -580,6 +596,16 @@ GPUFILE_API int gpufile_stats_clean(void);
  * made>" into buf (len bytes, truncated to fit). Returns 1 shared
  * (gpufile stats PID sees them), 0 private, or -EINVAL (buf NULL, len 0). */
 GPUFILE_API int gpufile_stats_backing(char *buf, size_t len);
+
+/* Credits one collective call (torch.distributed broadcast, scatter, ...)
+ * that delivered bytes_received bytes to this process and sent bytes_sent
+ * from it, in this process's counters (collective_* of gpufile_stats_t,
+ * shown by gpufile stats PID). For code that shares what gpufile read
+ * through a transport of its own, as the Python binding's
+ * load_distributed does. Thread-safe, lock-free. Returns 0, or -ENOTSUP
+ * in a build without counters (GPUFILE_NO_STATS). */
+GPUFILE_API int gpufile_stats_add_collective(uint64_t bytes_received,
+                                             uint64_t bytes_sent);
 
 /* ---- remote sources (remote.c) ----
  *

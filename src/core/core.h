@@ -85,6 +85,17 @@ int gpufile__path_ignored(const char *var);
  * asked, and its latency from submission to completion. */
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
                             uint64_t tasks, size_t size, uint64_t ns);
+/* The worker pool's requests (pool.c) count in steps instead: a request
+ * of ntasks tasks and size bytes starts (in flight from now); one of its
+ * tasks ran and moved bytes (0 when it failed), credited at once; ntasks
+ * of its tasks end unrun; it ends with result, moved bytes in all (what
+ * is left of size leaves the in-flight bytes) and its latency. */
+void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size);
+void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes);
+void gpufile__stats_tasks_skipped(uint64_t ntasks);
+void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+                                ssize_t result, size_t size, uint64_t moved,
+                                uint64_t ns);
 void gpufile__stats_direct_fallback(void);
 /* bytes copied from a file's map; faulted: the copy was cut short. */
 void gpufile__stats_map_copy(uint64_t bytes, int faulted);

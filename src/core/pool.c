@@ -18,6 +18,8 @@
  *     the caller's buffer after the caller has seen the result;
  *   - the completing thread touches the request for the last time when it
  *     releases the request's lock after the broadcast;
+ *   - a request's tasks are credited in the statistics as each ends,
+ *     before it counts as ended, and the request after its last task;
  *   - the error kept is that of the lowest-offset task that failed, and
  *     every task below that offset runs: a failure skips only the tasks
  *     above it. (Skipping every task not yet started made the error
@@ -118,6 +120,7 @@ static void activate(struct gpufile__request *r)
 {
 	pool.inflight++;
 	atomic_fetch_add(&r->h->inflight, 1);
+	gpufile__stats_request_begin(r->ntasks, r->size);
 	LIST_INSERT_HEAD(&pool.active, r, active_link);
 }
 
@@ -242,8 +245,9 @@ static void complete(struct gpufile__request *r)
 		gpufile__append_end(r->h, r->offset, r->size, result, r->errmsg,
 		                    sizeof(r->errmsg));
 
-	gpufile__stats_request(r->path, r->is_write, result, r->ntasks, r->size,
-	                       gpufile__now_ns() - r->start_ns);
+	gpufile__stats_request_end(r->path, r->is_write, result, r->size,
+	                           atomic_load(&r->bytes),
+	                           gpufile__now_ns() - r->start_ns);
 
 	/* One step under pool.lock, so that a fork finds r either on the
 	 * active list or done (see the invariants above). */
@@ -257,11 +261,19 @@ static void complete(struct gpufile__request *r)
 	pthread_mutex_unlock(&pool.lock);
 }
 
-/* Ends one task of r: n bytes moved or an error (msg may be NULL or "").
- * Completes r when it was the last task. */
+/* Ends one task of r: n bytes moved or an error (msg may be NULL or "");
+ * len 0 for a task that was not run. Completes r when it was the last
+ * task. */
 static void task_end(struct gpufile__request *r, int64_t off, size_t len,
                      ssize_t n, const char *msg)
 {
+	/* Counted before tasks_ended moves: the request may end right after
+	 * (each task's bytes, then the request, in that order). */
+	if (len)
+		gpufile__stats_task(r->path, r->is_write,
+		                    n > 0 ? (uint64_t)n : 0);
+	else
+		gpufile__stats_tasks_skipped(1);
 	if (n < 0) {
 		record_error(r, off, len, n, msg);
 	} else {
@@ -306,6 +318,8 @@ static void tasks_skipped(struct gpufile__request *r, uint64_t left)
 {
 	const uint64_t ntasks = r->ntasks; /* as in task_end */
 
+	if (left)
+		gpufile__stats_tasks_skipped(left);
 	if (left && atomic_fetch_add(&r->tasks_ended, left) + left == ntasks)
 		complete(r);
 }

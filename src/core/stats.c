@@ -442,6 +442,8 @@ static inline unsigned bucket(uint64_t v)
 
 #define ADD(field, n)                                                          \
 	atomic_fetch_add_explicit(&(field), (n), memory_order_relaxed)
+#define SUB(field, n)                                                          \
+	atomic_fetch_sub_explicit(&(field), (n), memory_order_relaxed)
 #define LOAD_FILES(s)                                                          \
 	atomic_load_explicit(&(s)->files_opened, memory_order_relaxed)
 
@@ -484,6 +486,101 @@ void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
 		OWN_ADD(c->bytes, (uint64_t)result);
 	OWN_ADD(c->latency[bucket(ns)], 1);
 	OWN_ADD(c->size[bucket(size)], 1);
+}
+
+/* This thread's slot of s (claimed at its first count). */
+static inline struct stats_seg_slot *own_slot(struct stats_seg *s)
+{
+	struct stats_seg_slot *slot = my_slot;
+
+	if (__builtin_expect(!slot || my_seg != s, 0))
+		slot = claim_slot(s);
+	return slot;
+}
+
+/*
+ * The worker pool's requests (pool.c) count in three steps, so that a
+ * reader sees a large request move while it runs: a request starts (the
+ * gauges take it in), each task ends (its bytes and the task are credited
+ * to the path at once, in the thread's own slot, and leave the gauges),
+ * the request ends (its op, error and histograms; what it asked for and
+ * no task moved, e.g. past the end of the file, leaves the gauges). Per
+ * task this costs two plain stores into the thread's slot and two atomic
+ * adds on the header: at the default 4 MiB tasks, noise beside the copy
+ * (bench/stats_overhead measures it).
+ */
+void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size)
+{
+	struct stats_seg *s = get_segment();
+
+	ADD(s->inflight_requests, 1);
+	ADD(s->inflight_tasks, ntasks);
+	ADD(s->pending_bytes, size);
+}
+
+void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
+{
+	struct stats_seg *s = get_segment();
+	struct stats_seg_counter *c;
+	struct stats_seg_slot *slot;
+
+	SUB(s->inflight_tasks, 1);
+	SUB(s->pending_bytes, bytes);
+	if ((unsigned)path >= GPUFILE_PATH_COUNT)
+		return;
+	slot = own_slot(s);
+	c = &slot->path[path][is_write ? 1 : 0];
+	if (__builtin_expect(slot == &s->shared, 0)) {
+		ADD(c->tasks, 1);
+		ADD(c->bytes, bytes);
+		return;
+	}
+	OWN_ADD(c->tasks, 1);
+	OWN_ADD(c->bytes, bytes);
+}
+
+void gpufile__stats_tasks_skipped(uint64_t ntasks)
+{
+	SUB(get_segment()->inflight_tasks, ntasks);
+}
+
+void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+                                ssize_t result, size_t size, uint64_t moved,
+                                uint64_t ns)
+{
+	struct stats_seg *s = get_segment();
+	struct stats_seg_counter *c;
+	struct stats_seg_slot *slot;
+
+	SUB(s->inflight_requests, 1);
+	SUB(s->pending_bytes, (uint64_t)size - moved);
+	if ((unsigned)path >= GPUFILE_PATH_COUNT)
+		return;
+	slot = own_slot(s);
+	c = &slot->path[path][is_write ? 1 : 0];
+	if (__builtin_expect(slot == &s->shared, 0)) {
+		ADD(c->ops, 1);
+		if (result < 0)
+			ADD(c->errors, 1);
+		ADD(c->latency[bucket(ns)], 1);
+		ADD(c->size[bucket(size)], 1);
+		return;
+	}
+	OWN_ADD(c->ops, 1);
+	if (result < 0)
+		OWN_ADD(c->errors, 1);
+	OWN_ADD(c->latency[bucket(ns)], 1);
+	OWN_ADD(c->size[bucket(size)], 1);
+}
+
+int gpufile_stats_add_collective(uint64_t bytes_received, uint64_t bytes_sent)
+{
+	struct stats_seg *s = get_segment();
+
+	ADD(s->collective_calls, 1);
+	ADD(s->collective_bytes_received, bytes_received);
+	ADD(s->collective_bytes_sent, bytes_sent);
+	return 0;
 }
 
 void gpufile__stats_direct_fallback(void)
@@ -665,6 +762,43 @@ void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
 	(void)ns;
 }
 
+void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size)
+{
+	(void)ntasks;
+	(void)size;
+}
+
+void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
+{
+	(void)path;
+	(void)is_write;
+	(void)bytes;
+}
+
+void gpufile__stats_tasks_skipped(uint64_t ntasks)
+{
+	(void)ntasks;
+}
+
+void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+                                ssize_t result, size_t size, uint64_t moved,
+                                uint64_t ns)
+{
+	(void)path;
+	(void)is_write;
+	(void)result;
+	(void)size;
+	(void)moved;
+	(void)ns;
+}
+
+int gpufile_stats_add_collective(uint64_t bytes_received, uint64_t bytes_sent)
+{
+	(void)bytes_received;
+	(void)bytes_sent;
+	return -ENOTSUP;
+}
+
 void gpufile__stats_direct_fallback(void)
 {
 }
@@ -784,6 +918,12 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 	out->direct_io_fallbacks = LOAD(s->direct_io_fallbacks);
 	out->map_copy_bytes = LOAD(s->map_copy_bytes);
 	out->map_copy_faults = LOAD(s->map_copy_faults);
+	out->inflight_requests = LOAD(s->inflight_requests);
+	out->inflight_tasks = LOAD(s->inflight_tasks);
+	out->pending_bytes = LOAD(s->pending_bytes);
+	out->collective_calls = LOAD(s->collective_calls);
+	out->collective_bytes_received = LOAD(s->collective_bytes_received);
+	out->collective_bytes_sent = LOAD(s->collective_bytes_sent);
 	out->pid = s->pid;
 	out->uid = s->uid;
 	memcpy(out->command, s->command, sizeof(out->command));

@@ -24,9 +24,10 @@
 
 #define STATS_SEG_MAGIC 0x5441545346555047ull /* "GPUFSTAT" little-endian */
 #define STATS_SEG_VERSION                                                      \
-	5u /* 3: the memfd segment, the mmap path;                             \
+	6u /* 3: the memfd segment, the mmap path;                             \
 	    4: remote counters;                                                \
-	    5: copies from file maps */
+	    5: copies from file maps;                                          \
+	    6: per-task crediting, in-flight gauges, collectives */
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
@@ -109,6 +110,18 @@ struct stats_seg {
 		_Atomic uint64_t connects;
 		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
 	} remote;
+
+	/* In flight now (pool.c's requests): requests submitted and not yet
+	 * ended, their tasks not yet ended, and the bytes they asked for
+	 * that no task has moved yet. Gauges, changed with atomic
+	 * read-modify-write: added when a request starts, taken off as each
+	 * task ends and, for what is left, when the request ends. */
+	_Atomic uint64_t inflight_requests, inflight_tasks, pending_bytes;
+	/* Bytes that torch.distributed collectives delivered to and sent
+	 * from this process, and the collective calls
+	 * (gpufile_stats_add_collective). */
+	_Atomic uint64_t collective_calls, collective_bytes_received,
+	    collective_bytes_sent;
 
 	struct stats_seg_slot shared;
 	struct stats_seg_slot slots[STATS_SEG_SLOTS];
