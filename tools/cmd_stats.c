@@ -40,10 +40,17 @@ static const char *const usage =
     "Text from the process (command, paths) is printed with control\n"
     "bytes and bytes that are not UTF-8 as \\xHH, a backslash as \\\\;\n"
     "in JSON such bytes are \\u00XX.\n"
+    "Bytes and tasks count as each task ends (every task_size bytes), so\n"
+    "a single large read moves while it runs; \"in flight\" shows the\n"
+    "requests and tasks not yet ended and the bytes not yet moved.\n"
+    "Collectives: bytes that torch.distributed delivered to and sent\n"
+    "from the process for gpufile (load_distributed).\n"
     "\n"
-    "  --json            one JSON object (per interval with --watch)\n"
+    "  --json            one JSON object; with --watch one per line\n"
+    "                    (JSON Lines), each with the interval's rates\n"
     "  --watch SECONDS   print again every SECONDS, with rates (GB/s,\n"
-    "                    IOPS), until the process exits\n"
+    "                    IOPS) over that interval, until the process\n"
+    "                    exits\n"
     "  --openmetrics     every process's counters (PID's alone when\n"
     "                    given) in the OpenMetrics text format: per\n"
     "                    process, path and direction requests, tasks,\n"
@@ -277,17 +284,68 @@ static void json_files_settings(struct json *j, const gpufile_stats_t *s,
 	json_object_end(j);
 }
 
+/* Bytes moved in direction d on every path. */
+static uint64_t dir_bytes(const gpufile_stats_t *s, int d)
+{
+	uint64_t n = 0;
+
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
+		n += s->path[p][d].bytes;
+	return n;
+}
+
+/* What is in flight now, and the bytes collectives moved (with their
+ * rate since prev, seconds ago, when given). */
+static void json_inflight_collectives(struct json *j, const gpufile_stats_t *s,
+                                      const gpufile_stats_t *prev,
+                                      double seconds)
+{
+	json_object_begin(j, "inflight");
+	json_key_u64(j, "requests", s->inflight_requests);
+	json_key_u64(j, "tasks", s->inflight_tasks);
+	json_key_u64(j, "pending_bytes", s->pending_bytes);
+	json_object_end(j);
+	json_object_begin(j, "collectives");
+	json_key_u64(j, "calls", s->collective_calls);
+	json_key_u64(j, "bytes_received", s->collective_bytes_received);
+	json_key_u64(j, "bytes_sent", s->collective_bytes_sent);
+	if (prev && seconds > 0)
+		json_key_double(
+		    j, "received_gbps",
+		    measure_gbps(s->collective_bytes_received -
+		                     prev->collective_bytes_received,
+		                 seconds));
+	json_object_end(j);
+}
+
 static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
-                       int nfiles, const gpufile_stats_t *prev, double seconds)
+                       int nfiles, const gpufile_stats_t *prev, double seconds,
+                       int one_line)
 {
 	struct json j;
 
 	json_init(&j, stdout);
+	j.one_line = one_line;
 	json_object_begin(&j, NULL);
 	json_key_i64(&j, "pid", s->pid);
 	json_key_str(&j, "command", s->command);
 	json_key_u64(&j, "uid", s->uid);
 	json_key_u64(&j, "start_time_ns", s->start_time_ns);
+	if (prev && seconds > 0) {
+		/* The interval the rates below cover, and every path's. */
+		json_key_double(&j, "interval_s", seconds);
+		json_key_double(
+		    &j, "read_gbps",
+		    measure_gbps(dir_bytes(s, 0) - dir_bytes(prev, 0),
+		                 seconds));
+		json_key_double(
+		    &j, "write_gbps",
+		    measure_gbps(dir_bytes(s, 1) - dir_bytes(prev, 1),
+		                 seconds));
+	}
+	json_key_u64(&j, "read_bytes", dir_bytes(s, 0));
+	json_key_u64(&j, "write_bytes", dir_bytes(s, 1));
+	json_inflight_collectives(&j, s, prev, seconds);
 	json_object_begin(&j, "paths");
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
 		json_path(&j, s, p, prev, seconds);
@@ -354,6 +412,18 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		       "its first gpufile_open or request\n");
 	print_layers(s, 0);
 	print_layers(s, 1);
+	if (prev && seconds > 0)
+		printf(
+		    "over %.2f s: read %.3f GB/s, write %.3f GB/s\n", seconds,
+		    measure_gbps(dir_bytes(s, 0) - dir_bytes(prev, 0), seconds),
+		    measure_gbps(dir_bytes(s, 1) - dir_bytes(prev, 1),
+		                 seconds));
+	printf("in flight: %" PRIu64 " request%s, %" PRIu64 " task%s, %" PRIu64
+	       " bytes pending (%s)\n",
+	       s->inflight_requests, s->inflight_requests == 1 ? "" : "s",
+	       s->inflight_tasks, s->inflight_tasks == 1 ? "" : "s",
+	       s->pending_bytes,
+	       measure_human_bytes(s->pending_bytes, hb, sizeof(hb)));
 	printf("%-6s %-6s %12s %12s %16s %8s", "dir", "path", "requests",
 	       "tasks", "bytes", "errors");
 	if (prev)
@@ -363,7 +433,9 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 			const gpufile_counter_t *c = &s->path[p][d];
 
-			if (!c->ops)
+			/* A request in flight has tasks and bytes before
+			 * it ends and counts as one. */
+			if (!c->ops && !c->tasks)
 				continue;
 			printf("%-6s %-6s %12" PRIu64 " %12" PRIu64
 			       " %16" PRIu64 " %8" PRIu64,
@@ -381,6 +453,14 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		}
 	}
 	remote_counters(NULL, s->pid);
+	if (s->collective_calls)
+		printf("collectives (torch.distributed): %" PRIu64
+		       " calls, %" PRIu64 " bytes received (%s), %" PRIu64
+		       " bytes sent\n",
+		       s->collective_calls, s->collective_bytes_received,
+		       measure_human_bytes(s->collective_bytes_received, hb,
+		                           sizeof(hb)),
+		       s->collective_bytes_sent);
 	if (s->direct_io_fallbacks)
 		printf("O_DIRECT refused on %" PRIu64 " file(s)\n",
 		       s->direct_io_fallbacks);
@@ -418,6 +498,7 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	fflush(stdout);
 }
 
+/* as_json: 1 an indented object, 2 one object per line (--watch). */
 static int show(int pid, int as_json, const gpufile_stats_t *prev,
                 double seconds, gpufile_stats_t *now)
 {
@@ -447,7 +528,7 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 		prev = NULL;
 	}
 	if (as_json)
-		print_json(now, files, nfiles, prev, seconds);
+		print_json(now, files, nfiles, prev, seconds, as_json == 2);
 	else
 		print_text(now, files, nfiles, prev, seconds);
 	free(files);
@@ -519,6 +600,9 @@ int cmd_stats(int argc, char **argv)
 		return metrics_serve(cmd, (int)pid, serve, timeout);
 	if (!pid)
 		return list_processes(as_json);
+	/* A stream of objects is read line by line (JSON Lines). */
+	if (as_json && watch > 0)
+		as_json = 2;
 
 	/* a is the latest sample, b the next; they swap after each. */
 	samples = calloc(2, sizeof(*samples));

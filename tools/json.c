@@ -60,7 +60,10 @@ void json_init(struct json *j, FILE *out)
 /* Writes the separator, indentation and key that precede a value. */
 static void json_prefix(struct json *j, const char *key)
 {
-	if (j->depth > 0) {
+	if (j->depth > 0 && j->one_line) {
+		if (j->count[j->depth])
+			fputs(", ", j->out);
+	} else if (j->depth > 0) {
 		fputs(j->count[j->depth] ? ",\n" : "\n", j->out);
 		for (int i = 0; i < j->depth; i++)
 			fputs("  ", j->out);
@@ -87,7 +90,7 @@ static void json_close(struct json *j, char bracket)
 
 	if (j->depth > 0)
 		j->depth--;
-	if (had_values) {
+	if (had_values && !j->one_line) {
 		fputc('\n', j->out);
 		for (int i = 0; i < j->depth; i++)
 			fputs("  ", j->out);

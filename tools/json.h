@@ -26,6 +26,9 @@ struct json {
 	FILE *out;
 	int depth;
 	int count[JSON_MAX_DEPTH]; /* values written at each depth */
+	/* 1: the whole value on one line (JSON Lines, for streams such as
+	 * gpufile stats --watch --json); 0 (json_init's): indented. */
+	int one_line;
 };
 
 void json_init(struct json *j, FILE *out);

@@ -167,3 +167,30 @@ def test_check_a_path_that_starts_with_a_dash(tmp_path, monkeypatch):
     (tmp_path / "-odd.bin").write_bytes(b"hi")
     assert gpufile.check("-odd.bin")["path"] == "-odd.bin"
     assert gpufile.check()["path"] is None
+
+
+def test_stats_watch_json_is_one_object_per_line(data_file):
+    """`gpufile stats PID --watch S --json` streams JSON Lines: each line one
+    whole object, the ones after the first with the interval's rates; and
+    the in-flight and collective counters are there for an exporter."""
+    path, data = data_file
+    assert _host_read(path, data.size) == data.size  # a segment to watch
+    cli = gpufile.cli_path()
+    p = subprocess.Popen([cli, "stats", str(os.getpid()), "--watch", "0.01", "--json"],
+                         stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        lines = [p.stdout.readline() for _ in range(4)]
+    finally:
+        p.kill()  # the watch would last as long as this process
+        p.communicate()
+    objs = [json.loads(line) for line in lines]
+    for i, o in enumerate(objs):
+        assert lines[i].endswith("}\n") and lines[i].count("\n") == 1
+        assert o["pid"] == os.getpid()
+        assert o["read_bytes"] >= data.size
+        assert set(o["inflight"]) == {"requests", "tasks", "pending_bytes"}
+        assert set(o["collectives"]) >= {"calls", "bytes_received", "bytes_sent"}
+        assert ("interval_s" in o) == (i > 0)
+        if i:
+            assert o["interval_s"] > 0 and o["read_gbps"] >= 0
+            assert "read_gbps" in o["paths"]["host"]
