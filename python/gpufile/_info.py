@@ -159,6 +159,11 @@ def stats(pid=None, histograms=False):
       cuFile never reported, "gpus": [...]}; for this process also cuFile's
       state ("loaded", "stats_level", "message", ...).
 
+    Bytes and tasks count as each task ends, requests when they end;
+    "inflight" has the requests, tasks and bytes not yet ended or moved;
+    "collectives" the torch.distributed calls and bytes that
+    load_distributed credited (add_collective).
+
     Plus "pid", "command", "files" (each handle's chosen path and reason),
     "settings", and with histograms=True the latency and size histograms.
     Another process's counters raise ProcessLookupError (no such process),
@@ -190,6 +195,11 @@ def stats(pid=None, histograms=False):
     out["gpufile"]["direct_io_fallbacks"] = st.direct_io_fallbacks
     out["gpufile"]["map_copy_bytes"] = st.map_copy_bytes
     out["gpufile"]["map_copy_faults"] = st.map_copy_faults
+    out["inflight"] = {"requests": st.inflight_requests, "tasks": st.inflight_tasks,
+                       "pending_bytes": st.pending_bytes}
+    out["collectives"] = {"calls": st.collective_calls,
+                          "bytes_received": st.collective_bytes_received,
+                          "bytes_sent": st.collective_bytes_sent}
     ngpus = st.cufile_ngpus
     cufile = {"ngpus": ngpus if ngpus >= 0 else None,
               "gpus": [_gpu(st.cufile[i]) for i in range(max(0, min(ngpus, S.MAX_GPUS)))]}
@@ -215,6 +225,25 @@ def stats(pid=None, histograms=False):
             for key, field in (("latency_ns", "latency_hist"), ("size_bytes", "size_hist"))
         }
     return out
+
+
+def add_collective(bytes_received, bytes_sent=0):
+    """Credits one collective call (a torch.distributed broadcast, scatter,
+    ...) that delivered bytes_received bytes to this process and sent
+    bytes_sent from it, in this process's counters (stats()["collectives"],
+    ``gpufile stats PID``). A library without the function (an older one)
+    counts nothing: returns False then, True when counted."""
+    received = _args.in_range(bytes_received, "bytes_received", "add_collective",
+                              2**64 - 1, "2**64 - 1")
+    sent = _args.in_range(bytes_sent, "bytes_sent", "add_collective", 2**64 - 1, "2**64 - 1")
+    fn = getattr(_lib.lib(), "gpufile_stats_add_collective", None)
+    if fn is None:
+        return False
+    rc = fn(received, sent)
+    if rc == -errno.ENOTSUP:
+        return False  # counters compiled out
+    _lib.check(rc)
+    return True
 
 
 def processes():

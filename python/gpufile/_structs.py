@@ -67,6 +67,12 @@ class Stats(_Sized):
         ("settings", SettingValue * MAX_SETTINGS),
         ("map_copy_bytes", c_uint64),
         ("map_copy_faults", c_uint64),
+        ("inflight_requests", c_uint64),
+        ("inflight_tasks", c_uint64),
+        ("pending_bytes", c_uint64),
+        ("collective_calls", c_uint64),
+        ("collective_bytes_received", c_uint64),
+        ("collective_bytes_sent", c_uint64),
     ]
 
 
@@ -227,6 +233,7 @@ _OPTIONAL = {
     "gpufile_open_remote": (c_int, [POINTER(c_void_p), c_char_p, c_char_p,
                                     POINTER(RemoteOpts)]),
     "gpufile_remote_file_info": (c_int, [c_void_p, POINTER(RemoteFileInfo)]),
+    "gpufile_stats_add_collective": (c_int, [c_uint64, c_uint64]),
 }
 
 

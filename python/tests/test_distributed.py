@@ -87,8 +87,8 @@ def make_checkpoint(d):
 
 def _scenarios(ck, world):
     return [
-        {"name": "replicated", "checkpoint": ck["index"]},
-        {"name": "sharded", "checkpoint": ck["dir"], "plan": PLAN},
+        {"name": "replicated", "checkpoint": ck["index"], "stats_cli": True},
+        {"name": "sharded", "checkpoint": ck["dir"], "plan": PLAN, "stats_cli": True},
         # Small buckets and staging: many collectives per rank, the reader
         # waiting for the budget.
         {"name": "small_buckets", "checkpoint": ck["files"], "plan": PLAN,
@@ -204,6 +204,21 @@ def test_each_byte_is_read_by_one_rank(ranks, checkpoint, scenario):
     if scenario == "replicated":
         got = sum(r["collective_recv_bytes"] for r in results[0]["summary"]["ranks"])
         assert got == data * (world - 1)
+
+
+@pytest.mark.parametrize("scenario", ["replicated", "sharded"])
+def test_collective_bytes_show_in_each_ranks_stats(ranks, scenario):
+    """What each rank received and sent by collectives is in its process
+    counters, as `gpufile stats PID --json` (another process, reading the
+    rank's segment) shows them right after the load."""
+    for rank, res in enumerate(ranks["results"][scenario]):
+        mine = res["summary"]["ranks"][rank]
+        seen = res["stats_cli"]
+        assert seen["bytes_received"] == mine["collective_recv_bytes"], (rank, seen, mine)
+        assert seen["bytes_sent"] == mine["collective_sent_bytes"], (rank, seen, mine)
+        assert seen["calls"] == mine["broadcasts"] + mine["scatters"], (rank, seen, mine)
+        # Every rank reads a share only and receives the rest.
+        assert seen["bytes_received"] > 0, (rank, seen)
 
 
 @pytest.mark.parametrize("scenario,bad", [("fault", -1), ("fault_sharded", 0)])

@@ -52,6 +52,7 @@ import threading
 import time
 
 from .. import _lib
+from .._info import add_collective
 from . import _core
 
 __all__ = ["load_distributed", "Shard", "REPLICATE", "DistributedLoadError",
@@ -733,9 +734,11 @@ class _Ctx:
 
 def _send(ctx, b, parts, stats):
     """Starts the collective of bucket b (owned by b.owner), on every rank;
-    returns (work, finish): finish() after work.wait() puts a padded
-    scatter part in place. The collectives of one step are started
-    together, so that the owners' sends overlap."""
+    returns (work, finish, moved): finish() after work.wait() puts a padded
+    scatter part in place; moved is (bytes received, bytes sent) by this
+    rank, credited to the process's gpufile counters once the work ends.
+    The collectives of one step are started together, so that the owners'
+    sends overlap."""
     g, dist, t = ctx.g, ctx.dist, ctx.torch
     src = g.globals[b.owner]
     if b.kind == "rep":
@@ -745,10 +748,12 @@ def _send(ctx, b, parts, stats):
         work = dist.broadcast(msg, src=src, group=g.group, async_op=True)
         stats["broadcasts"] += 1
         if g.rank == b.owner:
-            stats["collective_sent_bytes"] += msg.numel() * (g.world - 1)
+            moved = (0, msg.numel() * (g.world - 1))
         else:
-            stats["collective_recv_bytes"] += msg.numel()
-        return work, None
+            moved = (msg.numel(), 0)
+        stats["collective_recv_bytes"] += moved[0]
+        stats["collective_sent_bytes"] += moved[1]
+        return work, None, moved
     s = b.item
     size = max(b.part_bytes(q) for q in range(g.world))
     mine = b.part_bytes(g.rank)
@@ -766,10 +771,12 @@ def _send(ctx, b, parts, stats):
             dest.copy_(out[:mine])
     stats["scatters"] += 1
     if g.rank == b.owner:
-        stats["collective_sent_bytes"] += size * (g.world - 1)
+        moved = (0, size * (g.world - 1))
     else:
-        stats["collective_recv_bytes"] += size
-    return work, finish
+        moved = (size, 0)
+    stats["collective_recv_bytes"] += moved[0]
+    stats["collective_sent_bytes"] += moved[1]
+    return work, finish, moved
 
 
 def _storage_counters():
@@ -953,8 +960,10 @@ def _run_steps(ctx, buckets):
                 _raise_failure(g, failed, res[1] if failed == g.rank else None)
             started = [(b, _send(ctx, b, res[1] if b.owner == g.rank else None, stats))
                        for b in sorted(by_step[step], key=lambda b: b.owner)]
-            for b, (work, finish) in started:
+            for b, (work, finish, moved) in started:
                 work.wait()
+                # Live in gpufile stats PID of this rank, beside its reads.
+                add_collective(*moved)
                 if finish is not None:
                     finish()
                 if b.owner == g.rank:
