@@ -1,6 +1,7 @@
 /*
- * gpufile write and read of large files draw a progress line (bytes,
- * percentage, rate, ETA) on stderr when stderr is a terminal -- and never
+ * gpufile write, read and load of large files draw a progress line
+ * (bytes, percentage, rate, ETA; files and tensors for load) on stderr
+ * when stderr is a terminal, moving at least every 64 MiB -- and never
  * with --json, --no-progress, for small files, on stdout, or when stderr
  * is a pipe. The terminal is a pseudo-terminal made here.
  */
@@ -76,6 +77,44 @@ static int run_on_tty(const char *args)
 	return WEXITSTATUS(status);
 }
 
+/* How many times s draws a line starting with prefix ("\rread "). */
+static int draws(const char *s, const char *prefix)
+{
+	int n = 0;
+
+	for (const char *at = s; (at = strstr(at, prefix)); at++)
+		n++;
+	return n;
+}
+
+/* A safetensors file of 4 U8 tensors of 16 MiB each (64 MiB of data). */
+static int make_checkpoint(const char *path)
+{
+	const size_t t = 16u << 20;
+	char header[512];
+	uint64_t len;
+	int n = 0, rc;
+	FILE *f = fopen(path, "wb");
+
+	if (!f)
+		return -1;
+	n += snprintf(header + n, sizeof(header) - (size_t)n, "{");
+	for (int i = 0; i < 4; i++)
+		n += snprintf(header + n, sizeof(header) - (size_t)n,
+		              "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[%zu],"
+		              "\"data_offsets\":[%zu,%zu]}",
+		              i ? "," : "", i, t, i * t, (i + 1) * t);
+	n += snprintf(header + n, sizeof(header) - (size_t)n, "}");
+	while (n % 8) /* the data section starts 8-byte aligned */
+		header[n++] = ' ';
+	len = (uint64_t)n;
+	rc = fwrite(&len, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len &&
+	             ftruncate(fileno(f), (off_t)(8 + len + 4 * t)) == 0
+	         ? 0
+	         : -1;
+	return fclose(f) || rc ? -1 : 0;
+}
+
 /* No trace of a progress line in s. */
 static void check_no_progress(const char *what, const char *s)
 {
@@ -88,7 +127,8 @@ static void check_no_progress(const char *what, const char *s)
 
 int main(void)
 {
-	const char *big = test_path("big"), *small = test_path("small");
+	/* test_path's buffer rotates: each path kept in a buffer here. */
+	char big[512], small[512], big256[512], ck[512];
 	char args[1024], out[1 << 16];
 	int probe;
 
@@ -102,6 +142,10 @@ int main(void)
 		return TEST_SKIP;
 	}
 	close(probe);
+	snprintf(big, sizeof(big), "%s", test_path("big"));
+	snprintf(small, sizeof(small), "%s", test_path("small"));
+	snprintf(big256, sizeof(big256), "%s", test_path("big256"));
+	snprintf(ck, sizeof(ck), "%s", test_path("ck.safetensors"));
 
 	/* write, 64 MiB (the threshold) on a terminal: the line is drawn
 	 * and ends at 100%; stdout has the report only. */
@@ -125,6 +169,42 @@ int main(void)
 	CHECK_CONTAINS(tty_out, "read 64 MiB of 64 MiB (100%)");
 	CHECK_CONTAINS(std_out, "read:     67108864 bytes");
 	check_no_progress("read stdout", std_out);
+
+	/* 256 MiB: the line moves at least every 64 MiB, whatever the
+	 * speed (the read's window goes as 64 MiB requests, each drawn as it
+	 * ends; the write's chunks too): the first line, one per 64 MiB and
+	 * the last at least. */
+	snprintf(args, sizeof(args),
+	         "write %s --size 256m --pattern zero --chunk 64m --host",
+	         big256);
+	CHECK_EQ(run_on_tty(args), 0);
+	CHECK(draws(tty_out, "\rwrote ") >= 6);
+	CHECK_CONTAINS(tty_out, "wrote 64 MiB of 256 MiB ( 25%)");
+	CHECK_CONTAINS(tty_out, "wrote 256 MiB of 256 MiB (100%)");
+	snprintf(args, sizeof(args), "read %s --host", big256);
+	CHECK_EQ(run_on_tty(args), 0);
+	if (draws(tty_out, "\rread ") < 6) {
+		fprintf(stderr, "read of 256 MiB drew %d lines:\n%s\n",
+		        draws(tty_out, "\rread "), tty_out);
+		test_failures++;
+	}
+	CHECK_CONTAINS(tty_out, "ETA");
+	CHECK_CONTAINS(tty_out, "read 256 MiB of 256 MiB (100%)");
+	CHECK_CONTAINS(std_out, "read:     268435456 bytes");
+	check_no_progress("read 256 MiB stdout", std_out);
+
+	/* load: the line names the file and the tensors done. */
+	CHECK_EQ(make_checkpoint(ck), 0);
+	snprintf(args, sizeof(args), "load %s --host", ck);
+	CHECK_EQ(run_on_tty(args), 0);
+	CHECK_CONTAINS(tty_out, "load 0 B of 64 MiB (  0%)");
+	CHECK_CONTAINS(tty_out, "file 1/1, tensors 0 done");
+	CHECK_CONTAINS(tty_out, "load 64 MiB of 64 MiB (100%)");
+	CHECK_CONTAINS(tty_out, "file 1/1, tensors 4 done");
+	check_no_progress("load stdout", std_out);
+	snprintf(args, sizeof(args), "load %s --host --no-progress", ck);
+	CHECK_EQ(run_on_tty(args), 0);
+	check_no_progress("load --no-progress", tty_out);
 
 	/* --json on a terminal: no progress anywhere. */
 	snprintf(args, sizeof(args), "read %s --host --json", big);

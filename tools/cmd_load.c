@@ -10,6 +10,7 @@
 #include "measure.h"
 #include "msg.h"
 #include "options.h"
+#include "progress.h"
 #include "run_settings.h"
 #include "summary.h"
 #include "target.h"
@@ -24,7 +25,7 @@
 
 static const char load_usage[] =
     "Usage: gpufile load FILE|DIR|INDEX.json|URL... [--host | --device N]\n"
-    "                    [--json] " RUN_SETTINGS_USAGE "\n"
+    "                    [--json] [--no-progress] " RUN_SETTINGS_USAGE "\n"
     "\n"
     "Loads safetensors files, given as files, as a checkpoint folder (its\n"
     "*.safetensors.index.json, else every *.safetensors in it), as an\n"
@@ -45,8 +46,11 @@ static const char load_usage[] =
     "\n"
     "  --host         load into host memory even when a GPU is usable\n"
     "  --device N     load into device memory of GPU N (error if unusable)\n"
-    "  --json         print one JSON object instead of text\n" RUN_SETTINGS_HELP
-    "  --help         print this help\n"
+    "  --json         print one JSON object instead of text\n"
+    "  --no-progress  no progress line (shown on stderr only when stderr\n"
+    "                 is a terminal and a file's data is >= 64 MiB: the\n"
+    "                 file's bytes, rate, ETA, files and tensors "
+    "done)\n" RUN_SETTINGS_HELP "  --help         print this help\n"
     "\n"
     "Exit status: 0 ok, 1 I/O, format or runtime error, 2 usage error.\n";
 
@@ -59,10 +63,59 @@ struct load_file {
 	char reason[512];
 };
 
-/* Opens path, allocates, loads and frees; fills *f. */
-static int load_one(const char *cmd, int device, const char *path,
-                    struct load_file *f)
+/* What the progress line says of files and tensors: files before this
+ * one, and of this one's tensors (in offset order) those whose bytes lie
+ * below the bytes done. Tasks are taken in file order, so that is the
+ * count finished give or take the tasks running. */
+struct load_progress {
+	int file, nfiles;
+	uint64_t tensors_before;
+	const uint64_t *ends; /* each tensor's end, ascending */
+	int ntensors;
+};
+
+static void describe_load(void *arg, uint64_t done, char *buf, size_t len)
 {
+	const struct load_progress *lp = arg;
+	int lo = 0, hi = lp->ntensors;
+
+	while (lo < hi) { /* tensors whose end <= done */
+		int mid = lo + (hi - lo) / 2;
+		if (lp->ends[mid] <= done)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	snprintf(buf, len, "  file %d/%d, tensors %" PRIu64 " done",
+	         lp->file + 1, lp->nfiles, lp->tensors_before + (uint64_t)lo);
+}
+
+/* The end of each tensor of st, ascending (NULL when none or no memory:
+ * the line then counts tensors per file). */
+static uint64_t *tensor_ends(const gpufile_safetensors_t *st, int n)
+{
+	uint64_t *ends = n > 0 ? calloc((size_t)n, sizeof(*ends)) : NULL;
+	gpufile_safetensors_tensor_t t;
+
+	for (int i = 0; ends && i < n; i++) {
+		if (gpufile_safetensors_tensor(st, i, &t)) {
+			free(ends);
+			return NULL;
+		}
+		ends[i] = t.end;
+		if (i && ends[i] < ends[i - 1])
+			ends[i] = ends[i - 1];
+	}
+	return ends;
+}
+
+/* Opens path, allocates, loads and frees; fills *f. lp says which file of
+ * how many this is; progress is wanted unless --json or --no-progress. */
+static int load_one(const char *cmd, int device, const char *path,
+                    struct load_file *f, struct load_progress *lp, int progress)
+{
+	struct progress p;
+	uint64_t *ends = NULL;
 	struct target mem = {.device = device};
 	char *what = NULL;
 	gpufile_safetensors_t *st = NULL;
@@ -92,9 +145,21 @@ static int load_one(const char *cmd, int device, const char *path,
 	shift = (size_t)((gpufile_safetensors_data_offset(st) -
 	                  (uint64_t)(uintptr_t)mem.buf) %
 	                 PAGE);
+	ends = progress && len >= PROGRESS_MIN_BYTES
+	           ? tensor_ends(st, f->tensors)
+	           : NULL;
+	lp->ends = ends;
+	lp->ntensors = ends ? f->tensors : 0;
+	progress_start_with(&p, "load", len, progress, describe_load, lp);
 	t0 = measure_now();
 	n = gpufile_safetensors_load(st, (char *)mem.buf + shift, len);
 	f->seconds = measure_now() - t0;
+	progress_update(&p, n > 0 ? (uint64_t)n : 0);
+	lp->ends = NULL;
+	lp->ntensors = 0;
+	lp->tensors_before += n >= 0 ? (uint64_t)f->tensors : 0;
+	progress_end(&p);
+	free(ends);
 	if (n < 0) {
 		msg_error(cmd, "%s", gpufile_errmsg());
 		goto out;
@@ -206,8 +271,10 @@ static void report_json(const struct load_file *files, int nfiles,
 
 /* Loads the files of args, and reports. */
 static int cmd_load_files(const char *cmd, int want_host, int want_device,
-                          int json, const struct checkpoint_files *args)
+                          int json, int progress,
+                          const struct checkpoint_files *args)
 {
+	struct load_progress lp = {0, 0, 0, NULL, 0};
 	struct target t = {.device = -1};
 	char target[32];
 	struct load_file *files;
@@ -228,11 +295,13 @@ static int cmd_load_files(const char *cmd, int want_host, int want_device,
 		return msg_error(cmd, "out of memory");
 	GPUFILE_INIT(before);
 	gpufile_stats_self(&before);
+	lp.nfiles = nfiles;
 	for (int i = 0; i < nfiles && rc == EXIT_OK; i++) {
 		files[i].path = text_shown_path(args->paths[i]);
-		rc = files[i].path
-		         ? load_one(cmd, t.device, args->paths[i], &files[i])
-		         : msg_error(cmd, "out of memory");
+		lp.file = i;
+		rc = files[i].path ? load_one(cmd, t.device, args->paths[i],
+		                              &files[i], &lp, progress)
+		                   : msg_error(cmd, "out of memory");
 	}
 	GPUFILE_INIT(after);
 	gpufile_stats_self(&after);
@@ -253,7 +322,7 @@ static int cmd_load_files(const char *cmd, int want_host, int want_device,
 int cmd_load(int argc, char **argv)
 {
 	static const char *const cmd = "load";
-	int want_host = 0, want_device = -1, json = 0, first;
+	int want_host = 0, want_device = -1, json = 0, quiet = 0, first;
 	struct run_settings settings = {0};
 	struct checkpoint_files args = {0};
 	int rc = EXIT_OK;
@@ -261,6 +330,7 @@ int cmd_load(int argc, char **argv)
 	    {.name = "host", .kind = OPT_FLAG, .dest = &want_host},
 	    {.name = "device", .kind = OPT_DEVICE, .dest = &want_device},
 	    {.name = "json", .kind = OPT_FLAG, .dest = &json},
+	    {.name = "no-progress", .kind = OPT_FLAG, .dest = &quiet},
 	    RUN_SETTINGS_OPTS(&settings),
 	};
 	const struct opt_spec spec = {
@@ -281,7 +351,8 @@ int cmd_load(int argc, char **argv)
 		checkpoint_files_free(&args);
 		return rc;
 	}
-	rc = cmd_load_files(cmd, want_host, want_device, json, &args);
+	rc = cmd_load_files(cmd, want_host, want_device, json, !json && !quiet,
+	                    &args);
 	checkpoint_files_free(&args);
 	return rc;
 }

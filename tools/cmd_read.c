@@ -174,6 +174,60 @@ static uint64_t choose_window(const struct read_options *o,
 	return w ? w : 1;
 }
 
+/* Reads len bytes at off into buf as gpufile_pread does. With a progress
+ * line, as pieces of PROGRESS_STEP bytes submitted at once (the pool runs
+ * their tasks back to back, as it would one request's) and waited for in
+ * order, so that the line moves as each piece ends, base bytes before
+ * them done. On error, *err is the message of the lowest piece that
+ * failed (to free). */
+static ssize_t read_window(gpufile_t *h, char *buf, size_t len, int64_t off,
+                           struct progress *p, uint64_t base, char **err)
+{
+	const size_t step = PROGRESS_STEP;
+	size_t npieces = len / step + (len % step != 0), submitted = 0;
+	gpufile_future_t **f;
+	ssize_t total = 0, rc = 0;
+	int short_read = 0;
+
+	*err = NULL;
+	if (!p->on || npieces < 2 || !(f = calloc(npieces, sizeof(*f)))) {
+		ssize_t n = gpufile_pread(h, buf, len, off);
+		if (n < 0)
+			*err = strdup(gpufile_errmsg());
+		return n;
+	}
+	for (; submitted < npieces; submitted++) {
+		size_t at = submitted * step;
+		size_t n = len - at < step ? len - at : step;
+		int sub = gpufile_pread_async(h, buf + at, n, off + (int64_t)at,
+		                              &f[submitted]);
+		if (sub) {
+			rc = sub;
+			*err = strdup(gpufile_errmsg());
+			break;
+		}
+	}
+	/* Every piece submitted is waited for: none may still write into
+	 * buf when this returns. */
+	for (size_t i = 0; i < submitted; i++) {
+		ssize_t n = gpufile_future_wait(f[i]);
+		size_t want = len - i * step < step ? len - i * step : step;
+
+		if (n < 0 && rc >= 0) {
+			free(*err);
+			rc = n;
+			*err = strdup(gpufile_errmsg());
+		} else if (n >= 0 && rc >= 0 && !short_read) {
+			total += n;
+			short_read = (size_t)n < want;
+			progress_update(p, base + (uint64_t)total);
+		}
+		gpufile_future_free(f[i]);
+	}
+	free(f);
+	return rc < 0 ? rc : total;
+}
+
 /* Reads [offset, offset + size) once, a window at a time. Stops early
  * at the end of the file. Returns 0 or EXIT_RUNTIME. */
 static int read_once(gpufile_t *h, const struct target *t,
@@ -181,17 +235,23 @@ static int read_once(gpufile_t *h, const struct target *t,
                      struct progress *p, uint64_t base)
 {
 	uint64_t done = 0, calls = 0;
+	int rc;
 
 	do {
 		size_t len =
 		    (size_t)(o->size - done < r->window ? o->size - done
 		                                        : r->window);
+		char *err;
 		ssize_t n =
-		    gpufile_pread(h, t->buf, len, (int64_t)(o->offset + done));
+		    read_window(h, t->buf, len, (int64_t)(o->offset + done), p,
+		                base + done, &err);
 
 		if (n < 0) {
 			progress_end(p); /* the message on a line of its own */
-			return msg_error("read", "%s", gpufile_errmsg());
+			rc = msg_error("read", "%s",
+			               err ? err : gpufile_strerror((int)n));
+			free(err);
+			return rc;
 		}
 		calls++;
 		done += (uint64_t)n;
