@@ -442,8 +442,6 @@ static inline unsigned bucket(uint64_t v)
 
 #define ADD(field, n)                                                          \
 	atomic_fetch_add_explicit(&(field), (n), memory_order_relaxed)
-#define SUB(field, n)                                                          \
-	atomic_fetch_sub_explicit(&(field), (n), memory_order_relaxed)
 #define LOAD_FILES(s)                                                          \
 	atomic_load_explicit(&(s)->files_opened, memory_order_relaxed)
 
@@ -504,31 +502,41 @@ static inline struct stats_seg_slot *own_slot(struct stats_seg *s)
  * gauges take it in), each task ends (its bytes and the task are credited
  * to the path at once, in the thread's own slot, and leave the gauges),
  * the request ends (its op, error and histograms; what it asked for and
- * no task moved, e.g. past the end of the file, leaves the gauges). Per
- * task this costs two plain stores into the thread's slot and two atomic
- * adds on the header: at the default 4 MiB tasks, noise beside the copy
- * (bench/stats_overhead measures it).
+ * no task moved, e.g. past the end of the file, leaves the gauges). All
+ * of it goes into the thread's own slot with plain stores, the gauges
+ * included (see struct stats_seg_slot): per task four stores, no locked
+ * instruction (bench/stats_overhead measures it).
  */
+/* Adds n (modulo 2^64: "- x" adds -x) to a field of slot, this
+ * thread's: a plain store, or an atomic add in the shared slot. */
+#define SLOT_ADD(s, slot, field, n)                                            \
+	do {                                                                   \
+		if (__builtin_expect((slot) == &(s)->shared, 0))               \
+			ADD((slot)->field, (n));                               \
+		else                                                           \
+			OWN_ADD((slot)->field, (n));                           \
+	} while (0)
+
 void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size)
 {
 	struct stats_seg *s = get_segment();
+	struct stats_seg_slot *slot = own_slot(s);
 
-	ADD(s->inflight_requests, 1);
-	ADD(s->inflight_tasks, ntasks);
-	ADD(s->pending_bytes, size);
+	SLOT_ADD(s, slot, inflight_requests, 1);
+	SLOT_ADD(s, slot, inflight_tasks, ntasks);
+	SLOT_ADD(s, slot, pending_bytes, size);
 }
 
 void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
 {
 	struct stats_seg *s = get_segment();
+	struct stats_seg_slot *slot = own_slot(s);
 	struct stats_seg_counter *c;
-	struct stats_seg_slot *slot;
 
-	SUB(s->inflight_tasks, 1);
-	SUB(s->pending_bytes, bytes);
+	SLOT_ADD(s, slot, inflight_tasks, -(uint64_t)1);
+	SLOT_ADD(s, slot, pending_bytes, -bytes);
 	if ((unsigned)path >= GPUFILE_PATH_COUNT)
 		return;
-	slot = own_slot(s);
 	c = &slot->path[path][is_write ? 1 : 0];
 	if (__builtin_expect(slot == &s->shared, 0)) {
 		ADD(c->tasks, 1);
@@ -541,7 +549,10 @@ void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
 
 void gpufile__stats_tasks_skipped(uint64_t ntasks)
 {
-	SUB(get_segment()->inflight_tasks, ntasks);
+	struct stats_seg *s = get_segment();
+	struct stats_seg_slot *slot = own_slot(s);
+
+	SLOT_ADD(s, slot, inflight_tasks, -ntasks);
 }
 
 void gpufile__stats_request_end(gpufile_path_t path, int is_write,
@@ -549,14 +560,13 @@ void gpufile__stats_request_end(gpufile_path_t path, int is_write,
                                 uint64_t ns)
 {
 	struct stats_seg *s = get_segment();
+	struct stats_seg_slot *slot = own_slot(s);
 	struct stats_seg_counter *c;
-	struct stats_seg_slot *slot;
 
-	SUB(s->inflight_requests, 1);
-	SUB(s->pending_bytes, (uint64_t)size - moved);
+	SLOT_ADD(s, slot, inflight_requests, -(uint64_t)1);
+	SLOT_ADD(s, slot, pending_bytes, -((uint64_t)size - moved));
 	if ((unsigned)path >= GPUFILE_PATH_COUNT)
 		return;
-	slot = own_slot(s);
 	c = &slot->path[path][is_write ? 1 : 0];
 	if (__builtin_expect(slot == &s->shared, 0)) {
 		ADD(c->ops, 1);
@@ -898,6 +908,9 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 	for (int i = -1; i < used_slots(s); i++) {
 		const struct stats_seg_slot *slot =
 		    i < 0 ? &s->shared : &s->slots[i];
+		out->inflight_requests += LOAD(slot->inflight_requests);
+		out->inflight_tasks += LOAD(slot->inflight_tasks);
+		out->pending_bytes += LOAD(slot->pending_bytes);
 		for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 			for (int d = 0; d < 2; d++) {
 				const struct stats_seg_counter *c =
@@ -915,12 +928,16 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 			}
 		}
 	}
+	/* Sums of shares read at different instants: one below 0 is 0. */
+	if ((int64_t)out->inflight_requests < 0)
+		out->inflight_requests = 0;
+	if ((int64_t)out->inflight_tasks < 0)
+		out->inflight_tasks = 0;
+	if ((int64_t)out->pending_bytes < 0)
+		out->pending_bytes = 0;
 	out->direct_io_fallbacks = LOAD(s->direct_io_fallbacks);
 	out->map_copy_bytes = LOAD(s->map_copy_bytes);
 	out->map_copy_faults = LOAD(s->map_copy_faults);
-	out->inflight_requests = LOAD(s->inflight_requests);
-	out->inflight_tasks = LOAD(s->inflight_tasks);
-	out->pending_bytes = LOAD(s->pending_bytes);
 	out->collective_calls = LOAD(s->collective_calls);
 	out->collective_bytes_received = LOAD(s->collective_bytes_received);
 	out->collective_bytes_sent = LOAD(s->collective_bytes_sent);

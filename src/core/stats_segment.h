@@ -59,6 +59,14 @@ struct stats_seg_counter {
 #define STATS_SEG_SLOTS 64
 struct stats_seg_slot {
 	struct stats_seg_counter path[GPUFILE_PATH_COUNT][2];
+	/* What is in flight (pool.c's requests), as this thread changed it:
+	 * requests started and not ended, their tasks not ended, their bytes
+	 * not moved. A request starts in one thread and its tasks end in
+	 * others, so a slot's share may be "negative" (it wraps); readers
+	 * sum the slots modulo 2^64 and read a sum below 0 (slots read at
+	 * different instants) as 0. No locked instruction, as for the
+	 * counters above. */
+	_Atomic uint64_t inflight_requests, inflight_tasks, pending_bytes;
 };
 
 struct stats_seg_file {
@@ -111,12 +119,6 @@ struct stats_seg {
 		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
 	} remote;
 
-	/* In flight now (pool.c's requests): requests submitted and not yet
-	 * ended, their tasks not yet ended, and the bytes they asked for
-	 * that no task has moved yet. Gauges, changed with atomic
-	 * read-modify-write: added when a request starts, taken off as each
-	 * task ends and, for what is left, when the request ends. */
-	_Atomic uint64_t inflight_requests, inflight_tasks, pending_bytes;
 	/* Bytes that torch.distributed collectives delivered to and sent
 	 * from this process, and the collective calls
 	 * (gpufile_stats_add_collective). */
