@@ -155,10 +155,10 @@ static int load_one(const char *cmd, int device, const char *path,
 	n = gpufile_safetensors_load(st, (char *)mem.buf + shift, len);
 	f->seconds = measure_now() - t0;
 	progress_update(&p, n > 0 ? (uint64_t)n : 0);
+	progress_end(&p); /* its thread is gone: lp is this thread's again */
 	lp->ends = NULL;
 	lp->ntensors = 0;
 	lp->tensors_before += n >= 0 ? (uint64_t)f->tensors : 0;
-	progress_end(&p);
 	free(ends);
 	if (n < 0) {
 		msg_error(cmd, "%s", gpufile_errmsg());
