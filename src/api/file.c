@@ -188,15 +188,16 @@ static int open_fd(struct gpufile *h, const char *flags, int oflags,
 	return 0;
 }
 
-/* gpufile_open of a remote object: the source makes the handle, tracked
- * here for fork as every handle is. */
-static int open_remote(gpufile_t **out, const char *url, const char *flags)
+/* gpufile_open (opts NULL) or gpufile_open_remote of a remote object: the
+ * source makes the handle, tracked here for fork as every handle is. */
+static int open_remote(gpufile_t **out, const char *url, const char *flags,
+                       const gpufile_remote_opts_t *opts)
 {
 	int rc = gpufile__webhdfs_url(url)
-	             ? gpufile__webhdfs_open(out, url, flags)
+	             ? gpufile__webhdfs_open(out, url, flags, opts)
 	         : flags && !strcmp(flags, "w")
-	             ? gpufile__upload_open(out, url)
-	             : gpufile__remote_open(out, url, flags);
+	             ? gpufile__upload_open(out, url, opts)
+	             : gpufile__remote_open_with(out, url, flags, opts);
 
 	if (rc == 0)
 		gpufile__fork_track(*out);
@@ -219,7 +220,7 @@ int gpufile_open_remote(gpufile_t **out, const char *url, const char *flags,
 	if (!gpufile__is_url(url))
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_open_remote: %s is not a URL "
-		                     "(http://, https://, s3://)",
+		                     "(http://, https://, s3://, webhdfs://)",
 		                     url);
 	if (opts) {
 		/* A caller built against a newer header may pass a larger
@@ -239,10 +240,7 @@ int gpufile_open_remote(gpufile_t **out, const char *url, const char *flags,
 				    "know (built against a newer gpufile.h)",
 				    sizeof(o));
 	}
-	rc = gpufile__remote_open_with(out, url, flags, opts ? &o : NULL);
-	if (rc == 0)
-		gpufile__fork_track(*out);
-	return rc;
+	return open_remote(out, url, flags, opts ? &o : NULL);
 }
 
 int gpufile_open(gpufile_t **out, const char *path, const char *flags)
@@ -275,7 +273,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		return rc;
 	}
 	if (gpufile__is_url(path)) /* http(s)://, s3:// (remote.c) */
-		return open_remote(out, path, flags);
+		return open_remote(out, path, flags, NULL);
 	rc = gpufile__settings(&cfg);
 	if (rc)
 		return rc;

@@ -1556,9 +1556,10 @@ int gpufile__remote_report(const char *url, char **report)
 	return rc;
 }
 
-int gpufile__remote_setup(const char *url, struct gpufile__remote **out)
+int gpufile__remote_setup(const char *url, const gpufile_remote_opts_t *opts,
+                          struct gpufile__remote **out)
 {
-	return remote_new(out, url);
+	return remote_new(out, url, opts);
 }
 
 void gpufile__remote_free(struct gpufile__remote *rm)

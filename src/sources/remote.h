@@ -79,9 +79,11 @@ struct gpufile__remote_view {
 	int nretry_codes;
 };
 
-/* Sets url up as gpufile_open() of it does, without a request: *out, or
- * an error with the message naming the redacted URL. */
-int gpufile__remote_setup(const char *url, struct gpufile__remote **out);
+/* Sets url up as gpufile_open() (opts NULL) or gpufile_open_remote() of
+ * it does, without a request: *out, or an error with the message naming
+ * the redacted URL. */
+int gpufile__remote_setup(const char *url, const gpufile_remote_opts_t *opts,
+                          struct gpufile__remote **out);
 /* Frees what gpufile__remote_setup() made (NULL accepted). */
 void gpufile__remote_free(struct gpufile__remote *rm);
 void gpufile__remote_view(const struct gpufile__remote *rm,
@@ -89,7 +91,8 @@ void gpufile__remote_view(const struct gpufile__remote *rm,
 
 /* Opens url for writing ("w"): an upload (upload.c) to an HTTP PUT URL or
  * an S3 object, published whole by gpufile_close(). */
-int gpufile__upload_open(struct gpufile **out, const char *url);
+int gpufile__upload_open(struct gpufile **out, const char *url,
+                         const gpufile_remote_opts_t *opts);
 /* 1 when url is a WebHDFS one (webhdfs:// or http(s)://HOST/webhdfs/v1/),
  * read by webhdfs.c. */
 int gpufile__webhdfs_url(const char *url);
@@ -97,7 +100,7 @@ int gpufile__webhdfs_url(const char *url);
  * -EROFS): its size by GETFILESTATUS, reads by OPEN with offset and
  * length. */
 int gpufile__webhdfs_open(struct gpufile **out, const char *url,
-                          const char *flags);
+                          const char *flags, const gpufile_remote_opts_t *opts);
 /* gpufile_remote_info()'s report on a WebHDFS url, as
  * gpufile__remote_report(). */
 int gpufile__webhdfs_report(const char *url, char **report);

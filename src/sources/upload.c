@@ -760,7 +760,8 @@ static int part_size_setting(size_t *out)
 	return 0;
 }
 
-int gpufile__upload_open(struct gpufile **out, const char *url)
+int gpufile__upload_open(struct gpufile **out, const char *url,
+                         const gpufile_remote_opts_t *opts)
 {
 	struct gpufile__decision d;
 	struct upload *u;
@@ -773,7 +774,7 @@ int gpufile__upload_open(struct gpufile **out, const char *url)
 		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_cond_init(&u->created, NULL);
-	rc = gpufile__remote_setup(url, &u->rm);
+	rc = gpufile__remote_setup(url, opts, &u->rm);
 	if (rc) {
 		upload_free(u);
 		return rc;
@@ -826,7 +827,8 @@ int gpufile__upload_open(struct gpufile **out, const char *url)
 
 #else /* !GPUFILE_HAVE_CURL */
 
-int gpufile__upload_open(struct gpufile **out, const char *url)
+int gpufile__upload_open(struct gpufile **out, const char *url,
+                         const gpufile_remote_opts_t *opts)
 {
 	char *shown = gpufile__remote_redact(url);
 	int rc = gpufile__fail(-ENOTSUP,
@@ -835,6 +837,7 @@ int gpufile__upload_open(struct gpufile **out, const char *url)
 	                       "libcurl4-openssl-dev and rebuild)",
 	                       shown ? shown : GPUFILE__URL_NOT_SHOWN);
 
+	(void)opts;
 	*out = NULL;
 	free(shown);
 	return rc;

@@ -308,7 +308,7 @@ static int make_handle(struct gpufile **out, struct webhdfs *w)
 }
 
 int gpufile__webhdfs_open(struct gpufile **out, const char *url,
-                          const char *flags)
+                          const char *flags, const gpufile_remote_opts_t *opts)
 {
 	struct webhdfs *w;
 	int rc;
@@ -332,7 +332,7 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
-	rc = gpufile__remote_setup(url, &w->rm);
+	rc = gpufile__remote_setup(url, opts, &w->rm);
 	if (rc == 0) {
 		gpufile__remote_view(w->rm, &w->v);
 		rc = split_url(w, url);
@@ -355,7 +355,7 @@ int gpufile__webhdfs_report(const char *url, char **report)
 {
 	struct gpufile *h = NULL;
 	char *shown = gpufile__remote_redact(url), *probe = NULL;
-	int rc = gpufile__webhdfs_open(&h, url, "r"), made;
+	int rc = gpufile__webhdfs_open(&h, url, "r", NULL), made;
 
 	*report = NULL;
 	if (rc == 0)
@@ -386,7 +386,7 @@ int gpufile__webhdfs_report(const char *url, char **report)
 #else /* no libcurl or no cJSON */
 
 int gpufile__webhdfs_open(struct gpufile **out, const char *url,
-                          const char *flags)
+                          const char *flags, const gpufile_remote_opts_t *opts)
 {
 	char *shown = gpufile__remote_redact(url);
 	int rc = gpufile__fail(-ENOTSUP,
@@ -398,6 +398,7 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 	                                         : "libcurl4-openssl-dev");
 
 	(void)flags;
+	(void)opts;
 	*out = NULL;
 	free(shown);
 	return rc;
@@ -408,7 +409,7 @@ int gpufile__webhdfs_report(const char *url, char **report)
 	struct gpufile *h;
 
 	*report = NULL;
-	return gpufile__webhdfs_open(&h, url, "r");
+	return gpufile__webhdfs_open(&h, url, "r", NULL);
 }
 
 #endif
