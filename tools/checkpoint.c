@@ -29,16 +29,12 @@ static int is_url(const char *s)
 	       strncmp(s, "https://", 8) == 0 || strncmp(s, "s3://", 5) == 0;
 }
 
-/* Appends path (taken over; NULL: out of memory) unless it is there. */
+/* Appends path (taken over; NULL: out of memory). checkpoint_expand()
+ * drops the repeats once all are in (drop_repeats). */
 static int add(const char *cmd, struct checkpoint_files *f, char *path)
 {
 	if (!path)
 		return msg_error(cmd, "out of memory");
-	for (int i = 0; i < f->count; i++)
-		if (strcmp(f->paths[i], path) == 0) {
-			free(path);
-			return 0;
-		}
 	if (f->count == f->cap) {
 		int cap = f->cap ? 2 * f->cap : 8;
 		char **p = realloc(f->paths, (size_t)cap * sizeof(*p));
@@ -51,6 +47,45 @@ static int add(const char *cmd, struct checkpoint_files *f, char *path)
 		f->cap = cap;
 	}
 	f->paths[f->count++] = path;
+	return 0;
+}
+
+/* Orders positions in files->paths by path, then by position. */
+static int by_path_then_place(const void *a, const void *b, void *arg)
+{
+	char *const *paths = arg;
+	int i = *(const int *)a, j = *(const int *)b;
+	int c = strcmp(paths[i], paths[j]);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/* Keeps the first of each path, in place and order. Sorting positions
+ * (not comparing each path with all before it): an index names a shard
+ * per tensor, and one of 100000 tensors took minutes pairwise. */
+static int drop_repeats(const char *cmd, struct checkpoint_files *f)
+{
+	int *order, kept = 0;
+
+	if (f->count < 2)
+		return 0;
+	order = malloc((size_t)f->count * sizeof(*order));
+	if (!order)
+		return msg_error(cmd, "out of memory");
+	for (int i = 0; i < f->count; i++)
+		order[i] = i;
+	qsort_r(order, (size_t)f->count, sizeof(*order), by_path_then_place,
+	        f->paths);
+	for (int i = 1; i < f->count; i++)
+		if (strcmp(f->paths[order[i]], f->paths[order[i - 1]]) == 0) {
+			free(f->paths[order[i]]);
+			f->paths[order[i]] = NULL;
+		}
+	free(order);
+	for (int i = 0; i < f->count; i++)
+		if (f->paths[i])
+			f->paths[kept++] = f->paths[i];
+	f->count = kept;
 	return 0;
 }
 
@@ -267,14 +302,17 @@ int checkpoint_expand(const char *cmd, const char *arg,
                       struct checkpoint_files *files)
 {
 	struct stat st;
+	int rc;
 
 	if (is_url(arg))
-		return add(cmd, files, strdup(arg));
-	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
-		return expand_folder(cmd, arg, files);
-	if (ends_with(arg, ".json"))
-		return expand_index(cmd, arg, files);
-	return add(cmd, files, strdup(arg));
+		rc = add(cmd, files, strdup(arg));
+	else if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		rc = expand_folder(cmd, arg, files);
+	else if (ends_with(arg, ".json"))
+		rc = expand_index(cmd, arg, files);
+	else
+		rc = add(cmd, files, strdup(arg));
+	return rc ? rc : drop_repeats(cmd, files);
 }
 
 void checkpoint_files_free(struct checkpoint_files *files)
