@@ -1,11 +1,14 @@
 /*
- * gpufile load given what a hostile or new user gives it: an index of
- * many shards is
+ * gpufile bench and load given what a hostile or new user gives them:
+ * a URL with a password and a presigned query is never shown with them
+ * (text, --json, messages); --size or --file-size below --bs is a usage
+ * error, found before a file is laid out; an index of many shards is
  * expanded in n log n (pairwise, 200000 shards took minutes of CPU),
  * each shard once in the order the index first names it.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
+#include "remote/helpers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,67 @@ static void expect(int want, const char *needle, const char *args)
 		        args, rc, want, out, needle);
 		test_failures++;
 	}
+}
+
+static void expect_no_secret(const char *args)
+{
+	if (strstr(out, "s3cret") || strstr(out, "SECRET")) {
+		fprintf(stderr, "gpufile %s shows the secret:\n%s\n", args,
+		        out);
+		test_failures++;
+	}
+}
+
+/* bench of a URL with user:password@ and X-Amz-Signature: the report,
+ * --json and the messages that name the file show it redacted. */
+static void test_bench_url(void)
+{
+	char url[256], secret_url[512], args[1024];
+	const char *port;
+	pid_t pid = fault_server_ok(100000, url, sizeof(url));
+
+	if (pid < 0)
+		return;
+	port = strrchr(url, ':'); /* ":PORT/ok/obj" */
+	snprintf(secret_url, sizeof(secret_url),
+	         "http://user:s3cret@127.0.0.1%s?X-Amz-Signature=SECRET", port);
+	snprintf(args, sizeof(args), "bench '%s' --host --bs 4k --size 8k",
+	         secret_url);
+	expect(0, "?<query redacted> (region 100000 bytes)", args);
+	expect_no_secret(args);
+	snprintf(args, sizeof(args),
+	         "bench '%s' --host --bs 4k --size 8k --json", secret_url);
+	expect(0, "\"file\": \"http://127.0.0.1", args);
+	expect_no_secret(args);
+	snprintf(args, sizeof(args), "bench '%s' --host --bs 1m", secret_url);
+	expect(1, "--bs 1048576 is larger than the region of http://", args);
+	expect_no_secret(args);
+	/* The object is not the pattern: verify names the offset. */
+	snprintf(args, sizeof(args),
+	         "bench '%s' --host --bs 4k --size 4k --verify --json",
+	         secret_url);
+	expect(1, "verify: http://127.0.0.1", args);
+	expect_no_secret(args);
+	server_stop(pid);
+}
+
+static void test_bench_sizes(void)
+{
+	const char *file = test_path("sizes"), *fresh = test_path("fresh");
+	char args[1024];
+
+	CHECK_EQ(test_make_file(file, 65536, 1), 0);
+	/* One block of 4096 bytes was moved for --size 1. */
+	snprintf(args, sizeof(args), "bench %s --host --bs 4k --size 1", file);
+	expect(2, "--size 1 is smaller than --bs 4096", args);
+	/* A 1 KiB file was laid out before --bs was found too large. */
+	snprintf(args, sizeof(args), "bench %s --host --bs 4k --file-size 1k",
+	         fresh);
+	expect(2, "--file-size 1024 is smaller than --bs 4096", args);
+	CHECK(access(fresh, F_OK) != 0);
+	snprintf(args, sizeof(args),
+	         "bench %s --host --rw write --bs 4k --file-size 4k", fresh);
+	expect(0, "done:     1 I/Os, 4096 bytes", args);
 }
 
 /* A safetensors file of one U8 tensor of 8 bytes. */
@@ -120,6 +184,11 @@ int main(void)
 		fprintf(stderr, "no CLI (GPUFILE_CLI): skipped\n");
 		return TEST_SKIP;
 	}
+	test_bench_sizes();
+	if (system("python3 -c 1 2>/dev/null") == 0)
+		test_bench_url(); /* its server is python3's */
+	else if (test_missing("test_cli_hostile URL part", "python3") == 1)
+		test_failures++;
 	test_load_index();
 	test_cleanup();
 	return test_finish("test_cli_hostile");

@@ -69,11 +69,13 @@ static const char usage[] =
     "                 at a time); latency is then per batch\n"
     "  --host         host memory even when a GPU is usable\n"
     "  --device N     device memory of GPU N (default GPU 0 when usable)\n"
-    "  --size B       bytes to move in all, in whole blocks (default: the\n"
-    "                 region once, unless --time is given)\n"
+    "  --size B       bytes to move in all, in whole blocks (at least\n"
+    "                 one; default: the region once, unless --time is\n"
+    "                 given)\n"
     "  --time S       run for S seconds (with --size: whichever ends first)\n"
     "  --file-size B  the region of FILE used, from offset 0 (default: the\n"
-    "                 whole file); laid out when FILE is smaller\n"
+    "                 whole file; at least --bs); laid out when FILE is\n"
+    "                 smaller\n"
     "  --verify       reads: check every block read against the pattern;\n"
     "                 writes: write the pattern, then read back and check\n"
     "                 every block written (untimed). Checks of reads are\n"
@@ -96,6 +98,7 @@ static const char *const rw_names[] = {"read", "write", "randread", "randwrite",
 
 struct bench_options {
 	const char *file;
+	char *shown; /* file as every output names it (a URL redacted) */
 	int rw;
 	uint64_t bs, jobs, batch, size, file_size, seed;
 	double time;
@@ -243,7 +246,7 @@ static int check_block(struct job *j, const void *buf, uint64_t off)
 	         ") is 0x%02x, the pattern of seed %" PRIu64
 	         " has 0x%02x (was the file laid out or written with --verify "
 	         "under another --seed?)",
-	         o->file, off + i, off, got[i], o->seed, j->expect[i]);
+	         o->shown, off + i, off, got[i], o->seed, j->expect[i]);
 	return -1;
 }
 
@@ -407,6 +410,21 @@ static int parse(int argc, char **argv, struct bench_options *o)
 		                       "gpufile's batch API reads only (use "
 		                       "--jobs for writes in parallel)",
 		                       o->batch, rw_names[o->rw]);
+	/* Checked here, not after a layout: --file-size below --bs would lay
+	 * out a file no block fits in, and --size below it moved a whole
+	 * block, more than asked. */
+	if (o->have_size && o->size < o->bs)
+		return msg_usage_error("bench",
+		                       "--size %" PRIu64
+		                       " is smaller than --bs "
+		                       "%" PRIu64 ": a run moves whole blocks",
+		                       o->size, o->bs);
+	if (o->have_file_size && o->file_size < o->bs)
+		return msg_usage_error("bench",
+		                       "--file-size %" PRIu64
+		                       " is smaller than "
+		                       "--bs %" PRIu64 ": no block fits",
+		                       o->file_size, o->bs);
 	o->file = argv[first];
 	return 0;
 }
@@ -432,7 +450,7 @@ static int lay_out(const struct bench_options *o, uint64_t from, uint64_t to)
 
 		pattern_fill(buf, len, off, o->seed);
 		if (gpufile_pwrite(h, buf, len, (int64_t)off) != (ssize_t)len)
-			rc = msg_error("bench", "laying out %s: %s", o->file,
+			rc = msg_error("bench", "laying out %s: %s", o->shown,
 			               gpufile_errmsg());
 		off += len;
 	}
@@ -461,15 +479,15 @@ static int prepare_file(const struct bench_options *o, uint64_t *region,
 			return msg_error("bench",
 			                 "%s: not a regular file or block "
 			                 "device",
-			                 o->file);
+			                 o->shown);
 		have = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : UINT64_MAX;
 	} else if (errno != ENOENT) {
-		return msg_error("bench", "%s: %s", o->file, strerror(errno));
+		return msg_error("bench", "%s: %s", o->shown, strerror(errno));
 	} else if (!o->have_file_size) {
 		return msg_error("bench",
 		                 "%s does not exist: give --file-size B to "
 		                 "lay it out",
-		                 o->file);
+		                 o->shown);
 	}
 	*region = o->have_file_size ? o->file_size : have;
 	if (have == UINT64_MAX) { /* a block device: its size is the API's */
@@ -660,7 +678,7 @@ static void report_text(const struct bench_options *o,
 	double s = r->seconds;
 
 	printf("file:     ");
-	text_put(stdout, o->file);
+	text_put(stdout, o->shown);
 	printf(" (region %" PRIu64 " bytes", r->region);
 	if (r->laid_out)
 		printf(", %" PRIu64 " laid out with the pattern of seed "
@@ -760,7 +778,7 @@ static void report_json(const struct bench_options *o,
 
 	json_init(&j, stdout);
 	json_object_begin(&j, NULL);
-	json_key_str(&j, "file", o->file);
+	json_key_str(&j, "file", o->shown);
 	json_key_u64(&j, "region", r->region);
 	json_key_u64(&j, "laid_out", r->laid_out);
 	json_key_str(&j, "rw", rw_names[o->rw]);
@@ -831,7 +849,7 @@ static int open_file(struct bench *b, struct bench_result *r)
 		    "--bs %" PRIu64 " is larger than the region "
 		    "of %s (%" PRIu64 " bytes, %s): give a "
 		    "smaller --bs or a larger --file-size",
-		    o->bs, o->file, r->region,
+		    o->bs, o->shown, r->region,
 		    measure_human_bytes(r->region, human, sizeof(human)));
 	if (o->have_size)
 		b->max_ops = o->size / o->bs ? o->size / o->bs : 1;
@@ -893,6 +911,9 @@ int cmd_bench(int argc, char **argv)
 		return rc;
 	if (gpufile_config_check())
 		return msg_error("bench", "%s", gpufile_errmsg());
+	o.shown = text_shown_path(o.file);
+	if (!o.shown)
+		return msg_error("bench", "out of memory");
 	r = calloc(1, sizeof(*r));
 	jobs = calloc((size_t)o.jobs, sizeof(*jobs));
 	if (!r || !jobs)
@@ -910,5 +931,6 @@ int cmd_bench(int argc, char **argv)
 	if (b.h && gpufile_close(b.h) && rc == 0)
 		rc = msg_error("bench", "%s", gpufile_errmsg());
 	free(r);
+	free(o.shown);
 	return rc;
 }
