@@ -130,7 +130,7 @@ static void test_load_index(void)
 
 	snprintf(dir, sizeof(dir), "%s", test_path("index"));
 	CHECK(mkdir(dir, 0700) == 0);
-	/* b before a, b again: loaded b, a, each once. */
+	/* b before a, b again twice: loaded b, a, each once. */
 	snprintf(p, sizeof(p), "%s/a.safetensors", dir);
 	make_st(p, "ta");
 	snprintf(p, sizeof(p), "%s/b.safetensors", dir);
@@ -141,7 +141,8 @@ static void test_load_index(void)
 	if (!f)
 		return;
 	fputs("{\"weight_map\": {\"x\": \"b.safetensors\", \"y\": "
-	      "\"a.safetensors\", \"z\": \"./b.safetensors\"}}",
+	      "\"a.safetensors\", \"z\": \"./b.safetensors\", \"w\": "
+	      "\"b.safetensors\"}}",
 	      f);
 	CHECK(fclose(f) == 0);
 	snprintf(args, sizeof(args), "load %s --host", p);

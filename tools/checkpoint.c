@@ -65,7 +65,7 @@ static int by_path_then_place(const void *a, const void *b, void *arg)
  * per tensor, and one of 100000 tensors took minutes pairwise. */
 static int drop_repeats(const char *cmd, struct checkpoint_files *f)
 {
-	int *order, kept = 0;
+	int *order, kept = 0, first;
 
 	if (f->count < 2)
 		return 0;
@@ -76,10 +76,14 @@ static int drop_repeats(const char *cmd, struct checkpoint_files *f)
 		order[i] = i;
 	qsort_r(order, (size_t)f->count, sizeof(*order), by_path_then_place,
 	        f->paths);
+	/* first: the first place of the path at order[i - 1], kept. */
+	first = order[0];
 	for (int i = 1; i < f->count; i++)
-		if (strcmp(f->paths[order[i]], f->paths[order[i - 1]]) == 0) {
+		if (strcmp(f->paths[order[i]], f->paths[first]) == 0) {
 			free(f->paths[order[i]]);
 			f->paths[order[i]] = NULL;
+		} else {
+			first = order[i];
 		}
 	free(order);
 	for (int i = 0; i < f->count; i++)
