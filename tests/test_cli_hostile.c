@@ -2,7 +2,8 @@
  * gpufile bench and load given what a hostile or new user gives them:
  * a URL with a password and a presigned query is never shown with them
  * (text, --json, messages); --size or --file-size below --bs is a usage
- * error, found before a file is laid out; an index of many shards is
+ * error, found before a file is laid out; --file-size bounds a block
+ * device's region as a file's; an index of many shards is
  * expanded in n log n (pairwise, 200000 shards took minutes of CPU),
  * each shard once in the order the index first names it.
  */
@@ -93,6 +94,46 @@ static void test_bench_sizes(void)
 	snprintf(args, sizeof(args),
 	         "bench %s --host --rw write --bs 4k --file-size 4k", fresh);
 	expect(0, "done:     1 I/Os, 4096 bytes", args);
+}
+
+/* A block device (a loop device, where this user may make one): writes
+ * stay in --file-size (it was passed over: the whole device was the
+ * region, written to its end). */
+static void test_bench_block_device(void)
+{
+	const char *img = test_path("loop.img");
+	char dev[256] = "", cmd[1024], args[1024];
+	unsigned char *data;
+	size_t got = 0, i;
+	FILE *p;
+
+	CHECK_EQ(test_make_file(img, 4 << 20, 0), 0);
+	CHECK(truncate(img, 0) == 0 && truncate(img, 4 << 20) == 0);
+	snprintf(cmd, sizeof(cmd), "losetup -f --show %s 2>/dev/null", img);
+	p = geteuid() == 0 ? popen(cmd, "r") : NULL;
+	if (p) {
+		if (!fgets(dev, sizeof(dev), p))
+			dev[0] = '\0';
+		pclose(p);
+	}
+	dev[strcspn(dev, "\n")] = '\0';
+	if (strncmp(dev, "/dev/loop", 9) != 0) {
+		fprintf(stderr, "no loop device (losetup, root): block device "
+		                "part skipped\n");
+		return;
+	}
+	snprintf(args, sizeof(args),
+	         "bench %s --host --rw write --bs 64k --file-size 1m", dev);
+	expect(0, "(region 1048576 bytes)", args);
+	CHECK_CONTAINS(out, "done:     16 I/Os, 1048576 bytes");
+	snprintf(cmd, sizeof(cmd), "losetup -d %s", dev);
+	CHECK(system(cmd) == 0);
+	data = test_read_file(img, &got);
+	CHECK_EQ(got, (size_t)4 << 20);
+	for (i = 1 << 20; data && i < got && data[i] == 0; i++)
+		;
+	CHECK_EQ(i, got);
+	free(data);
 }
 
 /* A safetensors file of one U8 tensor of 8 bytes. */
@@ -186,6 +227,7 @@ int main(void)
 		return TEST_SKIP;
 	}
 	test_bench_sizes();
+	test_bench_block_device();
 	if (system("python3 -c 1 2>/dev/null") == 0)
 		test_bench_url(); /* its server is python3's */
 	else if (test_missing("test_cli_hostile URL part", "python3") == 1)

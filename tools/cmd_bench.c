@@ -491,7 +491,7 @@ static int prepare_file(const struct bench_options *o, uint64_t *region,
 	}
 	*region = o->have_file_size ? o->file_size : have;
 	if (have == UINT64_MAX) { /* a block device: its size is the API's */
-		*region = 0;
+		*region = o->have_file_size ? o->file_size : 0;
 		return 0;
 	}
 	if (have < *region) {
