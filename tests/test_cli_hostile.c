@@ -5,7 +5,8 @@
  * error, found before a file is laid out; --file-size bounds a block
  * device's region as a file's; an index of many shards is
  * expanded in n log n (pairwise, 200000 shards took minutes of CPU),
- * each shard once in the order the index first names it.
+ * each shard once in the order the index first names it; an index that
+ * is no regular file (a FIFO) is refused, not waited on.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char out[1 << 16];
@@ -162,6 +164,31 @@ static void make_st(const char *path, const char *name)
 
 #define MANY_SHARDS 200000
 
+/* An index that is a FIFO is refused, not opened: load blocked in open()
+ * for a writer that never came (timeout ends that, as a failure). */
+static void test_load_fifo_index(void)
+{
+	const char *fifo = test_path("fifo.index.json");
+	char cmd[2048];
+	size_t n;
+	FILE *p;
+	int status;
+
+	CHECK(mkfifo(fifo, 0600) == 0);
+	snprintf(cmd, sizeof(cmd), "timeout 60 %s load %s --host 2>&1",
+	         test_cli_path(), fifo);
+	p = popen(cmd, "r");
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	status = pclose(p);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+	CHECK_CONTAINS(out, "fifo.index.json: not a regular file");
+	unlink(fifo);
+}
+
 static void test_load_index(void)
 {
 	char dir[512], p[1024], args[2048];
@@ -233,6 +260,7 @@ int main(void)
 	else if (test_missing("test_cli_hostile URL part", "python3") == 1)
 		test_failures++;
 	test_load_index();
+	test_load_fifo_index();
 	test_cleanup();
 	return test_finish("test_cli_hostile");
 }

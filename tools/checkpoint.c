@@ -11,10 +11,12 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int ends_with(const char *s, const char *tail)
 {
@@ -103,15 +105,32 @@ static char *join(const char *folder, const char *name)
 }
 
 #if GPUFILE_CLI_HAVE_CJSON
-/* The whole of path, NUL-terminated, or NULL with errno set. */
+/* The whole of path, NUL-terminated, or NULL with errno set (EFTYPE's
+ * stand-in ENOTSUP: not a regular file). Opened without blocking and
+ * refused unless regular: a FIFO named *.json hung load in open(), and
+ * /dev/zero was read until memory ran out. */
 static char *slurp(const char *path)
 {
-	FILE *f = fopen(path, "rb");
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	char *buf = NULL;
 	size_t len = 0, cap = 0, n;
+	struct stat st;
+	FILE *f;
 
-	if (!f)
+	if (fd < 0)
 		return NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		int e = fstat(fd, &st) < 0 ? errno : ENOTSUP;
+
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	f = fdopen(fd, "rb");
+	if (!f) {
+		close(fd);
+		return NULL;
+	}
 	do {
 		if (cap - len < 4096) {
 			char *p = realloc(buf, cap = cap ? 2 * cap : 65536);
@@ -183,6 +202,11 @@ static int expand_index(const char *cmd, const char *index,
 	cJSON *root;
 	int rc = 0;
 
+	if (!text && errno == ENOTSUP)
+		return msg_error(cmd,
+		                 "%s: not a regular file (an index is a JSON "
+		                 "file)",
+		                 index);
 	if (!text)
 		return msg_error(cmd, "%s: %s", index, strerror(errno));
 	root = cJSON_Parse(text);
