@@ -15,7 +15,8 @@ struct checkpoint_files {
  *   - a folder: its *.safetensors.index.json when it has one (two or
  *     more are an error naming them), else its *.safetensors files in
  *     name order (none is an error);
- *   - a local *.json file: an index (model.safetensors.index.json): the
+ *   - a local *.json file: an index (model.safetensors.index.json; a
+ *     regular file, anything else is refused unopened): the
  *     shards its "weight_map" names, each once, in the order they first
  *     appear, in the index's folder (a shard named by an absolute path or
  *     through ".." is refused);
