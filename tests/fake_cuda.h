@@ -7,7 +7,13 @@
  * cuMemHostAlloc and the copies on demand (fail_hostalloc, fail_htod,
  * fail_dtoh: the next N calls; fail_to_dev: the next N host-to-device
  * copy calls, single or batched, for readers whose copies may go either
- * way, staging.c's pooled copies). Install with fake_install() (at the end),
+ * way, staging.c's pooled copies). A copy from the device fails when it
+ * is the dtoh_fail_at-th cuMemcpyDtoHAsync call (dtoh_calls counts them):
+ * at the call; or, when it is the dtoh_async_fail_at-th, later, as a GPU
+ * reports a failed asynchronous copy: it is queued, copies nothing when it
+ * runs, and the next synchronisation with its stream or an event recorded
+ * after it returns CUDA_ERROR_FAKE_COPY (once). Install with fake_install()
+ * (at the end),
  * or with gpufile__cuda_override(&fake) after pointing dev_base at DEV_SIZE
  * bytes. Include once per program.
  *
@@ -141,6 +147,7 @@ struct op {
 	CUhostFn fn; /* OP_HOSTFN */
 	void *data;
 	unsigned long seq; /* when queued, over all streams (enqueue) */
+	int fails;         /* OP_COPY: copies nothing; sets the stream's err */
 };
 
 struct CUstream_st {
@@ -150,6 +157,7 @@ struct CUstream_st {
 	size_t nops, cap;
 	size_t done; /* ops[0, done) have run */
 	int busy;    /* a thread runs a blocking op of it, unlocked */
+	int err;     /* a failing copy ran: the next sync reports it */
 	struct CUstream_st *next_live; /* fake_streams: not destroyed */
 };
 
@@ -176,6 +184,7 @@ static size_t pinned_live, pinned_peak;
 static int pinned_count, streams_live, events_live;
 static int fail_hostalloc, fail_htod, fail_dtoh; /* fail the next N calls */
 static int fail_to_dev; /* the next N of f_htod and f_memcpy_batch */
+static long dtoh_fail_at, dtoh_async_fail_at; /* see the top */
 static long htod_calls, dtoh_calls, hostalloc_calls;
 static int bad_copies; /* copies touching memory they should not */
 /* More than one device: streams and events ever made; calls refused
@@ -314,7 +323,9 @@ static void run_stream_ops(struct CUstream_st *s, size_t upto)
 			continue;
 		}
 		o = s->ops[s->done]; /* a copy: ops may grow while unlocked */
-		if (o.kind == OP_COPY) {
+		if (o.kind == OP_COPY && o.fails) {
+			s->err = 1;
+		} else if (o.kind == OP_COPY) {
 			memcpy(o.dst, o.src, o.size);
 		} else if (o.kind == OP_WAIT) {
 			s->busy = 1;
@@ -794,8 +805,9 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 
 	pthread_mutex_lock(&fake_lock);
 	dtoh_calls++;
-	if (fail_dtoh > 0) {
-		fail_dtoh--;
+	if (fail_dtoh > 0 || dtoh_calls == dtoh_fail_at) {
+		if (fail_dtoh > 0)
+			fail_dtoh--;
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_FAKE_COPY;
 	}
@@ -812,7 +824,8 @@ static CUresult f_dtoh(void *dst, CUdeviceptr src, size_t size, CUstream s)
 	rc = enqueue(s, (struct op){.kind = OP_COPY,
 	                            .dst = dst,
 	                            .src = (const void *)(uintptr_t)src,
-	                            .size = size});
+	                            .size = size,
+	                            .fails = dtoh_calls == dtoh_async_fail_at});
 	pthread_mutex_unlock(&fake_lock);
 	return rc;
 }
@@ -850,6 +863,11 @@ static CUresult f_stream_sync(CUstream s)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	}
 	run_ops(s, s->nops);
+	if (s->err) {
+		s->err = 0;
+		pthread_mutex_unlock(&fake_lock);
+		return CUDA_ERROR_FAKE_COPY;
+	}
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
@@ -954,8 +972,14 @@ static CUresult f_event_sync(CUevent e)
 		pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	}
-	if (e->stream)
+	if (e->stream) {
 		run_ops(e->stream, e->seq);
+		if (e->stream->err) {
+			e->stream->err = 0;
+			pthread_mutex_unlock(&fake_lock);
+			return CUDA_ERROR_FAKE_COPY;
+		}
+	}
 	pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }

@@ -7,8 +7,9 @@
  * bounce_buffer_size, chunk edges at multiples of it in the file); while
  * the copy of chunk k to the GPU runs, chunk k+1 is read into the next
  * buffer, and a buffer is reused only after its event says its copy ended.
- * Writes run the other way round: the copy of chunk k+1 from the GPU runs
- * while chunk k is written to the file. The warm reader's copies are
+ * Writes run the other way round, in pieces of a quarter of a task (see
+ * write_piece): the copy of piece k+1 from the GPU runs while piece k is
+ * written to the file. The warm reader's copies are
  * pooled across stagers, several to a call ("Pooled copies" below).
  *
  * Stagers are kept on a free list and handed to whichever thread runs a
@@ -1214,62 +1215,107 @@ static ssize_t staged_read(const struct gpufile__cuda *t, struct stager *s,
 	                        may_defer);
 }
 
+/*
+ * A device write task is cut into pieces of about a quarter of it, so that
+ * the copy of piece k+1 from the GPU runs while piece k is written, and
+ * only the first piece's copy waits alone. Cut at bounce_buffer_size, a
+ * task of the default size (task_size = bounce_buffer_size = 4 MiB) was
+ * one chunk, copied and then written: in each worker the copy and the
+ * write took turns. Pieces are multiples of GPUFILE_ALIGN with edges at
+ * multiples of their size in the file, so that an O_DIRECT write of one
+ * has whole blocks, at least WRITE_PIECE_MIN (a write call's cost stays
+ * small beside its bytes) and at most bounce_buffer_size.
+ */
+#define WRITE_PIECES    4
+#define WRITE_PIECE_MIN ((size_t)256 << 10)
+
+static size_t write_piece(size_t buf_size, size_t len)
+{
+	size_t piece = (len / WRITE_PIECES + GPUFILE_ALIGN - 1) &
+	               ~(size_t)(GPUFILE_ALIGN - 1);
+
+	if (piece < WRITE_PIECE_MIN)
+		piece = WRITE_PIECE_MIN;
+	return piece < buf_size ? piece : buf_size;
+}
+
+/* Queues the copy of piece [pos, pend) from the GPU into bounce buffer b,
+ * at the buffer's offset congruent with pos (so that the O_DIRECT write
+ * of the piece's aligned middle leaves from the bounce buffer itself, not
+ * through the scratch copy of an unaligned source), and records b's
+ * event after it. */
+static int copy_from_device(const struct gpufile__cuda *t, struct stager *s,
+                            struct gpufile__request *r, unsigned b,
+                            CUdeviceptr src, int64_t pos, int64_t pend,
+                            char *msg, size_t msg_len)
+{
+	char *bounce = s->buf[b] + ((uint64_t)pos % GPUFILE_ALIGN);
+	CUresult rc =
+	    t->cuMemcpyDtoHAsync(bounce, src, (size_t)(pend - pos), s->stream);
+
+	if (rc == CUDA_SUCCESS)
+		rc = t->cuEventRecord(s->event[b], s->stream);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(
+		    rc, msg, msg_len,
+		    "copying %lld bytes from device memory %p for %s at "
+		    "offset %lld",
+		    (long long)(pend - pos), (void *)(uintptr_t)src, r->h->path,
+		    (long long)pos);
+	s->pending[b] = 1;
+	return 0;
+}
+
+/* Writes [off, off + len) of the file from device memory at src: up to
+ * nbufs pieces are copied from the GPU ahead of the piece being written.
+ * A piece is written only once its copy ended without error; on a failure
+ * no later piece is written, so the file holds, past the pieces written
+ * in order, only what it held before. */
 static ssize_t staged_write(const struct gpufile__cuda *t, struct stager *s,
                             struct gpufile__request *r, CUdeviceptr src,
                             size_t len, int64_t off, char *scratch, char *msg,
                             size_t msg_len)
 {
 	const int64_t end = off + (int64_t)len;
-	int64_t fetch = off; /* next chunk to copy from the GPU */
-	int64_t pos = off;   /* next chunk to write to the file */
+	const size_t piece = write_piece(s->buf_size, len);
+	int64_t fetch = off; /* next piece to copy from the GPU */
+	int64_t pos = off;   /* next piece to write to the file */
 	unsigned k_fetch = 0, k_write = 0;
-	CUresult rc;
 	int err = wait_all(t, s, msg, msg_len);
 
 	if (err)
 		return err;
+	assert(piece <= s->buf_size);
 	while (pos < end) {
 		/* Keep up to nbufs copies from the GPU ahead of the writes. */
 		while (fetch < end && k_fetch - k_write < s->nbufs) {
-			const unsigned b = k_fetch++ % s->nbufs;
-			const int64_t cend = chunk_end(fetch, end, s->buf_size);
+			const int64_t pend = chunk_end(fetch, end, piece);
 
-			rc = t->cuMemcpyDtoHAsync(
-			    s->buf[b], src + (CUdeviceptr)(fetch - off),
-			    (size_t)(cend - fetch), s->stream);
-			if (rc == CUDA_SUCCESS)
-				rc = t->cuEventRecord(s->event[b], s->stream);
-			if (rc != CUDA_SUCCESS) {
-				err = gpufile__cuda_fail(
-				    rc, msg, msg_len,
-				    "copying %lld bytes from device memory %p "
-				    "for %s at offset %lld",
-				    (long long)(cend - fetch),
-				    (void *)(uintptr_t)(src +
-				                        (CUdeviceptr)(fetch -
-				                                      off)),
-				    r->h->path, (long long)fetch);
+			err = copy_from_device(t, s, r, k_fetch++ % s->nbufs,
+			                       src + (CUdeviceptr)(fetch - off),
+			                       fetch, pend, msg, msg_len);
+			if (err)
 				goto fail;
-			}
-			s->pending[b] = 1;
-			fetch = cend;
+			fetch = pend;
 		}
 		{
 			const unsigned b = k_write++ % s->nbufs;
-			const int64_t cend = chunk_end(pos, end, s->buf_size);
+			const int64_t pend = chunk_end(pos, end, piece);
 			ssize_t n;
 
 			err = wait_buffer(t, s, b, msg, msg_len);
 			if (err)
 				goto fail;
-			n = gpufile__file_write(r->h, r->cfg.direct_io,
-			                        s->buf[b], (size_t)(cend - pos),
-			                        pos, scratch, GPUFILE__SCRATCH);
+			n = gpufile__file_write(
+			    r->h, r->cfg.direct_io,
+			    s->buf[b] + ((uint64_t)pos % GPUFILE_ALIGN),
+			    (size_t)(pend - pos), pos, scratch,
+			    GPUFILE__SCRATCH);
 			if (n < 0) {
 				err = (int)n;
 				goto fail;
 			}
-			pos = cend;
+			pos = pend;
 		}
 	}
 	return (ssize_t)len;
