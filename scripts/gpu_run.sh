@@ -73,6 +73,17 @@
 #                              streaming stores), the staged path's copy
 #                              pattern alone against one cuMemcpy, and
 #                              gpufile at larger buffers and tasks
+#   scripts/gpu_run.sh write   issue 33 item 2: test_write_pipeline, then
+#                              bench/write_bench.sh (4 GiB host -> file,
+#                              buffered and O_DIRECT, against the best
+#                              fio configuration, and GPU -> file against
+#                              host -> file, 5 interleaved rounds) and
+#                              bench/st_save_bench.py (save_file of a
+#                              4 GiB checkpoint from GPU tensors and from
+#                              host tensors against a raw gpufile write
+#                              and safetensors.torch.save_file)
+#                              (~15 minutes: two device calls, WHAT=files
+#                              then WHAT=save)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -115,6 +126,7 @@ target=all
 [ "$mode" = gpu_bench ] && target="gpufile_static bench_gpu_bench"
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 [ "$mode" = stagefix ] && target="gpufile gpufile_cli test_gpu_stream"
+[ "$mode" = write ] && target="gpufile gpufile_cli bench_write_bench test_write_pipeline"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
@@ -615,6 +627,24 @@ slice)
 	cat $data/big.safetensors >/dev/null
 	$B/bench/gather_bench $data/big.safetensors --rounds ${ROUNDS:-5} 2>&1 |
 		tee "$OUT/gather_bench.log"
+	;;
+write)
+	if [ "${WHAT:-files}" = files ]; then
+		log "write pipeline test (fake driver)"
+		$B/tests/test_write_pipeline 2>&1 | tail -3
+		log "writes: host and GPU -> file against fio, 4 GiB"
+		BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB bash bench/write_bench.sh 2>&1 |
+			tee "$OUT/write_bench.log"
+	fi
+	if [ "${WHAT:-files}" = save ]; then
+		export GPUFILE_LIBRARY=$root/$B/libgpufile.so PYTHONPATH=$root/python
+		log "save_file from GPU tensors against a raw gpufile write, 4 GiB"
+		python3 bench/st_save_bench.py --dir $data/write --size 4g --rounds 5 \
+			--device cuda 2>&1 | tee "$OUT/st_save_gpu.log"
+		log "save_file from host tensors, 4 GiB"
+		python3 bench/st_save_bench.py --dir $data/write --size 4g --rounds 5 \
+			2>&1 | tee "$OUT/st_save_host.log"
+	fi
 	;;
 st)
 	log "safetensors: C test"
