@@ -625,6 +625,9 @@ typedef struct gpufile_remote_stats {
 	uint64_t connects; /* connections opened (the rest were reused) */
 	/* responses by class: [0] none (a curl error), [1..5] 1xx..5xx */
 	uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+	/* the most ranges one remote handle had in flight at once
+	 * (http_max_in_flight bounds it) */
+	uint64_t in_flight_max;
 } gpufile_remote_stats_t;
 
 /* Reads process pid's remote counters (0: this process) into *out

@@ -170,9 +170,9 @@ static void remote_counters(struct json *j, int pid)
 		printf("remote HTTP: requests=%" PRIu64 " ranges=%" PRIu64
 		       " bytes=%" PRIu64 " retries=%" PRIu64
 		       " failed_ranges=%" PRIu64 " connects=%" PRIu64
-		       " status:",
+		       " in_flight_max=%" PRIu64 " status:",
 		       r.requests, r.ranges, r.bytes, r.retries, r.failures,
-		       r.connects);
+		       r.connects, r.in_flight_max);
 		for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 			printf(" %s=%" PRIu64, cls[i], r.status[i]);
 		printf("\n");
@@ -185,6 +185,7 @@ static void remote_counters(struct json *j, int pid)
 	json_key_u64(j, "retries", r.retries);
 	json_key_u64(j, "failed_ranges", r.failures);
 	json_key_u64(j, "connects", r.connects);
+	json_key_u64(j, "in_flight_max", r.in_flight_max);
 	json_object_begin(j, "status");
 	for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 		json_key_u64(j, cls[i], r.status[i]);

@@ -539,8 +539,9 @@ static int choose(struct gpufile *h, const struct gpufile__settings *cfg,
                   struct gpufile__decision *d)
 {
 	struct gpufile__facts f = {.cfg = cfg,
-	                           .source = h->remote ? GPUFILE__SOURCE_REMOTE
-	                                               : GPUFILE__SOURCE_FILE,
+	                           .source = h->remote
+	                                         ? gpufile__remote_source(h)
+	                                         : GPUFILE__SOURCE_FILE,
 	                           .kind = kind,
 	                           .size = size};
 	char why[sizeof(h->cufile_reason)];
@@ -726,8 +727,11 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 		return rc;
 	/* A remote range costs a round trip and a response header; remote
 	 * requests are split at their own size (config.c says why 8 MiB). */
-	if (h->remote && r->cfg.remote_task_size)
+	if (h->remote) {
+		if (!r->cfg.remote_task_size) /* the range size, as set */
+			r->cfg.remote_task_size = r->cfg.task_size;
 		r->cfg.task_size = r->cfg.remote_task_size;
+	}
 	if (h->source_ops && h->source_ops->task_size(h))
 		r->cfg.task_size = h->source_ops->task_size(h);
 	r->h = h;
@@ -749,6 +753,12 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 		return rc;
 	}
 	split_small_read(r);
+	/* Into host memory, a task is many ranges issued at once on the
+	 * source's transfer engine (remote.c), one task per thread; a source
+	 * of its own (WebHDFS, uploads) keeps its task size. */
+	if (h->remote && !h->source_ops && !r->cuda_ctx)
+		r->cfg.task_size = gpufile__remote_task_size(
+		    h, r->cfg.remote_task_size, r->cfg.nthreads, r->size);
 	gpufile__request_init(r);
 	return 0;
 }

@@ -130,6 +130,13 @@ static uint64_t default_remote_connections(void)
  * (more requests, each paying a round trip and a response header), and
  * 16-64 MiB ranges 0.84-1.01x (fewer, longer ranges, so a slow one holds
  * up the end of the request). */
+/* Ranges the transfer engine keeps in flight per remote handle. 64:
+ * bench/README.md ("Remote objects: the transfer engine") has the
+ * measurement. */
+static uint64_t default_http_max_in_flight(void)
+{
+	return 64;
+}
 static uint64_t default_remote_task_size(void)
 {
 	return 8ull << 20;
@@ -230,6 +237,11 @@ static struct setting settings[] = {
             default_upload_part_size,
             "bytes per part of an S3 multipart upload (sources/upload.c), "
             "5 MiB (S3's least) to 5 GiB; smaller objects go up in one PUT"),
+    SETTING("http_max_in_flight", KIND_COUNT, 1, 4096,
+            default_http_max_in_flight,
+            "HTTP range transfers a remote handle keeps in flight at once "
+            "(libcurl multi interface; on HTTP/1.1 each has a connection, "
+            "kept open for the next)"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -252,9 +264,10 @@ enum {
 	S_REMOTE_TASK,
 	S_HTTP_VERBOSE,
 	S_HOST_MAP_COPY,
-	S_UPLOAD_PART
+	S_UPLOAD_PART,
+	S_HTTP_MAX_IN_FLIGHT
 };
-_Static_assert(S_UPLOAD_PART + 1 == NSETTINGS,
+_Static_assert(S_HTTP_MAX_IN_FLIGHT + 1 == NSETTINGS,
                "the S_* positions name every entry of settings[]");
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -116,6 +116,9 @@ void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus);
 void gpufile__stats_remote_response(long status, long connects);
 void gpufile__stats_remote_retry(void);
 void gpufile__stats_remote_range(uint64_t bytes, int failed);
+/* The transfer engine had n ranges in flight at once (http_multi.c): the
+ * most so far is kept. */
+void gpufile__stats_remote_in_flight(uint64_t n);
 /* Monotonic clock in nanoseconds. */
 uint64_t gpufile__now_ns(void);
 /* Reads the segment behind descriptor fd as gpufile stats would (owner

@@ -174,11 +174,23 @@ void gpufile__decide(const struct gpufile__facts *f,
 	if (f->source == GPUFILE__SOURCE_REMOTE) {
 		/* Every buffer alike: the ranges arrive in host memory. */
 		d->path = GPUFILE_PATH_REMOTE;
+		snprintf(
+		    d->reason, sizeof(d->reason), "%s",
+		    "remote: HTTP range requests through libcurl's multi "
+		    "interface, many in flight on reused connections "
+		    "(http_max_in_flight; one per bounce buffer for device "
+		    "memory, copied to the GPU while the next range "
+		    "arrives); cuFile reads local files only");
+		return;
+	}
+	if (f->source == GPUFILE__SOURCE_REMOTE_STREAM) {
+		d->path = GPUFILE_PATH_REMOTE;
 		snprintf(d->reason, sizeof(d->reason), "%s",
-		         "remote: HTTP range requests through libcurl, one per "
-		         "task (and per bounce buffer for device memory, "
-		         "copied to the GPU while the next range arrives); "
-		         "cuFile reads local files only");
+		         "remote, one connection: the server ignores Range "
+		         "requests, so a read from offset 0 streams the "
+		         "object's 200 body in order into the destination, and "
+		         "a read at another offset fails; cuFile reads local "
+		         "files only");
 		return;
 	}
 	if (f->source == GPUFILE__SOURCE_MMAP) {
@@ -236,7 +248,8 @@ void gpufile__decide_source(int source, struct gpufile__decision *d)
 	const struct gpufile__facts f = {.cfg = &no_settings, .source = source};
 
 	assert(source == GPUFILE__SOURCE_MMAP ||
-	       source == GPUFILE__SOURCE_REMOTE);
+	       source == GPUFILE__SOURCE_REMOTE ||
+	       source == GPUFILE__SOURCE_REMOTE_STREAM);
 	gpufile__decide(&f, d);
 }
 

@@ -11,6 +11,8 @@ enum {
 	GPUFILE__SOURCE_FILE = 0,
 	GPUFILE__SOURCE_MMAP = 1,
 	GPUFILE__SOURCE_REMOTE = 2, /* an http(s):// or s3:// object */
+	/* one whose server ignores Range: read from offset 0 only */
+	GPUFILE__SOURCE_REMOTE_STREAM = 3,
 };
 
 struct gpufile__facts {

@@ -759,6 +759,18 @@ void gpufile__stats_remote_range(uint64_t bytes, int failed)
 	ADD(s->remote.bytes, bytes);
 }
 
+void gpufile__stats_remote_in_flight(uint64_t n)
+{
+	struct stats_seg *s = get_segment();
+	uint64_t seen = atomic_load_explicit(&s->remote.in_flight_max,
+	                                     memory_order_relaxed);
+
+	while (n > seen && !atomic_compare_exchange_weak_explicit(
+	                       &s->remote.in_flight_max, &seen, n,
+	                       memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
 #else /* GPUFILE_NO_STATS: counters compiled out */
 
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
@@ -864,6 +876,11 @@ void gpufile__stats_remote_range(uint64_t bytes, int failed)
 {
 	(void)bytes;
 	(void)failed;
+}
+
+void gpufile__stats_remote_in_flight(uint64_t n)
+{
+	(void)n;
 }
 
 uint64_t gpufile__stats_file_open(const char *path)
@@ -1433,6 +1450,7 @@ int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out)
 			local.retries = LOAD(r->retries);
 			local.failures = LOAD(r->failures);
 			local.connects = LOAD(r->connects);
+			local.in_flight_max = LOAD(r->in_flight_max);
 			for (int i = 0; i < GPUFILE_REMOTE_STATUS_CLASSES; i++)
 				local.status[i] = LOAD(r->status[i]);
 		}

@@ -27,7 +27,8 @@
 	6u /* 3: the memfd segment, the mmap path;                             \
 	    4: remote counters;                                                \
 	    5: copies from file maps;                                          \
-	    6: per-task crediting, in-flight gauges, collectives */
+	    6: per-task crediting, in-flight gauges, collectives,              \
+	       remote ranges in flight */
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
@@ -117,6 +118,7 @@ struct stats_seg {
 		_Atomic uint64_t requests, ranges, bytes, retries, failures;
 		_Atomic uint64_t connects;
 		_Atomic uint64_t status[GPUFILE_REMOTE_STATUS_CLASSES];
+		_Atomic uint64_t in_flight_max; /* the most at once */
 	} remote;
 
 	/* Bytes that torch.distributed collectives delivered to and sent

@@ -76,14 +76,20 @@ struct gpufile__remote {
 	_Atomic uint64_t n_requests, n_retries, n_ranges, n_bytes, n_failures,
 	    n_redirects, n_connects;
 
-	/* Guards the connection set: the handle's lock once there is one
-	 * (fork.c holds it across fork()), own_lock before. */
+	/* Guards the transfer engine's bookkeeping: the handle's lock once
+	 * there is one (fork.c holds it across fork()), own_lock before. */
 	pthread_mutex_t *lock;
 	pthread_mutex_t own_lock;
-	pthread_cond_t freed;
-	CURL **idle;
-	unsigned nidle, nopen, max_conns;
-	pid_t owner; /* the process whose connections idle holds */
+	unsigned max_conns;
+
+	/* Every request (the size at open, the ranges) runs on the transfer
+	 * engine (http_multi.c), at most max_in_flight at once, on its
+	 * connections kept open between requests. */
+	struct gpufile__http_engine *engine;
+	unsigned max_in_flight;
+	/* The server answers a Range with the whole object (200): found at
+	 * open; reads from offset 0 then stream the body in order. */
+	int ranges_ignored;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -154,6 +160,12 @@ static int load_settings(struct gpufile__remote *rm)
 	if (rc)
 		return rc;
 	rm->verbose = v != 0;
+	rc = setting_count("http_max_in_flight", &v);
+	if (rc)
+		return rc;
+	/* On HTTP/1.1 each range in flight holds a connection: at most
+	 * remote_connections of them (a server may take no more). */
+	rm->max_in_flight = (unsigned)(v < rm->max_conns ? v : rm->max_conns);
 	return load_retry_codes(rm);
 }
 
@@ -188,8 +200,8 @@ static int apply_opts(struct gpufile__remote *rm,
 		rm->max_attempts = o->max_attempts;
 	if (o->timeout_s)
 		rm->timeout_s = (long)o->timeout_s;
-	if (o->max_in_flight)
-		rm->max_conns = o->max_in_flight;
+	if (o->max_in_flight) /* connections, and ranges in flight */
+		rm->max_conns = rm->max_in_flight = o->max_in_flight;
 	if (o->flags & GPUFILE_REMOTE_KNOWN_SIZE) {
 		if (o->known_size > INT64_MAX)
 			return gpufile__fail(-EINVAL,
@@ -235,50 +247,6 @@ static CURL *conn_new(struct gpufile__remote *rm)
 	return c;
 }
 
-static CURL *conn_get(struct gpufile__remote *rm)
-{
-	CURL *c = NULL;
-
-	pthread_mutex_lock(rm->lock);
-	if (rm->owner != getpid()) {
-		/* A forked child: the idle connections' sockets (and TLS
-		 * states) are its parent's too, and one stream used by two
-		 * processes breaks. They are dropped, not closed (a TLS
-		 * close would end the parent's session), at the cost of
-		 * their memory in the child. Transfers of the parent's other
-		 * threads do not exist here. */
-		rm->nidle = 0;
-		rm->nopen = 0;
-		rm->owner = getpid();
-	}
-	while (rm->nidle == 0 && rm->nopen >= rm->max_conns)
-		pthread_cond_wait(&rm->freed, rm->lock);
-	if (rm->nidle) {
-		c = rm->idle[--rm->nidle];
-	} else {
-		rm->nopen++;
-	}
-	pthread_mutex_unlock(rm->lock);
-	if (!c) {
-		c = conn_new(rm);
-		if (!c) {
-			pthread_mutex_lock(rm->lock);
-			rm->nopen--;
-			pthread_cond_signal(&rm->freed);
-			pthread_mutex_unlock(rm->lock);
-		}
-	}
-	return c;
-}
-
-static void conn_put(struct gpufile__remote *rm, CURL *c)
-{
-	pthread_mutex_lock(rm->lock);
-	rm->idle[rm->nidle++] = c;
-	pthread_cond_signal(&rm->freed);
-	pthread_mutex_unlock(rm->lock);
-}
-
 /* ---- one HTTP exchange ---- */
 
 struct sink {
@@ -293,8 +261,14 @@ struct sink {
 	int range_mismatch; /* 206 naming another range, or 200 for part */
 	int changed;        /* the object is not the one opened */
 	int size_probe;     /* the GET of bytes 0-0 that learns the size */
-	long status;        /* of the last response */
-	long connects;      /* connections it opened (0: reused one) */
+	/* No Range sent (a server that ignores it): the 200 body's first
+	 * want bytes are the range, and the transfer stops after them. */
+	int prefix;
+	int prefix_done;      /* want bytes arrived; the rest was refused */
+	int accept_ranges;    /* Accept-Ranges: 1 bytes, 0 other, -1 none */
+	curl_off_t length_dl; /* libcurl's Content-Length of the response */
+	long status;          /* of the last response */
+	long connects;        /* connections it opened (0: reused one) */
 	int64_t cr_start, cr_end, cr_total; /* Content-Range, -1 if none */
 	int64_t content_length;             /* -1 if none */
 	char *etag;   /* of the last response, NULL if none (sink_done frees) */
@@ -344,6 +318,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		s->content_length = -1;
 		s->accepted = -1;
 		s->retry_after = -1;
+		s->accept_ranges = -1;
 		free(s->etag);
 		s->etag = NULL;
 	} else if (len > 12 && strncasecmp(line, "retry-after:", 12) == 0) {
@@ -368,6 +343,8 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 			/* An unsatisfiable range (416): only the size. */
 			s->cr_total = total;
 		}
+	} else if (len > 14 && strncasecmp(line, "accept-ranges:", 14) == 0) {
+		s->accept_ranges = strcasestr(line + 14, "bytes") != NULL;
 	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
 		const char *v = line + 5;
 		size_t n;
@@ -433,6 +410,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 		return 0; /* stop now: do not download a whole object */
 	if (s->accepted == 0 || !s->dst)
 		return len; /* an error page: read and dropped */
+	if (len > s->want - s->got && s->prefix) {
+		memcpy(s->dst + s->got, data, s->want - s->got);
+		s->got = s->want;
+		s->prefix_done = 1;
+		return 0; /* the rest of the object is not wanted */
+	}
 	if (len > s->want - s->got) {
 		s->overflow = 1;
 		return 0;
@@ -546,6 +529,8 @@ static void sink_reset(struct sink *s)
 	s->got = 0;
 	s->accepted = -1;
 	s->overflow = s->range_mismatch = s->changed = 0;
+	s->prefix_done = 0;
+	s->accept_ranges = -1;
 	s->status = 0;
 	s->connects = 0;
 	s->cr_start = s->cr_end = s->cr_total = -1;
@@ -564,9 +549,10 @@ static void sink_done(struct sink *s)
 }
 
 /* The request's headers: the S3 signature when signed, and the Range of a
- * GET. Returns 0, -ENOMEM (a header could not be added: the request must
- * not go out, unsigned or without its Range, and then be blamed on the
- * server) or the signing error; *list is the caller's to free. */
+ * GET (none when range is NULL). Returns 0, -ENOMEM (a header could not be
+ * added: the request must not go out, unsigned or without its Range, and then
+ * be blamed on the server) or the signing error; *list is the caller's to free.
+ */
 static int request_headers(struct gpufile__remote *rm, int head,
                            const char *range, struct curl_slist **list)
 {
@@ -576,7 +562,7 @@ static int request_headers(struct gpufile__remote *rm, int head,
 		if (rc)
 			return rc;
 	}
-	if (!head) {
+	if (!head && range) {
 		struct curl_slist *more;
 		char line[80];
 
@@ -606,11 +592,16 @@ static void count_response(struct gpufile__remote *rm, const struct sink *s)
 /* http_verbose: one line on stderr per exchange, the URL redacted (the
  * request's own: an s3:// URL's endpoint, a redirect's target). */
 static void log_exchange(struct gpufile__remote *rm, const struct sink *s,
-                         int head, const char *range, CURLcode cc)
+                         int head, CURLcode cc)
 {
 	char *url = gpufile__remote_redact(rm->url), *to = NULL;
 	const char *eff = NULL;
+	char range[64] = "(none: the whole body)";
 	long hops = 0;
+
+	if (!s->prefix)
+		snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64,
+		         s->off, s->off + (int64_t)s->want - 1);
 
 	curl_easy_getinfo(s->c, CURLINFO_REDIRECT_COUNT, &hops);
 	if (hops > 0 &&
@@ -635,13 +626,11 @@ static void log_exchange(struct gpufile__remote *rm, const struct sink *s,
 	free(to);
 }
 
-/* Sends the request on s->c (on a new connection when fresh) and counts
- * its response; the handle keeps no pointer to list or errbuf afterwards. */
-static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
-                        int fresh, struct curl_slist *list, char *errbuf)
+/* Sets up the request on s->c (on a new connection when fresh); list and
+ * errbuf must live until perform_end. */
+static void perform_begin(struct gpufile__remote *rm, struct sink *s, int head,
+                          int fresh, struct curl_slist *list, char *errbuf)
 {
-	CURLcode cc;
-
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, list);
 	curl_easy_setopt(s->c, CURLOPT_NOBODY, head ? 1L : 0L);
 	if (!head)
@@ -658,14 +647,21 @@ static CURLcode perform(struct gpufile__remote *rm, struct sink *s, int head,
 	curl_easy_setopt(s->c, CURLOPT_CONNECTTIMEOUT, rm->timeout_s);
 	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(s->c, CURLOPT_LOW_SPEED_TIME, rm->timeout_s);
-	cc = curl_easy_perform(s->c);
+}
+
+/* Counts the response of the request sent (by curl_easy_perform, or by the
+ * transfer engine); the handle keeps no pointer to the request's headers
+ * or errbuf afterwards. */
+static void perform_end(struct gpufile__remote *rm, struct sink *s)
+{
 	curl_easy_setopt(s->c, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(s->c, CURLOPT_ERRORBUFFER, NULL);
 	curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
 	curl_easy_getinfo(s->c, CURLINFO_NUM_CONNECTS, &s->connects);
+	curl_easy_getinfo(s->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
+	                  &s->length_dl);
 	gpufile__stats_remote_response(s->status, s->connects);
 	count_response(rm, s);
-	return cc;
 }
 
 /* EX_FRESH: the attempt failed on a reused connection in a way that
@@ -767,6 +763,9 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 		         "(wrong Content-Length)");
 		return EX_FAIL;
 	}
+	/* The transfer was stopped where the prefix asked ended. */
+	if (cc == CURLE_WRITE_ERROR && s->prefix_done)
+		cc = CURLE_OK;
 	if (cc != CURLE_OK) {
 		struct gpufile__url_parts p;
 
@@ -803,23 +802,26 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	return EX_OK;
 }
 
-/* One attempt (on a new connection when fresh). Returns EX_* with err and
- * why set on failure. head: a HEAD request (s->want 0). */
-static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
-                    int fresh, int *err, char **why)
+/* Sets up one attempt (on a new connection when fresh) on s->c, its
+ * headers into *list (the caller frees them after the attempt). Returns
+ * EX_OK, or EX_FAIL with err and why set (nothing to send). head: a HEAD
+ * request (s->want 0). */
+static int exchange_begin(struct gpufile__remote *rm, struct sink *s, int head,
+                          int fresh, struct curl_slist **list, char *errbuf,
+                          int *err, char **why)
 {
-	struct curl_slist *list = NULL;
-	char range[64], errbuf[CURL_ERROR_SIZE];
-	CURLcode cc;
+	char range[64];
 	int rc;
 
 	sink_reset(s);
 	errbuf[0] = '\0';
 	snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64, s->off,
 	         s->off + (int64_t)s->want - 1);
-	rc = request_headers(rm, head, range, &list);
+	*list = NULL;
+	rc = request_headers(rm, head, s->prefix ? NULL : range, list);
 	if (rc) {
-		curl_slist_free_all(list);
+		curl_slist_free_all(*list);
+		*list = NULL;
 		*err = rc;
 		if (rc == -ENOMEM)
 			say(why, "out of memory building the request's "
@@ -829,11 +831,8 @@ static int exchange(struct gpufile__remote *rm, struct sink *s, int head,
 			    gpufile_strerror(rc));
 		return EX_FAIL;
 	}
-	cc = perform(rm, s, head, fresh, list, errbuf);
-	curl_slist_free_all(list);
-	if (rm->verbose)
-		log_exchange(rm, s, head, range, cc);
-	return judge(rm, s, head, cc, errbuf, err, why);
+	perform_begin(rm, s, head, fresh, *list, errbuf);
+	return EX_OK;
 }
 
 /* A number in [0, n) from a per-thread xorshift generator: jitter only,
@@ -854,18 +853,18 @@ static uint64_t jitter(uint64_t n)
 	return n ? x % n : 0;
 }
 
-/* Waits before attempt + 1. A Retry-After of the failed response (a 429
- * or 503 saying when to come back) is honoured, cut to
+/* How long to wait before attempt + 1 (ms). A Retry-After of the failed
+ * response (a 429 or 503 saying when to come back) is honoured, cut to
  * http_retry_after_max so a server cannot hold a read for hours; else an
- * exponential back-off, 50 ms doubling to 2 s, of which a random half is waited
- * (jitter: clients that failed together do not come back together). */
-static void back_off(struct gpufile__remote *rm, const struct sink *s,
-                     unsigned attempt)
+ * exponential back-off, 50 ms doubling to 2 s, of which a random half is
+ * waited (jitter: clients that failed together do not come back
+ * together). The engine waits it (http_multi.c). */
+static long back_off_ms(struct gpufile__remote *rm, const struct sink *s,
+                        unsigned attempt)
 {
 	const long base = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
 	long ms = base / 2 + (long)jitter((uint64_t)base / 2 + 1);
 	int cut = 0;
-	struct timespec ts;
 
 	if (s->retry_after > 0) {
 		cut = s->retry_after > rm->retry_after_max_s;
@@ -886,87 +885,314 @@ static void back_off(struct gpufile__remote *rm, const struct sink *s,
 			        "%u of %u (back-off with jitter)\n",
 			        ms, attempt + 1, rm->max_attempts);
 	}
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (ms % 1000) * 1000000L;
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
+	return ms;
 }
 
-/* Runs one exchange with retries. Returns 0 or an error with the thread's
+/* Where a range's attempts stand: the attempt number, whether the next
+ * goes on a new connection, and the last outcome (EX_*, err, why). */
+struct attempts {
+	unsigned attempt;
+	int fresh, fresh_used;
+	int ex, err;
+	char *why;
+};
+
+/* After an attempt that ended ex: 0 when the range is over (a->ex says
+ * how), else 1 with *wait_ms the back-off before the next attempt. */
+static int attempt_again(struct gpufile__remote *rm, const struct sink *s,
+                         struct attempts *a, int ex, long *wait_ms)
+{
+	a->fresh = 0;
+	*wait_ms = 0;
+	if (ex == EX_FRESH && !a->fresh_used) {
+		/* Not counted as an attempt. */
+		gpufile__stats_remote_retry();
+		a->fresh = a->fresh_used = 1;
+		return 1;
+	}
+	if (ex == EX_FRESH) /* once per range */
+		ex = EX_FAIL;
+	a->ex = ex;
+	if (ex != EX_RETRY || a->attempt >= rm->max_attempts)
+		return 0;
+	gpufile__stats_remote_retry();
+	atomic_fetch_add_explicit(&rm->n_retries, 1, memory_order_relaxed);
+	*wait_ms = back_off_ms(rm, s, a->attempt);
+	a->attempt++;
+	return 1;
+}
+
+/* The words of a range that failed after its attempts, e.g. "reading
+ * bytes 0-99 of URL: HTTP 404, not retried (attempt 1 of 3)" (allocated;
+ * NULL when out of memory). */
+static char *attempts_message(const struct gpufile__remote *rm,
+                              const struct attempts *a, const char *what)
+{
+	char *msg = NULL;
+
+	if (asprintf(
+	        &msg, "%s %s: %s%s (attempt %u of %u)", what, rm->shown,
+	        a->why ? a->why : "(out of memory describing the failure)",
+	        a->ex == EX_RETRY ? ", retries exhausted" : ", not retried",
+	        a->attempt > rm->max_attempts ? rm->max_attempts : a->attempt,
+	        rm->max_attempts) < 0)
+		msg = NULL;
+	return msg;
+}
+
+/* 0 when the attempts succeeded, else their error with the thread's
+ * message set (attempts_message). Frees a->why. */
+static int attempts_end(const struct gpufile__remote *rm, struct attempts *a,
+                        const char *what)
+{
+	char *msg;
+	int rc;
+
+	if (a->ex == EX_OK) {
+		free(a->why);
+		a->why = NULL;
+		return 0;
+	}
+	msg = attempts_message(rm, a, what);
+	rc = msg ? gpufile__fail(a->err, "%s", msg)
+	         : gpufile__fail(a->err,
+	                         "%s %s: out of memory describing "
+	                         "the failure",
+	                         what, rm->shown);
+	free(msg);
+	free(a->why);
+	a->why = NULL;
+	return rc;
+}
+
+static void exchange_run(struct gpufile__remote *rm, struct sink *s, int head,
+                         struct attempts *a);
+
+/* Runs one exchange with retries (on the transfer engine, driven by this
+ * thread unless another drives). Returns 0 or an error with the thread's
  * message naming what (e.g. "reading bytes 0-99 of URL"). */
 static int with_retries(struct gpufile__remote *rm, struct sink *s, int head,
                         const char *what)
 {
-	char *why = NULL;
-	unsigned attempt;
-	int err = 0, ex = EX_FAIL, fresh = 0, fresh_used = 0, rc;
+	struct attempts a;
 
-	for (attempt = 1; attempt <= rm->max_attempts; attempt++) {
-		ex = exchange(rm, s, head, fresh, &err, &why);
-		fresh = 0;
-		if (ex == EX_FRESH && !fresh_used) {
-			gpufile__stats_remote_retry();
-			fresh = fresh_used = 1;
-			attempt--;
+	exchange_run(rm, s, head, &a);
+	return attempts_end(rm, &a, what);
+}
+
+/* ---- ranges on the transfer engine (http_multi.c) ---- */
+
+/* One range read through the engine: the sink it fills, its attempts,
+ * and the request of the attempt in flight. */
+struct range_job {
+	struct gpufile__http_xfer x; /* first: the engine's view of it */
+	struct gpufile__remote *rm;
+	struct sink *s; /* own, or with_retries' caller's */
+	struct sink own;
+	int head;
+	struct attempts a;
+	struct curl_slist *list;
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+static int job_start(struct gpufile__http_xfer *x)
+{
+	struct range_job *j = (struct range_job *)x;
+
+	j->s->c = x->easy;
+	if (!x->easy) {
+		sink_reset(j->s);
+		j->a.ex = EX_FAIL;
+		j->a.err = -ENOMEM;
+		say(&j->a.why, "no curl handle (out of memory)");
+		return -ENOMEM;
+	}
+	j->a.ex = exchange_begin(j->rm, j->s, j->head, j->a.fresh, &j->list,
+	                         j->errbuf, &j->a.err, &j->a.why);
+	return j->a.ex == EX_OK ? 0 : j->a.err;
+}
+
+static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
+{
+	struct range_job *j = (struct range_job *)x;
+	long ms;
+	int ex;
+
+	perform_end(j->rm, j->s);
+	curl_slist_free_all(j->list);
+	j->list = NULL;
+	if (j->rm->verbose)
+		log_exchange(j->rm, j->s, j->head, cc);
+	ex = judge(j->rm, j->s, j->head, cc, j->errbuf, &j->a.err, &j->a.why);
+	return attempt_again(j->rm, j->s, &j->a, ex, &ms) ? ms
+	                                                  : GPUFILE__HTTP_DONE;
+}
+
+static const struct gpufile__http_xfer_ops job_ops = {
+    .start = job_start,
+    .finish = job_finish,
+};
+
+/* Sets up job j for len bytes of rm's object at off (clamped by the
+ * caller) into buf. */
+static void job_init(struct range_job *j, struct gpufile__remote *rm, char *buf,
+                     size_t len, int64_t off)
+{
+	memset(j, 0, sizeof(*j));
+	j->x.ops = &job_ops;
+	j->rm = rm;
+	j->s = &j->own;
+	j->s->dst = buf;
+	j->s->want = len;
+	j->s->off = off;
+	j->s->whole_ok = off == 0 && (int64_t)len == rm->size;
+	j->s->expect_total = rm->size;
+	j->s->expect_etag = rm->etag;
+	j->a.attempt = 1;
+	j->a.ex = EX_FAIL;
+	if (rm->ranges_ignored) {
+		/* Only offset 0 is asked (gpufile__remote_read_ranges):
+		 * the 200 body's first len bytes, in order. */
+		j->s->prefix = 1;
+		j->s->whole_ok = 1;
+	}
+}
+
+/* Runs the attempts of one exchange on s (set up by the caller) on rm's
+ * engine; their outcome in *a. */
+static void exchange_run(struct gpufile__remote *rm, struct sink *s, int head,
+                         struct attempts *a)
+{
+	struct range_job j = {.x.ops = &job_ops,
+	                      .rm = rm,
+	                      .s = s,
+	                      .head = head,
+	                      .a = {.attempt = 1, .ex = EX_FAIL}};
+	struct gpufile__http_xfer *x = &j.x;
+
+	gpufile__http_run(rm->engine, &x, 1);
+	*a = j.a;
+}
+
+/* Runs jobs[0..n) on rm's engine; counts each range. */
+static void jobs_run(struct gpufile__remote *rm, struct range_job *jobs,
+                     struct gpufile__http_xfer **x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = &jobs[i].x;
+	gpufile__http_run(rm->engine, x, n);
+	for (size_t i = 0; i < n; i++) {
+		const int ok = jobs[i].a.ex == EX_OK;
+
+		gpufile__stats_remote_range(ok ? jobs[i].s->want : 0, !ok);
+		atomic_fetch_add_explicit(ok ? &rm->n_ranges : &rm->n_failures,
+		                          1, memory_order_relaxed);
+		if (ok)
+			atomic_fetch_add_explicit(&rm->n_bytes, jobs[i].s->want,
+			                          memory_order_relaxed);
+		sink_done(jobs[i].s);
+	}
+	gpufile__stats_remote_in_flight(
+	    gpufile__http_in_flight_max(rm->engine));
+}
+
+/* The message of a read at offset off of a server that ignores Range. */
+static char *ranges_ignored_message(const struct gpufile__remote *rm,
+                                    size_t len, int64_t off)
+{
+	char *msg = NULL;
+
+	if (asprintf(&msg,
+	             "reading bytes %" PRId64 "-%" PRId64 " of %s: the server "
+	             "ignores Range requests (it answered one with HTTP 200 "
+	             "and the whole object), so only reads from offset 0 can "
+	             "be served, streamed in order over one connection; read "
+	             "the object from its start (a whole-object read into "
+	             "host memory)",
+	             off, off + (int64_t)len - 1, rm->shown) < 0)
+		msg = NULL;
+	return msg;
+}
+
+int gpufile__remote_read_ranges(struct gpufile *h,
+                                struct gpufile__remote_range *r, size_t n)
+{
+	struct gpufile__remote *rm = h->remote;
+	struct range_job *jobs;
+	struct gpufile__http_xfer **x;
+	size_t *which, nj = 0;
+
+	jobs = calloc(n ? n : 1, sizeof(*jobs));
+	x = calloc(n ? n : 1, sizeof(*x));
+	which = calloc(n ? n : 1, sizeof(*which));
+	if (!jobs || !x || !which) {
+		free(jobs);
+		free(x);
+		free(which);
+		return gpufile__fail(-ENOMEM,
+		                     "reading %zu ranges of %s: out of memory",
+		                     n, rm->shown);
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t len = r[i].len;
+
+		r[i].result = 0;
+		r[i].msg = NULL;
+		if (r[i].off >= rm->size || len == 0)
+			continue;
+		if ((int64_t)len > rm->size - r[i].off)
+			len = (size_t)(rm->size - r[i].off);
+		if (rm->ranges_ignored && r[i].off != 0) {
+			r[i].result = -EIO;
+			r[i].msg = ranges_ignored_message(rm, len, r[i].off);
 			continue;
 		}
-		if (ex == EX_FRESH) /* once per range */
-			ex = EX_FAIL;
-		if (ex != EX_RETRY || attempt == rm->max_attempts)
-			break;
-		gpufile__stats_remote_retry();
-		atomic_fetch_add_explicit(&rm->n_retries, 1,
-		                          memory_order_relaxed);
-		back_off(rm, s, attempt);
+		job_init(&jobs[nj], rm, r[i].buf, len, r[i].off);
+		which[nj++] = i;
 	}
-	if (ex == EX_OK) {
-		free(why);
-		return 0;
+	jobs_run(rm, jobs, x, nj);
+	for (size_t k = 0; k < nj; k++) {
+		struct range_job *j = &jobs[k];
+		struct gpufile__remote_range *out = &r[which[k]];
+
+		if (j->a.ex == EX_OK) {
+			out->result = (ssize_t)j->s->want;
+		} else {
+			char what[96];
+
+			snprintf(what, sizeof(what),
+			         "reading bytes %" PRId64 "-%" PRId64 " of",
+			         j->s->off,
+			         j->s->off + (int64_t)j->s->want - 1);
+			out->result = j->a.err ? j->a.err : -EIO;
+			out->msg = attempts_message(rm, &j->a, what);
+		}
+		free(j->a.why);
 	}
-	rc = gpufile__fail(
-	    err, "%s %s: %s%s (attempt %u of %u)", what, rm->shown,
-	    why ? why : "(out of memory describing the failure)",
-	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
-	    attempt > rm->max_attempts ? rm->max_attempts : attempt,
-	    rm->max_attempts);
-	free(why);
-	return rc;
+	free(jobs);
+	free(x);
+	free(which);
+	return 0;
 }
 
 ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
                              int64_t off)
 {
-	struct gpufile__remote *rm = h->remote;
-	struct sink s = {0};
-	char what[96];
-	int rc;
+	struct gpufile__remote_range r = {.buf = buf, .len = len, .off = off};
+	int rc = gpufile__remote_read_ranges(h, &r, 1);
 
-	if (off >= rm->size || len == 0)
-		return 0;
-	if ((int64_t)len > rm->size - off)
-		len = (size_t)(rm->size - off);
-	s.c = conn_get(rm);
-	if (!s.c)
-		return gpufile__fail(-ENOMEM, "reading %s: no curl handle",
-		                     rm->shown);
-	s.dst = buf;
-	s.want = len;
-	s.off = off;
-	s.whole_ok = off == 0 && (int64_t)len == rm->size;
-	s.expect_total = rm->size;
-	s.expect_etag = rm->etag;
-	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
-	         off, off + (int64_t)len - 1);
-	rc = with_retries(rm, &s, 0, what);
-	sink_done(&s);
-	conn_put(rm, s.c);
-	gpufile__stats_remote_range(rc ? 0 : len, rc != 0);
-	atomic_fetch_add_explicit(rc ? &rm->n_failures : &rm->n_ranges, 1,
-	                          memory_order_relaxed);
-	if (!rc)
-		atomic_fetch_add_explicit(&rm->n_bytes, len,
-		                          memory_order_relaxed);
-	return rc ? rc : (ssize_t)len;
+	if (rc)
+		return rc;
+	if (r.result < 0) {
+		rc = r.msg ? gpufile__fail((int)r.result, "%s", r.msg)
+		           : gpufile__fail((int)r.result,
+		                           "reading %s: out of memory "
+		                           "describing the failure",
+		                           h->remote->shown);
+		free(r.msg);
+		return rc;
+	}
+	return r.result;
 }
 
 /* ---- opening ---- */
@@ -975,14 +1201,11 @@ static void remote_free(struct gpufile__remote *rm)
 {
 	if (!rm)
 		return;
-	/* In a forked child the idle connections are its parent's too: left
-	 * unclosed, as conn_get leaves them (a TLS close would end the
-	 * parent's session). */
-	for (unsigned i = 0; rm->owner == getpid() && i < rm->nidle; i++)
-		curl_easy_cleanup(rm->idle[i]);
-	free(rm->idle);
+	/* In a forked child the connections are its parent's too: the
+	 * engine leaves them unclosed (a TLS close would end the parent's
+	 * session). */
+	gpufile__http_engine_free(rm->engine);
 	pthread_mutex_destroy(&rm->own_lock);
-	pthread_cond_destroy(&rm->freed);
 	free(rm->url);
 	free(rm->shown);
 	free(rm->s3_host);
@@ -1224,6 +1447,15 @@ static int learn_size_by_get(struct gpufile__remote *rm, struct sink *s)
 	/* An empty object has no byte 0: "416, bytes *\/0" (RFC 9110). */
 	if (rc && s->status == 416 && s->cr_total == 0)
 		rc = 0;
+	/* A server that ignores Range (python3 -m http.server): 200 with
+	 * the whole object, whose length is the size (no byte of it was
+	 * kept). */
+	if (rc && s->range_mismatch && s->status == 200 &&
+	    s->content_length > 0 && s->cr_total < 0) {
+		rm->ranges_ignored = 1;
+		s->cr_total = s->content_length;
+		rc = 0;
+	}
 	if (rc == 0 && s->cr_total < 0)
 		rc = gpufile__fail(-EPROTO,
 		                   "opening %s: the response to bytes 0-0 "
@@ -1231,6 +1463,34 @@ static int learn_size_by_get(struct gpufile__remote *rm, struct sink *s)
 		                   "size is unknown",
 		                   rm->shown);
 	rm->size = s->cr_total;
+	return rc;
+}
+
+/* Whether the server honours Range, asked of one whose HEAD did not say
+ * "Accept-Ranges: bytes" (RFC 9110 lets a server that honours it say
+ * nothing): a GET of byte 0. A 200 with the whole object
+ * (stopped at its first bytes) marks rm->ranges_ignored; reads then
+ * stream the body from offset 0 (gpufile__remote_read_ranges). */
+static int learn_ranges(struct gpufile__remote *rm, int said_none)
+{
+	struct sink p = {.expect_total = rm->size};
+	char one;
+	int rc;
+
+	if (said_none) { /* "Accept-Ranges: none" */
+		rm->ranges_ignored = 1;
+		return 0;
+	}
+	p.dst = &one;
+	p.want = 1;
+	rc = with_retries(rm, &p, 0,
+	                  "opening (GET bytes 0-0, to learn "
+	                  "whether the server honours Range)");
+	if (rc && p.range_mismatch && p.status == 200) {
+		rm->ranges_ignored = 1;
+		rc = 0;
+	}
+	sink_done(&p);
 	return rc;
 }
 
@@ -1245,16 +1505,10 @@ static int learn_size(struct gpufile__remote *rm)
 
 	if (rm->size_known) /* the options gave it */
 		return 0;
-	s.c = conn_get(rm);
-	if (!s.c)
-		return gpufile__fail(-ENOMEM, "opening %s: no curl handle",
-		                     rm->shown);
 	if (!rm->presigned) {
 		rc = with_retries(rm, &s, 1, "opening (HEAD)");
 		if (rc == 0)
-			curl_easy_getinfo(
-			    s.c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-		curl_easy_setopt(s.c, CURLOPT_NOBODY, 0L);
+			cl = s.length_dl;
 		rm->size = cl;
 		/* A refused HEAD on a signed request means the credentials,
 		 * not the method: that error stands. */
@@ -1265,6 +1519,8 @@ static int learn_size(struct gpufile__remote *rm)
 			rc = learn_size_by_get(rm, &s);
 			if (rc)
 				rm->presigned = 0;
+		} else if (rc == 0 && cl > 0 && s.accept_ranges != 1) {
+			rc = learn_ranges(rm, s.accept_ranges == 0);
 		}
 	} else {
 		rc = learn_size_by_get(rm, &s);
@@ -1275,7 +1531,6 @@ static int learn_size(struct gpufile__remote *rm)
 		s.etag = NULL;
 	}
 	sink_done(&s);
-	conn_put(rm, s.c);
 	return rc;
 }
 
@@ -1315,6 +1570,12 @@ static int source_setup(struct gpufile__remote *rm, const char *url,
 	return 0;
 }
 
+/* The engine's easy handles: set up as the connections of the size. */
+static CURL *engine_easy(void *arg)
+{
+	return conn_new(arg);
+}
+
 static int remote_new(struct gpufile__remote **out, const char *url,
                       const gpufile_remote_opts_t *opts)
 {
@@ -1332,8 +1593,6 @@ static int remote_new(struct gpufile__remote **out, const char *url,
 		    GPUFILE__URL_ARGS(shown));
 	pthread_mutex_init(&rm->own_lock, NULL);
 	rm->lock = &rm->own_lock;
-	pthread_cond_init(&rm->freed, NULL);
-	rm->owner = getpid();
 	/* Every message from here names the URL this way. */
 	rm->shown = gpufile__remote_redact(url);
 	if (!rm->shown) {
@@ -1350,12 +1609,6 @@ static int remote_new(struct gpufile__remote **out, const char *url,
 		                          &rm->ca_path);
 	if (rc)
 		goto fail;
-	rm->idle = calloc(rm->max_conns, sizeof(*rm->idle));
-	if (!rm->idle) {
-		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                   rm->shown);
-		goto fail;
-	}
 	rc = source_setup(rm, url, opts);
 	if (rc)
 		goto fail;
@@ -1363,6 +1616,12 @@ static int remote_new(struct gpufile__remote **out, const char *url,
 	if (curl_init_rc != CURLE_OK) {
 		rc = gpufile__fail(-EIO, "opening %s: curl_global_init: %s",
 		                   rm->shown, curl_easy_strerror(curl_init_rc));
+		goto fail;
+	}
+	if (gpufile__http_engine_new(&rm->engine, rm->max_in_flight,
+	                             engine_easy, rm, &rm->lock) != 0) {
+		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
+		                   rm->shown);
 		goto fail;
 	}
 	*out = rm;
@@ -1434,7 +1693,7 @@ int gpufile__remote_open_with(struct gpufile **out, const char *url,
 	         "a remote object: cuFile reads local files only");
 	snprintf(h->direct_reason, sizeof(h->direct_reason),
 	         "a remote object: no O_DIRECT");
-	gpufile__decide_source(GPUFILE__SOURCE_REMOTE, &d);
+	gpufile__decide_source(gpufile__remote_source(h), &d);
 	gpufile__stats_file(h->path, d.path, d.reason);
 	*out = h;
 	return 0;
@@ -1452,6 +1711,30 @@ int gpufile__remote_close(struct gpufile *h)
 int64_t gpufile__remote_size(struct gpufile *h)
 {
 	return h->remote->size;
+}
+
+int gpufile__remote_source(const struct gpufile *h)
+{
+	return h->remote->ranges_ignored ? GPUFILE__SOURCE_REMOTE_STREAM
+	                                 : GPUFILE__SOURCE_REMOTE;
+}
+
+size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
+                                 unsigned nthreads, size_t size)
+{
+	size_t per;
+
+	/* One body, in order, over one connection. */
+	if (h->remote->ranges_ignored)
+		return size > range_size ? size : range_size;
+	/* A task per thread, each many ranges in flight on the engine:
+	 * whole ranges, so that a task's ranges are the ones the pool's
+	 * range-sized tasks were. */
+	per = size / (nthreads ? nthreads : 1);
+	if (per <= range_size)
+		return range_size;
+	return per / range_size * range_size +
+	       (per % range_size ? range_size : 0);
 }
 
 /* 1 when url's authority holds user information (user:password@). */
@@ -1642,6 +1925,32 @@ int64_t gpufile__remote_size(struct gpufile *h)
 	return -ENOTSUP;
 }
 
+int gpufile__remote_source(const struct gpufile *h)
+{
+	(void)h;
+	return GPUFILE__SOURCE_REMOTE;
+}
+
+size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
+                                 unsigned nthreads, size_t size)
+{
+	(void)h;
+	(void)nthreads;
+	(void)size;
+	return range_size;
+}
+
+int gpufile__remote_read_ranges(struct gpufile *h,
+                                struct gpufile__remote_range *r, size_t n)
+{
+	(void)h;
+	for (size_t i = 0; i < n; i++) {
+		r[i].result = -ENOTSUP;
+		r[i].msg = NULL;
+	}
+	return 0;
+}
+
 ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
                              int64_t off)
 {
@@ -1660,6 +1969,60 @@ int gpufile__remote_report(const char *url, char **report)
 
 #endif
 
+/* A host task: its ranges of range_size bytes (cut at multiples of it
+ * in the object, as the pool cuts tasks) all issued at once on the
+ * engine. Returns the bytes read (fewer only at the end of the object)
+ * or the error of the lowest range that failed, its words in msg. */
+static ssize_t host_ranges(struct gpufile *h, char *buf, size_t len,
+                           int64_t off, size_t range_size, char *msg,
+                           size_t msg_len)
+{
+	const int64_t end = off + (int64_t)len;
+	struct gpufile__remote_range *rr;
+	size_t n = 0, k;
+	ssize_t got = 0;
+	int rc;
+
+	if (range_size == 0 || gpufile__remote_size(h) <= off)
+		return 0;
+	if (gpufile__remote_source(h) == GPUFILE__SOURCE_REMOTE_STREAM)
+		range_size = len; /* one body (gpufile__remote_task_size) */
+	for (int64_t a = off; a < end; n++)
+		a = a - a % (int64_t)range_size + (int64_t)range_size;
+	rr = calloc(n, sizeof(*rr));
+	if (!rr)
+		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
+		                     h->path);
+	k = 0;
+	for (int64_t a = off; a < end; k++) {
+		int64_t b = a - a % (int64_t)range_size + (int64_t)range_size;
+
+		if (b > end)
+			b = end;
+		rr[k] = (struct gpufile__remote_range){
+		    .buf = buf + (a - off), .len = (size_t)(b - a), .off = a};
+		a = b;
+	}
+	rc = gpufile__remote_read_ranges(h, rr, n);
+	for (k = 0; rc == 0 && k < n; k++) {
+		if (rr[k].result < 0) {
+			got = rr[k].result;
+			snprintf(msg, msg_len, "%s",
+			         rr[k].msg ? rr[k].msg
+			                   : "out of memory describing the "
+			                     "failure");
+			break;
+		}
+		got += rr[k].result;
+		if ((size_t)rr[k].result < rr[k].len)
+			break; /* the end of the object */
+	}
+	for (k = 0; k < n; k++)
+		free(rr[k].msg);
+	free(rr);
+	return rc ? rc : got;
+}
+
 static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
                            int64_t off, char *msg, size_t msg_len)
 {
@@ -1668,7 +2031,8 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 	if (r->cuda_ctx) /* the staging path, its cross-task overlap kept */
 		n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
 	else
-		n = gpufile__remote_read(r->h, buf, len, off);
+		n = host_ranges(r->h, buf, len, off, r->cfg.remote_task_size,
+		                msg, msg_len);
 	/* The range's own words (URL, bytes, HTTP status or curl error) are
 	 * the task's message. */
 	if (n < 0 && n != GPUFILE__TASK_DEFERRED && !msg[0])

@@ -39,11 +39,42 @@ int gpufile__remote_close(struct gpufile *h);
 int64_t gpufile__remote_size(struct gpufile *h);
 
 /* Reads [off, off+len) of h's object into host memory buf, in one HTTP
- * range request, retried from its start on a retryable failure. Returns
+ * range request on h's transfer engine, retried from its start on a
+ * retryable failure. Returns
  * the bytes read (fewer than len only at the end of the object) or an
  * error, with the thread's message naming the URL, range and cause. */
 ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
                              int64_t off);
+
+/* One range of gpufile__remote_read_ranges: len bytes at off into buf;
+ * result the bytes read (fewer only at the end of the object) or an
+ * error, msg why (allocated, the caller frees; NULL when none). */
+struct gpufile__remote_range {
+	char *buf;
+	size_t len;
+	int64_t off;
+	ssize_t result;
+	char *msg;
+};
+
+/* Reads r[0..n) of h's object, all issued at once on h's transfer engine
+ * (http_multi.c: at most http_max_in_flight in flight), each retried from
+ * its start as gpufile__remote_read's range. Returns 0 (each range's
+ * outcome in it) or -ENOMEM with the message set (none was read). */
+int gpufile__remote_read_ranges(struct gpufile *h,
+                                struct gpufile__remote_range *r, size_t n);
+
+/* The size of a host task of a request of size bytes on h (task_size
+ * for the pool): whole ranges of range_size, one task per each of
+ * nthreads threads, each task's ranges in flight together; the whole
+ * request where the server ignores Range (one body, in order). */
+size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
+                                 unsigned nthreads, size_t size);
+
+/* The source kind of h for the path decision (core/decide.h):
+ * GPUFILE__SOURCE_REMOTE, or GPUFILE__SOURCE_REMOTE_STREAM for a server
+ * that ignores Range. */
+int gpufile__remote_source(const struct gpufile *h);
 
 /* The operations of every request on a remote handle, which
  * gpufile__decide() sends down the remote path: host buffers are filled

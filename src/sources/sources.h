@@ -1,13 +1,14 @@
 /*
  * The sources wing (src/sources/): where bytes come from when they are not
- * a local file: HTTP(S) and S3 objects (remote.c, remote.h), S3's request
- * signatures (sigv4.c, sigv4.h), credentials, regions and endpoints as AWS
- * tools find them (aws_config.c, aws_config.h), WebHDFS files (webhdfs.c)
- * and uploads (upload.c), the last two over one HTTP request helper
- * (http.c, http.h). A source opens a handle (struct gpufile, core/core.h)
- * whose remote_read the paths call, and moves device reads through the
- * paths' staging pipeline; a source other than remote.c also sets the
- * handle's source_ops (its close, size and request ops).
+ * a local file: HTTP(S) and S3 objects (remote.c, remote.h), the
+ * transfer engine that moves their ranges (http_multi.c, http_multi.h),
+ * S3's request signatures (sigv4.c, sigv4.h), credentials, regions and
+ * endpoints as AWS tools find them (aws_config.c, aws_config.h), WebHDFS
+ * files (webhdfs.c) and uploads (upload.c), the last two over one HTTP
+ * request helper (http.c, http.h). A source opens a handle (struct
+ * gpufile, core/core.h) whose remote_read the paths call, and moves device
+ * reads through the paths' staging pipeline; a source other than remote.c
+ * also sets the handle's source_ops (its close, size and request ops).
  *
  * May include: common/, platform/, core/, paths/.
  */
@@ -15,6 +16,7 @@
 #define GPUFILE_SOURCES_H
 
 #include "sources/aws_config.h"
+#include "sources/http_multi.h"
 #include "sources/remote.h"
 #include "sources/sigv4.h"
 

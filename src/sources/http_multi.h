@@ -1,0 +1,76 @@
+/*
+ * The HTTP transfer engine (http_multi.c): many transfers driven by the
+ * thread that waits for them, on libcurl's multi interface, over
+ * connections kept open between calls (HTTP/1.1 keep-alive; HTTP/2
+ * streams where the server offers h2).
+ *
+ * One multi handle per engine (so one connection cache: a connection
+ * opened for one caller serves the next), driven by one of the threads
+ * waiting for transfers at a time.
+ *
+ * The engine knows nothing of ranges, signatures or validation: a
+ * transfer's owner (remote.c) sets up each attempt on the easy handle the
+ * engine lends it (ops->start) and judges its end (ops->finish), which
+ * says whether and when to try again. The engine keeps at most
+ * max_in_flight transfers of all its callers in libcurl at once.
+ */
+#ifndef GPUFILE_HTTP_MULTI_H
+#define GPUFILE_HTTP_MULTI_H
+
+#include "paths/paths.h"
+
+#if GPUFILE_HAVE_CURL
+#include <curl/curl.h>
+
+struct gpufile__http_engine;
+struct gpufile__http_xfer;
+
+/* ops->finish's answer for a transfer that has ended (for good). */
+#define GPUFILE__HTTP_DONE (-1L)
+
+struct gpufile__http_xfer_ops {
+	/* Sets up the next attempt of x on x->easy (NULL when no easy
+	 * handle could be made: then it fails). Returns 0, or a negative
+	 * error: the transfer ends there, its owner having kept why. */
+	int (*start)(struct gpufile__http_xfer *x);
+	/* The attempt ended with cc (libcurl holds x->easy no more).
+	 * Returns GPUFILE__HTTP_DONE, or the milliseconds (>= 0) to wait
+	 * before ops->start sets up the next attempt. */
+	long (*finish)(struct gpufile__http_xfer *x, CURLcode cc);
+};
+
+struct gpufile__http_xfer {
+	const struct gpufile__http_xfer_ops *ops;
+	CURL *easy; /* lent by the engine from ops->start to ops->finish */
+	/* The engine's own. */
+	uint64_t not_before_ns; /* a retry waits until then */
+	struct gpufile__http_xfer *next;
+	size_t *left; /* its call's transfers not yet ended */
+};
+
+/* Makes an engine. new_easy(arg) makes an easy handle set up for the
+ * owner's object (URL, TLS, redirects), returned to the engine, which
+ * reuses it for later transfers and frees it. *lock points at the
+ * owner's lock (read at each use: the owner may move it), which is held
+ * only for the engine's short bookkeeping, never across a transfer.
+ * Returns 0 or -ENOMEM. */
+int gpufile__http_engine_new(struct gpufile__http_engine **out,
+                             unsigned max_in_flight, CURL *(*new_easy)(void *),
+                             void *arg, pthread_mutex_t *const *lock);
+/* Frees e (no call of gpufile__http_run is running). Accepts NULL. */
+void gpufile__http_engine_free(struct gpufile__http_engine *e);
+
+/* Runs x[0..n) to their ends, started in order after the transfers
+ * queued before them, with those of other threads' calls counted against
+ * the same max_in_flight; the calling thread drives the engine while no
+ * other does. Every transfer ends through its ops (the owner reads the
+ * outcome there); a failure of libcurl's multi interface itself ends the
+ * attempts in flight as CURLE_OUT_OF_MEMORY. */
+void gpufile__http_run(struct gpufile__http_engine *e,
+                       struct gpufile__http_xfer *const *x, size_t n);
+
+/* The most transfers e had in libcurl at once, since it was made. */
+unsigned gpufile__http_in_flight_max(const struct gpufile__http_engine *e);
+
+#endif
+#endif
