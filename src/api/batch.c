@@ -71,6 +71,7 @@ enum entry_way {
 	WAY_STAGED = 1, /* io_uring into a pinned slot, coalesced copies */
 	WAY_SINGLE = 2, /* gpufile_pread of the entry alone */
 	WAY_CUFILE = 3, /* cuFile's batch API */
+	WAY_REMOTE = 4, /* a remote object's range, issued with the round's */
 };
 
 struct entry {
@@ -948,6 +949,55 @@ static void end_round(struct worker *w, size_t *place, unsigned n)
 	}
 }
 
+/* Reads the round's entries of remote objects (WAY_REMOTE) all at once,
+ * each run of one handle's through its transfer engine (remote.c: up to
+ * http_max_in_flight in flight), and ends them; the round keeps the
+ * others (their places with them). Returns its new size. */
+static unsigned round_remote(struct worker *w, unsigned n, size_t *place)
+{
+	struct gpufile_batch *b = w->b;
+	struct gpufile__remote_range rr[BATCH_DEPTH];
+	unsigned idx[BATCH_DEPTH], keep = 0, nr = 0;
+
+	for (unsigned k = 0; k < n; k++) {
+		const unsigned j = w->round[k];
+		struct entry *e = &b->e[j];
+
+		if (e->way != WAY_REMOTE) {
+			place[keep] = place[k];
+			w->round[keep++] = j;
+			continue;
+		}
+		rr[nr] = (struct gpufile__remote_range){
+		    .buf = e->buf, .len = e->size, .off = e->offset};
+		idx[nr++] = j;
+	}
+	for (unsigned a = 0, z; a < nr; a = z) {
+		struct gpufile *h = b->e[idx[a]].h;
+		int rc;
+
+		for (z = a + 1; z < nr && b->e[idx[z]].h == h; z++)
+			;
+		rc = gpufile__remote_read_ranges(h, rr + a, z - a);
+		for (unsigned k = a; k < z; k++) {
+			struct entry *e = &b->e[idx[k]];
+
+			if (rc)
+				entry_failed(e, idx[k], rc, gpufile_errmsg());
+			else if (rr[k].result < 0)
+				set_msg(e, "batch entry %u: %s", idx[k],
+				        rr[k].msg ? rr[k].msg
+				                  : gpufile_strerror(
+				                        (int)rr[k].result));
+			if (!rc)
+				e->result = rr[k].result;
+			free(rr[k].msg);
+		}
+	}
+	entries_end(b, idx, nr);
+	return keep;
+}
+
 /* Runs entries [a, z) of the batch. */
 static void run_chunk(struct worker *w, unsigned a, unsigned z)
 {
@@ -962,6 +1012,7 @@ static void run_chunk(struct worker *w, unsigned a, unsigned z)
 		char msg[256] = "";
 		int setup_err = 0;
 
+		n = round_remote(w, n, place);
 		if (!n)
 			continue;
 		if (ndev) {
@@ -1411,18 +1462,22 @@ static int decide(struct gpufile_batch *b, unsigned i,
 	if (rc)
 		return rc;
 	entry_init(e, in);
-	if (in->file->remote) {
-		/* A remote object has no descriptor to hand io_uring: its
-		 * entries are read as gpufile_pread reads them (remote.c),
-		 * which counts them. */
-		e->path = GPUFILE_PATH_HOST;
-		e->way = WAY_SINGLE;
-		return 0;
-	}
 	rc = classify_cached(in->buf, in->size, cache, &kind, &device, &ctx);
 	if (rc)
 		return gpufile__fail(rc, "batch entry %u: %s", i,
 		                     gpufile_errmsg());
+	if (in->file->remote) {
+		/* A remote object has no descriptor to hand io_uring: a
+		 * round's host entries go to its transfer engine together
+		 * (round_remote); device ones are read as gpufile_pread
+		 * reads them (remote.c), which counts them. */
+		const int host =
+		    kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED;
+
+		e->path = host ? GPUFILE_PATH_REMOTE : GPUFILE_PATH_HOST;
+		e->way = host ? WAY_REMOTE : WAY_SINGLE;
+		return 0;
+	}
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
 		e->path = GPUFILE_PATH_HOST;
 		e->way = in->size > SLOT_BYTES ? WAY_SINGLE : WAY_HOST;
@@ -1568,15 +1623,17 @@ static void record_reasons(gpufile_batch_t *b, unsigned n)
 		for (unsigned i = 0; i < n; i++) {
 			if (b->e[i].path != p || b->e[i].way == WAY_SINGLE)
 				continue;
-			snprintf(why, sizeof(why),
-			         "%s: batch of %llu reads (io_uring, %s)",
-			         gpufile_path_name((gpufile_path_t)p),
-			         (unsigned long long)atomic_load(
-			             &b->path_entries[p]),
-			         p == GPUFILE_PATH_HOST ? "into the buffers"
-			         : p == GPUFILE_PATH_CUFILE
-			             ? "cuFile batch API"
-			             : "pinned slots, coalesced copies");
+			snprintf(
+			    why, sizeof(why), "%s: batch of %llu reads (%s)",
+			    gpufile_path_name((gpufile_path_t)p),
+			    (unsigned long long)atomic_load(
+			        &b->path_entries[p]),
+			    p == GPUFILE_PATH_HOST
+			        ? "io_uring, into the buffers"
+			    : p == GPUFILE_PATH_CUFILE ? "cuFile batch API"
+			    : p == GPUFILE_PATH_REMOTE
+			        ? "HTTP ranges issued together"
+			        : "io_uring, pinned slots, coalesced copies");
 			gpufile__stats_file_note(b->e[i].h->path,
 			                         (gpufile_path_t)p, why);
 			break;

@@ -1,0 +1,250 @@
+/* The transfer engine of remote reads (src/sources/http_multi.c):
+ *   - a host read issues its ranges together: more in flight than there
+ *     are worker threads, exactly http_max_in_flight at most (the count
+ *     gpufile_stats_remote reports), against nginx (skipped without it);
+ *   - a batch of ranged reads on one handle is issued together too;
+ *   - ranges whose first attempt is cut half-way are rewritten from their
+ *     start while the others are in flight (fault_server.py /closeonce);
+ *   - http_max_in_flight out of range is refused, naming it;
+ *   - a server that ignores Range (python3 -m http.server's handler,
+ *     tests/remote/plain_server.py) serves a whole-object read of more than
+ *     8 MiB, streamed in order, and a read from offset 0; a read at another
+ *     offset fails saying why; the path reason says so. */
+#include "remote/helpers.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <gpufile.h>
+#include <sys/stat.h>
+
+#define SIZE  ((size_t)(4u << 20) + 4097)
+#define BIG   ((size_t)(9u << 20) + 12345) /* > 8 MiB: > one range */
+#define RANGE ((size_t)64 << 10)
+
+static uint64_t in_flight_max(void)
+{
+	gpufile_remote_stats_t st;
+
+	GPUFILE_INIT(st);
+	CHECK_EQ(gpufile_stats_remote(0, &st), 0);
+	return st.in_flight_max;
+}
+
+static void write_object(const char *name, size_t size)
+{
+	unsigned char *data = malloc(size);
+	FILE *f = fopen(test_path(name), "wb");
+
+	CHECK(data && f);
+	if (data && f) {
+		for (size_t i = 0; i < size; i++)
+			data[i] = object_byte(i);
+		CHECK_EQ(fwrite(data, 1, size, f), size);
+	}
+	if (f)
+		fclose(f);
+	free(data);
+}
+
+/* /closeonce: every range's first attempt stops half-way; with 4 in
+ * flight on one worker, each is rewritten from its start. */
+static void test_retry_rewrites(void)
+{
+	char url[256];
+	gpufile_remote_stats_t a, b;
+	gpufile_t *h = NULL;
+	pid_t pid = fault_server_ok(SIZE, url, sizeof(url));
+	unsigned char *d = dest_new(SIZE);
+
+	if (pid < 0) {
+		dest_free(d);
+		return;
+	}
+	/* ".../ok/obj" -> ".../closeonce/obj" */
+	{
+		char tail[64];
+		char *ok = strstr(url, "/ok/");
+
+		snprintf(tail, sizeof(tail), "/closeonce/%s", ok + 4);
+		snprintf(ok, sizeof(url) - (size_t)(ok - url), "%s", tail);
+	}
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "4"), 0);
+	CHECK_EQ(gpufile_config_set("remote_connections", "4"), 0);
+	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
+	GPUFILE_INIT(a);
+	GPUFILE_INIT(b);
+	gpufile_stats_remote(0, &a);
+	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), (ssize_t)SIZE);
+	gpufile_stats_remote(0, &b);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	/* 4 MiB + 4097 at 64 KiB: 65 ranges, each retried once. */
+	CHECK_EQ(b.retries - a.retries, 65);
+	CHECK_EQ(b.ranges - a.ranges, 65);
+	/* One worker thread, four ranges in flight. */
+	CHECK_EQ(b.in_flight_max, 4);
+	gpufile_close(h);
+	dest_free(d);
+	server_stop(pid);
+}
+
+static int have_nginx(void)
+{
+	return system("if [ -n \"$GPUFILE_NGINX\" ]; then test -x "
+	              "\"$GPUFILE_NGINX\"; else command -v nginx >/dev/null "
+	              "|| test -x /usr/sbin/nginx; fi") == 0;
+}
+
+/* More ranges in flight than threads, up to exactly the setting: a read
+ * through gpufile_pread, then a batch. */
+static void test_in_flight(void)
+{
+	char server[4200], line[4400], url[256], ca[4096];
+	int http_port = 0, https_port = 0;
+	gpufile_t *h = NULL;
+	gpufile_batch_t *bt = NULL;
+	gpufile_batch_entry_t e[60];
+	unsigned char *d = dest_new(SIZE);
+	pid_t pid;
+
+	if (!have_nginx()) {
+		if (test_missing("in-flight part", "nginx") == 1)
+			test_failures++;
+		dest_free(d);
+		return;
+	}
+	write_object("object.bin", SIZE);
+	if (chmod(test_dir(), 0755) != 0) /* nginx's workers read it */
+		perror("chmod");
+	snprintf(server, sizeof(server), "%s/nginx_server.py", remote_dir());
+	{
+		char *argv[] = {"python3", server, (char *)test_dir(), NULL};
+		pid = server_start_line(argv, line, sizeof(line));
+	}
+	if (pid < 0 || sscanf(line, "PORT %d %d %4095s", &http_port,
+	                      &https_port, ca) != 3) {
+		fprintf(stderr, "nginx did not start: FAILED\n");
+		test_failures++;
+		dest_free(d);
+		return;
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/object.bin", http_port);
+
+	/* 65 ranges on 2 threads: 24 in flight. */
+	CHECK_EQ(gpufile_config_set("nthreads", "2"), 0);
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "24"), 0);
+	CHECK_EQ(gpufile_config_set("remote_connections", "64"), 0);
+	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
+	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), (ssize_t)SIZE);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	CHECK_EQ(in_flight_max(), 24);
+	gpufile_close(h);
+
+	/* A batch of 60 ranged reads of 64 KiB on one handle: 40 in
+	 * flight, on 2 batch threads. */
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "40"), 0);
+	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
+	memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
+	for (unsigned i = 0; i < 60; i++)
+		e[i] = (gpufile_batch_entry_t){.file = h,
+		                               .buf = d + i * RANGE,
+		                               .size = RANGE,
+		                               .offset = (int64_t)(i * RANGE)};
+	CHECK_EQ(gpufile_batch_create(&bt, 60), 0);
+	CHECK_EQ(gpufile_batch_submit(bt, e, 60), 0);
+	CHECK_EQ(gpufile_batch_wait(bt, -1), 60);
+	for (unsigned i = 0; i < 60; i++)
+		CHECK_EQ(gpufile_batch_result(bt, i), (ssize_t)RANGE);
+	CHECK_EQ(dest_bad(d, 60 * RANGE, 0, 1), 0);
+	CHECK_EQ(in_flight_max(), 40);
+	gpufile_batch_free(bt);
+	gpufile_close(h);
+	CHECK_EQ(gpufile_config_set("nthreads", "4"), 0);
+	dest_free(d);
+	server_stop(pid);
+}
+
+static void test_setting(void)
+{
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "0"),
+	         GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(),
+	               "http_max_in_flight=\"0\": out of range [1, 4096]");
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "4097"),
+	         GPUFILE_ECONFIG);
+	CHECK_CONTAINS(gpufile_errmsg(), "http_max_in_flight=\"4097\"");
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "256"), 0);
+}
+
+/* A server that ignores Range: whole reads and reads from 0 stream the
+ * 200 body; a read at an offset fails, naming why. */
+static void test_range_ignored(void)
+{
+	char server[4200], url[256], reason[512];
+	unsigned char *d = dest_new(BIG);
+	gpufile_path_t path;
+	gpufile_t *h = NULL;
+	int port = 0;
+	pid_t pid;
+	ssize_t n;
+
+	write_object("big.bin", BIG);
+	snprintf(server, sizeof(server), "%s/plain_server.py", remote_dir());
+	{
+		char *argv[] = {"python3", server, (char *)test_dir(), NULL};
+		pid = server_start(argv, &port);
+	}
+	if (pid < 0) {
+		fprintf(stderr, "cannot start %s: FAILED\n", server);
+		test_failures++;
+		dest_free(d);
+		return;
+	}
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/big.bin", port);
+	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
+	if (!h) {
+		fprintf(stderr, "  %s\n", gpufile_errmsg());
+		server_stop(pid);
+		dest_free(d);
+		return;
+	}
+	CHECK_EQ(gpufile_size(h), (int64_t)BIG);
+	n = gpufile_pread(h, d, BIG, 0);
+	if (n < 0)
+		fprintf(stderr, "  whole read: %s\n", gpufile_errmsg());
+	CHECK_EQ(n, (ssize_t)BIG);
+	CHECK_EQ(dest_bad(d, BIG, 0, 1), 0);
+	/* From offset 0, a part: the body's first bytes. */
+	memset(d - CANARY_LEN, CANARY, BIG + 2 * CANARY_LEN);
+	CHECK_EQ(gpufile_pread(h, d, 100000, 0), 100000);
+	CHECK_EQ(dest_bad(d, 100000, 0, 1), 0);
+	/* At an offset: refused, the destination untouched. */
+	memset(d - CANARY_LEN, CANARY, BIG + 2 * CANARY_LEN);
+	CHECK_EQ(gpufile_pread(h, d, 1000, 5000), -EIO);
+	CHECK_CONTAINS(gpufile_errmsg(), "ignores Range requests");
+	CHECK_CONTAINS(gpufile_errmsg(), url);
+	CHECK_EQ(dest_bad(d, 1000, 5000, 0), 0);
+	CHECK_EQ(gpufile_path_info(h, &path, reason, sizeof(reason)), 0);
+	CHECK_EQ(path, GPUFILE_PATH_REMOTE);
+	CHECK_CONTAINS(reason, "one connection");
+	CHECK_CONTAINS(reason, "ignores Range");
+	gpufile_close(h);
+	dest_free(d);
+	server_stop(pid);
+}
+
+int main(void)
+{
+	if (!strstr(gpufile_features(), "remote"))
+		return test_missing("test_remote_engine",
+		                    "libcurl (built without it)");
+	CHECK_EQ(gpufile_config_set("remote_task_size", "64KiB"), 0);
+	CHECK_EQ(gpufile_config_set("nthreads", "1"), 0);
+	test_retry_rewrites();
+	CHECK_EQ(gpufile_config_set("nthreads", "4"), 0);
+	test_in_flight();
+	test_setting();
+	CHECK_EQ(gpufile_config_set("remote_task_size", "8MiB"), 0);
+	test_range_ignored();
+	test_cleanup();
+	return test_finish("test_remote_engine");
+}
