@@ -23,9 +23,25 @@
 # NGINX_WORKERS (default 8), STATS_DURING (0: skip the stats capture),
 # GPUFILE_* settings (e.g.
 # GPUFILE_REMOTE_CONNECTIONS, GPUFILE_TASK_SIZE, GPUFILE_NTHREADS).
+#
+# The transfer engine's must-show figures (issue 36), one run, medians of
+# ROUNDS (default 5):
+#   bench/remote_bench.sh must-show [SIZE...]     (default 1GiB 4GiB)
+# For each SIZE, into host memory at the default settings: gpufile into a
+# destination reused between reads and into a fresh (never touched)
+# buffer (bench/remote_bench.c big), against 16 parallel `curl -r` ranges
+# and one `curl`, all to /dev/null; then 10,000 ranged reads of 64 KiB
+# through one handle, one at a time against a bare libcurl loop
+# (remote_bench.c small), and issued together as one gpufile batch
+# against `curl -Z --parallel-max 16` fetching the same ranges; and the
+# most ranges the engine had in flight.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+if [ "${1:-}" = must-show ]; then
+	shift
+	exec bash bench/remote_must_show.sh "$@"
+fi
 size=${1:-4GiB}
 g=$root/${BUILD_DIR:-build}/gpufile
 repeat=${REPEAT:-3}

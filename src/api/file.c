@@ -788,7 +788,11 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 
 	if (rc)
 		return rc;
-	if (r.path == GPUFILE_PATH_HOST && r.ntasks <= 1) {
+	/* One task into host memory: run here, no worker woken (a remote
+	 * one's ranges are driven by this thread on the handle's engine). */
+	if ((r.path == GPUFILE_PATH_HOST ||
+	     (r.path == GPUFILE_PATH_REMOTE && !r.cuda_ctx)) &&
+	    r.ntasks <= 1) {
 		gpufile__request_run_inline(&r);
 	} else {
 		rc = gpufile__request_submit(&r);
