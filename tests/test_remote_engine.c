@@ -228,6 +228,21 @@ static void test_range_ignored(void)
 	CHECK_CONTAINS(reason, "one connection");
 	CHECK_CONTAINS(reason, "ignores Range");
 	gpufile_close(h);
+	/* gpufile check URL predicts the same. */
+	{
+		gpufile_check_item_t items[64];
+		int n = gpufile_check(url, items, 64), seen = 0;
+
+		CHECK(n > 0);
+		for (int i = 0; i < n && i < 64; i++) {
+			if (!strcmp(items[i].name, "remote.ranges"))
+				seen |= 1;
+			if (!strcmp(items[i].name, "predict.gpufile") &&
+			    strstr(items[i].why, "one connection"))
+				seen |= 2;
+		}
+		CHECK_EQ(seen, 3);
+	}
 	dest_free(d);
 	server_stop(pid);
 }

@@ -1146,7 +1146,7 @@ static void check_file(struct list *l, const char *path,
 static void check_remote(struct list *l, const char *url)
 {
 	char *report = NULL, *shown, *save = NULL;
-	int rc = gpufile__remote_report(url, &report);
+	int rc = gpufile__remote_report(url, &report), stream = 0;
 
 	for (char *line = report ? strtok_r(report, "\n", &save) : NULL; line;
 	     line = strtok_r(NULL, "\n", &save)) {
@@ -1156,6 +1156,8 @@ static void check_remote(struct list *l, const char *url)
 		if (!colon)
 			continue;
 		*colon = '\0';
+		stream |= strcmp(line, "ranges") == 0 &&
+		          strncmp(colon + 2, "ignored", 7) == 0;
 		failed = rc && (strcmp(line, "HEAD") == 0 ||
 		                strcmp(line, "GET bytes 0-0") == 0 ||
 		                strcmp(line, "GETFILESTATUS") == 0);
@@ -1184,7 +1186,9 @@ static void check_remote(struct list *l, const char *url)
 	if (rc == 0) {
 		struct gpufile__decision d;
 
-		gpufile__decide_source(GPUFILE__SOURCE_REMOTE, &d);
+		gpufile__decide_source(stream ? GPUFILE__SOURCE_REMOTE_STREAM
+		                              : GPUFILE__SOURCE_REMOTE,
+		                       &d);
 		add(l, "predict.gpufile", GPUFILE_CHECK_PASS,
 		    gpufile_path_name(d.path), "%s", d.reason);
 	}

@@ -130,12 +130,15 @@ static uint64_t default_remote_connections(void)
  * (more requests, each paying a round trip and a response header), and
  * 16-64 MiB ranges 0.84-1.01x (fewer, longer ranges, so a slow one holds
  * up the end of the request). */
-/* Ranges the transfer engine keeps in flight per remote handle. 64:
- * bench/README.md ("Remote objects: the transfer engine") has the
- * measurement. */
+/* Ranges the transfer engine keeps in flight per remote handle. 16: 1 GiB
+ * from loopback nginx into a reused buffer on the 2-core VM took 2.2-10.2
+ * s with 4 in flight, 2.5-3.3 s with 16 and 3.1-5.2 s with 64 (three
+ * rounds each, interleaved, machine shared: bench/README.md, "Remote
+ * objects: the transfer engine"); 16 is also remote_connections'
+ * default, which bounds it on HTTP/1.1. */
 static uint64_t default_http_max_in_flight(void)
 {
-	return 64;
+	return 16;
 }
 static uint64_t default_remote_task_size(void)
 {

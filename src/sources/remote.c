@@ -1810,9 +1810,13 @@ int gpufile__remote_report(const char *url, char **report)
 	rc = learn_size(rm);
 	how = rm->presigned ? "GET bytes 0-0" : "HEAD";
 	if (rc == 0)
-		made =
-		    asprintf(&probe, "%s: HTTP %ld\nsize: %" PRId64 " bytes\n",
-		             how, rm->size_status, rm->size);
+		made = asprintf(
+		    &probe, "%s: HTTP %ld\nsize: %" PRId64 " bytes\n%s", how,
+		    rm->size_status, rm->size,
+		    rm->ranges_ignored
+		        ? "ranges: ignored by the server (a Range answered "
+		          "with HTTP 200): reads from offset 0 only, streamed\n"
+		        : "");
 	else
 		made = asprintf(&probe, "%s: %s\n", how, gpufile_errmsg());
 	if (made >= 0 && endpoint &&
