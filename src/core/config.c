@@ -243,8 +243,8 @@ static struct setting settings[] = {
     SETTING("http_max_in_flight", KIND_COUNT, 1, 4096,
             default_http_max_in_flight,
             "HTTP range transfers a remote handle keeps in flight at once "
-            "(libcurl multi interface; on HTTP/1.1 each has a connection, "
-            "kept open for the next)"),
+            "(libcurl multi interface), at most remote_connections: on "
+            "HTTP/1.1 each holds a connection, kept open for the next"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {

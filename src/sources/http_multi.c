@@ -15,11 +15,14 @@
  * queues its transfers; if no thread drives, it becomes the driver and
  * drives every queued transfer, its own and others', until its own have
  * ended; then it hands over (a waiting caller becomes the driver). Callers
- * that do not drive wait on `changed`.
+ * that do not drive wait on their call's own condition variable, woken
+ * once: when their last transfer ends, or when the driver leaves (not at
+ * each transfer's end: a batch's 10,000 ranges woke every waiting thread
+ * 10,000 times).
  *
  * Lock order: the owner's lock (*e->lock, the handle's lock once open:
- * fork.c holds it across fork()) guards queue, driving, owner and every
- * xfer's *left; it is held only for that bookkeeping, never during a
+ * fork.c holds it across fork()) guards queue, driving, owner, waiters and
+ * every call's left; it is held only for that bookkeeping, never during a
  * libcurl call or an ops call, and nothing is taken under it.
  *
  * The driver's own (no lock): the multi handle, the easy handles, retry,
@@ -28,12 +31,13 @@
  * Invariants:
  *   - at most max_in_flight transfers are in libcurl at once (active);
  *   - a transfer is on the queue, in libcurl, on retry or ended: exactly
- *     one, and its call's *left counts it until it ends;
- *   - a call returns only once *left is 0, so nothing touches its
+ *     one, and its call's left counts it until it ends;
+ *   - a call returns only once left is 0, so nothing touches its
  *     transfers afterwards;
  *   - while a call has transfers not ended, some thread drives, or the
  *     call's own thread will take over (it waits only while driving is
- *     set, and the driver clears it with a broadcast when it leaves).
+ *     set, on the waiters list, and the driver clears driving and wakes
+ *     every waiter when it leaves).
  */
 #define _GNU_SOURCE
 #include "sources/http_multi.h"
@@ -45,9 +49,18 @@
 #include <time.h>
 #include <unistd.h>
 
+/* One gpufile__http_run: its transfers not yet ended, and where its
+ * thread waits while another drives. */
+struct gpufile__http_call {
+	size_t left;
+	pthread_cond_t wake;
+	int waiting; /* on the engine's waiters list */
+	struct gpufile__http_call *next_waiter;
+};
+
 struct gpufile__http_engine {
 	pthread_mutex_t *const *lock;
-	pthread_cond_t changed; /* a transfer ended, or the driver left */
+	struct gpufile__http_call *waiters; /* calls waiting, not driving */
 	/* Queued, not yet started, oldest first. */
 	struct gpufile__http_xfer *queue, **queue_tail;
 	int driving;
@@ -98,7 +111,6 @@ int gpufile__http_engine_new(struct gpufile__http_engine **out,
 		return -ENOMEM;
 	}
 	e->lock = lock;
-	pthread_cond_init(&e->changed, NULL);
 	e->queue_tail = &e->queue;
 	atomic_init(&e->in_flight_max, 0);
 	e->owner = getpid();
@@ -120,7 +132,6 @@ void gpufile__http_engine_free(struct gpufile__http_engine *e)
 		if (e->multi)
 			curl_multi_cleanup(e->multi);
 	}
-	pthread_cond_destroy(&e->changed);
 	free(e->easy);
 	free(e);
 }
@@ -139,7 +150,7 @@ static void adopt_after_fork(struct gpufile__http_engine *e)
 	if (e->owner == getpid())
 		return;
 	e->owner = getpid();
-	pthread_cond_init(&e->changed, NULL);
+	e->waiters = NULL;
 	e->queue = NULL;
 	e->queue_tail = &e->queue;
 	e->driving = 0;
@@ -156,12 +167,15 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A transfer has ended: its call counts one fewer. */
+/* A transfer has ended: its call counts one fewer, and its thread is
+ * woken when that was the last. */
 static void ended(struct gpufile__http_engine *e, struct gpufile__http_xfer *t)
 {
+	struct gpufile__http_call *c = t->call;
+
 	pthread_mutex_lock(*e->lock);
-	--*t->left;
-	pthread_cond_broadcast(&e->changed);
+	if (--c->left == 0)
+		pthread_cond_signal(&c->wake);
 	pthread_mutex_unlock(*e->lock);
 }
 
@@ -271,22 +285,24 @@ static void reap(struct gpufile__http_engine *e)
 	}
 }
 
-/* 1 while the call counting *left has transfers not ended. */
-static int call_open(struct gpufile__http_engine *e, const size_t *left)
+/* 1 while call c has transfers not ended. */
+static int call_open(struct gpufile__http_engine *e,
+                     const struct gpufile__http_call *c)
 {
 	int open;
 
 	pthread_mutex_lock(*e->lock);
-	open = *left > 0;
+	open = c->left > 0;
 	pthread_mutex_unlock(*e->lock);
 	return open;
 }
 
 /* Drives every transfer of the engine until those of the calling
- * thread's call (counted by *left) have ended. */
-static void drive(struct gpufile__http_engine *e, const size_t *left)
+ * thread's call c have ended. */
+static void drive(struct gpufile__http_engine *e,
+                  const struct gpufile__http_call *c)
 {
-	while (call_open(e, left)) {
+	while (call_open(e, c)) {
 		struct gpufile__http_xfer *t;
 		int running = 0;
 
@@ -296,7 +312,7 @@ static void drive(struct gpufile__http_engine *e, const size_t *left)
 			/* Only retries waiting out their back-off. */
 			long ms = until_retry(e, 1000);
 
-			if (ms > 0 && call_open(e, left)) {
+			if (ms > 0 && call_open(e, c)) {
 				struct timespec ts = {ms / 1000,
 				                      (ms % 1000) * 1000000L};
 				nanosleep(&ts, NULL);
@@ -307,24 +323,44 @@ static void drive(struct gpufile__http_engine *e, const size_t *left)
 		reap(e);
 		/* Woken by a transfer's socket, a retry's time, or a caller
 		 * queueing more (curl_multi_wakeup). */
-		if (running && call_open(e, left))
+		if (running && call_open(e, c))
 			curl_multi_poll(e->multi, NULL, 0,
 			                (int)until_retry(e, 1000), NULL);
 	}
 }
 
+/* Caller holds the lock. Wakes every waiting call (one will drive). */
+static void wake_waiters(struct gpufile__http_engine *e)
+{
+	for (struct gpufile__http_call *w = e->waiters; w; w = w->next_waiter)
+		pthread_cond_signal(&w->wake);
+}
+
+/* Caller holds the lock. Takes call c off the waiters list. */
+static void unwait(struct gpufile__http_engine *e, struct gpufile__http_call *c)
+{
+	for (struct gpufile__http_call **p = &e->waiters; *p;
+	     p = &(*p)->next_waiter)
+		if (*p == c) {
+			*p = c->next_waiter;
+			break;
+		}
+	c->waiting = 0;
+}
+
 void gpufile__http_run(struct gpufile__http_engine *e,
                        struct gpufile__http_xfer *const *x, size_t n)
 {
-	size_t left = n;
+	struct gpufile__http_call call = {.left = n};
 
 	if (!n)
 		return;
+	pthread_cond_init(&call.wake, NULL);
 	pthread_mutex_lock(*e->lock);
 	adopt_after_fork(e);
 	for (size_t i = 0; i < n; i++) {
 		x[i]->easy = NULL;
-		x[i]->left = &left;
+		x[i]->call = &call;
 		x[i]->next = NULL;
 		*e->queue_tail = x[i];
 		e->queue_tail = &x[i]->next;
@@ -336,25 +372,36 @@ void gpufile__http_run(struct gpufile__http_engine *e,
 		for (struct gpufile__http_xfer *t; (t = next_ready(e));)
 			start_one(e, t);
 		pthread_mutex_lock(*e->lock);
-		while (left) /* some may be another thread's to end */
-			pthread_cond_wait(&e->changed, *e->lock);
+		while (call.left) /* some may be another thread's to end */
+			pthread_cond_wait(&call.wake, *e->lock);
 		pthread_mutex_unlock(*e->lock);
+		pthread_cond_destroy(&call.wake);
 		return;
 	}
 	if (e->driving)
 		curl_multi_wakeup(e->multi);
-	while (left) {
+	while (call.left) {
 		if (e->driving) {
-			pthread_cond_wait(&e->changed, *e->lock);
+			if (!call.waiting) {
+				call.waiting = 1;
+				call.next_waiter = e->waiters;
+				e->waiters = &call;
+			}
+			pthread_cond_wait(&call.wake, *e->lock);
 			continue;
 		}
+		if (call.waiting)
+			unwait(e, &call);
 		e->driving = 1;
 		pthread_mutex_unlock(*e->lock);
-		drive(e, &left);
+		drive(e, &call);
 		pthread_mutex_lock(*e->lock);
 		e->driving = 0;
-		pthread_cond_broadcast(&e->changed); /* one takes over */
+		wake_waiters(e); /* one takes over */
 	}
+	if (call.waiting)
+		unwait(e, &call);
 	pthread_mutex_unlock(*e->lock);
+	pthread_cond_destroy(&call.wake);
 }
 #endif

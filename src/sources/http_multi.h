@@ -24,6 +24,7 @@
 
 struct gpufile__http_engine;
 struct gpufile__http_xfer;
+struct gpufile__http_call;
 
 /* ops->finish's answer for a transfer that has ended (for good). */
 #define GPUFILE__HTTP_DONE (-1L)
@@ -45,7 +46,7 @@ struct gpufile__http_xfer {
 	/* The engine's own. */
 	uint64_t not_before_ns; /* a retry waits until then */
 	struct gpufile__http_xfer *next;
-	size_t *left; /* its call's transfers not yet ended */
+	struct gpufile__http_call *call; /* the gpufile__http_run it is of */
 };
 
 /* Makes an engine. new_easy(arg) makes an easy handle set up for the
