@@ -794,10 +794,12 @@ static void test_uncached(void)
 	int bad;
 
 	gpufile__sys.mincore = test_mincore_none_cached;
+	gpufile__sys.cachestat = test_cachestat_none_cached;
 	CHECK_EQ(read_checked(SIZE, 0, SIZE, &bad), SIZE);
 	CHECK(!bad);
 	CHECK_EQ(map_bytes(), before);
 	gpufile__sys.mincore = test_mincore_all_cached;
+	gpufile__sys.cachestat = test_cachestat_all_cached;
 }
 
 static void test_unwritable(void)
@@ -816,6 +818,7 @@ static void test_unwritable(void)
 int main(void)
 {
 	gpufile__sys.mincore = test_mincore_all_cached;
+	gpufile__sys.cachestat = test_cachestat_all_cached;
 	file = test_path("map_copy.bin");
 	if (test_make_file(file, SIZE, SEED))
 		return 1;

@@ -165,12 +165,16 @@ static void tmpfs_reason(int refuse)
 		if (refuse)
 			gpufile__sys.open = open_refusing_direct;
 		CHECK_EQ(gpufile_open(&h, shm_path("reason"), "w+"), 0);
+		if (!h) {
+			gpufile__sys_reset();
+			continue;
+		}
+		/* The O_DIRECT descriptor is opened at its first use: here,
+		 * by gpufile_path_info. */
+		CHECK_EQ(gpufile_path_info(h, &p, reason, sizeof(reason)), 0);
 		gpufile__sys_reset();
 		GPUFILE_INIT(after);
 		gpufile_stats_self(&after);
-		if (!h)
-			continue;
-		CHECK_EQ(gpufile_path_info(h, &p, reason, sizeof(reason)), 0);
 		CHECK(p < GPUFILE_PATH_COUNT);
 		if (strcmp(backends[b], "off") == 0) {
 			CHECK_EQ(after.direct_io_fallbacks -

@@ -353,6 +353,9 @@ static void test_small_reads_split(const char *rpath, const char *wpath)
 		gpufile__sys.mincore = cases[i].is_write == 2
 		                           ? test_mincore_none_cached
 		                           : test_mincore_all_cached;
+		gpufile__sys.cachestat = cases[i].is_write == 2
+		                             ? test_cachestat_none_cached
+		                             : test_cachestat_all_cached;
 		a = stats();
 
 		if (cases[i].size == (20u << 20) + 5)

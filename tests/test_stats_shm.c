@@ -1171,6 +1171,54 @@ static void test_message_kept(void)
 	free(want);
 }
 
+/* The value of setting name in this process's segment, into value (""
+ * when it is not there). */
+static void segment_setting(const char *name, char *value, size_t len)
+{
+	gpufile_stats_t s;
+
+	value[0] = '\0';
+	GPUFILE_INIT(s);
+	CHECK_EQ(gpufile_stats_self(&s), 0);
+	for (int i = 0; i < s.nsettings; i++)
+		if (strcmp(s.settings[i].name, name) == 0)
+			snprintf(value, len, "%s (%s)", s.settings[i].value,
+			         s.settings[i].source);
+}
+
+/* A file record copies the settings into the segment only when one
+ * changed since the last copy (the settings' generation): a set, a reset
+ * of the environment. What the segment shows follows every change. */
+static void test_settings_follow_changes(void)
+{
+	char value[160];
+	gpufile_t *h = NULL;
+
+	CHECK_EQ(gpufile_set_nthreads(3), 0);
+	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
+	gpufile_close(h);
+	segment_setting("nthreads", value, sizeof(value));
+	CHECK(strcmp(value, "3 (setter)") == 0);
+	/* Opens without a change: the copy stands. */
+	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
+	gpufile_close(h);
+	segment_setting("nthreads", value, sizeof(value));
+	CHECK(strcmp(value, "3 (setter)") == 0);
+	CHECK_EQ(gpufile_set_nthreads(5), 0);
+	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
+	gpufile_close(h);
+	segment_setting("nthreads", value, sizeof(value));
+	CHECK(strcmp(value, "5 (setter)") == 0);
+	setenv("GPUFILE_NTHREADS", "6", 1);
+	gpufile_config_reset();
+	CHECK_EQ(gpufile_open(&h, file_path, "r"), 0);
+	gpufile_close(h);
+	segment_setting("nthreads", value, sizeof(value));
+	CHECK(strcmp(value, "6 (GPUFILE_NTHREADS)") == 0);
+	unsetenv("GPUFILE_NTHREADS");
+	gpufile_config_reset();
+}
+
 /* More threads than the segment has slots (STATS_SEG_SLOTS): the ones
  * beyond count in its shared slot, which every snapshot adds in (the
  * process's own and a reader's). Each thread reads (a host read of one
@@ -1256,6 +1304,7 @@ int main(void)
 	test_watch_unreadable();
 	test_recent_files();
 	test_message_kept();
+	test_settings_follow_changes();
 	test_fork();
 	test_cleanup();
 	return test_finish("test_stats_shm");

@@ -76,6 +76,37 @@ int test_mincore_none_cached(void *addr, size_t len, unsigned char *vec)
 	return mincore_all(len, vec, 0);
 }
 
+int test_cachestat_all_cached(int fd, uint64_t off, uint64_t len,
+                              uint64_t *cached)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	(void)fd;
+	(void)off;
+	*cached = (len + page - 1) / page;
+	return 0;
+}
+
+int test_cachestat_none_cached(int fd, uint64_t off, uint64_t len,
+                               uint64_t *cached)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	*cached = 0;
+	return 0;
+}
+
+int test_cachestat_missing(int fd, uint64_t off, uint64_t len, uint64_t *cached)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	(void)cached;
+	errno = ENOSYS;
+	return -1;
+}
+
 int test_make_file(const char *path, size_t len, uint64_t seed)
 {
 	const size_t chunk = 1 << 20;

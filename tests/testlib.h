@@ -100,6 +100,15 @@ int test_make_file(const char *path, size_t len, uint64_t seed);
 int test_mincore_all_cached(void *addr, size_t len, unsigned char *vec);
 /* The other side: no page is cached. */
 int test_mincore_none_cached(void *addr, size_t len, unsigned char *vec);
+/* The same for gpufile__sys.cachestat, which direct_io=auto asks before
+ * mincore: every page of the range cached, none, or (as on a kernel
+ * before 6.5) no cachestat at all, so that mincore answers. */
+int test_cachestat_all_cached(int fd, uint64_t off, uint64_t len,
+                              uint64_t *cached);
+int test_cachestat_none_cached(int fd, uint64_t off, uint64_t len,
+                               uint64_t *cached);
+int test_cachestat_missing(int fd, uint64_t off, uint64_t len,
+                           uint64_t *cached);
 /* Removes test_dir() and everything in it. */
 void test_cleanup(void);
 /* Prints "N passed, M failed" style summary and returns the exit code. */

@@ -554,8 +554,11 @@ static void round_pread(struct worker *w, const unsigned *idx,
 	for (unsigned k = 0; k < n; k++) {
 		struct entry *e = &w->b->e[idx[k]];
 		char *dst = e->way == WAY_STAGED ? slot_mem + place[k] : e->buf;
-		ssize_t got =
-		    gpufile__pread_full(e->h->fd, dst, e->size, e->offset);
+		ssize_t got;
+
+		if (e->way == WAY_HOST)
+			gpufile__populate_dest(dst, e->size);
+		got = gpufile__pread_full(e->h->fd, dst, e->size, e->offset);
 
 		if (got < 0)
 			entry_failed(e, idx[k], got, NULL);
@@ -586,6 +589,10 @@ static int round_uring(struct worker *w, const unsigned *idx,
 		 * that many reads. */
 		if (!sqe)
 			return -EBUSY;
+		/* New memory (a new bytes object each) is faulted in by one
+		 * call, not a fault per page inside the read. */
+		if (e->way == WAY_HOST)
+			gpufile__populate_dest(dst, e->size);
 		io_uring_prep_read(sqe, e->h->fd, dst, (unsigned)e->size,
 		                   (uint64_t)e->offset);
 		io_uring_sqe_set_data64(sqe, idx[k]);

@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,28 +20,6 @@
 struct gpufile_future {
 	struct gpufile__request r;
 };
-
-static const char *fs_name(long magic)
-{
-	switch (magic) {
-	case TMPFS_MAGIC:
-		return "tmpfs";
-	case EXT4_SUPER_MAGIC:
-		return "ext4";
-	case XFS_SUPER_MAGIC:
-		return "xfs";
-	case BTRFS_SUPER_MAGIC:
-		return "btrfs";
-	case OVERLAYFS_SUPER_MAGIC:
-		return "overlayfs";
-	case NFS_SUPER_MAGIC:
-		return "nfs";
-	case FUSE_SUPER_MAGIC:
-		return "fuse";
-	default:
-		return "this file system";
-	}
-}
 
 static int parse_flags(const char *flags, int *oflags, int *readable,
                        int *writable, int *append)
@@ -70,73 +47,6 @@ static int parse_flags(const char *flags, int *oflags, int *readable,
 	return GPUFILE_EFLAGS;
 }
 
-/*
- * Opens a second descriptor, with O_DIRECT and access mode access, on the
- * file behind h->fd. It goes through /proc/self/fd, not h->path: a rename
- * between the two opens (measured: 195-910 of 3,000 handles under a
- * RENAME_EXCHANGE loop) would otherwise bind one handle to two files.
- * Where /proc is not mounted it opens h->path; either way device and inode
- * are compared, and a different file is refused with -ESTALE. Returns the
- * descriptor or -errno.
- */
-static int reopen_direct(struct gpufile *h, int access)
-{
-	char proc[64];
-	struct stat a, b;
-	int fd, e;
-
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", h->fd);
-	fd = gpufile__sys.open(proc, access | O_DIRECT | O_CLOEXEC, 0);
-	if (fd < 0 && errno == ENOENT)
-		fd = gpufile__sys.open(h->path, access | O_DIRECT | O_CLOEXEC,
-		                       0);
-	if (fd < 0)
-		return -errno;
-	if (gpufile__sys.fstat(h->fd, &a) < 0 ||
-	    gpufile__sys.fstat(fd, &b) < 0) {
-		e = -errno;
-		gpufile__sys.close(fd);
-		return e;
-	}
-	if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
-		gpufile__sys.close(fd);
-		return -ESTALE;
-	}
-	return fd;
-}
-
-static void open_direct(struct gpufile *h, int oflags, int direct_mode)
-{
-	struct statfs sfs;
-	const char *fs = "this file system";
-	int access = oflags & O_ACCMODE;
-
-	h->direct_fd = -1;
-	if (direct_mode == GPUFILE__DIRECT_OFF) {
-		snprintf(h->direct_reason, sizeof(h->direct_reason),
-		         "direct_io=off");
-		return;
-	}
-	if (gpufile__sys.fstatfs(h->fd, &sfs) == 0)
-		fs = fs_name((long)sfs.f_type);
-	h->direct_fd = reopen_direct(h, access);
-	if (h->direct_fd == -ESTALE) {
-		snprintf(h->direct_reason, sizeof(h->direct_reason),
-		         "%s was replaced while it was opened: reading "
-		         "through the page cache of the file first opened",
-		         h->path);
-		h->direct_fd = -1;
-		gpufile__stats_direct_fallback();
-	} else if (h->direct_fd < 0) {
-		snprintf(h->direct_reason, sizeof(h->direct_reason),
-		         "O_DIRECT refused by %s (%s): reading through the "
-		         "page cache",
-		         fs, strerror(-h->direct_fd));
-		h->direct_fd = -1;
-		gpufile__stats_direct_fallback();
-	}
-}
-
 /* The error for a file of kind kind at path. */
 static int refuse_special(const char *path, mode_t mode)
 {
@@ -158,7 +68,7 @@ static int open_fd(struct gpufile *h, const char *flags, int oflags,
                    struct stat *st)
 {
 	const char *path = h->path;
-	int rc, fl;
+	int rc;
 
 	/* O_NONBLOCK: opening a FIFO (or a device) must not wait for a
 	 * writer; the kind is checked below, before any I/O. */
@@ -179,8 +89,11 @@ static int open_fd(struct gpufile *h, const char *flags, int oflags,
 	}
 	if (gpufile__special_kind(st->st_mode))
 		return refuse_special(path, st->st_mode);
-	fl = fcntl(h->fd, F_GETFL);
-	if (fl < 0 || fcntl(h->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+	/* The status flags the descriptor was opened with, less
+	 * O_NONBLOCK (F_SETFL ignores the access mode and O_CREAT/O_TRUNC):
+	 * one call, not F_GETFL first. A non-blocking descriptor would make
+	 * io_uring fail uncached reads with EAGAIN. */
+	if (fcntl(h->fd, F_SETFL, oflags) < 0) {
 		rc = -errno;
 		return gpufile__fail(rc, "opening %s: fcntl: %s", path,
 		                     strerror(-rc));
@@ -291,7 +204,11 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 		    "whose size is fixed: nothing can be appended "
 		    "(open it \"r+\" and write at offsets)",
 		    path);
-	if (rc == 0 && (rc = gpufile__fd_size(h->fd, &size)))
+	/* A regular file's size is in st; a block device's is the
+	 * kernel's (its st_size is 0). */
+	size = rc == 0 ? (int64_t)st.st_size : 0;
+	if (rc == 0 && S_ISBLK(st.st_mode) &&
+	    (rc = gpufile__fd_size(h->fd, &size)))
 		rc = gpufile__fail(rc, "opening %s: its size: %s", path,
 		                   strerror(-rc));
 	if (rc) {
@@ -304,6 +221,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h->readable = readable;
 	h->writable = writable;
 	h->append = append;
+	h->regular = S_ISREG(st.st_mode);
 	h->file_dev = st.st_dev;
 	h->file_ino = st.st_ino;
 	h->append_pos = size;
@@ -312,10 +230,12 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	pthread_mutex_init(&h->lock, NULL);
 	h->cufile_state = GPUFILE__CUFILE_UNDECIDED;
 	h->cufile_fd = -1;
+	/* The O_DIRECT descriptor is opened by its first use (direct_fd.c):
+	 * most handles never need it. */
 	if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
-		open_direct(h, oflags, cfg.direct_io);
+		gpufile__direct_fd_init(h, cfg.direct_io);
 	else
-		h->direct_fd = -1;
+		h->direct_fd = -1; /* GPUFILE__DIRECT_FD_NONE */
 	h->stats_record = gpufile__stats_file_open(h->path);
 	gpufile__fork_track(h);
 	*out = h;
@@ -347,7 +267,7 @@ int gpufile_close(gpufile_t *h)
 		gpufile__cufile_handle_deregister(h->cufile_handle);
 	if (h->cufile_fd_owned)
 		gpufile__sys.close(h->cufile_fd);
-	if (h->direct_fd >= 0)
+	if (atomic_load(&h->direct_state) == GPUFILE__DIRECT_FD_OPEN)
 		gpufile__sys.close(h->direct_fd);
 	if (gpufile__sys.close(h->fd) < 0)
 		rc = gpufile__fail(-errno, "closing %s: %s", h->path,
@@ -443,9 +363,9 @@ static void cufile_establish(struct gpufile *h, void *ctx)
 	/* cuFile's nvidia-fs path needs O_DIRECT; its compat path would take
 	 * a buffered descriptor, but a file cuFile cannot accelerate is
 	 * better served by gpufile's own path. */
-	h->cufile_fd = h->direct_fd;
+	h->cufile_fd = gpufile__direct_fd_locked(h);
 	if (h->cufile_fd < 0) {
-		h->cufile_fd = reopen_direct(h, access);
+		h->cufile_fd = gpufile__reopen_direct(h, access);
 		if (h->cufile_fd < 0) {
 			struct statfs sfs;
 			const char *fs = "this file system";
@@ -453,7 +373,7 @@ static void cufile_establish(struct gpufile *h, void *ctx)
 			err = h->cufile_fd;
 			h->cufile_fd = -1;
 			if (gpufile__sys.fstatfs(h->fd, &sfs) == 0)
-				fs = fs_name((long)sfs.f_type);
+				fs = gpufile__fs_name((long)sfs.f_type);
 			h->cufile_error = err;
 			if (err == -ESTALE)
 				snprintf(h->cufile_reason,
@@ -945,12 +865,14 @@ static void add_direct_reason(struct gpufile *h,
 {
 	char direct[320];
 	size_t used = strlen(reason);
+	int fd;
 	/* Before h->lock, which it takes. */
 	const int visible =
 	    cfg->direct_io != GPUFILE__DIRECT_AUTO || gpufile__cache_visible(h);
 
 	pthread_mutex_lock(&h->lock);
-	if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused) && !visible)
+	fd = gpufile__direct_fd_locked(h);
+	if (fd >= 0 && !atomic_load(&h->direct_refused) && !visible)
 		snprintf(direct, sizeof(direct),
 		         "O_DIRECT available, but direct_io=auto reads "
 		         "every range through the page cache: this "
@@ -958,7 +880,7 @@ static void add_direct_reason(struct gpufile *h,
 		         "it, so the kernel does not say which of its "
 		         "pages are cached (mincore); direct_io=on reads "
 		         "with O_DIRECT whatever is cached");
-	else if (h->direct_fd >= 0 && !atomic_load(&h->direct_refused))
+	else if (fd >= 0 && !atomic_load(&h->direct_refused))
 		snprintf(direct, sizeof(direct),
 		         "O_DIRECT available (direct_io=%s)",
 		         cfg->direct_io == GPUFILE__DIRECT_ON ? "on" : "auto");

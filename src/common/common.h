@@ -80,6 +80,10 @@ struct gpufile__syscalls {
 	/* Whether a range of a file's map is in the page cache: the map copy
 	 * and direct_io=auto ask it (posix_io.c). */
 	int (*mincore)(void *addr, size_t len, unsigned char *vec);
+	/* cachestat(2) (Linux 6.5) of [off, off+len) of fd's file: *cached
+	 * gets the pages of it in the page cache. direct_io=auto asks it
+	 * first: one call, where mincore() walks every page (posix_io.c). */
+	int (*cachestat)(int fd, uint64_t off, uint64_t len, uint64_t *cached);
 };
 extern struct gpufile__syscalls gpufile__sys;
 /* Restores the real system calls. */

@@ -17,8 +17,9 @@ int gpufile_fd(gpufile_t *h, int direct)
 		return gpufile__remote_no_fd(h->path, "gpufile_fd");
 	if (!direct)
 		return h->fd;
+	/* Opened now where this is its first use (paths/direct_fd.c). */
 	pthread_mutex_lock(&h->lock);
-	fd = h->direct_fd;
+	fd = gpufile__direct_fd_locked(h);
 	if (fd < 0)
 		fd = gpufile__fail(
 		    -ENOENT, "%s has no O_DIRECT descriptor: %s", h->path,

@@ -275,6 +275,14 @@ _Static_assert(S_HTTP_MAX_IN_FLIGHT + 1 == NSETTINGS,
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
 static int loaded;
+/* Moves (under config_lock) whenever the values or their sources may
+ * have changed: a load of the environment, a set. */
+static atomic_uint generation;
+
+unsigned gpufile__config_generation(void)
+{
+	return atomic_load_explicit(&generation, memory_order_acquire);
+}
 
 static const char *skip_space(const char *s)
 {
@@ -880,6 +888,7 @@ static void ensure_loaded(void)
 		(void)path_getenv(path_variables[i]); /* for its warning */
 	check_names();
 	loaded = 1;
+	atomic_fetch_add_explicit(&generation, 1, memory_order_release);
 }
 
 static struct setting *find(const char *name)
@@ -1082,6 +1091,7 @@ static int set_number(struct setting *st, uint64_t v)
 	st->source = GPUFILE_SOURCE_SETTER;
 	st->variable[0] = '\0';
 	st->bad = 0;
+	atomic_fetch_add_explicit(&generation, 1, memory_order_release);
 	pthread_mutex_unlock(&config_lock);
 	return rc;
 }
@@ -1107,6 +1117,7 @@ int gpufile_config_set(const char *name, const char *value)
 		st->source = GPUFILE_SOURCE_SETTER;
 		st->variable[0] = '\0';
 		st->bad = 0;
+		atomic_fetch_add_explicit(&generation, 1, memory_order_release);
 		pthread_mutex_unlock(&config_lock);
 		return 0;
 	}

@@ -62,6 +62,10 @@ enum {
 /* Fills *s. Returns 0, or GPUFILE_ECONFIG with the thread's message naming
  * the first bad variable and value. */
 int gpufile__settings(struct gpufile__settings *s);
+/* A number that changes whenever a setting's value or source may have
+ * changed (the environment loaded, a set): whoever keeps a copy of the
+ * settings (the statistics segment) copies them again only then. */
+unsigned gpufile__config_generation(void);
 
 /* Parsers, exposed for tests and fuzzers. Return 0 or -EINVAL/-ERANGE. */
 int gpufile__parse_size(const char *text, uint64_t *out);
@@ -152,9 +156,15 @@ struct gpufile__old_map {
 };
 
 struct gpufile {
-	int fd;        /* buffered descriptor */
-	int direct_fd; /* O_DIRECT descriptor, or -1 */
+	int fd; /* buffered descriptor */
+	/* The O_DIRECT descriptor, opened at its first use
+	 * (paths/direct_fd.c): direct_fd is valid once direct_state is
+	 * GPUFILE__DIRECT_FD_OPEN. */
+	int direct_fd;
+	atomic_int direct_state; /* GPUFILE__DIRECT_FD_* */
 	int readable, writable, append;
+	int regular; /* a regular file (not a block device): its page cache
+	              * is asked per range (posix_io.c) */
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	/* Appends (append.c), under lock: the end of the last placed, how
 	 * many are placed and not yet ended, and among these, where the
@@ -170,8 +180,9 @@ struct gpufile {
 	ino_t file_ino;
 	char direct_reason[192]; /* why O_DIRECT is not used, or "" */
 	atomic_int inflight;     /* requests on this handle not yet ended */
-	pthread_mutex_t
-	    lock; /* guards direct_reason, the map and append fields */
+	/* Guards direct_reason, the opening of direct_fd, the map and the
+	 * append fields. */
+	pthread_mutex_t lock;
 	/* A read-only mapping of the file, made when first needed and
 	 * again, longer, once the file has grown past it (posix_io.c):
 	 * mincore() asks it what the page cache holds, and warm host reads
@@ -230,6 +241,13 @@ struct gpufile__source_ops {
 	int (*sync)(struct gpufile *h);
 	/* Bytes per task of its requests (0: remote_task_size). */
 	size_t (*task_size)(struct gpufile *h);
+};
+enum {
+	/* No O_DIRECT descriptor, and none to open (0: a handle made
+	 * zeroed, a remote or a mapped one, has none). */
+	GPUFILE__DIRECT_FD_NONE = 0,
+	GPUFILE__DIRECT_FD_UNOPENED = 1, /* to be opened at first use */
+	GPUFILE__DIRECT_FD_OPEN = 2,     /* direct_fd is open */
 };
 enum {
 	GPUFILE__CUFILE_UNDECIDED = 0,

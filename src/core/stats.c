@@ -184,6 +184,9 @@ static int nfree_slots;
 /* This thread's slot in the current segment, or NULL. */
 static _Thread_local struct stats_seg_slot *my_slot;
 static _Thread_local struct stats_seg *my_seg;
+/* The settings generation (config.c) the segment's copy of the settings
+ * is of; guarded by seg_lock. */
+static unsigned snapshot_generation;
 
 /* Copies the effective settings into s. Caller holds seg_lock (the
  * segment's text records). Reading a setting may fail (a bad environment
@@ -194,6 +197,9 @@ static void snapshot_settings(struct stats_seg *s)
 {
 	int n = 0;
 
+	/* Before the values: a set meanwhile moves the generation past it,
+	 * and the next record copies them again. */
+	snapshot_generation = gpufile__config_generation();
 	gpufile__error_save();
 	seq_write_begin(&s->settings_seq);
 	for (int i = 0; i < gpufile_config_count() && n < GPUFILE_MAX_SETTINGS;
@@ -631,7 +637,11 @@ static uint64_t add_file_record(struct stats_seg *s, const char *path,
 
 	write_file_record(&s->files[n % GPUFILE_MAX_FILE_STATS], path, chosen,
 	                  pending, reason);
-	snapshot_settings(s);
+	/* Copied again only when a setting changed since: reading every
+	 * setting was a tenth of the cost of a gpufile_open (perf, 2,048
+	 * opens). The segment's creation copies them first. */
+	if (snapshot_generation != gpufile__config_generation())
+		snapshot_settings(s);
 	return n + 1;
 }
 

@@ -1,7 +1,8 @@
 /*
  * The paths wing (src/paths/): the byte movers behind the decision. Each
  * moves the bytes of a request's tasks one way: plain and O_DIRECT I/O
- * loops (posix_io.c), the copy from a file's map with streaming stores
+ * loops (posix_io.c) and the O_DIRECT descriptor they use, opened at its
+ * first use (direct_fd.c), the copy from a file's map with streaming stores
  * and its SIGBUS guard (map_copy.c), the pinned bounce-buffer pipeline to
  * and from the GPU (staging.c), cuFile (cufile_shim.c, cufile_shim.h),
  * and gathered reads of many ranges (gather.c).
@@ -47,6 +48,27 @@ ssize_t gpufile__direct_pread(int fd, char *buf, size_t len, int64_t off);
 /* O_DIRECT failed with EINVAL at I/O time (off): use the page cache for
  * h from now on, and record why. */
 void gpufile__refuse_direct(struct gpufile *h, int64_t off, int is_write);
+/* ---- the O_DIRECT descriptor, opened at first use (direct_fd.c) ---- */
+
+/* Sets up h's O_DIRECT descriptor at gpufile_open: none with direct_io
+ * off (direct_mode), else to be opened at its first use. */
+void gpufile__direct_fd_init(struct gpufile *h, int direct_mode);
+/* h's O_DIRECT descriptor, opened now if it is the first use (once, under
+ * h->lock, whichever thread comes first); -1 where there is none, with
+ * h->direct_reason saying why. gpufile__direct_fd_locked: the same for a
+ * caller that holds h->lock. */
+int gpufile__direct_fd(struct gpufile *h);
+int gpufile__direct_fd_locked(struct gpufile *h);
+/* 0 when h has no O_DIRECT descriptor and none will be opened; opens
+ * nothing. */
+int gpufile__direct_fd_possible(struct gpufile *h);
+/* A second descriptor on h->fd's file with O_DIRECT and access mode
+ * access (through /proc/self/fd: the same file even when it was renamed
+ * meanwhile); -ESTALE when another file came back; else -errno. */
+int gpufile__reopen_direct(struct gpufile *h, int access);
+/* The name of the file system of statfs magic, for messages. */
+const char *gpufile__fs_name(long magic);
+
 /* Writes len bytes; returns len or -errno (never a short count). */
 ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off);
 
@@ -90,6 +112,20 @@ int gpufile__cache_visible(struct gpufile *h);
 ssize_t gpufile__map_read(struct gpufile *h,
                           const struct gpufile__settings *cfg, char *buf,
                           size_t len, int64_t off);
+
+/* Faults in, with one MADV_POPULATE_WRITE, the pages of the n bytes at p
+ * from the first that is not in memory (mincore), before a read writes
+ * them: a read into new memory (fsspec's cat_ranges returns 10,000 new
+ * 64 KiB bytes objects) otherwise takes a page fault per 4 KiB page in
+ * the middle of the kernel's copy, and on the CI VM (a PVM guest, whose
+ * faults go through the hypervisor) those cost as much as the copy:
+ * 10,000 x 64 KiB reads into new memory took 3.3 s of CPU, 1.7 s after
+ * this (bench/README.md). Nothing for fewer than GPUFILE__POPULATE_MIN
+ * bytes (a fault or two cost less than the mincore() call), memory
+ * already in place, or a kernel before 5.14; a failure is left to the
+ * read. */
+void gpufile__populate_dest(void *p, size_t n);
+#define GPUFILE__POPULATE_MIN (64u << 10)
 
 /* 1 when MADV_POPULATE_READ/WRITE work here (Linux 5.14). */
 int gpufile__populate_works(void);

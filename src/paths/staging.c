@@ -927,8 +927,8 @@ static int uring_submit(struct stager *s, struct gpufile__request *r,
 	/* The window fits its buffer whatever bounce_buffer_size is. */
 	assert(c->wl <= GPUFILE__BOUNCE_STRIDE(s->buf_size));
 	c->done = 0;
-	io_uring_prep_read(sqe, r->h->direct_fd, s->buf[b], (unsigned)c->wl,
-	                   (uint64_t)c->ws);
+	io_uring_prep_read(sqe, gpufile__direct_fd(r->h), s->buf[b],
+	                   (unsigned)c->wl, (uint64_t)c->ws);
 	io_uring_sqe_set_data64(sqe, b);
 	for (int again = 0;; again++) {
 		int rc = gpufile__uring.submit(&s->ring);
@@ -1011,8 +1011,8 @@ static ssize_t cold_chunk_bytes(struct stager *s, struct gpufile__request *r,
 	if (got == -EINTR || got == -EAGAIN)
 		/* A transient failure of the whole read: redo it
 		 * synchronously (that loop retries both). */
-		got = gpufile__direct_pread(r->h->direct_fd, s->buf[b], c->wl,
-		                            c->ws);
+		got = gpufile__direct_pread(gpufile__direct_fd(r->h), s->buf[b],
+		                            c->wl, c->ws);
 	if (got == -EINVAL) {
 		/* O_DIRECT refused at I/O time: the caller continues from
 		 * here through the page cache. */
@@ -1023,9 +1023,9 @@ static ssize_t cold_chunk_bytes(struct stager *s, struct gpufile__request *r,
 		return got;
 	if ((size_t)got < c->wl && got % GPUFILE_ALIGN == 0 && got > 0) {
 		/* A short read that is not end-of-file: finish it. */
-		ssize_t more =
-		    gpufile__direct_pread(r->h->direct_fd, s->buf[b] + got,
-		                          c->wl - (size_t)got, c->ws + got);
+		ssize_t more = gpufile__direct_pread(
+		    gpufile__direct_fd(r->h), s->buf[b] + got,
+		    c->wl - (size_t)got, c->ws + got);
 		if (more < 0)
 			return more;
 		got += more;
