@@ -8,6 +8,7 @@ offset) reads at once, host or device buffers, any mix of files.
     counts = b.wait()                # or b.wait(timeout=1.5)
 """
 
+import array
 import ctypes
 import time
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
@@ -36,9 +37,16 @@ _EINPROGRESS = 115
 _ETIMEDOUT = 110
 
 
+_fns = {}
+
+
 def _fn(name):
-    from ._page_cache import fn
-    return fn(name, _DECLS)
+    """The C function with its prototype, looked up once: _collect asks
+    for gpufile_batch_result once per entry."""
+    f = _fns.get(name)
+    if f is None:
+        f = _fns[name] = _lib.fn(name, _DECLS)
+    return f
 
 
 class BatchRead:
@@ -66,7 +74,12 @@ class BatchRead:
     failed read is never dropped unseen; a batch dropped without either
     warns (RuntimeWarning) with that error."""
 
-    def __init__(self, entries):
+    def __init__(self, entries, _rows=None):
+        """_rows (the integrations' own form, _ranges): a list of (File,
+        pointer, size, offset) rows their caller made and checked itself,
+        and keeps the memory of alive until the batch is complete (new
+        bytes objects, parts of a NumPy result); entries is then what
+        holds that memory, kept as the buffers are."""
         from ._file import File
         self._c = None
         self._submitted = False
@@ -76,9 +89,7 @@ class BatchRead:
         self._polled = 0  # what the last poll() saw
         self._bufs = []
         self._files = []
-        entries = list(entries)
-        self.n = len(entries)
-        arr = (_Entry * max(self.n, 1))()
+        self._keep = None
         # The handles are entered only until the submit has returned:
         # from then on gpufile_close() waits for the batch's entries (its
         # contract in gpufile.h), as for a Future, and the C batch does
@@ -88,41 +99,98 @@ class BatchRead:
         held = {}  # id(Owned) -> Owned: one look-up per entry (a scan of
         # a list was quadratic: 2,048 files, 2 million comparisons)
         try:
-            for i, ent in enumerate(entries):
-                try:
-                    f, buf, size, offset = ent
-                except (TypeError, ValueError):
-                    raise TypeError("batch entry %d: expected (file, buf, size, "
-                                    "offset), got %r" % (i, ent)) from None
-                if not isinstance(f, File):
-                    raise TypeError("batch entry %d: file must be a gpufile.File, "
-                                    "not %s" % (i, type(f).__name__))
-                if f.closed:
-                    raise ValueError("batch entry %d: %r is closed" % (i, f.name))
-                what = "batch entry %d" % i
-                b = _buffers.as_buffer(buf, True, what)
-                self._bufs.append(b)
-                n, off = _buffers.check_range(b, size, offset, what)
-                h = f._h
-                if id(h) not in held:
-                    h.enter()
-                    held[id(h)] = h
-                arr[i] = _Entry(h.ptr, b.ptr, n, off)
-                self._files.append(f.name)
-            out = c_void_p()
-            _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out),
-                                                   max(self.n, 1)))
-            self._c = Owned(out.value, None,
-                            "batch of %d entries" % self.n)
-            # No other thread knows the batch yet: no call to count.
-            _lib.check(_fn("gpufile_batch_submit")(out.value, arr, self.n))
-            self._submitted = True
+            if _rows is None:
+                flat = self._check(list(entries), held, File)
+            else:
+                self._keep = entries
+                flat = self._rows(_rows, held)
+            self._submit(flat)
         except BaseException:
             self._end()
             raise
         finally:
             for h in held.values():
                 h.leave()
+
+    @staticmethod
+    def _enter(f, held, i):
+        """f's handle, entered once per batch (a closed File raises)."""
+        h = f._h
+        if id(h) not in held:
+            if f.closed:
+                raise ValueError("batch entry %d: %r is closed" % (i, f.name))
+            h.enter()
+            held[id(h)] = h
+        return h.ptr
+
+    def _check(self, entries, held, File):
+        """Checks every (file, buf, size, offset) entry, naming the first
+        bad one; returns the C entries as a flat list of integers (file,
+        buf, size, offset each). The checks of one entry are a few
+        comparisons when its values are plain ints in range; anything else
+        goes through _buffers.check_range for its words."""
+        self.n = len(entries)
+        flat = [0] * (4 * self.n)
+        bufs, files = self._bufs, self._files
+        as_buffer, Buffer = _buffers.as_buffer, _buffers.Buffer
+        for i, ent in enumerate(entries):
+            try:
+                f, buf, size, offset = ent
+            except (TypeError, ValueError):
+                raise TypeError("batch entry %d: expected (file, buf, size, "
+                                "offset), got %r" % (i, ent)) from None
+            if not isinstance(f, File):
+                raise TypeError("batch entry %d: file must be a gpufile.File, "
+                                "not %s" % (i, type(f).__name__))
+            if f.closed:
+                raise ValueError("batch entry %d: %r is closed" % (i, f.name))
+            b = buf if type(buf) is Buffer else \
+                as_buffer(buf, True, "batch entry %d" % i)
+            bufs.append(b)
+            if size is None:
+                size = b.nbytes
+            if not (type(size) is int and type(offset) is int and
+                    0 <= size <= b.nbytes and 0 <= offset and
+                    size + offset <= _args.OFF_MAX + 1):
+                size, offset = _buffers.check_range(b, size, offset,
+                                                    "batch entry %d" % i)
+            k = 4 * i
+            flat[k] = self._enter(f, held, i)
+            flat[k + 1] = b.ptr or 0
+            flat[k + 2] = size
+            flat[k + 3] = offset
+            files.append(f.name)
+        return flat
+
+    def _rows(self, rows, held):
+        """The flat C entries of the integrations' rows (see __init__)."""
+        self.n = len(rows)
+        flat = [0] * (4 * self.n)
+        enter = self._enter
+        for i, (f, ptr, size, offset) in enumerate(rows):
+            k = 4 * i
+            flat[k] = enter(f, held, i)
+            flat[k + 1] = ptr
+            flat[k + 2] = size
+            flat[k + 3] = offset
+        self._files = [r[0].name for r in rows]
+        return flat
+
+    def _submit(self, flat):
+        """Makes the C batch and submits the entries (flat, as _check
+        gives them): one array.array of 64-bit words, the layout of
+        gpufile_batch_entry_t (a ctypes Structure per entry cost more than
+        the 64 KiB read of a cat_ranges range)."""
+        words = array.array("Q", flat)
+        arr = (_Entry * max(self.n, 1)).from_buffer(words) if self.n else \
+            (_Entry * 1)()
+        out = c_void_p()
+        _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out),
+                                               max(self.n, 1)))
+        self._c = Owned(out.value, None, "batch of %d entries" % self.n)
+        # No other thread knows the batch yet: no call to count.
+        _lib.check(_fn("gpufile_batch_submit")(out.value, arr, self.n))
+        self._submitted = True
 
     def _collect(self, b, ms):
         """Waits at most ms milliseconds (-1: no limit) for the batch b (in
@@ -133,7 +201,8 @@ class BatchRead:
         if rc == -_ETIMEDOUT:
             raise TimeoutError(_ETIMEDOUT, _lib.errmsg())
         _lib.check(rc)
-        results = [_fn("gpufile_batch_result")(b, i) for i in range(self.n)]
+        result = _fn("gpufile_batch_result")
+        results = [result(b, i) for i in range(self.n)]
         for i, r in enumerate(results):
             if r < 0:
                 m = _fn("gpufile_batch_errmsg")(b, i)
@@ -143,7 +212,8 @@ class BatchRead:
     def _free(self, b):
         """Owned's free function: waits for a batch not waited for (its
         outcome kept), frees it, and returns what _end() lets go of once
-        close() has returned: the buffers, and the error of that wait."""
+        close() has returned: the buffers, the error of that wait, and
+        what held the memory of _rows."""
         err = None
         if self._submitted and self._results is None:
             try:
@@ -152,19 +222,21 @@ class BatchRead:
                 err = e
         _fn("gpufile_batch_free")(b)  # waits for the entries in flight
         bufs, self._bufs = self._bufs, []
-        return bufs, err
+        keep, self._keep = self._keep, None
+        return bufs, err, keep
 
     def _end(self):
         """Frees the C batch (waiting for it, its outcome kept) and lets go
         of the buffers; from any thread, any number of times: the first
         frees, the others wait for it."""
         if self._c is None:  # failed before the C batch was made
-            bufs, err = self._bufs, None
-            self._bufs = []
+            bufs, err, keep = self._bufs, None, self._keep
+            self._bufs, self._keep = [], None
         else:
-            bufs, err = self._c.close(self._free) or ((), None)
+            bufs, err, keep = self._c.close(self._free) or ((), None, None)
         for buf in bufs:
             buf.release()
+        del keep  # the rows' memory, let go with nothing held
         if err is not None:
             raise err
 

@@ -38,7 +38,7 @@ if int(zarr.__version__.split(".")[0]) != 2:
 
 from zarr.storage import BaseStore, DirectoryStore  # noqa: E402
 
-from . import _ranges  # noqa: E402
+from . import _buffers, _ranges  # noqa: E402
 from ._file import File  # noqa: E402
 
 
@@ -52,7 +52,7 @@ class _BatchReads:
         paths = {k: self._key_path(k) for k in keys}
         files = _ranges.open_files(paths.values())
         try:
-            out, entries, order = {}, [], []
+            out, rows, order = {}, [], []
             for k, p in paths.items():
                 f = files[p]
                 # DirectoryStore: a key that is no file is missing.
@@ -64,11 +64,11 @@ class _BatchReads:
                 if n == 0:
                     out[k] = b""
                     continue
-                b, buf = _ranges.new_bytes(n)
-                out[k] = b
-                entries.append((f, buf, n, 0))
+                out[k], ptr = _ranges.new_bytes(n)
+                rows.append((f, ptr, n, 0))
                 order.append(k)
-            for k, r in zip(order, _ranges.read_batch(entries)):
+            # out holds the new bytes objects until the batch is done.
+            for k, r in zip(order, _ranges.read_rows(rows, out)):
                 if isinstance(r, BaseException):
                     raise r
                 out[k] = _ranges.shrink(out[k], r)
@@ -220,37 +220,18 @@ class Array(zarr.Array):
             _ranges.close_files(files)
 
     def _read_chunks(self, jobs, files, out, device, drop_axes, fields):
-        entries, read = [], []
-        for key, path, csel, osel, dest in jobs:
-            f = files[path]
-            if isinstance(f, FileNotFoundError):
-                if self._fill_value is not None:  # zarr: a missing chunk
-                    fill = self._fill_value
-                    out[osel] = fill[fields] if fields else fill
-                continue
-            if isinstance(f, BaseException):
-                raise f
-            n = f.size()
-            if dest is not None:
-                if n != dest.nbytes:
-                    raise ValueError(
-                        "chunk %r of %s holds %d bytes; an uncompressed chunk "
-                        "of shape %s and dtype %s holds %d" %
-                        (key, f.name, n, self._chunks, self._dtype,
-                         dest.nbytes))
-                entries.append((f, dest, n, 0))
-                read.append((key, f.name, None, csel, osel, n))
-            elif n:
-                b, buf = _ranges.new_bytes(n)
-                entries.append((f, buf, n, 0))
-                read.append((key, f.name, b, csel, osel, n))
-            else:
-                read.append((key, f.name, b"", csel, osel, 0))
-                entries.append(None)
-        counts = _ranges.read_batch([e for e in entries if e is not None])
+        rows, read, keep, bufs = [], [], [], []
+        try:
+            self._chunk_rows(jobs, files, out, device, fields, rows, read,
+                             keep, bufs)
+            counts = _ranges.read_rows(rows, keep)
+        finally:
+            for buf in bufs:
+                buf.release()
+        del keep
         counts = iter(counts)
-        for e, (key, name, b, csel, osel, n) in zip(entries, read):
-            got = next(counts) if e is not None else 0
+        for key, name, b, csel, osel, n, row in read:
+            got = next(counts) if row else 0
             if isinstance(got, BaseException):
                 raise got
             if got != n:
@@ -269,6 +250,50 @@ class Array(zarr.Array):
             else:
                 self._process_chunk(out, b, csel, drop_axes, True, fields,
                                     osel)
+
+    def _chunk_rows(self, jobs, files, out, device, fields, rows, read, keep,
+                    bufs):
+        """The batch's rows (_ranges.read_rows) of the chunks of jobs: each
+        whole uncompressed chunk straight into its part of out (dest), the
+        others into a new bytes object; read gets (key, file name, the
+        bytes object or None, chunk and out selections, size, whether it
+        has a row) per chunk read, keep what holds their memory, bufs the Buffers of device
+        parts (released by the caller once the batch is done)."""
+        for key, path, csel, osel, dest in jobs:
+            f = files[path]
+            if isinstance(f, FileNotFoundError):
+                if self._fill_value is not None:  # zarr: a missing chunk
+                    fill = self._fill_value
+                    out[osel] = fill[fields] if fields else fill
+                continue
+            if isinstance(f, BaseException):
+                raise f
+            n = f.size()
+            if dest is not None:
+                if n != dest.nbytes:
+                    raise ValueError(
+                        "chunk %r of %s holds %d bytes; an uncompressed chunk "
+                        "of shape %s and dtype %s holds %d" %
+                        (key, f.name, n, self._chunks, self._dtype,
+                         dest.nbytes))
+                host = None if device else \
+                    getattr(dest, "__array_interface__", None)
+                if host is not None:  # a NumPy part: its address
+                    ptr = host["data"][0]
+                    keep.append(dest)
+                else:  # a device part (its stream waited for)
+                    buf = _buffers.as_buffer(dest, True, "chunk %r" % key)
+                    bufs.append(buf)
+                    ptr = buf.ptr
+                rows.append((f, ptr, n, 0))
+                read.append((key, f.name, None, csel, osel, n, True))
+            elif n:
+                b, ptr = _ranges.new_bytes(n)
+                keep.append(b)
+                rows.append((f, ptr, n, 0))
+                read.append((key, f.name, b, csel, osel, n, True))
+            else:
+                read.append((key, f.name, b"", csel, osel, 0, False))
 
 
 def open_array(root, mode="a", meta_array=None, **kwargs):
