@@ -28,7 +28,8 @@ static int ends_with(const char *s, const char *tail)
 static int is_url(const char *s)
 {
 	return strncmp(s, "http://", 7) == 0 ||
-	       strncmp(s, "https://", 8) == 0 || strncmp(s, "s3://", 5) == 0;
+	       strncmp(s, "https://", 8) == 0 || strncmp(s, "s3://", 5) == 0 ||
+	       strncmp(s, "webhdfs://", 10) == 0;
 }
 
 /* Appends path (taken over; NULL: out of memory). checkpoint_expand()
@@ -62,36 +63,38 @@ static int by_path_then_place(const void *a, const void *b, void *arg)
 	return c ? c : (i > j) - (i < j);
 }
 
-/* Keeps the first of each path, in place and order. Sorting positions
- * (not comparing each path with all before it): an index names a shard
- * per tensor, and one of 100000 tensors took minutes pairwise. */
-static int drop_repeats(const char *cmd, struct checkpoint_files *f)
+/* Keeps the first of each path of f->paths[start..count), in place and
+ * order. Sorting positions (not comparing each path with all before it):
+ * an index names a shard per tensor, and one of 100000 tensors took
+ * minutes pairwise. */
+static int drop_repeats(const char *cmd, struct checkpoint_files *f, int start)
 {
+	const int n = f->count - start;
+	char **paths = f->paths + start;
 	int *order, kept = 0, first;
 
-	if (f->count < 2)
+	if (n < 2)
 		return 0;
-	order = malloc((size_t)f->count * sizeof(*order));
+	order = malloc((size_t)n * sizeof(*order));
 	if (!order)
 		return msg_error(cmd, "out of memory");
-	for (int i = 0; i < f->count; i++)
+	for (int i = 0; i < n; i++)
 		order[i] = i;
-	qsort_r(order, (size_t)f->count, sizeof(*order), by_path_then_place,
-	        f->paths);
+	qsort_r(order, (size_t)n, sizeof(*order), by_path_then_place, paths);
 	/* first: the first place of the path at order[i - 1], kept. */
 	first = order[0];
-	for (int i = 1; i < f->count; i++)
-		if (strcmp(f->paths[order[i]], f->paths[first]) == 0) {
-			free(f->paths[order[i]]);
-			f->paths[order[i]] = NULL;
+	for (int i = 1; i < n; i++)
+		if (strcmp(paths[order[i]], paths[first]) == 0) {
+			free(paths[order[i]]);
+			paths[order[i]] = NULL;
 		} else {
 			first = order[i];
 		}
 	free(order);
-	for (int i = 0; i < f->count; i++)
-		if (f->paths[i])
-			f->paths[kept++] = f->paths[i];
-	f->count = kept;
+	for (int i = 0; i < n; i++)
+		if (paths[i])
+			paths[kept++] = paths[i];
+	f->count = start + kept;
 	return 0;
 }
 
@@ -329,18 +332,21 @@ static int expand_folder(const char *cmd, const char *folder,
 int checkpoint_expand(const char *cmd, const char *arg,
                       struct checkpoint_files *files)
 {
+	const int start = files->count;
 	struct stat st;
 	int rc;
 
 	if (is_url(arg))
-		rc = add(cmd, files, strdup(arg));
-	else if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
+		return add(cmd, files, strdup(arg));
+	if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))
 		rc = expand_folder(cmd, arg, files);
 	else if (ends_with(arg, ".json"))
 		rc = expand_index(cmd, arg, files);
 	else
-		rc = add(cmd, files, strdup(arg));
-	return rc ? rc : drop_repeats(cmd, files);
+		return add(cmd, files, strdup(arg));
+	/* An index's shards once each; files named twice by the caller are
+	 * loaded twice, as asked. */
+	return rc ? rc : drop_repeats(cmd, files, start);
 }
 
 void checkpoint_files_free(struct checkpoint_files *files)
