@@ -62,7 +62,10 @@ def runtime(exc, prefix=None):
         return exc
     err = exc.errno if exc.errno is not None else _errno.EIO
     detail = exc.strerror or str(exc)
-    if "ignored the Range request" in detail:
+    # remote.c's words: a server found to ignore Range at open ("ignores
+    # Range requests"), or one that ignored a range later ("ignored the
+    # Range request").
+    if "ignores Range requests" in detail or "ignored the Range request" in detail:
         out = RangeOverflowError(err, "%s (maybe the server doesn't support "
                                  "file ranges?)" % detail)
         return _copy_details(exc, out)
