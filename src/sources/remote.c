@@ -240,10 +240,7 @@ static CURL *conn_new(struct gpufile__remote *rm)
 	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	/* aws_config.c's gpufile__ca_settings(): options, AWS_CA_BUNDLE,
 	 * CURL_CA_BUNDLE, SSL_CERT_FILE; options, SSL_CERT_DIR. */
-	if (rm->ca_file)
-		curl_easy_setopt(c, CURLOPT_CAINFO, rm->ca_file);
-	if (rm->ca_path)
-		curl_easy_setopt(c, CURLOPT_CAPATH, rm->ca_path);
+	gpufile__http_use_ca(c, rm->ca_file, rm->ca_path);
 	return c;
 }
 
@@ -280,33 +277,6 @@ struct sink {
 	const char *expect_etag;
 };
 
-/* A Retry-After value (RFC 9110: delay-seconds or an HTTP-date) as
- * seconds from now, or -1 when it is neither (or too long to be one). */
-static int64_t retry_after_seconds(const char *value, size_t len)
-{
-	char text[128], *end;
-	long long v;
-	time_t when;
-
-	while (len && (*value == ' ' || *value == '\t')) {
-		value++;
-		len--;
-	}
-	while (len && strchr(" \t\r\n", value[len - 1]))
-		len--;
-	if (!len || len >= sizeof(text)) /* no date is that long */
-		return -1;
-	memcpy(text, value, len);
-	text[len] = '\0';
-	v = strtoll(text, &end, 10);
-	if (end != text && !*end)
-		return v < 0 ? -1 : v;
-	when = curl_getdate(text, NULL);
-	if (when == (time_t)-1)
-		return -1;
-	return when > time(NULL) ? (int64_t)(when - time(NULL)) : 0;
-}
-
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -322,7 +292,7 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		free(s->etag);
 		s->etag = NULL;
 	} else if (len > 12 && strncasecmp(line, "retry-after:", 12) == 0) {
-		s->retry_after = retry_after_seconds(line + 12, len - 12);
+		s->retry_after = gpufile__http_retry_after(line + 12, len - 12);
 	} else if (len > 15 && strncasecmp(line, "content-length:", 15) == 0) {
 		char *end;
 		long long v = strtoll(line + 15, &end, 10);
@@ -589,41 +559,21 @@ static void count_response(struct gpufile__remote *rm, const struct sink *s)
 	                          memory_order_relaxed);
 }
 
-/* http_verbose: one line on stderr per exchange, the URL redacted (the
- * request's own: an s3:// URL's endpoint, a redirect's target). */
+/* http_verbose: one line on stderr per exchange (http_policy.c), the
+ * request's own URL (an s3:// URL's endpoint). */
 static void log_exchange(struct gpufile__remote *rm, const struct sink *s,
                          int head, CURLcode cc)
 {
-	char *url = gpufile__remote_redact(rm->url), *to = NULL;
-	const char *eff = NULL;
-	char range[64] = "(none: the whole body)";
-	long hops = 0;
+	char range[80] = " Range: (none: the whole body)";
 
-	if (!s->prefix)
-		snprintf(range, sizeof(range), "bytes=%" PRId64 "-%" PRId64,
-		         s->off, s->off + (int64_t)s->want - 1);
-
-	curl_easy_getinfo(s->c, CURLINFO_REDIRECT_COUNT, &hops);
-	if (hops > 0 &&
-	    curl_easy_getinfo(s->c, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK &&
-	    eff)
-		to = gpufile__remote_redact(eff);
-	if (cc != CURLE_OK)
-		fprintf(
-		    stderr,
-		    "gpufile: http: %s %s%s%s -> curl error %d (%s)%s%s%s\n",
-		    head ? "HEAD" : "GET", url ? url : GPUFILE__URL_NOT_SHOWN,
-		    head ? "" : " Range: ", head ? "" : range, (int)cc,
-		    curl_easy_strerror(cc), to ? " after redirects to " : "",
-		    to ? to : "", "");
-	else
-		fprintf(
-		    stderr, "gpufile: http: %s %s%s%s -> HTTP %ld%s%s%s\n",
-		    head ? "HEAD" : "GET", url ? url : GPUFILE__URL_NOT_SHOWN,
-		    head ? "" : " Range: ", head ? "" : range, s->status,
-		    to ? " (redirected to " : "", to ? to : "", to ? ")" : "");
-	free(url);
-	free(to);
+	if (head)
+		range[0] = '\0';
+	else if (!s->prefix)
+		snprintf(range, sizeof(range),
+		         " Range: bytes=%" PRId64 "-%" PRId64, s->off,
+		         s->off + (int64_t)s->want - 1);
+	gpufile__http_log_exchange(s->c, head ? "HEAD" : "GET", rm->url, range,
+	                           cc);
 }
 
 /* Sets up the request on s->c (on a new connection when fresh); list and
@@ -835,57 +785,20 @@ static int exchange_begin(struct gpufile__remote *rm, struct sink *s, int head,
 	return EX_OK;
 }
 
-/* A number in [0, n) from a per-thread xorshift generator: jitter only,
- * no secret depends on it. */
-static uint64_t jitter(uint64_t n)
-{
-	static _Thread_local uint64_t x;
-
-	if (!x) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
-		    (uint64_t)gettid() ^ 0x9e3779b97f4a7c15ull;
-	}
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return n ? x % n : 0;
-}
-
-/* How long to wait before attempt + 1 (ms). A Retry-After of the failed
- * response (a 429 or 503 saying when to come back) is honoured, cut to
- * http_retry_after_max so a server cannot hold a read for hours; else an
- * exponential back-off, 50 ms doubling to 2 s, of which a random half is
- * waited (jitter: clients that failed together do not come back
- * together). The engine waits it (http_multi.c). */
+/* How long to wait before attempt + 1 (ms): http_policy.c's rule; the
+ * engine waits it (http_multi.c). */
 static long back_off_ms(struct gpufile__remote *rm, const struct sink *s,
                         unsigned attempt)
 {
-	const long base = 50L << (attempt - 1 < 5 ? attempt - 1 : 5);
-	long ms = base / 2 + (long)jitter((uint64_t)base / 2 + 1);
-	int cut = 0;
+	const struct gpufile__http_wait w = {
+	    .attempt = attempt,
+	    .max_attempts = rm->max_attempts,
+	    .retry_after = s->retry_after,
+	    .retry_after_max_s = rm->retry_after_max_s,
+	    .verbose = rm->verbose,
+	};
 
-	if (s->retry_after > 0) {
-		cut = s->retry_after > rm->retry_after_max_s;
-		ms = (cut ? rm->retry_after_max_s : (long)s->retry_after) *
-		     1000L;
-	}
-	if (rm->verbose) {
-		if (s->retry_after > 0)
-			fprintf(stderr,
-			        "gpufile: http: waiting %ld ms before attempt "
-			        "%u of %u (Retry-After: %" PRId64 " s%s)\n",
-			        ms, attempt + 1, rm->max_attempts,
-			        s->retry_after,
-			        cut ? ", cut to http_retry_after_max" : "");
-		else
-			fprintf(stderr,
-			        "gpufile: http: waiting %ld ms before attempt "
-			        "%u of %u (back-off with jitter)\n",
-			        ms, attempt + 1, rm->max_attempts);
-	}
-	return ms;
+	return gpufile__http_back_off_ms(&w);
 }
 
 /* Where a range's attempts stand: the attempt number, whether the next

@@ -2,6 +2,8 @@
  * The sources wing (src/sources/): where bytes come from when they are not
  * a local file: HTTP(S) and S3 objects (remote.c, remote.h), the
  * transfer engine that moves their ranges (http_multi.c, http_multi.h),
+ * the back-off, CA and logging rules of every request (http_policy.c,
+ * http_policy.h),
  * S3's request signatures (sigv4.c, sigv4.h), credentials, regions and
  * endpoints as AWS tools find them (aws_config.c, aws_config.h), WebHDFS
  * files (webhdfs.c) and uploads (upload.c), the last two over one HTTP
@@ -17,6 +19,7 @@
 
 #include "sources/aws_config.h"
 #include "sources/http_multi.h"
+#include "sources/http_policy.h"
 #include "sources/remote.h"
 #include "sources/sigv4.h"
 

@@ -1,0 +1,48 @@
+/*
+ * The rules every HTTP request of the sources follows, written once
+ * (http_policy.c): remote.c's ranged reads and http.c's own requests
+ * (uploads, WebHDFS) wait the same back-off between attempts (Retry-After
+ * honoured up to http_retry_after_max, else exponential with jitter),
+ * check peers against the same CA bundle and folder (chosen by
+ * aws_config.c's gpufile__ca_settings()), and log each exchange the same
+ * way under http_verbose, the URL redacted.
+ */
+#ifndef GPUFILE_HTTP_POLICY_H
+#define GPUFILE_HTTP_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if GPUFILE_HAVE_CURL
+#include <curl/curl.h>
+
+/* A Retry-After value (RFC 9110: delay-seconds or an HTTP-date), len
+ * bytes, as seconds from now, or -1 when it is neither (or too long to be
+ * one). */
+int64_t gpufile__http_retry_after(const char *value, size_t len);
+
+/* What the wait after a failed attempt depends on. */
+struct gpufile__http_wait {
+	unsigned attempt;       /* the attempt that failed, from 1 */
+	unsigned max_attempts;  /* for the log line */
+	int64_t retry_after;    /* seconds its Retry-After asked, -1: none */
+	long retry_after_max_s; /* http_retry_after_max */
+	int verbose;            /* http_verbose: say the wait on stderr */
+};
+
+/* How long to wait before attempt + 1 (ms), said on stderr under
+ * verbose. */
+long gpufile__http_back_off_ms(const struct gpufile__http_wait *w);
+
+/* Checks c's peers against ca_file and ca_path (NULL: libcurl's
+ * default). */
+void gpufile__http_use_ca(CURL *c, const char *ca_file, const char *ca_path);
+
+/* http_verbose's line for the exchange that ended on c with cc: method,
+ * url (redacted here), detail (e.g. " Range: bytes=0-9", or ""), then
+ * the HTTP status or curl error and where redirects led (redacted). */
+void gpufile__http_log_exchange(CURL *c, const char *method, const char *url,
+                                const char *detail, CURLcode cc);
+
+#endif
+#endif
