@@ -10,7 +10,9 @@ import http.server
 import os
 import subprocess
 import sys
+import ssl
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -38,11 +40,10 @@ class _PutServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
 
-@pytest.fixture(scope="module")
-def put_server():
-    """An HTTP server storing PUT bodies (201), serving them back on GET;
-    paths under /deny/ answer 403."""
-    store = {}
+def _put_handler(store):
+    """Stores PUT bodies (201), serves them back on GET; paths under
+    /deny/ answer 403; a path under /busy/ answers its first PUT 503 with
+    Retry-After: 1 (store["busy-times"] keeps when each PUT of it came)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -50,8 +51,10 @@ def put_server():
         def log_message(self, *args):
             pass
 
-        def _send(self, code, body=b""):
+        def _send(self, code, body=b"", headers=()):
             self.send_response(code)
+            for name, value in headers:
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -64,6 +67,11 @@ def put_server():
             path = self.path.split("?")[0]
             if path.startswith("/deny/"):
                 return self._send(403, b"Forbidden: no writes here")
+            if path.startswith("/busy/"):
+                times = store.setdefault("busy-times", {})
+                times.setdefault(path, []).append(time.monotonic())
+                if len(times[path]) == 1:
+                    return self._send(503, b"busy", [("Retry-After", "1")])
             store[path] = body
             self._send(201)
 
@@ -71,9 +79,39 @@ def put_server():
             body = store.get(self.path.split("?")[0])
             self._send(404) if body is None else self._send(200, body)
 
-    srv = _PutServer(("127.0.0.1", 0), Handler)
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def put_server():
+    """(URL, store) of a _put_handler server."""
+    store = {}
+    srv = _PutServer(("127.0.0.1", 0), _put_handler(store))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield "http://127.0.0.1:%d" % srv.server_address[1], store
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tls_put_server(tmp_path_factory):
+    """(URL, store, CA file, folder of nothing) of a _put_handler server
+    over HTTPS, its certificate self-signed for 127.0.0.1."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "2",
+                        "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if r.returncode:
+        missing("openssl req: " + r.stderr.decode(errors="replace"))
+    store = {}
+    srv = _PutServer(("127.0.0.1", 0), _put_handler(store))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield "https://127.0.0.1:%d" % srv.server_address[1], store, cert
     srv.shutdown()
 
 
@@ -132,6 +170,92 @@ def test_failed_put_names_the_redacted_url(put_server):
     assert url + "/deny/x.bin" in msg and "HTTP 403" in msg
     assert "PASSWORD" not in msg and "SECRET" not in msg
     assert "/deny/x.bin" not in store
+
+
+PUT_CHILD = r"""
+import sys
+import numpy as np
+import gpufile
+opts = {"ca_file": sys.argv[2]} if len(sys.argv) > 2 else {}
+with gpufile.File(sys.argv[1], "w", **opts) as f:
+    assert f.write(np.full(1000, 7, dtype=np.uint8)) == 1000
+"""
+CA_VARIABLES = ("AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE",
+                "SSL_CERT_DIR")
+
+
+def _put_in_child(url, *args, **env_more):
+    """Uploads 1000 bytes of 7 to url in a child (settings come from its
+    environment, read once), with no CA variable but env_more's."""
+    env = {k: v for k, v in os.environ.items() if k not in CA_VARIABLES}
+    env.update(env_more)
+    env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    return subprocess.run([sys.executable, "-c", PUT_CHILD, url] + list(args),
+                          env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=120)
+
+
+def test_put_waits_as_retry_after_asks_and_logs_redacted(put_server):
+    """A PUT answered 503 + Retry-After: 1 goes again after that second
+    (the wait rule of remote reads, http_policy.c), and http_verbose logs
+    each exchange and the wait, the URL's secrets redacted."""
+    url, store = put_server
+    secret_url = url.replace("http://", "http://user:PASSWORD@") + \
+        "/busy/r.bin?token=SECRET"
+    p = _put_in_child(secret_url, GPUFILE_HTTP_VERBOSE="1",
+                      GPUFILE_HTTP_RETRY_AFTER_MAX="60")
+    log = p.stderr
+    assert p.returncode == 0, log
+    assert store["/busy/r.bin"] == b"\x07" * 1000
+    shown = url + "/busy/r.bin?<query redacted>"
+    assert "gpufile: http: PUT %s -> HTTP 503" % shown in log, log
+    assert "(Retry-After: 1 s)" in log, log
+    assert "gpufile: http: PUT %s -> HTTP 201" % shown in log, log
+    assert "PASSWORD" not in log and "SECRET" not in log, log
+    first, second = store["busy-times"]["/busy/r.bin"]
+    assert second - first >= 1.0  # a lower bound only
+
+
+def test_retry_after_is_cut_to_the_setting(put_server):
+    url, store = put_server
+    p = _put_in_child(url + "/busy/cut.bin", GPUFILE_HTTP_VERBOSE="1",
+                      GPUFILE_HTTP_RETRY_AFTER_MAX="0")
+    assert p.returncode == 0, p.stderr
+    assert store["/busy/cut.bin"] == b"\x07" * 1000
+    assert "waiting 0 ms before attempt 2 of" in p.stderr, p.stderr
+    assert "cut to http_retry_after_max" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("how", ["AWS_CA_BUNDLE", "SSL_CERT_DIR", "ca_file"])
+def test_https_put_checks_the_peer_against_the_ca_settings(how,
+                                                           tls_put_server,
+                                                           tmp_path):
+    """Uploads check HTTPS peers against the CA settings reads use
+    (aws_config.c's gpufile__ca_settings): the handle's ca_file, else
+    AWS_CA_BUNDLE, ...; SSL_CERT_DIR a folder of hashed certificates."""
+    url, store, cert = tls_put_server
+    name = "/tls/%s.bin" % how
+    if how == "ca_file":
+        p = _put_in_child(url + name, cert)
+    elif how == "SSL_CERT_DIR":
+        r = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", cert],
+                           stdout=subprocess.PIPE, universal_newlines=True)
+        assert r.returncode == 0
+        os.symlink(cert, str(tmp_path / (r.stdout.strip() + ".0")))
+        p = _put_in_child(url + name, SSL_CERT_DIR=str(tmp_path))
+    else:
+        p = _put_in_child(url + name, AWS_CA_BUNDLE=cert)
+    assert p.returncode == 0, p.stderr
+    assert store[name] == b"\x07" * 1000
+
+
+def test_https_put_refuses_a_peer_the_ca_does_not_vouch_for(tls_put_server):
+    url, store, cert = tls_put_server
+    p = _put_in_child(url + "/tls/untrusted.bin", AWS_CA_BUNDLE="/dev/null")
+    assert p.returncode != 0
+    assert "/tls/untrusted.bin" not in store
 
 
 def test_hole_fails_and_nothing_is_stored(put_server):

@@ -40,8 +40,11 @@ def _start(handler):
 
 @pytest.fixture(scope="module")
 def webhdfs():
-    """(namenode port, log of (who, method, path, query dict))."""
+    """(namenode port, log of (who, method, path, query dict)). The
+    datanode answers the first OPEN of each busy= value 503 with
+    Retry-After: 1."""
     log = []
+    busy_seen = set()
 
     class Datanode(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -56,6 +59,13 @@ def webhdfs():
             if q.get("op") != "OPEN" or "offset" not in q or "length" not in q:
                 return self._send(400, b'{"error":"op, offset, length"}')
             off, n = int(q["offset"]), int(q["length"])
+            if "busy" in q and q["busy"] not in busy_seen:
+                busy_seen.add(q["busy"])
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
             self._send(200, DATA[off:off + n], "application/octet-stream")
 
         def _send(self, code, body, ctype="application/json"):
@@ -124,6 +134,32 @@ def test_webhdfs_url_reads_through_the_datanode(webhdfs):
         (0, 1 << 20), (1 << 20, 1 << 20), (2 << 20, 1 << 20), (3 << 20, 4321),
         (2000000, (2 << 20) - 2000000),
         (2 << 20, 2000000 + 100001 - (2 << 20))])
+
+
+def test_open_answered_503_waits_as_retry_after_asks(webhdfs, capfd):
+    """An OPEN whose datanode answers 503 + Retry-After: 1 is tried again
+    after that second (the wait rule of remote reads, http_policy.c);
+    http_verbose logs each exchange, its redirect and the wait, the URL's
+    query (a delegation token) redacted."""
+    port, log = webhdfs
+    del log[:]
+    url = "webhdfs://127.0.0.1:%d%s?busy=once&delegation=SECRET" % (port, PATH)
+    with gpufile.defaults.set(http_verbose=1, http_retry_after_max=60):
+        with gpufile.File(url) as f:
+            part = np.zeros(1000, dtype=np.uint8)
+            assert f.pread(part, file_offset=5000).get() == 1000
+    assert (part == expected(5000, 1000)).all()
+    err = capfd.readouterr().err
+    assert "(Retry-After: 1 s)" in err, err
+    namenode = "http://127.0.0.1:%d/webhdfs/v1%s?<query redacted>" % (port,
+                                                                     PATH)
+    assert "gpufile: http: GET %s -> HTTP 503 (redirected to " % namenode \
+        in err, err
+    assert "gpufile: http: GET %s -> HTTP 200 (redirected to " % namenode \
+        in err, err
+    assert "SECRET" not in err, err
+    opens = [e for e in log if e[0] == "datanode"]
+    assert len(opens) == 2 and all(e[3]["busy"] == "once" for e in opens)
 
 
 def test_http_webhdfs_url_keeps_its_parameters(webhdfs):

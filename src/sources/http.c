@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "sources/http.h"
+#include "sources/http_policy.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,6 +29,10 @@ int gpufile__http_init(struct gpufile__http *t,
 	    .shown = v->shown,
 	    .max_attempts = v->max_attempts,
 	    .timeout_s = v->timeout_s,
+	    .retry_after_max_s = v->retry_after_max_s,
+	    .verbose = v->verbose,
+	    .ca_file = v->ca_file,
+	    .ca_path = v->ca_path,
 	    .retry_codes = v->retry_codes,
 	    .nretry_codes = v->nretry_codes,
 	    .max_idle = v->max_conns,
@@ -152,9 +157,13 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		/* A new response (a redirect's target, after a 100). */
 		free(rp->etag);
 		rp->etag = NULL;
+		rp->retry_after = -1;
 		rp->len = 0;
 		if (rp->text)
 			rp->text[0] = '\0';
+	} else if (len > 12 && strncasecmp(line, "retry-after:", 12) == 0) {
+		rp->retry_after =
+		    gpufile__http_retry_after(line + 12, len - 12);
 	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
 		const char *v = line + 5 + strspn(line + 5, " \t");
 		size_t k = strcspn(v, "\r\n");
@@ -235,8 +244,6 @@ static void setup(struct gpufile__http *t, CURL *c,
                   const struct gpufile__http_call *k, struct body *body,
                   struct gpufile__http_reply *rp)
 {
-	const char *ca = getenv("CURL_CA_BUNDLE");
-
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, k->url);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -248,10 +255,7 @@ static void setup(struct gpufile__http *t, CURL *c,
 	curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
 	if (t->path_as_is)
 		curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-	if (!ca || !ca[0])
-		ca = getenv("SSL_CERT_FILE");
-	if (ca && ca[0])
-		curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+	gpufile__http_use_ca(c, t->ca_file, t->ca_path);
 	if (!strcmp(k->method, "PUT")) {
 		curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE,
@@ -357,6 +361,7 @@ static int attempt(struct gpufile__http *t, CURL *c,
 	rp->got = 0;
 	rp->overflow = rp->oom = 0;
 	rp->status = 0;
+	rp->retry_after = -1;
 	rp->curl = c;
 	errbuf[0] = '\0';
 	/* A body goes without waiting for "100 Continue" (a server that
@@ -381,6 +386,8 @@ static int attempt(struct gpufile__http *t, CURL *c,
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
 	curl_slist_free_all(list);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rp->status);
+	if (t->verbose)
+		gpufile__http_log_exchange(c, k->method, k->url, "", cc);
 	{
 		long connects = 0;
 
@@ -389,6 +396,24 @@ static int attempt(struct gpufile__http *t, CURL *c,
 	}
 	rp->curl = NULL;
 	return judge(t, rp, cc, errbuf, err, why);
+}
+
+/* Waits as remote reads do (http_policy.c) before attempt n + 1. */
+static void wait_before(const struct gpufile__http *t,
+                        const struct gpufile__http_reply *rp, unsigned n)
+{
+	const struct gpufile__http_wait w = {
+	    .attempt = n,
+	    .max_attempts = t->max_attempts,
+	    .retry_after = rp->retry_after,
+	    .retry_after_max_s = t->retry_after_max_s,
+	    .verbose = t->verbose,
+	};
+	long ms = gpufile__http_back_off_ms(&w);
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
 }
 
 int gpufile__http_send(struct gpufile__http *t,
@@ -408,13 +433,7 @@ int gpufile__http_send(struct gpufile__http *t,
 		if (ex != EX_RETRY || n == t->max_attempts)
 			break;
 		gpufile__stats_remote_retry();
-		/* Back off as remote reads do: 50 ms doubling to 1.6 s. */
-		{
-			long ms = 50L << (n - 1 < 5 ? n - 1 : 5);
-			struct timespec ts = {ms / 1000,
-			                      (ms % 1000) * 1000000L};
-			nanosleep(&ts, NULL);
-		}
+		wait_before(t, rp, n);
 	}
 	conn_give(t, c);
 	if (ex == EX_OK) {

@@ -3,8 +3,9 @@
  * requests of their own (upload.c: PUT, POST and DELETE with a body;
  * webhdfs.c: GETs into a destination): the body from memory, the reply
  * into a destination or a text, the retry rule of remote reads
- * (http_max_attempts, the retryable curl errors, http_status_codes),
- * connections kept between requests.
+ * (http_max_attempts, the retryable curl errors, http_status_codes; the
+ * waits, CA and http_verbose log of http_policy.h), connections kept
+ * between requests.
  */
 #ifndef GPUFILE_HTTP_H
 #define GPUFILE_HTTP_H
@@ -20,6 +21,9 @@ struct gpufile__http {
 	const char *shown; /* the redacted URL, for messages */
 	unsigned max_attempts;
 	long timeout_s;
+	long retry_after_max_s;        /* http_retry_after_max */
+	int verbose;                   /* http_verbose: log each exchange */
+	const char *ca_file, *ca_path; /* NULL: libcurl's default */
 	const int *retry_codes;
 	int nretry_codes;
 	int follow;     /* follow redirects (never for a signed request) */
@@ -55,7 +59,8 @@ struct gpufile__http_reply {
 	char *text; /* NUL-terminated, or NULL */
 	size_t len;
 	int oom;
-	char *etag; /* the ETag header, or NULL */
+	char *etag;          /* the ETag header, or NULL */
+	int64_t retry_after; /* seconds its Retry-After asks, -1 if none */
 	long status;
 	void *curl; /* during the request */
 };

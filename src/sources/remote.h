@@ -106,6 +106,9 @@ struct gpufile__remote_view {
 	const char *access_key, *secret_key, *session_token;
 	unsigned max_attempts, max_conns;
 	long timeout_s;
+	long retry_after_max_s;        /* http_retry_after_max */
+	int verbose;                   /* http_verbose */
+	const char *ca_file, *ca_path; /* NULL: libcurl's default */
 	const int *retry_codes;
 	int nretry_codes;
 };
