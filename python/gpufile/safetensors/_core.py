@@ -829,14 +829,15 @@ def checkpoint_files(path):
         raise ValueError("%s: no \"weight_map\" object of tensor name -> shard file"
                          % path)
     folder = os.path.dirname(os.path.abspath(path))
-    shards = []
+    # A dict keeps the first appearance of each shard, in order: the list
+    # it replaced was searched once per tensor, pairwise work that grew
+    # with tensors x shards (gpufile load's drop_repeats says the same).
+    shards = {}
     for v in wm.values():
         if os.path.isabs(v) or ".." in v.split("/"):
             raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
-        p = shard_path(folder, v)
-        if p not in shards:
-            shards.append(p)
-    return index, folder, shards
+        shards.setdefault(shard_path(folder, v))
+    return index, folder, list(shards)
 
 
 def shard_path(folder, shard):

@@ -1,0 +1,79 @@
+"""The index of a sharded checkpoint as load_checkpoint (and load_distributed,
+through the same checkpoint_files) reads it: shards named by many tensors.
+The case that could run for minutes runs in a child process under a
+CPU-time limit, with a wall timeout that only turns a hang into a failure
+(nothing is asserted about how long anything takes)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import gpufile.safetensors as st
+import gpufile.safetensors.numpy as stn
+from gpufile.safetensors import _core
+
+ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+    os.path.dirname(st.__file__))))
+
+# The child: limits first, then the call; prints what it raised.
+_CHILD = r"""
+import resource, sys
+what, limit = sys.argv[1], int(sys.argv[2])
+if what == "cpu":
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
+else:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+import gpufile.safetensors.numpy as stn
+for where in sys.argv[3:]:
+    try:
+        stn.load_checkpoint(where)
+        print("loaded")
+    except (OSError, ValueError) as e:
+        print(type(e).__name__, e)
+"""
+
+
+def _child(what, limit, *paths):
+    """The child's lines; a wall timeout far past any honest run, so that
+    a hang fails the test instead of stalling it."""
+    p = subprocess.run([sys.executable, "-c", _CHILD, what, str(limit)] + list(paths),
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    return p.stdout.splitlines()
+
+
+def test_index_of_many_shards_is_read_in_linear_time(tmp_path):
+    """200000 tensors over 100000 shards: the shards were kept in a list
+    searched once per tensor (10^10 string comparisons, minutes of CPU);
+    now the index is read in about a second and load reaches the first
+    missing shard, in the index's order. The child dies of SIGXCPU past
+    60 s of CPU time (not wall time: the machine may be loaded)."""
+    n = 200000
+    wm = {"t%06d" % k: "s%06d.safetensors" % (99999 - k // 2) for k in range(n)}
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": wm}))
+    lines = _child("cpu", 60, str(index))
+    assert len(lines) == 1 and lines[0].startswith("FileNotFoundError"), lines
+    assert str(tmp_path / "s099999.safetensors") in lines[0]
+
+
+def test_shard_repeats_keep_first_appearance_order(tmp_path):
+    wm = {"a": "y.safetensors", "b": "./x.safetensors", "c": "y.safetensors",
+          "d": "x.safetensors", "e": "sub//z.safetensors", "f": "./y.safetensors"}
+    index = tmp_path / "m.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": wm}))
+    got, folder, shards = _core.checkpoint_files(str(index))
+    assert got == {"weight_map": wm} and folder == str(tmp_path)
+    assert shards == [str(tmp_path / n) for n in
+                      ("y.safetensors", "x.safetensors", "sub/z.safetensors")]
+
+
+def test_small_checkpoint_still_loads(tmp_path):
+    stn.save_file({"a": np.arange(3, dtype=np.float32)}, str(tmp_path / "x.safetensors"))
+    stn.save_file({"b": np.ones(2, np.int64)}, str(tmp_path / "y.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"b": "y.safetensors", "a": "./x.safetensors"}}))
+    got = stn.load_checkpoint(str(tmp_path))
+    assert sorted(got) == ["a", "b"] and got["a"].tolist() == [0, 1, 2]
