@@ -1,14 +1,16 @@
 """The index of a sharded checkpoint as load_checkpoint (and load_distributed,
-through the same checkpoint_files) reads it: shards named by many tensors.
-The case that could run for minutes runs in a child process under a
-CPU-time limit, with a wall timeout that only turns a hang into a failure
-(nothing is asserted about how long anything takes)."""
+through the same checkpoint_files) reads it: shards named by many tensors,
+and index paths that are no regular file. The cases that could hang or eat
+memory run in a child process under a CPU-time or memory limit, or a wall
+timeout that only turns a hang into a failure (nothing is asserted about
+how long anything takes)."""
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import gpufile.safetensors as st
 import gpufile.safetensors.numpy as stn
@@ -68,6 +70,69 @@ def test_shard_repeats_keep_first_appearance_order(tmp_path):
     assert got == {"weight_map": wm} and folder == str(tmp_path)
     assert shards == [str(tmp_path / n) for n in
                       ("y.safetensors", "x.safetensors", "sub/z.safetensors")]
+
+
+def test_fifo_index_is_refused(tmp_path):
+    """A FIFO named as an index (or as the index of a folder) blocked in
+    open() for ever, waiting for a writer; now it is refused, named."""
+    os.mkfifo(tmp_path / "a.safetensors.index.json")
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "d" / "model.safetensors.index.json")
+    named = [str(tmp_path / "a.safetensors.index.json"), str(tmp_path / "d")]
+    lines = _child("cpu", 60, *named)
+    assert len(lines) == 2, lines
+    for line, path in zip(lines, [named[0], named[1] + "/model.safetensors.index.json"]):
+        assert line == ("ValueError %s: not a regular file but a FIFO (named pipe) "
+                        "(an index is a JSON file)" % path), lines
+
+
+def test_dev_zero_index_is_refused(tmp_path):
+    """An index that is a symlink to /dev/zero was read until memory ran
+    out (here: MemoryError under a 2 GiB address-space limit); now it is
+    refused before any read."""
+    link = tmp_path / "z.safetensors.index.json"
+    os.symlink("/dev/zero", link)
+    lines = _child("as", 2 << 30, str(link))
+    assert lines == ["ValueError %s: not a regular file but a character device "
+                     "(an index is a JSON file)" % link], lines
+
+
+def test_index_errors_still_name_the_file(tmp_path):
+    missing = tmp_path / "no.safetensors.index.json"
+    with pytest.raises(FileNotFoundError) as e:
+        stn.load_checkpoint(str(missing))
+    assert e.value.filename == str(missing)
+    bad = tmp_path / "bad.safetensors.index.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="bad.safetensors.index.json: not a valid JSON"):
+        stn.load_checkpoint(str(bad))
+
+
+_FIFO_FILE = r"""
+import sys
+import gpufile, gpufile.safetensors as st
+p = sys.argv[1]
+for f in (lambda: gpufile.File(p), lambda: st.safe_open(p, "numpy"),
+          lambda: st.load_file(p, device="cpu", framework="numpy"),
+          lambda: st.load_checkpoint(p, device="cpu", framework="numpy")):
+    try:
+        f()
+        print("opened")
+    except OSError as e:
+        print(e.filename, "FIFO" in str(e))
+"""
+
+
+def test_fifo_shard_is_refused_without_blocking(tmp_path):
+    """The shard itself is opened by the library, which refuses a FIFO
+    (ESPIPE) without opening it for reading: File, safe_open, load_file
+    and a one-file load_checkpoint all say so instead of hanging."""
+    p = str(tmp_path / "f.safetensors")
+    os.mkfifo(p)
+    out = subprocess.run([sys.executable, "-c", _FIFO_FILE, p], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["%s True" % p] * 4
 
 
 def test_small_checkpoint_still_loads(tmp_path):

@@ -264,7 +264,8 @@ def load_checkpoint(index_json_or_dir, device="cuda:0", device_map=None, framewo
     the loads for different devices run at the same time, one thread per
     device with that device current; shards of one device load in turn.
     Raises ValueError when the index names a tensor its shard lacks, or a
-    name is in two shards."""
+    name is in two shards, or the index is no regular file (a FIFO, a
+    device: refused unread, without blocking)."""
     fw = _core.framework(framework)
     index, folder, shards = _core.checkpoint_files(index_json_or_dir)
     headers = [_core.Header(p) for p in shards]

@@ -812,18 +812,11 @@ def checkpoint_files(path):
             return None, path, [os.path.join(path, n) for n in shards]
     if not path.endswith(".json"):
         return None, os.path.dirname(path), [path]
-    failed = None
+    text = _read_index(path)
     try:
-        f = open(path, "rb")
-    except OSError as e:
-        failed = (type(e), e.errno, e.strerror)
-    if failed:  # named as the library names a URL; no chained original
-        raise failed[0](failed[1], failed[2], _lib.shown_name(path))
-    with f:
-        try:
-            index = json.load(f)
-        except ValueError as e:
-            raise ValueError("%s: not a valid JSON index: %s" % (path, e)) from None
+        index = json.loads(text)
+    except ValueError as e:
+        raise ValueError("%s: not a valid JSON index: %s" % (path, e)) from None
     wm = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
         raise ValueError("%s: no \"weight_map\" object of tensor name -> shard file"
@@ -838,6 +831,32 @@ def checkpoint_files(path):
             raise ValueError("%s: weight_map names shard %r outside the folder" % (path, v))
         shards.setdefault(shard_path(folder, v))
     return index, folder, list(shards)
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def _read_index(path):
+    """The bytes of the index file path. Opened without blocking and
+    refused unless a regular file, as gpufile load refuses it: a FIFO
+    named *.json blocked open() for ever, and /dev/zero was read until
+    memory ran out."""
+    failed = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        failed = (type(e), e.errno, e.strerror)
+    if failed:  # named as the library names a URL; no chained original
+        raise failed[0](failed[1], failed[2], _lib.shown_name(path))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((" but " + k for test, k in _KINDS if test(mode)), "")
+            raise ValueError("%s: not a regular file%s (an index is a JSON file)"
+                             % (_lib.shown_name(path), kind))
+        return f.read()
 
 
 def shard_path(folder, shard):
