@@ -202,6 +202,45 @@ static void test_segments(void)
 	}
 }
 
+/* A segment its writer is still creating: the memfd is among the
+ * process's descriptors from memfd_create() on, but its mode is not
+ * 0600 yet (or it is sealed) and its magic is not stored yet. A reader
+ * in that moment sees no counters yet, as before the first I/O: not an
+ * error (gpufile stats --watch of a process starting its first I/O, or
+ * across an exec, used to stop on it). Each state of the creation,
+ * frozen: the kernel's mode, empty; sized; sealed; mode 0600. */
+static void test_being_created(void)
+{
+	char out[8192];
+	gpufile_stats_t st;
+	const size_t size = sizeof(struct stats_seg);
+	const struct forgery states[] = {
+	    {0, 0, 0, getuid(), 0777, 0, 1, 0},
+	    {0, 0, size, getuid(), 0777, 0, 1, 0},
+	    {0, 0, size, getuid(), 0666, 0, 0, 0},
+	    {0, 0, size, getuid(), 0600, 0, 0, 0},
+	};
+
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		pid_t pid = forge(&states[i]);
+		int rc;
+
+		GPUFILE_INIT(st);
+		rc = gpufile_stats_read(pid, &st);
+		printf("being created (state %zu): %d %s\n", i, rc,
+		       rc ? gpufile_errmsg() : "no counters yet");
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(st.start_time_ns, 0);
+		CHECK_EQ(st.files_opened, 0);
+		rc = cli_stats(pid, out, sizeof(out));
+		if (rc >= 0) {
+			CHECK_EQ(rc, 0);
+			CHECK_CONTAINS(out, "no I/O yet");
+		}
+		reap(pid);
+	}
+}
+
 /* A real segment whose own process turns hostile: it cannot shrink or
  * grow it (the seals), and what it scribbles into it while a reader
  * loops gives answers or refusals, never a crash. */
@@ -442,6 +481,7 @@ int main(void)
 	if (test_make_file(file, 2 << 20, 5))
 		return 1;
 	test_segments();
+	test_being_created();
 	test_hostile_writer();
 	test_symlink_planted();
 	test_no_fds();

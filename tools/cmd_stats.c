@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -510,7 +511,19 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 		return msg_error("stats", "out of memory");
 	GPUFILE_INIT(*now);
 	rc = gpufile_stats_read(pid, now);
+	if (rc == -ENOENT && prev && kill(pid, 0) == 0) {
+		/* A watched process that uses no gpufile now: it exec()ed,
+		 * and its new image has not loaded the library yet (or never
+		 * will). Not an end: no counters, a new process, and the
+		 * watch goes on. */
+		GPUFILE_INIT(*now);
+		now->pid = (int32_t)pid;
+		now->cufile_ngpus = -1;
+		rc = 0;
+	}
 	nfiles = rc ? rc : gpufile_stats_files(pid, files, MAX_FILES);
+	if (nfiles == -ENOENT && prev && kill(pid, 0) == 0)
+		nfiles = 0;
 	if (nfiles < 0) {
 		free(files);
 		return nfiles;

@@ -271,11 +271,10 @@ static struct stats_seg *create_shared(char *why, size_t len)
 		                  MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		goto fail;
-	/* memfd_create's mode depends on the kernel (0777 less umask); the
-	 * owner alone may read the counters. */
-	step = "fchmod 0600";
-	if (fchmod(fd, 0600) < 0)
-		goto fail;
+	/* Its mode stays the kernel's (0777 or 0666, never 0600) until
+	 * create_segment() has written the header: readers take a segment
+	 * whose mode is not 0600 and whose magic is not stored yet as one
+	 * still being created (segment_building()). */
 	step = "ftruncate";
 	if (ftruncate(fd, (off_t)size) < 0)
 		goto fail;
@@ -426,6 +425,28 @@ static struct stats_seg *create_segment(void)
 	init_header(s);
 	copy_text(s->backing, why, sizeof(s->backing));
 	snapshot_settings(s);
+	/* The owner alone may read the counters. Until now the segment
+	 * was visible in /proc/PID/fd, but recognisably incomplete (mode,
+	 * magic 0): readers skip it. The magic comes last: a reader that
+	 * sees it sees the whole header. */
+	if (s == seg_map && fchmod(seg_fd, 0600) < 0) {
+		char reason[sizeof(why)];
+
+		snprintf(reason, sizeof(reason),
+		         "private: the shared segment could not be made: "
+		         "fchmod 0600: %s; gpufile stats %d cannot see these "
+		         "counters",
+		         strerror(errno), (int)getpid());
+		munmap(seg_map, sizeof(*seg_map));
+		close(seg_fd);
+		seg_fd = -1;
+		seg_map = NULL;
+		s = &private_seg;
+		mark_private(reason);
+		init_header(s);
+		copy_text(s->backing, reason, sizeof(s->backing));
+		snapshot_settings(s);
+	}
 	atomic_store_explicit(&s->magic, STATS_SEG_MAGIC, memory_order_release);
 	atomic_store_explicit(&seg, s, memory_order_release);
 	pthread_mutex_unlock(&seg_lock);
@@ -1059,9 +1080,31 @@ static int proc_owner(int pid, uid_t *uid)
 	return 0;
 }
 
+/* Whether fd (st its fstat) is a segment its writer is still creating
+ * (create_shared(), create_segment()): its mode is still the kernel's
+ * (not 0600) or it is sealed, and its magic is not stored yet (0, or
+ * the file is shorter than the header). A forged or broken segment
+ * with its magic stored, or one of mode 0600 that is not sealed (which
+ * a writer never leaves visible), is not: the checks refuse it. Read
+ * with pread, not mmap: an unsealed file may shrink under us. */
+static int segment_building(int fd, const struct stat *st)
+{
+	uint64_t magic = 0;
+	int seals = fcntl(fd, F_GET_SEALS);
+	ssize_t n;
+
+	if ((st->st_mode & 07777) == 0600 &&
+	    (seals < 0 || !(seals & F_SEAL_SHRINK)))
+		return 0;
+	n = pread(fd, &magic, sizeof(magic),
+	          (off_t)offsetof(struct stats_seg, magic));
+	return n == 0 || (n == (ssize_t)sizeof(magic) && magic == 0);
+}
+
 /* Checks that fd is a segment of uid (mode, owner, seals, size), maps it
- * and checks its header. label names it in messages. Returns 0 or -EPROTO
- * / -errno with the message set. */
+ * and checks its header. label names it in messages. Returns 0, -EAGAIN
+ * for a segment still being created (segment_building(); no message),
+ * or -EPROTO / -errno with the message set. */
 static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 {
 	const struct stats_seg *s;
@@ -1074,6 +1117,8 @@ static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 	if (!S_ISREG(st.st_mode))
 		return gpufile__fail(-EPROTO, "%s is not a regular file",
 		                     label);
+	if (st.st_uid == uid && segment_building(fd, &st))
+		return -EAGAIN;
 	if (st.st_uid != uid || (st.st_mode & 077))
 		return gpufile__fail(
 		    -EPROTO,
@@ -1108,7 +1153,7 @@ static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 		munmap(m, sizeof(struct stats_seg));
 		return gpufile__fail(-EPROTO,
 		                     "%s: not a gpufile segment of layout "
-		                     "version %u (or still being created)",
+		                     "version %u",
 		                     label, STATS_SEG_VERSION);
 	}
 	v->s = s;
@@ -1130,15 +1175,16 @@ static void release_view(struct view *v)
 }
 
 /* Finds process pid's segment among its descriptors and maps it (owner
- * uid). Returns 0; -ENOENT when it has none; -EACCES when its descriptors
- * cannot be listed; or the error of the last candidate refused. */
+ * uid). Returns 0; -ENOENT when it has none; -EAGAIN (no message) when
+ * its one is still being created; -EACCES when its descriptors cannot be
+ * listed; or the error of the last candidate refused. */
 static int find_segment(int pid, uid_t uid, struct view *v)
 {
 	static const char want[] = "/memfd:" STATS_MEMFD_NAME " (deleted)";
 	static const char priv[] = "/memfd:" STATS_PRIVATE_PREFIX;
 	char dir[64], label[64 + 256], link[512], why[256] = "";
 	struct dirent *e;
-	int rc = -ENOENT;
+	int rc = -ENOENT, building = 0;
 	DIR *d;
 
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
@@ -1187,6 +1233,11 @@ static int find_segment(int pid, uid_t uid, struct view *v)
 		snprintf(label, sizeof(label), "%s/%s", dir, e->d_name);
 		rc = map_segment_fd(fd, label, uid, v);
 		close(fd);
+		if (rc == -EAGAIN) {
+			building = 1;
+			rc = -ENOENT;
+			continue;
+		}
 		if (rc == 0 && v->s->pid != pid) {
 			/* Inherited from a parent through a fork that
 			 * bypassed pthread_atfork (a raw clone). */
@@ -1200,6 +1251,10 @@ static int find_segment(int pid, uid_t uid, struct view *v)
 			break;
 	}
 	closedir(d);
+	if (rc == -ENOENT && building) {
+		gpufile__clear_error();
+		return -EAGAIN;
+	}
 	if (rc == -ENOENT && why[0])
 		return gpufile__fail(
 		    -ENOENT,
@@ -1273,7 +1328,8 @@ static void no_counters(int pid, uid_t uid, gpufile_stats_t *out)
 }
 
 /* Opens process pid's segment. Returns 0 with v->s set; 1 when the
- * process loads gpufile but has no segment yet (no I/O yet: v->s NULL);
+ * process loads gpufile but has no segment yet, or one still being
+ * created (no I/O counted yet: v->s NULL);
  * or an error with the message set. */
 static int open_view(int pid, struct view *v)
 {
@@ -1319,6 +1375,10 @@ static int open_view(int pid, struct view *v)
 		                     pid, (unsigned)uid);
 	proc_command(pid, comm, sizeof(comm));
 	rc = find_segment(pid, uid, v);
+	if (rc == -EAGAIN) {
+		/* Being created by its first I/O: nothing counted yet. */
+		return 1;
+	}
 	if (rc == -ENOENT && !gpufile_errmsg()[0]) {
 		int maps = maps_gpufile(pid);
 
