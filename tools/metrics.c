@@ -203,6 +203,31 @@ static const struct {
      offsetof(gpufile_stats_t, map_copy_faults)},
     {"gpufile_files_opened", NULL, "File handles opened",
      offsetof(gpufile_stats_t, files_opened)},
+    {"gpufile_collective_calls", NULL,
+     "torch.distributed collectives that moved data of this process "
+     "(gpufile_stats_add_collective)",
+     offsetof(gpufile_stats_t, collective_calls)},
+    {"gpufile_collective_received_bytes", "bytes",
+     "Bytes this process received in those collectives",
+     offsetof(gpufile_stats_t, collective_bytes_received)},
+    {"gpufile_collective_sent_bytes", "bytes",
+     "Bytes this process sent in those collectives",
+     offsetof(gpufile_stats_t, collective_bytes_sent)},
+};
+
+/* Gauges of the whole process: what is in flight when it is read. */
+static const struct {
+	const char *name, *unit, *help;
+	size_t offset;
+} process_gauges[] = {
+    {"gpufile_inflight_requests", NULL,
+     "Requests of the worker pool started and not yet ended",
+     offsetof(gpufile_stats_t, inflight_requests)},
+    {"gpufile_inflight_tasks", NULL, "Tasks of those requests not yet ended",
+     offsetof(gpufile_stats_t, inflight_tasks)},
+    {"gpufile_pending_bytes", "bytes",
+     "Bytes those requests asked for that no task has moved yet",
+     offsetof(gpufile_stats_t, pending_bytes)},
 };
 
 static uint64_t field(const void *base, size_t offset)
@@ -258,6 +283,15 @@ static void write_counters(FILE *out, const struct proc *p, int n)
 			fprintf(out, "%s_total{%s} %" PRIu64 "\n",
 			        process_counters[c].name, p[i].labels,
 			        field(&p[i].s, process_counters[c].offset));
+	}
+	for (size_t c = 0;
+	     c < sizeof(process_gauges) / sizeof(process_gauges[0]); c++) {
+		family(out, process_gauges[c].name, "gauge",
+		       process_gauges[c].unit, process_gauges[c].help);
+		for (int i = 0; i < n; i++)
+			fprintf(out, "%s{%s} %" PRIu64 "\n",
+			        process_gauges[c].name, p[i].labels,
+			        field(&p[i].s, process_gauges[c].offset));
 	}
 }
 
@@ -342,6 +376,16 @@ static void write_remote(FILE *out, const struct proc *p, int n)
 			        "gpufile_remote_http_responses_total{%s,class="
 			        "\"%s\"} %" PRIu64 "\n",
 			        p[i].labels, cls[c], p[i].remote.status[c]);
+	/* A high-water mark, not a count of events: a gauge. */
+	family(out, "gpufile_remote_http_in_flight_max", "gauge", NULL,
+	       "The most ranges one remote handle had in flight at once "
+	       "(http_max_in_flight bounds it)");
+	for (int i = 0; i < n; i++)
+		if (p[i].has_remote)
+			fprintf(out,
+			        "gpufile_remote_http_in_flight_max{%s} %" PRIu64
+			        "\n",
+			        p[i].labels, p[i].remote.in_flight_max);
 }
 
 /* Records a, b name the same label set (file shown, path, reason). */

@@ -38,12 +38,15 @@ REMOTE = "remote" in gpufile.features()
 # a password and a signature in its query, then starts a read that the
 # server stalls, and waits, the read still in flight, until stdin closes.
 CHILD = r"""
-import os, sys, threading, numpy as np, gpufile
+import os, sys, threading, numpy as np, gpufile, gpufile._info
 with open("/proc/self/comm", "w") as f:
     f.write("gf\x1bchild")
 local, url, stall = sys.argv[1:4]
 with gpufile.File(local) as f:
     f.read(np.empty(os.path.getsize(local), np.uint8))
+# Two collectives credited to this process (as load_distributed does).
+assert gpufile._info.add_collective(1000, 24)
+assert gpufile._info.add_collective(5, 0)
 # Two handles whose device requests would not go to cuFile, for one
 # reason: one fallback sample of value 2.
 with gpufile.defaults.set(compat_mode="on"):
@@ -110,7 +113,11 @@ def parse(text):
         keys = [(x.name, tuple(sorted(x.labels.items()))) for x in fam.samples]
         assert len(keys) == len(set(keys)), "a label set twice in %s" % fam.name
         fams[fam.name] = fam.samples
+        TYPES[fam.name] = fam.type
     return fams
+
+
+TYPES = {}  # family name: its type, as parse() last saw it
 
 
 def value(fams, fam, name, **labels):
@@ -149,6 +156,18 @@ def check_scrape(text, reader):
              if s.labels["pid"] == p}
     assert value(fams, "gpufile_cufile_layer_recorded", "gpufile_cufile_layer_recorded",
                  pid=p) in (0, 1)
+    # The collectives the child credited: counters.
+    for fam, want in (("gpufile_collective_calls", 2),
+                      ("gpufile_collective_received_bytes", 1005),
+                      ("gpufile_collective_sent_bytes", 24)):
+        assert TYPES[fam] == "counter", (fam, TYPES[fam])
+        assert value(fams, fam, fam + "_total", pid=p) == want
+    # What is in flight as it is read: gauges (the stalled remote read,
+    # if any, may or may not be one of the pool's requests).
+    for fam in ("gpufile_inflight_requests", "gpufile_inflight_tasks",
+                "gpufile_pending_bytes"):
+        assert TYPES[fam] == "gauge", (fam, TYPES[fam])
+        assert value(fams, fam, fam, pid=p) >= 0
     if REMOTE:
         assert value(fams, "gpufile_bytes", "gpufile_bytes_total", pid=p, path="remote",
                      direction="read") == SIZE
@@ -159,6 +178,10 @@ def check_scrape(text, reader):
                      pid=p) >= SIZE
         assert value(fams, "gpufile_remote_http_responses",
                      "gpufile_remote_http_responses_total", pid=p, **{"class": "2xx"}) >= 1
+        # A high-water mark: a gauge; the remote reads had ranges in flight.
+        assert TYPES["gpufile_remote_http_in_flight_max"] == "gauge"
+        assert value(fams, "gpufile_remote_http_in_flight_max",
+                     "gpufile_remote_http_in_flight_max", pid=p) >= 1
     return fams
 
 
