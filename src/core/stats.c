@@ -1103,8 +1103,8 @@ static int segment_building(int fd, const struct stat *st)
 
 /* Checks that fd is a segment of uid (mode, owner, seals, size), maps it
  * and checks its header. label names it in messages. Returns 0, -EAGAIN
- * for a segment still being created (segment_building(); no message),
- * or -EPROTO / -errno with the message set. */
+ * for a segment still being created (segment_building()), or -EPROTO /
+ * -errno, with the message set. */
 static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 {
 	const struct stats_seg *s;
@@ -1118,7 +1118,10 @@ static int map_segment_fd(int fd, const char *label, uid_t uid, struct view *v)
 		return gpufile__fail(-EPROTO, "%s is not a regular file",
 		                     label);
 	if (st.st_uid == uid && segment_building(fd, &st))
-		return -EAGAIN;
+		return gpufile__fail(-EAGAIN,
+		                     "%s: a gpufile segment its process is "
+		                     "still creating (no magic yet)",
+		                     label);
 	if (st.st_uid != uid || (st.st_mode & 077))
 		return gpufile__fail(
 		    -EPROTO,
