@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include "core/decide.h"
+#include "sources/http.h"
 #include "sources/sources.h"
 
 #include <errno.h>
@@ -425,27 +426,6 @@ static char *host_of(const char *url)
 	return host;
 }
 
-/* Appends "name: value" to *list, sized from them (a session token runs
- * to a few KiB, an Authorization value grows with the access key and the
- * region: never cut). The copy is wiped: it may hold a credential.
- * Returns 0 or -ENOMEM. */
-static int append_header(struct curl_slist **list, const char *name,
-                         const char *value)
-{
-	struct curl_slist *more = NULL;
-	char *line;
-
-	if (asprintf(&line, "%s: %s", name, value) < 0)
-		return -ENOMEM;
-	more = curl_slist_append(*list, line);
-	explicit_bzero(line, strlen(line));
-	free(line);
-	if (!more)
-		return -ENOMEM;
-	*list = more;
-	return 0;
-}
-
 /* Adds the S3 headers of one request, signed now. */
 static int sign_s3(struct gpufile__remote *rm, const char *method,
                    const char *range, struct curl_slist **list)
@@ -482,9 +462,10 @@ static int sign_s3(struct gpufile__remote *rm, const char *method,
 	rc = gpufile__sigv4_authorization(&rq, &auth);
 	for (int i = 0; i < n && rc == 0; i++)
 		if (strcmp(hd[i].name, "range") != 0) /* the caller adds it */
-			rc = append_header(list, hd[i].name, hd[i].value);
+			rc =
+			    gpufile__http_header(list, hd[i].name, hd[i].value);
 	if (rc == 0)
-		rc = append_header(list, "Authorization", auth);
+		rc = gpufile__http_header(list, "Authorization", auth);
 	if (auth) {
 		explicit_bzero(auth, strlen(auth));
 		free(auth);
