@@ -13,8 +13,11 @@ Each file is dropped from the page cache first (`gpufile cache FILE
 pages it was asked to drop (the capture says how much was cached).
 
   bench/stats_watch_capture.py [--dir DIR] [--out DIR] [--direct]
+                               [--device N]
 
---direct reads with GPUFILE_DIRECT_IO=on (O_DIRECT). Writes
+--direct reads with GPUFILE_DIRECT_IO=on (O_DIRECT); --device N reads
+into GPU N's memory instead of host memory (the files are then named
+stats_watch_gpuN.txt and read_progress_gpuN.txt). Writes
 OUT/stats_watch.txt and OUT/read_progress.txt (default bench/captures)
 and prints both.
 """
@@ -82,7 +85,10 @@ def main():
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--out", default=os.path.join(HERE, "captures"))
     ap.add_argument("--direct", action="store_true")
+    ap.add_argument("--device", type=int, default=None)
     a = ap.parse_args()
+    dest = ["--host"] if a.device is None else ["--device", str(a.device)]
+    suffix = "" if a.device is None else "_gpu%d" % a.device
     os.makedirs(a.out, exist_ok=True)
     env = dict(os.environ, GPUFILE_NTHREADS="1")
     if a.direct:
@@ -95,7 +101,7 @@ def main():
     # 1. stats --watch during one 2 GiB request with one worker.
     subprocess.run([CLI, "cache", big, "--drop"], stdout=subprocess.DEVNULL, check=True)
     note = "page cache before the read: " + cached(big)
-    reader = subprocess.Popen([CLI, "read", big, "--host", "--window", "2g", "--no-progress"],
+    reader = subprocess.Popen([CLI, "read", big] + dest + ["--window", "2g", "--no-progress"],
                               stdout=subprocess.PIPE, env=env, universal_newlines=True)
     # Watched from when its request is in flight (it first allocates and
     # touches its 2 GiB buffer): bounded wait.
@@ -109,23 +115,23 @@ def main():
     watch = on_pty([CLI, "stats", str(reader.pid), "--watch", "0.2"],
                    until=lambda: reader.poll() is not None)
     report = reader.communicate()[0]
-    text = ("$ GPUFILE_NTHREADS=1%s gpufile read %s --host --window 2g --no-progress &\n"
+    text = ("$ GPUFILE_NTHREADS=1%s gpufile read %s %s --window 2g --no-progress &\n"
             "# %s\n$ gpufile stats %d --watch 0.2   (on a pty)\n%s\n"
-            "# the read's report:\n%s" % (" GPUFILE_DIRECT_IO=on" if a.direct else "", big, note,
+            "# the read's report:\n%s" % (" GPUFILE_DIRECT_IO=on" if a.direct else "", big, " ".join(dest), note,
                                           reader.pid, watch.replace("\r\n", "\n"), report))
-    with open(os.path.join(a.out, "stats_watch.txt"), "w") as f:
+    with open(os.path.join(a.out, "stats_watch%s.txt" % suffix), "w") as f:
         f.write(text)
     print(text)
 
     # 2. the progress line of a 1 GiB read.
     subprocess.run([CLI, "cache", one, "--drop"], stdout=subprocess.DEVNULL, check=True)
     note = "page cache before the read: " + cached(one)
-    out = on_pty([CLI, "read", one, "--host"], env=dict(os.environ, **(
+    out = on_pty([CLI, "read", one] + dest, env=dict(os.environ, **(
         {"GPUFILE_DIRECT_IO": "on"} if a.direct else {})))
     lines = out.replace("\r\n", "\n").replace("\x1b[K", "").replace("\r", "\n\\r ")
-    text = ("$ %sgpufile read %s --host   (on a pty; each \\r redraw on a line)\n# %s\n%s\n"
-            % ("GPUFILE_DIRECT_IO=on " if a.direct else "", one, note, lines))
-    with open(os.path.join(a.out, "read_progress.txt"), "w") as f:
+    text = ("$ %sgpufile read %s %s   (on a pty; each \\r redraw on a line)\n# %s\n%s\n"
+            % ("GPUFILE_DIRECT_IO=on " if a.direct else "", one, " ".join(dest), note, lines))
+    with open(os.path.join(a.out, "read_progress%s.txt" % suffix), "w") as f:
         f.write(text)
     print(text)
 

@@ -85,6 +85,18 @@
 #                              (~15 minutes: two device calls, WHAT=files
 #                              then WHAT=save)
 #
+#   scripts/gpu_run.sh owed    the runs owed since the GPU machine was
+#                              last lent, in stages of one device call
+#                              each: STAGE=tests (every test, the GPU
+#                              ones' lines shown; host_map_copy=auto on
+#                              this CPU; gpufile bench --device 0
+#                              --verify, reads, writes, batches), STAGE=
+#                              figures (bench_vs_fio.sh -d 0, 4 GiB from
+#                              nginx into GPU and host memory, stats
+#                              --watch and the progress line of device
+#                              reads, the Zarr benchmark into CuPy when
+#                              zarr is there)
+#
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
 set -uo pipefail
@@ -594,6 +606,46 @@ session4)
 			python/tests/test_stream.py 2>&1 | tail -1
 		$B/tests/test_gpu_stream >"$OUT/gpu_stream_$i.log" 2>&1; echo "test_gpu_stream rc=$?"
 	done | tee "$OUT/stream_repeat.log"
+	;;
+owed)
+	export GPUFILE_LIBRARY=$root/$B/libgpufile.so GPUFILE_CLI=$root/$B/gpufile PYTHONPATH=$root/python
+	case ${STAGE:-tests} in
+	tests)
+		every_test "test_gpu|test_stream|test_batch|test_direct|test_cli_bench|test_write_pipeline|test_stats|Failed|failed"
+		grep -E "test_(zarr_gpu|kvikio_gpu|gpu|upload|webhdfs|safetensors_gpu|distributed_gpu).*(PASS|FAIL|SKIP)|passed|failed" \
+			"$OUT/pytest.log" | tail -5
+		log "host_map_copy=auto on this CPU ($(nproc) CPUs): a warm 1 GiB host read"
+		make_file $data/one.bin $((1 << 30))
+		cat $data/one.bin >/dev/null
+		grep -o 'avx512[a-z]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+		$B/gpufile read $data/one.bin --host --no-progress 2>&1 | grep -E 'host|map'
+		log "gpufile bench into GPU 0, checked (--verify)"
+		for w in "--rw read --bs 1m --jobs 4" "--rw randread --bs 4k --jobs 4 --time 3" \
+			"--rw randread --bs 4k --batch 32 --time 3" "--rw write --bs 1m --jobs 4" \
+			"--rw randwrite --bs 64k --jobs 2 --time 3"; do
+			echo "\$ gpufile bench FILE --device 0 --verify $w"
+			# shellcheck disable=SC2086 # w: several options
+			$B/gpufile bench $data/bench.bin --file-size 1g --device 0 --verify $w 2>&1 |
+				tee -a "$OUT/bench_device.log" | grep -E 'IOPS|GB/s|p99|device|cufile|verif|rror'
+		done
+		;;
+	figures)
+		log "bench_vs_fio.sh -d 0"
+		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 3 -d 0 2>&1 |
+			tee "$OUT/bench_vs_fio.log" | tail -30
+		log "4 GiB from nginx into GPU and host memory"
+		BUILD_DIR=$B WORKDIR=$data REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 |
+			tee "$OUT/remote_bench.log" | head -30
+		log "stats --watch and the progress line of device reads"
+		python3 bench/stats_watch_capture.py --dir $data --out "$OUT/captures" --device 0 2>&1 | tail -40
+		if python3 -c 'import zarr, numcodecs' 2>/dev/null; then
+			log "Zarr into CuPy"
+			python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu 2>&1 | tee "$OUT/zarr_gpu.log" | tail -15
+		else
+			log "no zarr/numcodecs on this machine: the Zarr GPU benchmark not run"
+		fi
+		;;
+	esac
 	;;
 x2)
 	# On nvidia-h200-x2: issue 14 goal 5 (reads into GPU 1, both GPUs at

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, missing
+from conftest import in_ci, missing, needs_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
@@ -446,3 +446,26 @@ def test_upload_from_device_memory(where, put_server, s3, monkeypatch):
     assert "kind 2" in p.stdout, p.stdout  # GPUFILE_MEM_DEVICE
     i = np.arange(size, dtype=np.uint64)
     assert store[key] == ((i * 7 + (i >> 13)) & 255).astype(np.uint8).tobytes()
+
+
+@needs_gpu
+@pytest.mark.parametrize("where", ["put", "s3"])
+def test_upload_from_cupy_array(where, put_server, request, monkeypatch):
+    """A real GPU's memory (CuPy) uploaded in parts: what the store holds
+    is what the GPU held."""
+    import cupy as cp
+    size = 11 * MiB + 333
+    i = cp.arange(size, dtype=cp.uint64)
+    dev = ((i * 7 + (i >> 13)) & 255).astype(cp.uint8)
+    if where == "put":
+        url, store, key = put_server[0] + "/gpu/obj.bin", put_server[1], "/gpu/obj.bin"
+    else:
+        s3 = request.getfixturevalue("s3")  # (botocore may be missing there)
+        for k, v in dict(AWS_ENDPOINT_URL=s3[0], AWS_ACCESS_KEY_ID=AK,
+                         AWS_SECRET_ACCESS_KEY=SK, AWS_DEFAULT_REGION=REGION).items():
+            monkeypatch.setenv(k, v)
+        url, store, key = "s3://%s/gpu/obj.bin" % BUCKET, s3[1].objects, "gpu/obj.bin"
+    with gpufile.defaults.set(upload_part_size=5 * MiB):
+        with gpufile.File(url, "w") as f:
+            assert f.write(dev) == size
+    assert store[key] == cp.asnumpy(dev).tobytes()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci
+from conftest import in_ci, needs_gpu
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
                                 reason="built without libcurl")
@@ -287,3 +287,18 @@ def test_check_reports_a_webhdfs_url(webhdfs):
     assert ["[pass", "]", "remote.kind", "webhdfs"] in lines, out
     assert ["[pass", "]", "remote.size", str(SIZE), "bytes"] in lines, out
     assert "SECRET" not in out
+
+
+@needs_gpu
+def test_read_into_cupy_array(webhdfs):
+    """A real GPU's memory (CuPy) filled from WebHDFS in several tasks."""
+    import cupy as cp
+    port, log = webhdfs
+    del log[:]
+    dev = cp.full(SIZE, 0xA5, dtype=cp.uint8)
+    with gpufile.defaults.set(remote_task_size=1 << 20):
+        with gpufile.File("webhdfs://127.0.0.1:%d%s" % (port, PATH)) as f:
+            assert f.path_info()[0] == "remote"
+            assert f.read(dev) == SIZE
+    assert cp.asnumpy(dev).tobytes() == DATA
+    assert sum(1 for e in log if e[0] == "datanode") >= 4
