@@ -12,6 +12,10 @@
 # "CPU hog" of issue 32: K=2 on the 2-core machine); they are stopped when
 # this script ends, however it ends.
 #
+# The runs are CI's: CI=true (a test whose tool is missing fails, not
+# skips) and .deps (s3rver, installed once) copied into the clone, as
+# .ci/run does.
+#
 # DIR is removed and made again (a fresh clone). One line per run goes to
 # DIR.runs ("run I TIME rc=RC SECONDS summary"); the log of a failed run
 # is kept as DIR.runI.log. The first run builds; later runs rebuild nothing.
@@ -26,6 +30,8 @@ esac
 src=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$dir"
 git clone -q "$src" "$dir" && cd "$dir" && git checkout -q "$commit" || exit 1
+[ -d "$src/.deps" ] && cp -a "$src/.deps" "$dir/"
+export CI=true
 log=$dir.runs
 : >"$log"
 
