@@ -92,7 +92,8 @@
 #                              this CPU; gpufile bench --device 0
 #                              --verify, reads, writes, batches), STAGE=
 #                              figures (bench_vs_fio.sh -d 0, 4 GiB from
-#                              nginx into GPU and host memory, stats
+#                              nginx into GPU and host memory, issue
+#                              36's remote_must_show.sh, stats
 #                              --watch and the progress line of device
 #                              reads, the Zarr benchmark into CuPy when
 #                              zarr is there)
@@ -631,11 +632,14 @@ owed)
 		;;
 	figures)
 		log "bench_vs_fio.sh -d 0"
-		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 3 -d 0 2>&1 |
+		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 2 -d 0 2>&1 |
 			tee "$OUT/bench_vs_fio.log" | tail -30
 		log "4 GiB from nginx into GPU and host memory"
 		BUILD_DIR=$B WORKDIR=$data REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 |
 			tee "$OUT/remote_bench.log" | head -30
+		log "issue 36's must-show figures on 16 CPUs (nginx, loopback)"
+		BUILD_DIR=$B WORKDIR=$data ROUNDS=5 bash bench/remote_must_show.sh 1GiB 4GiB 2>&1 |
+			tee "$OUT/remote_must_show.log" | tail -25
 		log "stats --watch and the progress line of device reads"
 		python3 bench/stats_watch_capture.py --dir $data --out "$OUT/captures" --device 0 2>&1 | tail -40
 		if python3 -c 'import zarr, numcodecs' 2>/dev/null; then
