@@ -42,6 +42,7 @@ done
 command -v fio >/dev/null || { echo "no fio (apt-get install -y fio)" >&2; exit 1; }
 [ -x "$GPUFILE" ] || { echo "no gpufile tool at $GPUFILE (-g)" >&2; exit 1; }
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
 CLEAN=
 if [ -z "$FILE" ]; then
 	FILE=$(mktemp "${TMPDIR:-/tmp}/bench_vs_fio.XXXXXX")

@@ -119,10 +119,24 @@ def test_cufile_driver_on_the_gpu_machine():
     try:
         assert drv.libcufile_version() >= (1, 0)
         assert isinstance(drv.get("is_gds_available"), bool)
-        before = drv.get("poll_thresh_size")
-        with drv.set("poll_thresh_size", 1024):
-            assert drv.get("poll_thresh_size") == 1024
-            assert drv.properties.poll_thresh_size == 1024
-        assert drv.get("poll_thresh_size") == before
+        # A setting either takes (and the context restores it) or, where
+        # cuFile accepts the call yet keeps its value (cuFile 1.15 without
+        # nvidia-fs does so for the poll threshold), is refused naming the
+        # setting, the value and what cuFile still reports.
+        for name in ("poll_thresh_size", "max_device_cache_size",
+                     "max_pinned_memory_size"):
+            before = drv.get(name)
+            want = before * 2 if before else 1024
+            try:
+                ctx = drv.set(name, want)
+            except RuntimeError as e:
+                assert "%s=%d" % (name, want) in str(e), str(e)
+                assert "still reports %d" % before in str(e), str(e)
+                assert drv.get(name) == before
+                continue
+            with ctx:
+                assert drv.get(name) == want
+                assert getattr(drv.properties, name) == want
+            assert drv.get(name) == before
     finally:
         drv.driver_close()
