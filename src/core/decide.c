@@ -187,10 +187,11 @@ void gpufile__decide(const struct gpufile__facts *f,
 		d->path = GPUFILE_PATH_REMOTE;
 		snprintf(d->reason, sizeof(d->reason), "%s",
 		         "remote, one connection: the server ignores Range "
-		         "requests, so a read from offset 0 streams the "
-		         "object's 200 body in order into the destination, and "
-		         "a read at another offset fails; cuFile reads local "
-		         "files only");
+		         "requests, so a read streams the object's 200 body "
+		         "in order into the destination (device memory "
+		         "through the bounce buffers), the bytes before its "
+		         "offset read and dropped; cuFile reads local files "
+		         "only");
 		return;
 	}
 	if (f->source == GPUFILE__SOURCE_MMAP) {

@@ -11,7 +11,7 @@ enum {
 	GPUFILE__SOURCE_FILE = 0,
 	GPUFILE__SOURCE_MMAP = 1,
 	GPUFILE__SOURCE_REMOTE = 2, /* an http(s):// or s3:// object */
-	/* one whose server ignores Range: read from offset 0 only */
+	/* one whose server ignores Range: each read streams the body */
 	GPUFILE__SOURCE_REMOTE_STREAM = 3,
 };
 

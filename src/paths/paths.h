@@ -199,6 +199,31 @@ char *gpufile__thread_scratch(void);
  * callers that wrap it in a task function of their own. */
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
                              int64_t off, char *msg, size_t msg_len);
+/* A device read whose bytes a source pushes, in order, rather than the
+ * staging path pulling them chunk by chunk through gpufile__file_read():
+ * one response that cannot be asked for in parts (remote.c: a server
+ * that ignores Range). gpufile__staged_pushed() runs fill(arg, p) in the
+ * calling thread, which hands the bytes of [off, off+len) of the object,
+ * from the first, to gpufile__staged_push(p, ...) in that thread (each
+ * bounce buffer goes to the GPU once full, while the next one fills);
+ * fill returns the bytes it delivered (fewer than len only at the end of
+ * the object) or an error with the thread's message set. A source that
+ * starts over (a retried response) calls gpufile__staged_push_restart(p):
+ * the bytes pushed after it land from buf's start again. Returns the
+ * bytes delivered, or an error with msg (or, for fill's own error, the
+ * thread's message) set; no copy of it runs any more. Keeps the thread's
+ * bounce buffers as gpufile__staged_ops does (its settle ends them). */
+struct gpufile__staged_push;
+ssize_t gpufile__staged_pushed(struct gpufile__request *r, char *buf,
+                               size_t len, int64_t off,
+                               ssize_t (*fill)(void *arg,
+                                               struct gpufile__staged_push *p),
+                               void *arg, char *msg, size_t msg_len);
+/* Takes the next n bytes (at most what is left of len). Returns 0, or the
+ * error of a copy to the GPU (the read's msg set; the source stops). */
+int gpufile__staged_push(struct gpufile__staged_push *p, const char *data,
+                         size_t n);
+void gpufile__staged_push_restart(struct gpufile__staged_push *p);
 /* The staging path as ops (staging.c): a thread keeps its bounce buffers
  * between tasks and leaves each task's last copy running while it reads
  * the next task (settle ends it). */

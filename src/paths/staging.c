@@ -1324,6 +1324,114 @@ fail:
 	return err;
 }
 
+/*
+ * Pushed reads (gpufile__staged_pushed): the source writes the bytes in
+ * order into the current bounce buffer; a full one is copied to the GPU
+ * while the next fills, and a buffer is filled again only once its last
+ * copy ended (wait_buffer), as in staged_read_warm.
+ */
+struct gpufile__staged_push {
+	const struct gpufile__cuda *t;
+	struct stager *s;
+	struct gpufile__request *r;
+	CUdeviceptr dst;
+	size_t len;
+	int64_t off;
+	size_t pos;  /* bytes taken, from dst's start */
+	size_t fill; /* the last of them, in buf[b], not yet copied */
+	unsigned b;
+	int err; /* the first failure: later pushes return it */
+	char *msg;
+	size_t msg_len;
+};
+
+/* Copies buf[b]'s bytes to their place in dst. */
+static int push_flush(struct gpufile__staged_push *p)
+{
+	const size_t at = p->pos - p->fill;
+	int err =
+	    copy_to_device(p->t, p->s, p->r, p->b, p->dst + at, p->s->buf[p->b],
+	                   p->fill, p->off + (int64_t)at, p->msg, p->msg_len);
+
+	p->fill = 0;
+	return err;
+}
+
+int gpufile__staged_push(struct gpufile__staged_push *p, const char *data,
+                         size_t n)
+{
+	if (n > p->len - p->pos)
+		n = p->len - p->pos;
+	while (n && !p->err) {
+		size_t k;
+
+		if (p->fill == 0) {
+			p->b = p->s->next_buf++ % p->s->nbufs;
+			p->err =
+			    wait_buffer(p->t, p->s, p->b, p->msg, p->msg_len);
+			if (p->err)
+				break;
+		}
+		k = p->s->buf_size - p->fill;
+		if (k > n)
+			k = n;
+		memcpy(p->s->buf[p->b] + p->fill, data, k);
+		p->fill += k;
+		p->pos += k;
+		data += k;
+		n -= k;
+		if (p->fill == p->s->buf_size || p->pos == p->len)
+			p->err = push_flush(p);
+	}
+	return p->err;
+}
+
+void gpufile__staged_push_restart(struct gpufile__staged_push *p)
+{
+	/* Copies already queued write bytes the new ones overwrite in the
+	 * same order on the one stream; buf[b]'s unsent bytes are dropped
+	 * (it has no copy running: it was waited for before it filled). */
+	p->pos = 0;
+	p->fill = 0;
+}
+
+/* A push source: fill and its argument. */
+struct push_source {
+	ssize_t (*fill)(void *arg, struct gpufile__staged_push *p);
+	void *arg;
+};
+
+static ssize_t staged_push_read(const struct gpufile__cuda *t, struct stager *s,
+                                struct gpufile__request *r, CUdeviceptr dst,
+                                size_t len, int64_t off,
+                                const struct push_source *src, char *msg,
+                                size_t msg_len)
+{
+	struct gpufile__staged_push p = {.t = t,
+	                                 .s = s,
+	                                 .r = r,
+	                                 .dst = dst,
+	                                 .len = len,
+	                                 .off = off,
+	                                 .msg = msg,
+	                                 .msg_len = msg_len};
+	ssize_t n;
+	int err;
+
+	settle_deferred(t, s); /* the thread's previous task first */
+	n = src->fill(src->arg, &p);
+	if (n >= 0 && !p.err && p.fill)
+		p.err = push_flush(&p);
+	if (n >= 0 && p.err)
+		n = p.err;
+	if (n < 0) {
+		drain(t, s);
+		return n;
+	}
+	err = wait_all(t, s, msg, msg_len);
+	return err ? err : (ssize_t)p.pos;
+}
+
 /* The stager a thread keeps between the tasks of gpufile__staged_ops (see
  * settle_deferred), until staged_settle with idle gives it back. */
 static _Thread_local struct stager *held;
@@ -1331,7 +1439,8 @@ static _Thread_local struct stager *held;
 /* One task; keep: the thread keeps the stager afterwards, and the task's
  * last copy may be left running (GPUFILE__TASK_DEFERRED). */
 static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
-                           int64_t off, char *msg, size_t msg_len, int keep)
+                           int64_t off, char *msg, size_t msg_len, int keep,
+                           const struct push_source *src)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
@@ -1363,6 +1472,9 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 	}
 	if (err)
 		n = err;
+	else if (src)
+		n = staged_push_read(t, s, r, (CUdeviceptr)(uintptr_t)buf, len,
+		                     off, src, msg, msg_len);
 	else if (r->is_write)
 		n = staged_write(t, s, r, (CUdeviceptr)(uintptr_t)buf, len, off,
 		                 scratch, msg, msg_len);
@@ -1381,14 +1493,25 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
                              int64_t off, char *msg, size_t msg_len)
 {
-	return staged_task(r, buf, len, off, msg, msg_len, 0);
+	return staged_task(r, buf, len, off, msg, msg_len, 0, NULL);
 }
 
 static ssize_t staged_task_kept(struct gpufile__request *r, char *buf,
                                 size_t len, int64_t off, char *msg,
                                 size_t msg_len)
 {
-	return staged_task(r, buf, len, off, msg, msg_len, 1);
+	return staged_task(r, buf, len, off, msg, msg_len, 1, NULL);
+}
+
+ssize_t gpufile__staged_pushed(struct gpufile__request *r, char *buf,
+                               size_t len, int64_t off,
+                               ssize_t (*fill)(void *arg,
+                                               struct gpufile__staged_push *p),
+                               void *arg, char *msg, size_t msg_len)
+{
+	const struct push_source src = {.fill = fill, .arg = arg};
+
+	return staged_task(r, buf, len, off, msg, msg_len, 1, &src);
 }
 
 static int staged_settle(struct gpufile__task_result *out, int idle)

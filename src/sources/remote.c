@@ -89,7 +89,8 @@ struct gpufile__remote {
 	struct gpufile__http_engine *engine;
 	unsigned max_in_flight;
 	/* The server answers a Range with the whole object (200): found at
-	 * open; reads from offset 0 then stream the body in order. */
+	 * open; every read then streams the body in order, the bytes
+	 * before its offset read and dropped. */
 	int ranges_ignored;
 };
 
@@ -259,10 +260,16 @@ struct sink {
 	int range_mismatch; /* 206 naming another range, or 200 for part */
 	int changed;        /* the object is not the one opened */
 	int size_probe;     /* the GET of bytes 0-0 that learns the size */
-	/* No Range sent (a server that ignores it): the 200 body's first
-	 * want bytes are the range, and the transfer stops after them. */
+	/* No Range sent (a server that ignores it): the 200 body's bytes
+	 * before off are dropped, the next want bytes are the range, and
+	 * the transfer stops after them. */
 	int prefix;
-	int prefix_done;      /* want bytes arrived; the rest was refused */
+	int prefix_done;  /* want bytes arrived; the rest was refused */
+	int64_t body_pos; /* bytes of the 200 body seen (prefix) */
+	/* Where the range's bytes go instead of dst: a device read's bounce
+	 * buffers (staging.c), in order; push_err their failure. */
+	struct gpufile__staged_push *push;
+	int push_err;
 	int accept_ranges;    /* Accept-Ranges: 1 bytes, 0 other, -1 none */
 	curl_off_t length_dl; /* libcurl's Content-Length of the response */
 	long status;          /* of the last response */
@@ -370,6 +377,36 @@ static void accept_body(struct sink *s)
 	}
 }
 
+/* Takes the range's part of a piece of a whole 200 body (prefix): the
+ * bytes before off dropped, then want bytes kept; 0 once the range is
+ * whole and more came (the rest of the object is not wanted). */
+static size_t on_stream(struct sink *s, const char *data, size_t len)
+{
+	size_t skip = 0, k;
+
+	if (s->body_pos < s->off) {
+		skip = (uint64_t)(s->off - s->body_pos) < len
+		           ? (size_t)(s->off - s->body_pos)
+		           : len;
+		s->body_pos += (int64_t)skip;
+	}
+	k = len - skip < s->want - s->got ? len - skip : s->want - s->got;
+	if (k && s->push) {
+		s->push_err = gpufile__staged_push(s->push, data + skip, k);
+		if (s->push_err)
+			return 0;
+	} else if (k) {
+		memcpy(s->dst + s->got, data + skip, k);
+	}
+	s->got += k;
+	s->body_pos += (int64_t)k;
+	if (skip + k < len) {
+		s->prefix_done = 1;
+		return 0;
+	}
+	return len;
+}
+
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -379,14 +416,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 		accept_body(s);
 	if (s->range_mismatch || s->changed || s->etag_oom)
 		return 0; /* stop now: do not download a whole object */
-	if (s->accepted == 0 || !s->dst)
+	if (s->accepted == 0 || (!s->dst && !s->push))
 		return len; /* an error page: read and dropped */
-	if (len > s->want - s->got && s->prefix) {
-		memcpy(s->dst + s->got, data, s->want - s->got);
-		s->got = s->want;
-		s->prefix_done = 1;
-		return 0; /* the rest of the object is not wanted */
-	}
+	if (s->prefix)
+		return on_stream(s, data, len);
 	if (len > s->want - s->got) {
 		s->overflow = 1;
 		return 0;
@@ -481,6 +514,10 @@ static void sink_reset(struct sink *s)
 	s->accepted = -1;
 	s->overflow = s->range_mismatch = s->changed = 0;
 	s->prefix_done = 0;
+	s->body_pos = 0;
+	s->push_err = 0;
+	if (s->push) /* every attempt writes from the start */
+		gpufile__staged_push_restart(s->push);
 	s->accept_ranges = -1;
 	s->status = 0;
 	s->connects = 0;
@@ -545,10 +582,15 @@ static void count_response(struct gpufile__remote *rm, const struct sink *s)
 static void log_exchange(struct gpufile__remote *rm, const struct sink *s,
                          int head, CURLcode cc)
 {
-	char range[80] = " Range: (none: the whole body)";
+	char range[120] = " Range: (none: the whole body)";
 
 	if (head)
 		range[0] = '\0';
+	else if (s->prefix && s->off > 0)
+		snprintf(range, sizeof(range),
+		         " Range: (none: the whole body; bytes 0-%" PRId64
+		         " dropped)",
+		         s->off - 1);
 	else if (!s->prefix)
 		snprintf(range, sizeof(range),
 		         " Range: bytes=%" PRId64 "-%" PRId64, s->off,
@@ -674,6 +716,12 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 			    "the object changed since it was opened (ETag %s "
 			    "then, %s now)",
 			    s->expect_etag, s->etag);
+		return EX_FAIL;
+	}
+	if (s->push_err) {
+		/* staging.c's words are the read's message. */
+		*err = s->push_err;
+		say(why, "copying the body to device memory failed");
 		return EX_FAIL;
 	}
 	if (s->range_mismatch) {
@@ -945,8 +993,8 @@ static void job_init(struct range_job *j, struct gpufile__remote *rm, char *buf,
 	j->a.attempt = 1;
 	j->a.ex = EX_FAIL;
 	if (rm->ranges_ignored) {
-		/* Only offset 0 is asked (gpufile__remote_read_ranges):
-		 * the 200 body's first len bytes, in order. */
+		/* The 200 body, in order: the bytes before off read and
+		 * dropped, then len bytes. */
 		j->s->prefix = 1;
 		j->s->whole_ok = 1;
 	}
@@ -968,13 +1016,15 @@ static void exchange_run(struct gpufile__remote *rm, struct sink *s, int head,
 	*a = j.a;
 }
 
-/* Runs jobs[0..n) on rm's engine; counts each range. */
-static void jobs_run(struct gpufile__remote *rm, struct range_job *jobs,
-                     struct gpufile__http_xfer **x, size_t n)
+/* Runs jobs[0..n) on engine e (rm's, or one of the caller's own);
+ * counts each range. */
+static void jobs_run(struct gpufile__remote *rm, struct gpufile__http_engine *e,
+                     struct range_job *jobs, struct gpufile__http_xfer **x,
+                     size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		x[i] = &jobs[i].x;
-	gpufile__http_run(rm->engine, x, n);
+	gpufile__http_run(e, x, n);
 	for (size_t i = 0; i < n; i++) {
 		const int ok = jobs[i].a.ex == EX_OK;
 
@@ -986,26 +1036,7 @@ static void jobs_run(struct gpufile__remote *rm, struct range_job *jobs,
 			                          memory_order_relaxed);
 		sink_done(jobs[i].s);
 	}
-	gpufile__stats_remote_in_flight(
-	    gpufile__http_in_flight_max(rm->engine));
-}
-
-/* The message of a read at offset off of a server that ignores Range. */
-static char *ranges_ignored_message(const struct gpufile__remote *rm,
-                                    size_t len, int64_t off)
-{
-	char *msg = NULL;
-
-	if (asprintf(&msg,
-	             "reading bytes %" PRId64 "-%" PRId64 " of %s: the server "
-	             "ignores Range requests (it answered one with HTTP 200 "
-	             "and the whole object), so only reads from offset 0 can "
-	             "be served, streamed in order over one connection; read "
-	             "the object from its start (a whole-object read into "
-	             "host memory)",
-	             off, off + (int64_t)len - 1, rm->shown) < 0)
-		msg = NULL;
-	return msg;
+	gpufile__stats_remote_in_flight(gpufile__http_in_flight_max(e));
 }
 
 int gpufile__remote_read_ranges(struct gpufile *h,
@@ -1036,15 +1067,10 @@ int gpufile__remote_read_ranges(struct gpufile *h,
 			continue;
 		if ((int64_t)len > rm->size - r[i].off)
 			len = (size_t)(rm->size - r[i].off);
-		if (rm->ranges_ignored && r[i].off != 0) {
-			r[i].result = -EIO;
-			r[i].msg = ranges_ignored_message(rm, len, r[i].off);
-			continue;
-		}
 		job_init(&jobs[nj], rm, r[i].buf, len, r[i].off);
 		which[nj++] = i;
 	}
-	jobs_run(rm, jobs, x, nj);
+	jobs_run(rm, rm->engine, jobs, x, nj);
 	for (size_t k = 0; k < nj; k++) {
 		struct range_job *j = &jobs[k];
 		struct gpufile__remote_range *out = &r[which[k]];
@@ -1087,6 +1113,63 @@ ssize_t gpufile__remote_read(struct gpufile *h, char *buf, size_t len,
 		return rc;
 	}
 	return r.result;
+}
+
+/* A device read from a server that ignores Range: one 200 body, its
+ * bytes before off dropped and the next len pushed through the bounce
+ * buffers of the calling thread (gpufile__staged_pushed), every byte
+ * delivered whatever the number of buffers. The transfer runs on an
+ * engine of its own (one connection), driven by this thread alone: the
+ * pushes make CUDA calls on this thread's stream and context, and on the
+ * handle's engine another thread may drive the transfer and so run its
+ * callbacks. */
+struct stream_read {
+	struct gpufile *h;
+	size_t len;
+	int64_t off;
+};
+
+static CURL *engine_easy(void *arg);
+
+static ssize_t stream_fill(void *arg, struct gpufile__staged_push *p)
+{
+	const struct stream_read *sr = arg;
+	struct gpufile__remote *rm = sr->h->remote;
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_t *const lockp = &lock;
+	struct gpufile__http_engine *e;
+	struct gpufile__http_xfer *x;
+	struct range_job j;
+	size_t len = sr->len;
+	char what[96];
+	ssize_t n;
+
+	if (sr->off >= rm->size || len == 0)
+		return 0;
+	if ((int64_t)len > rm->size - sr->off)
+		len = (size_t)(rm->size - sr->off);
+	if (gpufile__http_engine_new(&e, 1, engine_easy, rm, &lockp))
+		return gpufile__fail(-ENOMEM, "reading %s: out of memory",
+		                     rm->shown);
+	job_init(&j, rm, NULL, len, sr->off);
+	j.s->push = p;
+	jobs_run(rm, e, &j, &x, 1);
+	gpufile__http_engine_free(e);
+	pthread_mutex_destroy(&lock);
+	snprintf(what, sizeof(what), "reading bytes %" PRId64 "-%" PRId64 " of",
+	         sr->off, sr->off + (int64_t)len - 1);
+	n = attempts_end(rm, &j.a, what);
+	return n ? n : (ssize_t)len;
+}
+
+static ssize_t stream_to_device(struct gpufile__request *r, char *buf,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len)
+{
+	struct stream_read sr = {.h = r->h, .len = len, .off = off};
+
+	return gpufile__staged_pushed(r, buf, len, off, stream_fill, &sr, msg,
+	                              msg_len);
 }
 
 /* ---- opening ---- */
@@ -1709,7 +1792,9 @@ int gpufile__remote_report(const char *url, char **report)
 		    rm->size_status, rm->size,
 		    rm->ranges_ignored
 		        ? "ranges: ignored by the server (a Range answered "
-		          "with HTTP 200): reads from offset 0 only, streamed\n"
+		          "with HTTP 200): each read streams the body from its "
+		          "start, the bytes before its offset read and "
+		          "dropped\n"
 		        : "");
 	else
 		made = asprintf(&probe, "%s: %s\n", how, gpufile_errmsg());
@@ -1787,6 +1872,15 @@ static int no_curl(const char *url)
 
 	free(shown);
 	return rc;
+}
+
+/* Never called: without libcurl there is no remote handle. */
+static ssize_t stream_to_device(struct gpufile__request *r, char *buf,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len)
+{
+	(void)r, (void)buf, (void)len, (void)off, (void)msg, (void)msg_len;
+	return -ENOTSUP;
 }
 
 int gpufile__remote_open(struct gpufile **out, const char *url,
@@ -1939,7 +2033,11 @@ static ssize_t remote_task(struct gpufile__request *r, char *buf, size_t len,
 {
 	ssize_t n;
 
-	if (r->cuda_ctx) /* the staging path, its cross-task overlap kept */
+	if (r->cuda_ctx && gpufile__remote_source(r->h) ==
+	                       GPUFILE__SOURCE_REMOTE_STREAM) /* one body */
+		n = stream_to_device(r, buf, len, off, msg, msg_len);
+	else if (r->cuda_ctx) /* the staging path, its cross-task overlap kept
+	                       */
 		n = gpufile__staged_ops.run(r, buf, len, off, msg, msg_len);
 	else
 		n = host_ranges(r->h, buf, len, off, r->cfg.remote_task_size,

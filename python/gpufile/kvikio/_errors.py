@@ -62,9 +62,9 @@ def runtime(exc, prefix=None):
         return exc
     err = exc.errno if exc.errno is not None else _errno.EIO
     detail = exc.strerror or str(exc)
-    # remote.c's words: a server found to ignore Range at open ("ignores
-    # Range requests"), or one that ignored a range later ("ignored the
-    # Range request").
+    # remote.c's words for a server that ignored a range request after
+    # its HEAD said it honours ranges ("ignored the Range request"); one
+    # found to ignore Range at open is read by streaming its body.
     if "ignores Range requests" in detail or "ignored the Range request" in detail:
         out = RangeOverflowError(err, "%s (maybe the server doesn't support "
                                  "file ranges?)" % detail)

@@ -1,0 +1,107 @@
+"""Reads from a server that ignores Range (tests/remote/plain_server.py,
+the standard library's http.server: every GET is 200 with the whole
+file): every read, at any offset and of any size, into host memory and
+into device memory (the fake driver, tests/fake_libcuda) through many
+small bounce buffers, delivers exactly its bytes."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpufile
+from conftest import in_ci, missing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "plain_server.py")
+SIZE = (1 << 20) + 4097
+DATA = ((np.arange(SIZE, dtype=np.uint64) * 131 + 7) & 255).astype(
+    np.uint8).tobytes()
+
+pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
+                                reason="built without libcurl")
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plain")
+    (folder / "o.bin").write_bytes(DATA)
+    p = subprocess.Popen([sys.executable, SERVER, str(folder)],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    yield "http://127.0.0.1:%d/o.bin" % int(line.split()[1])
+    p.terminate()
+    p.wait()
+
+
+def test_path_reason_says_the_body_is_streamed(url):
+    with gpufile.File(url) as f:
+        path, reason = f.path_info()
+    assert path == "remote"
+    assert "ignores Range" in reason and "dropped" in reason, reason
+
+
+def test_host_read_at_an_offset(url):
+    with gpufile.File(url) as f:
+        out = np.full(300001 + 200, 0xA5, dtype=np.uint8)
+        assert f.read(out[100:100 + 300001], file_offset=5000) == 300001
+        assert out[100:100 + 300001].tobytes() == DATA[5000:305001]
+        assert (out[:100] == 0xA5).all() and (out[-100:] == 0xA5).all()
+        info = f.remote_info()
+    assert info["failures"] == 0
+
+
+DEVICE_CHILD = r'''
+import ctypes, sys
+import gpufile
+
+cuda = ctypes.CDLL("libcuda.so.1")
+assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
+lib = gpufile._lib.lib()
+lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+url, size, off, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4])
+ptr = ctypes.c_void_p()
+assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
+ctypes.memset(ptr.value, 0xA5, size)
+
+
+class Dev:
+    __cuda_array_interface__ = {"data": (ptr.value, False), "shape": (n,),
+                                "typestr": "|u1", "version": 2}
+
+
+with gpufile.File(url) as f:
+    got = f.read(Dev(), file_offset=off)
+    assert got == n, got
+sys.stdout.buffer.write(ctypes.string_at(ptr.value, size))
+'''
+
+
+@pytest.mark.parametrize("off,n", [(0, SIZE), (70001, SIZE - 70001 - 3333)])
+def test_device_read_through_many_bounce_buffers(url, off, n):
+    """More than a dozen 64 KiB bounce buffers (two per worker, so each is
+    refilled), whole and at an offset: every byte arrives, nothing past
+    the read is written."""
+    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
+                     "fake_libcuda", "lib")
+    if not os.path.exists(os.path.join(d, "libcuda.so.1")):
+        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
+    env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    env["GPUFILE_COMPAT_MODE"] = "on"
+    env["GPUFILE_BOUNCE_BUFFER_SIZE"] = "64KiB"
+    env["GPUFILE_BOUNCE_BUFFERS"] = "2"
+    env["GPUFILE_REMOTE_TASK_SIZE"] = "256KiB"
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(SIZE),
+                        str(off), str(n)],
+                       env=env, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    assert len(p.stdout) == SIZE
+    assert p.stdout[:n] == DATA[off:off + n]
+    assert p.stdout[n:] == b"\xa5" * (SIZE - n)
