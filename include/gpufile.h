@@ -707,9 +707,9 @@ typedef struct gpufile_remote_file_info {
 	int64_t object_size;
 	uint64_t requests;  /* HTTP requests sent, retries included */
 	uint64_t retries;   /* attempts repeated after a retryable failure */
-	uint64_t ranges;    /* ranges that arrived whole */
+	uint64_t ranges;    /* ranges that arrived (upload parts sent) whole */
 	uint64_t bytes;     /* bytes of those ranges */
-	uint64_t failures;  /* ranges that failed after every attempt */
+	uint64_t failures;  /* ranges (parts) failed after every attempt */
 	uint64_t redirects; /* redirect hops followed */
 	uint64_t connects;  /* connections opened */
 } gpufile_remote_file_info_t;

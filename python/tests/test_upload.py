@@ -349,6 +349,34 @@ def test_s3_multipart_several_parts(s3_env):
     assert srv.uploads == {}
 
 
+def test_s3_multipart_counts_on_the_handle(s3_env):
+    """remote_info() of an S3 upload counts its requests: the
+    CreateMultipartUpload and the two whole parts stored during the
+    write (the last part and the completion go at close)."""
+    data = pattern(11 * MiB + 7, seed=5)
+    with gpufile.defaults.set(upload_part_size=5 * MiB):
+        with gpufile.File("s3://%s/big/counted.bin" % BUCKET, "w") as f:
+            assert f.write(data) == len(data)
+            info = f.remote_info()
+    assert info["requests"] == 3, info
+    assert info["ranges"] == 2 and info["bytes"] == 10 * MiB, info
+    assert info["retries"] == 0 and info["failures"] == 0, info
+    assert info["connects"] >= 1 and info["size"] == len(data), info
+    assert s3_env.objects["big/counted.bin"] == data.tobytes()
+
+
+def test_put_upload_info_before_close(put_server):
+    """An HTTP PUT upload's remote_info(): its size is the bytes written so
+    far; nothing is sent before close (the one PUT; its counting:
+    tests/test_upload_counters.c)."""
+    url, store = put_server
+    with gpufile.File(url + "/obj/info.bin", "w") as f:
+        assert f.write(pattern(1000)) == 1000
+        info = f.remote_info()
+    assert info["size"] == 1000 and info["requests"] == 0, info
+    assert store["/obj/info.bin"] == pattern(1000).tobytes()
+
+
 def test_s3_aborted_multipart_leaves_nothing(s3_env):
     srv = s3_env
     del srv.log[:]

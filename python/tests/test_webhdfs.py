@@ -162,6 +162,28 @@ def test_open_answered_503_waits_as_retry_after_asks(webhdfs, capfd):
     assert len(opens) == 2 and all(e[3]["busy"] == "once" for e in opens)
 
 
+def test_remote_info_counts_the_requests(webhdfs):
+    """remote_info() of a WebHDFS handle: GETFILESTATUS, then each OPEN's
+    attempt (the namenode's redirect and the datanode: two requests, one
+    hop), the retry of the OPEN answered 503, the ranges and bytes."""
+    port, _ = webhdfs
+    url = "webhdfs://127.0.0.1:%d%s?busy=counted" % (port, PATH)
+    with gpufile.defaults.set(remote_task_size=1 << 20,
+                              http_retry_after_max=0):
+        with gpufile.File(url) as f:
+            info = f.remote_info()
+            assert info["requests"] == 1 and info["ranges"] == 0, info
+            assert info["size"] == SIZE, info
+            out = np.zeros(SIZE, dtype=np.uint8)
+            assert f.read(out) == SIZE
+            info = f.remote_info()
+    assert out.tobytes() == DATA
+    assert info["ranges"] == 4 and info["bytes"] == SIZE, info
+    assert info["retries"] == 1 and info["failures"] == 0, info
+    assert info["redirects"] == 5, info
+    assert info["requests"] == 1 + 2 * 5, info
+
+
 def test_http_webhdfs_url_keeps_its_parameters(webhdfs):
     port, log = webhdfs
     del log[:]

@@ -36,6 +36,7 @@ int gpufile__http_init(struct gpufile__http *t,
 	    .retry_codes = v->retry_codes,
 	    .nretry_codes = v->nretry_codes,
 	    .max_idle = v->max_conns,
+	    .count = v->count,
 	};
 	pthread_mutex_init(&t->lock, NULL);
 	t->idle = calloc(t->max_idle ? t->max_idle : 1, sizeof(*t->idle));
@@ -394,6 +395,7 @@ static int attempt(struct gpufile__http *t, CURL *c,
 		curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
 		gpufile__stats_remote_response(rp->status, connects);
 	}
+	gpufile__remote_count_response(t->count, c);
 	rp->curl = NULL;
 	return judge(t, rp, cc, errbuf, err, why);
 }
@@ -433,9 +435,17 @@ int gpufile__http_send(struct gpufile__http *t,
 		if (ex != EX_RETRY || n == t->max_attempts)
 			break;
 		gpufile__stats_remote_retry();
+		gpufile__remote_count_retry(t->count);
 		wait_before(t, rp, n);
 	}
 	conn_give(t, c);
+	if (k->data) {
+		uint64_t bytes = rp->got;
+
+		for (int i = 0; !rp->dst && i < k->iovcnt; i++)
+			bytes += k->iov[i].iov_len;
+		gpufile__remote_count_range(t->count, bytes, ex != EX_OK);
+	}
 	if (ex == EX_OK) {
 		free(why);
 		return 0;

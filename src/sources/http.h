@@ -33,6 +33,7 @@ struct gpufile__http {
 	               const struct iovec *iov, int iovcnt,
 	               struct curl_slist **list);
 	void *headers_arg;
+	struct gpufile__remote_counters *count; /* the handle's (remote.h) */
 	/* Connections kept between requests: lock guards idle and nidle,
 	 * and nothing is taken under it. */
 	pthread_mutex_t lock;
@@ -48,6 +49,9 @@ struct gpufile__http_call {
 	const struct iovec *iov; /* the body, read in order */
 	int iovcnt;
 	const char *what; /* "uploading part 3 of", for messages */
+	/* Its body (a PUT of a part or of the object) or its reply (dst: a
+	 * range) is the object's bytes: counted as a range. */
+	int data;
 };
 
 /* Its reply. With dst, a 2xx body goes there (want bytes at most: more is

@@ -73,9 +73,9 @@ struct gpufile__remote {
 	int retry_codes[GPUFILE__MAX_RETRY_CODES];
 	int nretry_codes;
 
-	/* This handle's counters (gpufile_remote_file_info), relaxed. */
-	_Atomic uint64_t n_requests, n_retries, n_ranges, n_bytes, n_failures,
-	    n_redirects, n_connects;
+	/* This handle's counters (gpufile_remote_file_info), counted by
+	 * whichever source moves its bytes (remote.c, http.c). */
+	struct gpufile__remote_counters count;
 
 	/* Guards the transfer engine's bookkeeping: the handle's lock once
 	 * there is one (fork.c holds it across fork()), own_lock before. */
@@ -563,18 +563,34 @@ static int request_headers(struct gpufile__remote *rm, int head,
 	return 0;
 }
 
-/* Counts one response on the handle (gpufile_remote_file_info). */
-static void count_response(struct gpufile__remote *rm, const struct sink *s)
+static void add(_Atomic uint64_t *counter, uint64_t n)
 {
-	long hops = 0;
+	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
 
-	curl_easy_getinfo(s->c, CURLINFO_REDIRECT_COUNT, &hops);
-	atomic_fetch_add_explicit(&rm->n_requests, 1 + (uint64_t)hops,
-	                          memory_order_relaxed);
-	atomic_fetch_add_explicit(&rm->n_redirects, (uint64_t)hops,
-	                          memory_order_relaxed);
-	atomic_fetch_add_explicit(&rm->n_connects, (uint64_t)s->connects,
-	                          memory_order_relaxed);
+void gpufile__remote_count_response(struct gpufile__remote_counters *c,
+                                    void *curl)
+{
+	long hops = 0, connects = 0;
+
+	curl_easy_getinfo(curl, CURLINFO_REDIRECT_COUNT, &hops);
+	curl_easy_getinfo(curl, CURLINFO_NUM_CONNECTS, &connects);
+	add(&c->requests, 1 + (uint64_t)hops);
+	add(&c->redirects, (uint64_t)hops);
+	add(&c->connects, (uint64_t)connects);
+}
+
+void gpufile__remote_count_retry(struct gpufile__remote_counters *c)
+{
+	add(&c->retries, 1);
+}
+
+void gpufile__remote_count_range(struct gpufile__remote_counters *c,
+                                 uint64_t bytes, int failed)
+{
+	add(failed ? &c->failures : &c->ranges, 1);
+	if (!failed)
+		add(&c->bytes, bytes);
 }
 
 /* http_verbose: one line on stderr per exchange (http_policy.c), the
@@ -634,7 +650,7 @@ static void perform_end(struct gpufile__remote *rm, struct sink *s)
 	curl_easy_getinfo(s->c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
 	                  &s->length_dl);
 	gpufile__stats_remote_response(s->status, s->connects);
-	count_response(rm, s);
+	gpufile__remote_count_response(&rm->count, s->c);
 }
 
 /* EX_FRESH: the attempt failed on a reused connection in a way that
@@ -858,7 +874,7 @@ static int attempt_again(struct gpufile__remote *rm, const struct sink *s,
 	if (ex != EX_RETRY || a->attempt >= rm->max_attempts)
 		return 0;
 	gpufile__stats_remote_retry();
-	atomic_fetch_add_explicit(&rm->n_retries, 1, memory_order_relaxed);
+	gpufile__remote_count_retry(&rm->count);
 	*wait_ms = back_off_ms(rm, s, a->attempt);
 	a->attempt++;
 	return 1;
@@ -1029,11 +1045,7 @@ static void jobs_run(struct gpufile__remote *rm, struct gpufile__http_engine *e,
 		const int ok = jobs[i].a.ex == EX_OK;
 
 		gpufile__stats_remote_range(ok ? jobs[i].s->want : 0, !ok);
-		atomic_fetch_add_explicit(ok ? &rm->n_ranges : &rm->n_failures,
-		                          1, memory_order_relaxed);
-		if (ok)
-			atomic_fetch_add_explicit(&rm->n_bytes, jobs[i].s->want,
-			                          memory_order_relaxed);
+		gpufile__remote_count_range(&rm->count, jobs[i].s->want, !ok);
 		sink_done(jobs[i].s);
 	}
 	gpufile__stats_remote_in_flight(gpufile__http_in_flight_max(e));
@@ -1758,14 +1770,15 @@ int gpufile_remote_file_info(gpufile_t *h, gpufile_remote_file_info_t *out)
 	                   : has_userinfo(rm->url)
 	                       ? "user information in the URL (redacted)"
 	                       : "none";
-	info.object_size = rm->size;
-	info.requests = get(&rm->n_requests);
-	info.retries = get(&rm->n_retries);
-	info.ranges = get(&rm->n_ranges);
-	info.bytes = get(&rm->n_bytes);
-	info.failures = get(&rm->n_failures);
-	info.redirects = get(&rm->n_redirects);
-	info.connects = get(&rm->n_connects);
+	/* WebHDFS and uploads know it themselves. */
+	info.object_size = h->source_ops ? h->source_ops->size(h) : rm->size;
+	info.requests = get(&rm->count.requests);
+	info.retries = get(&rm->count.retries);
+	info.ranges = get(&rm->count.ranges);
+	info.bytes = get(&rm->count.bytes);
+	info.failures = get(&rm->count.failures);
+	info.redirects = get(&rm->count.redirects);
+	info.connects = get(&rm->count.connects);
 	gpufile__sized_put(out, &info, sizeof(info));
 	return 0;
 }
@@ -1833,7 +1846,7 @@ void gpufile__remote_free(struct gpufile__remote *rm)
 	remote_free(rm);
 }
 
-void gpufile__remote_view(const struct gpufile__remote *rm,
+void gpufile__remote_view(struct gpufile__remote *rm,
                           struct gpufile__remote_view *v)
 {
 	*v = (struct gpufile__remote_view){
@@ -1856,6 +1869,7 @@ void gpufile__remote_view(const struct gpufile__remote *rm,
 	    .timeout_s = rm->timeout_s,
 	    .retry_codes = rm->retry_codes,
 	    .nretry_codes = rm->nretry_codes,
+	    .count = &rm->count,
 	};
 }
 

@@ -96,6 +96,24 @@ int gpufile__remote_report(const char *url, char **report);
  * handle holds) and source_ops (core.h) naming their close, size and
  * request ops; remote.c's own functions are never called on it. */
 
+/* What one handle's requests did (gpufile_remote_file_info), counted by
+ * the source that sends them, relaxed: remote.c's reads, http.c's
+ * requests (uploads, WebHDFS). A range is a read's range or a PUT of the
+ * object's bytes (a part, the whole object). */
+struct gpufile__remote_counters {
+	_Atomic uint64_t requests, retries, ranges, bytes, failures, redirects,
+	    connects;
+};
+/* One response of libcurl handle curl: its requests (redirect hops
+ * included), hops and connections opened. */
+void gpufile__remote_count_response(struct gpufile__remote_counters *c,
+                                    void *curl);
+/* An attempt repeated after a retryable failure. */
+void gpufile__remote_count_retry(struct gpufile__remote_counters *c);
+/* A range that arrived (or was sent) whole with bytes, or failed. */
+void gpufile__remote_count_range(struct gpufile__remote_counters *c,
+                                 uint64_t bytes, int failed);
+
 /* What the setup of a URL found, borrowed from rm (valid while it
  * lives). */
 struct gpufile__remote_view {
@@ -111,6 +129,7 @@ struct gpufile__remote_view {
 	const char *ca_file, *ca_path; /* NULL: libcurl's default */
 	const int *retry_codes;
 	int nretry_codes;
+	struct gpufile__remote_counters *count; /* the handle's counters */
 };
 
 /* Sets url up as gpufile_open() (opts NULL) or gpufile_open_remote() of
@@ -120,7 +139,7 @@ int gpufile__remote_setup(const char *url, const gpufile_remote_opts_t *opts,
                           struct gpufile__remote **out);
 /* Frees what gpufile__remote_setup() made (NULL accepted). */
 void gpufile__remote_free(struct gpufile__remote *rm);
-void gpufile__remote_view(const struct gpufile__remote *rm,
+void gpufile__remote_view(struct gpufile__remote *rm,
                           struct gpufile__remote_view *v);
 
 /* Opens url for writing ("w"): an upload (upload.c) to an HTTP PUT URL or

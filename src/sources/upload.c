@@ -194,7 +194,9 @@ static int send_call(struct upload *u, const char *method, const char *query,
 	                               .query = query,
 	                               .iov = iov,
 	                               .iovcnt = iovcnt,
-	                               .what = what};
+	                               .what = what,
+	                               /* a part, or the whole object */
+	                               .data = !strcmp(method, "PUT")};
 	char *url = NULL;
 	int rc;
 

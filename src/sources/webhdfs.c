@@ -182,7 +182,7 @@ static ssize_t webhdfs_read(struct gpufile *h, char *buf, size_t len,
 {
 	struct webhdfs *w = h->source;
 	struct gpufile__http_reply rp = {.dst = buf};
-	struct gpufile__http_call k = {.method = "GET", .query = ""};
+	struct gpufile__http_call k = {.method = "GET", .query = "", .data = 1};
 	char what[96], *url;
 	int rc;
 
