@@ -87,7 +87,6 @@ static void counts(const char *base)
 	CHECK_EQ(get(&v.count->failures), 1);
 	CHECK_EQ(get(&v.count->redirects), 0);
 
-	gpufile__http_free(&t);
 	gpufile__remote_free(rm);
 }
 #endif

@@ -365,6 +365,25 @@ def test_s3_multipart_counts_on_the_handle(s3_env):
     assert s3_env.objects["big/counted.bin"] == data.tobytes()
 
 
+def test_s3_parts_in_flight_at_most_max_in_flight(s3_env):
+    """An upload's requests run on its handle's transfer engine
+    (http_multi.c), as reads do: with max_in_flight=1, the parts that four
+    workers send at once reach the server one at a time (over the
+    engine's connections)."""
+    srv = s3_env
+    with srv.lock:  # no request of an earlier test is in flight
+        srv.active = srv.max_active = 0
+    data = pattern(20 * MiB + 3, seed=9)
+    with gpufile.defaults.set(upload_part_size=5 * MiB, nthreads=4):
+        with gpufile.File("s3://%s/big/one-at-a-time.bin" % BUCKET, "w",
+                          max_in_flight=1) as f:
+            assert f.write(data) == len(data)
+            info = f.remote_info()
+    assert srv.objects["big/one-at-a-time.bin"] == data.tobytes()
+    assert srv.max_active == 1
+    assert info["ranges"] == 4 and info["connects"] == 1, info
+
+
 def test_put_upload_info_before_close(put_server):
     """An HTTP PUT upload's remote_info(): its size is the bytes written so
     far; nothing is sent before close (the one PUT; its counting:

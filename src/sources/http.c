@@ -2,9 +2,16 @@
  * One HTTP request with retries for the sources that send their own
  * (upload.c, webhdfs.c); see http.h. Every attempt starts over: the body
  * is read again from its start and a reply written from dst's start.
+ * Requests run on the handle's transfer engine (http_multi.c), as remote
+ * reads do: one connection cache per handle, a back-off waited by the
+ * engine, and the requests of many threads (an upload's parts) in flight
+ * together, driven by one of them. The callbacks (on_read, on_reply)
+ * touch only the request's own body and reply, so they may run in
+ * whichever thread drives.
  */
 #define _GNU_SOURCE
 #include "sources/http.h"
+#include "sources/http_multi.h"
 #include "sources/http_policy.h"
 
 #include <errno.h>
@@ -13,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #if GPUFILE_HAVE_CURL
 #include <curl/curl.h>
@@ -35,44 +41,12 @@ int gpufile__http_init(struct gpufile__http *t,
 	    .ca_path = v->ca_path,
 	    .retry_codes = v->retry_codes,
 	    .nretry_codes = v->nretry_codes,
-	    .max_idle = v->max_conns,
 	    .count = v->count,
+	    .engine = v->engine,
 	};
-	pthread_mutex_init(&t->lock, NULL);
-	t->idle = calloc(t->max_idle ? t->max_idle : 1, sizeof(*t->idle));
-	return t->idle ? 0 : -ENOMEM;
-}
-
-void gpufile__http_free(struct gpufile__http *t)
-{
-	for (unsigned i = 0; t->idle && i < t->nidle; i++)
-		curl_easy_cleanup(t->idle[i]);
-	free(t->idle);
-	t->idle = NULL;
-	pthread_mutex_destroy(&t->lock);
-}
-
-static CURL *conn_take(struct gpufile__http *t)
-{
-	CURL *c = NULL;
-
-	pthread_mutex_lock(&t->lock);
-	if (t->nidle)
-		c = t->idle[--t->nidle];
-	pthread_mutex_unlock(&t->lock);
-	return c ? c : curl_easy_init();
-}
-
-static void conn_give(struct gpufile__http *t, CURL *c)
-{
-	pthread_mutex_lock(&t->lock);
-	if (t->nidle < t->max_idle) {
-		t->idle[t->nidle++] = c;
-		c = NULL;
-	}
-	pthread_mutex_unlock(&t->lock);
-	if (c)
-		curl_easy_cleanup(c);
+	return t->engine
+	           ? 0
+	           : gpufile__fail(-EINVAL, "%s: no transfer engine", t->shown);
 }
 
 /* The body being sent. */
@@ -345,117 +319,144 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 	return EX_OK;
 }
 
-/* One attempt of k on c. */
-static int attempt(struct gpufile__http *t, CURL *c,
-                   const struct gpufile__http_call *k,
-                   struct gpufile__http_reply *rp, int *err, char **why)
-{
-	struct curl_slist *list = NULL;
-	struct body body = {.iov = k->iov, .iovcnt = k->iovcnt};
+/* One request on the handle's transfer engine (http_multi.c): its
+ * attempts, each set up on the easy handle the engine lends it. */
+struct http_job {
+	struct gpufile__http_xfer x; /* first: the engine's view of it */
+	struct gpufile__http *t;
+	const struct gpufile__http_call *k;
+	struct gpufile__http_reply *rp;
+	struct body body;
+	struct curl_slist *list; /* the attempt's headers */
 	char errbuf[CURL_ERROR_SIZE];
-	CURLcode cc;
+	unsigned n; /* the attempt */
+	int ex, err;
+	char *why;
+};
+
+static int job_start(struct gpufile__http_xfer *x)
+{
+	struct http_job *j = (struct http_job *)x;
+	struct gpufile__http *t = j->t;
+	const struct gpufile__http_call *k = j->k;
+	struct gpufile__http_reply *rp = j->rp;
 	int rc;
 
-	for (int i = 0; i < k->iovcnt; i++)
-		body.len += k->iov[i].iov_len;
 	gpufile__http_reply_free(rp);
 	rp->got = 0;
 	rp->overflow = rp->oom = 0;
 	rp->status = 0;
 	rp->retry_after = -1;
-	rp->curl = c;
-	errbuf[0] = '\0';
+	rp->curl = x->easy;
+	j->body.pos = 0;
+	j->errbuf[0] = '\0';
+	j->ex = EX_FAIL;
+	if (!x->easy) {
+		j->err = -ENOMEM;
+		say(&j->why, "no curl handle (out of memory)");
+		return -ENOMEM;
+	}
 	/* A body goes without waiting for "100 Continue" (a server that
 	 * never sends one would cost a second a request). */
-	rc = gpufile__http_header(&list, "Expect", "");
+	rc = gpufile__http_header(&j->list, "Expect", "");
 	if (rc == 0 && t->headers)
 		rc = t->headers(t->headers_arg, k->method, k->query, k->iov,
-		                k->iovcnt, &list);
+		                k->iovcnt, &j->list);
 	if (rc) {
-		curl_slist_free_all(list);
-		*err = rc;
-		say(why, "%s (no request sent)",
+		curl_slist_free_all(j->list);
+		j->list = NULL;
+		j->err = rc;
+		say(&j->why, "%s (no request sent)",
 		    rc == -ENOMEM ? "out of memory building the request"
 		                  : "SigV4 signing failed");
-		return EX_FAIL;
+		return rc;
 	}
-	setup(t, c, k, &body, rp);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	cc = curl_easy_perform(c);
+	setup(t, x->easy, k, &j->body, rp);
+	curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, j->list);
+	curl_easy_setopt(x->easy, CURLOPT_ERRORBUFFER, j->errbuf);
+	return 0;
+}
+
+static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
+{
+	struct http_job *j = (struct http_job *)x;
+	struct gpufile__http *t = j->t;
+	struct gpufile__http_reply *rp = j->rp;
+	CURL *c = x->easy;
+	long connects = 0;
+
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
-	curl_slist_free_all(list);
+	curl_slist_free_all(j->list);
+	j->list = NULL;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rp->status);
 	if (t->verbose)
-		gpufile__http_log_exchange(c, k->method, k->url, "", cc);
-	{
-		long connects = 0;
-
-		curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
-		gpufile__stats_remote_response(rp->status, connects);
-	}
+		gpufile__http_log_exchange(c, j->k->method, j->k->url, "", cc);
+	curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &connects);
+	gpufile__stats_remote_response(rp->status, connects);
 	gpufile__remote_count_response(t->count, c);
 	rp->curl = NULL;
-	return judge(t, rp, cc, errbuf, err, why);
+	j->ex = judge(t, rp, cc, j->errbuf, &j->err, &j->why);
+	if (j->ex != EX_RETRY || j->n >= t->max_attempts)
+		return GPUFILE__HTTP_DONE;
+	gpufile__stats_remote_retry();
+	gpufile__remote_count_retry(t->count);
+	{
+		/* The wait rule of remote reads (http_policy.c); the engine
+		 * waits it. */
+		const struct gpufile__http_wait w = {
+		    .attempt = j->n,
+		    .max_attempts = t->max_attempts,
+		    .retry_after = rp->retry_after,
+		    .retry_after_max_s = t->retry_after_max_s,
+		    .verbose = t->verbose,
+		};
+
+		j->n++;
+		return gpufile__http_back_off_ms(&w);
+	}
 }
 
-/* Waits as remote reads do (http_policy.c) before attempt n + 1. */
-static void wait_before(const struct gpufile__http *t,
-                        const struct gpufile__http_reply *rp, unsigned n)
-{
-	const struct gpufile__http_wait w = {
-	    .attempt = n,
-	    .max_attempts = t->max_attempts,
-	    .retry_after = rp->retry_after,
-	    .retry_after_max_s = t->retry_after_max_s,
-	    .verbose = t->verbose,
-	};
-	long ms = gpufile__http_back_off_ms(&w);
-	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
+static const struct gpufile__http_xfer_ops job_ops = {
+    .start = job_start,
+    .finish = job_finish,
+};
 
 int gpufile__http_send(struct gpufile__http *t,
                        const struct gpufile__http_call *k,
                        struct gpufile__http_reply *rp)
 {
-	CURL *c = conn_take(t);
-	char *why = NULL;
-	unsigned n;
-	int err = -EIO, ex = EX_FAIL, rc;
+	struct http_job j = {.x.ops = &job_ops,
+	                     .t = t,
+	                     .k = k,
+	                     .rp = rp,
+	                     .body = {.iov = k->iov, .iovcnt = k->iovcnt},
+	                     .n = 1,
+	                     .ex = EX_FAIL,
+	                     .err = -EIO};
+	struct gpufile__http_xfer *x = &j.x;
+	int rc;
 
-	if (!c)
-		return gpufile__fail(-ENOMEM, "%s %s: no curl handle", k->what,
-		                     t->shown);
-	for (n = 1; n <= t->max_attempts; n++) {
-		ex = attempt(t, c, k, rp, &err, &why);
-		if (ex != EX_RETRY || n == t->max_attempts)
-			break;
-		gpufile__stats_remote_retry();
-		gpufile__remote_count_retry(t->count);
-		wait_before(t, rp, n);
-	}
-	conn_give(t, c);
+	for (int i = 0; i < k->iovcnt; i++)
+		j.body.len += k->iov[i].iov_len;
+	gpufile__http_run(t->engine, &x, 1);
 	if (k->data) {
 		uint64_t bytes = rp->got;
 
 		for (int i = 0; !rp->dst && i < k->iovcnt; i++)
 			bytes += k->iov[i].iov_len;
-		gpufile__remote_count_range(t->count, bytes, ex != EX_OK);
+		gpufile__remote_count_range(t->count, bytes, j.ex != EX_OK);
 	}
-	if (ex == EX_OK) {
-		free(why);
+	if (j.ex == EX_OK) {
+		free(j.why);
 		return 0;
 	}
 	rc = gpufile__fail(
-	    err, "%s %s: %s%s (attempt %u of %u)", k->what, t->shown,
-	    why ? why : "(out of memory)",
-	    ex == EX_RETRY ? ", retries exhausted" : ", not retried",
-	    n > t->max_attempts ? t->max_attempts : n, t->max_attempts);
-	free(why);
+	    j.err, "%s %s: %s%s (attempt %u of %u)", k->what, t->shown,
+	    j.why ? j.why : "(out of memory)",
+	    j.ex == EX_RETRY ? ", retries exhausted" : ", not retried",
+	    j.n > t->max_attempts ? t->max_attempts : j.n, t->max_attempts);
+	free(j.why);
 	return rc;
 }
 

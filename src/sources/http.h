@@ -4,8 +4,9 @@
  * webhdfs.c: GETs into a destination): the body from memory, the reply
  * into a destination or a text, the retry rule of remote reads
  * (http_max_attempts, the retryable curl errors, http_status_codes; the
- * waits, CA and http_verbose log of http_policy.h), connections kept
- * between requests.
+ * waits, CA and http_verbose log of http_policy.h), on the handle's
+ * transfer engine (http_multi.h), whose connections are kept between
+ * requests.
  */
 #ifndef GPUFILE_HTTP_H
 #define GPUFILE_HTTP_H
@@ -34,11 +35,9 @@ struct gpufile__http {
 	               struct curl_slist **list);
 	void *headers_arg;
 	struct gpufile__remote_counters *count; /* the handle's (remote.h) */
-	/* Connections kept between requests: lock guards idle and nidle,
-	 * and nothing is taken under it. */
-	pthread_mutex_t lock;
-	void **idle;
-	unsigned nidle, max_idle;
+	/* The handle's transfer engine (http_multi.c): its connections,
+	 * kept between requests, and its http_max_in_flight. */
+	struct gpufile__http_engine *engine;
 };
 
 /* One request. */
@@ -69,10 +68,10 @@ struct gpufile__http_reply {
 	void *curl; /* during the request */
 };
 
-/* Sets t up from v (settings, URL shown). Returns 0 or -ENOMEM. */
+/* Sets t up from v (settings, URL shown, engine; t holds nothing to
+ * free). Returns 0, or -EINVAL when v has no engine. */
 int gpufile__http_init(struct gpufile__http *t,
                        const struct gpufile__remote_view *v);
-void gpufile__http_free(struct gpufile__http *t);
 
 /* Sends k, retried: a transfer error a new attempt can cure, a status of
  * http_status_codes, and (with dst) a body shorter than want; each retry

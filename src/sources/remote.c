@@ -1870,7 +1870,13 @@ void gpufile__remote_view(struct gpufile__remote *rm,
 	    .retry_codes = rm->retry_codes,
 	    .nretry_codes = rm->nretry_codes,
 	    .count = &rm->count,
+	    .engine = rm->engine,
 	};
+}
+
+void gpufile__remote_bind(struct gpufile__remote *rm, struct gpufile *h)
+{
+	rm->lock = &h->lock;
 }
 
 #else /* !GPUFILE_HAVE_CURL */

@@ -130,6 +130,7 @@ struct gpufile__remote_view {
 	const int *retry_codes;
 	int nretry_codes;
 	struct gpufile__remote_counters *count; /* the handle's counters */
+	struct gpufile__http_engine *engine;    /* its transfer engine */
 };
 
 /* Sets url up as gpufile_open() (opts NULL) or gpufile_open_remote() of
@@ -141,6 +142,9 @@ int gpufile__remote_setup(const char *url, const gpufile_remote_opts_t *opts,
 void gpufile__remote_free(struct gpufile__remote *rm);
 void gpufile__remote_view(struct gpufile__remote *rm,
                           struct gpufile__remote_view *v);
+/* From now on rm's transfer engine is guarded by h's lock, which fork.c's
+ * handlers hold across fork() (h is the handle made over rm). */
+void gpufile__remote_bind(struct gpufile__remote *rm, struct gpufile *h);
 
 /* Opens url for writing ("w"): an upload (upload.c) to an HTTP PUT URL or
  * an S3 object, published whole by gpufile_close(). */

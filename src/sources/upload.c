@@ -666,8 +666,6 @@ static void upload_free(struct upload *u)
 {
 	if (!u)
 		return;
-	if (u->http.idle)
-		gpufile__http_free(&u->http);
 	for (size_t i = 0; i < u->nparts; i++) {
 		free(u->parts[i].buf);
 		free(u->parts[i].etag);
@@ -790,8 +788,8 @@ int gpufile__upload_open(struct gpufile **out, const char *url,
 		                   "part of a multipart upload; give the "
 		                   "object's s3:// URL",
 		                   u->v.shown);
-	if (rc == 0 && gpufile__http_init(&u->http, &u->v))
-		rc = -ENOMEM;
+	if (rc == 0)
+		rc = gpufile__http_init(&u->http, &u->v);
 	u->http.path_as_is = u->v.s3;
 	if (u->v.s3_signed) {
 		u->http.headers = sign;
@@ -815,6 +813,7 @@ int gpufile__upload_open(struct gpufile **out, const char *url,
 	atomic_init(&h->direct_refused, 1);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
+	gpufile__remote_bind(u->rm, h);
 	h->cufile_state = GPUFILE__CUFILE_UNAVAILABLE;
 	snprintf(h->cufile_reason, sizeof(h->cufile_reason),
 	         "an upload to a remote object: cuFile writes local files "

@@ -234,8 +234,6 @@ static void webhdfs_free(struct webhdfs *w)
 {
 	if (!w)
 		return;
-	if (w->http.idle)
-		gpufile__http_free(&w->http);
 	free(w->base);
 	free(w->extra);
 	gpufile__remote_free(w->rm);
@@ -296,6 +294,7 @@ static int make_handle(struct gpufile **out, struct webhdfs *w)
 	atomic_init(&h->direct_refused, 1);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
+	gpufile__remote_bind(w->rm, h);
 	h->cufile_state = GPUFILE__CUFILE_UNAVAILABLE;
 	snprintf(h->cufile_reason, sizeof(h->cufile_reason),
 	         "a remote object: cuFile reads local files only");
@@ -337,9 +336,8 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 		gpufile__remote_view(w->rm, &w->v);
 		rc = split_url(w, url);
 	}
-	if (rc == 0 && gpufile__http_init(&w->http, &w->v))
-		rc = gpufile__fail(-ENOMEM, "opening %s: out of memory",
-		                   w->v.shown);
+	if (rc == 0)
+		rc = gpufile__http_init(&w->http, &w->v);
 	if (rc == 0) {
 		w->http.follow = 1; /* OPEN's redirect to a datanode */
 		rc = learn_size(w);

@@ -29,6 +29,10 @@ class S3Server:
         self.bucket, self.ak, self.sk, self.region = (bucket, access_key,
                                                       secret_key, region)
         self.objects, self.uploads, self.log = {}, {}, []
+        # Requests being handled now, and the most at once: counted from
+        # a request's arrival to the start of its reply, so that a client
+        # with one request in flight at a time is never seen with two.
+        self.active = self.max_active = 0
         self.lock = threading.Lock()
         self.srv = None
 
@@ -56,6 +60,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _reply(self, code, body=b"", headers=()):
+        if getattr(self, "_active", False):
+            self._active = False
+            with self.server_state.lock:
+                self.server_state.active -= 1
         self.send_response(code)
         for k, v in headers:
             self.send_header(k, v)
@@ -103,6 +111,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         bucket, _, key = path.lstrip("/").partition("/")
         with st.lock:
             st.log.append((self.command, key, q))
+            st.active += 1
+            st.max_active = max(st.max_active, st.active)
+        self._active = True
         why = self._check(body)
         if why:
             return self._error(403, "SignatureDoesNotMatch", why)
