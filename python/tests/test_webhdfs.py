@@ -184,6 +184,20 @@ def test_remote_info_counts_the_requests(webhdfs):
     assert info["requests"] == 1 + 2 * 5, info
 
 
+def test_batch_read(webhdfs):
+    """A batch's entries on a WebHDFS handle are read by OPEN requests
+    (they went to remote.c's ranges, which knew no size: 0 bytes each)."""
+    port, _ = webhdfs
+    with gpufile.File("webhdfs://127.0.0.1:%d%s" % (port, PATH)) as f:
+        bufs = [np.zeros(5000, dtype=np.uint8) for _ in range(3)]
+        entries = [(f, bufs[i], None, i * 7000) for i in range(3)]
+        assert gpufile.batch_read(entries) == [5000] * 3
+        tail = [(f, np.zeros(10, dtype=np.uint8), None, SIZE - 4)]
+        assert gpufile.batch_read(tail) == [4]
+    for i in range(3):
+        assert (bufs[i] == expected(i * 7000, 5000)).all(), i
+
+
 def test_http_webhdfs_url_keeps_its_parameters(webhdfs):
     port, log = webhdfs
     del log[:]

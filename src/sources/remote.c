@@ -1059,6 +1059,18 @@ int gpufile__remote_read_ranges(struct gpufile *h,
 	struct gpufile__http_xfer **x;
 	size_t *which, nj = 0;
 
+	if (h->source_ops) {
+		/* A source with reads of its own (webhdfs.c; a batch's
+		 * ranges come here): rm is only its URL's setup, which knows
+		 * no size. Its reads, one by one. */
+		for (size_t i = 0; i < n; i++) {
+			r[i].result =
+			    h->remote_read(h, r[i].buf, r[i].len, r[i].off);
+			r[i].msg =
+			    r[i].result < 0 ? strdup(gpufile_errmsg()) : NULL;
+		}
+		return 0;
+	}
 	jobs = calloc(n ? n : 1, sizeof(*jobs));
 	x = calloc(n ? n : 1, sizeof(*x));
 	which = calloc(n ? n : 1, sizeof(*which));

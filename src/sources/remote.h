@@ -59,7 +59,8 @@ struct gpufile__remote_range {
 
 /* Reads r[0..n) of h's object, all issued at once on h's transfer engine
  * (http_multi.c: at most http_max_in_flight in flight), each retried from
- * its start as gpufile__remote_read's range. Returns 0 (each range's
+ * its start as gpufile__remote_read's range (a source with reads of its
+ * own, WebHDFS: one by one through h->remote_read). Returns 0 (each range's
  * outcome in it) or -ENOMEM with the message set (none was read). */
 int gpufile__remote_read_ranges(struct gpufile *h,
                                 struct gpufile__remote_range *r, size_t n);
