@@ -15,6 +15,7 @@ from conftest import in_ci, missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "plain_server.py")
+FAULTS = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 SIZE = (1 << 20) + 4097
 DATA = ((np.arange(SIZE, dtype=np.uint64) * 131 + 7) & 255).astype(
     np.uint8).tobytes()
@@ -34,6 +35,24 @@ def url(tmp_path_factory):
     yield "http://127.0.0.1:%d/o.bin" % int(line.split()[1])
     p.terminate()
     p.wait()
+
+
+@pytest.fixture(scope="module")
+def faults():
+    """fault_server.py's base URL, serving an object of SIZE bytes whose
+    byte i is (i * 131 + (i >> 9)) & 255."""
+    p = subprocess.Popen([sys.executable, FAULTS, str(SIZE)],
+                         stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    yield "http://127.0.0.1:%d" % int(line.split()[1])
+    p.terminate()
+    p.wait()
+
+
+def fault_data():
+    i = np.arange(SIZE, dtype=np.uint64)
+    return ((i * 131 + (i >> 9)) & 255).astype(np.uint8).tobytes()
 
 
 def test_path_reason_says_the_body_is_streamed(url):
@@ -77,15 +96,15 @@ class Dev:
 with gpufile.File(url) as f:
     got = f.read(Dev(), file_offset=off)
     assert got == n, got
+    print("retries", f.remote_info()["retries"], file=sys.stderr)
 sys.stdout.buffer.write(ctypes.string_at(ptr.value, size))
 '''
 
 
-@pytest.mark.parametrize("off,n", [(0, SIZE), (70001, SIZE - 70001 - 3333)])
-def test_device_read_through_many_bounce_buffers(url, off, n):
-    """More than a dozen 64 KiB bounce buffers (two per worker, so each is
-    refilled), whole and at an offset: every byte arrives, nothing past
-    the read is written."""
+def device_read(url, off, n):
+    """Runs DEVICE_CHILD under the fake driver: 64 KiB bounce buffers, two
+    per worker (each refilled many times); returns its stdout (the device
+    buffer of SIZE bytes)."""
     d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
                      "fake_libcuda", "lib")
     if not os.path.exists(os.path.join(d, "libcuda.so.1")):
@@ -103,5 +122,22 @@ def test_device_read_through_many_bounce_buffers(url, off, n):
                        env=env, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert len(p.stdout) == SIZE
-    assert p.stdout[:n] == DATA[off:off + n]
-    assert p.stdout[n:] == b"\xa5" * (SIZE - n)
+    return p.stdout, p.stderr.decode()
+
+
+@pytest.mark.parametrize("off,n", [(0, SIZE), (70001, SIZE - 70001 - 3333)])
+def test_device_read_through_many_bounce_buffers(url, off, n):
+    """More than a dozen bounce buffers, whole and at an offset: every
+    byte arrives, nothing past the read is written."""
+    out, _ = device_read(url, off, n)
+    assert out[:n] == DATA[off:off + n]
+    assert out[n:] == b"\xa5" * (SIZE - n)
+
+
+def test_device_read_cut_half_way_is_read_again(faults):
+    """The body's first attempt stops half-way (after many bounce buffers
+    went to the GPU): the retry writes from the start again, and the
+    device buffer ends with exactly the object."""
+    out, err = device_read(faults + "/plaincut/o.bin", 0, SIZE)
+    assert out == fault_data()
+    assert "retries 1" in err, err

@@ -41,6 +41,10 @@ SIZE bytes at every path; the first path component picks a behaviour:
                       a Retry-After HTTP-date an hour ahead, then correct
   /always503/...      every GET: 503 without Retry-After
   /redirect/...       302 to /ok/obj?token=REDIRECT-SECRET (HEAD and GET)
+  /plaincut/...       a server that ignores Range (HEAD without
+                      Accept-Ranges, every GET 200 with the whole object)
+                      whose second GET of each path (the first read after
+                      the probe at open) stops half-way and closes
 
 Prints "PORT <n>" on stdout once listening; runs until killed.
 Usage: fault_server.py SIZE [STALL_SECONDS]
@@ -56,6 +60,7 @@ SIZE = int(sys.argv[1])
 STALL = float(sys.argv[2]) if len(sys.argv) > 2 else 3.0
 DATA = bytes(((i * 131) + (i >> 9)) & 255 for i in range(SIZE))
 seen = set()
+gets = {}  # GETs of each /plaincut/ path
 lock = threading.Lock()
 
 
@@ -113,6 +118,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.send(405, [("Content-Length", "0")])
         if m == "chunkedhead":
             return self.send(200, [("Transfer-Encoding", "chunked")])
+        if m == "plaincut":
+            return self.send(200, [("Content-Length", str(SIZE))])
         self.send(200, [("Content-Length", str(SIZE)),
                         ("Accept-Ranges", "bytes")] + self.etag(True))
 
@@ -128,6 +135,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             err = b"slow down"
             return self.send(503, [("Retry-After", when),
                                    ("Content-Length", str(len(err)))], err)
+        if m == "plaincut":
+            with lock:
+                gets[self.path] = nth = gets.get(self.path, 0) + 1
+            cut = nth == 2
+            return self.send(200, [("Content-Length", str(SIZE))],
+                             DATA[:SIZE // 2] if cut else DATA, close=cut)
         if m == "always503":
             err = b"slow down"
             return self.send(503, [("Content-Length", str(len(err)))], err)
