@@ -9,10 +9,13 @@
  * waiting for transfers at a time.
  *
  * The engine knows nothing of ranges, signatures or validation: a
- * transfer's owner (remote.c) sets up each attempt on the easy handle the
- * engine lends it (ops->start) and judges its end (ops->finish), which
- * says whether and when to try again. The engine keeps at most
- * max_in_flight transfers of all its callers in libcurl at once.
+ * transfer's owner (remote.c's ranges, http.c's requests of uploads and
+ * WebHDFS) sets up each attempt on the easy handle the engine lends it
+ * (ops->start; http.c resets the handle first, so an engine serves one
+ * owner: a handle's reads or its source's requests) and judges its end
+ * (ops->finish), which says whether and when to try again. The engine
+ * keeps at most max_in_flight transfers of all its callers in libcurl at
+ * once.
  */
 #ifndef GPUFILE_HTTP_MULTI_H
 #define GPUFILE_HTTP_MULTI_H

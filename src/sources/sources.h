@@ -7,7 +7,8 @@
  * S3's request signatures (sigv4.c, sigv4.h), credentials, regions and
  * endpoints as AWS tools find them (aws_config.c, aws_config.h), WebHDFS
  * files (webhdfs.c) and uploads (upload.c), the last two over one HTTP
- * request helper (http.c, http.h). A source opens a handle (struct
+ * request helper (http.c, http.h) whose requests run on the handle's
+ * transfer engine, as reads do. A source opens a handle (struct
  * gpufile, core/core.h) whose remote_read the paths call, and moves device
  * reads through the paths' staging pipeline; a source other than remote.c
  * also sets the handle's source_ops (its close, size and request ops).
