@@ -459,51 +459,17 @@ static char *host_of(const char *url)
 	return host;
 }
 
-/* Adds the S3 headers of one request, signed now. */
+/* Adds the S3 headers of one request, signed now (with its Host: the
+ * value signed is the value sent). */
 static int sign_s3(struct gpufile__remote *rm, const char *method,
                    const char *range, struct curl_slist **list)
 {
-	struct gpufile__sigv4_header hd[5];
-	struct gpufile__sigv4_request rq = {0};
-	char date[20], *auth = NULL;
-	time_t now = time(NULL);
-	struct tm tm;
-	int n = 0, rc;
+	struct gpufile__remote_view v;
 
-	gmtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
-	hd[n++] = (struct gpufile__sigv4_header){"host", rm->s3_host};
-	if (range)
-		hd[n++] = (struct gpufile__sigv4_header){"range", range};
-	hd[n++] = (struct gpufile__sigv4_header){"x-amz-content-sha256",
-	                                         GPUFILE__SHA256_EMPTY};
-	hd[n++] = (struct gpufile__sigv4_header){"x-amz-date", date};
-	if (rm->session_token)
-		hd[n++] = (struct gpufile__sigv4_header){"x-amz-security-token",
-		                                         rm->session_token};
-	rq.method = method;
-	rq.canonical_uri = rm->s3_canonical_uri;
-	rq.query = rm->s3_query ? rm->s3_query : "";
-	rq.headers = hd;
-	rq.nheaders = n;
-	rq.payload_sha256 = GPUFILE__SHA256_EMPTY;
-	rq.amz_date = date;
-	rq.region = rm->region;
-	rq.service = "s3";
-	rq.access_key = rm->access_key;
-	rq.secret_key = rm->secret_key;
-	rc = gpufile__sigv4_authorization(&rq, &auth);
-	for (int i = 0; i < n && rc == 0; i++)
-		if (strcmp(hd[i].name, "range") != 0) /* the caller adds it */
-			rc =
-			    gpufile__http_header(list, hd[i].name, hd[i].value);
-	if (rc == 0)
-		rc = gpufile__http_header(list, "Authorization", auth);
-	if (auth) {
-		explicit_bzero(auth, strlen(auth));
-		free(auth);
-	}
-	return rc;
+	gpufile__remote_view(rm, &v);
+	return gpufile__sigv4_s3_headers(&v, method,
+	                                 rm->s3_query ? rm->s3_query : "",
+	                                 range, GPUFILE__SHA256_EMPTY, 1, list);
 }
 
 /* Forgets what an earlier attempt saw: a retry writes from the start of its

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if GPUFILE_HAVE_SIGV4
 #include <openssl/evp.h>
@@ -296,4 +297,58 @@ int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
 	return -ENOTSUP;
 }
 
+#endif
+
+#if GPUFILE_HAVE_CURL
+#include "sources/http.h"
+
+int gpufile__sigv4_s3_headers(const struct gpufile__remote_view *v,
+                              const char *method, const char *query,
+                              const char *range, const char *payload_sha256,
+                              int send_host, struct curl_slist **list)
+{
+	struct gpufile__sigv4_header hd[5];
+	struct gpufile__sigv4_request rq = {0};
+	char date[20], *auth = NULL;
+	time_t now = time(NULL);
+	struct tm tm;
+	int n = 0, rc;
+
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
+	hd[n++] = (struct gpufile__sigv4_header){"host", v->s3_host};
+	if (range)
+		hd[n++] = (struct gpufile__sigv4_header){"range", range};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-content-sha256",
+	                                         payload_sha256};
+	hd[n++] = (struct gpufile__sigv4_header){"x-amz-date", date};
+	if (v->session_token)
+		hd[n++] = (struct gpufile__sigv4_header){"x-amz-security-token",
+		                                         v->session_token};
+	rq.method = method;
+	rq.canonical_uri = v->s3_canonical_uri;
+	rq.query = query;
+	rq.headers = hd;
+	rq.nheaders = n;
+	rq.payload_sha256 = payload_sha256;
+	rq.amz_date = date;
+	rq.region = v->region;
+	rq.service = "s3";
+	rq.access_key = v->access_key;
+	rq.secret_key = v->secret_key;
+	rc = gpufile__sigv4_authorization(&rq, &auth);
+	for (int i = 0; i < n && rc == 0; i++) {
+		if (strcmp(hd[i].name, "range") == 0 ||
+		    (!send_host && strcmp(hd[i].name, "host") == 0))
+			continue;
+		rc = gpufile__http_header(list, hd[i].name, hd[i].value);
+	}
+	if (rc == 0)
+		rc = gpufile__http_header(list, "Authorization", auth);
+	if (auth) {
+		explicit_bzero(auth, strlen(auth));
+		free(auth);
+	}
+	return rc;
+}
 #endif

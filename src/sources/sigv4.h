@@ -1,7 +1,8 @@
 /*
  * AWS Signature Version 4 (sigv4.c): the Authorization header of one
- * request, for S3 reads (remote.c) and for tests against AWS's published
- * vectors. Needs OpenSSL's libcrypto (GPUFILE_HAVE_SIGV4).
+ * request, for S3 reads (remote.c) and uploads (upload.c), and for tests
+ * against AWS's published vectors. Needs OpenSSL's libcrypto
+ * (GPUFILE_HAVE_SIGV4).
  */
 #ifndef GPUFILE_SIGV4_H
 #define GPUFILE_SIGV4_H
@@ -39,6 +40,24 @@ struct gpufile__sigv4_request {
  * -ENOTSUP when built without libcrypto (*out NULL on failure). */
 int gpufile__sigv4_authorization(const struct gpufile__sigv4_request *rq,
                                  char **out);
+
+struct gpufile__remote_view;
+struct curl_slist;
+
+/* Signs one S3 request to the object of v (its host, path, region and
+ * credentials) now, and appends to *list the headers it signed, then
+ * Authorization. Signed: host, range (when not NULL), x-amz-content-sha256
+ * (payload_sha256, the hex SHA-256 of the body), x-amz-date,
+ * x-amz-security-token (when v has a session token). Not appended: range,
+ * which the caller sends itself (signed or not), and host unless send_host
+ * (v->s3_host is the URL's host as libcurl would send it). query: encoded,
+ * "" for none. Returns 0, -ENOMEM (a header could not be added) or
+ * -ENOTSUP (built without libcrypto); *list is the caller's to free either
+ * way. Built with libcurl only (GPUFILE_HAVE_CURL). */
+int gpufile__sigv4_s3_headers(const struct gpufile__remote_view *v,
+                              const char *method, const char *query,
+                              const char *range, const char *payload_sha256,
+                              int send_host, struct curl_slist **list);
 
 /* text URI-encoded the way SigV4 wants (unreserved A-Z a-z 0-9 - . _ ~
  * kept; '/' kept when keep_slash), allocated and sized from text (the

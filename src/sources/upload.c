@@ -135,44 +135,14 @@ static int sign(void *arg, const char *method, const char *query,
 {
 #if GPUFILE_HAVE_SIGV4
 	struct upload *u = arg;
-	struct gpufile__sigv4_header hd[4];
-	struct gpufile__sigv4_request rq = {0};
-	char date[20], sha[65], *auth = NULL;
-	time_t now = time(NULL);
-	struct tm tm;
-	int n = 0, rc = body_sha256(iov, iovcnt, sha);
+	char sha[65];
+	int rc = body_sha256(iov, iovcnt, sha);
 
 	if (rc)
 		return rc;
-	gmtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
-	hd[n++] = (struct gpufile__sigv4_header){"host", u->v.s3_host};
-	hd[n++] = (struct gpufile__sigv4_header){"x-amz-content-sha256", sha};
-	hd[n++] = (struct gpufile__sigv4_header){"x-amz-date", date};
-	if (u->v.session_token)
-		hd[n++] = (struct gpufile__sigv4_header){"x-amz-security-token",
-		                                         u->v.session_token};
-	rq.method = method;
-	rq.canonical_uri = u->v.s3_canonical_uri;
-	rq.query = query;
-	rq.headers = hd;
-	rq.nheaders = n;
-	rq.payload_sha256 = sha;
-	rq.amz_date = date;
-	rq.region = u->v.region;
-	rq.service = "s3";
-	rq.access_key = u->v.access_key;
-	rq.secret_key = u->v.secret_key;
-	rc = gpufile__sigv4_authorization(&rq, &auth);
-	for (int i = 1; i < n && rc == 0; i++) /* libcurl sends Host */
-		rc = gpufile__http_header(list, hd[i].name, hd[i].value);
-	if (rc == 0)
-		rc = gpufile__http_header(list, "Authorization", auth);
-	if (auth) {
-		explicit_bzero(auth, strlen(auth));
-		free(auth);
-	}
-	return rc;
+	/* Host left to libcurl, which sends the s3_host that was signed. */
+	return gpufile__sigv4_s3_headers(&u->v, method, query, NULL, sha, 0,
+	                                 list);
 #else
 	(void)arg;
 	(void)method;
