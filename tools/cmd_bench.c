@@ -399,9 +399,8 @@ static int parse(int argc, char **argv, struct bench_options *o)
 
 	if (first < 0)
 		return rc;
-	rc = target_check_options("bench", o->want_host, o->want_device);
-	if (rc == 0)
-		rc = run_settings_check("bench", &o->settings);
+	rc = target_check_options("bench", o->want_host, o->want_device,
+	                          &o->settings);
 	if (rc)
 		return rc;
 	if (o->batch > 1 && is_write(o))
@@ -906,11 +905,9 @@ int cmd_bench(int argc, char **argv)
 
 	if (rc || !o.file)
 		return rc;
-	rc = run_settings_apply("bench", &o.settings);
+	rc = run_settings_use("bench", &o.settings);
 	if (rc)
 		return rc;
-	if (gpufile_config_check())
-		return msg_error("bench", "%s", gpufile_errmsg());
 	o.shown = text_shown_path(o.file);
 	if (!o.shown)
 		return msg_error("bench", "out of memory");

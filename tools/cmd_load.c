@@ -340,7 +340,7 @@ int cmd_load(int argc, char **argv)
 	first = opt_parse(&spec, argc, argv, &rc);
 	if (first < 0)
 		return rc;
-	rc = target_check_options(cmd, want_host, want_device);
+	rc = target_check_options(cmd, want_host, want_device, &settings);
 	if (rc == 0)
 		rc = run_settings_apply(cmd, &settings);
 	if (rc)

@@ -132,9 +132,8 @@ static int parse(int argc, char **argv, struct read_options *o)
 
 	if (first < 0)
 		return rc;
-	rc = target_check_options("read", o->want_host, o->want_device);
-	if (rc == 0)
-		rc = run_settings_check("read", &o->settings);
+	rc = target_check_options("read", o->want_host, o->want_device,
+	                          &o->settings);
 	if (rc)
 		return rc;
 	o->file = argv[first];
@@ -474,11 +473,9 @@ int cmd_read(int argc, char **argv)
 
 	if (rc || !o.file)
 		return rc;
-	rc = run_settings_apply("read", &o.settings);
+	rc = run_settings_use("read", &o.settings);
 	if (rc)
 		return rc;
-	if (gpufile_config_check())
-		return msg_error("read", "%s", gpufile_errmsg());
 	if (gpufile_open(&h, o.file, "r"))
 		return msg_error("read", "%s", gpufile_errmsg());
 	/* From here the file is named as the library shows it: a URL without

@@ -170,9 +170,8 @@ static int parse(int argc, char **argv, struct write_options *o)
 		return rc;
 	if (!have_size)
 		return msg_usage_error("write", "--size is required");
-	rc = target_check_options("write", o->want_host, o->want_device);
-	if (rc == 0)
-		rc = run_settings_check("write", &o->settings);
+	rc = target_check_options("write", o->want_host, o->want_device,
+	                          &o->settings);
 	if (rc)
 		return rc;
 	o->file = argv[first];
@@ -385,11 +384,9 @@ int cmd_write(int argc, char **argv)
 
 	if (rc || !o.file)
 		return rc;
-	rc = run_settings_apply("write", &o.settings);
+	rc = run_settings_use("write", &o.settings);
 	if (rc)
 		return rc;
-	if (gpufile_config_check())
-		return msg_error("write", "%s", gpufile_errmsg());
 	rc = target_choose("write", o.want_host, o.want_device, &r.target);
 	if (rc == 0)
 		rc = alloc_chunks(&o, &r);

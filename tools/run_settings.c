@@ -49,3 +49,12 @@ int run_settings_apply(const char *cmd, const struct run_settings *s)
 		         run_settings_modes[s->compat]);
 	return rc;
 }
+
+int run_settings_use(const char *cmd, const struct run_settings *s)
+{
+	int rc = run_settings_apply(cmd, s);
+
+	if (rc == 0 && gpufile_config_check())
+		rc = msg_error(cmd, "%s", gpufile_errmsg());
+	return rc;
+}

@@ -72,4 +72,10 @@ int run_settings_check(const char *cmd, const struct run_settings *s);
  * message naming the option and the value. */
 int run_settings_apply(const char *cmd, const struct run_settings *s);
 
+/* run_settings_apply(), then the whole configuration checked
+ * (gpufile_config_check: the environment and the config file with them),
+ * as a command does before it opens a file. Returns 0, EXIT_USAGE, or
+ * EXIT_RUNTIME after the library's message. */
+int run_settings_use(const char *cmd, const struct run_settings *s);
+
 #endif

@@ -6,6 +6,7 @@
 #include "gpufile.h"
 #include "msg.h"
 #include "measure.h"
+#include "run_settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +14,13 @@
 
 #define ALIGNMENT 4096
 
-int target_check_options(const char *cmd, int want_host, int want_device)
+int target_check_options(const char *cmd, int want_host, int want_device,
+                         const struct run_settings *s)
 {
 	if (want_host && want_device >= 0)
 		return msg_usage_error(cmd, "--host and --device exclude "
 		                            "each other");
-	return 0;
+	return run_settings_check(cmd, s);
 }
 
 int target_choose(const char *cmd, int want_host, int want_device,

@@ -16,10 +16,14 @@ struct target {
 	void *buf;
 };
 
-/* Checks --host (want_host) and --device (want_device >= 0) before
- * anything is opened: they exclude each other. Returns 0, or EXIT_USAGE
- * after the message. */
-int target_check_options(const char *cmd, int want_host, int want_device);
+struct run_settings;
+
+/* Checks the options of a command that moves bytes before anything is
+ * opened: --host (want_host) and --device (want_device >= 0) exclude each
+ * other, and the run settings s must agree (run_settings_check). Returns
+ * 0, or EXIT_USAGE after the message. */
+int target_check_options(const char *cmd, int want_host, int want_device,
+                         const struct run_settings *s);
 
 /* Picks the memory as --host (want_host) and --device (want_device >= 0)
  * ask, and says why in t->reason. Returns 0, or EXIT_RUNTIME after a
