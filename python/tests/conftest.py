@@ -5,13 +5,20 @@
 The package is imported from python/ of this checkout (not an installed
 copy) unless GPUFILE_TEST_INSTALLED=1.
 """
+import contextlib
+import http.server
 import os
+import subprocess
 import sys
+import threading
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG_ROOT = os.path.dirname(HERE)
+REPO = os.path.dirname(PKG_ROOT)
+# The servers the remote tests run as processes (fault_server.py, ...).
+REMOTE_SERVERS = os.path.join(REPO, "tests", "remote")
 if os.environ.get("GPUFILE_TEST_INSTALLED") != "1" and PKG_ROOT not in sys.path:
     sys.path.insert(0, PKG_ROOT)
 
@@ -66,3 +73,107 @@ def missing(what):
                     "scripts/test.sh installs it" % (what, os.environ["CI"]),
                     pytrace=False)
     pytest.skip(what)
+
+
+# ---- servers of the remote tests ----
+
+class _LoopbackServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def loopback_server(handler, ssl_context=None):
+    """An HTTP server of handler (a BaseHTTPRequestHandler class) on
+    127.0.0.1, a free port (server_address[1]), serving from a daemon
+    thread; HTTPS with ssl_context. The caller stops it (shutdown())."""
+    srv = _LoopbackServer(("127.0.0.1", 0), handler)
+    if ssl_context is not None:
+        srv.socket = ssl_context.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@contextlib.contextmanager
+def remote_server(script, *args):
+    """Runs tests/remote/SCRIPT with args (fault_server.py SIZE [STALL],
+    s3_server.py ...), which prints "PORT N" once it listens on
+    127.0.0.1; yields N and ends the server on exit."""
+    p = subprocess.Popen([sys.executable, os.path.join(REMOTE_SERVERS, script)]
+                         + [str(a) for a in args],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield int(line.split()[1])
+    finally:
+        p.terminate()
+        p.wait()
+        p.stdout.close()
+
+
+# s3rver, an S3 server written by others (npm), installed by
+# scripts/s3rver.sh; S3RVER (or GPUFILE_S3RVER) names another copy.
+S3RVER = (os.environ.get("S3RVER") or os.environ.get("GPUFILE_S3RVER") or
+          os.path.join(REPO, ".deps", "s3rver", "node_modules", ".bin",
+                       "s3rver"))
+
+
+def need_s3rver():
+    """What the s3rver tests need: each missing one is a skip, or under CI
+    (where scripts/deps.sh and scripts/test.sh install them) a failure
+    that names it."""
+    if "remote" not in gpufile.features():
+        missing("libcurl (built without it)")
+    try:
+        import botocore.session  # noqa: F401
+    except ImportError:
+        missing("python3-botocore (import botocore.session failed)")
+    if not os.access(S3RVER, os.X_OK):
+        missing("s3rver: %s is not installed (scripts/s3rver.sh)" % S3RVER)
+
+
+@contextlib.contextmanager
+def s3rver(data_dir, bucket):
+    """Runs s3rver on 127.0.0.1 (a free port) with bucket, its objects in
+    data_dir; yields (URL, a botocore S3 client of it, its log: the lines
+    it prints, one a request, read as they come so that its pipe never
+    fills) and ends it on exit."""
+    import botocore.session
+    from botocore.config import Config
+    p = subprocess.Popen([S3RVER, "-d", str(data_dir), "-a", "127.0.0.1",
+                          "-p", "0", "--configure-bucket", bucket],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    try:
+        # It prints "S3rver listening on 127.0.0.1:PORT" once listening (a
+        # blank line may come first); EOF means it failed.
+        line = ""
+        while "listening on" not in line:
+            line = p.stdout.readline()
+            if not line:
+                p.wait()
+                pytest.fail("s3rver exited (%d) before listening"
+                            % p.returncode)
+        url = "http://" + line.split("listening on")[1].strip()
+        log = []
+        threading.Thread(target=lambda: log.extend(iter(p.stdout.readline, "")),
+                         daemon=True).start()
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=url, region_name="us-east-1",
+            aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+            config=Config(signature_version="s3v4",
+                          s3={"addressing_style": "path"}))
+        yield url, client, log
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def s3rver_env(monkeypatch, url):
+    """The environment of gpufile's S3 requests to the s3rver at url: its
+    endpoint and keys, region us-east-1, no session token."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "S3RVER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)

@@ -4,14 +4,12 @@ FileNotFoundError), one batch per cat_ranges, and remote objects read
 through gpufile's sources (tests/remote/fault_server.py)."""
 import errno
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, missing
+from conftest import in_ci, missing, remote_server
 
 try:
     import fsspec
@@ -20,8 +18,6 @@ except ImportError as e:  # python3-fsspec (scripts/deps.sh)
     fsspec = None
     _why = str(e)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 REMOTE_SIZE = (1 << 20) + 4097
 
 
@@ -219,13 +215,8 @@ def server():
         if in_ci():
             pytest.fail("built without libcurl under CI")
         pytest.skip("built without libcurl")
-    p = subprocess.Popen([sys.executable, SERVER, str(REMOTE_SIZE), "3"],
-                         stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert line.startswith("PORT "), line
-    yield "http://127.0.0.1:%d" % int(line.split()[1])
-    p.terminate()
-    p.wait()
+    with remote_server("fault_server.py", REMOTE_SIZE, 3) as port:
+        yield "http://127.0.0.1:%d" % port
 
 
 def remote_expected(off, n):

@@ -2,19 +2,14 @@
 (and CuPy on a GPU machine), against tests/remote/fault_server.py."""
 import errno
 import gc
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, needs_gpu
+from conftest import in_ci, needs_gpu, remote_server
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 SIZE = (1 << 20) + 4097
 
 # Under CI, where scripts/deps.sh installs libcurl, they run (and fail).
@@ -29,13 +24,8 @@ def expected(off, n):
 
 @pytest.fixture(scope="module")
 def server():
-    p = subprocess.Popen([sys.executable, SERVER, str(SIZE), "3"],
-                         stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert line.startswith("PORT "), line
-    yield "http://127.0.0.1:%d" % int(line.split()[1])
-    p.terminate()
-    p.wait()
+    with remote_server("fault_server.py", SIZE, 3) as port:
+        yield "http://127.0.0.1:%d" % port
 
 
 def test_read_into_numpy(server):

@@ -4,18 +4,14 @@ HTTP, redirects) and tests/remote/s3_server.py (botocore checks every
 signature: unsigned is 403)."""
 import errno
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import gpufile
 import gpufile.remote as remote
-from conftest import in_ci, missing
+from conftest import in_ci, missing, remote_server
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REMOTE = os.path.join(HERE, "..", "..", "tests", "remote")
 SIZE = 200001
 AK, SK, REGION = "AKIDPYTEST", "py/Secret+Key0123456789abcdefghijklmnopq", \
     "eu-test-1"
@@ -36,20 +32,10 @@ def expected(n=SIZE):
     return ((i * 131 + (i >> 9)) & 255).astype(np.uint8)
 
 
-def _start(argv):
-    p = subprocess.Popen([sys.executable] + argv, stdout=subprocess.PIPE,
-                         text=True)
-    line = p.stdout.readline()
-    assert line.startswith("PORT "), line
-    return p, "http://127.0.0.1:%d" % int(line.split()[1])
-
-
 @pytest.fixture(scope="module")
 def http():
-    p, url = _start([os.path.join(REMOTE, "fault_server.py"), str(SIZE)])
-    yield url
-    p.terminate()
-    p.wait()
+    with remote_server("fault_server.py", SIZE) as port:
+        yield "http://127.0.0.1:%d" % port
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +44,9 @@ def s3():
         import botocore  # noqa: F401
     except ImportError:
         missing("python3-botocore")
-    p, url = _start([os.path.join(REMOTE, "s3_server.py"), str(SIZE),
-                     "bucket", AK, SK, REGION])
-    yield url
-    p.terminate()
-    p.wait()
+    with remote_server("s3_server.py", SIZE, "bucket", AK, SK,
+                       REGION) as port:
+        yield "http://127.0.0.1:%d" % port
 
 
 @pytest.fixture

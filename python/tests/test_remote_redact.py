@@ -3,18 +3,13 @@ raised for a URL with a planted secret in its user information (with the
 raw characters that confuse URL parsers) and in its query, and every name
 shown for it, is searched for the secret; none may hold it. Against
 tests/remote/fault_server.py."""
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import gpufile
 import gpufile.safetensors
+from conftest import remote_server
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 SECRET = "PLANTED"
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features(),
@@ -23,13 +18,8 @@ pytestmark = pytest.mark.skipif("remote" not in gpufile.features(),
 
 @pytest.fixture(scope="module")
 def port():
-    p = subprocess.Popen([sys.executable, SERVER, "5000", "3"],
-                         stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert line.startswith("PORT "), line
-    yield int(line.split()[1])
-    p.terminate()
-    p.wait()
+    with remote_server("fault_server.py", 5000, 3) as port:
+        yield port
 
 
 def urls(port):

@@ -7,39 +7,20 @@ written); the check of gpufile's SigV4 signatures by code that is not
 gpufile is tests/remote/s3_server.py (botocore recomputes each one) and
 AWS's published vectors (test_remote_sigv4). scripts/s3rver.sh installs
 s3rver into .deps/."""
-import os
-import subprocess
-
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import missing
+from conftest import need_s3rver, s3rver, s3rver_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-S3RVER = os.environ.get("S3RVER") or os.path.join(
-    ROOT, ".deps", "s3rver", "node_modules", ".bin", "s3rver")
 SIZE = (3 << 20) + 12345
 BUCKET = "gpufile-bucket"
 KEY = "shards/part 0.bin"  # a space: the key is URI-encoded when signed
 
-try:
-    import botocore.session as botocore
-except ImportError:
-    botocore = None
-
 
 @pytest.fixture(scope="module", autouse=True)
 def _dependencies():
-    """Each missing one is a skip, or under CI (where scripts/deps.sh and
-    scripts/test.sh install them) a failure that names it."""
-    if "remote" not in gpufile.features():
-        missing("libcurl (built without it)")
-    if botocore is None:
-        missing("python3-botocore (import botocore.session failed)")
-    if not os.access(S3RVER, os.X_OK):
-        missing("s3rver: %s is not installed (scripts/s3rver.sh)" % S3RVER)
+    need_s3rver()
 
 
 def expected():
@@ -49,40 +30,15 @@ def expected():
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("s3rver")
-    p = subprocess.Popen([S3RVER, "-d", str(data_dir), "-a", "127.0.0.1",
-                          "-p", "0", "--configure-bucket", BUCKET],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
-    # It prints "S3rver listening on 127.0.0.1:PORT" once listening (a
-    # blank line may come first); EOF means it failed.
-    line = ""
-    while "listening on" not in line:
-        line = p.stdout.readline()
-        if not line:
-            p.wait()
-            pytest.fail("s3rver exited (%d) before listening" % p.returncode)
-    url = "http://" + line.split("listening on")[1].strip()
-    from botocore.config import Config
-    client = botocore.get_session().create_client(
-        "s3", endpoint_url=url, region_name="us-east-1",
-        aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
-        config=Config(signature_version="s3v4",
-                      s3={"addressing_style": "path"}))
-    client.put_object(Bucket=BUCKET, Key=KEY, Body=expected().tobytes())
-    yield url, client
-    p.terminate()
-    p.wait()
+    """(URL, botocore client) of an s3rver holding KEY."""
+    with s3rver(tmp_path_factory.mktemp("s3rver"), BUCKET) as (url, client, _):
+        client.put_object(Bucket=BUCKET, Key=KEY, Body=expected().tobytes())
+        yield url, client
 
 
 @pytest.fixture
 def s3_env(endpoint, monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint[0])
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "S3RVER")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "S3RVER")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_REGION", raising=False)
+    s3rver_env(monkeypatch, endpoint[0])
     return endpoint
 
 

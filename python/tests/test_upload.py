@@ -11,14 +11,13 @@ import os
 import subprocess
 import sys
 import ssl
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, missing, needs_gpu
+from conftest import in_ci, loopback_server, missing, needs_gpu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
@@ -34,10 +33,6 @@ MiB = 1 << 20
 def pattern(n, seed=0):
     i = np.arange(n, dtype=np.uint64) + seed
     return ((i * 131 + (i >> 9)) & 255).astype(np.uint8)
-
-
-class _PutServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
 
 
 def _put_handler(store):
@@ -86,8 +81,7 @@ def _put_handler(store):
 def put_server():
     """(URL, store) of a _put_handler server."""
     store = {}
-    srv = _PutServer(("127.0.0.1", 0), _put_handler(store))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = loopback_server(_put_handler(store))
     yield "http://127.0.0.1:%d" % srv.server_address[1], store
     srv.shutdown()
 
@@ -106,11 +100,9 @@ def tls_put_server(tmp_path_factory):
     if r.returncode:
         missing("openssl req: " + r.stderr.decode(errors="replace"))
     store = {}
-    srv = _PutServer(("127.0.0.1", 0), _put_handler(store))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = loopback_server(_put_handler(store), ctx)
     yield "https://127.0.0.1:%d" % srv.server_address[1], store, cert
     srv.shutdown()
 

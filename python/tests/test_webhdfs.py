@@ -4,14 +4,13 @@ FileStatus JSON and OPEN with a 307 redirect to a datanode, which serves
 the bytes of offset/length (and refuses a request without them)."""
 import http.server
 import json
-import threading
 import urllib.parse
 
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, needs_gpu
+from conftest import in_ci, loopback_server, needs_gpu
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
                                 reason="built without libcurl")
@@ -26,16 +25,6 @@ def expected(off, n):
 
 
 DATA = expected(0, SIZE).tobytes()
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-
-def _start(handler):
-    srv = _Server(("127.0.0.1", 0), handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +64,7 @@ def webhdfs():
             self.end_headers()
             self.wfile.write(body)
 
-    datanode = _start(Datanode)
+    datanode = loopback_server(Datanode)
 
     class Namenode(Datanode):
         def do_GET(self):
@@ -106,7 +95,7 @@ def webhdfs():
                 return None
             return self._send(400, b'{"error":"op"}')
 
-    namenode = _start(Namenode)
+    namenode = loopback_server(Namenode)
     yield namenode.server_address[1], log
     namenode.shutdown()
     datanode.shutdown()
