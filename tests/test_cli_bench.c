@@ -20,21 +20,12 @@
 
 static char out[1 << 16];
 
+/* Runs gpufile ARGS (fmt with file); checks exit status want and that
+ * the output holds needle. */
 static void expect(int want, const char *needle, const char *fmt,
                    const char *file)
 {
-	char args[2048];
-	int rc;
-
-	snprintf(args, sizeof(args), fmt, file);
-	rc = test_cli_run(out, sizeof(out), "%s", args);
-	if (rc != want || !strstr(out, needle)) {
-		fprintf(stderr,
-		        "gpufile %s: exit %d (want %d), output:\n%s\n"
-		        "wanted it to contain: %s\n",
-		        args, rc, want, out, needle);
-		test_failures++;
-	}
+	test_cli_expect(out, sizeof(out), want, needle, fmt, file);
 }
 
 static void test_options(const char *file)

@@ -26,15 +26,7 @@ static char out[1 << 16];
  * needle. */
 static void expect(int want, const char *needle, const char *args)
 {
-	int rc = test_cli_run(out, sizeof(out), "%s", args);
-
-	if (rc != want || !strstr(out, needle)) {
-		fprintf(stderr,
-		        "gpufile %s: exit %d (want %d), output:\n%s\n"
-		        "wanted it to contain: %s\n",
-		        args, rc, want, out, needle);
-		test_failures++;
-	}
+	test_cli_expect(out, sizeof(out), want, needle, "%s", args);
 }
 
 static void expect_no_secret(const char *args)

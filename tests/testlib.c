@@ -401,6 +401,33 @@ int test_cli_run(char *out, size_t len, const char *fmt, ...)
 	return WEXITSTATUS(status);
 }
 
+int test_cli_expect(char *out, size_t len, int want, const char *needle,
+                    const char *fmt, ...)
+{
+	char *args = NULL;
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vasprintf(&args, fmt, ap);
+	va_end(ap);
+	if (rc < 0) {
+		fprintf(stderr, "test_cli_expect: out of memory\n");
+		test_failures++;
+		return -1;
+	}
+	rc = test_cli_run(out, len, "%s", args);
+	if (rc != want || !strstr(out, needle)) {
+		fprintf(stderr,
+		        "gpufile %s: exit %d (want %d), output:\n%s\n"
+		        "wanted it to contain: %s\n",
+		        args, rc, want, out, needle);
+		test_failures++;
+	}
+	free(args);
+	return rc;
+}
+
 void *test_close_thread(void *arg)
 {
 	struct test_closer *c = arg;

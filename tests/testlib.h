@@ -160,5 +160,10 @@ const char *test_cli_path(void);
  * there is no CLI or it cannot be started. */
 int test_cli_run(char *out, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* test_cli_run() of ARGS, and a failure (printed with ARGS and the
+ * output) unless the tool exits want with needle in its output. Returns
+ * the exit status. */
+int test_cli_expect(char *out, size_t len, int want, const char *needle,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 #endif
