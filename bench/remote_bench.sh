@@ -45,27 +45,13 @@ fi
 size=${1:-4GiB}
 g=$root/${BUILD_DIR:-build}/gpufile
 repeat=${REPEAT:-3}
-work=${WORKDIR:-/root/gpufile-bench}
-mkdir -p "$work" 2>/dev/null || work=/tmp
-dir=$(mktemp -d "$work/remote-bench.XXXXXX")
-chmod 755 "$dir"
-if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] &&
-	[ -x "$root/.carry/nginx/run" ]; then
-	export GPUFILE_NGINX=$root/.carry/nginx/run
-fi
-cleanup() {
-	[ -n "${NGX_PID:-}" ] && kill "$NGX_PID" 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
+. bench/remote_nginx.sh remote-bench
 
 "$g" --version
 "$g" write "$dir/object.bin" --host --size "$size" --pattern sequence >/dev/null
 bytes=$(stat -c %s "$dir/object.bin")
 cat "$dir/object.bin" >/dev/null # into the page cache
-coproc NGX { exec python3 tests/remote/nginx_server.py "$dir" "${NGINX_WORKERS:-8}"; }
-read -r _ port _ _ <&"${NGX[0]}"
+nginx_serve
 url=http://127.0.0.1:$port/object.bin
 echo "object: $bytes bytes at $url (nginx, page cache, loopback)"
 

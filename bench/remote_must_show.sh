@@ -13,27 +13,13 @@ count=${COUNT:-10000}
 range=${RANGE:-65536}
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(1GiB 4GiB)
-work=${WORKDIR:-/root/gpufile-bench}
-mkdir -p "$work" 2>/dev/null || work=/tmp
-dir=$(mktemp -d "$work/remote-must-show.XXXXXX")
-chmod 755 "$dir"
-if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] &&
-	[ -x "$root/.carry/nginx/run" ]; then
-	export GPUFILE_NGINX=$root/.carry/nginx/run
-fi
-cleanup() {
-	[ -n "${NGX_PID:-}" ] && kill "$NGX_PID" 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
+. bench/remote_nginx.sh remote-must-show
 
 [ -x "$b/bench/remote_bench" ] || {
 	echo "remote_must_show: $b/bench/remote_bench not built" >&2
 	exit 1
 }
-coproc NGX { exec python3 tests/remote/nginx_server.py "$dir" "${NGINX_WORKERS:-8}"; }
-read -r _ port _ _ <&"${NGX[0]}"
+nginx_serve
 base=http://127.0.0.1:$port
 now() { date +%s.%N; }
 median() { python3 -c 'import statistics,sys; print("%.4f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
