@@ -52,20 +52,26 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int make_file(const char *path)
+/* Makes path a file of size bytes, byte i of each MiB (char)(i * mul),
+ * kept between runs: a file already there is kept when keep_any (the
+ * --file given, never overwritten), else when it has that size. */
+static int make_data(const char *path, uint64_t size, unsigned mul,
+                     int keep_any)
 {
+	struct stat st;
 	char *buf;
 	int fd;
 
-	if (access(path, R_OK) == 0)
+	if (keep_any ? access(path, R_OK) == 0
+	             : stat(path, &st) == 0 && (uint64_t)st.st_size == size)
 		return 0;
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	buf = malloc(1 << 20);
 	if (fd < 0 || !buf)
 		return -1;
 	for (unsigned i = 0; i < (1 << 20); i++)
-		buf[i] = (char)(i * 31);
-	for (unsigned done = 0; done < FILE_SIZE; done += 1 << 20)
+		buf[i] = (char)(i * mul);
+	for (uint64_t done = 0; done < size; done += 1 << 20)
 		if (write(fd, buf, 1 << 20) != 1 << 20)
 			return -1;
 	free(buf);
@@ -128,28 +134,6 @@ static double wall(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Makes path a file of size bytes (kept between runs). */
-static int make_large(const char *path, uint64_t size)
-{
-	struct stat st;
-	char *buf;
-	int fd;
-
-	if (stat(path, &st) == 0 && (uint64_t)st.st_size == size)
-		return 0;
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	buf = malloc(1 << 20);
-	if (fd < 0 || !buf)
-		return -1;
-	for (unsigned i = 0; i < (1 << 20); i++)
-		buf[i] = (char)(i * 37);
-	for (uint64_t done = 0; done < size; done += 1 << 20)
-		if (write(fd, buf, 1 << 20) != 1 << 20)
-			return -1;
-	free(buf);
-	return close(fd);
 }
 
 /* One warm read of the whole large file into buf; ms, or < 0. */
@@ -236,7 +220,7 @@ int main(int argc, char **argv)
 	if (rounds < 1 || rounds > 64 || nreads < 1 || large_mib < 0 ||
 	    large_mib > (1l << 20))
 		return fprintf(stderr, "bad --rounds or --reads\n"), 2;
-	if (make_file(path))
+	if (make_data(path, FILE_SIZE, 31, 1))
 		return fprintf(stderr, "%s: cannot create\n", path), 1;
 	if (other) {
 		/* Both builds run as fresh processes, in ABBA order, so that
@@ -324,7 +308,7 @@ int main(int argc, char **argv)
 
 		snprintf(large_path, sizeof(large_path), "%s.%ldm", path,
 		         large_mib);
-		if (make_large(large_path, size) ||
+		if (make_data(large_path, size, 37, 0) ||
 		    gpufile_open(&hl, large_path, "r"))
 			return fprintf(stderr, "%s: cannot make or open\n",
 			               large_path),
