@@ -198,23 +198,6 @@ void gpufile__http_gist(const struct gpufile__http_reply *rp, char *out,
 enum { EX_OK, EX_RETRY, EX_FAIL };
 
 /* A curl failure a new attempt may cure. */
-static int curl_retryable(CURLcode cc)
-{
-	switch (cc) {
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_RECV_ERROR:
-	case CURLE_SEND_ERROR:
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_GOT_NOTHING:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		return 1;
-	default:
-		return 0;
-	}
-}
-
 static void setup(struct gpufile__http *t, CURL *c,
                   const struct gpufile__http_call *k, struct body *body,
                   struct gpufile__http_reply *rp)
@@ -256,21 +239,6 @@ static void setup(struct gpufile__http *t, CURL *c,
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t->timeout_s);
 }
 
-/* Sets *why to the formatted text (sized from it; NULL when out of
- * memory). */
-static void say(char **why, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void say(char **why, const char *fmt, ...)
-{
-	va_list ap;
-
-	free(*why);
-	va_start(ap, fmt);
-	if (vasprintf(why, fmt, ap) < 0)
-		*why = NULL;
-	va_end(ap);
-}
-
 /* Judges a finished attempt: EX_* with *err and *why set on failure. */
 static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
                  CURLcode cc, const char *errbuf, int *err, char **why)
@@ -279,24 +247,18 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 
 	if (rp->overflow) {
 		*err = -EIO;
-		say(why, "the server sent more than the %zu bytes asked",
+		gpufile__http_why(
+		    why, "the server sent more than the %zu bytes asked",
 		    rp->want);
 		return EX_FAIL;
 	}
 	if (cc != CURLE_OK) {
-		/* libcurl's detail may quote the URL: its code's words only
-		 * then. */
-		const char *detail =
-		    errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
-
-		*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
-		say(why, "curl error %d (%s%s%s)", (int)cc,
-		    curl_easy_strerror(cc), detail[0] ? ": " : "", detail);
-		return curl_retryable(cc) ? EX_RETRY : EX_FAIL;
+		*err = gpufile__http_curl_failed(cc, errbuf, why);
+		return gpufile__http_curl_retryable(cc) ? EX_RETRY : EX_FAIL;
 	}
 	if (rp->oom) {
 		*err = -ENOMEM;
-		say(why, "out of memory keeping the reply");
+		gpufile__http_why(why, "out of memory keeping the reply");
 		return EX_FAIL;
 	}
 	if (rp->status < 200 || rp->status >= 300) {
@@ -304,7 +266,8 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 		       : rp->status == 401 || rp->status == 403 ? -EACCES
 		                                                : -EIO;
 		gpufile__http_gist(rp, gist, sizeof(gist));
-		say(why, "HTTP %ld%s%s", rp->status, gist[0] ? ": " : "", gist);
+		gpufile__http_why(why, "HTTP %ld%s%s", rp->status,
+		                  gist[0] ? ": " : "", gist);
 		for (int i = 0; i < t->nretry_codes; i++)
 			if (t->retry_codes[i] == rp->status)
 				return EX_RETRY;
@@ -312,8 +275,8 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 	}
 	if (rp->dst && rp->got != rp->want) {
 		*err = -EIO;
-		say(why, "the body ended after %zu of %zu bytes", rp->got,
-		    rp->want);
+		gpufile__http_why(why, "the body ended after %zu of %zu bytes",
+		                  rp->got, rp->want);
 		return EX_RETRY;
 	}
 	return EX_OK;
@@ -353,7 +316,7 @@ static int job_start(struct gpufile__http_xfer *x)
 	j->ex = EX_FAIL;
 	if (!x->easy) {
 		j->err = -ENOMEM;
-		say(&j->why, "no curl handle (out of memory)");
+		gpufile__http_why(&j->why, "no curl handle (out of memory)");
 		return -ENOMEM;
 	}
 	/* A body goes without waiting for "100 Continue" (a server that
@@ -366,9 +329,10 @@ static int job_start(struct gpufile__http_xfer *x)
 		curl_slist_free_all(j->list);
 		j->list = NULL;
 		j->err = rc;
-		say(&j->why, "%s (no request sent)",
-		    rc == -ENOMEM ? "out of memory building the request"
-		                  : "SigV4 signing failed");
+		gpufile__http_why(&j->why, "%s (no request sent)",
+		                  rc == -ENOMEM
+		                      ? "out of memory building the request"
+		                      : "SigV4 signing failed");
 		return rc;
 	}
 	setup(t, x->easy, k, &j->body, rp);

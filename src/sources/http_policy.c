@@ -7,7 +7,9 @@
 
 #include "common/common.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,45 @@ long gpufile__http_back_off_ms(const struct gpufile__http_wait *w)
 		        "(back-off with jitter)\n",
 		        ms, w->attempt + 1, w->max_attempts);
 	return ms;
+}
+
+void gpufile__http_why(char **why, const char *fmt, ...)
+{
+	va_list ap;
+
+	free(*why);
+	va_start(ap, fmt);
+	if (vasprintf(why, fmt, ap) < 0)
+		*why = NULL;
+	va_end(ap);
+}
+
+int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why)
+{
+	/* libcurl's detail may quote the URL: its code's words only then. */
+	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+
+	gpufile__http_why(why, "curl error %d (%s%s%s)", (int)cc,
+	                  curl_easy_strerror(cc), detail[0] ? ": " : "",
+	                  detail);
+	return cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
+}
+
+int gpufile__http_curl_retryable(CURLcode cc)
+{
+	switch (cc) {
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 void gpufile__http_use_ca(CURL *c, const char *ca_file, const char *ca_path)

@@ -3,9 +3,10 @@
  * (http_policy.c): remote.c's ranged reads and http.c's own requests
  * (uploads, WebHDFS) wait the same back-off between attempts (Retry-After
  * honoured up to http_retry_after_max, else exponential with jitter),
- * check peers against the same CA bundle and folder (chosen by
- * aws_config.c's gpufile__ca_settings()), and log each exchange the same
- * way under http_verbose, the URL redacted.
+ * retry the same transfer errors and name them in the
+ * same words, check peers against the same CA bundle and folder (chosen
+ * by aws_config.c's gpufile__ca_settings()), and log each exchange the
+ * same way under http_verbose, the URL redacted.
  */
 #ifndef GPUFILE_HTTP_POLICY_H
 #define GPUFILE_HTTP_POLICY_H
@@ -33,6 +34,22 @@ struct gpufile__http_wait {
 /* How long to wait before attempt + 1 (ms), said on stderr under
  * verbose. */
 long gpufile__http_back_off_ms(const struct gpufile__http_wait *w);
+
+/* Sets *why, the reason an attempt failed, to the formatted text, sized
+ * from it (an ETag, a URL: no limit), after freeing the one before; NULL
+ * when out of memory. */
+void gpufile__http_why(char **why, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A transfer that libcurl could not finish (cc, with errbuf its
+ * CURLOPT_ERRORBUFFER): *why (gpufile__http_why) says "curl error N
+ * (its words: errbuf)", errbuf left out when it quotes a URL, which may
+ * hold a credential. Returns -ETIMEDOUT for a timeout, else -EIO. */
+int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why);
+
+/* 1 when a new attempt can cure a transfer that ended with cc (a timeout,
+ * a dropped, refused or cut connection, an HTTP/2 stream error), else 0. */
+int gpufile__http_curl_retryable(CURLcode cc);
 
 /* Checks c's peers against ca_file and ca_path (NULL: libcurl's
  * default). */

@@ -624,33 +624,12 @@ static void perform_end(struct gpufile__remote *rm, struct sink *s)
  * one, without counting it as an attempt. */
 enum { EX_OK, EX_RETRY, EX_FAIL, EX_FRESH };
 
-/* Sets *why to the formatted text, sized from it (an ETag, a URL: no
- * limit), after freeing the one before; NULL when out of memory. */
-static void say(char **why, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void say(char **why, const char *fmt, ...)
-{
-	va_list ap;
-
-	free(*why);
-	va_start(ap, fmt);
-	if (vasprintf(why, fmt, ap) < 0)
-		*why = NULL;
-	va_end(ap);
-}
-
 /* A transfer libcurl could not finish: EX_RETRY for the failures a new
  * attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
 static int transfer_failed(const struct sink *s, CURLcode cc,
                            const char *errbuf, int *err, char **why)
 {
-	/* libcurl's detail may quote the URL: keep only its code's words
-	 * when it does. */
-	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
-
-	*err = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
-	say(why, "curl error %d (%s%s%s)", (int)cc, curl_easy_strerror(cc),
-	    detail[0] ? ": " : "", detail);
+	*err = gpufile__http_curl_failed(cc, errbuf, why);
 	switch (cc) {
 	case CURLE_UNSUPPORTED_PROTOCOL:
 	case CURLE_WEIRD_SERVER_REPLY:
@@ -661,17 +640,8 @@ static int transfer_failed(const struct sink *s, CURLcode cc,
 		 * PROTOCOL), others a weird server reply. Only a reused
 		 * connection explains it; on a new one it is the answer. */
 		return s->connects == 0 ? EX_FRESH : EX_FAIL;
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_RECV_ERROR:
-	case CURLE_SEND_ERROR:
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_GOT_NOTHING:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		return EX_RETRY;
 	default:
-		return EX_FAIL;
+		return gpufile__http_curl_retryable(cc) ? EX_RETRY : EX_FAIL;
 	}
 }
 
@@ -681,7 +651,8 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 {
 	if (s->etag_oom) {
 		*err = -ENOMEM;
-		say(why, "out of memory keeping the response's ETag, so its "
+		gpufile__http_why(
+		    why, "out of memory keeping the response's ETag, so its "
 		         "version could not be checked (no byte written)");
 		return EX_FAIL;
 	}
@@ -689,12 +660,14 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 		*err = -ESTALE;
 		if (s->expect_total >= 0 && s->cr_total >= 0 &&
 		    s->cr_total != s->expect_total)
-			say(why,
+			gpufile__http_why(
+			    why,
 			    "the object changed since it was opened (%" PRId64
 			    " bytes then, %" PRId64 " now)",
 			    s->expect_total, s->cr_total);
 		else
-			say(why,
+			gpufile__http_why(
+			    why,
 			    "the object changed since it was opened (ETag %s "
 			    "then, %s now)",
 			    s->expect_etag, s->etag);
@@ -709,10 +682,12 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	if (s->range_mismatch) {
 		*err = -EIO;
 		if (s->status == 200)
-			say(why, "the server ignored the Range request (HTTP "
+			gpufile__http_why(
+			    why, "the server ignored the Range request (HTTP "
 			         "200 instead of 206 Partial Content)");
 		else
-			say(why,
+			gpufile__http_why(
+			    why,
 			    "HTTP 206 with Content-Range bytes %" PRId64
 			    "-%" PRId64 " for the range asked",
 			    s->cr_start, s->cr_end);
@@ -720,7 +695,8 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	}
 	if (s->overflow) {
 		*err = -EIO;
-		say(why, "the server sent more bytes than the range holds "
+		gpufile__http_why(
+		    why, "the server sent more bytes than the range holds "
 		         "(wrong Content-Length)");
 		return EX_FAIL;
 	}
@@ -741,7 +717,7 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 		*err = s->status == 404 || s->status == 410   ? -ENOENT
 		       : s->status == 401 || s->status == 403 ? -EACCES
 		                                              : -EIO;
-		say(why, "HTTP %ld", s->status);
+		gpufile__http_why(why, "HTTP %ld", s->status);
 		for (int i = 0; i < rm->nretry_codes; i++)
 			if (rm->retry_codes[i] == s->status)
 				return EX_RETRY;
@@ -754,7 +730,8 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 		return EX_OK;
 	if (!head && s->got != s->want) {
 		*err = -EIO;
-		say(why,
+		gpufile__http_why(
+		    why,
 		    "the body ended after %zu of %zu bytes (wrong "
 		    "Content-Length)",
 		    s->got, s->want);
@@ -785,11 +762,12 @@ static int exchange_begin(struct gpufile__remote *rm, struct sink *s, int head,
 		*list = NULL;
 		*err = rc;
 		if (rc == -ENOMEM)
-			say(why, "out of memory building the request's "
+			gpufile__http_why(
+			    why, "out of memory building the request's "
 			         "headers (no request sent)");
 		else
-			say(why, "SigV4 signing failed: %s",
-			    gpufile_strerror(rc));
+			gpufile__http_why(why, "SigV4 signing failed: %s",
+			                  gpufile_strerror(rc));
 		return EX_FAIL;
 	}
 	perform_begin(rm, s, head, fresh, *list, errbuf);
@@ -928,7 +906,7 @@ static int job_start(struct gpufile__http_xfer *x)
 		sink_reset(j->s);
 		j->a.ex = EX_FAIL;
 		j->a.err = -ENOMEM;
-		say(&j->a.why, "no curl handle (out of memory)");
+		gpufile__http_why(&j->a.why, "no curl handle (out of memory)");
 		return -ENOMEM;
 	}
 	j->a.ex = exchange_begin(j->rm, j->s, j->head, j->a.fresh, &j->list,
