@@ -2,6 +2,7 @@
 WebHDFS started here on loopback: a namenode answering GETFILESTATUS with
 FileStatus JSON and OPEN with a 307 redirect to a datanode, which serves
 the bytes of offset/length (and refuses a request without them)."""
+import errno
 import http.server
 import json
 import urllib.parse
@@ -222,6 +223,7 @@ def test_webhdfs_is_read_only(webhdfs):
     with pytest.raises(OSError) as e:
         gpufile.File("webhdfs://127.0.0.1:%d%s" % (port, PATH), "w")
     assert "read-only" in str(e.value)
+    assert e.value.errno == errno.EROFS
 
 
 def test_kvikio_open_webhdfs(webhdfs):

@@ -1582,6 +1582,22 @@ int gpufile__remote_open(struct gpufile **out, const char *url,
 	return gpufile__remote_open_with(out, url, flags, NULL);
 }
 
+int gpufile__remote_flags_error(const char *url, const char *flags,
+                                const char *why)
+{
+	char *shown = gpufile__remote_redact(url);
+	int rc = gpufile__fail(
+	    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
+	              !strcmp(flags, "w+") || !strcmp(flags, "a"))
+	        ? -EROFS
+	        : GPUFILE_EFLAGS,
+	    "opening %s (\"%s\"): %s", shown ? shown : GPUFILE__URL_NOT_SHOWN,
+	    flags ? flags : "(null)", why);
+
+	free(shown);
+	return rc;
+}
+
 int gpufile__remote_open_with(struct gpufile **out, const char *url,
                               const char *flags,
                               const gpufile_remote_opts_t *opts)
@@ -1592,21 +1608,11 @@ int gpufile__remote_open_with(struct gpufile **out, const char *url,
 	int rc;
 
 	*out = NULL;
-	if (!flags || strcmp(flags, "r") != 0) {
-		char *shown = gpufile__remote_redact(url);
-
-		rc = gpufile__fail(
-		    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
-		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
-		        ? -EROFS
-		        : GPUFILE_EFLAGS,
-		    "opening %s (\"%s\"): remote objects are read-only "
-		    "(\"r\") or uploaded whole (\"w\")",
-		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
-		    flags ? flags : "(null)");
-		free(shown);
-		return rc;
-	}
+	if (!flags || strcmp(flags, "r") != 0)
+		return gpufile__remote_flags_error(
+		    url, flags,
+		    "remote objects are read-only (\"r\") or uploaded whole "
+		    "(\"w\")");
 	rc = remote_new(&rm, url, opts);
 	if (rc)
 		return rc;

@@ -147,6 +147,14 @@ void gpufile__remote_view(struct gpufile__remote *rm,
  * handlers hold across fork() (h is the handle made over rm). */
 void gpufile__remote_bind(struct gpufile__remote *rm, struct gpufile *h);
 
+/* The error of an open of url (a source that reads) with flags other than
+ * "r": -EROFS for a mode that writes ("r+", "w", "w+", "a"), else
+ * GPUFILE_EFLAGS, the message naming the redacted url and the flags, then
+ * why ("WebHDFS files are read-only here; ..."). Built with libcurl only.
+ */
+int gpufile__remote_flags_error(const char *url, const char *flags,
+                                const char *why);
+
 /* Opens url for writing ("w"): an upload (upload.c) to an HTTP PUT URL or
  * an S3 object, published whole by gpufile_close(). */
 int gpufile__upload_open(struct gpufile **out, const char *url,

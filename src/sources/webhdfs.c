@@ -313,21 +313,10 @@ int gpufile__webhdfs_open(struct gpufile **out, const char *url,
 	int rc;
 
 	*out = NULL;
-	if (!flags || strcmp(flags, "r") != 0) {
-		char *shown = gpufile__remote_redact(url);
-
-		rc = gpufile__fail(
-		    flags && (!strcmp(flags, "r+") || !strcmp(flags, "w") ||
-		              !strcmp(flags, "w+") || !strcmp(flags, "a"))
-		        ? -EROFS
-		        : GPUFILE_EFLAGS,
-		    "opening %s (\"%s\"): WebHDFS files are read-only here; "
-		    "open them with \"r\"",
-		    shown ? shown : GPUFILE__URL_NOT_SHOWN,
-		    flags ? flags : "(null)");
-		free(shown);
-		return rc;
-	}
+	if (!flags || strcmp(flags, "r") != 0)
+		return gpufile__remote_flags_error(
+		    url, flags,
+		    "WebHDFS files are read-only here; open them with \"r\"");
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return gpufile__fail(-ENOMEM, "opening a URL: out of memory");
