@@ -26,16 +26,22 @@ static void pause_briefly(void)
 	nanosleep(&ts, NULL);
 }
 
-ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off)
+/* The read loop of gpufile__pread_full and gpufile__direct_pread; with
+ * direct, a count that is not a multiple of the alignment ends it (see
+ * gpufile__direct_pread). */
+static ssize_t pread_loop(int fd, char *buf, size_t len, int64_t off,
+                          int direct)
 {
 	size_t done = 0;
 	int again = 0;
 
 	while (done < len) {
-		ssize_t n = gpufile__sys.pread(fd, (char *)buf + done,
-		                               len - done, (off_t)(off + done));
+		ssize_t n = gpufile__sys.pread(fd, buf + done, len - done,
+		                               (off_t)(off + done));
 		if (n > 0) {
 			done += (size_t)n;
+			if (direct && (size_t)n % GPUFILE_ALIGN)
+				break;
 		} else if (n == 0) {
 			break;
 		} else if (errno == EINTR) {
@@ -47,6 +53,11 @@ ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off)
 		}
 	}
 	return (ssize_t)done;
+}
+
+ssize_t gpufile__pread_full(int fd, void *buf, size_t len, int64_t off)
+{
+	return pread_loop(fd, buf, len, off, 0);
 }
 
 ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off)
@@ -80,27 +91,7 @@ ssize_t gpufile__pwrite_full(int fd, const void *buf, size_t len, int64_t off)
  * unaligned offset would fail with EINVAL rather than return 0. */
 ssize_t gpufile__direct_pread(int fd, char *buf, size_t len, int64_t off)
 {
-	size_t done = 0;
-	int again = 0;
-
-	while (done < len) {
-		ssize_t n = gpufile__sys.pread(fd, buf + done, len - done,
-		                               (off_t)(off + done));
-		if (n > 0) {
-			done += (size_t)n;
-			if ((size_t)n % GPUFILE_ALIGN)
-				break;
-		} else if (n == 0) {
-			break;
-		} else if (errno == EINTR) {
-			continue;
-		} else if (errno == EAGAIN && again++ < EAGAIN_RETRIES) {
-			pause_briefly();
-		} else {
-			return -errno;
-		}
-	}
-	return (ssize_t)done;
+	return pread_loop(fd, buf, len, off, 1);
 }
 
 static int is_aligned(uint64_t v)
