@@ -291,19 +291,32 @@ static const char *skip_space(const char *s)
 	return s;
 }
 
+/* The decimal number at *s (one digit at least) into *v, *s moved past
+ * it. Returns 0, -EINVAL (no digit) or -ERANGE (above UINT64_MAX). */
+static int parse_digits(const char **s, uint64_t *v)
+{
+	const char *p = *s;
+
+	if (!isdigit((unsigned char)*p))
+		return -EINVAL;
+	for (*v = 0; isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (*v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		*v = *v * 10 + d;
+	}
+	*s = p;
+	return 0;
+}
+
 int gpufile__parse_count(const char *text, uint64_t *out)
 {
 	const char *s = skip_space(text);
-	uint64_t v = 0;
+	uint64_t v;
+	int rc = parse_digits(&s, &v);
 
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	for (; isdigit((unsigned char)*s); s++) {
-		unsigned d = (unsigned)(*s - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
+	if (rc)
+		return rc;
 	if (*skip_space(s) != '\0')
 		return -EINVAL;
 	*out = v;
@@ -326,16 +339,11 @@ int gpufile__parse_size(const char *text, uint64_t *out)
 	const char *s = skip_space(text);
 	char unit[8];
 	size_t n = 0;
-	uint64_t v = 0;
+	uint64_t v;
+	int rc = parse_digits(&s, &v);
 
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	for (; isdigit((unsigned char)*s); s++) {
-		unsigned d = (unsigned)(*s - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
+	if (rc)
+		return rc;
 	s = skip_space(s);
 	while (*s && !isspace((unsigned char)*s)) {
 		if (n + 1 >= sizeof(unit))
