@@ -519,24 +519,15 @@ static void test_cli(void)
 
 int main(void)
 {
-	char size[32];
-	char server[4200];
 	pid_t pid;
 
 	if (!strstr(gpufile_features(), "remote")) {
 		return test_missing("test_remote_faults",
 		                    "libcurl (built without it)");
 	}
-	snprintf(size, sizeof(size), "%zu", SIZE);
-	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
-	{
-		char *argv[] = {"python3", server, size, "3", NULL};
-		pid = server_start(argv, &port);
-	}
-	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: FAILED\n", server);
+	pid = fault_server_start(SIZE, 3, &port);
+	if (pid < 0)
 		return 1;
-	}
 	CHECK_EQ(gpufile_config_set("remote_task_size", "64KiB"), 0);
 	CHECK_EQ(gpufile_config_set("http_timeout", "1"), 0);
 	CHECK_EQ(gpufile_config_set("remote_connections", "4"), 0);

@@ -63,7 +63,7 @@ static int read_range(gpufile_t *h, uint64_t off)
 
 int main(void)
 {
-	char server[4200], size[32], url[128];
+	char url[128];
 	gpufile_t *h = NULL;
 	uint64_t c0;
 	int port, status = -1;
@@ -73,16 +73,9 @@ int main(void)
 		return test_missing("test_remote_fork",
 		                    "libcurl (built without it)");
 	}
-	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
-	snprintf(size, sizeof(size), "%zu", SIZE);
-	{
-		char *argv[] = {"python3", server, size, NULL};
-		pid = server_start(argv, &port);
-	}
-	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: FAILED\n", server);
+	pid = fault_server_start(SIZE, 0, &port);
+	if (pid < 0)
 		return 1;
-	}
 	CHECK_EQ(gpufile_config_set("remote_connections", "1"), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/ok/o.bin", port);
 	CHECK_EQ(gpufile_open(&h, url, "r"), 0);

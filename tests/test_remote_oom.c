@@ -242,7 +242,6 @@ static void test_s3_headers(void)
 int main(void)
 {
 #ifdef TEST_WRAP_CURL
-	char size[32], server[4200];
 	int port = 0;
 	pid_t pid;
 
@@ -250,16 +249,9 @@ int main(void)
 		return test_missing("test_remote_oom",
 		                    "libcurl (built without it)");
 	}
-	snprintf(size, sizeof(size), "%zu", SIZE);
-	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
-	{
-		char *argv[] = {"python3", server, size, "3", NULL};
-		pid = server_start(argv, &port);
-	}
-	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: FAILED\n", server);
+	pid = fault_server_start(SIZE, 3, &port);
+	if (pid < 0)
 		return 1;
-	}
 	test_plain_headers(port);
 	test_open(port);
 	server_stop(pid);

@@ -80,6 +80,25 @@ static inline pid_t server_start(char *const argv[], int *port)
 	return pid;
 }
 
+/* Starts fault_server.py with an object of size bytes, its /stall/ paths
+ * stalling stall_s seconds (0: the server's default); *port gets its
+ * port. Returns its pid, or -1 when it did not start (said on stderr). */
+static inline pid_t fault_server_start(size_t size, int stall_s, int *port)
+{
+	char server[4200], bytes[32], stall[16];
+	char *argv[] = {"python3", server, bytes, stall_s > 0 ? stall : NULL,
+	                NULL};
+	pid_t pid;
+
+	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
+	snprintf(bytes, sizeof(bytes), "%zu", size);
+	snprintf(stall, sizeof(stall), "%d", stall_s);
+	pid = server_start(argv, port);
+	if (pid < 0)
+		fprintf(stderr, "cannot start %s: FAILED\n", server);
+	return pid;
+}
+
 /* Starts fault_server.py with an object of size bytes and writes its
  * /ok/obj URL into url (len bytes). Returns the server's pid, or -1 when
  * this build lacks remote reads (a skip of the remote part, a failure
@@ -87,7 +106,6 @@ static inline pid_t server_start(char *const argv[], int *port)
  * ours); said on stderr, the failures counted. */
 static inline pid_t fault_server_ok(size_t size, char *url, size_t len)
 {
-	char server[4200], bytes[32];
 	int port = 0;
 	pid_t pid;
 
@@ -97,14 +115,8 @@ static inline pid_t fault_server_ok(size_t size, char *url, size_t len)
 			test_failures++;
 		return -1;
 	}
-	snprintf(server, sizeof(server), "%s/fault_server.py", remote_dir());
-	snprintf(bytes, sizeof(bytes), "%zu", size);
-	{
-		char *argv[] = {"python3", server, bytes, NULL};
-		pid = server_start(argv, &port);
-	}
+	pid = fault_server_start(size, 0, &port);
 	if (pid < 0) {
-		fprintf(stderr, "cannot start %s: FAILED\n", server);
 		test_failures++;
 		return -1;
 	}
