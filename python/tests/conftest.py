@@ -177,3 +177,43 @@ def s3rver_env(monkeypatch, url):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_REGION", raising=False)
+
+
+# ---- the fake CUDA driver (tests/fake_libcuda), in a child process ----
+
+# What a child script run by run_with_fake_driver begins with: gpufile,
+# the driver (checked to be the fake one) as cuda, the library as lib with
+# gpufile_device_alloc's argument types set.
+FAKE_DRIVER_CHILD = r'''
+import ctypes, sys
+import gpufile
+
+cuda = ctypes.CDLL("libcuda.so.1")
+assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
+lib = gpufile._lib.lib()
+lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]
+'''
+
+
+def run_with_fake_driver(script, args, env=None, text=True):
+    """Runs FAKE_DRIVER_CHILD + script with args in a child Python whose
+    libcuda.so.1 is the fake driver built beside the library, with
+    compat_mode=on (fake device memory never goes to cuFile) and env's
+    variables besides; returns subprocess.run's result (output captured,
+    as text when text). No fake driver is a skip (under CI a failure)."""
+    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
+                     "fake_libcuda", "lib")
+    if not os.path.exists(os.path.join(d, "libcuda.so.1")):
+        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
+    child_env = dict(os.environ)
+    child_env["LD_LIBRARY_PATH"] = d + os.pathsep + child_env.get(
+        "LD_LIBRARY_PATH", "")
+    child_env["GPUFILE_LIBRARY"] = gpufile.library_path()
+    child_env["GPUFILE_COMPAT_MODE"] = "on"
+    child_env["PYTHONPATH"] = os.path.dirname(
+        os.path.dirname(gpufile.__file__))
+    child_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", FAKE_DRIVER_CHILD + script]
+                          + [str(a) for a in args], env=child_env,
+                          capture_output=True, text=text, timeout=120)

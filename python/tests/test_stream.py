@@ -16,7 +16,7 @@ import pytest
 
 import gpufile
 from gpufile import _stream
-from conftest import have_gpu, missing, needs_gpu
+from conftest import have_gpu, needs_gpu, run_with_fake_driver
 
 
 class CupyLike:
@@ -108,14 +108,8 @@ def test_no_cuda_driver_says_what_the_call_needs(data_file):
 # ---- the fake driver, in a child process ----
 
 FAKE_CHILD = r'''
-import ctypes, json, os, sys, time
-import gpufile
+import json, os, time
 
-cuda = ctypes.CDLL("libcuda.so.1")
-assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
-lib = gpufile._lib.lib()
-lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
-                                     ctypes.POINTER(ctypes.c_void_p)]
 cuda.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
 cuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_void_p]
@@ -195,33 +189,14 @@ print(json.dumps(res))
 '''
 
 
-def _fake_libcuda_dir():
-    import os
-    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
-                     "fake_libcuda", "lib")
-    return d if os.path.exists(os.path.join(d, "libcuda.so.1")) else None
-
-
 def test_ordering_with_the_fake_driver(data_file, tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
 
-    d = _fake_libcuda_dir()
-    if d is None:
-        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
     path, data = data_file
     size = (3 << 20) + 77
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    env["GPUFILE_LIBRARY"] = gpufile.library_path()
-    env["GPUFILE_COMPAT_MODE"] = "on"   # never hand fake memory to cuFile
-    env["GPUFILE_TASK_SIZE"] = "1MiB"   # several tasks, bounce buffers
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
-    p = subprocess.run([sys.executable, "-c", FAKE_CHILD, path,
-                        str(tmp_path / "out.bin"), str(size)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    # Several tasks, bounce buffers.
+    p = run_with_fake_driver(FAKE_CHILD, [path, tmp_path / "out.bin", size],
+                             {"GPUFILE_TASK_SIZE": "1MiB"})
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout.strip().splitlines()[-1])
     # Device memory: a read is staged on the stream (src/api/stream_stage.c):

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, loopback_server, missing, needs_gpu
+from conftest import (in_ci, loopback_server, missing, needs_gpu,
+                      run_with_fake_driver)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
@@ -422,14 +423,6 @@ def test_s3_part_size_setting_is_checked():
 # ---- device memory (the fake driver, in a child process) ----
 
 DEVICE_CHILD = r'''
-import ctypes, sys
-import gpufile
-
-cuda = ctypes.CDLL("libcuda.so.1")
-assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
-lib = gpufile._lib.lib()
-lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
-                                     ctypes.POINTER(ctypes.c_void_p)]
 url, size = sys.argv[1], int(sys.argv[2])
 ptr = ctypes.c_void_p()
 assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
@@ -453,24 +446,10 @@ print("ok")
 '''
 
 
-def _fake_libcuda_dir():
-    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
-                     "fake_libcuda", "lib")
-    return d if os.path.exists(os.path.join(d, "libcuda.so.1")) else None
-
-
 @pytest.mark.parametrize("where", ["put", "s3"])
 def test_upload_from_device_memory(where, put_server, s3, monkeypatch):
-    d = _fake_libcuda_dir()
-    if d is None:
-        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
     size = 11 * MiB + 333
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    env["GPUFILE_LIBRARY"] = gpufile.library_path()
-    env["GPUFILE_COMPAT_MODE"] = "on"
-    env["GPUFILE_UPLOAD_PART_SIZE"] = "5MiB"
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
+    env = {"GPUFILE_UPLOAD_PART_SIZE": "5MiB"}
     if where == "put":
         url, store = put_server[0] + "/dev/obj.bin", put_server[1]
         key = "/dev/obj.bin"
@@ -479,8 +458,7 @@ def test_upload_from_device_memory(where, put_server, s3, monkeypatch):
                    AWS_SECRET_ACCESS_KEY=SK, AWS_DEFAULT_REGION=REGION)
         url, store, key = "s3://%s/dev/obj.bin" % BUCKET, s3[1].objects, \
             "dev/obj.bin"
-    p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(size)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = run_with_fake_driver(DEVICE_CHILD, [url, size], env)
     assert p.returncode == 0, p.stderr
     assert "kind 2" in p.stdout, p.stdout  # GPUFILE_MEM_DEVICE
     i = np.arange(size, dtype=np.uint64)

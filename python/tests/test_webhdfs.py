@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, loopback_server, needs_gpu
+from conftest import in_ci, loopback_server, needs_gpu, run_with_fake_driver
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
                                 reason="built without libcurl")
@@ -241,14 +241,6 @@ def test_kvikio_open_webhdfs(webhdfs):
 
 
 DEVICE_CHILD = r'''
-import ctypes, sys
-import gpufile
-
-cuda = ctypes.CDLL("libcuda.so.1")
-assert hasattr(cuda, "fake_cuda_wait_ops"), "not the fake driver"
-lib = gpufile._lib.lib()
-lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
-                                     ctypes.POINTER(ctypes.c_void_p)]
 url, size = sys.argv[1], int(sys.argv[2])
 ptr = ctypes.c_void_p()
 assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
@@ -271,25 +263,11 @@ sys.stdout.buffer.write(ctypes.string_at(ptr.value, size))
 
 def test_read_into_device_memory_fake_driver(webhdfs):
     """Device memory through the staging path (the fake driver)."""
-    import os
-    import subprocess
-    import sys
-    from conftest import missing
-    d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
-                     "fake_libcuda", "lib")
-    if not os.path.exists(os.path.join(d, "libcuda.so.1")):
-        missing("no tests/fake_libcuda/lib/libcuda.so.1 next to the library")
     port, log = webhdfs
     del log[:]
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = d + os.pathsep + env.get("LD_LIBRARY_PATH", "")
-    env["GPUFILE_LIBRARY"] = gpufile.library_path()
-    env["GPUFILE_COMPAT_MODE"] = "on"
-    env["GPUFILE_REMOTE_TASK_SIZE"] = "1MiB"
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
     url = "webhdfs://127.0.0.1:%d%s" % (port, PATH)
-    p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(SIZE)],
-                       env=env, capture_output=True, timeout=120)
+    p = run_with_fake_driver(DEVICE_CHILD, [url, SIZE],
+                             {"GPUFILE_REMOTE_TASK_SIZE": "1MiB"}, text=False)
     assert p.returncode == 0, p.stderr.decode()
     head, _, body = p.stdout.partition(b"\n")
     assert head == b"path remote", head
