@@ -89,31 +89,6 @@ static void test_settings(const char *file, const char *st)
 	unlink(args);
 }
 
-/* A safetensors file of one U8 tensor name of 8 bytes (value v). */
-static void make_st(const char *path, const char *name, int v)
-{
-	char header[256];
-	unsigned char data[8];
-	uint64_t len;
-	FILE *f = fopen(path, "wb");
-
-	snprintf(header, sizeof(header),
-	         "{\"%s\":{\"dtype\":\"U8\",\"shape\":[8],"
-	         "\"data_offsets\":[0,8]}}",
-	         name);
-	while (strlen(header) % 8)
-		strcat(header, " ");
-	len = strlen(header);
-	memset(data, v, sizeof(data));
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fwrite(&len, 8, 1, f) == 1);
-	CHECK(fwrite(header, 1, len, f) == len);
-	CHECK(fwrite(data, 1, 8, f) == 8);
-	CHECK(fclose(f) == 0);
-}
-
 static void write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -135,11 +110,11 @@ static void test_load_checkpoint(void)
 	/* An index naming s1 twice (once as ./s1) and s2 once; a shard
 	 * the index does not name is not loaded. */
 	snprintf(p, sizeof(p), "%s/s1.safetensors", dir);
-	make_st(p, "a", 1);
+	test_make_st_u8(p, "a", 1);
 	snprintf(p, sizeof(p), "%s/s2.safetensors", dir);
-	make_st(p, "b", 2);
+	test_make_st_u8(p, "b", 2);
 	snprintf(p, sizeof(p), "%s/unnamed.safetensors", dir);
-	make_st(p, "z", 3);
+	test_make_st_u8(p, "z", 3);
 	snprintf(p, sizeof(p), "%s/model.safetensors.index.json", dir);
 	write_text(p, "{\"metadata\": {\"total_size\": 24}, \"weight_map\": "
 	              "{\"a\": \"s1.safetensors\", \"c\": "
@@ -156,9 +131,9 @@ static void test_load_checkpoint(void)
 
 	/* A folder without an index: its shards in name order. */
 	snprintf(p, sizeof(p), "%s/b.safetensors", plain);
-	make_st(p, "b", 2);
+	test_make_st_u8(p, "b", 2);
 	snprintf(p, sizeof(p), "%s/a.safetensors", plain);
-	make_st(p, "a", 1);
+	test_make_st_u8(p, "a", 1);
 	snprintf(args, sizeof(args), "load %s --host", plain);
 	expect(0, "total: 2 files, 2 tensors", args);
 	CHECK(strstr(out, "a.safetensors") < strstr(out, "b.safetensors"));
@@ -265,7 +240,7 @@ int main(void)
 		return test_missing("test_cli_flags", "python3");
 	CHECK_EQ(test_make_file(file, 65536, 1), 0);
 	snprintf(st, sizeof(st), "%s", test_path("one.safetensors"));
-	make_st(st, "t", 5);
+	test_make_st_u8(st, "t", 5);
 	test_settings(file, st);
 	test_load_checkpoint();
 	test_url_help();

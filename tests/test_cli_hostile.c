@@ -130,30 +130,6 @@ static void test_bench_block_device(void)
 	free(data);
 }
 
-/* A safetensors file of one U8 tensor of 8 bytes. */
-static void make_st(const char *path, const char *name)
-{
-	char header[256];
-	unsigned char data[8] = {0};
-	uint64_t len;
-	FILE *f = fopen(path, "wb");
-
-	snprintf(header, sizeof(header),
-	         "{\"%s\":{\"dtype\":\"U8\",\"shape\":[8],"
-	         "\"data_offsets\":[0,8]}}",
-	         name);
-	while (strlen(header) % 8)
-		strcat(header, " ");
-	len = strlen(header);
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fwrite(&len, 8, 1, f) == 1);
-	CHECK(fwrite(header, 1, len, f) == len);
-	CHECK(fwrite(data, 1, 8, f) == 8);
-	CHECK(fclose(f) == 0);
-}
-
 #define MANY_SHARDS 200000
 
 /* An index that is a FIFO is refused, not opened: load blocked in open()
@@ -192,9 +168,9 @@ static void test_load_index(void)
 	CHECK(mkdir(dir, 0700) == 0);
 	/* b before a, b again twice: loaded b, a, each once. */
 	snprintf(p, sizeof(p), "%s/a.safetensors", dir);
-	make_st(p, "ta");
+	test_make_st_u8(p, "ta", 0);
 	snprintf(p, sizeof(p), "%s/b.safetensors", dir);
-	make_st(p, "tb");
+	test_make_st_u8(p, "tb", 0);
 	snprintf(p, sizeof(p), "%s/order.index.json", dir);
 	f = fopen(p, "w");
 	CHECK(f != NULL);

@@ -401,6 +401,37 @@ int test_cli_run(char *out, size_t len, const char *fmt, ...)
 	return WEXITSTATUS(status);
 }
 
+void test_make_st_u8(const char *path, const char *name, int value)
+{
+	static const char pad[] = "       "; /* at most 7 */
+	unsigned char data[8];
+	char *header = NULL;
+	uint64_t len;
+	FILE *f;
+	int n = asprintf(&header,
+	                 "{\"%s\":{\"dtype\":\"U8\",\"shape\":[8],"
+	                 "\"data_offsets\":[0,8]}}",
+	                 name);
+
+	CHECK(n > 0);
+	if (n <= 0)
+		return;
+	/* The header padded with spaces to a multiple of 8 bytes. */
+	len = ((uint64_t)n + 7) & ~(uint64_t)7;
+	memset(data, value, sizeof(data));
+	f = fopen(path, "wb");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK(fwrite(&len, 8, 1, f) == 1);
+		CHECK(fwrite(header, 1, (size_t)n, f) == (size_t)n);
+		CHECK(fwrite(pad, 1, len - (uint64_t)n, f) ==
+		      len - (uint64_t)n);
+		CHECK(fwrite(data, 1, 8, f) == 8);
+		CHECK(fclose(f) == 0);
+	}
+	free(header);
+}
+
 int test_cli_expect(char *out, size_t len, int want, const char *needle,
                     const char *fmt, ...)
 {

@@ -91,6 +91,9 @@ const char *test_path(const char *name);
 void test_fill(void *buf, size_t len, uint64_t seed, uint64_t offset);
 /* Writes len pattern bytes (seed) to path; returns 0 or -1. */
 int test_make_file(const char *path, size_t len, uint64_t seed);
+/* Writes path as a safetensors file of one U8 tensor name of 8 bytes,
+ * each value; a failure is counted. */
+void test_make_st_u8(const char *path, const char *name, int value);
 /* A mincore(2) that says every page is in the page cache: for
  * gpufile__sys.mincore in tests whose reads must find their file cached.
  * Reading a file in does not keep it there: the kernel may evict it at
