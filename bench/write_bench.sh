@@ -44,18 +44,7 @@ command -v fio >/dev/null || { echo "bench: fio missing (scripts/deps.sh)" >&2; 
 mkdir -p "$BENCH_DIR"
 file=$BENCH_DIR/write.bin
 
-json_get() { # KEY: from the JSON on stdin; dotted paths and [index] allowed
-	python3 -c 'import json, re, sys
-v = json.load(sys.stdin)
-for part in re.findall(r"[^.\[\]]+", sys.argv[1]):
-    v = v[int(part)] if isinstance(v, list) else v[part]
-print(v)' "$1"
-}
-median() { python3 -c 'import statistics, sys
-print(f"{statistics.median(float(x) for x in sys.argv[1:]):.3f}")' "$@"; }
-ratio() { python3 -c 'import sys
-a, b = float(sys.argv[1]), float(sys.argv[2])
-print(f"{a / b:.2f}x" if b > 0 else "n/a")' "$1" "$2"; }
+. bench/benchlib.sh
 size=$(python3 -c 'import re, sys
 m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", sys.argv[1].lower())
 shift = {"": 0, "b": 0, "k": 10, "kib": 10, "m": 20, "mib": 20, "g": 30,
