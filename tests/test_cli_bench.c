@@ -190,24 +190,13 @@ static void test_batch(const char *file)
  * the data checked through copies back to the host. */
 static void test_device(const char *file)
 {
-	char lib[1024], *slash, *old = getenv("LD_LIBRARY_PATH");
-	char *saved = old ? strdup(old) : NULL;
+	char *saved;
 
-	snprintf(lib, sizeof(lib), "%s", test_cli_path());
-	slash = strrchr(lib, '/');
-	if (slash)
-		snprintf(slash, sizeof(lib) - (size_t)(slash - lib),
-		         "/tests/fake_libcuda/lib");
-	snprintf(out, sizeof(out), "%s/libcuda.so.1", lib);
-	if (!slash || access(out, R_OK) != 0) {
-		fprintf(stderr, "no %s: device part skipped\n", out);
-		free(saved);
+	if (test_cli_fake_driver_begin("device", &saved))
 		return;
-	}
-	setenv("LD_LIBRARY_PATH", lib, 1);
-	/* LeakSanitizer's tracer dies at the exit of a process that loaded
-	 * the fake driver (signal 11, as test_parity_gpu_fake's: see
-	 * tests/CMakeLists.txt); the rest of ASan still checks. */
+		/* LeakSanitizer's tracer dies at the exit of a process that
+		 * loaded the fake driver (signal 11, as test_parity_gpu_fake's:
+		 * see tests/CMakeLists.txt); the rest of ASan still checks. */
 #if defined(__SANITIZE_ADDRESS__)
 	setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
 #endif
@@ -227,11 +216,7 @@ static void test_device(const char *file)
 #if defined(__SANITIZE_ADDRESS__)
 	unsetenv("ASAN_OPTIONS");
 #endif
-	if (saved)
-		setenv("LD_LIBRARY_PATH", saved, 1);
-	else
-		unsetenv("LD_LIBRARY_PATH");
-	free(saved);
+	test_cli_fake_driver_end(saved);
 }
 
 int main(void)

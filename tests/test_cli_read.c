@@ -134,22 +134,11 @@ static void test_human_size(const char *file)
  * (tests/fake_libcuda). */
 static void test_compat_off_host(const char *file)
 {
-	char lib[1024], *slash, *old = getenv("LD_LIBRARY_PATH");
-	char *saved = old ? strdup(old) : NULL;
 	const char *want = "compat_mode=off requires cuFile";
+	char written[4200], *saved;
 
-	snprintf(lib, sizeof(lib), "%s", test_cli_path());
-	slash = strrchr(lib, '/');
-	if (slash)
-		snprintf(slash, sizeof(lib) - (size_t)(slash - lib),
-		         "/tests/fake_libcuda/lib");
-	snprintf(out, sizeof(out), "%s/libcuda.so.1", lib);
-	if (!slash || access(out, R_OK) != 0) {
-		fprintf(stderr, "no %s: compat_mode=off part skipped\n", out);
-		free(saved);
+	if (test_cli_fake_driver_begin("compat_mode=off", &saved))
 		return;
-	}
-	setenv("LD_LIBRARY_PATH", lib, 1);
 	setenv("GPUFILE_COMPAT_MODE", "off", 1);
 	setenv("GPUFILE_CUFILE_LIBRARY", "/nonexistent/libcufile.so.0", 1);
 
@@ -170,15 +159,11 @@ static void test_compat_off_host(const char *file)
 	CHECK_EQ(test_cli_run(out, sizeof(out), "read %s --device 0", file), 1);
 	CHECK_CONTAINS(out, want);
 
-	if (saved)
-		setenv("LD_LIBRARY_PATH", saved, 1);
-	else
-		unsetenv("LD_LIBRARY_PATH");
-	free(saved);
+	test_cli_fake_driver_end(saved);
 	unsetenv("GPUFILE_COMPAT_MODE");
 	unsetenv("GPUFILE_CUFILE_LIBRARY");
-	snprintf(lib, sizeof(lib), "%s.w", file);
-	unlink(lib);
+	snprintf(written, sizeof(written), "%s.w", file);
+	unlink(written);
 }
 
 /* A 1 GiB file (sparse: no disk) read through a 16 MiB window: the tool

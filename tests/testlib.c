@@ -432,6 +432,41 @@ void test_make_st_u8(const char *path, const char *name, int value)
 	free(header);
 }
 
+int test_cli_fake_driver_begin(const char *part, char **saved)
+{
+	const char *cli = test_cli_path(),
+	           *slash = cli ? strrchr(cli, '/') : NULL;
+	const char *old = getenv("LD_LIBRARY_PATH");
+	char *lib = NULL, *driver = NULL;
+	int rc = -1;
+
+	*saved = NULL;
+	if (slash &&
+	    asprintf(&lib, "%.*s/tests/fake_libcuda/lib", (int)(slash - cli),
+	             cli) > 0 &&
+	    asprintf(&driver, "%s/libcuda.so.1", lib) > 0 &&
+	    access(driver, R_OK) == 0) {
+		*saved = old ? strdup(old) : NULL;
+		setenv("LD_LIBRARY_PATH", lib, 1);
+		rc = 0;
+	} else {
+		fprintf(stderr, "no %s: %s part skipped\n",
+		        driver ? driver : "fake libcuda.so.1", part);
+	}
+	free(lib);
+	free(driver);
+	return rc;
+}
+
+void test_cli_fake_driver_end(char *saved)
+{
+	if (saved)
+		setenv("LD_LIBRARY_PATH", saved, 1);
+	else
+		unsetenv("LD_LIBRARY_PATH");
+	free(saved);
+}
+
 int test_cli_expect(char *out, size_t len, int want, const char *needle,
                     const char *fmt, ...)
 {

@@ -163,6 +163,14 @@ const char *test_cli_path(void);
  * there is no CLI or it cannot be started. */
 int test_cli_run(char *out, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Makes the tool's runs that follow load the fake driver built beside it
+ * (tests/fake_libcuda/lib, put on LD_LIBRARY_PATH). Returns 0 with the
+ * variable's value before in *saved (allocated; NULL when it was unset)
+ * for test_cli_fake_driver_end(), or -1 when there is no fake driver,
+ * said on stderr ("no ...: PART part skipped"). */
+int test_cli_fake_driver_begin(const char *part, char **saved);
+/* Puts LD_LIBRARY_PATH back as saved (unset when NULL) and frees saved. */
+void test_cli_fake_driver_end(char *saved);
 /* test_cli_run() of ARGS, and a failure (printed with ARGS and the
  * output) unless the tool exits want with needle in its output. Returns
  * the exit status. */
