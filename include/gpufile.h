@@ -102,8 +102,8 @@ extern "C" {
  *     sizes. Nothing is ever written beyond the size the caller declared.
  * A struct passed IN (gpufile_explain's cfg, gpufile_open_remote's opts)
  * needs a valid size too.
- * Arrays of fixed records (gpufile_file_stat_t, gpufile_process_t,
- * gpufile_check_item_t, gpufile_batch_entry_t,
+ * Arrays of fixed records (gpufile_file_stat_t, gpufile_file_counters_t,
+ * gpufile_process_t, gpufile_check_item_t, gpufile_batch_entry_t,
  * gpufile_safetensors_tensor_t, gpufile_counter_t) have no size field:
  * they do not grow; a new field would come with a new function.
  */
@@ -453,6 +453,8 @@ typedef struct gpufile_counter {
 #define GPUFILE_MAX_GPUS       16
 #define GPUFILE_MAX_SETTINGS   24
 #define GPUFILE_MAX_FILE_STATS 64
+/* Files whose counters a process keeps (gpufile_stats_file_counters). */
+#define GPUFILE_MAX_FILE_COUNTERS 128
 
 /* cuFile's counters for one GPU (cuFileGetStatsL3). */
 typedef struct gpufile_cufile_gpu {
@@ -517,6 +519,12 @@ typedef struct gpufile_stats {
 	uint64_t collective_calls;
 	uint64_t collective_bytes_received;
 	uint64_t collective_bytes_sent;
+	/* Per-file counters (gpufile_stats_file_counters): records dropped
+	 * to make room for another file (a closed file's, the least
+	 * recently used first), and files opened that got none because
+	 * every record was held by an open handle. */
+	uint64_t file_counters_dropped;
+	uint64_t file_counters_untracked;
 } gpufile_stats_t;
 
 /* A snapshot of this process's counters since it started. Returns 0, or
@@ -569,6 +577,45 @@ typedef struct gpufile_file_stat {
  * and max > 0, or an error as gpufile_stats_read. Only the last
  * GPUFILE_MAX_FILE_STATS are kept. */
 GPUFILE_API int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max);
+
+/* The counters of one file a process has open or has used: per path and
+ * direction its requests, tasks, bytes and errors, counted as
+ * gpufile_stats_t counts them (tasks and bytes as each task ends), and
+ * what is in flight on it now. A fixed record (see "Structs that grow"):
+ * it does not grow. */
+typedef struct gpufile_file_counters {
+	/* The file as gpufile shows it (gpufile_redact_url: a URL without
+	 * its credentials and query), its first 255 bytes when longer
+	 * (name_len says): files whose shown names agree in those share
+	 * one record. */
+	char name[256];
+	uint32_t name_len; /* the shown name's whole length */
+	uint32_t handles;  /* its handles open now */
+	/* Nonzero, and new whenever a record is given to a file: samples
+	 * of the same id are of the same counting (rates). */
+	uint64_t id;
+	uint64_t last_used_ns; /* CLOCK_MONOTONIC: its last open or request */
+	/* [path][0 = read, 1 = write], as gpufile_stats_t's path. */
+	gpufile_counter_t path[GPUFILE_PATH_COUNT][2];
+	/* In flight on it (the worker pool's requests), as gpufile_stats_t's
+	 * gauges. */
+	uint64_t inflight_requests;
+	uint64_t inflight_tasks;
+	uint64_t pending_bytes;
+} gpufile_file_counters_t;
+
+/* Copies the per-file counters of process pid (0: this process), the most
+ * recently used file first, up to max of them into out (out may be NULL
+ * when max is 0). A process keeps records for GPUFILE_MAX_FILE_COUNTERS
+ * files: every file with an open handle holds its record, and a file
+ * opened when all are taken gets the record of the closed file used
+ * least recently (file_counters_dropped of gpufile_stats_t counts those;
+ * file_counters_untracked the files opened while every record was held
+ * by an open handle, which are counted per path only). Returns the
+ * number of files with a record (which may exceed max), -EINVAL when out
+ * is NULL and max > 0, or an error as gpufile_stats_read. */
+GPUFILE_API int
+gpufile_stats_file_counters(int pid, gpufile_file_counters_t *out, int max);
 
 /* A process with a gpufile segment. */
 typedef struct gpufile_process {

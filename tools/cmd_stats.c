@@ -11,6 +11,7 @@
 #include "metrics.h"
 #include "msg.h"
 #include "options.h"
+#include "stats_files.h"
 #include "text.h"
 
 #include <errno.h>
@@ -36,7 +37,11 @@ static const char *const usage =
     "posix, cufile, small) and direction, requests, tasks, bytes and\n"
     "errors; cuFile's own per-GPU counters (nvfs, posix, p2p,\n"
     "unaligned) beside gpufile's; every file opened with the path\n"
-    "chosen and why; the effective settings. A process that loaded\n"
+    "chosen and why; the effective settings; per file (the 128 most\n"
+    "recently used files: every file with an open handle, then the\n"
+    "closed ones last used), its bytes, tasks and requests per path\n"
+    "and direction and what is in flight on it, with how many files'\n"
+    "counters were dropped for newer ones. A process that loaded\n"
     "gpufile but has opened nothing yet shows \"no I/O yet\".\n"
     "Text from the process (command, paths) is printed with control\n"
     "bytes and bytes that are not UTF-8 as \\xHH, a backslash as \\\\;\n"
@@ -48,17 +53,20 @@ static const char *const usage =
     "from the process for gpufile (load_distributed).\n"
     "\n"
     "  --json            one JSON object; with --watch one per line\n"
-    "                    (JSON Lines), each with the interval's rates\n"
+    "                    (JSON Lines), each with the interval's rates;\n"
+    "                    per-file counters under \"file_counters\"\n"
     "  --watch SECONDS   print again every SECONDS, with rates (GB/s,\n"
-    "                    IOPS) over that interval, until the process\n"
-    "                    exits\n"
+    "                    IOPS; per file GB/s) over that interval, until\n"
+    "                    the process exits\n"
     "  --openmetrics     every process's counters (PID's alone when\n"
     "                    given) in the OpenMetrics text format: per\n"
     "                    process, path and direction requests, tasks,\n"
     "                    bytes, errors; cuFile's own counters; remote\n"
     "                    HTTP counters; handles per file and fallbacks\n"
-    "                    with their reason as labels (URLs without their\n"
-    "                    secrets, control bytes as \\xHH)\n"
+    "                    with their reason as labels; per-file bytes,\n"
+    "                    tasks, requests, errors and in-flight gauges\n"
+    "                    (file labels: URLs without their secrets,\n"
+    "                    control bytes as \\xHH)\n"
     "  --serve [ADDR:]PORT  an exporter: answers GET /metrics with the\n"
     "                    --openmetrics text, read anew each time, until\n"
     "                    killed. ADDR defaults to 127.0.0.1 (loopback);\n"
@@ -321,7 +329,9 @@ static void json_inflight_collectives(struct json *j, const gpufile_stats_t *s,
 }
 
 static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
-                       int nfiles, const gpufile_stats_t *prev, double seconds,
+                       int nfiles, const struct stats_files *fc,
+                       const gpufile_stats_t *prev,
+                       const struct stats_files *prev_fc, double seconds,
                        int one_line)
 {
 	struct json j;
@@ -359,6 +369,7 @@ static void print_json(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	json_key_u64(&j, "files_opened", s->files_opened);
 	remote_counters(&j, s->pid);
 	json_files_settings(&j, s, f, nfiles);
+	stats_files_json(&j, s, fc, prev ? prev_fc : NULL, seconds);
 	json_object_end(&j);
 	fflush(stdout);
 }
@@ -400,7 +411,9 @@ static void print_layers(const gpufile_stats_t *s, int d)
 }
 
 static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
-                       int nfiles, const gpufile_stats_t *prev, double seconds)
+                       int nfiles, const struct stats_files *fc,
+                       const gpufile_stats_t *prev,
+                       const struct stats_files *prev_fc, double seconds)
 {
 	char hb[32], t1[4 * 256], t2[4 * 256];
 	uint64_t ops = 0;
@@ -482,6 +495,7 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 		printf("  %s: %s: %s\n", text_escape(f[i].path, t1, sizeof(t1)),
 		       gpufile_path_name(f[i].chosen),
 		       text_escape(f[i].reason, t2, sizeof(t2)));
+	stats_files_text(s, fc, prev ? prev_fc : NULL, seconds);
 	if (s->nsettings) {
 		printf("settings:");
 		for (int i = 0; i < s->nsettings; i++) {
@@ -500,10 +514,18 @@ static void print_text(const gpufile_stats_t *s, const gpufile_file_stat_t *f,
 	fflush(stdout);
 }
 
+/* One sample: the process's counters and its files'. */
+struct sample {
+	gpufile_stats_t s;
+	struct stats_files files;
+};
+
 /* as_json: 1 an indented object, 2 one object per line (--watch). */
-static int show(int pid, int as_json, const gpufile_stats_t *prev,
-                double seconds, gpufile_stats_t *now)
+static int show(int pid, int as_json, const struct sample *prev_sample,
+                double seconds, struct sample *now_sample)
 {
+	const gpufile_stats_t *prev = prev_sample ? &prev_sample->s : NULL;
+	gpufile_stats_t *now = &now_sample->s;
 	gpufile_file_stat_t *files = calloc(MAX_FILES, sizeof(*files));
 	int nfiles, rc;
 
@@ -524,6 +546,12 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 	nfiles = rc ? rc : gpufile_stats_files(pid, files, MAX_FILES);
 	if (nfiles == -ENOENT && prev && kill(pid, 0) == 0)
 		nfiles = 0;
+	if (nfiles >= 0)
+		rc = stats_files_read(pid, &now_sample->files);
+	if (rc == -ENOENT && prev && kill(pid, 0) == 0)
+		rc = 0;
+	if (nfiles >= 0 && rc < 0)
+		nfiles = rc;
 	if (nfiles < 0) {
 		free(files);
 		return nfiles;
@@ -542,11 +570,21 @@ static int show(int pid, int as_json, const gpufile_stats_t *prev,
 		prev = NULL;
 	}
 	if (as_json)
-		print_json(now, files, nfiles, prev, seconds, as_json == 2);
+		print_json(now, files, nfiles, &now_sample->files, prev,
+		           prev ? &prev_sample->files : NULL, seconds,
+		           as_json == 2);
 	else
-		print_text(now, files, nfiles, prev, seconds);
+		print_text(now, files, nfiles, &now_sample->files, prev,
+		           prev ? &prev_sample->files : NULL, seconds);
 	free(files);
 	return 0;
+}
+
+static void free_samples(struct sample *samples)
+{
+	stats_files_free(&samples[0].files);
+	stats_files_free(&samples[1].files);
+	free(samples);
 }
 
 int cmd_stats(int argc, char **argv)
@@ -557,7 +595,7 @@ int cmd_stats(int argc, char **argv)
 	double watch = 0, sampled, timeout = 10;
 	const char *serve = NULL;
 	uint64_t pid = 0;
-	gpufile_stats_t *samples, *a, *b;
+	struct sample *samples, *a, *b;
 	const struct opt opts[] = {
 	    {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
 	    {.name = "watch",
@@ -630,7 +668,7 @@ int cmd_stats(int argc, char **argv)
 	sampled = measure_now();
 	rc = show((int)pid, as_json, NULL, 0, a);
 	if (rc) {
-		free(samples);
+		free_samples(samples);
 		return msg_error(cmd, "%s", gpufile_errmsg());
 	}
 	while (watch > 0) {
@@ -638,7 +676,7 @@ int cmd_stats(int argc, char **argv)
 		    (time_t)watch,
 		    (long)((watch - (double)(time_t)watch) * 1e9)};
 		double now;
-		gpufile_stats_t *t;
+		struct sample *t;
 
 		nanosleep(&ts, NULL);
 		if (!as_json)
@@ -653,7 +691,7 @@ int cmd_stats(int argc, char **argv)
 			break;
 		}
 		if (rc) {
-			free(samples);
+			free_samples(samples);
 			return msg_error(cmd, "%s", gpufile_errmsg());
 		}
 		t = a;
@@ -664,6 +702,6 @@ int cmd_stats(int argc, char **argv)
 		if (ferror(stdout))
 			break;
 	}
-	free(samples);
+	free_samples(samples);
 	return EXIT_OK;
 }

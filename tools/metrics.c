@@ -5,6 +5,11 @@
  * gpufile_stats_files, gpufile_stats_remote), as gpufile stats PID reads
  * them.
  *
+ * Per-file counters (gpufile_stats_file_counters) carry the file as a
+ * label made the same way, and only the paths and directions a file
+ * used, so that a process's series stay bounded by its records
+ * (GPUFILE_MAX_FILE_COUNTERS).
+ *
  * OpenMetrics wants the samples of one family together, so every process
  * is read first (struct proc) and the families are written after, each
  * over every process. A counter of the stats record is one row of a table
@@ -46,6 +51,11 @@ struct proc {
 	gpufile_stats_t s;
 	gpufile_file_stat_t files[GPUFILE_MAX_FILE_STATS];
 	int nfiles;
+	/* Per-file counters, and each one's file label value (NULL: merged
+	 * into an earlier file shown under the same label). */
+	gpufile_file_counters_t *fc;
+	char **fc_label;
+	int nfc;
 	gpufile_remote_stats_t remote;
 	int has_remote;
 	char *labels; /* pid="N",command="..." */
@@ -85,6 +95,70 @@ static char *process_labels(const gpufile_stats_t *s)
 	return text;
 }
 
+/* Adds the counters of b to a (two records shown under one label). */
+static void merge_counters(gpufile_file_counters_t *a,
+                           const gpufile_file_counters_t *b)
+{
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		for (int d = 0; d < 2; d++) {
+			a->path[p][d].ops += b->path[p][d].ops;
+			a->path[p][d].tasks += b->path[p][d].tasks;
+			a->path[p][d].bytes += b->path[p][d].bytes;
+			a->path[p][d].errors += b->path[p][d].errors;
+		}
+	}
+	a->inflight_requests += b->inflight_requests;
+	a->inflight_tasks += b->inflight_tasks;
+	a->pending_bytes += b->pending_bytes;
+}
+
+/* Reads process pid's per-file counters into p, with their labels. Two
+ * records may show as one label (names that differ only in what
+ * redaction removes): a label set appears once in a family, so their
+ * counters are summed under the first. Returns 0 or -ENOMEM. */
+static int read_file_counters(int pid, struct proc *p)
+{
+	int n;
+
+	p->fc = calloc(GPUFILE_MAX_FILE_COUNTERS, sizeof(*p->fc));
+	p->fc_label = calloc(GPUFILE_MAX_FILE_COUNTERS, sizeof(*p->fc_label));
+	if (!p->fc || !p->fc_label)
+		return -ENOMEM;
+	n = gpufile_stats_file_counters(pid, p->fc, GPUFILE_MAX_FILE_COUNTERS);
+	p->nfc = n < 0                           ? 0
+	         : n < GPUFILE_MAX_FILE_COUNTERS ? n
+	                                         : GPUFILE_MAX_FILE_COUNTERS;
+	for (int i = 0; i < p->nfc; i++) {
+		size_t len = 0;
+		FILE *f = open_memstream(&p->fc_label[i], &len);
+
+		if (!f)
+			return -ENOMEM;
+		label_value(f, p->fc[i].name, 1);
+		if (fclose(f) != 0)
+			return -ENOMEM;
+		for (int k = 0; k < i; k++) {
+			if (p->fc_label[k] &&
+			    strcmp(p->fc_label[k], p->fc_label[i]) == 0) {
+				merge_counters(&p->fc[k], &p->fc[i]);
+				free(p->fc_label[i]);
+				p->fc_label[i] = NULL;
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+static void free_proc(struct proc *p)
+{
+	for (int i = 0; p->fc_label && i < p->nfc; i++)
+		free(p->fc_label[i]);
+	free(p->fc_label);
+	free(p->fc);
+	free(p->labels);
+}
+
 /* Reads process pid into p. Returns 0, 1 when the process is to be left
  * out (it ended, belongs to another user, counts privately: its error
  * when strict), or -ENOMEM. */
@@ -101,7 +175,12 @@ static int read_proc(int pid, struct proc *p, int strict)
 	GPUFILE_INIT(p->remote);
 	p->has_remote = gpufile_stats_remote(pid, &p->remote) == 0;
 	p->labels = process_labels(&p->s);
-	return p->labels ? 0 : -ENOMEM;
+	if (!p->labels || read_file_counters(pid, p)) {
+		free_proc(p);
+		memset(p, 0, sizeof(*p));
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 /* The processes to show: pid alone, or every one gpufile_stats_list()
@@ -145,7 +224,7 @@ static int read_procs(int pid, struct proc **out)
 		if (rc < 0) {
 			free(list);
 			for (int k = 0; k < nread; k++)
-				free(procs[k].labels);
+				free_proc(&procs[k]);
 			free(procs);
 			return rc;
 		}
@@ -446,6 +525,111 @@ static void write_files(FILE *out, const struct proc *p, int n, int with_file)
 	}
 }
 
+/* Per-file counters: one family per field of gpufile_counter_t, a
+ * sample per process, file, path and direction that the file used; and
+ * the file's in-flight gauges. */
+static const struct {
+	const char *name, *unit, *help;
+	size_t offset;
+} file_counters[] = {
+    {"gpufile_file_requests", NULL,
+     "Requests on a file (URLs without their secrets) by path and "
+     "direction",
+     offsetof(gpufile_counter_t, ops)},
+    {"gpufile_file_tasks", NULL, "Tasks of those requests that ended",
+     offsetof(gpufile_counter_t, tasks)},
+    {"gpufile_file_bytes", "bytes",
+     "Bytes moved to or from a file by path and direction, as each task "
+     "ends",
+     offsetof(gpufile_counter_t, bytes)},
+    {"gpufile_file_errors", NULL, "Requests on a file that failed",
+     offsetof(gpufile_counter_t, errors)},
+};
+
+static const struct {
+	const char *name, *unit, *help;
+	size_t offset;
+} file_gauges[] = {
+    {"gpufile_file_inflight_requests", NULL,
+     "Requests on a file started and not yet ended",
+     offsetof(gpufile_file_counters_t, inflight_requests)},
+    {"gpufile_file_inflight_tasks", NULL,
+     "Tasks of those requests not yet ended",
+     offsetof(gpufile_file_counters_t, inflight_tasks)},
+    {"gpufile_file_pending_bytes", "bytes",
+     "Bytes those requests asked for that no task has moved yet",
+     offsetof(gpufile_file_counters_t, pending_bytes)},
+};
+
+static void write_file_counters(FILE *out, const struct proc *p, int n)
+{
+	for (size_t c = 0; c < sizeof(file_counters) / sizeof(file_counters[0]);
+	     c++) {
+		family(out, file_counters[c].name, "counter",
+		       file_counters[c].unit, file_counters[c].help);
+		for (int i = 0; i < n; i++) {
+			for (int k = 0; k < p[i].nfc; k++) {
+				const gpufile_file_counters_t *f = &p[i].fc[k];
+
+				if (!p[i].fc_label[k])
+					continue;
+				for (int path = 0; path < GPUFILE_PATH_COUNT;
+				     path++) {
+					for (int d = 0; d < 2; d++) {
+						const gpufile_counter_t *v =
+						    &f->path[path][d];
+						if (!v->ops && !v->tasks)
+							continue;
+						fprintf(
+						    out,
+						    "%s_total{%s,file=\"%s\","
+						    "path=\"%s\",direction="
+						    "\"%s\"} %" PRIu64 "\n",
+						    file_counters[c].name,
+						    p[i].labels,
+						    p[i].fc_label[k],
+						    gpufile_path_name(
+						        (gpufile_path_t)path),
+						    directions[d],
+						    field(v, file_counters[c]
+						                 .offset));
+					}
+				}
+			}
+		}
+	}
+	for (size_t c = 0; c < sizeof(file_gauges) / sizeof(file_gauges[0]);
+	     c++) {
+		family(out, file_gauges[c].name, "gauge", file_gauges[c].unit,
+		       file_gauges[c].help);
+		for (int i = 0; i < n; i++)
+			for (int k = 0; k < p[i].nfc; k++)
+				if (p[i].fc_label[k])
+					fprintf(out,
+					        "%s{%s,file=\"%s\"} %" PRIu64
+					        "\n",
+					        file_gauges[c].name,
+					        p[i].labels, p[i].fc_label[k],
+					        field(&p[i].fc[k],
+					              file_gauges[c].offset));
+	}
+	family(out, "gpufile_file_counters_dropped", "counter", NULL,
+	       "Files whose per-file counters were dropped to make room for "
+	       "another file (the least recently used closed file first)");
+	for (int i = 0; i < n; i++)
+		fprintf(out,
+		        "gpufile_file_counters_dropped_total{%s} %" PRIu64 "\n",
+		        p[i].labels, p[i].s.file_counters_dropped);
+	family(out, "gpufile_file_counters_untracked", "counter", NULL,
+	       "Files opened while every per-file record was held by an open "
+	       "handle: counted per path only");
+	for (int i = 0; i < n; i++)
+		fprintf(out,
+		        "gpufile_file_counters_untracked_total{%s} %" PRIu64
+		        "\n",
+		        p[i].labels, p[i].s.file_counters_untracked);
+}
+
 int metrics_write(FILE *out, int pid)
 {
 	struct proc *procs;
@@ -459,9 +643,10 @@ int metrics_write(FILE *out, int pid)
 	write_remote(out, procs, n);
 	write_files(out, procs, n, 1);
 	write_files(out, procs, n, 0);
+	write_file_counters(out, procs, n);
 	fputs("# EOF\n", out);
 	for (int i = 0; i < n; i++)
-		free(procs[i].labels);
+		free_proc(&procs[i]);
 	free(procs);
 	return fflush(out) == 0 && !ferror(out) ? 0 : -EIO;
 }

@@ -15,6 +15,7 @@ HIST_BUCKETS = 48
 MAX_GPUS = 16
 MAX_SETTINGS = 24
 MAX_FILE_STATS = 64
+MAX_FILE_COUNTERS = 128
 CUFILE_NKEYS = 10
 
 PATH_NAMES = ("host", "posix", "cufile", "small", "mmap", "remote")
@@ -73,6 +74,8 @@ class Stats(_Sized):
         ("collective_calls", c_uint64),
         ("collective_bytes_received", c_uint64),
         ("collective_bytes_sent", c_uint64),
+        ("file_counters_dropped", c_uint64),
+        ("file_counters_untracked", c_uint64),
     ]
 
 
@@ -107,6 +110,16 @@ class RemoteFileInfo(_Sized):
 class FileStat(Structure):
     _fields_ = [("path", c_char * 256), ("chosen", c_int),
                 ("reason", c_char * 256)]
+
+
+class FileCounters(Structure):
+    """gpufile_file_counters_t (gpufile_stats_file_counters)."""
+    _fields_ = [("name", c_char * 256), ("name_len", c_uint32),
+                ("handles", c_uint32), ("id", c_uint64),
+                ("last_used_ns", c_uint64),
+                ("path", (Counter * 2) * PATH_COUNT),
+                ("inflight_requests", c_uint64),
+                ("inflight_tasks", c_uint64), ("pending_bytes", c_uint64)]
 
 
 class Process(Structure):
@@ -217,6 +230,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "gpufile_stats_read": (c_int, [c_int, POINTER(Stats)]),
     "gpufile_stats_files": (c_int, [c_int, POINTER(FileStat), c_int]),
+    "gpufile_stats_file_counters": (c_int, [c_int, POINTER(FileCounters), c_int]),
     "gpufile_stats_list": (c_int, [POINTER(Process), c_int]),
     "gpufile_stats_clean": (c_int, []),
     "gpufile_stats_segment_path": (c_int, [c_int, c_char_p, c_size_t]),

@@ -20,6 +20,7 @@ STRUCTS = {
     "gpufile_setting_value_t": S.SettingValue,
     "gpufile_stats_t": S.Stats,
     "gpufile_file_stat_t": S.FileStat,
+    "gpufile_file_counters_t": S.FileCounters,
     "gpufile_process_t": S.Process,
     "gpufile_cufile_info_t": S.CufileInfo,
     "gpufile_cufile_value_t": S.CufileValue,
@@ -35,6 +36,7 @@ CONSTANTS = {
     "GPUFILE_PATH_COUNT": S.PATH_COUNT, "GPUFILE_HIST_BUCKETS": S.HIST_BUCKETS,
     "GPUFILE_MAX_GPUS": S.MAX_GPUS, "GPUFILE_MAX_SETTINGS": S.MAX_SETTINGS,
     "GPUFILE_MAX_FILE_STATS": S.MAX_FILE_STATS, "GPUFILE_CUFILE_NKEYS": S.CUFILE_NKEYS,
+    "GPUFILE_MAX_FILE_COUNTERS": S.MAX_FILE_COUNTERS,
 }
 
 

@@ -217,6 +217,9 @@ static void entry_count(struct gpufile_batch *b, unsigned i)
 {
 	struct entry *e = &b->e[i];
 
+	if (e->way != WAY_SINGLE) /* else gpufile_pread counted it */
+		gpufile__stats_file_request(&e->h->stats_file, e->path, 0,
+		                            e->result, 1);
 	if (e->way == WAY_SINGLE)
 		; /* gpufile_pread counted it */
 	else if (e->result >= 0)

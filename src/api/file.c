@@ -112,8 +112,10 @@ static int open_remote(gpufile_t **out, const char *url, const char *flags,
 	             ? gpufile__upload_open(out, url, opts)
 	             : gpufile__remote_open_with(out, url, flags, opts);
 
-	if (rc == 0)
+	if (rc == 0) {
+		gpufile__stats_file_hold(&(*out)->stats_file, (*out)->path);
 		gpufile__fork_track(*out);
+	}
 	return rc;
 }
 
@@ -237,6 +239,7 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	else
 		h->direct_fd = -1; /* GPUFILE__DIRECT_FD_NONE */
 	h->stats_record = gpufile__stats_file_open(h->path);
+	gpufile__stats_file_hold(&h->stats_file, h->path);
 	gpufile__fork_track(h);
 	*out = h;
 	return 0;
@@ -251,6 +254,7 @@ int gpufile_close(gpufile_t *h)
 	/* Futures the caller has not waited for may still be running. */
 	gpufile__handle_wait_idle(h);
 	gpufile__fork_untrack(h);
+	gpufile__stats_file_release(&h->stats_file);
 	if (h->remote)
 		return h->source_ops ? h->source_ops->close(h)
 		                     : gpufile__remote_close(h);

@@ -300,6 +300,7 @@ int gpufile_mmap_open(gpufile_mmap_t **out, const char *path, const char *flags,
 	pthread_mutex_init(&m->file.lock, NULL);
 	mmap_decision(&d);
 	gpufile__stats_file(path, d.path, d.reason);
+	gpufile__stats_file_hold(&m->file.stats_file, path);
 	*out = m;
 	return 0;
 }
@@ -312,6 +313,7 @@ int gpufile_mmap_close(gpufile_mmap_t *m)
 		return 0;
 	/* Futures the caller has not waited for may still be running. */
 	gpufile__handle_wait_idle(&m->file);
+	gpufile__stats_file_release(&m->file.stats_file);
 	if (m->base)
 		munmap(m->base, m->base_len);
 	if (gpufile__sys.close(m->file.fd) < 0)

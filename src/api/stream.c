@@ -741,6 +741,8 @@ static void cufile_done(void *arg)
 		n = GPUFILE_ECUFILE;
 	gpufile__stats_request(GPUFILE_PATH_CUFILE, a->is_write, n, 1, a->asked,
 	                       gpufile__now_ns() - a->start_ns);
+	gpufile__stats_file_request(&a->h->stats_file, GPUFILE_PATH_CUFILE,
+	                            a->is_write, n, 1);
 	__atomic_store_n(a->n_out, n, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&waiters.lock);
 	TAILQ_REMOVE(&waiters.cufile, a, link);

@@ -1172,6 +1172,8 @@ ssize_t gpufile__stage_run(struct gpufile__stage *st)
 	st->span.a = NULL;
 	gpufile__stats_request(st->path, st->is_write, n, st->npieces,
 	                       st->asked, gpufile__now_ns() - st->start_ns);
+	gpufile__stats_file_request(&st->h->stats_file, st->path, st->is_write,
+	                            n, st->npieces);
 	pthread_mutex_lock(&st->lock);
 	released = st->released;
 	pthread_mutex_unlock(&st->lock);

@@ -85,19 +85,48 @@ int gpufile__path_ignored(const char *var);
 
 /* ---- statistics (stats.c) ---- */
 
+/* A handle's record of per-file counters: which record, of which
+ * segment (a forked child's handles name its parent's, and count per
+ * path only). Zeroed: none. */
+struct gpufile__stats_file_ref {
+	uint64_t segment; /* the segment's generation; 0: no record */
+	uint32_t index;
+};
+/* A handle of path is opened: *ref gets the record of path's counters
+ * (the file's, shared by its handles; a new one, or the least recently
+ * used closed file's), or none when every record is held by an open
+ * handle. The name kept is path as gpufile shows it (redacted). */
+void gpufile__stats_file_hold(struct gpufile__stats_file_ref *ref,
+                              const char *path);
+/* The handle is closed (nothing of it in flight): its record may go to
+ * another file. *ref is zeroed. */
+void gpufile__stats_file_release(struct gpufile__stats_file_ref *ref);
+
 /* A request ended: result bytes (or an error), its task count, its size as
  * asked, and its latency from submission to completion. */
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
                             uint64_t tasks, size_t size, uint64_t ns);
-/* The worker pool's requests (pool.c) count in steps instead: a request
- * of ntasks tasks and size bytes starts (in flight from now); one of its
- * tasks ran and moved bytes (0 when it failed), credited at once; ntasks
- * of its tasks end unrun; it ends with result, moved bytes in all (what
- * is left of size leaves the in-flight bytes) and its latency. */
-void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size);
-void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes);
-void gpufile__stats_tasks_skipped(uint64_t ntasks);
-void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+/* The same request (or, in a batch, an entry of it) in its file's
+ * counters (file may be NULL or hold no record). */
+void gpufile__stats_file_request(const struct gpufile__stats_file_ref *file,
+                                 gpufile_path_t path, int is_write,
+                                 ssize_t result, uint64_t tasks);
+/* The worker pool's requests (pool.c) count in steps instead, in the
+ * process's counters and in those of the file (may be NULL): a request
+ * of ntasks tasks and size bytes starts at start_ns (in flight from
+ * now); one of its tasks ran and moved bytes (0 when it failed),
+ * credited at once; ntasks of its tasks end unrun; it ends with result,
+ * moved bytes in all (what is left of size leaves the in-flight bytes)
+ * and its latency. */
+void gpufile__stats_request_begin(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks, uint64_t size,
+                                  uint64_t start_ns);
+void gpufile__stats_task(const struct gpufile__stats_file_ref *file,
+                         gpufile_path_t path, int is_write, uint64_t bytes);
+void gpufile__stats_tasks_skipped(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks);
+void gpufile__stats_request_end(const struct gpufile__stats_file_ref *file,
+                                gpufile_path_t path, int is_write,
                                 ssize_t result, size_t size, uint64_t moved,
                                 uint64_t ns);
 void gpufile__stats_direct_fallback(void);
@@ -216,6 +245,8 @@ struct gpufile {
 	int path_recorded;
 	gpufile_path_t recorded_path;
 	uint64_t recorded_reason;
+	/* Its file's per-file counters (gpufile__stats_file_hold). */
+	struct gpufile__stats_file_ref stats_file;
 	char nvfs_why[96], p2pdma_why[128];
 	/* On the list of open handles (fork.c), whose locks the fork
 	 * handlers take. Guarded by that list's lock. */

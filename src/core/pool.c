@@ -18,8 +18,9 @@
  *     the caller's buffer after the caller has seen the result;
  *   - the completing thread touches the request for the last time when it
  *     releases the request's lock after the broadcast;
- *   - a request's tasks are credited in the statistics as each ends,
- *     before it counts as ended, and the request after its last task;
+ *   - a request's tasks are credited in the statistics (the process's
+ *     and its file's) as each ends, before it counts as ended, and the
+ *     request after its last task;
  *   - the error kept is that of the lowest-offset task that failed, and
  *     every task below that offset runs: a failure skips only the tasks
  *     above it. (Skipping every task not yet started made the error
@@ -120,7 +121,8 @@ static void activate(struct gpufile__request *r)
 {
 	pool.inflight++;
 	atomic_fetch_add(&r->h->inflight, 1);
-	gpufile__stats_request_begin(r->ntasks, r->size);
+	gpufile__stats_request_begin(&r->h->stats_file, r->ntasks, r->size,
+	                             r->start_ns);
 	LIST_INSERT_HEAD(&pool.active, r, active_link);
 }
 
@@ -245,8 +247,8 @@ static void complete(struct gpufile__request *r)
 		gpufile__append_end(r->h, r->offset, r->size, result, r->errmsg,
 		                    sizeof(r->errmsg));
 
-	gpufile__stats_request_end(r->path, r->is_write, result, r->size,
-	                           atomic_load(&r->bytes),
+	gpufile__stats_request_end(&r->h->stats_file, r->path, r->is_write,
+	                           result, r->size, atomic_load(&r->bytes),
 	                           gpufile__now_ns() - r->start_ns);
 
 	/* One step under pool.lock, so that a fork finds r either on the
@@ -270,10 +272,10 @@ static void task_end(struct gpufile__request *r, int64_t off, size_t len,
 	/* Counted before tasks_ended moves: the request may end right after
 	 * (each task's bytes, then the request, in that order). */
 	if (len)
-		gpufile__stats_task(r->path, r->is_write,
+		gpufile__stats_task(&r->h->stats_file, r->path, r->is_write,
 		                    n > 0 ? (uint64_t)n : 0);
 	else
-		gpufile__stats_tasks_skipped(1);
+		gpufile__stats_tasks_skipped(&r->h->stats_file, 1);
 	if (n < 0) {
 		record_error(r, off, len, n, msg);
 	} else {
@@ -319,7 +321,7 @@ static void tasks_skipped(struct gpufile__request *r, uint64_t left)
 	const uint64_t ntasks = r->ntasks; /* as in task_end */
 
 	if (left)
-		gpufile__stats_tasks_skipped(left);
+		gpufile__stats_tasks_skipped(&r->h->stats_file, left);
 	if (left && atomic_fetch_add(&r->tasks_ended, left) + left == ntasks)
 		complete(r);
 }

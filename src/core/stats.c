@@ -174,6 +174,10 @@ static dev_t seg_dev;                   /* and its identity, to know it */
 static ino_t seg_ino;
 static struct stats_seg private_seg; /* when no memfd can be made */
 static int atfork_done;
+/* Counts the segments this process made (a forked child's first makes
+ * its own): a handle's per-file record is of the segment of this
+ * generation only (struct gpufile__stats_file_ref). */
+static _Atomic uint64_t seg_generation;
 
 /* Slots of exited threads, to be handed to new threads. Guarded by
  * seg_lock. */
@@ -448,6 +452,7 @@ static struct stats_seg *create_segment(void)
 		snapshot_settings(s);
 	}
 	atomic_store_explicit(&s->magic, STATS_SEG_MAGIC, memory_order_release);
+	atomic_fetch_add_explicit(&seg_generation, 1, memory_order_relaxed);
 	atomic_store_explicit(&seg, s, memory_order_release);
 	pthread_mutex_unlock(&seg_lock);
 	return s;
@@ -544,26 +549,60 @@ static inline struct stats_seg_slot *own_slot(struct stats_seg *s)
 			OWN_ADD((slot)->field, (n));                           \
 	} while (0)
 
-void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size)
+/* The record ref names in s, or NULL: none, or one of a segment this
+ * process no longer counts in (a forked child's inherited handle). */
+static inline struct stats_seg_file_counters *
+file_record(struct stats_seg *s, const struct gpufile__stats_file_ref *ref)
+{
+	if (!ref || !ref->segment ||
+	    ref->segment !=
+	        atomic_load_explicit(&seg_generation, memory_order_relaxed) ||
+	    ref->index >= GPUFILE_MAX_FILE_COUNTERS)
+		return NULL;
+	return &s->file_counters[ref->index];
+}
+
+void gpufile__stats_request_begin(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks, uint64_t size,
+                                  uint64_t start_ns)
 {
 	struct stats_seg *s = get_segment();
 	struct stats_seg_slot *slot = own_slot(s);
+	struct stats_seg_file_counters *f = file_record(s, file);
 
 	SLOT_ADD(s, slot, inflight_requests, 1);
 	SLOT_ADD(s, slot, inflight_tasks, ntasks);
 	SLOT_ADD(s, slot, pending_bytes, size);
+	if (f) {
+		atomic_store_explicit(&f->last_used_ns, start_ns,
+		                      memory_order_relaxed);
+		ADD(f->requests_begun, 1);
+		ADD(f->tasks_begun, ntasks);
+		ADD(f->bytes_asked, size);
+	}
 }
 
-void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
+void gpufile__stats_task(const struct gpufile__stats_file_ref *file,
+                         gpufile_path_t path, int is_write, uint64_t bytes)
 {
 	struct stats_seg *s = get_segment();
 	struct stats_seg_slot *slot = own_slot(s);
+	struct stats_seg_file_counters *f = file_record(s, file);
 	struct stats_seg_counter *c;
 
 	SLOT_ADD(s, slot, inflight_tasks, -(uint64_t)1);
 	SLOT_ADD(s, slot, pending_bytes, -bytes);
-	if ((unsigned)path >= GPUFILE_PATH_COUNT)
+	if ((unsigned)path >= GPUFILE_PATH_COUNT) {
+		if (f) /* no path to credit it to: out of the gauges */
+			ADD(f->tasks_skipped, 1);
 		return;
+	}
+	if (f) {
+		struct stats_seg_file_counter *fc =
+		    &f->path[path][is_write ? 1 : 0];
+		ADD(fc->tasks, 1);
+		ADD(fc->bytes, bytes);
+	}
 	c = &slot->path[path][is_write ? 1 : 0];
 	if (__builtin_expect(slot == &s->shared, 0)) {
 		ADD(c->tasks, 1);
@@ -574,24 +613,45 @@ void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
 	OWN_ADD(c->bytes, bytes);
 }
 
-void gpufile__stats_tasks_skipped(uint64_t ntasks)
+void gpufile__stats_tasks_skipped(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks)
 {
 	struct stats_seg *s = get_segment();
 	struct stats_seg_slot *slot = own_slot(s);
+	struct stats_seg_file_counters *f = file_record(s, file);
 
 	SLOT_ADD(s, slot, inflight_tasks, -ntasks);
+	if (f)
+		ADD(f->tasks_skipped, ntasks);
 }
 
-void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+void gpufile__stats_request_end(const struct gpufile__stats_file_ref *file,
+                                gpufile_path_t path, int is_write,
                                 ssize_t result, size_t size, uint64_t moved,
                                 uint64_t ns)
 {
 	struct stats_seg *s = get_segment();
 	struct stats_seg_slot *slot = own_slot(s);
+	struct stats_seg_file_counters *f = file_record(s, file);
 	struct stats_seg_counter *c;
 
 	SLOT_ADD(s, slot, inflight_requests, -(uint64_t)1);
 	SLOT_ADD(s, slot, pending_bytes, -((uint64_t)size - moved));
+	if (f) {
+		/* A path out of range has no op to count: its begin is
+		 * taken back instead, so that it leaves the gauge. */
+		if ((unsigned)path >= GPUFILE_PATH_COUNT) {
+			ADD(f->requests_begun, -(uint64_t)1);
+		} else {
+			struct stats_seg_file_counter *fc =
+			    &f->path[path][is_write ? 1 : 0];
+			ADD(fc->ops, 1);
+			if (result < 0)
+				ADD(fc->errors, 1);
+		}
+		if ((uint64_t)size != moved)
+			ADD(f->bytes_settled, (uint64_t)size - moved);
+	}
 	if ((unsigned)path >= GPUFILE_PATH_COUNT)
 		return;
 	c = &slot->path[path][is_write ? 1 : 0];
@@ -743,6 +803,184 @@ void gpufile__stats_file_note(const char *path, gpufile_path_t chosen,
 	pthread_mutex_unlock(&seg_lock);
 }
 
+/* ---- per-file counters ---- */
+
+/* FNV-1a of the first len bytes of name. */
+static uint32_t name_hash(const char *name, size_t len)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)name[i]) * 16777619u;
+	return h;
+}
+
+/* Gives record f to the file shown as name (len bytes, whole_len in
+ * all) under a new id, its counters from 0. Caller holds seg_lock; no
+ * handle holds f, so nothing else writes it. */
+static void give_record(struct stats_seg *s, struct stats_seg_file_counters *f,
+                        const char *name, size_t len, size_t whole_len,
+                        uint32_t hash, uint64_t now)
+{
+	seq_write_begin(&f->seq);
+	atomic_store_explicit(&f->id, ADD(s->file_ids, 1) + 1,
+	                      memory_order_relaxed);
+	memcpy(f->name, name, len);
+	memset(f->name + len, 0, sizeof(f->name) - len);
+	f->name_len = whole_len > UINT32_MAX ? UINT32_MAX : (uint32_t)whole_len;
+	f->hash = hash;
+	atomic_store_explicit(&f->handles, 0, memory_order_relaxed);
+	atomic_store_explicit(&f->last_used_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&f->requests_begun, 0, memory_order_relaxed);
+	atomic_store_explicit(&f->tasks_begun, 0, memory_order_relaxed);
+	atomic_store_explicit(&f->tasks_skipped, 0, memory_order_relaxed);
+	atomic_store_explicit(&f->bytes_asked, 0, memory_order_relaxed);
+	atomic_store_explicit(&f->bytes_settled, 0, memory_order_relaxed);
+	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+		for (int d = 0; d < 2; d++) {
+			struct stats_seg_file_counter *c = &f->path[p][d];
+
+			atomic_store_explicit(&c->ops, 0, memory_order_relaxed);
+			atomic_store_explicit(&c->tasks, 0,
+			                      memory_order_relaxed);
+			atomic_store_explicit(&c->bytes, 0,
+			                      memory_order_relaxed);
+			atomic_store_explicit(&c->errors, 0,
+			                      memory_order_relaxed);
+		}
+	}
+	seq_write_end(&f->seq);
+}
+
+/* The index of the record of the file shown as name (len bytes kept,
+ * whole_len in all): its own, else a free one, else the least recently
+ * used that no open handle holds (its counters dropped); -1 when every
+ * record is held. Caller holds seg_lock. */
+static int find_record(struct stats_seg *s, const char *name, size_t len,
+                       size_t whole_len, uint64_t now)
+{
+	const uint32_t hash = name_hash(name, len);
+	int victim = -1, free_one = -1;
+	uint64_t oldest = UINT64_MAX;
+
+	for (int i = 0; i < GPUFILE_MAX_FILE_COUNTERS; i++) {
+		struct stats_seg_file_counters *f = &s->file_counters[i];
+		uint64_t used;
+
+		if (!atomic_load_explicit(&f->id, memory_order_relaxed)) {
+			if (free_one < 0)
+				free_one = i;
+			continue;
+		}
+		if (f->hash == hash && memcmp(f->name, name, len) == 0 &&
+		    (len == sizeof(f->name) - 1 || f->name[len] == '\0'))
+			return i;
+		used = atomic_load_explicit(&f->last_used_ns,
+		                            memory_order_relaxed);
+		if (!atomic_load_explicit(&f->handles, memory_order_relaxed) &&
+		    used < oldest) {
+			oldest = used;
+			victim = i;
+		}
+	}
+	if (free_one >= 0)
+		victim = free_one;
+	else if (victim >= 0)
+		ADD(s->file_counters_dropped, 1);
+	if (victim >= 0)
+		give_record(s, &s->file_counters[victim], name, len, whole_len,
+		            hash, now);
+	return victim;
+}
+
+void gpufile__stats_file_hold(struct gpufile__stats_file_ref *ref,
+                              const char *path)
+{
+	struct stats_seg *s = get_segment();
+	/* The name kept is the name shown: a URL without its secrets
+	 * (redact.c), never the raw one. */
+	char *shown =
+	    gpufile__is_url(path) ? gpufile__remote_redact(path) : NULL;
+	const char *name = shown                   ? shown
+	                   : gpufile__is_url(path) ? GPUFILE__URL_NOT_SHOWN
+	                   : path                  ? path
+	                                           : "";
+	const size_t whole_len = strlen(name);
+	const size_t len = whole_len < sizeof(s->file_counters[0].name) - 1
+	                       ? whole_len
+	                       : sizeof(s->file_counters[0].name) - 1;
+	const uint64_t now = gpufile__now_ns();
+	int i;
+
+	ref->segment = 0;
+	ref->index = 0;
+	pthread_mutex_lock(&seg_lock);
+	i = find_record(s, name, len, whole_len, now);
+	if (i >= 0) {
+		struct stats_seg_file_counters *f = &s->file_counters[i];
+
+		ADD(f->handles, 1);
+		atomic_store_explicit(&f->last_used_ns, now,
+		                      memory_order_relaxed);
+		ref->segment =
+		    atomic_load_explicit(&seg_generation, memory_order_relaxed);
+		ref->index = (uint32_t)i;
+	} else {
+		ADD(s->file_counters_untracked, 1);
+	}
+	pthread_mutex_unlock(&seg_lock);
+	free(shown);
+}
+
+void gpufile__stats_file_release(struct gpufile__stats_file_ref *ref)
+{
+	struct stats_seg *s;
+	struct stats_seg_file_counters *f;
+
+	if (!ref || !ref->segment)
+		return;
+	s = get_segment();
+	pthread_mutex_lock(&seg_lock);
+	f = file_record(s, ref);
+	if (f && atomic_load_explicit(&f->handles, memory_order_relaxed) > 0) {
+		ADD(f->handles, -1);
+		atomic_store_explicit(&f->last_used_ns, gpufile__now_ns(),
+		                      memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&seg_lock);
+	ref->segment = 0;
+}
+
+void gpufile__stats_file_request(const struct gpufile__stats_file_ref *file,
+                                 gpufile_path_t path, int is_write,
+                                 ssize_t result, uint64_t tasks)
+{
+	struct stats_seg *s;
+	struct stats_seg_file_counters *f;
+	struct stats_seg_file_counter *c;
+
+	if (!file || !file->segment || (unsigned)path >= GPUFILE_PATH_COUNT)
+		return;
+	s = get_segment();
+	f = file_record(s, file);
+	if (!f)
+		return;
+	c = &f->path[path][is_write ? 1 : 0];
+	/* Begun and ended at once: each gauge's two sides move alike. */
+	atomic_store_explicit(&f->last_used_ns, gpufile__now_ns(),
+	                      memory_order_relaxed);
+	ADD(f->requests_begun, 1);
+	ADD(f->tasks_begun, tasks);
+	if (result > 0)
+		ADD(f->bytes_asked, (uint64_t)result);
+	ADD(c->tasks, tasks);
+	if (result > 0)
+		ADD(c->bytes, (uint64_t)result);
+	if (result < 0)
+		ADD(c->errors, 1);
+	ADD(c->ops, 1);
+}
+
 void gpufile__stats_cufile(const gpufile_cufile_gpu_t *per_gpu, int ngpus)
 {
 	struct stats_seg *s = get_segment();
@@ -804,6 +1042,30 @@ void gpufile__stats_remote_in_flight(uint64_t n)
 
 #else /* GPUFILE_NO_STATS: counters compiled out */
 
+void gpufile__stats_file_hold(struct gpufile__stats_file_ref *ref,
+                              const char *path)
+{
+	(void)path;
+	ref->segment = 0;
+	ref->index = 0;
+}
+
+void gpufile__stats_file_release(struct gpufile__stats_file_ref *ref)
+{
+	(void)ref;
+}
+
+void gpufile__stats_file_request(const struct gpufile__stats_file_ref *file,
+                                 gpufile_path_t path, int is_write,
+                                 ssize_t result, uint64_t tasks)
+{
+	(void)file;
+	(void)path;
+	(void)is_write;
+	(void)result;
+	(void)tasks;
+}
+
 void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
                             uint64_t tasks, size_t size, uint64_t ns)
 {
@@ -815,28 +1077,38 @@ void gpufile__stats_request(gpufile_path_t path, int is_write, ssize_t result,
 	(void)ns;
 }
 
-void gpufile__stats_request_begin(uint64_t ntasks, uint64_t size)
+void gpufile__stats_request_begin(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks, uint64_t size,
+                                  uint64_t start_ns)
 {
+	(void)file;
 	(void)ntasks;
 	(void)size;
+	(void)start_ns;
 }
 
-void gpufile__stats_task(gpufile_path_t path, int is_write, uint64_t bytes)
+void gpufile__stats_task(const struct gpufile__stats_file_ref *file,
+                         gpufile_path_t path, int is_write, uint64_t bytes)
 {
+	(void)file;
 	(void)path;
 	(void)is_write;
 	(void)bytes;
 }
 
-void gpufile__stats_tasks_skipped(uint64_t ntasks)
+void gpufile__stats_tasks_skipped(const struct gpufile__stats_file_ref *file,
+                                  uint64_t ntasks)
 {
+	(void)file;
 	(void)ntasks;
 }
 
-void gpufile__stats_request_end(gpufile_path_t path, int is_write,
+void gpufile__stats_request_end(const struct gpufile__stats_file_ref *file,
+                                gpufile_path_t path, int is_write,
                                 ssize_t result, size_t size, uint64_t moved,
                                 uint64_t ns)
 {
+	(void)file;
 	(void)path;
 	(void)is_write;
 	(void)result;
@@ -989,6 +1261,8 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
 	out->collective_calls = LOAD(s->collective_calls);
 	out->collective_bytes_received = LOAD(s->collective_bytes_received);
 	out->collective_bytes_sent = LOAD(s->collective_bytes_sent);
+	out->file_counters_dropped = LOAD(s->file_counters_dropped);
+	out->file_counters_untracked = LOAD(s->file_counters_untracked);
 	out->pid = s->pid;
 	out->uid = s->uid;
 	memcpy(out->command, s->command, sizeof(out->command));
@@ -1058,6 +1332,102 @@ static int copy_files(const struct stats_seg *s, gpufile_file_stat_t *out,
 		out[b] = t;
 	}
 	return copied;
+}
+
+/* The gauge begun - ended (counters read at different instants: one
+ * below 0 is 0). */
+static uint64_t gauge(uint64_t begun, uint64_t ended)
+{
+	return begun > ended ? begun - ended : 0;
+}
+
+/* Copies record f into out. Returns 1, or 0 when it is free or was
+ * being given to another file all along. The counters that end a gauge
+ * are read before those that begin it, so that a read between a task's
+ * end and its request's shows too much in flight rather than too
+ * little. */
+static int read_file_record(const struct stats_seg_file_counters *f,
+                            gpufile_file_counters_t *out)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		uint32_t a =
+		    atomic_load_explicit(&f->seq, memory_order_acquire);
+		uint64_t ops = 0, tasks = 0, bytes = 0, skipped, settled;
+
+		if (a & 1) {
+			sched_yield();
+			continue;
+		}
+		memset(out, 0, sizeof(*out));
+		out->id = LOAD(f->id);
+		if (!out->id)
+			return 0;
+		memcpy(out->name, f->name, sizeof(out->name));
+		out->name_len = f->name_len;
+		out->handles = (uint32_t)LOAD(f->handles);
+		out->last_used_ns = LOAD(f->last_used_ns);
+		for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
+			for (int d = 0; d < 2; d++) {
+				const struct stats_seg_file_counter *c =
+				    &f->path[p][d];
+				gpufile_counter_t *o = &out->path[p][d];
+
+				o->ops = LOAD(c->ops);
+				o->tasks = LOAD(c->tasks);
+				o->bytes = LOAD(c->bytes);
+				o->errors = LOAD(c->errors);
+				ops += o->ops;
+				tasks += o->tasks;
+				bytes += o->bytes;
+			}
+		}
+		skipped = LOAD(f->tasks_skipped);
+		settled = LOAD(f->bytes_settled);
+		out->inflight_requests = gauge(LOAD(f->requests_begun), ops);
+		out->inflight_tasks =
+		    gauge(LOAD(f->tasks_begun), tasks + skipped);
+		out->pending_bytes =
+		    gauge(LOAD(f->bytes_asked), bytes + settled);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&f->seq, memory_order_relaxed) != a)
+			continue;
+		out->name[sizeof(out->name) - 1] = '\0';
+		return 1;
+	}
+	return 0;
+}
+
+static int newer_first(const void *a, const void *b)
+{
+	const gpufile_file_counters_t *x = a, *y = b;
+
+	if (x->last_used_ns != y->last_used_ns)
+		return x->last_used_ns > y->last_used_ns ? -1 : 1;
+	return x->id > y->id ? -1 : x->id < y->id;
+}
+
+/* The files with a record, the most recently used first, up to max into
+ * out. Returns how many have a record, or -ENOMEM. */
+static int copy_file_counters(const struct stats_seg *s,
+                              gpufile_file_counters_t *out, int max)
+{
+	gpufile_file_counters_t *all =
+	    malloc(sizeof(*all) * GPUFILE_MAX_FILE_COUNTERS);
+	int n = 0;
+
+	if (!all)
+		return gpufile__fail(
+		    -ENOMEM,
+		    "gpufile_stats_file_counters: no memory for "
+		    "%zu bytes",
+		    sizeof(*all) * GPUFILE_MAX_FILE_COUNTERS);
+	for (int i = 0; i < GPUFILE_MAX_FILE_COUNTERS; i++)
+		n += read_file_record(&s->file_counters[i], &all[n]);
+	qsort(all, (size_t)n, sizeof(*all), newer_first);
+	if (max > 0)
+		memcpy(out, all, sizeof(*all) * (size_t)(n < max ? n : max));
+	free(all);
+	return n;
 }
 
 /* A segment mapped for reading. */
@@ -1495,6 +1865,26 @@ int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
 	if (rc == 1)
 		return 0;
 	rc = v.s && max > 0 ? copy_files(v.s, out, max) : 0;
+	release_view(&v);
+	return rc;
+}
+
+int gpufile_stats_file_counters(int pid, gpufile_file_counters_t *out, int max)
+{
+	struct view v;
+	int rc;
+
+	if (!out && max > 0)
+		return gpufile__fail(-EINVAL,
+		                     "gpufile_stats_file_counters: out is NULL "
+		                     "and max is %d",
+		                     max);
+	rc = open_view(pid, &v);
+	if (rc < 0)
+		return rc;
+	if (rc == 1)
+		return 0;
+	rc = v.s ? copy_file_counters(v.s, out, max) : 0;
 	release_view(&v);
 	return rc;
 }

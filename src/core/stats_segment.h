@@ -28,7 +28,8 @@
 	    4: remote counters;                                                \
 	    5: copies from file maps;                                          \
 	    6: per-task crediting, in-flight gauges, collectives,              \
-	       remote ranges in flight */
+	       remote ranges in flight;                                        \
+	    7: per-file counters */
 /* The memfd's name; readlink of /proc/PID/fd/N gives
  * "/memfd:gpufile-stats (deleted)". */
 #define STATS_MEMFD_NAME "gpufile-stats"
@@ -76,6 +77,37 @@ struct stats_seg_file {
 	int32_t pending;      /* 1: opened, device path not decided yet */
 	char path[256];
 	char reason[256];
+};
+
+/* The counters of one file (gpufile_file_counters_t), in a table of
+ * GPUFILE_MAX_FILE_COUNTERS records. A record is given to a file (its
+ * shown name) by its first handle, under seg_lock, and held while any
+ * handle of it is open (handles); a file opened when every record is
+ * taken gets the one of the closed file used least recently
+ * (last_used_ns), whose counters start again under a new id. Every
+ * thread that moves bytes of the file adds to its record with atomic
+ * read-modify-writes (several threads share it, unlike a slot), a few
+ * per task. The gauges are differences of counters that only grow
+ * (requests begun less ops ended, tasks begun less tasks ended and
+ * skipped, bytes asked less bytes moved and settled), so that a task
+ * adds two counters and no gauge. */
+struct stats_seg_file_counter {
+	_Atomic uint64_t ops, tasks, bytes, errors;
+};
+struct stats_seg_file_counters {
+	/* seq guards id and the name (odd while written, under seg_lock);
+	 * the counters are set to 0 inside that window when the record is
+	 * given to another file. */
+	_Atomic uint32_t seq;
+	uint32_t name_len;       /* the shown name's whole length */
+	_Atomic uint64_t id;     /* 0: a free record */
+	uint32_t hash;           /* of the name (writer's quick compare) */
+	_Atomic int32_t handles; /* open handles (changed under seg_lock) */
+	char name[256];
+	_Atomic uint64_t last_used_ns;
+	_Atomic uint64_t requests_begun, tasks_begun, tasks_skipped;
+	_Atomic uint64_t bytes_asked, bytes_settled; /* settled: never moved */
+	struct stats_seg_file_counter path[GPUFILE_PATH_COUNT][2];
 };
 
 struct stats_seg {
@@ -126,6 +158,12 @@ struct stats_seg {
 	 * (gpufile_stats_add_collective). */
 	_Atomic uint64_t collective_calls, collective_bytes_received,
 	    collective_bytes_sent;
+
+	/* Per-file counters; records dropped for another file, and files
+	 * that found every record held (see above). */
+	_Atomic uint64_t file_ids; /* the last id given */
+	_Atomic uint64_t file_counters_dropped, file_counters_untracked;
+	struct stats_seg_file_counters file_counters[GPUFILE_MAX_FILE_COUNTERS];
 
 	struct stats_seg_slot shared;
 	struct stats_seg_slot slots[STATS_SEG_SLOTS];
