@@ -174,9 +174,10 @@ static dev_t seg_dev;                   /* and its identity, to know it */
 static ino_t seg_ino;
 static struct stats_seg private_seg; /* when no memfd can be made */
 static int atfork_done;
-/* Counts the segments this process made (a forked child's first makes
- * its own): a handle's per-file record is of the segment of this
- * generation only (struct gpufile__stats_file_ref). */
+/* Moves on at each segment this process makes and at fork (a child
+ * makes its own): a handle's per-file record is of the segment of this
+ * generation only (struct gpufile__stats_file_ref). While it equals a
+ * handle's, the segment exists. */
 static _Atomic uint64_t seg_generation;
 
 /* Slots of exited threads, to be handed to new threads. Guarded by
@@ -365,6 +366,8 @@ static void atfork_child(void)
 	seg_fd = -1;
 	memset(&private_seg, 0, sizeof(private_seg));
 	atomic_store(&seg, NULL);
+	/* The handles' per-file records are the parent's from now on. */
+	atomic_fetch_add_explicit(&seg_generation, 1, memory_order_relaxed);
 }
 
 /* A thread with a slot exits: the slot goes to the next new thread. */
@@ -937,8 +940,15 @@ void gpufile__stats_file_release(struct gpufile__stats_file_ref *ref)
 	struct stats_seg *s;
 	struct stats_seg_file_counters *f;
 
-	if (!ref || !ref->segment)
+	/* An inherited handle's record (a forked child) is the parent's:
+	 * the child makes no segment for it. */
+	if (!ref || !ref->segment ||
+	    ref->segment !=
+	        atomic_load_explicit(&seg_generation, memory_order_relaxed)) {
+		if (ref)
+			ref->segment = 0;
 		return;
+	}
 	s = get_segment();
 	pthread_mutex_lock(&seg_lock);
 	f = file_record(s, ref);
