@@ -28,8 +28,9 @@
  * the segment of an older gpufile still running.
  *
  * Lock order: seg_lock, then config.c's config_lock (settings are copied
- * into the segment under seg_lock). seg_lock guards the segment's creation
- * and every text record; counters need no lock.
+ * into the segment under seg_lock). seg_lock guards the segment's creation,
+ * every text record, and the giving and holding of per-file records
+ * (gpufile__stats_file_hold/_release); counters need no lock.
  */
 #define _GNU_SOURCE
 #include "core/core.h"
