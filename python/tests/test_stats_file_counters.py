@@ -137,8 +137,10 @@ def test_watch_json_rates(reader):
     p = subprocess.Popen([gpufile.cli_path(), "stats", str(pid), "--watch", "0.2",
                           "--json"], stdout=subprocess.PIPE, text=True)
     try:
-        first = json.loads(p.stdout.readline())
-        second = json.loads(p.stdout.readline())
+        lines = [p.stdout.readline(), p.stdout.readline()]
+        for line in lines:
+            never_raw(line)
+        first, second = [json.loads(line) for line in lines]
     finally:
         p.terminate()
         p.wait(timeout=60)
