@@ -676,7 +676,8 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	if (s->push_err) {
 		/* staging.c's words are the read's message. */
 		*err = s->push_err;
-		say(why, "copying the body to device memory failed");
+		gpufile__http_why(why,
+		                  "copying the body to device memory failed");
 		return EX_FAIL;
 	}
 	if (s->range_mismatch) {
