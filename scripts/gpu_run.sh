@@ -96,7 +96,9 @@
 #                              36's remote_must_show.sh, stats
 #                              --watch and the progress line of device
 #                              reads, the Zarr benchmark into CuPy when
-#                              zarr is there)
+#                              zarr is there), STAGE=again (the remote
+#                              figures after the engine's lanes, the
+#                              tests of what changed, bench_vs_fio)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -648,6 +650,36 @@ owed)
 		else
 			log "no zarr/numcodecs on this machine: the Zarr GPU benchmark not run"
 		fi
+		;;
+	again)
+		# After the engine's lanes: the remote figures first, then
+		# the tests of what changed, then bench_vs_fio.
+		log "4 GiB from nginx into GPU and host memory"
+		BUILD_DIR=$B WORKDIR=$data REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 |
+			tee "$OUT/remote_bench.log" | head -12
+		log "issue 36's must-show figures, 4 GiB"
+		BUILD_DIR=$B WORKDIR=$data ROUNDS=3 bash bench/remote_must_show.sh 4GiB 2>&1 |
+			tee "$OUT/remote_must_show.log" | tail -16
+		log "tests of what changed"
+		python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 --timeout-method=thread \
+			python/tests/test_upload.py python/tests/test_webhdfs.py python/tests/test_kvikio_gpu.py \
+			python/tests/test_remote_rangeless.py python/tests/test_remote.py 2>&1 |
+			tee "$OUT/pytest.log" | tail -6
+		log "buffered 4 GiB host writes by threads and task size (GB/s, median of 3), fio psync 1M"
+		for t in 1 2 4 16; do
+			for ts in 4m 64m; do
+				echo "nthreads=$t task_size=$ts $(GPUFILE_NTHREADS=$t GPUFILE_TASK_SIZE=$ts \
+					$B/bench/write_bench $data/w.bin 4g 3 --json |
+					python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps_median"])')"
+			done
+		done 2>&1 | tee "$OUT/write_sweep.log"
+		rm -f $data/w.bin
+		fio --name=w --filename=$data/wf.bin --rw=write --bs=1m --size=4g --ioengine=psync \
+			--direct=0 --output-format=terse 2>&1 | awk -F';' '{print "fio psync 1M 1 job: " $48*1024/1e9 " GB/s"}'
+		rm -f $data/wf.bin
+		log "bench_vs_fio.sh -d 0"
+		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 2 -d 0 2>&1 |
+			tee "$OUT/bench_vs_fio.log" | tail -30
 		;;
 	esac
 	;;

@@ -467,12 +467,43 @@ static void write_remote(FILE *out, const struct proc *p, int n)
 			        p[i].labels, p[i].remote.in_flight_max);
 }
 
-/* Records a, b name the same label set (file shown, path, reason). */
+/* The label text of a file name (label_value's), or NULL out of memory. */
+static char *file_label(const char *path)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return NULL;
+	label_value(f, path, 1);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* Records a, b name the same label set (file as shown, path, reason):
+ * two names that differ only in what is not shown (a URL's secrets) are
+ * one label set, else the family would hold a label set twice, which the
+ * format forbids. */
 static int same_record(const gpufile_file_stat_t *a,
                        const gpufile_file_stat_t *b, int with_file)
 {
-	return a->chosen == b->chosen && strcmp(a->reason, b->reason) == 0 &&
-	       (!with_file || strcmp(a->path, b->path) == 0);
+	char *la, *lb;
+	int same;
+
+	if (a->chosen != b->chosen || strcmp(a->reason, b->reason) != 0)
+		return 0;
+	if (!with_file || strcmp(a->path, b->path) == 0)
+		return 1;
+	la = file_label(a->path);
+	lb = file_label(b->path);
+	same = la && lb && strcmp(la, lb) == 0;
+	free(la);
+	free(lb);
+	return same;
 }
 
 /* The kept file records of each process, as handles counted per label

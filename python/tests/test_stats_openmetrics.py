@@ -57,6 +57,10 @@ if url:
     with gpufile.defaults.set(remote_task_size=64 << 10):
         g = gpufile.File(url)
         g.read(np.empty(g.size(), np.uint8))
+    # The same object under another signature: shown under the same
+    # name, so one label set (of value 2), not two samples of one.
+    g2 = gpufile.File(url.replace("Signature=", "Signature=2"))
+    g2.path_info()
     h = gpufile.File(stall)
     threading.Thread(target=lambda: h.read(np.empty(h.size(), np.uint8)),
                      daemon=True).start()
@@ -174,6 +178,7 @@ def check_scrape(text, reader):
         shown = "http://127.0.0.1:%d/ok/o.bin?<query redacted>" % port
         assert shown in files, sorted(files)
         assert files[shown].labels["path"] == "remote"
+        assert files[shown].value == 2  # two handles, one label set
         assert value(fams, "gpufile_remote_http_bytes", "gpufile_remote_http_bytes_total",
                      pid=p) >= SIZE
         assert value(fams, "gpufile_remote_http_responses",
