@@ -658,7 +658,7 @@ owed)
 		BUILD_DIR=$B WORKDIR=$data REPEAT=3 bash bench/remote_bench.sh 4GiB 2>&1 |
 			tee "$OUT/remote_bench.log" | head -12
 		log "issue 36's must-show figures, 4 GiB"
-		BUILD_DIR=$B WORKDIR=$data ROUNDS=3 bash bench/remote_must_show.sh 4GiB 2>&1 |
+		BUILD_DIR=$B WORKDIR=$data ROUNDS=3 COUNT=3000 bash bench/remote_must_show.sh 4GiB 2>&1 |
 			tee "$OUT/remote_must_show.log" | tail -16
 		log "tests of what changed"
 		python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 --timeout-method=thread \
