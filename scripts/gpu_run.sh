@@ -651,6 +651,11 @@ owed)
 			log "no zarr/numcodecs on this machine: the Zarr GPU benchmark not run"
 		fi
 		;;
+	lanes)
+		# The least that shows the lanes: one 4 GiB read of each kind.
+		BUILD_DIR=$B WORKDIR=$data REPEAT=1 bash bench/remote_bench.sh 4GiB 2>&1 |
+			tee "$OUT/remote_bench.log" | head -12
+		;;
 	again)
 		# After the engine's lanes, most wanted first: 4 GiB into GPU
 		# and host memory, bench_vs_fio, the must-show figures, the
