@@ -11,9 +11,13 @@
  * of its bytes on one CPU. On the 16-CPU GPU machine a 4 GiB read from
  * nginx on loopback then ran at 3.3 GB/s, as one curl does, while 16
  * curl processes fetching 16 ranges at once reached 28 GB/s. A lane is
- * a multi handle (its own connection cache) and its easy handles; the
- * engine has one lane per usable CPU (at most max_in_flight, at least
- * one), so that as many threads as there are CPUs can receive at once.
+ * a multi handle (its own connection cache) and its easy handles, made
+ * when a call first takes it. The engine has max_in_flight lanes: as
+ * many callers as may have a transfer in flight at once each drive their
+ * own, on as many CPUs as the machine gives them (one lane per CPU
+ * instead would let only two callers of a 2-CPU machine have transfers
+ * in flight, where the single multi handle had up to max_in_flight
+ * callers' transfers going).
  *
  * A call (one gpufile__http_run: one task's ranges, a batch, one
  * exchange) takes a free lane, the lowest-numbered one (a thread that
@@ -66,8 +70,8 @@ struct lane {
 	int busy; /* under the lock: a call holds it */
 	/* The driver's own. */
 	CURLM *multi;
-	CURL **easy; /* idle easy handles */
-	unsigned neasy;
+	CURL **easy; /* idle easy handles, cap of them room for */
+	unsigned neasy, cap;
 	unsigned active;                  /* its transfers in libcurl */
 	struct gpufile__http_xfer *retry; /* waiting out a back-off */
 };
@@ -118,34 +122,19 @@ int gpufile__http_engine_new(struct gpufile__http_engine **out,
                              void *arg, pthread_mutex_t *const *lock)
 {
 	struct gpufile__http_engine *e = calloc(1, sizeof(*e));
-	int cpus = gpufile__usable_cpus();
 
 	*out = NULL;
 	if (!e)
 		return -ENOMEM;
-	e->owner = getpid(); /* (what the lanes hold is closed on failure) */
-	pthread_cond_init(&e->lane_free, NULL);
-	pthread_cond_init(&e->slot_free, NULL);
 	e->max_in_flight = max_in_flight ? max_in_flight : 1;
-	e->nlanes = cpus > 0 && (unsigned)cpus < e->max_in_flight
-	                ? (unsigned)cpus
-	                : e->max_in_flight;
+	e->nlanes = e->max_in_flight;
 	e->lanes = calloc(e->nlanes, sizeof(*e->lanes));
-	for (unsigned i = 0; e->lanes && i < e->nlanes; i++) {
-		struct lane *l = &e->lanes[i];
-
-		l->easy = calloc(e->max_in_flight, sizeof(*l->easy));
-		l->multi = multi_new(e->max_in_flight);
-		if (!l->easy || !l->multi) {
-			e->nlanes = i + 1; /* frees what was made */
-			gpufile__http_engine_free(e);
-			return -ENOMEM;
-		}
-	}
 	if (!e->lanes) {
-		gpufile__http_engine_free(e);
+		free(e);
 		return -ENOMEM;
 	}
+	pthread_cond_init(&e->lane_free, NULL);
+	pthread_cond_init(&e->slot_free, NULL);
 	e->lock = lock;
 	atomic_init(&e->slot_waiters, 0);
 	atomic_init(&e->in_flight, 0);
@@ -195,7 +184,7 @@ static void adopt_after_fork(struct gpufile__http_engine *e)
 		l->busy = 0;
 		l->neasy = l->active = 0;
 		l->retry = NULL;
-		l->multi = multi_new(e->max_in_flight); /* NULL: fail */
+		l->multi = NULL; /* made again when a call takes it */
 	}
 	/* The parent's waiters are gone with its threads; the conditions
 	 * are made again, as a child may not use what a parent's thread
@@ -242,6 +231,24 @@ static void slot_give(struct gpufile__http_engine *e)
 	}
 }
 
+/* Keeps easy handle c idle on lane l for its next transfer (closed when
+ * there is no room for it). */
+static void idle_put(struct lane *l, CURL *c)
+{
+	if (l->neasy == l->cap) {
+		unsigned cap = l->cap ? 2 * l->cap : 4;
+		CURL **more = realloc(l->easy, cap * sizeof(*more));
+
+		if (!more) {
+			curl_easy_cleanup(c);
+			return;
+		}
+		l->easy = more;
+		l->cap = cap;
+	}
+	l->easy[l->neasy++] = c;
+}
+
 /* The attempt of t has left libcurl (or never entered it) with cc: its
  * easy handle goes back to lane l, and it ends or waits for its next
  * attempt. */
@@ -252,7 +259,7 @@ static void attempt_ended(struct lane *l, struct gpufile__http_xfer *t,
 	long wait = t->ops->finish(t, cc);
 
 	if (c)
-		l->easy[l->neasy++] = c;
+		idle_put(l, c);
 	t->easy = NULL;
 	if (wait == GPUFILE__HTTP_DONE) {
 		t->call->left--;
@@ -273,7 +280,7 @@ static void start_one(struct gpufile__http_engine *e, struct lane *l,
 		t->easy = e->new_easy(e->arg);
 	if (t->ops->start(t) < 0) {
 		if (t->easy)
-			l->easy[l->neasy++] = t->easy;
+			idle_put(l, t->easy);
 		t->easy = NULL;
 		t->call->left--;
 		slot_give(e);
@@ -428,8 +435,11 @@ void gpufile__http_run(struct gpufile__http_engine *e,
 	}
 	l->busy = 1;
 	pthread_mutex_unlock(*e->lock);
-	/* With no multi handle (a forked child out of memory) each
-	 * transfer fails to start, with no easy handle. */
+	/* A lane's multi handle is made when a call first takes it; with
+	 * none (out of memory) each transfer fails to start, with no easy
+	 * handle. */
+	if (!l->multi)
+		l->multi = multi_new(e->max_in_flight);
 	drive(e, l, x, n, &call);
 	pthread_mutex_lock(*e->lock);
 	l->busy = 0;
