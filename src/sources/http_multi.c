@@ -30,8 +30,11 @@
  * transfers in libcurl at once (on HTTP/1.1, connections), however many
  * threads read: a call whose transfers cannot start because the other
  * lanes hold every slot, and that has none in flight itself, waits for
- * a slot (slot_free); one that has some in flight starts the rest as its
- * own end and free slots.
+ * a slot (slot_free) and has the next one given back; one that has some
+ * in flight starts the rest as its own end, and leaves a free slot to
+ * such a waiting call first (else a pread beside a batch of 10,000
+ * ranges would wait for the whole batch: the batch's own thread frees a
+ * slot and takes it again before a waiter wakes).
  *
  * Lock order: the owner's lock (*e->lock, the handle's lock once open:
  * fork.c holds it across fork()) guards the lanes' busy flags, owner and
@@ -351,12 +354,14 @@ static void reap(struct gpufile__http_engine *e, struct lane *l)
 	}
 }
 
-/* Waits until a slot may be free (another lane gave one back). */
+/* Waits until another lane gives a slot back, and reserves it (counted
+ * in slot_waiters until then, so that lanes with transfers in flight
+ * leave it). */
 static void slot_wait(struct gpufile__http_engine *e)
 {
 	pthread_mutex_lock(*e->lock);
 	atomic_fetch_add(&e->slot_waiters, 1);
-	if (atomic_load(&e->in_flight) >= e->max_in_flight)
+	while (!slot_take(e))
 		pthread_cond_wait(&e->slot_free, *e->lock);
 	atomic_fetch_sub(&e->slot_waiters, 1);
 	pthread_mutex_unlock(*e->lock);
@@ -373,12 +378,16 @@ static void drive(struct gpufile__http_engine *e, struct lane *l,
 		struct gpufile__http_xfer *t;
 		int running = 0, starved = 0;
 
-		while (!(starved = !slot_take(e))) {
-			t = next_ready(l, x, n, &next);
-			if (!t) {
-				slot_give(e);
+		/* A lane with transfers in flight leaves a free slot to a
+		 * call that has none (a pread beside a batch of 10,000
+		 * ranges would otherwise wait for the batch). */
+		while (next < n || until_retry(l, 1) == 0) {
+			if ((l->active && atomic_load(&e->slot_waiters)) ||
+			    !slot_take(e)) {
+				starved = 1;
 				break;
 			}
+			t = next_ready(l, x, n, &next);
 			start_one(e, l, t);
 		}
 		if (!c->left)
@@ -387,8 +396,10 @@ static void drive(struct gpufile__http_engine *e, struct lane *l,
 			long ms = until_retry(l, 1000);
 
 			if (starved && (next < n || ms == 0)) {
-				/* Work to start, every slot another lane's. */
+				/* Work to start, every slot another lane's:
+				 * the next one freed is this call's. */
 				slot_wait(e);
+				start_one(e, l, next_ready(l, x, n, &next));
 			} else if (ms > 0) {
 				/* Only retries waiting out their back-off. */
 				struct timespec ts = {ms / 1000,
