@@ -412,10 +412,16 @@ static void drive(struct gpufile__http_engine *e, struct lane *l,
 		reap(e, l);
 		/* Woken by a transfer's socket or a retry's time; a slot
 		 * another lane gives back is seen at the next of this lane's
-		 * events. */
-		if (running && c->left)
+		 * events. A retry that is due but has no slot looks again in
+		 * 10 ms, not at once (polling with no wait spun a CPU until
+		 * a slot came back). */
+		if (running && c->left) {
+			long ms = until_retry(l, 1000);
+
 			curl_multi_poll(l->multi, NULL, 0,
-			                (int)until_retry(l, 1000), NULL);
+			                (int)(starved && ms == 0 ? 10 : ms),
+			                NULL);
+		}
 	}
 }
 
