@@ -142,6 +142,7 @@ target=all
 [ "$mode" = limits ] && target="gpufile gpufile_cli bench_gpu_bench bench_host_ref"
 [ "$mode" = stagefix ] && target="gpufile gpufile_cli test_gpu_stream"
 [ "$mode" = write ] && target="gpufile gpufile_cli bench_write_bench test_write_pipeline"
+[ "$mode" = owed ] && [ "${STAGE:-}" = vsfio ] && target="gpufile gpufile_cli"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
@@ -650,6 +651,12 @@ owed)
 		else
 			log "no zarr/numcodecs on this machine: the Zarr GPU benchmark not run"
 		fi
+		;;
+	vsfio)
+		# Issue 35's last table alone: gpufile bench into GPU 0 beside
+		# fio on the same file (1 s a run).
+		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 1 -d 0 2>&1 |
+			tee "$OUT/bench_vs_fio.log" | tail -30
 		;;
 	lanes)
 		# The least that shows the lanes: one 4 GiB read of each kind.
