@@ -150,17 +150,6 @@ static void json_hist(struct json *j, const char *key, const uint64_t *h)
 	json_array_end(j);
 }
 
-static void json_counter(struct json *j, const char *key,
-                         const gpufile_counter_t *c)
-{
-	json_object_begin(j, key);
-	json_key_u64(j, "ops", c->ops);
-	json_key_u64(j, "tasks", c->tasks);
-	json_key_u64(j, "bytes", c->bytes);
-	json_key_u64(j, "errors", c->errors);
-	json_object_end(j);
-}
-
 /* The remote sources' HTTP counters (gpufile_stats_remote), as JSON
  * ("remote_http": null when the process sent no HTTP request) or a line. */
 static void remote_counters(struct json *j, int pid)
@@ -223,7 +212,7 @@ static void json_path(struct json *j, const gpufile_stats_t *s, int p,
 	json_key_u64(j, "bytes", total.bytes);
 	json_key_u64(j, "errors", total.errors);
 	for (int d = 0; d < 2; d++) {
-		json_counter(j, dirs[d], &s->path[p][d]);
+		stats_json_counter(j, dirs[d], &s->path[p][d]);
 		if (prev && seconds > 0) {
 			char key[32];
 			uint64_t db =

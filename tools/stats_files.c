@@ -150,8 +150,8 @@ void stats_files_text(const gpufile_stats_t *s, const struct stats_files *now,
 	}
 }
 
-static void json_counter(struct json *j, const char *key,
-                         const gpufile_counter_t *c)
+void stats_json_counter(struct json *j, const char *key,
+                        const gpufile_counter_t *c)
 {
 	json_object_begin(j, key);
 	json_key_u64(j, "ops", c->ops);
@@ -177,7 +177,7 @@ static void json_file(struct json *j, const gpufile_file_counters_t *f,
 	for (int d = 0; d < 2; d++) {
 		const gpufile_counter_t c = stats_files_dir(f, d);
 
-		json_counter(j, dirs[d], &c);
+		stats_json_counter(j, dirs[d], &c);
 		if (prev && seconds > 0) {
 			char key[16];
 
@@ -192,7 +192,7 @@ static void json_file(struct json *j, const gpufile_file_counters_t *f,
 			continue;
 		json_object_begin(j, gpufile_path_name((gpufile_path_t)p));
 		for (int d = 0; d < 2; d++)
-			json_counter(j, dirs[d], &f->path[p][d]);
+			stats_json_counter(j, dirs[d], &f->path[p][d]);
 		json_object_end(j);
 	}
 	json_object_end(j);

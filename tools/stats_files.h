@@ -34,6 +34,10 @@ void stats_files_json(struct json *j, const gpufile_stats_t *s,
                       const struct stats_files *prev, double seconds);
 
 /* Sums of one file's counters over every path, direction d. */
+/* One counter as a JSON object under key: ops, tasks, bytes, errors (the
+ * per-path rows of gpufile stats --json and the per-file ones alike). */
+void stats_json_counter(struct json *j, const char *key,
+                        const gpufile_counter_t *c);
 gpufile_counter_t stats_files_dir(const gpufile_file_counters_t *f, int d);
 
 #endif
