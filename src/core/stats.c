@@ -1310,9 +1310,9 @@ static void snapshot(const struct stats_seg *s, gpufile_stats_t *out)
  * (slots claimed but not yet written are skipped, so where the newest max
  * begin is known only on the way), then put in order. Walking forward
  * from the oldest kept slot returned the oldest max instead. */
-static int copy_files(const struct stats_seg *s, gpufile_file_stat_t *out,
-                      int max)
+static int copy_files(const struct stats_seg *s, void *dst, int max)
 {
+	gpufile_file_stat_t *out = dst;
 	uint64_t n = LOAD(s->files_opened);
 	uint64_t first =
 	    n > GPUFILE_MAX_FILE_STATS ? n - GPUFILE_MAX_FILE_STATS : 0;
@@ -1419,9 +1419,9 @@ static int newer_first(const void *a, const void *b)
 
 /* The files with a record, the most recently used first, up to max into
  * out. Returns how many have a record, or -ENOMEM. */
-static int copy_file_counters(const struct stats_seg *s,
-                              gpufile_file_counters_t *out, int max)
+static int copy_file_counters(const struct stats_seg *s, void *dst, int max)
 {
+	gpufile_file_counters_t *out = dst;
 	gpufile_file_counters_t *all =
 	    malloc(sizeof(*all) * GPUFILE_MAX_FILE_COUNTERS);
 	int n = 0;
@@ -1860,44 +1860,36 @@ int gpufile_stats_self(gpufile_stats_t *out)
 	return stats_out("gpufile_stats_self", 0, 1, out);
 }
 
-int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
+/* The records of process pid that copy() takes from its segment, newest
+ * last or first as copy() orders them; 0 for a process with none yet. */
+static int stats_records(const char *fn, int pid, void *out, int max,
+                         int (*copy)(const struct stats_seg *, void *, int))
 {
 	struct view v;
 	int rc;
 
 	if (!out && max > 0)
-		return gpufile__fail(-EINVAL,
-		                     "gpufile_stats_files: out is NULL and max "
-		                     "is %d",
-		                     max);
+		return gpufile__fail(-EINVAL, "%s: out is NULL and max is %d",
+		                     fn, max);
 	rc = open_view(pid, &v);
 	if (rc < 0)
 		return rc;
 	if (rc == 1)
 		return 0;
-	rc = v.s && max > 0 ? copy_files(v.s, out, max) : 0;
+	rc = v.s ? copy(v.s, out, max) : 0;
 	release_view(&v);
 	return rc;
 }
 
+int gpufile_stats_files(int pid, gpufile_file_stat_t *out, int max)
+{
+	return stats_records("gpufile_stats_files", pid, out, max, copy_files);
+}
+
 int gpufile_stats_file_counters(int pid, gpufile_file_counters_t *out, int max)
 {
-	struct view v;
-	int rc;
-
-	if (!out && max > 0)
-		return gpufile__fail(-EINVAL,
-		                     "gpufile_stats_file_counters: out is NULL "
-		                     "and max is %d",
-		                     max);
-	rc = open_view(pid, &v);
-	if (rc < 0)
-		return rc;
-	if (rc == 1)
-		return 0;
-	rc = v.s ? copy_file_counters(v.s, out, max) : 0;
-	release_view(&v);
-	return rc;
+	return stats_records("gpufile_stats_file_counters", pid, out, max,
+	                     copy_file_counters);
 }
 
 int gpufile_stats_remote(int pid, gpufile_remote_stats_t *out)
