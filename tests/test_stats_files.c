@@ -21,7 +21,6 @@
 #include "testlib.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,27 +34,8 @@
 #define MAXF    GPUFILE_MAX_FILE_COUNTERS
 #define EXTRA   12 /* files beyond the records */
 
-static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
-static int held, open_gate;
 static gpufile_file_counters_t files[MAXF];
 static char out[1 << 20];
-
-/* Stops every task at or above HALF until the gate opens (see
- * test_stats_live: once WORKERS workers are held, every task below HALF
- * has ended and none above it has run). */
-static void hold_upper_half(struct gpufile__request *r, int64_t off)
-{
-	(void)r;
-	if (off < (int64_t)HALF)
-		return;
-	pthread_mutex_lock(&gate_lock);
-	held++;
-	pthread_cond_broadcast(&gate_cond);
-	while (!open_gate)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
-}
 
 /* The record of the file named name among this process's, or NULL. */
 static const gpufile_file_counters_t *find(const char *name, int *total)
@@ -80,20 +60,6 @@ static uint64_t read_of(const gpufile_file_counters_t *f, int field)
 		     : field == 1 ? f->path[p][0].tasks
 		                  : f->path[p][0].ops;
 	return n;
-}
-
-/* The number after "key": in the JSON text j, or UINT64_MAX. */
-static uint64_t json_number(const char *j, const char *key)
-{
-	char pattern[64];
-	const char *at;
-	unsigned long long v;
-
-	snprintf(pattern, sizeof(pattern), "\"%s\": ", key);
-	at = j ? strstr(j, pattern) : NULL;
-	if (!at || sscanf(at + strlen(pattern), "%llu", &v) != 1)
-		return UINT64_MAX;
-	return v;
 }
 
 /* The JSON object of file name in `gpufile stats PID --json`, from its
@@ -128,12 +94,9 @@ static void held_read(void)
 		CHECK_EQ(f->name_len, strlen(path));
 	}
 
-	gpufile__pool_task_hook = hold_upper_half;
+	test_hold_tasks_from((int64_t)HALF);
 	CHECK_EQ(gpufile_pread_async(h, buf, SIZE, 0, &fut), 0);
-	pthread_mutex_lock(&gate_lock);
-	while (held < WORKERS)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
+	test_wait_held(WORKERS);
 
 	/* Half-way: half its bytes and tasks credited, the request not yet
 	 * ended, the rest in flight. */
@@ -158,11 +121,12 @@ static void held_read(void)
 		j = json_file(out, path);
 		CHECK(j != NULL);
 		if (j) {
-			uint64_t bytes = json_number(j, "bytes");
+			uint64_t bytes = test_json_number(j, "bytes");
 
 			CHECK(bytes > 0 && bytes < SIZE);
 			CHECK_EQ(bytes, HALF);
-			CHECK_EQ(json_number(j, "pending_bytes"), SIZE - HALF);
+			CHECK_EQ(test_json_number(j, "pending_bytes"),
+			         SIZE - HALF);
 		}
 		CHECK_EQ(
 		    test_cli_run(out, sizeof(out), "stats %d", (int)getpid()),
@@ -177,10 +141,7 @@ static void held_read(void)
 		fprintf(stderr, "no CLI (GPUFILE_CLI): its part skipped\n");
 	}
 
-	pthread_mutex_lock(&gate_lock);
-	open_gate = 1;
-	pthread_cond_broadcast(&gate_cond);
-	pthread_mutex_unlock(&gate_lock);
+	test_release_tasks();
 	CHECK_EQ(gpufile_future_wait(fut), (ssize_t)SIZE);
 	gpufile_future_free(fut);
 	gpufile__pool_task_hook = NULL;
@@ -200,7 +161,7 @@ static void held_read(void)
 		CHECK_EQ(test_cli_run(out, sizeof(out), "stats %d --json",
 		                      (int)getpid()),
 		         0);
-		CHECK_EQ(json_number(json_file(out, path), "bytes"), SIZE);
+		CHECK_EQ(test_json_number(json_file(out, path), "bytes"), SIZE);
 	}
 	/* A read past the end of the file: what no task moved leaves the
 	 * file's gauges when it ends. */
@@ -278,8 +239,8 @@ static void many_files(void)
 		CHECK_EQ(test_cli_run(out, sizeof(out), "stats %d --json",
 		                      (int)getpid()),
 		         0);
-		CHECK_EQ(json_number(out, "counted"), MAXF);
-		CHECK_EQ(json_number(out, "dropped"),
+		CHECK_EQ(test_json_number(out, "counted"), MAXF);
+		CHECK_EQ(test_json_number(out, "dropped"),
 		         (uint64_t)(nfiles - (MAXF - 1)));
 		CHECK_CONTAINS(out, "\"partial\": true");
 		CHECK(json_file(out, paths[0]) == NULL);

@@ -12,7 +12,6 @@
 #include "testlib.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,28 +22,6 @@
 #define SIZE    ((size_t)NTASKS * TS)
 #define HALF    (SIZE / 2)
 #define WORKERS 2
-
-static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
-static int held, open_gate;
-
-/* Stops every task at or above HALF until the gate opens. A worker
- * reaches a task of the upper half only after ending the task it ran
- * before (host tasks end where they run), and tasks are claimed in
- * order: once WORKERS workers are held, every task below HALF has ended
- * and none above it has run. */
-static void hold_upper_half(struct gpufile__request *r, int64_t off)
-{
-	(void)r;
-	if (off < (int64_t)HALF)
-		return;
-	pthread_mutex_lock(&gate_lock);
-	held++;
-	pthread_cond_broadcast(&gate_cond);
-	while (!open_gate)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
-}
 
 static uint64_t read_bytes(const gpufile_stats_t *s)
 {
@@ -62,20 +39,6 @@ static uint64_t read_field(const gpufile_stats_t *s, int field)
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++)
 		n += field ? s->path[p][0].tasks : s->path[p][0].ops;
 	return n;
-}
-
-/* The number after "key": in the JSON text j, or UINT64_MAX. */
-static uint64_t json_number(const char *j, const char *key)
-{
-	char pattern[64];
-	const char *at;
-	unsigned long long v;
-
-	snprintf(pattern, sizeof(pattern), "\"%s\": ", key);
-	at = strstr(j, pattern);
-	if (!at || sscanf(at + strlen(pattern), "%llu", &v) != 1)
-		return UINT64_MAX;
-	return v;
 }
 
 int main(void)
@@ -99,12 +62,9 @@ int main(void)
 	CHECK_EQ(before.inflight_requests, 0);
 	CHECK_EQ(before.pending_bytes, 0);
 
-	gpufile__pool_task_hook = hold_upper_half;
+	test_hold_tasks_from((int64_t)HALF);
 	CHECK_EQ(gpufile_pread_async(h, buf, SIZE, 0, &f), 0);
-	pthread_mutex_lock(&gate_lock);
-	while (held < WORKERS)
-		pthread_cond_wait(&gate_cond, &gate_lock);
-	pthread_mutex_unlock(&gate_lock);
+	test_wait_held(WORKERS);
 
 	/* Half-way: half the bytes and tasks credited, the request not yet
 	 * counted as a request, the rest in flight. */
@@ -122,9 +82,10 @@ int main(void)
 		CHECK_EQ(test_cli_run(out, sizeof(out), "stats %d --json",
 		                      (int)getpid()),
 		         0);
-		CHECK_EQ(json_number(out, "read_bytes"), read_bytes(&during));
-		CHECK_EQ(json_number(out, "pending_bytes"), SIZE - HALF);
-		CHECK_EQ(json_number(out, "requests"), 1); /* in flight */
+		CHECK_EQ(test_json_number(out, "read_bytes"),
+		         read_bytes(&during));
+		CHECK_EQ(test_json_number(out, "pending_bytes"), SIZE - HALF);
+		CHECK_EQ(test_json_number(out, "requests"), 1); /* in flight */
 		CHECK_EQ(
 		    test_cli_run(out, sizeof(out), "stats %d", (int)getpid()),
 		    0);
@@ -134,10 +95,7 @@ int main(void)
 		fprintf(stderr, "no CLI (GPUFILE_CLI): its part skipped\n");
 	}
 
-	pthread_mutex_lock(&gate_lock);
-	open_gate = 1;
-	pthread_cond_broadcast(&gate_cond);
-	pthread_mutex_unlock(&gate_lock);
+	test_release_tasks();
 	CHECK_EQ(gpufile_future_wait(f), (ssize_t)SIZE);
 	gpufile_future_free(f);
 	gpufile__pool_task_hook = NULL;

@@ -1,9 +1,11 @@
 #define _GNU_SOURCE
 #include "testlib.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -501,4 +503,63 @@ void *test_close_thread(void *arg)
 	c->rc = gpufile_close(c->h);
 	__atomic_store_n(&c->done, 1, __ATOMIC_SEQ_CST);
 	return NULL;
+}
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int64_t gate_from;
+static int gate_held, gate_open;
+
+static void hold_task(struct gpufile__request *r, int64_t off)
+{
+	(void)r;
+	pthread_mutex_lock(&gate_lock);
+	if (off >= gate_from) {
+		gate_held++;
+		pthread_cond_broadcast(&gate_cond);
+		while (!gate_open)
+			pthread_cond_wait(&gate_cond, &gate_lock);
+	}
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void test_hold_tasks_from(int64_t off)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_from = off;
+	gate_held = 0;
+	gate_open = 0;
+	pthread_mutex_unlock(&gate_lock);
+	gpufile__pool_task_hook = hold_task;
+}
+
+void test_wait_held(int n)
+{
+	pthread_mutex_lock(&gate_lock);
+	while (gate_held < n)
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+void test_release_tasks(void)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_open = 1;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+uint64_t test_json_number(const char *j, const char *key)
+{
+	size_t klen = strlen(key);
+	unsigned long long v;
+
+	if (!j)
+		return UINT64_MAX;
+	for (const char *at = strstr(j, key); at; at = strstr(at + 1, key))
+		if (at > j && at[-1] == '"' && at[klen] == '"' &&
+		    at[klen + 1] == ':' &&
+		    sscanf(at + klen + 2, " %llu", &v) == 1)
+			return v;
+	return UINT64_MAX;
 }

@@ -28,6 +28,20 @@
 #define TEST_ASAN_FORK_UNSAFE 1
 #else
 #define TEST_ASAN_FORK_UNSAFE 0
+/* A gate for the pool's tasks (gpufile__pool_task_hook): from
+ * test_hold_tasks_from(off), every task at or above file offset off
+ * stops until test_release_tasks(). A worker reaches a task of the held
+ * part only after ending the task it ran before (host tasks end where
+ * they run) and tasks are claimed in order, so once test_wait_held(n)
+ * returns for n workers, every task below off has ended and none at or
+ * above it has run. */
+void test_hold_tasks_from(int64_t off);
+void test_wait_held(int n);
+void test_release_tasks(void);
+
+/* The unsigned number after "key": in the JSON text j, or UINT64_MAX. */
+uint64_t test_json_number(const char *j, const char *key);
+
 #endif
 
 extern int test_failures;
@@ -176,5 +190,19 @@ void test_cli_fake_driver_end(char *saved);
  * the exit status. */
 int test_cli_expect(char *out, size_t len, int want, const char *needle,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* A gate for the pool's tasks (gpufile__pool_task_hook): from
+ * test_hold_tasks_from(off), every task at or above file offset off
+ * stops until test_release_tasks(). A worker reaches a task of the held
+ * part only after ending the task it ran before (host tasks end where
+ * they run) and tasks are claimed in order, so once test_wait_held(n)
+ * returns for n workers, every task below off has ended and none at or
+ * above it has run. */
+void test_hold_tasks_from(int64_t off);
+void test_wait_held(int n);
+void test_release_tasks(void);
+
+/* The unsigned number after "key": in the JSON text j, or UINT64_MAX. */
+uint64_t test_json_number(const char *j, const char *key);
 
 #endif
