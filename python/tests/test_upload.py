@@ -6,12 +6,10 @@ multipart upload leaving no object and no upload in progress, failures
 naming the redacted URL and never the credentials; the CLI's
 `gpufile write URL` and gpufile.safetensors.save_file(..., URL)."""
 import errno
-import http.server
 import os
 import subprocess
 import sys
 import ssl
-import time
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from conftest import (in_ci, loopback_server, missing, needs_gpu,
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
+from put_server import put_handler  # noqa: E402
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
                                 reason="built without libcurl")
@@ -36,60 +35,18 @@ def pattern(n, seed=0):
     return ((i * 131 + (i >> 9)) & 255).astype(np.uint8)
 
 
-def _put_handler(store):
-    """Stores PUT bodies (201), serves them back on GET; paths under
-    /deny/ answer 403; a path under /busy/ answers its first PUT 503 with
-    Retry-After: 1 (store["busy-times"] keeps when each PUT of it came)."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def _send(self, code, body=b"", headers=()):
-            self.send_response(code)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_PUT(self):
-            n = int(self.headers.get("Content-Length") or -1)
-            if n < 0 or self.headers.get("Transfer-Encoding"):
-                return self._send(411)
-            body = self.rfile.read(n)
-            path = self.path.split("?")[0]
-            if path.startswith("/deny/"):
-                return self._send(403, b"Forbidden: no writes here")
-            if path.startswith("/busy/"):
-                times = store.setdefault("busy-times", {})
-                times.setdefault(path, []).append(time.monotonic())
-                if len(times[path]) == 1:
-                    return self._send(503, b"busy", [("Retry-After", "1")])
-            store[path] = body
-            self._send(201)
-
-        def do_GET(self):
-            body = store.get(self.path.split("?")[0])
-            self._send(404) if body is None else self._send(200, body)
-
-    return Handler
-
-
 @pytest.fixture(scope="module")
 def put_server():
-    """(URL, store) of a _put_handler server."""
+    """(URL, store) of a tests/remote/put_server.py server."""
     store = {}
-    srv = loopback_server(_put_handler(store))
+    srv = loopback_server(put_handler(store))
     yield "http://127.0.0.1:%d" % srv.server_address[1], store
     srv.shutdown()
 
 
 @pytest.fixture(scope="module")
 def tls_put_server(tmp_path_factory):
-    """(URL, store, CA file, folder of nothing) of a _put_handler server
+    """(URL, store, CA file, folder of nothing) of a put_server.py server
     over HTTPS, its certificate self-signed for 127.0.0.1."""
     d = tmp_path_factory.mktemp("tls")
     cert, key = str(d / "cert.pem"), str(d / "key.pem")
@@ -103,7 +60,7 @@ def tls_put_server(tmp_path_factory):
     store = {}
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
-    srv = loopback_server(_put_handler(store), ctx)
+    srv = loopback_server(put_handler(store), ctx)
     yield "https://127.0.0.1:%d" % srv.server_address[1], store, cert
     srv.shutdown()
 
