@@ -110,6 +110,25 @@ def remote_server(script, *args):
         p.stdout.close()
 
 
+@contextlib.contextmanager
+def ready_child(code, *args):
+    """Runs python -c CODE with args and this package on its path; CODE
+    prints "ready" once it has done what the test looks at, then waits
+    until stdin closes. Yields the child's pid; on exit closes its stdin
+    and waits for it."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    child = subprocess.Popen([sys.executable, "-c", code] + [str(a) for a in args],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             env=env, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        yield child.pid
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+        child.stdout.close()
+
+
 # s3rver, an S3 server written by others (npm), installed by
 # scripts/s3rver.sh; S3RVER (or GPUFILE_S3RVER) names another copy.
 S3RVER = (os.environ.get("S3RVER") or os.environ.get("GPUFILE_S3RVER") or

@@ -5,19 +5,17 @@ and ?X-Amz-Signature=) and bytes that could act on a terminal or break a
 format (ESC, a newline, a double quote, a backslash). The secrets never
 appear; the other bytes never appear raw; the OpenMetrics text is parsed
 with prometheus_client's parser (Debian's python3-prometheus-client)."""
+import contextlib
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 
 import pytest
 
 import gpufile
-from conftest import PKG_ROOT, in_ci
+from conftest import in_ci, ready_child, remote_server
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 SIZE = (1 << 20) + 4097
 SECRET = "PLANTED"
 ESC = "\x1b"
@@ -64,29 +62,13 @@ def reader(tmp_path_factory):
         with open(path, "wb") as f:
             f.write(os.urandom(size))
         files[path] = (path, size)
-    server = None
-    if REMOTE:
-        server = subprocess.Popen([sys.executable, SERVER, str(SIZE), "120"],
-                                  stdout=subprocess.PIPE, text=True)
-        line = server.stdout.readline()
-        assert line.startswith("PORT "), line
-        port = int(line.split()[1])
-        url = "http://user:%s@127.0.0.1:%d/ok/o.bin?X-Amz-Signature=%s" % (
-            SECRET, port, SECRET)
-        files[url] = ("http://127.0.0.1:%d/ok/o.bin?<query redacted>" % port, SIZE)
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    child = subprocess.Popen([sys.executable, "-c", CHILD] + list(files),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             env=env, text=True)
-    try:
-        assert child.stdout.readline() == "ready\n"
-        yield child.pid, files
-    finally:
-        child.stdin.close()
-        child.wait(timeout=60)
-        if server:
-            server.terminate()
-            server.wait()
+    with contextlib.ExitStack() as stack:
+        if REMOTE:
+            port = stack.enter_context(remote_server("fault_server.py", SIZE, 120))
+            url = "http://user:%s@127.0.0.1:%d/ok/o.bin?X-Amz-Signature=%s" % (
+                SECRET, port, SECRET)
+            files[url] = ("http://127.0.0.1:%d/ok/o.bin?<query redacted>" % port, SIZE)
+        yield stack.enter_context(ready_child(CHILD, *files)), files
 
 
 def run(*args):

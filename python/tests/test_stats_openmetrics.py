@@ -4,21 +4,19 @@ prometheus_client's OpenMetrics parser (Debian's python3-prometheus-client):
 the counters of that process, its file names with URL secrets redacted and
 control bytes escaped, the loopback default, bad addresses, a slow client
 that holds up no scrape, and many scrapes in a row."""
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
 import pytest
 
 import gpufile
-from conftest import PKG_ROOT, in_ci
+from conftest import in_ci, ready_child, remote_server
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "fault_server.py")
 SIZE = (1 << 20) + 4097
 SECRET = "PLANTED"
 ESC = "\x1b"
@@ -78,33 +76,19 @@ def cli():
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory):
     """The reading process: (pid, local file name, its size, port)."""
-    server = port = None
+    port = None
     url = stall = ""
-    if REMOTE:
-        server = subprocess.Popen([sys.executable, SERVER, str(SIZE), "120"],
-                                  stdout=subprocess.PIPE, text=True)
-        line = server.stdout.readline()
-        assert line.startswith("PORT "), line
-        port = int(line.split()[1])
-        url = "http://user:%s@127.0.0.1:%d/ok/o.bin?X-Amz-Signature=%s" % (
-            SECRET, port, SECRET)
-        stall = "http://127.0.0.1:%d/stall/s.bin" % port
-    local = str(tmp_path_factory.mktemp("om") / ("esc" + ESC + "[31mname.bin"))
-    with open(local, "wb") as f:
-        f.write(os.urandom(300001))
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, local, url, stall],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             env=env, text=True)
-    try:
-        assert child.stdout.readline() == "ready\n"
-        yield child.pid, local, 300001, port
-    finally:
-        child.stdin.close()
-        child.wait(timeout=60)
-        if server:
-            server.terminate()
-            server.wait()
+    with contextlib.ExitStack() as stack:
+        if REMOTE:
+            port = stack.enter_context(remote_server("fault_server.py", SIZE, 120))
+            url = "http://user:%s@127.0.0.1:%d/ok/o.bin?X-Amz-Signature=%s" % (
+                SECRET, port, SECRET)
+            stall = "http://127.0.0.1:%d/stall/s.bin" % port
+        local = str(tmp_path_factory.mktemp("om") / ("esc" + ESC + "[31mname.bin"))
+        with open(local, "wb") as f:
+            f.write(os.urandom(300001))
+        pid = stack.enter_context(ready_child(CHILD, local, url, stall))
+        yield pid, local, 300001, port
 
 
 def parse(text):
