@@ -679,14 +679,16 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 	split_small_read(r);
 	/* Into host memory, a task is many ranges issued at once on the
 	 * source's transfer engine (remote.c), one task per thread; from a
-	 * server that ignores Range, into any memory, the one body of the
-	 * whole request (each task would stream the body from its start). A
-	 * source of its own (WebHDFS, uploads) keeps its task size. */
+	 * server that ignores Range, into any memory, one task: the one body
+	 * of the whole request (each task would stream the body from its
+	 * start). A source of its own (WebHDFS, uploads) keeps its task
+	 * size. */
 	if (h->remote && !h->source_ops &&
 	    (!r->cuda_ctx ||
 	     gpufile__remote_source(h) == GPUFILE__SOURCE_REMOTE_STREAM))
 		r->cfg.task_size = gpufile__remote_task_size(
-		    h, r->cfg.remote_task_size, r->cfg.nthreads, r->size);
+		    h, r->cfg.remote_task_size, r->cfg.nthreads, r->offset,
+		    r->size);
 	gpufile__request_init(r);
 	return 0;
 }

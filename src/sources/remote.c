@@ -248,6 +248,14 @@ static CURL *conn_new(struct gpufile__remote *rm)
 
 /* ---- one HTTP exchange ---- */
 
+/* One range served by a body read once (ranges_from_body): [off, end) of
+ * the object into buf; idx its place in the caller's array. */
+struct body_part {
+	char *buf;
+	int64_t off, end;
+	size_t idx;
+};
+
 struct sink {
 	CURL *c;
 	char *dst;          /* NULL: discard the body */
@@ -260,6 +268,7 @@ struct sink {
 	int range_mismatch; /* 206 naming another range, or 200 for part */
 	int changed;        /* the object is not the one opened */
 	int size_probe;     /* the GET of bytes 0-0 that learns the size */
+	int64_t seen_total; /* the object's size the response gave (changed) */
 	/* No Range sent (a server that ignores it): the 200 body's bytes
 	 * before off are dropped, the next want bytes are the range, and
 	 * the transfer stops after them. */
@@ -270,6 +279,10 @@ struct sink {
 	 * buffers (staging.c), in order; push_err their failure. */
 	struct gpufile__staged_push *push;
 	int push_err;
+	/* Or the ranges the body's bytes [off, off + want) hold, in order of
+	 * offset (ranges_from_body): each gets its part, the rest dropped. */
+	const struct body_part *parts;
+	size_t nparts, part_first;
 	int accept_ranges;    /* Accept-Ranges: 1 bytes, 0 other, -1 none */
 	curl_off_t length_dl; /* libcurl's Content-Length of the response */
 	long status;          /* of the last response */
@@ -353,9 +366,15 @@ static void accept_body(struct sink *s)
 	s->accepted = 0;
 	if (s->etag_oom)
 		return; /* judge() fails it: the version cannot be checked */
+	/* The object's size now: a 206's Content-Range total, or a 200's
+	 * Content-Length (the whole object: a server that ignores Range
+	 * says its size only there). */
+	s->seen_total = s->cr_total >= 0   ? s->cr_total
+	                : s->status == 200 ? s->content_length
+	                                   : -1;
 	if ((s->status == 200 || s->status == 206) &&
-	    ((s->expect_total >= 0 && s->cr_total >= 0 &&
-	      s->cr_total != s->expect_total) ||
+	    ((s->expect_total >= 0 && s->seen_total >= 0 &&
+	      s->seen_total != s->expect_total) ||
 	     (s->expect_etag && strong_etag(s->etag) &&
 	      strcmp(s->etag, s->expect_etag) != 0))) {
 		/* Bytes of another version of the object: never mixed with
@@ -377,6 +396,27 @@ static void accept_body(struct sink *s)
 	}
 }
 
+/* Copies the body's bytes [pos, pos + k) into the parts that hold them
+ * (parts overlap where the caller's ranges do). */
+static void deliver_parts(struct sink *s, int64_t pos, const char *data,
+                          size_t k)
+{
+	const int64_t end = pos + (int64_t)k;
+
+	while (s->part_first < s->nparts && s->parts[s->part_first].end <= pos)
+		s->part_first++;
+	for (size_t i = s->part_first; i < s->nparts && s->parts[i].off < end;
+	     i++) {
+		const struct body_part *p = &s->parts[i];
+		const int64_t a = p->off > pos ? p->off : pos;
+		const int64_t b = p->end < end ? p->end : end;
+
+		if (a < b)
+			memcpy(p->buf + (a - p->off), data + (a - pos),
+			       (size_t)(b - a));
+	}
+}
+
 /* Takes the range's part of a piece of a whole 200 body (prefix): the
  * bytes before off dropped, then want bytes kept; 0 once the range is
  * whole and more came (the rest of the object is not wanted). */
@@ -395,6 +435,8 @@ static size_t on_stream(struct sink *s, const char *data, size_t len)
 		s->push_err = gpufile__staged_push(s->push, data + skip, k);
 		if (s->push_err)
 			return 0;
+	} else if (k && s->parts) {
+		deliver_parts(s, s->body_pos, data + skip, k);
 	} else if (k) {
 		memcpy(s->dst + s->got, data + skip, k);
 	}
@@ -416,7 +458,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 		accept_body(s);
 	if (s->range_mismatch || s->changed || s->etag_oom)
 		return 0; /* stop now: do not download a whole object */
-	if (s->accepted == 0 || (!s->dst && !s->push))
+	if (s->accepted == 0 || (!s->dst && !s->push && !s->parts))
 		return len; /* an error page: read and dropped */
 	if (s->prefix)
 		return on_stream(s, data, len);
@@ -481,6 +523,8 @@ static void sink_reset(struct sink *s)
 	s->overflow = s->range_mismatch = s->changed = 0;
 	s->prefix_done = 0;
 	s->body_pos = 0;
+	s->part_first = 0;
+	s->seen_total = -1;
 	s->push_err = 0;
 	if (s->push) /* every attempt writes from the start */
 		gpufile__staged_push_restart(s->push);
@@ -658,13 +702,13 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	}
 	if (s->changed) {
 		*err = -ESTALE;
-		if (s->expect_total >= 0 && s->cr_total >= 0 &&
-		    s->cr_total != s->expect_total)
+		if (s->expect_total >= 0 && s->seen_total >= 0 &&
+		    s->seen_total != s->expect_total)
 			gpufile__http_why(
 			    why,
 			    "the object changed since it was opened (%" PRId64
 			    " bytes then, %" PRId64 " now)",
-			    s->expect_total, s->cr_total);
+			    s->expect_total, s->seen_total);
 		else
 			gpufile__http_why(
 			    why,
@@ -996,6 +1040,83 @@ static void jobs_run(struct gpufile__remote *rm, struct gpufile__http_engine *e,
 	gpufile__stats_remote_in_flight(gpufile__http_in_flight_max(e));
 }
 
+static int part_cmp(const void *a, const void *b)
+{
+	const struct body_part *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The outcome of every part of a body read by job j (ranges_from_body)
+ * into its range of r. */
+static void parts_end(struct gpufile__remote *rm, const struct range_job *j,
+                      struct gpufile__remote_range *r)
+{
+	for (size_t k = 0; k < j->s->nparts; k++) {
+		const struct body_part *p = &j->s->parts[k];
+		struct gpufile__remote_range *out = &r[p->idx];
+		char what[96];
+
+		if (j->a.ex == EX_OK) {
+			out->result = (ssize_t)(p->end - p->off);
+			continue;
+		}
+		snprintf(what, sizeof(what),
+		         "reading bytes %" PRId64 "-%" PRId64 " of", p->off,
+		         p->end - 1);
+		out->result = j->a.err ? j->a.err : -EIO;
+		out->msg = attempts_message(rm, &j->a, what);
+	}
+}
+
+/* A server that ignores Range: every range of r[0..n) from one 200
+ * body, read once in order from the lowest offset asked to the highest
+ * end, the bytes before, between and after them dropped. A request per
+ * range would download the object from its start once per range (a
+ * batch of n entries: about n times the object). */
+static int ranges_from_body(struct gpufile__remote *rm,
+                            struct gpufile__remote_range *r, size_t n)
+{
+	struct body_part *parts = calloc(n ? n : 1, sizeof(*parts));
+	struct gpufile__http_xfer *x;
+	int64_t lo = INT64_MAX, hi = 0;
+	struct range_job j;
+	size_t np = 0;
+
+	if (!parts)
+		return gpufile__fail(-ENOMEM,
+		                     "reading %zu ranges of %s: out of memory",
+		                     n, rm->shown);
+	for (size_t i = 0; i < n; i++) {
+		size_t len = r[i].len;
+
+		r[i].result = 0;
+		r[i].msg = NULL;
+		if (r[i].off >= rm->size || len == 0)
+			continue;
+		if ((int64_t)len > rm->size - r[i].off)
+			len = (size_t)(rm->size - r[i].off);
+		parts[np] = (struct body_part){.buf = r[i].buf,
+		                               .off = r[i].off,
+		                               .end = r[i].off + (int64_t)len,
+		                               .idx = i};
+		lo = parts[np].off < lo ? parts[np].off : lo;
+		hi = parts[np].end > hi ? parts[np].end : hi;
+		np++;
+	}
+	if (np) {
+		qsort(parts, np, sizeof(*parts), part_cmp);
+		job_init(&j, rm, NULL, (size_t)(hi - lo), lo);
+		j.s->parts = parts;
+		j.s->nparts = np;
+		jobs_run(rm, rm->engine, &j, &x, 1);
+		parts_end(rm, &j, r);
+		free(j.a.why);
+	}
+	free(parts);
+	return 0;
+}
+
 int gpufile__remote_read_ranges(struct gpufile *h,
                                 struct gpufile__remote_range *r, size_t n)
 {
@@ -1016,6 +1137,8 @@ int gpufile__remote_read_ranges(struct gpufile *h,
 		}
 		return 0;
 	}
+	if (rm->ranges_ignored)
+		return ranges_from_body(rm, r, n);
 	jobs = calloc(n ? n : 1, sizeof(*jobs));
 	x = calloc(n ? n : 1, sizeof(*x));
 	which = calloc(n ? n : 1, sizeof(*which));
@@ -1672,13 +1795,17 @@ int gpufile__remote_source(const struct gpufile *h)
 }
 
 size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
-                                 unsigned nthreads, size_t size)
+                                 unsigned nthreads, int64_t offset, size_t size)
 {
 	size_t per;
 
-	/* One body, in order, over one connection. */
+	/* One body, in order, over one connection: one task, which the
+	 * pool's cut at multiples of the task size in the file makes of
+	 * [offset, offset + size) only when the task size reaches its end
+	 * (a task size of size alone cut a read at an offset in two, each
+	 * downloading the body from its start). */
 	if (h->remote->ranges_ignored)
-		return size > range_size ? size : range_size;
+		return (size_t)offset + size ? (size_t)offset + size : 1;
 	/* A task per thread, each many ranges in flight on the engine:
 	 * whole ranges, so that a task's ranges are the ones the pool's
 	 * range-sized tasks were. */
@@ -1911,10 +2038,11 @@ int gpufile__remote_source(const struct gpufile *h)
 }
 
 size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
-                                 unsigned nthreads, size_t size)
+                                 unsigned nthreads, int64_t offset, size_t size)
 {
 	(void)h;
 	(void)nthreads;
+	(void)offset;
 	(void)size;
 	return range_size;
 }
@@ -1964,8 +2092,11 @@ static ssize_t host_ranges(struct gpufile *h, char *buf, size_t len,
 
 	if (range_size == 0 || gpufile__remote_size(h) <= off)
 		return 0;
+	/* One body for the whole task (gpufile__remote_task_size): range
+	 * edges at multiples of len would cut [off, end) in two where off is
+	 * not one, two bodies from the object's start. */
 	if (gpufile__remote_source(h) == GPUFILE__SOURCE_REMOTE_STREAM)
-		range_size = len; /* one body (gpufile__remote_task_size) */
+		range_size = (size_t)end;
 	for (int64_t a = off; a < end; n++)
 		a = a - a % (int64_t)range_size + (int64_t)range_size;
 	rr = calloc(n, sizeof(*rr));

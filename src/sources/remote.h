@@ -60,17 +60,21 @@ struct gpufile__remote_range {
 /* Reads r[0..n) of h's object, all issued at once on h's transfer engine
  * (http_multi.c: at most http_max_in_flight in flight), each retried from
  * its start as gpufile__remote_read's range (a source with reads of its
- * own, WebHDFS: one by one through h->remote_read). Returns 0 (each range's
+ * own, WebHDFS: one by one through h->remote_read). From a server that
+ * ignores Range, all from one body read in order once (ranges may
+ * overlap), which fails or succeeds for all. Returns 0 (each range's
  * outcome in it) or -ENOMEM with the message set (none was read). */
 int gpufile__remote_read_ranges(struct gpufile *h,
                                 struct gpufile__remote_range *r, size_t n);
 
-/* The size of a host task of a request of size bytes on h (task_size
- * for the pool): whole ranges of range_size, one task per each of
- * nthreads threads, each task's ranges in flight together; the whole
- * request where the server ignores Range (one body, in order). */
+/* The size of a host task of a request of size bytes at offset on h
+ * (task_size for the pool): whole ranges of range_size, one task per each
+ * of nthreads threads, each task's ranges in flight together; where the
+ * server ignores Range, one task for the whole request, into any memory
+ * (one body, in order: offset + size). */
 size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
-                                 unsigned nthreads, size_t size);
+                                 unsigned nthreads, int64_t offset,
+                                 size_t size);
 
 /* The source kind of h for the path decision (core/decide.h):
  * GPUFILE__SOURCE_REMOTE, or GPUFILE__SOURCE_REMOTE_STREAM for a server
