@@ -26,8 +26,9 @@
  * inside gpufile__handle_release_marks, never one while holding the
  * other; no I/O runs under either. Invariants:
  *   - an entry's result and message are written only by the worker that
- *     claimed its chunk, before its done flag is set (release); readers
- *     look at them only after seeing the flag (acquire);
+ *     claimed its chunk (a WAY_BODY entry: the chunk of its group's
+ *     lead), before its done flag is set (release); readers look at them
+ *     only after seeing the flag (acquire);
  *   - a device entry is done only after the copy holding its bytes has
  *     completed (its slot's stream synchronised), so the caller never
  *     sees a count for bytes still on their way;
@@ -72,6 +73,10 @@ enum entry_way {
 	WAY_SINGLE = 2, /* gpufile_pread of the entry alone */
 	WAY_CUFILE = 3, /* cuFile's batch API */
 	WAY_REMOTE = 4, /* a remote object's range, issued with the round's */
+	/* Host memory from a server that ignores Range: every such entry of
+	 * its handle read from one body by the worker of the group's lead
+	 * (round_remote), each a body from the object's start otherwise. */
+	WAY_BODY = 5,
 };
 
 struct entry {
@@ -85,6 +90,9 @@ struct entry {
 	char *cufile_base; /* WAY_CUFILE: registered buffer holding buf */
 	uint8_t way;
 	uint8_t path; /* gpufile_path_t it is counted on */
+	/* WAY_BODY: the lead of its group (its first entry) has body_n > 0,
+	 * the group's entries being b->body[body_at, body_at + body_n). */
+	unsigned body_at, body_n;
 	atomic_int done;
 };
 
@@ -126,6 +134,7 @@ struct gpufile_batch {
 	unsigned capacity;
 	struct entry *e;
 	unsigned *chunk_start; /* nchunks + 1 boundaries */
+	unsigned *body; /* entries of servers that ignore Range, by handle */
 	unsigned n, nchunks;
 	CUcontext staged_ctx; /* the context of staged entries */
 	int staged_device;    /* its device, whose primary context the
@@ -959,10 +968,62 @@ static void end_round(struct worker *w, size_t *place, unsigned n)
 	}
 }
 
+/* Ends entries idx[0..n) of handle h, read as rr[0..n) by
+ * gpufile__remote_read_ranges, which returned rc. */
+static void remote_end(struct gpufile_batch *b, struct gpufile *h,
+                       const unsigned *idx, struct gpufile__remote_range *rr,
+                       unsigned n)
+{
+	const int rc = gpufile__remote_read_ranges(h, rr, n);
+
+	for (unsigned k = 0; k < n; k++) {
+		struct entry *e = &b->e[idx[k]];
+
+		if (rc)
+			entry_failed(e, idx[k], rc, gpufile_errmsg());
+		else if (rr[k].result < 0)
+			set_msg(e, "batch entry %u: %s", idx[k],
+			        rr[k].msg
+			            ? rr[k].msg
+			            : gpufile_strerror((int)rr[k].result));
+		if (!rc)
+			e->result = rr[k].result;
+		free(rr[k].msg);
+	}
+	entries_end(b, idx, n);
+}
+
+/* Reads and ends the group whose lead is entry i (WAY_BODY): one body of
+ * its server serves them all (remote.c). */
+static void body_group(struct gpufile_batch *b, unsigned i)
+{
+	const unsigned *idx = b->body + b->e[i].body_at;
+	const unsigned n = b->e[i].body_n;
+	struct gpufile__remote_range *rr = calloc(n, sizeof(*rr));
+
+	if (!rr) {
+		for (unsigned k = 0; k < n; k++)
+			entry_failed(&b->e[idx[k]], idx[k], -ENOMEM,
+			             "out of memory");
+		entries_end(b, idx, n);
+		return;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		const struct entry *e = &b->e[idx[k]];
+
+		rr[k] = (struct gpufile__remote_range){
+		    .buf = e->buf, .len = e->size, .off = e->offset};
+	}
+	remote_end(b, b->e[i].h, idx, rr, n);
+	free(rr);
+}
+
 /* Reads the round's entries of remote objects (WAY_REMOTE) all at once,
  * each run of one handle's through its transfer engine (remote.c: up to
- * http_max_in_flight in flight), and ends them; the round keeps the
- * others (their places with them). Returns its new size. */
+ * http_max_in_flight in flight), and the groups of WAY_BODY entries led
+ * here, and ends them (the other WAY_BODY entries are their leads'); the
+ * round keeps the others (their places with them). Returns its new
+ * size. */
 static unsigned round_remote(struct worker *w, unsigned n, size_t *place)
 {
 	struct gpufile_batch *b = w->b;
@@ -973,6 +1034,11 @@ static unsigned round_remote(struct worker *w, unsigned n, size_t *place)
 		const unsigned j = w->round[k];
 		struct entry *e = &b->e[j];
 
+		if (e->way == WAY_BODY) {
+			if (e->body_n)
+				body_group(b, j);
+			continue;
+		}
 		if (e->way != WAY_REMOTE) {
 			place[keep] = place[k];
 			w->round[keep++] = j;
@@ -984,27 +1050,11 @@ static unsigned round_remote(struct worker *w, unsigned n, size_t *place)
 	}
 	for (unsigned a = 0, z; a < nr; a = z) {
 		struct gpufile *h = b->e[idx[a]].h;
-		int rc;
 
 		for (z = a + 1; z < nr && b->e[idx[z]].h == h; z++)
 			;
-		rc = gpufile__remote_read_ranges(h, rr + a, z - a);
-		for (unsigned k = a; k < z; k++) {
-			struct entry *e = &b->e[idx[k]];
-
-			if (rc)
-				entry_failed(e, idx[k], rc, gpufile_errmsg());
-			else if (rr[k].result < 0)
-				set_msg(e, "batch entry %u: %s", idx[k],
-				        rr[k].msg ? rr[k].msg
-				                  : gpufile_strerror(
-				                        (int)rr[k].result));
-			if (!rc)
-				e->result = rr[k].result;
-			free(rr[k].msg);
-		}
+		remote_end(b, h, idx + a, rr + a, z - a);
 	}
-	entries_end(b, idx, nr);
 	return keep;
 }
 
@@ -1219,9 +1269,11 @@ int gpufile_batch_create(gpufile_batch_t **out, unsigned capacity)
 	b->capacity = capacity;
 	b->e = calloc(capacity, sizeof(*b->e));
 	b->chunk_start = calloc((size_t)capacity + 1, sizeof(unsigned));
-	if (!b->e || !b->chunk_start) {
+	b->body = calloc(capacity, sizeof(unsigned));
+	if (!b->e || !b->chunk_start || !b->body) {
 		free(b->e);
 		free(b->chunk_start);
+		free(b->body);
 		free(b);
 		return gpufile__fail(-ENOMEM,
 		                     "gpufile_batch_create: out of memory for "
@@ -1402,6 +1454,7 @@ static void entry_init(struct entry *e, const gpufile_batch_entry_t *in)
 	e->result = 0;
 	free(e->msg);
 	e->msg = NULL;
+	e->body_at = e->body_n = 0;
 	atomic_init(&e->done, 0);
 }
 
@@ -1486,6 +1539,10 @@ static int decide(struct gpufile_batch *b, unsigned i,
 
 		e->path = host ? GPUFILE_PATH_REMOTE : GPUFILE_PATH_HOST;
 		e->way = host ? WAY_REMOTE : WAY_SINGLE;
+		if (host && !in->file->source_ops &&
+		    gpufile__remote_source(in->file) ==
+		        GPUFILE__SOURCE_REMOTE_STREAM)
+			e->way = WAY_BODY;
 		return 0;
 	}
 	if (kind == GPUFILE_MEM_HOST || kind == GPUFILE_MEM_PINNED) {
@@ -1552,6 +1609,64 @@ static int submit_ready(gpufile_batch_t *b,
 	return 0;
 }
 
+/* 1 when entry e reads from a server that ignores Range. */
+static int rangeless(const struct entry *e)
+{
+	return e->h->remote && !e->h->source_ops &&
+	       gpufile__remote_source(e->h) == GPUFILE__SOURCE_REMOTE_STREAM;
+}
+
+static int by_handle(const void *a, const void *b, void *arg)
+{
+	const struct entry *e = arg;
+	const unsigned i = *(const unsigned *)a, j = *(const unsigned *)b;
+	const uintptr_t x = (uintptr_t)e[i].h, y = (uintptr_t)e[j].h;
+
+	return x != y ? (x < y ? -1 : 1) : (i > j) - (i < j);
+}
+
+/* Groups the entries of each server that ignores Range (WAY_BODY) for one
+ * body each (round_remote), their first entry the lead. A device entry
+ * is read as gpufile_pread reads it, a body of its own: refused beside
+ * any other entry of its object, whose bodies would each download it
+ * from its start. Returns 0 or an error naming the entry. */
+static int group_bodies(gpufile_batch_t *b, unsigned n)
+{
+	unsigned nb = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (rangeless(&b->e[i]))
+			b->body[nb++] = i;
+	qsort_r(b->body, nb, sizeof(*b->body), by_handle, b->e);
+	for (unsigned a = 0, z; a < nb; a = z) {
+		struct entry *lead = &b->e[b->body[a]];
+
+		for (z = a + 1; z < nb && b->e[b->body[z]].h == lead->h; z++)
+			if (b->e[b->body[z]].way == WAY_SINGLE ||
+			    lead->way == WAY_SINGLE) {
+				const unsigned i = lead->way == WAY_SINGLE
+				                       ? b->body[a]
+				                       : b->body[z];
+
+				return gpufile__fail(
+				    -EINVAL,
+				    "batch entry %u: %s ignores Range requests "
+				    "(it answers one with HTTP 200 and the "
+				    "whole object), so a device entry of it "
+				    "downloads the object from its start, and "
+				    "this batch has other entries of it: read "
+				    "it with one gpufile_pread, into host "
+				    "memory (a batch's host entries of one "
+				    "object share one body), or from a server "
+				    "that honours Range",
+				    i, lead->h->path);
+			}
+		lead->body_at = a;
+		lead->body_n = lead->way == WAY_BODY ? z - a : 0;
+	}
+	return 0;
+}
+
 /* Decides every entry's way and counts the entries and bytes of each path
  * (those read singly are counted by gpufile_pread). */
 static int decide_all(gpufile_batch_t *b, const gpufile_batch_entry_t *entries,
@@ -1574,6 +1689,9 @@ static int decide_all(gpufile_batch_t *b, const gpufile_batch_entry_t *entries,
 		count[b->e[i].path]++;
 		size[b->e[i].path] += entries[i].size;
 	}
+	rc = group_bodies(b, n);
+	if (rc)
+		return rc;
 	for (int p = 0; p < GPUFILE_PATH_COUNT; p++) {
 		atomic_store(&b->path_entries[p], count[p]);
 		atomic_store(&b->path_size[p], size[p]);
@@ -1784,6 +1902,7 @@ void gpufile_batch_free(gpufile_batch_t *b)
 	free(b->w);
 	free(b->e);
 	free(b->chunk_start);
+	free(b->body);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->work);
 	pthread_cond_destroy(&b->ended);
