@@ -92,6 +92,81 @@ def loopback_server(handler, ssl_context=None):
     return srv
 
 
+class _RangelessHandler(http.server.BaseHTTPRequestHandler):
+    """One object at every path, as `python3 -m http.server` serves a
+    file: HEAD with its Content-Length and no Accept-Ranges, every GET
+    200 with the whole body, whatever its Range. Each GET's bytes are
+    counted before they are handed to the socket (server.gets)."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.server.data)))
+        self.end_headers()
+
+    def do_GET(self):
+        data = self.server.data
+        count = [self.headers.get("Range"), 0]
+        with self.server.lock:
+            self.server.gets.append(count)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            for i in range(0, len(data), 1 << 16):
+                piece = data[i:i + (1 << 16)]
+                count[1] += len(piece)
+                self.wfile.write(piece)
+        except OSError:
+            # The client stops a body once it has the bytes it asked for.
+            self.close_connection = True
+
+
+class _RangelessServer(_LoopbackServer):
+    def handle_error(self, request, client_address):
+        pass
+
+
+class RangelessServer:
+    """A loopback server that ignores Range (every GET 200 with the whole
+    object) and counts what it sends: url; data, the object (assign to
+    change it); mark() and bodies(mark), the bytes each GET without a
+    Range header (a read's body; the probe at open asks bytes=0-0) was
+    handed to send since the mark, each counted before it is written, so
+    never fewer than the client received."""
+
+    def __init__(self, data):
+        self._srv = _RangelessServer(("127.0.0.1", 0), _RangelessHandler)
+        self._srv.data = data
+        self._srv.gets = []
+        self._srv.lock = threading.Lock()
+        threading.Thread(target=self._srv.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d/o.bin" % self._srv.server_address[1]
+
+    @property
+    def data(self):
+        return self._srv.data
+
+    @data.setter
+    def data(self, value):
+        self._srv.data = value
+
+    def mark(self):
+        with self._srv.lock:
+            return len(self._srv.gets)
+
+    def bodies(self, mark):
+        with self._srv.lock:
+            return [n for rng, n in self._srv.gets[mark:] if rng is None]
+
+    def close(self):
+        self._srv.shutdown()
+        self._srv.server_close()
+
+
 @contextlib.contextmanager
 def remote_server(script, *args):
     """Runs tests/remote/SCRIPT with args (fault_server.py SIZE [STALL],

@@ -2,7 +2,11 @@
 the standard library's http.server: every GET is 200 with the whole
 file): every read, at any offset and of any size, into host memory and
 into device memory (the fake driver, tests/fake_libcuda) through many
-small bounce buffers, delivers exactly its bytes."""
+small bounce buffers, delivers exactly its bytes; each call downloads
+the body once, never more than the object (conftest's RangelessServer
+counts what it sends); a body whose length is not the size at open
+fails the read."""
+import errno
 import os
 import subprocess
 import sys
@@ -11,7 +15,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, missing
+from conftest import RangelessServer, in_ci, missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "plain_server.py")
@@ -141,3 +145,105 @@ def test_device_read_cut_half_way_is_read_again(faults):
     out, err = device_read(faults + "/plaincut/o.bin", 0, SIZE)
     assert out == fault_data()
     assert "retries 1" in err, err
+
+
+# ---- one body per call (conftest's RangelessServer counts the bytes) ----
+
+
+@pytest.fixture(scope="module")
+def counted():
+    srv = RangelessServer(DATA)
+    yield srv
+    srv.close()
+
+
+def assert_one_body(srv, mark):
+    """What the GETs of reads since mark were handed to send (each
+    counted before it went out: never less than the client took) is at
+    most the object: one body, not one per task or range."""
+    bodies = srv.bodies(mark)
+    assert bodies, "no body was read"
+    assert sum(bodies) <= SIZE, "bodies of %s bytes for an object of %d" % (
+        bodies, SIZE)
+
+
+def test_whole_object_host_read_is_one_body(counted):
+    with gpufile.File(counted.url) as f:
+        out = np.zeros(SIZE, dtype=np.uint8)
+        mark = counted.mark()
+        assert f.read(out) == SIZE
+        assert_one_body(counted, mark)
+    assert out.tobytes() == DATA
+
+
+@pytest.mark.parametrize("task", [None, 64 << 10])
+@pytest.mark.parametrize("off,n", [(500000, 300000), (510000, 300000),
+                                   (SIZE - 5000, 4000)])
+def test_host_read_of_a_middle_range_is_one_body(counted, task, off, n):
+    """A read at an offset that is no multiple of its size: the pool cut
+    it in two tasks at multiples of the task size, and a task in two
+    ranges at multiples of its length, each a body from the start; with
+    small tasks (task_size, remote_task_size 64 KiB) as with the
+    defaults, one body."""
+    if task:
+        gpufile.defaults.set({"task_size": task, "remote_task_size": task})
+    with gpufile.File(counted.url) as f:
+        out = np.full(n + 200, 0xA5, dtype=np.uint8)
+        mark = counted.mark()
+        assert f.read(out[100:100 + n], file_offset=off) == n
+        assert_one_body(counted, mark)
+    assert out[100:100 + n].tobytes() == DATA[off:off + n]
+    assert (out[:100] == 0xA5).all() and (out[-100:] == 0xA5).all()
+
+
+def test_device_read_is_one_body(counted):
+    """A device read at an offset through the fake driver: one body
+    through the bounce buffers (the tasks of 256 KiB ranges each
+    streamed the body from its start)."""
+    off, n = 70001, SIZE - 70001 - 3333
+    mark = counted.mark()
+    out, _ = device_read(counted.url, off, n)
+    assert_one_body(counted, mark)
+    assert out[:n] == DATA[off:off + n]
+    assert out[n:] == b"\xa5" * (SIZE - n)
+
+
+@pytest.mark.parametrize("count", [5, 700])
+def test_batch_is_one_body(counted, count):
+    """The host entries of a batch, out of order, overlapping, beyond
+    one round of the batch's workers (700 entries): one body serves them
+    all in offset order."""
+    rng = np.random.default_rng(count)
+    offs = rng.integers(0, SIZE - 3000, count)
+    sizes = rng.integers(1, 3000, count)
+    bufs = [np.zeros(int(k), dtype=np.uint8) for k in sizes]
+    with gpufile.File(counted.url) as f:
+        mark = counted.mark()
+        got = gpufile.batch_read([(f, b, None, int(o))
+                                  for b, o in zip(bufs, offs)])
+        assert_one_body(counted, mark)
+    assert got == [int(k) for k in sizes]
+    for b, o in zip(bufs, offs):
+        assert b.tobytes() == DATA[o:o + len(b)]
+
+
+@pytest.mark.parametrize("delta", [1000, -1000])
+def test_a_body_of_another_size_fails_the_read(delta):
+    """The object changed between the open and the read: a 200 whose
+    Content-Length is not the size at open fails the read (ESTALE),
+    naming the URL and both sizes; no byte of the other object is
+    returned."""
+    srv = RangelessServer(DATA)
+    try:
+        with gpufile.File(srv.url) as f:
+            srv.data = DATA + b"\x01" * delta if delta > 0 else \
+                DATA[:delta]
+            out = np.zeros(SIZE, dtype=np.uint8)
+            with pytest.raises(OSError) as e:
+                f.read(out)
+    finally:
+        srv.close()
+    msg = str(e.value)
+    assert e.value.errno == errno.ESTALE, msg
+    assert srv.url in msg and "ignor" not in msg, msg
+    assert "%d bytes then, %d now" % (SIZE, SIZE + delta) in msg, msg
