@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gpufile
-from conftest import RangelessServer, in_ci, missing
+from conftest import RangelessServer, in_ci, missing, run_with_fake_driver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "..", "..", "tests", "remote", "plain_server.py")
@@ -247,3 +247,38 @@ def test_a_body_of_another_size_fails_the_read(delta):
     assert e.value.errno == errno.ESTALE, msg
     assert srv.url in msg and "ignor" not in msg, msg
     assert "%d bytes then, %d now" % (SIZE, SIZE + delta) in msg, msg
+
+
+BATCH_CHILD = r'''
+url = sys.argv[1]
+ptr = ctypes.c_void_p()
+assert lib.gpufile_device_alloc(0, 4096, ctypes.byref(ptr)) == 0
+
+
+class Dev:
+    __cuda_array_interface__ = {"data": (ptr.value, False), "shape": (4096,),
+                                "typestr": "|u1", "version": 2}
+
+
+host = bytearray(4096)
+with gpufile.File(url) as f:
+    try:
+        gpufile.batch_read([(f, host, None, 0), (f, Dev(), None, 9000)])
+    except OSError as e:
+        print(e)
+    else:
+        print("read")
+'''
+
+
+def test_batch_device_entry_beside_others_is_refused(counted):
+    """A device entry is read alone (a body of its own): beside another
+    entry of the same object the batch is refused at submit, naming the
+    entry, the URL and why, and nothing is read."""
+    mark = counted.mark()
+    p = run_with_fake_driver(BATCH_CHILD, [counted.url])
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "batch entry 1" in out and counted.url in out, out
+    assert "ignores Range requests" in out, out
+    assert counted.bodies(mark) == []

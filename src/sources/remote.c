@@ -20,8 +20,12 @@
  *     fails, naming the redacted URL, the range and the HTTP status or
  *     curl error;
  *   - bytes of two versions of the object are never mixed: a response
- *     whose Content-Range total or strong ETag differs from the object's
- *     at open fails the range (-ESTALE) before any of its bytes land.
+ *     whose Content-Range total (a 200's Content-Length) or strong ETag
+ *     differs from the object's at open fails the range (-ESTALE) before
+ *     any of its bytes land;
+ *   - from a server that ignores Range, a call reads one body at most
+ *     (one task, its ranges one GET): a body per range would download
+ *     the object from its start again each time.
  * Lock order: rm->lock (the handle's lock, h->lock, level 2 of fork.c's
  * order) is held only to take or give a connection, and nothing is taken
  * under it.
