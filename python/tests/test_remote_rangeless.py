@@ -87,6 +87,7 @@ lib.gpufile_device_alloc.argtypes = [ctypes.c_int, ctypes.c_size_t,
                                      ctypes.POINTER(ctypes.c_void_p)]
 url, size, off, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
     int(sys.argv[4])
+mode = sys.argv[5]
 ptr = ctypes.c_void_p()
 assert lib.gpufile_device_alloc(0, size, ctypes.byref(ptr)) == 0
 ctypes.memset(ptr.value, 0xA5, size)
@@ -98,17 +99,25 @@ class Dev:
 
 
 with gpufile.File(url) as f:
-    got = f.read(Dev(), file_offset=off)
+    if mode == "async":  # on a stream of its own
+        cuda.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                        ctypes.c_uint]
+        s = ctypes.c_void_p()
+        assert cuda.cuStreamCreate(ctypes.byref(s), 1) == 0
+        got = f.read_async(Dev(), s.value, file_offset=off).get()
+    else:
+        got = f.read(Dev(), file_offset=off)
     assert got == n, got
     print("retries", f.remote_info()["retries"], file=sys.stderr)
 sys.stdout.buffer.write(ctypes.string_at(ptr.value, size))
 '''
 
 
-def device_read(url, off, n):
+def device_read(url, off, n, mode="read"):
     """Runs DEVICE_CHILD under the fake driver: 64 KiB bounce buffers, two
-    per worker (each refilled many times); returns its stdout (the device
-    buffer of SIZE bytes)."""
+    per worker (each refilled many times), File.read or (mode "async")
+    File.read_async; returns its stdout (the device buffer of SIZE
+    bytes)."""
     d = os.path.join(os.path.dirname(gpufile.library_path()), "tests",
                      "fake_libcuda", "lib")
     if not os.path.exists(os.path.join(d, "libcuda.so.1")):
@@ -122,7 +131,7 @@ def device_read(url, off, n):
     env["GPUFILE_REMOTE_TASK_SIZE"] = "256KiB"
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(gpufile.__file__))
     p = subprocess.run([sys.executable, "-c", DEVICE_CHILD, url, str(SIZE),
-                        str(off), str(n)],
+                        str(off), str(n), mode],
                        env=env, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert len(p.stdout) == SIZE
@@ -196,13 +205,14 @@ def test_host_read_of_a_middle_range_is_one_body(counted, task, off, n):
     assert (out[:100] == 0xA5).all() and (out[-100:] == 0xA5).all()
 
 
-def test_device_read_is_one_body(counted):
-    """A device read at an offset through the fake driver: one body
-    through the bounce buffers (the tasks of 256 KiB ranges each
-    streamed the body from its start)."""
+@pytest.mark.parametrize("mode", ["read", "async"])
+def test_device_read_is_one_body(counted, mode):
+    """A device read at an offset through the fake driver, blocking or
+    stream-ordered: one body through the bounce buffers (the pool cut it
+    in two tasks, each streaming the body from its start)."""
     off, n = 70001, SIZE - 70001 - 3333
     mark = counted.mark()
-    out, _ = device_read(counted.url, off, n)
+    out, _ = device_read(counted.url, off, n, mode)
     assert_one_body(counted, mark)
     assert out[:n] == DATA[off:off + n]
     assert out[n:] == b"\xa5" * (SIZE - n)
