@@ -188,10 +188,10 @@ void gpufile__decide(const struct gpufile__facts *f,
 		snprintf(d->reason, sizeof(d->reason), "%s",
 		         "remote, one connection: the server ignores Range "
 		         "requests, so a read streams the object's 200 body "
-		         "in order into the destination (device memory "
+		         "once, in order, into the destination (device memory "
 		         "through the bounce buffers), the bytes before its "
-		         "offset read and dropped; cuFile reads local files "
-		         "only");
+		         "offset read and dropped (a batch's host entries "
+		         "share one body); cuFile reads local files only");
 		return;
 	}
 	if (f->source == GPUFILE__SOURCE_MMAP) {
