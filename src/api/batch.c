@@ -1512,6 +1512,13 @@ static int decide_device(struct gpufile_batch *b, unsigned i,
 	return 0;
 }
 
+/* 1 when entry e reads from a server that ignores Range. */
+static int rangeless(const struct entry *e)
+{
+	return e->h->remote && !e->h->source_ops &&
+	       gpufile__remote_source(e->h) == GPUFILE__SOURCE_REMOTE_STREAM;
+}
+
 static int decide(struct gpufile_batch *b, unsigned i,
                   const gpufile_batch_entry_t *in,
                   const struct gpufile__settings *cfg, struct decision *cache)
@@ -1539,9 +1546,7 @@ static int decide(struct gpufile_batch *b, unsigned i,
 
 		e->path = host ? GPUFILE_PATH_REMOTE : GPUFILE_PATH_HOST;
 		e->way = host ? WAY_REMOTE : WAY_SINGLE;
-		if (host && !in->file->source_ops &&
-		    gpufile__remote_source(in->file) ==
-		        GPUFILE__SOURCE_REMOTE_STREAM)
+		if (host && rangeless(e))
 			e->way = WAY_BODY;
 		return 0;
 	}
@@ -1607,13 +1612,6 @@ static int submit_ready(gpufile_batch_t *b,
 		                     "(wait for them first)",
 		                     b->n);
 	return 0;
-}
-
-/* 1 when entry e reads from a server that ignores Range. */
-static int rangeless(const struct entry *e)
-{
-	return e->h->remote && !e->h->source_ops &&
-	       gpufile__remote_source(e->h) == GPUFILE__SOURCE_REMOTE_STREAM;
 }
 
 static int by_handle(const void *a, const void *b, void *arg)
