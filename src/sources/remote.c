@@ -2096,9 +2096,8 @@ static ssize_t host_ranges(struct gpufile *h, char *buf, size_t len,
 
 	if (range_size == 0 || gpufile__remote_size(h) <= off)
 		return 0;
-	/* One body for the whole task (gpufile__remote_task_size): range
-	 * edges at multiples of len would cut [off, end) in two where off is
-	 * not one, two bodies from the object's start. */
+	/* The whole task, the whole request (gpufile__remote_task_size), as
+	 * one range: its one body. */
 	if (gpufile__remote_source(h) == GPUFILE__SOURCE_REMOTE_STREAM)
 		range_size = (size_t)end;
 	for (int64_t a = off; a < end; n++)
