@@ -176,14 +176,58 @@ static void test_setting(void)
 	CHECK_EQ(gpufile_config_set("http_max_in_flight", "256"), 0);
 }
 
+/* HTTP requests h sent so far (gpufile_remote_file_info). */
+static uint64_t requests_of(gpufile_t *h)
+{
+	gpufile_remote_file_info_t info = {.size = sizeof(info)};
+
+	CHECK_EQ(gpufile_remote_file_info(h, &info), 0);
+	return info.requests;
+}
+
+/* BATCH_N host entries of 100 bytes at scattered offsets, more than one
+ * chunk of the batch's workers (512 entries), into d: one GET, each
+ * entry its bytes. */
+#define BATCH_N 600
+static void batch_of_one_body(gpufile_t *h, unsigned char *d)
+{
+	static gpufile_batch_entry_t e[BATCH_N];
+	gpufile_batch_t *b = NULL;
+	uint64_t before = requests_of(h);
+	size_t bad = 0;
+
+	for (unsigned k = 0; k < BATCH_N; k++)
+		e[k] = (gpufile_batch_entry_t){
+		    .file = h,
+		    .buf = d + (size_t)k * 100,
+		    .size = 100,
+		    .offset = (int64_t)(((uint64_t)k * 104729) % (BIG - 100))};
+	CHECK_EQ(gpufile_batch_create(&b, BATCH_N), 0);
+	if (!b)
+		return;
+	CHECK_EQ(gpufile_batch_submit(b, e, BATCH_N), 0);
+	CHECK_EQ(gpufile_batch_wait(b, -1), BATCH_N);
+	for (unsigned k = 0; k < BATCH_N; k++) {
+		CHECK_EQ(gpufile_batch_result(b, k), 100);
+		for (unsigned i = 0; i < 100; i++)
+			bad += d[k * 100 + i] !=
+			       object_byte((uint64_t)e[k].offset + i);
+	}
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(requests_of(h) - before, 1);
+	gpufile_batch_free(b);
+}
+
 /* A server that ignores Range: every read streams the 200 body, a read
- * at an offset dropping the bytes before it. */
+ * at an offset dropping the bytes before it; one call, one GET (a
+ * request per task or range downloads the body from its start again). */
 static void test_range_ignored(void)
 {
 	char server[4200], url[256], reason[512];
 	unsigned char *d = dest_new(BIG);
 	gpufile_path_t path;
 	gpufile_t *h = NULL;
+	uint64_t req;
 	int port = 0;
 	pid_t pid;
 	ssize_t n;
@@ -221,11 +265,19 @@ static void test_range_ignored(void)
 	/* At an offset, past the first 8 MiB: its bytes, nothing around
 	 * them. */
 	memset(d - CANARY_LEN, CANARY, BIG + 2 * CANARY_LEN);
+	req = requests_of(h);
 	n = gpufile_pread(h, d, 1000, (int64_t)BIG - 1500);
 	if (n < 0)
 		fprintf(stderr, "  read at an offset: %s\n", gpufile_errmsg());
 	CHECK_EQ(n, 1000);
 	CHECK_EQ(dest_bad(d, 1000, BIG - 1500, 1), 0);
+	CHECK_EQ(requests_of(h) - req, 1);
+	/* Across a multiple of remote_task_size (64 KiB): one GET. */
+	req = requests_of(h);
+	CHECK_EQ(gpufile_pread(h, d, 300000, 5000000), 300000);
+	CHECK_EQ(dest_bad(d, 300000, 5000000, 1), 0);
+	CHECK_EQ(requests_of(h) - req, 1);
+	batch_of_one_body(h, d);
 	CHECK_EQ(gpufile_path_info(h, &path, reason, sizeof(reason)), 0);
 	CHECK_EQ(path, GPUFILE_PATH_REMOTE);
 	CHECK_CONTAINS(reason, "one connection");
