@@ -5,7 +5,9 @@
 # iodepth=32) and 1 MiB sequential reads, each through the page cache
 # (warm) and with O_DIRECT, into host memory. Prints one table with
 # IOPS, MiB/s and the latency mean and percentiles of each, and the
-# ratio of gpufile's IOPS to fio psync's (and to io_uring's).
+# ratio of gpufile's IOPS to fio psync's and io_uring's; with -d, of
+# gpufile into that GPU's memory as well (to fio's and to gpufile's own
+# host row).
 #
 #   bench/bench_vs_fio.sh [-g GPUFILE] [-f FILE] [-s SIZE] [-t SECONDS]
 #                         [-d DEVICE]
@@ -120,15 +122,23 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
              q("50.000000"), q("90.000000"), q("99.000000"),
              q("99.900000"), "io")
     rows.setdefault(name, {})[tool] = r
-print("| workload | tool | IOPS | MiB/s | mean us | p50 | p90 | p99 | p99.9 "
-      "| gpufile / this |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+gpus = sorted({t for ts in rows.values() for t in ts if t.startswith("gpufile-gpu")})
+# The last columns: gpufile into host memory, then into each GPU, over
+# the row's IOPS (a fio row, or gpufile's host row for a GPU).
+heads = ["host / this"] + ["GPU %s / this" % g[len("gpufile-gpu"):] for g in gpus]
+print("| workload | tool | IOPS | MiB/s | mean us | p50 | p90 | p99 | p99.9 | "
+      + " | ".join(heads) + " |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(heads))
 for name, tools in rows.items():
-    g = tools.get("gpufile")
     for tool, r in tools.items():
-        ratio = "%.2fx" % (g[0] / r[0]) if g and r[0] and tool != "gpufile" else ""
+        ratios = []
+        for i, mine in enumerate(["gpufile"] + gpus):
+            m = tools.get(mine)
+            fits = tool.startswith("fio") or (i > 0 and tool == "gpufile")
+            ratios.append("%.2fx" % (m[0] / r[0]) if m and r[0] and fits else "")
         lat = "" if r[7] == "io" else " (per batch)"
         print("| %s | %s | %.0f | %.1f | %.1f%s | %.1f | %.1f | %.1f | %.1f | %s |"
-              % (name, tool, r[0], r[1], r[2], lat, r[3], r[4], r[5], r[6], ratio))
+              % (name, tool, r[0], r[1], r[2], lat, r[3], r[4], r[5], r[6],
+                 " | ".join(ratios)))
 EOF
 echo "JSON of every run: $OUT"
