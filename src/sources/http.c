@@ -360,7 +360,13 @@ static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
 	gpufile__stats_remote_response(rp->status, connects);
 	gpufile__remote_count_response(t->count, c);
 	rp->curl = NULL;
-	j->ex = judge(t, rp, cc, j->errbuf, &j->err, &j->why);
+	if (x->multi_rc != CURLM_OK) { /* not retried */
+		j->err = gpufile__http_multi_failed(x->multi_fn, x->multi_rc,
+		                                    &j->why);
+		j->ex = EX_FAIL;
+	} else {
+		j->ex = judge(t, rp, cc, j->errbuf, &j->err, &j->why);
+	}
 	if (j->ex != EX_RETRY || j->n >= t->max_attempts)
 		return GPUFILE__HTTP_DONE;
 	gpufile__stats_remote_retry();

@@ -20,39 +20,72 @@
  * callers' transfers going).
  *
  * A call (one gpufile__http_run: one task's ranges, a batch, one
- * exchange) takes a free lane, the lowest-numbered one (a thread that
- * reads one range after another keeps finding the connections of its
- * last call), runs its own transfers on it until they have all ended,
- * and gives the lane back: a lane holds only its driver's transfers, so
- * a call never waits on a transfer that no thread drives, and a lane is
- * empty whenever no call holds it. With every lane taken, a call waits
- * for one (lane_free). The lanes share one limit, max_in_flight
- * transfers in libcurl at once (on HTTP/1.1, connections), however many
- * threads read: a call whose transfers cannot start because the other
- * lanes hold every slot, and that has none in flight itself, waits for
- * a slot (slot_free) and has the next one given back; one that has some
- * in flight starts the rest as its own end, and leaves a free slot to
- * such a waiting call first (else a pread beside a batch of 10,000
- * ranges would wait for the whole batch: the batch's own thread frees a
- * slot and takes it again before a waiter wakes).
+ * exchange) takes a free lane, the lowest-numbered one that kept
+ * connections open, else the lowest-numbered one (a thread that reads
+ * one range after another keeps finding the connections of its last
+ * call), runs its own transfers on it until they have all ended, and
+ * gives the lane back: a lane holds only its driver's transfers, so a
+ * call never waits on a transfer that no thread drives, and a lane has
+ * no transfer whenever no call holds it. With every lane taken, a call
+ * waits for one (lane_free).
+ *
+ * Slots: the lanes share max_in_flight slots (at most remote_connections:
+ * remote.c), and a lane holds one for each transfer it has in libcurl
+ * and for each connection it has open, whichever count is larger (HTTP/2
+ * carries many transfers on one connection). So at most max_in_flight
+ * transfers are in flight and at most max_in_flight connections are
+ * open, in use and idle together, however many lanes keep some (each
+ * lane's multi handle kept up to max_in_flight idle connections of its
+ * own, max_in_flight squared in all; libcurl cannot share one connection
+ * cache between threads). The lane's multi handle may open no more
+ * connections than the slots the lane holds
+ * (CURLMOPT_MAX_TOTAL_CONNECTIONS: libcurl closes an idle one first),
+ * and the lane counts the sockets libcurl opens and closes on them (the
+ * socket callbacks), giving a slot back as soon as neither a transfer
+ * nor a connection needs it. A lane keeps the slots of its idle
+ * connections when its call ends, for the next call on it, and gives
+ * them back by closing those connections:
+ *   - a call that has had transfers in flight for RECLAIM_AFTER_MS and
+ *     finds no free slot for more closes the connections of a lane no
+ *     call holds (reclaim), unless a call waits for a lane (it would
+ *     reuse them): sooner, the lanes of a read's other tasks, which
+ *     start a moment after its first, would lose their connections to
+ *     it and take slots back from it (twice the connects);
+ *   - a call with none in flight that finds no free slot waits
+ *     (slot_free, counted in slot_waiters) for one, or for a lane no
+ *     call holds that keeps connections, and moves to that lane; while
+ *     it waits, a lane with transfers in flight starts no more and has
+ *     libcurl close an idle connection as each transfer ends
+ *     (CURLMOPT_MAXCONNECTS 1), whose slot the waiter gets (else a pread
+ *     beside a batch of 10,000 ranges would wait for the whole batch);
+ *   - a lane whose transfers all wait out a back-off closes its own.
+ *
+ * A failure of libcurl's multi interface itself (curl_multi_perform or
+ * curl_multi_poll returning an error) ends the call's attempts still in
+ * libcurl with it (x->multi_rc, which their owner names) and closes the
+ * lane's multi handle with its connections, its state being libcurl's to
+ * know; the call's other transfers start on a new one.
  *
  * Lock order: the owner's lock (*e->lock, the handle's lock once open:
- * fork.c holds it across fork()) guards the lanes' busy flags, owner and
- * the two waits; it is held only for that bookkeeping, never during a
- * libcurl call or an ops call, and nothing is taken under it.
+ * fork.c holds it across fork()) guards the lanes' busy flags, owner,
+ * the two waits and, while no call holds a lane, its held count; it is
+ * held only for that bookkeeping, never during a libcurl call or an ops
+ * call, and nothing is taken under it.
  *
- * A lane's driver's own (no lock): the lane's multi and easy handles,
- * its retries and active count, and its call's transfers. They pass from
- * one driver to the next through the lock (busy).
+ * A lane's holder's own (no lock): the lane's multi and easy handles,
+ * its slots, sockets, retries and active count, and its call's
+ * transfers. They pass from one holder (a call's driver, or a caller
+ * closing an idle lane's connections) to the next through the lock
+ * (busy).
  *
  * Invariants:
- *   - at most max_in_flight transfers are in libcurl at once (in_flight,
- *     a slot reserved before a transfer starts and given back when it
- *     leaves libcurl);
- *   - a transfer is waiting to start, in libcurl, on retry or ended:
- *     exactly one, and its call's left counts it until it ends;
- *   - a call returns only once left is 0 and its lane is given back
- *     empty, so nothing touches its transfers afterwards.
+ *   - the slots held (e->slots) are the sum of the lanes' held, at most
+ *     max_in_flight; a lane's held is at least its transfers in libcurl
+ *     and its connections (between libcurl calls);
+ *   - a transfer is waiting to start, in libcurl (x->easy set), on retry
+ *     or ended: exactly one, and its call's left counts it until it ends;
+ *   - a call returns only once left is 0 and its lane is given back with
+ *     no transfer, so nothing touches its transfers afterwards.
  */
 #define _GNU_SOURCE
 #include "sources/http_multi.h"
@@ -61,8 +94,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* How long a call has transfers in flight before it may close another
+ * lane's idle connections to start more (see above). */
+#define RECLAIM_AFTER_MS 100
 
 /* One gpufile__http_run: its transfers not yet ended. Its thread's own. */
 struct gpufile__http_call {
@@ -70,12 +108,16 @@ struct gpufile__http_call {
 };
 
 struct lane {
-	int busy; /* under the lock: a call holds it */
-	/* The driver's own. */
+	int busy; /* under the lock: a call, or a reclaim, holds it */
+	/* Its holder's; read under the lock while no one holds it. */
+	unsigned held; /* slots: for its transfers and its connections */
+	/* Its holder's own. */
 	CURLM *multi;
 	CURL **easy; /* idle easy handles, cap of them room for */
 	unsigned neasy, cap;
 	unsigned active;                  /* its transfers in libcurl */
+	unsigned socks;                   /* sockets open on its multi */
+	int trimming;                     /* CURLMOPT_MAXCONNECTS is 1 */
 	struct gpufile__http_xfer *retry; /* waiting out a back-off */
 };
 
@@ -89,24 +131,64 @@ struct gpufile__http_engine {
 	pthread_cond_t lane_free, slot_free;
 	unsigned lane_waiters;
 	_Atomic unsigned slot_waiters;
+	_Atomic unsigned slots;     /* held by all lanes */
 	_Atomic unsigned in_flight; /* all lanes' transfers in libcurl */
 	_Atomic unsigned in_flight_max;
 	CURL *(*new_easy)(void *);
 	void *arg;
 };
 
-static CURLM *multi_new(unsigned max_in_flight)
+/* The socket callbacks of a lane's transfers: libcurl opens and closes
+ * every socket of the lane's connections through them (a connection
+ * keeps the closing one of the transfer that opened it), in calls on the
+ * lane's multi handle, so by the lane's holder. */
+static curl_socket_t sock_open(void *arg, curlsocktype purpose,
+                               struct curl_sockaddr *a)
 {
-	CURLM *m = curl_multi_init();
+	struct lane *l = arg;
+	curl_socket_t s =
+	    socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 
-	if (!m)
-		return NULL;
-	/* Every connection the transfers opened stays open for the next
-	 * (libcurl keeps 4 per added transfer by default, closing the rest
-	 * once the transfers are removed). */
-	curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, (long)max_in_flight);
-	curl_multi_setopt(m, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-	return m;
+	(void)purpose;
+	if (s != CURL_SOCKET_BAD)
+		l->socks++;
+	return s;
+}
+
+static int sock_close(void *arg, curl_socket_t s)
+{
+	struct lane *l = arg;
+
+	if (l->socks)
+		l->socks--;
+	return close(s);
+}
+
+/* Sets the slots l holds, and so the connections its multi handle may
+ * have open (libcurl closes an idle one before it opens one more). */
+static void lane_hold(struct lane *l, unsigned held)
+{
+	l->held = held;
+	if (l->multi)
+		curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+		                  (long)(held ? held : 1));
+}
+
+/* Makes l's multi handle (none when out of memory: then each transfer
+ * fails to start, with no easy handle). */
+static void lane_open(struct gpufile__http_engine *e, struct lane *l)
+{
+	l->multi = curl_multi_init();
+	if (!l->multi)
+		return;
+	/* A connection stays open when its transfer ends (libcurl keeps 4
+	 * per added transfer by default), within MAX_TOTAL_CONNECTIONS. */
+	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS,
+	                  (long)e->max_in_flight);
+	curl_multi_setopt(l->multi, CURLMOPT_PIPELINING,
+	                  (long)CURLPIPE_MULTIPLEX);
+	l->trimming = 0;
+	lane_hold(l, l->held);
 }
 
 /* Closes what lane l holds (its connections and easy handles). */
@@ -118,6 +200,7 @@ static void lane_close(struct lane *l)
 	if (l->multi)
 		curl_multi_cleanup(l->multi);
 	l->multi = NULL;
+	l->socks = 0;
 }
 
 int gpufile__http_engine_new(struct gpufile__http_engine **out,
@@ -140,6 +223,7 @@ int gpufile__http_engine_new(struct gpufile__http_engine **out,
 	pthread_cond_init(&e->slot_free, NULL);
 	e->lock = lock;
 	atomic_init(&e->slot_waiters, 0);
+	atomic_init(&e->slots, 0);
 	atomic_init(&e->in_flight, 0);
 	atomic_init(&e->in_flight_max, 0);
 	e->owner = getpid();
@@ -185,7 +269,7 @@ static void adopt_after_fork(struct gpufile__http_engine *e)
 		struct lane *l = &e->lanes[i];
 
 		l->busy = 0;
-		l->neasy = l->active = 0;
+		l->neasy = l->active = l->held = l->socks = 0;
 		l->retry = NULL;
 		l->multi = NULL; /* made again when a call takes it */
 	}
@@ -196,6 +280,7 @@ static void adopt_after_fork(struct gpufile__http_engine *e)
 	pthread_cond_init(&e->slot_free, NULL);
 	e->lane_waiters = 0;
 	atomic_store(&e->slot_waiters, 0);
+	atomic_store(&e->slots, 0);
 	atomic_store(&e->in_flight, 0);
 }
 
@@ -210,27 +295,152 @@ static uint64_t now_ns(void)
 /* Reserves one of the max_in_flight slots: 1, or 0 when all are taken. */
 static int slot_take(struct gpufile__http_engine *e)
 {
-	unsigned n = atomic_load(&e->in_flight);
+	unsigned n = atomic_load(&e->slots);
 
 	do {
 		if (n >= e->max_in_flight)
 			return 0;
-	} while (!atomic_compare_exchange_weak(&e->in_flight, &n, n + 1));
-	if (n + 1 > atomic_load(&e->in_flight_max))
-		atomic_store(&e->in_flight_max, n + 1); /* a gauge: racy max */
+	} while (!atomic_compare_exchange_weak(&e->slots, &n, n + 1));
 	return 1;
 }
 
-/* Gives a slot back, waking the calls that wait for one. A waiter counts
- * itself in slot_waiters before it looks at in_flight, under the lock it
- * waits with, so that either it sees this slot free or this sees it. */
-static void slot_give(struct gpufile__http_engine *e)
+/* Gives n slots back, waking the calls that wait for one. A waiter
+ * counts itself in slot_waiters before it looks at slots, under the lock
+ * it waits with, so that either it sees these slots free or this sees
+ * it. */
+static void slot_give(struct gpufile__http_engine *e, unsigned n)
 {
-	atomic_fetch_sub(&e->in_flight, 1);
+	atomic_fetch_sub(&e->slots, n);
 	if (atomic_load(&e->slot_waiters)) {
 		pthread_mutex_lock(*e->lock);
 		pthread_cond_broadcast(&e->slot_free);
 		pthread_mutex_unlock(*e->lock);
+	}
+}
+
+/* Gives back the slots of lane l that back neither a transfer in libcurl
+ * nor an open socket. */
+static void lane_trim(struct gpufile__http_engine *e, struct lane *l)
+{
+	const unsigned keep = l->active > l->socks ? l->active : l->socks;
+
+	if (l->held > keep) {
+		const unsigned n = l->held - keep;
+
+		lane_hold(l, keep);
+		slot_give(e, n);
+	}
+}
+
+/* Closes the connections of lane l, which has no transfer in libcurl,
+ * and gives back its slots; its multi handle is made again for its next
+ * transfer. */
+static void lane_shed(struct gpufile__http_engine *e, struct lane *l)
+{
+	if (l->multi)
+		curl_multi_cleanup(l->multi);
+	l->multi = NULL;
+	l->socks = 0;
+	lane_trim(e, l);
+}
+
+/* Caller holds the lock. A lane no one holds that keeps slots (for idle
+ * connections), marked held by the caller; NULL when there is none. */
+static struct lane *idle_lane_take(struct gpufile__http_engine *e)
+{
+	for (unsigned i = 0; i < e->nlanes; i++) {
+		struct lane *v = &e->lanes[i];
+
+		if (!v->busy && v->held) {
+			v->busy = 1;
+			return v;
+		}
+	}
+	return NULL;
+}
+
+/* Caller holds the lock: gives lane l back. */
+static void lane_give(struct gpufile__http_engine *e, struct lane *l)
+{
+	l->busy = 0;
+	if (e->lane_waiters)
+		pthread_cond_signal(&e->lane_free);
+}
+
+/* Caller holds the lock, which it releases meanwhile: closes the idle
+ * connections of a lane no one holds, freeing their slots. 1 when there
+ * was such a lane. */
+static int reclaim_locked(struct gpufile__http_engine *e)
+{
+	struct lane *v = idle_lane_take(e);
+
+	if (!v)
+		return 0;
+	pthread_mutex_unlock(*e->lock);
+	lane_shed(e, v);
+	pthread_mutex_lock(*e->lock);
+	lane_give(e, v);
+	return 1;
+}
+
+/* One more slot for lane l: a free one, else, with may_reclaim while no
+ * call waits for a lane, one freed by closing the connections of a lane
+ * no one holds (a call waiting for a lane would take that lane, and its
+ * connections, next). 1, or 0 when there is none. */
+static int lane_grow(struct gpufile__http_engine *e, struct lane *l,
+                     int may_reclaim)
+{
+	int got = slot_take(e);
+
+	if (!got && may_reclaim) {
+		pthread_mutex_lock(*e->lock);
+		while (!(got = slot_take(e)) && !e->lane_waiters &&
+		       reclaim_locked(e))
+			;
+		pthread_mutex_unlock(*e->lock);
+	}
+	if (got)
+		lane_hold(l, l->held + 1);
+	return got;
+}
+
+/* The call on lane *lp has no transfer in libcurl and no slot: waits for
+ * a slot another lane gives back, reserved for *lp, or for a lane no
+ * call holds that keeps connections open, which the call moves to with
+ * its retries (the empty lane it leaves is given back), so that their
+ * connections serve it rather than close. Counted in slot_waiters
+ * meanwhile, so that lanes with transfers in flight leave it a slot. */
+static void slot_wait(struct gpufile__http_engine *e, struct lane **lp)
+{
+	struct lane *l = *lp, *v = NULL;
+	int got;
+
+	pthread_mutex_lock(*e->lock);
+	atomic_fetch_add(&e->slot_waiters, 1);
+	while (!(got = slot_take(e)) && !(v = idle_lane_take(e)))
+		pthread_cond_wait(&e->slot_free, *e->lock);
+	atomic_fetch_sub(&e->slot_waiters, 1);
+	if (v) {
+		v->retry = l->retry;
+		l->retry = NULL;
+		lane_give(e, l);
+		*lp = v;
+	}
+	pthread_mutex_unlock(*e->lock);
+	if (got)
+		lane_hold(l, l->held + 1);
+}
+
+/* While a call waits for a slot, each transfer of lane l that ends
+ * closes an idle connection of l, whose slot the waiter then gets. */
+static void lane_trimming(struct gpufile__http_engine *e, struct lane *l)
+{
+	const int want = atomic_load(&e->slot_waiters) != 0;
+
+	if (want != l->trimming) {
+		curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS,
+		                  want ? 1L : (long)e->max_in_flight);
+		l->trimming = want;
 	}
 }
 
@@ -273,29 +483,54 @@ static void attempt_ended(struct lane *l, struct gpufile__http_xfer *t,
 	l->retry = t;
 }
 
-/* Starts t on an easy handle of lane l (one is idle or may be made); a
- * slot is reserved for it. */
+/* Starts t on an easy handle of lane l (one is idle or may be made); l
+ * holds a slot for it. */
 static void start_one(struct gpufile__http_engine *e, struct lane *l,
                       struct gpufile__http_xfer *t)
 {
-	t->easy = l->neasy ? l->easy[--l->neasy] : NULL;
-	if (!t->easy && l->multi)
-		t->easy = e->new_easy(e->arg);
+	unsigned n, max;
+	CURLMcode mc;
+
+	t->multi_rc = CURLM_OK;
+	t->multi_fn = NULL;
+	t->easy = !l->multi  ? NULL
+	          : l->neasy ? l->easy[--l->neasy]
+	                     : e->new_easy(e->arg);
 	if (t->ops->start(t) < 0) {
 		if (t->easy)
 			idle_put(l, t->easy);
 		t->easy = NULL;
 		t->call->left--;
-		slot_give(e);
 		return;
 	}
+	/* After ops->start, which may reset the handle (http.c). */
 	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, (void *)t);
-	if (curl_multi_add_handle(l->multi, t->easy) != CURLM_OK) {
-		slot_give(e);
+	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETFUNCTION, sock_open);
+	curl_easy_setopt(t->easy, CURLOPT_OPENSOCKETDATA, (void *)l);
+	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETFUNCTION, sock_close);
+	curl_easy_setopt(t->easy, CURLOPT_CLOSESOCKETDATA, (void *)l);
+	mc = curl_multi_add_handle(l->multi, t->easy);
+	if (mc != CURLM_OK) {
+		t->multi_rc = mc;
+		t->multi_fn = "curl_multi_add_handle";
 		attempt_ended(l, t, CURLE_OUT_OF_MEMORY);
 		return;
 	}
 	l->active++;
+	n = atomic_fetch_add(&e->in_flight, 1) + 1;
+	max = atomic_load(&e->in_flight_max);
+	if (n > max)
+		atomic_store(&e->in_flight_max, n); /* a gauge: racy max */
+}
+
+/* Transfer t of lane l has left libcurl with cc. */
+static void transfer_left(struct gpufile__http_engine *e, struct lane *l,
+                          struct gpufile__http_xfer *t, CURLcode cc)
+{
+	curl_multi_remove_handle(l->multi, t->easy);
+	l->active--;
+	atomic_fetch_sub(&e->in_flight, 1);
+	attempt_ended(l, t, cc);
 }
 
 /* The call's next transfer to start: a retry whose back-off is over,
@@ -341,55 +576,66 @@ static void reap(struct gpufile__http_engine *e, struct lane *l)
 
 	while ((m = curl_multi_info_read(l->multi, &left))) {
 		struct gpufile__http_xfer *t = NULL;
-		const CURLcode cc = m->data.result;
-		CURL *c = m->easy_handle;
 
 		if (m->msg != CURLMSG_DONE)
 			continue;
-		curl_easy_getinfo(c, CURLINFO_PRIVATE, (char **)&t);
-		curl_multi_remove_handle(l->multi, c);
-		l->active--;
-		slot_give(e);
-		attempt_ended(l, t, cc);
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE,
+		                  (char **)&t);
+		transfer_left(e, l, t, m->data.result);
 	}
 }
 
-/* Waits until another lane gives a slot back, and reserves it (counted
- * in slot_waiters until then, so that lanes with transfers in flight
- * leave it). */
-static void slot_wait(struct gpufile__http_engine *e)
+/* fn of libcurl's multi interface failed with mc on lane l: the
+ * attempts of the call's transfers (x[0..started)) still in libcurl end
+ * with it, and l's multi handle is closed with its connections. */
+static void multi_failed(struct gpufile__http_engine *e, struct lane *l,
+                         struct gpufile__http_xfer *const *x, size_t started,
+                         const char *fn, CURLMcode mc)
 {
-	pthread_mutex_lock(*e->lock);
-	atomic_fetch_add(&e->slot_waiters, 1);
-	while (!slot_take(e))
-		pthread_cond_wait(&e->slot_free, *e->lock);
-	atomic_fetch_sub(&e->slot_waiters, 1);
-	pthread_mutex_unlock(*e->lock);
+	reap(e, l); /* those that ended before */
+	for (size_t i = 0; i < started; i++) {
+		struct gpufile__http_xfer *t = x[i];
+
+		if (!t->easy)
+			continue; /* not in libcurl */
+		t->multi_rc = mc;
+		t->multi_fn = fn;
+		transfer_left(e, l, t, CURLE_OUT_OF_MEMORY);
+	}
+	lane_shed(e, l);
 }
 
-/* Runs the call's transfers x[0..n) on lane l until all have ended. */
-static void drive(struct gpufile__http_engine *e, struct lane *l,
-                  struct gpufile__http_xfer *const *x, size_t n,
-                  struct gpufile__http_call *c)
+/* Runs the call's transfers x[0..n) on lane l until all have ended.
+ * Returns the lane it holds then (it may have moved: slot_wait). */
+static struct lane *drive(struct gpufile__http_engine *e, struct lane *l,
+                          struct gpufile__http_xfer *const *x, size_t n,
+                          struct gpufile__http_call *c)
 {
+	const uint64_t began = now_ns();
 	size_t next = 0;
 
 	while (c->left) {
-		struct gpufile__http_xfer *t;
 		int running = 0, starved = 0;
+		const int may_reclaim =
+		    l->active &&
+		    now_ns() - began >= RECLAIM_AFTER_MS * (uint64_t)1000000;
+		CURLMcode mc;
 
+		if (!l->multi)
+			lane_open(e, l);
 		/* A lane with transfers in flight leaves a free slot to a
 		 * call that has none (a pread beside a batch of 10,000
 		 * ranges would otherwise wait for the batch). */
 		while (next < n || until_retry(l, 1) == 0) {
 			if ((l->active && atomic_load(&e->slot_waiters)) ||
-			    !slot_take(e)) {
+			    (l->active >= l->held &&
+			     !lane_grow(e, l, may_reclaim))) {
 				starved = 1;
 				break;
 			}
-			t = next_ready(l, x, n, &next);
-			start_one(e, l, t);
+			start_one(e, l, next_ready(l, x, n, &next));
 		}
+		lane_trim(e, l); /* the slots of transfers that did not start */
 		if (!c->left)
 			break;
 		if (!l->active) {
@@ -398,18 +644,31 @@ static void drive(struct gpufile__http_engine *e, struct lane *l,
 			if (starved && (next < n || ms == 0)) {
 				/* Work to start, every slot another lane's:
 				 * the next one freed is this call's. */
-				slot_wait(e);
+				slot_wait(e, &l);
+				if (!l->multi)
+					lane_open(e, l);
 				start_one(e, l, next_ready(l, x, n, &next));
 			} else if (ms > 0) {
-				/* Only retries waiting out their back-off. */
+				/* Only retries waiting out their back-off:
+				 * the lane's connections are closed, their
+				 * slots free for other calls meanwhile. */
 				struct timespec ts = {ms / 1000,
 				                      (ms % 1000) * 1000000L};
+
+				if (l->held)
+					lane_shed(e, l);
 				nanosleep(&ts, NULL);
 			}
 			continue;
 		}
-		curl_multi_perform(l->multi, &running);
+		lane_trimming(e, l);
+		mc = curl_multi_perform(l->multi, &running);
+		if (mc != CURLM_OK) {
+			multi_failed(e, l, x, next, "curl_multi_perform", mc);
+			continue;
+		}
 		reap(e, l);
+		lane_trim(e, l);
 		/* Woken by a transfer's socket or a retry's time; a slot
 		 * another lane gives back is seen at the next of this lane's
 		 * events. A retry that is due but has no slot looks again in
@@ -418,18 +677,42 @@ static void drive(struct gpufile__http_engine *e, struct lane *l,
 		if (running && c->left) {
 			long ms = until_retry(l, 1000);
 
-			curl_multi_poll(l->multi, NULL, 0,
-			                (int)(starved && ms == 0 ? 10 : ms),
-			                NULL);
+			mc = curl_multi_poll(
+			    l->multi, NULL, 0,
+			    (int)(starved && ms == 0 ? 10 : ms), NULL);
+			if (mc != CURLM_OK)
+				multi_failed(e, l, x, next, "curl_multi_poll",
+				             mc);
 		}
 	}
+	return l;
+}
+
+/* Caller holds the lock. A free lane: the lowest-numbered one that kept
+ * connections open, else the lowest-numbered one; NULL when all are
+ * taken. */
+static struct lane *lane_pick(struct gpufile__http_engine *e)
+{
+	struct lane *any = NULL;
+
+	for (unsigned i = 0; i < e->nlanes; i++) {
+		struct lane *l = &e->lanes[i];
+
+		if (l->busy)
+			continue;
+		if (l->held)
+			return l;
+		if (!any)
+			any = l;
+	}
+	return any;
 }
 
 void gpufile__http_run(struct gpufile__http_engine *e,
                        struct gpufile__http_xfer *const *x, size_t n)
 {
 	struct gpufile__http_call call = {.left = n};
-	struct lane *l = NULL;
+	struct lane *l;
 
 	if (!n)
 		return;
@@ -437,31 +720,27 @@ void gpufile__http_run(struct gpufile__http_engine *e,
 		x[i]->easy = NULL;
 		x[i]->call = &call;
 		x[i]->next = NULL;
+		x[i]->multi_rc = CURLM_OK;
+		x[i]->multi_fn = NULL;
 	}
 	pthread_mutex_lock(*e->lock);
 	adopt_after_fork(e);
-	for (;;) {
-		for (unsigned i = 0; i < e->nlanes && !l; i++)
-			if (!e->lanes[i].busy)
-				l = &e->lanes[i];
-		if (l)
-			break;
+	while (!(l = lane_pick(e))) {
 		e->lane_waiters++;
 		pthread_cond_wait(&e->lane_free, *e->lock);
 		e->lane_waiters--;
 	}
 	l->busy = 1;
 	pthread_mutex_unlock(*e->lock);
-	/* A lane's multi handle is made when a call first takes it; with
-	 * none (out of memory) each transfer fails to start, with no easy
-	 * handle. */
-	if (!l->multi)
-		l->multi = multi_new(e->max_in_flight);
-	drive(e, l, x, n, &call);
+	l = drive(e, l, x, n, &call);
+	lane_trim(e, l);
+	/* The lane keeps its idle connections for the next call on it; a
+	 * call waiting for a slot moves to it (slot_wait), one that starts
+	 * waiting after this finds it free. */
 	pthread_mutex_lock(*e->lock);
-	l->busy = 0;
-	if (e->lane_waiters)
-		pthread_cond_signal(&e->lane_free);
+	lane_give(e, l);
+	if (l->held && atomic_load(&e->slot_waiters))
+		pthread_cond_broadcast(&e->slot_free);
 	pthread_mutex_unlock(*e->lock);
 }
 #endif

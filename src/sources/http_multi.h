@@ -4,9 +4,9 @@
  * connections kept open between calls (HTTP/1.1 keep-alive; HTTP/2
  * streams where the server offers h2).
  *
- * One multi handle per engine (so one connection cache: a connection
- * opened for one caller serves the next), driven by one of the threads
- * waiting for transfers at a time.
+ * The engine's lanes (http_multi.c) each have a multi handle, driven by
+ * the thread whose call holds the lane; a connection a call opened
+ * serves the next call on its lane.
  *
  * The engine knows nothing of ranges, signatures or validation: a
  * transfer's owner (remote.c's ranges, http.c's requests of uploads and
@@ -15,7 +15,8 @@
  * owner: a handle's reads or its source's requests) and judges its end
  * (ops->finish), which says whether and when to try again. The engine
  * keeps at most max_in_flight transfers of all its callers in libcurl at
- * once.
+ * once, and at most max_in_flight connections open, in use and idle
+ * together.
  */
 #ifndef GPUFILE_HTTP_MULTI_H
 #define GPUFILE_HTTP_MULTI_H
@@ -37,7 +38,9 @@ struct gpufile__http_xfer_ops {
 	 * handle could be made: then it fails). Returns 0, or a negative
 	 * error: the transfer ends there, its owner having kept why. */
 	int (*start)(struct gpufile__http_xfer *x);
-	/* The attempt ended with cc (libcurl holds x->easy no more).
+	/* The attempt ended with cc (libcurl holds x->easy no more), or,
+	 * when x->multi_rc is not CURLM_OK, was ended by that failure of
+	 * libcurl's multi interface (cc is then CURLE_OUT_OF_MEMORY).
 	 * Returns GPUFILE__HTTP_DONE, or the milliseconds (>= 0) to wait
 	 * before ops->start sets up the next attempt. */
 	long (*finish)(struct gpufile__http_xfer *x, CURLcode cc);
@@ -46,6 +49,11 @@ struct gpufile__http_xfer_ops {
 struct gpufile__http_xfer {
 	const struct gpufile__http_xfer_ops *ops;
 	CURL *easy; /* lent by the engine from ops->start to ops->finish */
+	/* For ops->finish: CURLM_OK, or the failure of libcurl's multi
+	 * interface that ended the attempt, returned by the function
+	 * multi_fn names (e.g. "curl_multi_perform"). */
+	CURLMcode multi_rc;
+	const char *multi_fn;
 	/* The engine's own. */
 	uint64_t not_before_ns; /* a retry waits until then */
 	struct gpufile__http_xfer *next;
@@ -66,10 +74,10 @@ void gpufile__http_engine_free(struct gpufile__http_engine *e);
 
 /* Runs x[0..n) to their ends, started in order after the transfers
  * queued before them, with those of other threads' calls counted against
- * the same max_in_flight; the calling thread drives the engine while no
- * other does. Every transfer ends through its ops (the owner reads the
- * outcome there); a failure of libcurl's multi interface itself ends the
- * attempts in flight as CURLE_OUT_OF_MEMORY. */
+ * the same max_in_flight; the calling thread drives its own transfers.
+ * Every transfer ends through its ops (the owner reads the outcome
+ * there); a failure of libcurl's multi interface itself ends the call's
+ * attempts in flight with x->multi_rc set. */
 void gpufile__http_run(struct gpufile__http_engine *e,
                        struct gpufile__http_xfer *const *x, size_t n);
 

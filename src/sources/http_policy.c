@@ -116,6 +116,13 @@ int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why)
 	return cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
 }
 
+int gpufile__http_multi_failed(const char *fn, CURLMcode mc, char **why)
+{
+	gpufile__http_why(why, "libcurl's multi interface failed (%s: %s)",
+	                  fn ? fn : "curl_multi", curl_multi_strerror(mc));
+	return mc == CURLM_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+}
+
 int gpufile__http_curl_retryable(CURLcode cc)
 {
 	switch (cc) {

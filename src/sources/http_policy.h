@@ -47,6 +47,13 @@ void gpufile__http_why(char **why, const char *fmt, ...)
  * hold a credential. Returns -ETIMEDOUT for a timeout, else -EIO. */
 int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why);
 
+/* An attempt that a failure of libcurl's multi interface ended (mc,
+ * returned by fn: http_multi.h's x->multi_rc and x->multi_fn): *why says
+ * "libcurl's multi interface failed (fn: its words)", its words
+ * curl_multi_strerror's. Returns -ENOMEM for CURLM_OUT_OF_MEMORY, else
+ * -EIO. */
+int gpufile__http_multi_failed(const char *fn, CURLMcode mc, char **why);
+
 /* 1 when a new attempt can cure a transfer that ended with cc (a timeout,
  * a dropped, refused or cut connection, an HTTP/2 stream error), else 0. */
 int gpufile__http_curl_retryable(CURLcode cc);

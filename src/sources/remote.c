@@ -974,7 +974,14 @@ static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
 	j->list = NULL;
 	if (j->rm->verbose)
 		log_exchange(j->rm, j->s, j->head, cc);
-	ex = judge(j->rm, j->s, j->head, cc, j->errbuf, &j->a.err, &j->a.why);
+	if (x->multi_rc != CURLM_OK) { /* not retried */
+		j->a.err = gpufile__http_multi_failed(x->multi_fn, x->multi_rc,
+		                                      &j->a.why);
+		ex = EX_FAIL;
+	} else {
+		ex = judge(j->rm, j->s, j->head, cc, j->errbuf, &j->a.err,
+		           &j->a.why);
+	}
 	return attempt_again(j->rm, j->s, &j->a, ex, &ms) ? ms
 	                                                  : GPUFILE__HTTP_DONE;
 }
