@@ -222,7 +222,8 @@ static struct setting settings[] = {
      .help = "HTTP statuses that are retried (comma-separated)"},
     SETTING("remote_connections", KIND_COUNT, 1, 1024,
             default_remote_connections,
-            "HTTP connections per remote handle, reused between ranges"),
+            "HTTP connections a remote handle has open at most (in use "
+            "and idle), reused between ranges"),
     SETTING("remote_task_size", KIND_SIZE, 0, 1ull << 40,
             default_remote_task_size,
             "bytes per task (one HTTP range) of a remote request; 0: "
@@ -244,7 +245,8 @@ static struct setting settings[] = {
             default_http_max_in_flight,
             "HTTP range transfers a remote handle keeps in flight at once "
             "(libcurl multi interface), at most remote_connections: on "
-            "HTTP/1.1 each holds a connection, kept open for the next"),
+            "HTTP/1.1 each holds a connection, kept open for the next (the "
+            "handle's open connections are at most this many)"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
