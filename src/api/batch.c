@@ -559,6 +559,59 @@ static void slot_copy(struct worker *w, unsigned s, const unsigned *idx,
 
 /* ---- reading a round ---- */
 
+/* The destinations of a round's host entries, faulted in before the
+ * reads (gpufile__populate_dest): entries whose pages follow each other
+ * or share one (fsspec's new bytes objects, allocated one after another;
+ * a Zarr result's chunks) with one call for the run, not a mincore() and
+ * a madvise() per entry (10,000 64 KiB ranges: 20,000 system calls). A
+ * run never covers a page no entry of it writes into. */
+struct dest_span {
+	uintptr_t start, end; /* page-aligned; empty when equal */
+};
+
+static void span_flush(struct dest_span *s)
+{
+	if (s->end > s->start)
+		gpufile__populate_dest((void *)s->start, s->end - s->start);
+	s->start = s->end = 0;
+}
+
+static void span_add(struct dest_span *s, const char *p, size_t n)
+{
+	const uintptr_t page = GPUFILE_ALIGN;
+	const uintptr_t a = (uintptr_t)p & ~(page - 1);
+	const uintptr_t e = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+
+	if (!n)
+		return;
+	if (s->end > s->start && a <= s->end && e >= s->start) {
+		if (a < s->start)
+			s->start = a;
+		if (e > s->end)
+			s->end = e;
+		return;
+	}
+	span_flush(s);
+	s->start = a;
+	s->end = e;
+}
+
+/* Faults in the destinations of the round's host entries, a run of
+ * entries on following pages with one call. */
+static void populate_round(struct gpufile_batch *b, const unsigned *idx,
+                           unsigned n)
+{
+	struct dest_span span = {0, 0};
+
+	for (unsigned k = 0; k < n; k++) {
+		const struct entry *e = &b->e[idx[k]];
+
+		if (e->way == WAY_HOST)
+			span_add(&span, e->buf, e->size);
+	}
+	span_flush(&span);
+}
+
 /* Reads the round's entries with plain preads (no io_uring). */
 static void round_pread(struct worker *w, const unsigned *idx,
                         const size_t *place, unsigned n, char *slot_mem)
@@ -566,11 +619,8 @@ static void round_pread(struct worker *w, const unsigned *idx,
 	for (unsigned k = 0; k < n; k++) {
 		struct entry *e = &w->b->e[idx[k]];
 		char *dst = e->way == WAY_STAGED ? slot_mem + place[k] : e->buf;
-		ssize_t got;
-
-		if (e->way == WAY_HOST)
-			gpufile__populate_dest(dst, e->size);
-		got = gpufile__pread_full(e->h->fd, dst, e->size, e->offset);
+		ssize_t got =
+		    gpufile__pread_full(e->h->fd, dst, e->size, e->offset);
 
 		if (got < 0)
 			entry_failed(e, idx[k], got, NULL);
@@ -601,10 +651,6 @@ static int round_uring(struct worker *w, const unsigned *idx,
 		 * that many reads. */
 		if (!sqe)
 			return -EBUSY;
-		/* New memory (a new bytes object each) is faulted in by one
-		 * call, not a fault per page inside the read. */
-		if (e->way == WAY_HOST)
-			gpufile__populate_dest(dst, e->size);
 		io_uring_prep_read(sqe, e->h->fd, dst, (unsigned)e->size,
 		                   (uint64_t)e->offset);
 		io_uring_sqe_set_data64(sqe, idx[k]);
@@ -668,6 +714,9 @@ static int round_uring(struct worker *w, const unsigned *idx,
 static void read_round(struct worker *w, const unsigned *idx,
                        const size_t *place, unsigned n, char *slot_mem)
 {
+	/* New memory (a new bytes object per entry) is faulted in before
+	 * the reads, not a fault per page inside each read's copy. */
+	populate_round(w->b, idx, n);
 #ifdef GPUFILE_HAVE_LIBURING
 	if (w->ring_state == 0)
 		w->ring_state =
@@ -1852,7 +1901,10 @@ ssize_t gpufile_batch_result(gpufile_batch_t *b, unsigned i)
 	if (!b)
 		return gpufile__fail(-EINVAL, "gpufile_batch_result: batch is "
 		                              "NULL");
-	batch_after_fork(b);
+	/* No batch_after_fork (a getpid() system call: once per entry, the
+	 * caller's cost of 10,000 results): the fork handler made every
+	 * batch the child's own already (gpufile__batch_atfork_child), and
+	 * this reads an entry's done flag and result, taking no lock. */
 	if (i >= b->n)
 		return gpufile__fail(-EINVAL,
 		                     "gpufile_batch_result: entry %u is out of "
@@ -1867,7 +1919,7 @@ const char *gpufile_batch_errmsg(gpufile_batch_t *b, unsigned i)
 {
 	if (!b)
 		return NULL;
-	batch_after_fork(b);
+	/* No batch_after_fork: as gpufile_batch_result. */
 	if (i >= b->n ||
 	    !atomic_load_explicit(&b->e[i].done, memory_order_acquire))
 		return NULL;
