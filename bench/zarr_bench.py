@@ -13,7 +13,10 @@ warm (one untimed read of each first), medians of --rounds:
           against DirectoryStore + cupy.asarray per chunk   goal >= 3x
 
 Every contender's result is checked against the others' (the whole array
-sum, every range's bytes).
+sum, every range's bytes). Wall times are the goals' measure; each line
+also gives the process's CPU time (all its threads) and the ratio of the
+CPU medians, with the load average: on a shared 2-core machine a reader's
+wall time is mostly its CPU time over its share of the cores.
 
 Files (created once in --dir, reused when their size matches):
   a.zarr/     the array (--size bytes)
@@ -77,37 +80,56 @@ def make_file(path, size):
 
 
 def timed(fn):
-    t0 = time.perf_counter()
+    """(wall seconds, CPU seconds of the process: every thread's, the
+    result)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+class Times(dict):
+    """{name: [wall seconds]}, and cpu: {name: [CPU seconds]}."""
+
+    def __init__(self, names):
+        super().__init__((name, []) for name in names)
+        self.cpu = {name: [] for name in names}
 
 
 def rounds(contenders, n, check):
-    """{name: [seconds]} over n interleaved rounds, after one untimed
-    round; check(results by name) after each."""
-    times = {name: [] for name in contenders}
+    """Times of n interleaved rounds, after one untimed round;
+    check(results by name) after each."""
+    times = Times(contenders)
     for r in range(n + 1):
         results = {}
         order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
         for name in order:
-            dt, results[name] = timed(contenders[name])
+            dt, cpu, results[name] = timed(contenders[name])
             if r:
                 times[name].append(dt)
+                times.cpu[name].append(cpu)
         check(results)
         del results
     return times
 
 
 def report(label, times, nbytes, base, new, goal):
+    """Prints each contender's wall times (the goal's measure) and CPU
+    times (the process's, all threads: on a shared machine a reader's
+    wall time is mostly its CPU time over its share of the cores), and
+    the ratios of their medians; returns the wall ratio."""
     med = {k: statistics.median(v) for k, v in times.items()}
+    cpu = {k: statistics.median(v) for k, v in times.cpu.items()}
     for k, v in times.items():
-        print("%-8s %-30s median %.3f s  best %.3f s  %.2f GB/s  (%s)" % (
-            label, k, med[k], min(v), nbytes / med[k] / 1e9,
-            " ".join("%.3f" % x for x in v)))
+        print("%-8s %-30s median %.3f s  best %.3f s  %.2f GB/s  (%s)  "
+              "cpu median %.3f s (%s)" % (
+                  label, k, med[k], min(v), nbytes / med[k] / 1e9,
+                  " ".join("%.3f" % x for x in v), cpu[k],
+                  " ".join("%.3f" % x for x in times.cpu[k])))
     ratio = med[base] / med[new]
-    print("%-8s %s / %s = %.2fx%s" % (
+    print("%-8s %s / %s = %.2fx%s; cpu %.2fx, load %s" % (
         label, base, new, ratio, "" if goal is None else " (goal >= %gx: %s)"
-        % (goal, "met" if ratio >= goal else "MISSED")))
+        % (goal, "met" if ratio >= goal else "MISSED"),
+        cpu[base] / cpu[new], "%.2f %.2f %.2f" % os.getloadavg()))
     return ratio
 
 
