@@ -21,13 +21,18 @@ device memory for a CuPy-backed array (meta_array) and host memory
 otherwise: no copy through a chunk buffer, which is what a store alone
 can do (zarr copies each chunk a store returns into the result). Other
 chunks (compressed, filtered, cut by the selection) are read into host
-memory by the same batch and decoded by zarr; for a device result, the
-decoded part is then copied to the device. open_array() returns an
-Array; pickling keeps it one (Dask sends it to its workers so).
+memory by the same batch and decoded by zarr, compressed ones of a host
+result on threads, several at once (codecs release the GIL); for a
+device result, the decoded part is then copied to the device.
+open_array() returns an Array; pickling keeps it one (Dask sends it to
+its workers so).
 
 Zarr 3.x has another store interface (asynchronous); it is not covered
 here: importing gpufile.zarr raises ImportError naming the version.
 """
+
+import concurrent.futures
+import os
 
 import numpy as np
 import zarr
@@ -40,6 +45,15 @@ from zarr.storage import BaseStore, DirectoryStore  # noqa: E402
 
 from . import _buffers, _ranges  # noqa: E402
 from ._file import File  # noqa: E402
+
+# Threads that decode the compressed chunks of one selection at most (one
+# per core up to this): a pool made per selection, so that a forked
+# child (Dask, multiprocessing) never inherits one whose threads it lacks.
+DECODE_THREADS = 16
+# Stored bytes below which a selection's chunks are decoded in turn on the
+# caller's thread: starting the threads costs more than decoding a few
+# small chunks (a Dask task reads one chunk).
+DECODE_THREADS_MIN_BYTES = 1 << 20
 
 
 class _BatchReads:
@@ -230,6 +244,7 @@ class Array(zarr.Array):
                 buf.release()
         del keep
         counts = iter(counts)
+        decode = []  # (bytes, chunk selection, out selection)
         for key, name, b, csel, osel, n, row in read:
             got = next(counts) if row else 0
             if isinstance(got, BaseException):
@@ -248,8 +263,30 @@ class Array(zarr.Array):
                     tmp = np.squeeze(tmp, axis=drop_axes)
                 out[osel] = np.asarray(tmp, like=out)
             else:
-                self._process_chunk(out, b, csel, drop_axes, True, fields,
-                                    osel)
+                decode.append((b, csel, osel))
+        self._decode_into(out, decode, drop_axes, fields)
+
+    def _decode_into(self, out, chunks, drop_axes, fields):
+        """Decodes each (bytes, chunk selection, out selection) of chunks
+        into its part of the host array out, as zarr does (_process_chunk).
+        Compressed or filtered chunks are decoded on threads, several at
+        once: numcodecs' codecs (Blosc, Zstd, LZ4, Zlib) release the GIL
+        while they decompress, and each chunk lands in a part of out of its
+        own. The first chunk's error is raised (as zarr would), once every
+        chunk has ended."""
+        def one(chunk):
+            b, csel, osel = chunk
+            self._process_chunk(out, b, csel, drop_axes, True, fields, osel)
+        workers = min(len(chunks), os.cpu_count() or 1, DECODE_THREADS)
+        if workers < 2 or not (self._compressor or self._filters) or \
+                sum(len(c[0]) for c in chunks) < DECODE_THREADS_MIN_BYTES:
+            for chunk in chunks:
+                one(chunk)
+            return
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            futures = [pool.submit(one, chunk) for chunk in chunks]
+        for f in futures:
+            f.result()  # raises the chunk's error
 
     def _chunk_rows(self, jobs, files, out, device, fields, rows, read, keep,
                     bufs):

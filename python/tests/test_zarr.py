@@ -171,6 +171,74 @@ def test_a_selection_is_one_batch_read_in_place(gz, tmp_path, monkeypatch):
     assert len(buffers) == 8 * 3
 
 
+class _Recording(numcodecs.abc.Codec if zarr else object):
+    """Zlib, recording which thread decoded each chunk (and failing on a
+    chunk whose bytes are not zlib's, as Zlib does)."""
+    codec_id = "gpufile-test-recording"
+    threads = []
+
+    def __init__(self, level=1):
+        self.level = level
+        self._zlib = numcodecs.Zlib(level)
+
+    def encode(self, buf):
+        return self._zlib.encode(buf)
+
+    def decode(self, buf, out=None):
+        import threading
+        _Recording.threads.append(threading.get_ident())
+        return self._zlib.decode(buf, out)
+
+
+def _recording_array(gz, root):
+    numcodecs.register_codec(_Recording)
+    a = sample("<i4", (40, 30), seed=3)
+    z = gz.open_array(root, mode="w", shape=a.shape, chunks=(8, 7),
+                      dtype=a.dtype, compressor=_Recording())
+    z[:] = a  # 5 x 5 chunks, ragged at both ends
+    return a
+
+
+def test_compressed_chunks_are_decoded_on_threads(gz, tmp_path,
+                                                  monkeypatch):
+    import threading
+    # Small chunks: decoded in turn unless told otherwise.
+    monkeypatch.setattr(gz, "DECODE_THREADS_MIN_BYTES", 0)
+    root = str(tmp_path / "r.zarr")
+    a = _recording_array(gz, root)
+    r = gz.open_array(root, mode="r")
+    del _Recording.threads[:]
+    same(r[:], a)
+    assert len(_Recording.threads) == 25
+    if (os.cpu_count() or 1) >= 2:  # one core: decoded in turn
+        assert threading.get_ident() not in _Recording.threads
+    for sel in [(slice(3, 37), slice(6, 29)), (slice(None), slice(28, 30)),
+                (5, slice(None)), (slice(39, 40), slice(0, 1))]:
+        same(r[sel], a[sel])
+    same(r.oindex[[0, 17, 39], [29, 3]], a[np.ix_([0, 17, 39], [29, 3])])
+    same(zarr.open_array(zarr.storage.DirectoryStore(root), mode="r")[:], a)
+    monkeypatch.undo()  # small selections: on the caller's thread
+    del _Recording.threads[:]
+    same(gz.open_array(root, mode="r")[:], a)
+    assert set(_Recording.threads) == {threading.get_ident()}
+
+
+def test_a_chunk_that_does_not_decode_is_its_codec_error(gz, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.setattr(gz, "DECODE_THREADS_MIN_BYTES", 0)
+    root = str(tmp_path / "x.zarr")
+    _recording_array(gz, root)
+    with open(os.path.join(root, "2.3"), "wb") as f:
+        f.write(b"not zlib")
+    with pytest.raises(Exception) as theirs:
+        zarr.open_array(zarr.storage.DirectoryStore(root), mode="r")[:]
+    with pytest.raises(type(theirs.value)):
+        gz.open_array(root, mode="r")[:]
+    r = gz.open_array(root, mode="r")
+    same(r[:16], zarr.open_array(zarr.storage.DirectoryStore(root),
+                                 mode="r")[:16])  # the others still read
+
+
 def test_store_getitems_is_one_batch(gz, tmp_path):
     root = str(tmp_path / "g.zarr")
     z = zarr.open_array(zarr.storage.DirectoryStore(root), mode="w",
