@@ -228,6 +228,12 @@ void gpufile__staged_push_restart(struct gpufile__staged_push *p);
  * between tasks and leaves each task's last copy running while it reads
  * the next task (settle ends it). */
 extern const struct gpufile__task_ops gpufile__staged_ops;
+/* The staging path for a request of one task that the thread asking for
+ * it runs itself (gpufile__request_run_inline, file.c): nothing is
+ * deferred or kept past the task, and the thread's current CUDA context
+ * is left as it was (made the buffer's only for the task, where it was
+ * another). A small device read then wakes no worker. */
+extern const struct gpufile__task_ops gpufile__staged_here_ops;
 /* Frees every pinned bounce buffer (staging.c). */
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);

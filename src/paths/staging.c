@@ -882,6 +882,36 @@ static int copy_to_device(const struct gpufile__cuda *t, struct stager *s,
 	return 0;
 }
 
+/* Copies n bytes at src (bounce buffer b, file offset pos) to device
+ * address dst and waits for the copy: the last chunk of a task that is
+ * not deferred, whose end the task waits for at once anyway. Its own
+ * stream, not the pooled copies' queue (which would add a lock, a look at
+ * the current context and an event per copy), and no event: b is free
+ * again when this returns. A lone 4 KiB device read is then one copy and
+ * one synchronisation. */
+static int copy_to_device_now(const struct gpufile__cuda *t, struct stager *s,
+                              struct gpufile__request *r, CUdeviceptr dst,
+                              const char *src, size_t n, int64_t pos, char *msg,
+                              size_t msg_len)
+{
+	CUresult rc = t->cuMemcpyHtoDAsync(dst, src, n, s->stream);
+
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(rc, msg, msg_len,
+		                          "copying %zu bytes of %s at offset "
+		                          "%lld to device memory %p",
+		                          n, r->h->path, (long long)pos,
+		                          (void *)(uintptr_t)dst);
+	rc = t->cuStreamSynchronize(s->stream);
+	if (rc != CUDA_SUCCESS)
+		return gpufile__cuda_fail(
+		    rc, msg, msg_len,
+		    "waiting for the copy of %zu bytes of "
+		    "%s at offset %lld to device memory %p",
+		    n, r->h->path, (long long)pos, (void *)(uintptr_t)dst);
+	return 0;
+}
+
 #ifdef GPUFILE_HAVE_LIBURING
 /*
  * Cold ranges: every buffer of the stager has an O_DIRECT read in flight
@@ -1131,7 +1161,8 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 {
 	const int64_t end = off + (int64_t)len;
 	const unsigned k = pool_k(&r->cfg);
-	struct copy_queue *cq = pool_queue(t, s, k);
+	struct copy_queue *cq = NULL;
+	int cq_asked = 0; /* pool_queue asked (on the first pooled copy) */
 	int64_t pos = off;
 	unsigned b = 0;
 	int err;
@@ -1156,6 +1187,20 @@ static ssize_t staged_read_warm(const struct gpufile__cuda *t, struct stager *s,
 		}
 		/* The previous task's last copy ran while we read. */
 		settle_deferred(t, s);
+		if (n > 0 && !may_defer &&
+		    (pos + n == end || (size_t)n < want)) {
+			err = copy_to_device_now(
+			    t, s, r, dst + (CUdeviceptr)(pos - off), bounce,
+			    (size_t)n, pos, msg, msg_len);
+			if (err)
+				goto fail;
+			pos += n;
+			break; /* the last chunk */
+		}
+		if (n > 0 && !cq_asked) {
+			cq = pool_queue(t, s, k);
+			cq_asked = 1;
+		}
 		if (n > 0 && (!cq || pool_post(t, cq, s, b,
 		                               dst + (CUdeviceptr)(pos - off),
 		                               bounce, (size_t)n, k))) {
@@ -1437,10 +1482,11 @@ static ssize_t staged_push_read(const struct gpufile__cuda *t, struct stager *s,
 static _Thread_local struct stager *held;
 
 /* One task; keep: the thread keeps the stager afterwards, and the task's
- * last copy may be left running (GPUFILE__TASK_DEFERRED). */
+ * last copy may be left running (GPUFILE__TASK_DEFERRED); in_ctx: the
+ * thread's current context is the request's already. */
 static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
                            int64_t off, char *msg, size_t msg_len, int keep,
-                           const struct push_source *src)
+                           const struct push_source *src, int in_ctx)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
@@ -1464,7 +1510,9 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 	held = NULL;
 	err = stager_prepare(t, s, (CUcontext)r->cuda_ctx, r->cuda_ctx_id,
 	                     r->device, &r->cfg, msg, msg_len);
-	if (!err) {
+	/* stager_prepare leaves the current context alone, or makes it the
+	 * request's. */
+	if (!err && !in_ctx) {
 		rc = t->cuCtxSetCurrent((CUcontext)r->cuda_ctx);
 		if (rc != CUDA_SUCCESS)
 			err = gpufile__cuda_fail(rc, msg, msg_len,
@@ -1493,14 +1541,14 @@ static ssize_t staged_task(struct gpufile__request *r, char *buf, size_t len,
 ssize_t gpufile__staged_task(struct gpufile__request *r, char *buf, size_t len,
                              int64_t off, char *msg, size_t msg_len)
 {
-	return staged_task(r, buf, len, off, msg, msg_len, 0, NULL);
+	return staged_task(r, buf, len, off, msg, msg_len, 0, NULL, 0);
 }
 
 static ssize_t staged_task_kept(struct gpufile__request *r, char *buf,
                                 size_t len, int64_t off, char *msg,
                                 size_t msg_len)
 {
-	return staged_task(r, buf, len, off, msg, msg_len, 1, NULL);
+	return staged_task(r, buf, len, off, msg, msg_len, 1, NULL, 0);
 }
 
 ssize_t gpufile__staged_pushed(struct gpufile__request *r, char *buf,
@@ -1511,7 +1559,30 @@ ssize_t gpufile__staged_pushed(struct gpufile__request *r, char *buf,
 {
 	const struct push_source src = {.fill = fill, .arg = arg};
 
-	return staged_task(r, buf, len, off, msg, msg_len, 1, &src);
+	return staged_task(r, buf, len, off, msg, msg_len, 1, &src, 0);
+}
+
+/* A task on the caller's own thread (see gpufile__staged_here_ops): not
+ * deferred, and the thread's current context as it found it. */
+static ssize_t staged_task_here(struct gpufile__request *r, char *buf,
+                                size_t len, int64_t off, char *msg,
+                                size_t msg_len)
+{
+	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
+	CUcontext caller = NULL;
+	int in_ctx;
+	ssize_t n;
+
+	if (!t)
+		return gpufile__fail(GPUFILE_ENOCUDA, "CUDA driver not loaded");
+	in_ctx = t->cuCtxGetCurrent(&caller) == CUDA_SUCCESS &&
+	         caller == (CUcontext)r->cuda_ctx;
+	n = staged_task(r, buf, len, off, msg, msg_len, 0, NULL, in_ctx);
+	/* A failed task may have left another context current (its
+	 * buffers' while they were being made). */
+	if (!in_ctx || n < 0)
+		gpufile__ctx_restore(t, caller);
+	return n;
 }
 
 static int staged_settle(struct gpufile__task_result *out, int idle)
@@ -1541,6 +1612,10 @@ static int staged_settle(struct gpufile__task_result *out, int idle)
 const struct gpufile__task_ops gpufile__staged_ops = {
     .run = staged_task_kept,
     .settle = staged_settle,
+};
+
+const struct gpufile__task_ops gpufile__staged_here_ops = {
+    .run = staged_task_here,
 };
 
 int gpufile__staging_warmup(const struct gpufile__settings *cfg)
