@@ -8,7 +8,7 @@
  *             [--pooled-shapes LIST]
  *             [--register-chunks LIST]
  *             [--cells LIST] [--ctx-id-cost] [--stream] [--small]
- *             [--pool-ab] [--reps N]
+ *             [--pool-ab] [--latency] [--reps N]
  *
  * --chunked: the staged path's copy pattern alone (16 streams, two pinned
  * buffers each, 4 and 16 MiB copies) against one large cuMemcpy and
@@ -44,6 +44,15 @@
  * fewer tasks than workers (file.c), against the same with that split off,
  * interleaved; then 1 and 4 MiB cold (the range dropped from the page
  * cache before each round).
+ *
+ * --latency: single small device reads, one at a time (4 and 64 KiB at
+ * random offsets of the first --size bytes, in the page cache), each
+ * timed: gpufile_pread into device memory against the same done by hand
+ * (pread into pinned memory, cuMemcpyHtoDAsync on a stream made once,
+ * cuStreamSynchronize), gpufile_pread into host memory and a plain pread,
+ * interleaved read by read; p50 and p99 of each and gpufile's device p50
+ * and p99 over the hand-made one's. Runs right after the setup, and
+ * nothing else.
  *
  * --pool-ab: the warm read with its copies pooled (the default, up to 8 a
  * call) and one a call, interleaved, against the pinned copy ceiling.
@@ -1280,6 +1289,99 @@ static void small_reads(void *dev, void *pinned)
 	gpufile_close(h);
 }
 
+/* ---- single small device reads (--latency) ---- */
+
+#define LAT_READS 4000
+#define LAT_KINDS 4
+
+static double lat_pct(double *v, int n, double p)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return v[(int)(p * (n - 1))];
+}
+
+/* LAT_READS reads of piece bytes at random piece-aligned offsets below
+ * size, each of the four kinds in turn per offset (so a drift of the
+ * machine falls on all): 0 gpufile into dev, 1 by hand (pread into
+ * pinned, copy, synchronise), 2 gpufile into host, 3 pread into host.
+ * Prints each kind's p50 and p99 in microseconds. */
+static void latency_shape(gpufile_t *h, int fd, void *dev, void *pinned,
+                          char *host, size_t piece, CUstream st)
+{
+	static const char *const name[LAT_KINDS] = {
+	    "gpufile_pread -> GPU", "by hand: pread+copy+sync -> GPU",
+	    "gpufile_pread -> host", "pread -> host"};
+	static double t[LAT_KINDS][LAT_READS];
+	const uint64_t slots = size / piece;
+	uint64_t x = 88172645463325252ull;
+	double p50[LAT_KINDS], p99[LAT_KINDS];
+
+	if (slots == 0)
+		die("--latency: --size below the read size", 0);
+	for (int i = 0; i < LAT_READS; i++) {
+		int64_t off;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		off = (int64_t)((x % slots) * piece);
+		for (int k = 0; k < LAT_KINDS; k++) {
+			double t0 = now();
+			ssize_t n;
+
+			if (k == 0) {
+				n = gpufile_pread(h, dev, piece, off);
+			} else if (k == 1) {
+				n = pread(fd, pinned, piece, off);
+				if (n == (ssize_t)piece &&
+				    (cu->cuMemcpyHtoDAsync(
+				         (CUdeviceptr)(uintptr_t)dev, pinned,
+				         piece, st) ||
+				     cu->cuStreamSynchronize(st)))
+					die("cuMemcpyHtoDAsync", 0);
+			} else if (k == 2) {
+				n = gpufile_pread(h, host, piece, off);
+			} else {
+				n = pread(fd, host, piece, off);
+			}
+			if (n != (ssize_t)piece)
+				die("a small read", n);
+			t[k][i] = (now() - t0) * 1e6;
+		}
+	}
+	for (int k = 0; k < LAT_KINDS; k++) {
+		p50[k] = lat_pct(t[k], LAT_READS, 0.50);
+		p99[k] = lat_pct(t[k], LAT_READS, 0.99);
+		printf("latency %zu KiB %-34s p50 %8.1f us  p99 %8.1f us\n",
+		       piece >> 10, name[k], p50[k], p99[k]);
+	}
+	printf("latency %zu KiB gpufile/by-hand into the GPU: p50 %.2fx, p99 "
+	       "%.2fx (%d reads each)\n",
+	       piece >> 10, p50[0] / p50[1], p99[0] / p99[1], LAT_READS);
+}
+
+static void latency(void *dev, void *pinned)
+{
+	int fd = open(file, O_RDONLY);
+	char *host = malloc(64 << 10);
+	gpufile_t *h = NULL;
+	CUstream st;
+	int rc = gpufile_open(&h, file, "r");
+
+	if (rc || fd < 0 || !host)
+		die("gpufile_open", rc ? rc : -errno);
+	if (cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
+		die("cuStreamCreate", 0);
+	/* First use: gpufile's bounce buffers, the stream's first copy. */
+	latency_shape(h, fd, dev, pinned, host, 4096, st);
+	latency_shape(h, fd, dev, pinned, host, 4096, st);
+	latency_shape(h, fd, dev, pinned, host, 64 << 10, st);
+	cu->cuStreamDestroy(st);
+	gpufile_close(h);
+	free(host);
+	close(fd);
+}
+
 /* Reads the page cache straight into the GPU: map the file, register
  * the mapping read-only with the driver, one DMA. */
 static void register_experiment(void *dev)
@@ -1559,7 +1661,7 @@ int main(int argc, char **argv)
 {
 	int cold = 0, do_sweep = 0, do_register = 0, do_contention = 0,
 	    do_chunked = 0, do_ctx_id = 0, do_stream = 0, do_small = 0,
-	    do_pool_ab = 0;
+	    do_pool_ab = 0, do_latency = 0;
 	const char *cell_list = NULL, *shape_list = NULL, *reg_list = NULL,
 	           *kernel_list = NULL, *batch_list = NULL, *pooled_list = NULL;
 	double h2d_alone = 0, h2d_small = 0, h2d_big = 0;
@@ -1591,6 +1693,8 @@ int main(int argc, char **argv)
 			do_stream = 1;
 		else if (!strcmp(argv[i], "--small"))
 			do_small = 1;
+		else if (!strcmp(argv[i], "--latency"))
+			do_latency = 1;
 		else if (!strcmp(argv[i], "--pool-ab"))
 			do_pool_ab = 1;
 		else if (!strcmp(argv[i], "--cells") && i + 1 < argc)
@@ -1617,7 +1721,7 @@ int main(int argc, char **argv)
 		                "[--pooled-shapes LIST] "
 		                "[--register-chunks LIST] [--cells LIST] "
 		                "[--ctx-id-cost] [--stream] [--small] "
-		                "[--pool-ab] "
+		                "[--pool-ab] [--latency] "
 		                "[--reps N]\n");
 		return 2;
 	}
@@ -1637,6 +1741,10 @@ int main(int argc, char **argv)
 	snprintf(out_path, sizeof(out_path), "%s.out", file);
 
 	warm_cache(file);
+	if (do_latency) {
+		latency(dev, pinned);
+		return 0;
+	}
 	h2d = copy_ceiling(pinned, dev, 1);
 	d2h = copy_ceiling(pinned, dev, 0);
 	printf("ceiling: cuMemcpy pinned->device %.2f GB/s, device->pinned "
