@@ -32,7 +32,7 @@ root=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
-TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|bounce_buffer_free|mmap|fork|cold_eof|remote|stream|batch|multi_device|map_copy|context}
+TSAN_REGEX=${TSAN_REGEX:-pool|async|request|stress|fault_matrix|staging_fake|small_device|bounce_buffer_free|mmap|fork|cold_eof|remote|stream|batch|multi_device|map_copy|context}
 # Matched by the regex, but no threads to race: test_remote_redact runs
 # the tool about 220 times to grep its output for a planted secret, each
 # start under TSan a second or more; on a loaded 2-core machine that passed
