@@ -3,9 +3,10 @@
  * offset) reads submitted at once, for host or device buffers.
  *
  * Why not one gpufile_pread per entry: a 4 KiB device read through the
- * staged path costs a task hand-off, a bounce-buffer claim and its own
- * cuMemcpyHtoDAsync + synchronise, so 65,536 of them are 65,536 copy
- * calls and as many wake-ups. Here a batch is cut into chunks of
+ * staged path costs a bounce-buffer claim, its own cuMemcpyHtoDAsync +
+ * synchronise and three more driver calls (on the calling thread, with
+ * no wake-up since test_small_device), so 65,536 of them are 65,536 copy
+ * calls and as many waits for the GPU. Here a batch is cut into chunks of
  * consecutive entries; each of the batch's own worker threads claims
  * chunks and, per round, reads up to BATCH_DEPTH entries with one
  * io_uring submission (many reads in flight, no thread per read), device
