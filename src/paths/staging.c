@@ -882,13 +882,13 @@ static int copy_to_device(const struct gpufile__cuda *t, struct stager *s,
 	return 0;
 }
 
-/* Copies n bytes at src (bounce buffer b, file offset pos) to device
+/* Copies n bytes at src (in a bounce buffer; file offset pos) to device
  * address dst and waits for the copy: the last chunk of a task that is
- * not deferred, whose end the task waits for at once anyway. Its own
+ * not deferred, whose end the task waits for at once anyway. On s's own
  * stream, not the pooled copies' queue (which would add a lock, a look at
- * the current context and an event per copy), and no event: b is free
- * again when this returns. A lone 4 KiB device read is then one copy and
- * one synchronisation. */
+ * the current context and an event per copy), and no event: the buffer
+ * is free again when this returns. A lone 4 KiB device read is then
+ * one copy and one synchronisation. */
 static int copy_to_device_now(const struct gpufile__cuda *t, struct stager *s,
                               struct gpufile__request *r, CUdeviceptr dst,
                               const char *src, size_t n, int64_t pos, char *msg,
