@@ -1,7 +1,9 @@
 /* The transfer engine of remote reads (src/sources/http_multi.c):
  *   - a host read issues its ranges together: more in flight than there
  *     are worker threads, exactly http_max_in_flight at most (the count
- *     gpufile_stats_remote reports), against nginx (skipped without it);
+ *     gpufile_stats_remote reports), against nginx (skipped without it),
+ *     in tasks of max_in_flight / nthreads ranges (rounded up) that any
+ *     free thread takes, not one slice of the read per thread;
  *   - a batch of ranged reads on one handle is issued together too;
  *   - ranges whose first attempt is cut half-way are rewritten from their
  *     start while the others are in flight (fault_server.py /closeonce);
@@ -95,8 +97,39 @@ static int have_nginx(void)
 	              "|| test -x /usr/sbin/nginx; fi") == 0;
 }
 
+/* The tasks of one read of SIZE bytes from url into d (opened with o,
+ * or the settings for NULL), every byte checked. */
+static uint64_t host_tasks_with(const char *url, unsigned char *d,
+                                const gpufile_remote_opts_t *o)
+{
+	gpufile_stats_t a, b;
+	gpufile_t *h = NULL;
+
+	GPUFILE_INIT(a);
+	GPUFILE_INIT(b);
+	CHECK_EQ(o ? gpufile_open_remote(&h, url, "r", o)
+	           : gpufile_open(&h, url, "r"),
+	         0);
+	if (!h)
+		return 0;
+	memset(d - CANARY_LEN, CANARY, SIZE + 2 * CANARY_LEN);
+	CHECK_EQ(gpufile_stats_self(&a), 0);
+	CHECK_EQ(gpufile_pread(h, d, SIZE, 0), (ssize_t)SIZE);
+	CHECK_EQ(gpufile_stats_self(&b), 0);
+	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
+	gpufile_close(h);
+	return b.path[GPUFILE_PATH_REMOTE][0].tasks -
+	       a.path[GPUFILE_PATH_REMOTE][0].tasks;
+}
+
+static uint64_t host_tasks(const char *url, unsigned char *d)
+{
+	return host_tasks_with(url, d, NULL);
+}
+
 /* More ranges in flight than threads, up to exactly the setting: a read
- * through gpufile_pread, then a batch. */
+ * through gpufile_pread, then a batch; a host read's ranges in tasks of
+ * max_in_flight / nthreads ranges (rounded up). */
 static void test_in_flight(void)
 {
 	char server[4200], line[4400], url[256], ca[4096];
@@ -130,8 +163,9 @@ static void test_in_flight(void)
 	}
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/object.bin", http_port);
 
-	/* 65 ranges on 2 threads: 24 in flight. */
-	CHECK_EQ(gpufile_config_set("nthreads", "2"), 0);
+	/* 65 ranges on 1 thread: 24 in flight (its tasks are 24 ranges
+	 * each, issued together). */
+	CHECK_EQ(gpufile_config_set("nthreads", "1"), 0);
 	CHECK_EQ(gpufile_config_set("http_max_in_flight", "24"), 0);
 	CHECK_EQ(gpufile_config_set("remote_connections", "64"), 0);
 	CHECK_EQ(gpufile_open(&h, url, "r"), 0);
@@ -139,6 +173,25 @@ static void test_in_flight(void)
 	CHECK_EQ(dest_bad(d, SIZE, 0, 1), 0);
 	CHECK_EQ(in_flight_max(), 24);
 	gpufile_close(h);
+
+	/* 65 ranges on 4 threads, 16 in flight: tasks of 4 ranges (16 / 4),
+	 * 17 of them, taken by whichever thread is free; a task per thread
+	 * (4 of 17 ranges) bound each thread to a quarter of the read. */
+	CHECK_EQ(gpufile_config_set("nthreads", "4"), 0);
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "16"), 0);
+	CHECK_EQ(host_tasks(url, d), 17);
+	/* 24 in flight on 4 threads: 6 ranges a task, 11 tasks. */
+	CHECK_EQ(gpufile_config_set("http_max_in_flight", "24"), 0);
+	CHECK_EQ(host_tasks(url, d), 11);
+	/* The handle's max_in_flight (its options) counts, not the
+	 * setting's: 4 on 4 threads, a range a task. */
+	{
+		gpufile_remote_opts_t o = {0};
+
+		GPUFILE_INIT(o);
+		o.max_in_flight = 4;
+		CHECK_EQ(host_tasks_with(url, d, &o), 65);
+	}
 
 	/* A batch of 60 ranged reads of 64 KiB on one handle: 40 in
 	 * flight, on 2 batch threads. */

@@ -677,8 +677,9 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 		return rc;
 	}
 	split_small_read(r);
-	/* Into host memory, a task is many ranges issued at once on the
-	 * source's transfer engine (remote.c), one task per thread; from a
+	/* Into host memory, a task is a few ranges issued at once on the
+	 * source's transfer engine (remote.c), enough that the threads
+	 * together keep max_in_flight in flight; from a
 	 * server that ignores Range, into any memory, one task: the one body
 	 * of the whole request (each task would stream the body from its
 	 * start). A source of its own (WebHDFS, uploads) keeps its task

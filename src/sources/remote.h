@@ -68,8 +68,9 @@ int gpufile__remote_read_ranges(struct gpufile *h,
                                 struct gpufile__remote_range *r, size_t n);
 
 /* The size of a host task of a request of size bytes at offset on h
- * (task_size for the pool): whole ranges of range_size, one task per each
- * of nthreads threads, each task's ranges in flight together; where the
+ * (task_size for the pool): k whole ranges of range_size, k the handle's
+ * max_in_flight over nthreads rounded up, each task's ranges in flight
+ * together and the tasks taken by whichever thread is free; where the
  * server ignores Range, one task for the whole request, into any memory
  * (one body, in order: offset + size). */
 size_t gpufile__remote_task_size(const struct gpufile *h, size_t range_size,
