@@ -126,7 +126,8 @@ static void *reader(void *arg)
 	const unsigned id = (unsigned)(uintptr_t)arg;
 
 	for (unsigned i = 0; i < ITERS; i++) {
-		/* One range, then eight at once (one task). */
+		/* One range, then eight (tasks of one range: 3 in flight
+		 * over 4 threads). */
 		read_check(RANGE, (int64_t)(((id * ITERS + i) * RANGE) %
 		                            (SIZE - RANGE)));
 		read_check(8 * RANGE, (int64_t)((id + i) * RANGE));
@@ -205,8 +206,8 @@ int main(void)
 	for (unsigned i = 0; i < 3; i++)
 		read_check(16 * RANGE, (int64_t)(i * RANGE));
 
-	/* Four threads at once, each read four tasks on four workers, then
-	 * a batch. */
+	/* Four threads at once, each read's tasks on four workers, then a
+	 * batch. */
 	for (unsigned i = 0; i < NTHREADS; i++)
 		CHECK_EQ(
 		    pthread_create(&t[i], NULL, reader, (void *)(uintptr_t)i),
