@@ -190,9 +190,18 @@ static void append_one_task_fails(const char *path)
 		free(data);
 		return;
 	}
-	/* Its last task starts at 1 MiB. */
+	/* Its last task starts at 1 MiB. Asynchronous: the pool's tasks run
+	 * at once (a blocking buffered write runs them one after the other
+	 * in the caller: the failing one would wait for the last forever). */
 	inject_one(1000 + (300 << 10), 1 << 20);
-	n = gpufile_pwrite(h, data, size, 0);
+	{
+		gpufile_future_t *f = NULL;
+
+		n = gpufile_pwrite_async(h, data, size, 0, &f);
+		if (n == 0)
+			n = gpufile_future_wait(f);
+		gpufile_future_free(f);
+	}
 	inject_one(-1, -1);
 	CHECK_EQ(n, -ENOSPC);
 	CHECK_EQ(file_size(path), 1000);

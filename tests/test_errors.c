@@ -554,6 +554,10 @@ static void test_retries(gpufile_t *h, int direct_on)
 	inject_reset();
 }
 
+/* Set: expect_fail's writes are gpufile_pwrite_async, the pool's (a
+ * blocking buffered write runs every task in the caller, one at a time). */
+static int write_async;
+
 /* A request with the faults installed must fail with err, naming the file
  * and the offset of the failing task, and the handle must work after. */
 static void expect_fail(gpufile_t *h, const char *path, int is_write,
@@ -568,8 +572,17 @@ static void expect_fail(gpufile_t *h, const char *path, int is_write,
 	test_fill(buf, size, SEED, (uint64_t)off);
 	before = counter(is_write);
 	inject_install();
-	n = is_write ? gpufile_pwrite(h, buf, size, off)
-	             : gpufile_pread(h, buf, size, off);
+	if (is_write && write_async) {
+		gpufile_future_t *f = NULL;
+
+		n = gpufile_pwrite_async(h, buf, size, off, &f);
+		if (n == 0)
+			n = gpufile_future_wait(f);
+		gpufile_future_free(f);
+	} else {
+		n = is_write ? gpufile_pwrite(h, buf, size, off)
+		             : gpufile_pread(h, buf, size, off);
+	}
 	inject_reset();
 	after = counter(is_write);
 	CHECK_EQ(n, err);
@@ -683,9 +696,11 @@ static void test_lower_task_late(gpufile_t *h, const char *path)
 	add_fault(5 * TS, 1, ENOSPC, 0, 0);
 	add_fault(9 * TS, 1, EDQUOT, 0, 0);
 	atomic_store(&late_at, 5 * TS);
+	write_async = 1; /* a blocking one has no second thread */
 	expect_fail(h, path, 1, FSIZE, 0, -ENOSPC, 5 * TS,
 	            "two write faults, lower task started after the higher "
 	            "failed");
+	write_async = 0;
 	gpufile__pool_task_hook = NULL;
 	CHECK_EQ(gpufile_set_nthreads(nthreads), 0);
 }

@@ -710,6 +710,27 @@ static void unplace(struct gpufile__request *r, int rc)
 	gpufile__request_destroy(r);
 }
 
+/*
+ * Whether r is a buffered write from host memory into a local file: one
+ * writer, the calling thread, runs all its tasks. ext4 (ext4_buffered_
+ * write_iter), XFS and btrfs hold the file's inode lock (i_rwsem)
+ * exclusively for the whole of a buffered write, so buffered writes into
+ * one file run one at a time whatever the number of writers; more writers
+ * only wait on the lock, spin on it (rwsem_spin_on_owner) and hand it on.
+ * On the H100 host (issue 33) 16 writers reached 3.76 GB/s where one fio
+ * job wrote 5.7 and four 6.05; on the 2-core VM one writer ran as fast as
+ * 2, 4 or 16 (bench/README.md, "Writes: gpufile against fio"). O_DIRECT
+ * writes (direct_io=on, where the file system takes it) keep the workers:
+ * they wait on the device, which wants several in flight.
+ */
+static int one_writer(const struct gpufile__request *r)
+{
+	return r->is_write && r->path == GPUFILE_PATH_HOST && !r->h->remote &&
+	       (r->cfg.direct_io != GPUFILE__DIRECT_ON ||
+	        atomic_load_explicit(&r->h->direct_refused,
+	                             memory_order_relaxed));
+}
+
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
                            int is_write)
 {
@@ -725,11 +746,13 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 	 * to a worker, a 4 KiB read into an H200 took 42 us at the median,
 	 * against ~10 us for its pread, copy and synchronise by hand (the
 	 * worker's wake-up, the caller's, and the copy pooled and deferred
-	 * for tasks that never came). */
+	 * for tasks that never came). A buffered write from host memory:
+	 * every task here (one_writer). */
 	if (((r.path == GPUFILE_PATH_HOST ||
 	      (r.path == GPUFILE_PATH_REMOTE && !r.cuda_ctx)) &&
 	     r.ntasks <= 1) ||
-	    (r.ops == &gpufile__staged_ops && !is_write && r.ntasks == 1)) {
+	    (r.ops == &gpufile__staged_ops && !is_write && r.ntasks == 1) ||
+	    one_writer(&r)) {
 		if (r.ops == &gpufile__staged_ops)
 			r.ops = &gpufile__staged_here_ops;
 		gpufile__request_run_inline(&r);
