@@ -711,8 +711,9 @@ static void unplace(struct gpufile__request *r, int rc)
 }
 
 /*
- * Whether r is a buffered write from host memory into a local file: one
- * writer, the calling thread, runs all its tasks. ext4 (ext4_buffered_
+ * Whether r is a buffered write from host memory into a regular file
+ * (not a block device): one writer, the calling thread, runs all its
+ * tasks. ext4 (ext4_buffered_
  * write_iter), XFS and btrfs hold the file's inode lock (i_rwsem)
  * exclusively for the whole of a buffered write, so buffered writes into
  * one file run one at a time whatever the number of writers; more writers
@@ -726,6 +727,7 @@ static void unplace(struct gpufile__request *r, int rc)
 static int one_writer(const struct gpufile__request *r)
 {
 	return r->is_write && r->path == GPUFILE_PATH_HOST && !r->h->remote &&
+	       r->h->regular &&
 	       (r->cfg.direct_io != GPUFILE__DIRECT_ON ||
 	        atomic_load_explicit(&r->h->direct_refused,
 	                             memory_order_relaxed));
