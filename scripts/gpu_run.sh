@@ -98,7 +98,9 @@
 #                              reads, the Zarr benchmark into CuPy when
 #                              zarr is there), STAGE=again (the remote
 #                              figures after the engine's lanes, the
-#                              tests of what changed, bench_vs_fio)
+#                              tests of what changed, bench_vs_fio),
+#                              STAGE=final (every test, small device
+#                              reads, the remote must-show, writes)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -693,6 +695,32 @@ owed)
 		fio --name=w --filename=$data/wf.bin --rw=write --bs=1m --size=4g --ioengine=psync \
 			--direct=0 --output-format=terse 2>&1 | awk -F';' '{print "fio psync 1M 1 job: " $48*1024/1e9 " GB/s"}'
 		rm -f $data/wf.bin
+		;;
+	final)
+		# Session 36's final commit: every test first, then the figures
+		# its changes owe: single small device reads (run on the calling
+		# thread now), the remote must-show after the host split, the
+		# buffered write with one writer, host reads unchanged.
+		every_test "test_gpu|test_small_device|test_stream|test_batch|Failed|failed"
+		grep -E "test_(kvikio_gpu|upload|webhdfs|remote_rangeless|gpu|stream).*(FAIL|ERROR)|passed|failed" \
+			"$OUT/pytest.log" | tail -5
+		make_file $data/one.bin $((1 << 30))
+		cat $data/one.bin >/dev/null
+		log "single small device reads against pread + copy + sync by hand"
+		$B/bench/gpu_bench $data/one.bin --size 1073741824 --latency 2>&1 |
+			tee "$OUT/latency.log" | tail -14
+		log "gpufile bench --device 0, 4 KiB random, one at a time"
+		$B/gpufile bench $data/one.bin --device 0 --rw randread --bs 4k --time 3 2>&1 |
+			tee "$OUT/bench_4k_gpu0.log" | grep -E 'IOPS|p50|p99'
+		log "issue 36's must-show figures, 4 GiB"
+		BUILD_DIR=$B WORKDIR=$data ROUNDS=3 COUNT=3000 bash bench/remote_must_show.sh 4GiB 2>&1 |
+			tee "$OUT/remote_must_show.log" | tail -16
+		log "4 GiB from nginx into GPU and host memory"
+		BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
+			tee "$OUT/remote_bench.log" | head -12
+		log "buffered and O_DIRECT 4 GiB writes against fio (one writer for buffered)"
+		BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
+			bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
 		;;
 	esac
 	;;
