@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FILE_SIZE (1u << 20)
 #define SEED_FILE 51
@@ -291,6 +292,91 @@ static void test_copy_fails(gpufile_t *h, const char *path)
 	small_reads(h, 0);
 }
 
+/* ---- a caller waiting for a bounce-buffer set ---- */
+
+#define BUSY_TS (128u << 10)
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_stage, at_gate;
+
+/* The busy read's tasks: its second waits for stage 1, those after it
+ * for stage 2. */
+static void busy_hook(struct gpufile__request *r, int64_t off)
+{
+	task_hook(r, off);
+	if (off < (int64_t)BUSY_TS)
+		return;
+	pthread_mutex_lock(&gate_lock);
+	at_gate++;
+	pthread_cond_broadcast(&gate_cond);
+	while (gate_stage < (off >= 2 * (int64_t)BUSY_TS ? 2 : 1))
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+static void gate_open(int stage)
+{
+	pthread_mutex_lock(&gate_lock);
+	gate_stage = stage;
+	pthread_cond_broadcast(&gate_cond);
+	pthread_mutex_unlock(&gate_lock);
+}
+
+struct reader {
+	gpufile_t *h;
+	unsigned char *dev;
+	size_t len;
+	ssize_t got;
+};
+
+static void *read_thread(void *arg)
+{
+	struct reader *a = arg;
+
+	fake.cuCtxSetCurrent(fake_ctx_of(0));
+	a->got = gpufile_pread(a->h, a->dev, a->len, 0);
+	return NULL;
+}
+
+/* One worker (nthreads 1) keeps its bounce-buffer set from task to task
+ * while its queue has work. A small read on the calling thread then
+ * waits for that set: it must get it when the worker's task ends, not
+ * when the queue runs dry (here the queue's next task waits for the
+ * small read, so it would never run). */
+static void test_caller_not_starved(gpufile_t *h)
+{
+	unsigned char *big = fake_dev_base(0);
+	unsigned char *small = fake_dev_base(0) + (8u << 20);
+	struct reader busy = {h, big, 4 * BUSY_TS, 0};
+	struct reader one = {h, small, READ_SIZE, 0};
+	pthread_t tb, to;
+
+	CHECK_EQ(gpufile_set_nthreads(1), 0);
+	CHECK_EQ(gpufile_set_task_size(BUSY_TS), 0);
+	gpufile__pool_task_hook = busy_hook;
+	CHECK_EQ(pthread_create(&tb, NULL, read_thread, &busy), 0);
+	pthread_mutex_lock(&gate_lock);
+	while (at_gate < 1) /* the worker holds its set, task 0 done */
+		pthread_cond_wait(&gate_cond, &gate_lock);
+	pthread_mutex_unlock(&gate_lock);
+
+	CHECK_EQ(pthread_create(&to, NULL, read_thread, &one), 0);
+	while (gpufile__staging_waiting() < 1)
+		test_sleep_ms(1);
+	gate_open(1); /* the worker's task 1 ends; the small read's turn */
+	CHECK_EQ(pthread_join(to, NULL), 0);
+	CHECK_EQ(one.got, (ssize_t)READ_SIZE);
+	CHECK_EQ(test_mismatch(small, READ_SIZE, SEED_FILE, 0), -1);
+
+	gate_open(2);
+	CHECK_EQ(pthread_join(tb, NULL), 0);
+	CHECK_EQ(busy.got, (ssize_t)(4 * BUSY_TS));
+	CHECK_EQ(test_mismatch(big, 4 * BUSY_TS, SEED_FILE, 0), -1);
+	gpufile__pool_task_hook = task_hook;
+	gpufile_config_reset();
+}
+
 int main(void)
 {
 	const char *path = test_path("small-device");
@@ -309,6 +395,8 @@ int main(void)
 	test_one_read(h);
 	test_other_context(h);
 	test_copy_fails(h, path);
+	alarm(120); /* a starved caller fails instead of hanging */
+	test_caller_not_starved(h);
 
 	CHECK_EQ(gpufile_close(h), 0);
 	gpufile__pool_task_hook = NULL;

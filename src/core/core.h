@@ -340,13 +340,16 @@ struct gpufile__task_result {
  *   run     moves one task. It may return GPUFILE__TASK_DEFERRED (only
  *           when settle is not NULL): the task's last step is still
  *           running, and the task has not ended.
- *   settle  reports, into *out, a deferred task of the calling thread
+ *   settle  reports, into *out, one deferred task of the calling thread
  *           whose last step has finished, and returns 1; 0 when there is
- *           none. With idle, it first waits for the deferred task, if
- *           any, and gives back what the thread keeps between tasks: the
- *           pool calls it so before a worker sleeps or exits, before a
- *           thread runs a task of other ops, and right after each task a
- *           thread other than a worker ran. NULL when run never defers.
+ *           none left to report (the pool calls it until it returns 0).
+ *           With idle, once nothing finished is left to report, it waits
+ *           for the deferred task, if any, and gives back what the thread
+ *           keeps between tasks: the pool calls it so before a worker
+ *           sleeps or exits, before a thread runs a task of other ops,
+ *           and right after each task a thread other than a worker ran.
+ *           It may also give back when not idle (another thread waits
+ *           for what it keeps). NULL when run never defers.
  */
 struct gpufile__task_ops {
 	gpufile__task_fn run;

@@ -297,8 +297,8 @@ static void task_end(struct gpufile__request *r, int64_t off, size_t len,
 		complete(r);
 }
 
-/* Ends the deferred task the ops this thread holds report, if any; with
- * idle, waits for it and lets the ops give back what the thread keeps
+/* Ends the deferred tasks the ops this thread holds report, if any; with
+ * idle, waits for them and lets the ops give back what the thread keeps
  * (see struct gpufile__task_ops). */
 static void settle(int idle)
 {
@@ -309,7 +309,7 @@ static void settle(int idle)
 		return;
 	if (idle)
 		holding = NULL;
-	if (ops->settle(&done, idle))
+	while (ops->settle(&done, idle))
 		task_end(done.r, done.off, done.len, done.n, done.msg);
 }
 

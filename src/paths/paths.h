@@ -234,6 +234,8 @@ extern const struct gpufile__task_ops gpufile__staged_ops;
  * is left as it was (made the buffer's only for the task, where it was
  * another). A small device read then wakes no worker. */
 extern const struct gpufile__task_ops gpufile__staged_here_ops;
+/* Threads waiting for a bounce-buffer set now (for tests). */
+unsigned gpufile__staging_waiting(void);
 /* Frees every pinned bounce buffer (staging.c). */
 void gpufile__staging_release(void);
 int gpufile__staging_warmup(const struct gpufile__settings *s);

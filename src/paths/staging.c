@@ -134,6 +134,12 @@ static struct {
 	pthread_cond_t freed;
 	struct stager *free_list;
 	unsigned count; /* stagers in existence */
+	/* Threads waiting in stager_acquire: while there are any, a worker
+	 * gives its set back after each task (staged_settle) instead of
+	 * keeping it for the next one, so that a caller running its read
+	 * itself (gpufile__staged_here_ops) is not kept waiting for as long
+	 * as the queue stays busy. Written under lock; read without it. */
+	_Atomic unsigned waiting;
 } stagers = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .freed = PTHREAD_COND_INITIALIZER,
@@ -701,8 +707,11 @@ static struct stager *stager_acquire(const struct gpufile__cuda *t,
 		surplus = s;
 		stagers.count--;
 	}
-	while (!stagers.free_list && stagers.count >= limit)
+	while (!stagers.free_list && stagers.count >= limit) {
+		atomic_fetch_add(&stagers.waiting, 1);
 		pthread_cond_wait(&stagers.freed, &stagers.lock);
+		atomic_fetch_sub(&stagers.waiting, 1);
+	}
 	s = stagers.free_list;
 	if (s) {
 		stagers.free_list = s->next;
@@ -1589,23 +1598,32 @@ static int staged_settle(struct gpufile__task_result *out, int idle)
 {
 	const struct gpufile__cuda *t = gpufile__cuda_if_loaded();
 	struct stager *s = held;
-	int reported = 0;
+	int reported;
 
 	if (!s)
 		return 0;
-	if (idle && t) {
-		forget_dead(t, s);
-		settle_deferred(t, s);
-	}
+	/* What has finished first: the waits below fill s->settled again. */
 	if (s->has_settled) {
 		*out = s->settled;
 		s->has_settled = 0;
-		reported = 1;
+		return 1;
 	}
-	if (idle) {
-		held = NULL;
-		stager_return(t, s);
+	/* Another thread waits for a set: this one goes back now. */
+	if (!idle && atomic_load(&stagers.waiting))
+		idle = 1;
+	if (!idle)
+		return 0;
+	if (t) {
+		forget_dead(t, s);
+		settle_deferred(t, s);
 	}
+	held = NULL;
+	reported = s->has_settled;
+	if (reported) {
+		*out = s->settled;
+		s->has_settled = 0;
+	}
+	stager_return(t, s);
 	return reported;
 }
 
@@ -1617,6 +1635,11 @@ const struct gpufile__task_ops gpufile__staged_ops = {
 const struct gpufile__task_ops gpufile__staged_here_ops = {
     .run = staged_task_here,
 };
+
+unsigned gpufile__staging_waiting(void)
+{
+	return atomic_load(&stagers.waiting);
+}
 
 int gpufile__staging_warmup(const struct gpufile__settings *cfg)
 {
@@ -1746,6 +1769,7 @@ void gpufile__staging_atfork_child(void)
 		free(s);
 	}
 	stagers.count = 0;
+	atomic_store(&stagers.waiting, 0);
 	/* A gpufile_bounce_buffer_free() of another parent thread may have
 	 * held serial or waited for stagers at the fork: neither exists in
 	 * the child. */
