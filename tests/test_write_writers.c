@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -135,6 +136,46 @@ static void test_direct_parallel(void)
 	gpufile_config_set("direct_io", "auto");
 }
 
+static int (*real_open)(const char *path, int flags, mode_t mode);
+
+static int open_no_direct(const char *path, int flags, mode_t mode)
+{
+	if (flags & O_DIRECT) {
+		errno = EINVAL; /* as a file system without O_DIRECT says */
+		return -1;
+	}
+	return real_open(path, flags, mode);
+}
+
+/* direct_io=on where the O_DIRECT descriptor cannot be opened: once the
+ * first write has found that out (its tasks went through the page cache),
+ * the next buffered write is one writer's again. */
+static void test_direct_unavailable(void)
+{
+	const char *path = test_path("writers_nodirect.bin");
+	unsigned char *buf = test_malloc(SIZE);
+	gpufile_t *h = NULL;
+
+	test_fill(buf, SIZE, 13, 0);
+	real_open = gpufile__sys.open;
+	gpufile__sys.open = open_no_direct;
+	CHECK_EQ(gpufile_config_set("direct_io", "on"), 0);
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, SIZE, 0), (ssize_t)SIZE);
+	CHECK(!gpufile__direct_fd_possible(h));
+	reset(2000);
+	gpufile__pool_task_hook = record;
+	CHECK_EQ(gpufile_pwrite(h, buf, SIZE, 0), (ssize_t)SIZE);
+	gpufile__pool_task_hook = NULL;
+	CHECK_EQ(atomic_load(&tasks), NTASKS);
+	CHECK_EQ(atomic_load(&off_caller), 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile__sys.open = real_open;
+	check_file(path, 13);
+	free(buf);
+	gpufile_config_set("direct_io", "auto");
+}
+
 int main(void)
 {
 	alarm(300); /* a hang fails the test */
@@ -142,6 +183,7 @@ int main(void)
 	CHECK_EQ(gpufile_set_task_size(TASK), 0);
 	test_buffered_one_writer();
 	test_direct_parallel();
+	test_direct_unavailable();
 	gpufile_config_reset();
 	gpufile_release();
 	return test_finish("test_write_writers");

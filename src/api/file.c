@@ -730,7 +730,8 @@ static int one_writer(const struct gpufile__request *r)
 	       r->h->regular &&
 	       (r->cfg.direct_io != GPUFILE__DIRECT_ON ||
 	        atomic_load_explicit(&r->h->direct_refused,
-	                             memory_order_relaxed));
+	                             memory_order_relaxed) ||
+	        !gpufile__direct_fd_possible(r->h));
 }
 
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
