@@ -239,7 +239,14 @@ static int run_child(void (*fn)(void), int *status)
 	if (pid < 0)
 		return -1;
 	if (pid == 0) {
-		alarm(60); /* a SIGBUS passed on to nobody would loop */
+		/* A SIGBUS passed on to nobody would fault again for ever: a
+		 * loop that burns CPU, so a bound on CPU time (SIGXCPU) ends
+		 * it, however slowly a loaded machine runs the child (a
+		 * 60 s alarm killed a sound child under TSan beside two busy
+		 * processes). */
+		struct rlimit cpu = {.rlim_cur = 60, .rlim_max = 60};
+
+		setrlimit(RLIMIT_CPU, &cpu);
 		fn();
 		_exit(0);
 	}
