@@ -3,11 +3,12 @@
  * (s3://BUCKET/KEY and AWS's own https:// S3 URLs, signed with SigV4 when
  * credentials are found: aws_config.c) and presigned S3 URLs.
  *
- * A request on a remote handle is split into task_size tasks by the pool
- * like any other; each task (or each bounce-buffer chunk of a staged
- * device task) is one HTTP range request on a connection taken from the
- * handle's set of at most remote_connections libcurl handles, which keep
- * their connections open between ranges.
+ * A request on a remote handle is split into tasks by the pool like any
+ * other (a host task of a few ranges: gpufile__remote_task_size); each
+ * range (or each bounce-buffer chunk of a staged device task) is one HTTP
+ * range request driven by the handle's engine (http_multi.c), whose lanes
+ * keep at most remote_connections connections open, in use and idle
+ * together, between ranges.
  *
  * Invariants of a range (KvikIO's RemoteFile breaks the first: a retried
  * range goes on writing where the failed attempt stopped):
