@@ -1081,6 +1081,20 @@ static void parts_end(struct gpufile__remote *rm, const struct range_job *j,
 	}
 }
 
+/* Clears r's result and message, and returns how many of its bytes the
+ * object has (0: none, nothing to ask for). */
+static size_t range_begin(const struct gpufile__remote *rm,
+                          struct gpufile__remote_range *r)
+{
+	r->result = 0;
+	r->msg = NULL;
+	if (r->off >= rm->size || r->len == 0)
+		return 0;
+	if ((int64_t)r->len > rm->size - r->off)
+		return (size_t)(rm->size - r->off);
+	return r->len;
+}
+
 /* A server that ignores Range: every range of r[0..n) from one 200
  * body, read once in order from the lowest offset asked to the highest
  * end, the bytes before, between and after them dropped. A request per
@@ -1100,14 +1114,10 @@ static int ranges_from_body(struct gpufile__remote *rm,
 		                     "reading %zu ranges of %s: out of memory",
 		                     n, rm->shown);
 	for (size_t i = 0; i < n; i++) {
-		size_t len = r[i].len;
+		const size_t len = range_begin(rm, &r[i]);
 
-		r[i].result = 0;
-		r[i].msg = NULL;
-		if (r[i].off >= rm->size || len == 0)
+		if (len == 0)
 			continue;
-		if ((int64_t)len > rm->size - r[i].off)
-			len = (size_t)(rm->size - r[i].off);
 		parts[np] = (struct body_part){.buf = r[i].buf,
 		                               .off = r[i].off,
 		                               .end = r[i].off + (int64_t)len,
@@ -1163,14 +1173,10 @@ int gpufile__remote_read_ranges(struct gpufile *h,
 		                     n, rm->shown);
 	}
 	for (size_t i = 0; i < n; i++) {
-		size_t len = r[i].len;
+		const size_t len = range_begin(rm, &r[i]);
 
-		r[i].result = 0;
-		r[i].msg = NULL;
-		if (r[i].off >= rm->size || len == 0)
+		if (len == 0)
 			continue;
-		if ((int64_t)len > rm->size - r[i].off)
-			len = (size_t)(rm->size - r[i].off);
 		job_init(&jobs[nj], rm, r[i].buf, len, r[i].off);
 		which[nj++] = i;
 	}
