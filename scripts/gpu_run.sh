@@ -100,7 +100,11 @@
 #                              figures after the engine's lanes, the
 #                              tests of what changed, bench_vs_fio),
 #                              STAGE=final (every test, small device
-#                              reads, the remote must-show, writes)
+#                              reads, the remote must-show, writes),
+#                              STAGE=zarr (the Zarr GPU test and
+#                              benchmark with zarr carried, the Zarr and
+#                              cat_ranges figures on 16 CPUs, small
+#                              device reads, every test)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -114,6 +118,10 @@ export PATH=$root/.carry/fio:$PATH
 # cJSON (cufile.json parsing) has no package there: carried as files.
 export PKG_CONFIG_PATH=$root/.carry/cjson/lib/pkgconfig
 export LD_LIBRARY_PATH=$root/.carry/cjson/lib
+# Zarr (and what it imports) carried as Python files (scripts/make_carry.sh),
+# with stand-ins for numcodecs' compiled codecs: for the Zarr GPU test and
+# benchmark only (uncompressed arrays), not on every test's path.
+zarrpath=$root/python:$root/.carry/python
 log() { echo "=== $* ($(date +%T))"; }
 data=/root/gpufile-bench
 mkdir -p "$data"
@@ -695,6 +703,30 @@ owed)
 		fio --name=w --filename=$data/wf.bin --rw=write --bs=1m --size=4g --ioengine=psync \
 			--direct=0 --output-format=terse 2>&1 | awk -F';' '{print "fio psync 1M 1 job: " $48*1024/1e9 " GB/s"}'
 		rm -f $data/wf.bin
+		;;
+	zarr)
+		# Session 37: issue 38's Zarr figures on this machine (zarr carried:
+		# scripts/make_carry.sh): its GPU test, the array into CuPy
+		# against DirectoryStore + cupy.asarray, the CPU figures on 16
+		# idle CPUs; then single small device reads at HEAD, then every
+		# test (the staging give-back of d5f5aea not yet run on a GPU).
+		log "Zarr on the GPU (carried zarr: $(PYTHONPATH=$zarrpath python3 -c 'import zarr; print(zarr.__version__)' 2>&1))"
+		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
+			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -4
+		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu 2>&1 |
+			tee "$OUT/zarr_gpu.log" | tail -6
+		log "Zarr and cat_ranges on the host (16 CPUs)"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB 2>&1 |
+			tee "$OUT/zarr_cpu.log" | grep -E 'x \(goal|= ' | tail -6
+		make_file $data/one.bin $((1 << 30))
+		cat $data/one.bin >/dev/null
+		log "single small device reads against pread + copy + sync by hand"
+		$B/bench/gpu_bench $data/one.bin --size 1073741824 --latency 2>&1 |
+			tee "$OUT/latency.log" | tail -14
+		every_test "test_gpu|test_small_device|test_stream|test_batch|Failed|failed"
+		grep -E "test_(kvikio_gpu|upload|webhdfs|remote_rangeless|gpu|stream|zarr).*(FAIL|ERROR)|passed|failed" \
+			"$OUT/pytest.log" | tail -5
 		;;
 	final)
 		# Session 36's final commit: every test first, then the figures

@@ -92,4 +92,30 @@ fi
 kill "$NGX_PID"
 wait "$NGX_PID" 2>/dev/null || true
 rm -rf "$carry_check"
+# Zarr on the GPU machine (issue 38's GPU benchmark and test_zarr_gpu): its
+# Python has no zarr. Debian's zarr 2.13 and what it imports (asciitree,
+# fasteners, numcodecs) are pure Python but for numcodecs' codecs, built for
+# Debian's Python: those are left out and the two modules zarr imports in any
+# case are replaced by stand-ins that raise when used
+# (scripts/carry/numcodecs_stubs; uncompressed arrays only). gpu_run.sh puts
+# .carry/python on PYTHONPATH; checked below with only it and NumPy on the path.
+# Debian's Python (/usr/bin/python3) is the one these packages belong to.
+rm -rf .carry/python
+mkdir -p .carry/python
+for m in zarr numcodecs asciitree fasteners; do
+	d=$(/usr/bin/python3 -c "import os, $m; print(os.path.dirname($m.__file__))")
+	cp -r "$d" .carry/python/
+done
+find .carry/python -name '*.so' -delete
+find .carry/python -name __pycache__ -prune -exec rm -rf {} +
+rm -rf .carry/python/zarr/tests .carry/python/numcodecs/tests
+cp scripts/carry/numcodecs_stubs/*.py .carry/python/numcodecs/
+np_only=$(mktemp -d)
+ln -s "$(/usr/bin/python3 -c 'import os, numpy; print(os.path.dirname(numpy.__file__))')" "$np_only/numpy"
+if ! PYTHONPATH=$PWD/.carry/python:$np_only /usr/bin/python3 -S -c 'import zarr' >/dev/null; then
+	echo "make_carry: the carried zarr does not import with only NumPy beside it" >&2
+	rm -rf "$np_only"
+	exit 1
+fi
+rm -rf "$np_only"
 du -sh .carry
