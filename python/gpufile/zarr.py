@@ -188,29 +188,84 @@ def _is_total(chunk_selection, chunks):
     return len(chunk_selection) == len(chunks)
 
 
+class _Parts:
+    """Where the parts of a selection's result lie in its memory, found
+    without cutting the result itself: for a CuPy result a slice and its
+    __cuda_array_interface__ cost tens of microseconds and a wait for its
+    stream, for each of thousands of chunks. A NumPy array of the result's
+    shape, dtype and strides over one element (never read nor written: its
+    geometry only) is cut instead, and a part's address is the result's
+    plus the part's offset. Made for a result that is one writable
+    contiguous block (what zarr allocates); None otherwise, and the
+    chunks then go through chunk buffers, as compressed ones do."""
+
+    def __init__(self, base, shadow, buf):
+        self.base = base  # the result's address
+        self.shadow = shadow
+        self.origin = shadow.__array_interface__["data"][0]
+        self.buf = buf  # a device result's Buffer (its stream waited for)
+
+    @classmethod
+    def of(cls, out, device):
+        flags = getattr(out, "flags", None)
+        if flags is None or not (flags.c_contiguous or flags.f_contiguous):
+            return None
+        if device:
+            try:
+                buf = _buffers.as_buffer(out, True, "the result")
+            except (TypeError, ValueError):
+                return None
+            base = buf.ptr
+        else:
+            host = getattr(out, "__array_interface__", None)
+            if host is None or host["data"][1] or \
+                    not getattr(flags, "writeable", False):
+                return None
+            buf, base = None, host["data"][0]
+        try:
+            shadow = np.lib.stride_tricks.as_strided(
+                np.empty(1, dtype=out.dtype), shape=out.shape,
+                strides=out.strides)
+        except Exception:
+            if buf is not None:
+                buf.release()
+            return None
+        return cls(base, shadow, buf)
+
+    def address(self, selection, shape, order):
+        """The address of result[selection] when that part has the given
+        shape and is contiguous in order ("C" or "F"); else None."""
+        try:
+            part = self.shadow[selection]
+        except Exception:
+            return None
+        if part.shape != shape:
+            return None
+        contiguous = (part.flags.c_contiguous if order == "C"
+                      else part.flags.f_contiguous)
+        if not contiguous:
+            return None
+        return self.base + (part.__array_interface__["data"][0] - self.origin)
+
+    def release(self):
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+
+
 class Array(zarr.Array):
     """zarr.Array whose selections are read by gpufile in one batch, whole
     uncompressed chunks straight into the result (see the module's
     documentation). Writes are zarr's, through the store."""
 
-    def _direct(self, out, chunk_selection, out_selection, fields):
-        """The part of out a chunk's bytes are, when they can be read into
-        it as they are stored; else None."""
-        if (fields or self._compressor or self._filters or
+    def _direct(self, parts, chunk_selection, out_selection, fields):
+        """The address of the part of the result a chunk's bytes are, when
+        they can be read into it as they are stored; else None."""
+        if (parts is None or fields or self._compressor or self._filters or
                 self._dtype == object or
                 not _is_total(chunk_selection, self._chunks)):
             return None
-        try:
-            dest = out[out_selection]
-        except Exception:
-            return None
-        flags = getattr(dest, "flags", None)
-        if flags is None or dest.shape != tuple(self._chunks):
-            return None
-        contiguous = (flags.c_contiguous if self._order == "C"
-                      else flags.f_contiguous)
-        writeable = getattr(flags, "writeable", True)
-        return dest if contiguous and writeable else None
+        return parts.address(out_selection, tuple(self._chunks), self._order)
 
     def _chunk_getitems(self, lchunk_coords, lchunk_selection, out,
                         lout_selection, drop_axes=None, fields=None):
@@ -221,20 +276,26 @@ class Array(zarr.Array):
                                            out, lout_selection, drop_axes,
                                            fields)
         device = hasattr(out, "__cuda_array_interface__")
-        jobs = []  # (key, path, chunk_selection, out_selection, dest)
-        for coords, csel, osel in zip(lchunk_coords, lchunk_selection,
-                                      lout_selection):
-            key = self._chunk_key(coords)
-            jobs.append((key, store._key_path(key), csel, osel,
-                         self._direct(out, csel, osel, fields)))
-        files = _ranges.open_files([j[1] for j in jobs])
+        parts = _Parts.of(out, device)
         try:
-            self._read_chunks(jobs, files, out, device, drop_axes, fields)
+            jobs = []  # (key, path, chunk selection, out selection, address)
+            for coords, csel, osel in zip(lchunk_coords, lchunk_selection,
+                                          lout_selection):
+                key = self._chunk_key(coords)
+                jobs.append((key, store._key_path(key), csel, osel,
+                             self._direct(parts, csel, osel, fields)))
+            files = _ranges.open_files([j[1] for j in jobs])
+            try:
+                self._read_chunks(jobs, files, out, device, drop_axes,
+                                  fields)
+            finally:
+                _ranges.close_files(files)
         finally:
-            _ranges.close_files(files)
+            if parts is not None:
+                parts.release()
 
     def _read_chunks(self, jobs, files, out, device, drop_axes, fields):
-        rows, read, keep, bufs = [], [], [], []
+        rows, read, keep, bufs = [], [], [out], []
         try:
             self._chunk_rows(jobs, files, out, device, fields, rows, read,
                              keep, bufs)
@@ -306,23 +367,16 @@ class Array(zarr.Array):
             if isinstance(f, BaseException):
                 raise f
             n = f.size()
-            if dest is not None:
-                if n != dest.nbytes:
+            if dest is not None:  # the part's address (_Parts)
+                want = self._dtype.itemsize
+                for c in self._chunks:
+                    want *= c
+                if n != want:
                     raise ValueError(
                         "chunk %r of %s holds %d bytes; an uncompressed chunk "
                         "of shape %s and dtype %s holds %d" %
-                        (key, f.name, n, self._chunks, self._dtype,
-                         dest.nbytes))
-                host = None if device else \
-                    getattr(dest, "__array_interface__", None)
-                if host is not None:  # a NumPy part: its address
-                    ptr = host["data"][0]
-                    keep.append(dest)
-                else:  # a device part (its stream waited for)
-                    buf = _buffers.as_buffer(dest, True, "chunk %r" % key)
-                    bufs.append(buf)
-                    ptr = buf.ptr
-                rows.append((f, ptr, n, 0))
+                        (key, f.name, n, self._chunks, self._dtype, want))
+                rows.append((f, dest, n, 0))
                 read.append((key, f.name, None, csel, osel, n, True))
             elif n:
                 b, ptr = _ranges.new_bytes(n)

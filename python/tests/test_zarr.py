@@ -171,6 +171,45 @@ def test_a_selection_is_one_batch_read_in_place(gz, tmp_path, monkeypatch):
     assert len(buffers) == 8 * 3
 
 
+def test_results_that_are_not_one_block_go_through_chunk_buffers(
+        gz, tmp_path, monkeypatch):
+    # Whole chunks are read in place where the result is one writable
+    # block (its parts found from its shape and strides); any other result
+    # gets them through chunk buffers, copied in by zarr.
+    root = str(tmp_path / "o.zarr")
+    a = np.arange(64 * 48, dtype="<u4").reshape(64, 48)
+    z = gz.open_array(root, mode="w", shape=a.shape, chunks=(8, 48),
+                      dtype=a.dtype, compressor=None)
+    z[:] = a
+    r = gz.open_array(root, mode="r")
+    from gpufile import _ranges
+    buffers = []
+    real = _ranges.new_bytes
+
+    def counting(n):
+        buffers.append(n)
+        return real(n)
+    monkeypatch.setattr(_ranges, "new_bytes", counting)
+    block = np.zeros_like(a)
+    r.get_basic_selection(Ellipsis, out=block)
+    same(block, a)
+    assert buffers == []
+    strided = np.zeros((128, 48), dtype=a.dtype)[::2]  # every other row
+    r.get_basic_selection(Ellipsis, out=strided)
+    same(strided, a)
+    assert buffers == [8 * 48 * 4] * 8
+    del buffers[:]
+    fortran = np.zeros(a.shape, dtype=a.dtype, order="F")
+    r.get_basic_selection(Ellipsis, out=fortran)
+    same(fortran, a)
+    assert buffers == [8 * 48 * 4] * 8
+    frozen = np.zeros_like(a)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        r.get_basic_selection(Ellipsis, out=frozen)
+    assert not frozen.any()
+
+
 class _Recording(numcodecs.abc.Codec if zarr else object):
     """Zlib, recording which thread decoded each chunk (and failing on a
     chunk whose bytes are not zlib's, as Zlib does)."""
