@@ -11,6 +11,9 @@ warm (one untimed read of each first), medians of --rounds:
                                                             goal >= 2x
   --gpu   the same Zarr array into CuPy: gpufile.zarr with meta_array
           against DirectoryStore + cupy.asarray per chunk   goal >= 3x
+  --gpu-parts  where that read's time goes: every chunk in one batch
+          into one CuPy buffer against into one NumPy buffer, and a
+          profile of one read into CuPy
 
 Every contender's result is checked against the others' (the whole array
 sum, every range's bytes). Wall times are the goals' measure; each line
@@ -257,6 +260,47 @@ def bench_gpu(root, nrounds):
                   "gpufile.zarr meta_array=cupy", 3.0)
 
 
+def bench_gpu_parts(root, nrounds):
+    """Where the time of a whole read into CuPy goes: the batch of every
+    chunk read into one device buffer (the rows the store makes: no per
+    chunk slicing), the same into host memory, and a profile of one
+    z[:] into CuPy (the 15 largest cumulative times)."""
+    import cProfile
+    import pstats
+    import cupy as cp
+    from gpufile import _ranges
+    names = sorted((k for k in os.listdir(root) if not k.startswith(".")),
+                   key=int)
+    paths = [os.path.join(root, k) for k in names]
+    chunk = os.path.getsize(paths[0])
+    files = [gpufile.File(p) for p in paths]
+    dev = cp.zeros(chunk * len(paths), dtype=cp.uint8)
+    host = np.zeros(chunk * len(paths), dtype=np.uint8)
+
+    def batch(base):
+        def run():
+            got = _ranges.read_rows(
+                [(f, base + i * chunk, chunk, 0) for i, f in enumerate(files)],
+                [])
+            assert all(g == chunk for g in got)
+        return run
+    times = rounds({"batch into CuPy": batch(dev.data.ptr),
+                    "batch into NumPy": batch(host.ctypes.data)},
+                   nrounds, lambda results: None)
+    report("gpu-parts", times, len(paths) * chunk, "batch into NumPy",
+           "batch into CuPy", None)
+    for f in files:
+        f.close()
+    z = gz.open_array(root, mode="r", meta_array=cp.empty(()))
+    z[:]
+    prof = cProfile.Profile()
+    prof.enable()
+    z[:]
+    cp.cuda.Device().synchronize()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="/tmp/zarr-bench")
@@ -267,6 +311,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu", action="store_true",
                     help="only the CuPy form (the GPU machine)")
+    ap.add_argument("--gpu-parts", action="store_true",
+                    help="where the CuPy form's time goes (the GPU machine)")
     args = ap.parse_args()
     if args.size % args.chunk or args.chunk % 8:
         sys.exit("zarr_bench: --size must be a multiple of --chunk, and "
@@ -279,8 +325,11 @@ def main():
                                 fsspec.__version__, os.cpu_count(),
                                 "%.2f %.2f %.2f" % os.getloadavg(),
                                 args.size >> 20, args.chunk >> 10), flush=True)
-    if args.gpu:
-        bench_gpu(root, args.rounds)
+    if args.gpu or args.gpu_parts:
+        if args.gpu:
+            bench_gpu(root, args.rounds)
+        if args.gpu_parts:
+            bench_gpu_parts(root, args.rounds)
         return
     bench_zarr(root, args.rounds)
     bench_parts(root, args.rounds)

@@ -728,6 +728,15 @@ owed)
 		grep -E "test_(kvikio_gpu|upload|webhdfs|remote_rangeless|gpu|stream|zarr).*(FAIL|ERROR)|passed|failed" \
 			"$OUT/pytest.log" | tail -5
 		;;
+	zarr2)
+		# The Zarr read into CuPy after its parts are found once per
+		# selection (25ce218): the benchmark, then where its time goes.
+		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
+			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu --gpu-parts \
+			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -45
+		;;
 	final)
 		# Session 36's final commit: every test first, then the figures
 		# its changes owe: single small device reads (run on the calling
