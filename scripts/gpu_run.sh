@@ -811,9 +811,11 @@ write)
 		log "save_file from GPU tensors against a raw gpufile write, 4 GiB"
 		python3 bench/st_save_bench.py --dir $data/write --size 4g --rounds 5 \
 			--device cuda 2>&1 | tee "$OUT/st_save_gpu.log"
-		log "save_file from host tensors, 4 GiB"
-		python3 bench/st_save_bench.py --dir $data/write --size 4g --rounds 5 \
-			2>&1 | tee "$OUT/st_save_host.log"
+		if [ "${SAVE_HOST:-1}" = 1 ]; then
+			log "save_file from host tensors, 4 GiB"
+			python3 bench/st_save_bench.py --dir $data/write --size 4g --rounds 5 \
+				2>&1 | tee "$OUT/st_save_host.log"
+		fi
 	fi
 	;;
 st)
