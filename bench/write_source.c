@@ -1,0 +1,216 @@
+/*
+ * write_source: what a buffered write's source costs (issue 33 item 2).
+ * fio writes from one small buffer that stays in the CPU caches;
+ * gpufile_pwrite of a checkpoint writes from a buffer as large as the
+ * write. This program writes SIZE bytes into a new file through the page
+ * cache, BLOCK bytes a pwrite() (one thread), in interleaved rounds:
+ *
+ *   small      every block from one BLOCK-byte buffer (fio's way)
+ *   large      block i from bytes i*BLOCK.. of a SIZE-byte buffer
+ *   large+pf   the same while a second thread reads the source lines
+ *              AHEAD bytes ahead of the writer (into the shared cache)
+ *   gpufile    one gpufile_pwrite of the SIZE-byte buffer (defaults)
+ *
+ *	write_source DIR [SIZE_MiB] [ROUNDS] [BLOCK_KiB] [AHEAD_KiB]
+ *
+ * Each write goes to a new file, removed after an untimed fsync; the
+ * buffers are touched before timing. Prints each round, the medians and
+ * their ratios to "small".
+ */
+#define _GNU_SOURCE
+#include "gpufile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { SMALL, LARGE, LARGE_PF, GPUFILE, NWAYS };
+static const char *const names[NWAYS] = {"small", "large", "large+pf",
+                                         "gpufile"};
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+struct prefetch {
+	const char *src;
+	size_t size, ahead;
+	atomic_size_t written; /* the writer's position */
+	atomic_int stop;
+	uint64_t sink;
+};
+
+static void *prefetcher(void *arg)
+{
+	struct prefetch *p = arg;
+	size_t at = 0;
+	uint64_t sum = 0;
+
+	while (!atomic_load(&p->stop) && at < p->size) {
+		size_t to = atomic_load(&p->written) + p->ahead;
+
+		if (to > p->size)
+			to = p->size;
+		if (at >= to) {
+			sched_yield();
+			continue;
+		}
+		for (; at < to; at += 64)
+			sum += *(const volatile uint64_t *)(p->src + at);
+	}
+	p->sink = sum;
+	return NULL;
+}
+
+static double write_blocks(const char *path, const char *src, size_t size,
+                           size_t block, int from_small, size_t ahead)
+{
+	struct prefetch pf = {src, size, ahead, 0, 0, 0};
+	pthread_t tid;
+	double t0, dt;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0) {
+		perror(path);
+		exit(1);
+	}
+	if (ahead && pthread_create(&tid, NULL, prefetcher, &pf)) {
+		fprintf(stderr, "write_source: pthread_create failed\n");
+		exit(1);
+	}
+	t0 = now();
+	for (size_t off = 0; off < size; off += block) {
+		size_t n = size - off < block ? size - off : block;
+		const char *s = from_small ? src : src + off;
+
+		if (pwrite(fd, s, n, (off_t)off) != (ssize_t)n) {
+			perror("write_source: pwrite");
+			exit(1);
+		}
+		atomic_store(&pf.written, off + n);
+	}
+	dt = now() - t0;
+	if (ahead) {
+		atomic_store(&pf.stop, 1);
+		pthread_join(tid, NULL);
+	}
+	fsync(fd);
+	close(fd);
+	unlink(path);
+	return dt;
+}
+
+static double write_gpufile(const char *path, const char *src, size_t size)
+{
+	gpufile_t *h;
+	double t0, dt;
+	ssize_t n;
+	int fd;
+
+	if (gpufile_open(&h, path, "w")) {
+		fprintf(stderr, "write_source: %s\n", gpufile_errmsg());
+		exit(1);
+	}
+	t0 = now();
+	n = gpufile_pwrite(h, src, size, 0);
+	dt = now() - t0;
+	if (n != (ssize_t)size) {
+		fprintf(stderr,
+		        "write_source: gpufile_pwrite returned %zd: %s\n", n,
+		        gpufile_errmsg());
+		exit(1);
+	}
+	gpufile_close(h);
+	fd = open(path, O_RDONLY);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	unlink(path);
+	return dt;
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : NULL;
+	const size_t size = (size_t)(argc > 2 ? atol(argv[2]) : 4096) << 20;
+	const int rounds = argc > 3 ? atoi(argv[3]) : 5;
+	const size_t block = (size_t)(argc > 4 ? atol(argv[4]) : 1024) << 10;
+	const size_t ahead = (size_t)(argc > 5 ? atol(argv[5]) : 4096) << 10;
+	double *t[NWAYS];
+	char path[4096];
+	char *large, *small;
+
+	if (!dir || !size || rounds < 1 || rounds > 99 || !block || !ahead) {
+		fprintf(stderr,
+		        "usage: write_source DIR [SIZE_MiB] [ROUNDS 1-99] "
+		        "[BLOCK_KiB] [AHEAD_KiB]\n");
+		return 2;
+	}
+	snprintf(path, sizeof(path), "%s/write_source.%d.bin", dir,
+	         (int)getpid());
+	large = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+	small = aligned_alloc(4096, (block + 4095) / 4096 * 4096);
+	for (int w = 0; w < NWAYS; w++)
+		t[w] = calloc((size_t)rounds, sizeof(double));
+	if (!large || !small || !t[NWAYS - 1]) {
+		fprintf(stderr, "write_source: out of memory\n");
+		return 1;
+	}
+	memset(large, 0x5a, size);
+	memset(small, 0x5a, block);
+	/* Warm-up: a write of the whole size, so that the first timed write
+	 * reuses page-cache pages a write freed, as every later one does. */
+	write_blocks(path, small, size, block, 1, 0);
+	printf("write_source: %zu MiB in %zu KiB pwrites, prefetch %zu KiB "
+	       "ahead, %d rounds (GB/s)\n",
+	       size >> 20, block >> 10, ahead >> 10, rounds);
+	for (int r = 0; r < rounds; r++) {
+		printf("round %d:", r + 1);
+		for (int k = 0; k < NWAYS; k++) {
+			const int w = (k + r) % NWAYS;
+			double dt;
+
+			if (w == GPUFILE)
+				dt = write_gpufile(path, large, size);
+			else
+				dt = write_blocks(path,
+				                  w == SMALL ? small : large,
+				                  size, block, w == SMALL,
+				                  w == LARGE_PF ? ahead : 0);
+			t[w][r] = dt;
+		}
+		for (int w = 0; w < NWAYS; w++)
+			printf(" %s %.3f", names[w],
+			       (double)size / t[w][r] / 1e9);
+		printf("\n");
+		fflush(stdout);
+	}
+	for (int w = 0; w < NWAYS; w++)
+		qsort(t[w], (size_t)rounds, sizeof(double), cmp_double);
+	for (int w = 0; w < NWAYS; w++) {
+		const double med = t[w][rounds / 2];
+
+		printf("%-9s median %.3f GB/s, %.2fx small\n", names[w],
+		       (double)size / med / 1e9, t[SMALL][rounds / 2] / med);
+	}
+	return 0;
+}
