@@ -737,6 +737,23 @@ owed)
 		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu --gpu-parts \
 			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -45
 		;;
+	last)
+		# Session 37's last commit: the Zarr GPU test and benchmark on
+		# the merged store, then what a buffered write's source costs
+		# (bench/write_source: from one 1 MiB buffer as fio writes, from
+		# a 4 GiB one, the same with a reader ahead, gpufile_pwrite).
+		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
+			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu \
+			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -4
+		log "Zarr and cat_ranges on the host (16 CPUs)"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB 2>&1 |
+			tee "$OUT/zarr_cpu.log" | grep -E 'x \(goal|= ' | tail -6
+		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
+		mkdir -p $data/write
+		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		;;
 	final)
 		# Session 36's final commit: every test first, then the figures
 		# its changes owe: single small device reads (run on the calling
