@@ -25,8 +25,12 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #ifndef FAKE_CUFILE_PATH
@@ -474,6 +478,84 @@ static void test_record_follows(const char *file)
 	gpufile_close(h);
 }
 
+/* The real platform readers (nvidia-fs, P2PDMA per device) are asked once
+ * per gpufile__facts_ttl_ns, however many handles make their first device
+ * request meanwhile (a batch over thousands of chunk files paid them per
+ * handle), and once per device. */
+static unsigned long facts_read(void)
+{
+	return atomic_load(&gpufile__facts_read);
+}
+
+static void device_reads(const char *file, int handles)
+{
+	for (int i = 0; i < handles; i++) {
+		gpufile_t *h;
+
+		CHECK_EQ(gpufile_open(&h, file, "r"), 0);
+		CHECK_EQ(gpufile_pread(h, dev_base, 4 * MiB, 0),
+		         (ssize_t)(4 * MiB));
+		gpufile_close(h);
+	}
+}
+
+static void test_facts_kept(const char *file)
+{
+	const uint64_t ttl = gpufile__facts_ttl_ns;
+	char why[128], again[128], nvfs_why[96], nvfs_again[96];
+	unsigned long n0;
+	struct stat st;
+	int p2p, nvfs;
+
+	unsetenv("CUFILE_FORCE_COMPAT_MODE");
+	gpufile__cufile_reset();
+	gpufile__platform_reset();
+	gpufile_config_reset();
+	CHECK_EQ(stat(file, &st), 0);
+	/* Kept for no time: every call reads. */
+	gpufile__facts_ttl_ns = 0;
+	n0 = facts_read();
+	p2p = gpufile__platform.p2pdma_possible(st.st_dev, why, sizeof(why));
+	nvfs = gpufile__platform.nvfs_loaded(nvfs_why, sizeof(nvfs_why));
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(gpufile__platform.p2pdma_possible(st.st_dev, again,
+		                                           sizeof(again)),
+		         p2p);
+		CHECK_EQ(gpufile__platform.nvfs_loaded(nvfs_again,
+		                                       sizeof(nvfs_again)),
+		         nvfs);
+	}
+	CHECK_EQ(facts_read() - n0, 8);
+	device_reads(file, 3); /* both facts for each new handle */
+	CHECK_EQ(facts_read() - n0, 14);
+	/* Kept for ever: the answers just read, why included. */
+	gpufile__facts_ttl_ns = UINT64_MAX;
+	n0 = facts_read();
+	for (int i = 0; i < 10; i++) {
+		CHECK_EQ(gpufile__platform.p2pdma_possible(st.st_dev, again,
+		                                           sizeof(again)),
+		         p2p);
+		CHECK_EQ(strcmp(again, why), 0);
+		CHECK_EQ(gpufile__platform.nvfs_loaded(nvfs_again,
+		                                       sizeof(nvfs_again)),
+		         nvfs);
+		CHECK_EQ(strcmp(nvfs_again, nvfs_why), 0);
+	}
+	device_reads(file, 5);
+	CHECK_EQ(facts_read() - n0, 0);
+	/* Another device is another answer, read once. */
+	(void)gpufile__platform.p2pdma_possible(makedev(7, 4321), again,
+	                                        sizeof(again));
+	(void)gpufile__platform.p2pdma_possible(makedev(7, 4321), again,
+	                                        sizeof(again));
+	CHECK_EQ(facts_read() - n0, 1);
+	CHECK_EQ(
+	    gpufile__platform.p2pdma_possible(st.st_dev, again, sizeof(again)),
+	    p2p);
+	CHECK_EQ(facts_read() - n0, 1);
+	gpufile__facts_ttl_ns = ttl;
+}
+
 int main(void)
 {
 	const char *file = test_path("decide.bin");
@@ -520,6 +602,7 @@ int main(void)
 	unsetenv("CUFILE_FORCE_COMPAT_MODE");
 	test_managed_record(file);
 	test_record_follows(file);
+	test_facts_kept(file);
 	fprintf(stderr, "test_decide: %d cases, %d mismatches\n", cases,
 	        mismatches);
 	CHECK_EQ(mismatches, 0);

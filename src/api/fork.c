@@ -25,6 +25,7 @@
  *   7. config_lock (config.c)
  *   8. batches.lock (batch.c: the list of batches)
  *   9. dl_lock (platform/dl.c: the dynamic loader)
+ *  10. facts_lock (core/decide.c: the platform facts kept for the process)
  * The statistics locks (stats.c) are outside this order: stats.c
  * resets them in the child itself.
  */
@@ -68,6 +69,7 @@ static void prepare(void)
 	gpufile__config_atfork_prepare();
 	gpufile__batch_atfork_prepare();
 	gpufile__dl_lock();
+	gpufile__facts_atfork_prepare();
 }
 
 static void unlock_handles(void)
@@ -81,6 +83,7 @@ static void unlock_handles(void)
 
 static void parent(void)
 {
+	gpufile__facts_atfork_parent();
 	gpufile__dl_unlock();
 	gpufile__batch_atfork_parent();
 	gpufile__config_atfork_parent();
@@ -99,6 +102,7 @@ static void child(void)
 {
 	struct gpufile *h;
 
+	gpufile__facts_atfork_child();
 	gpufile__dl_unlock();
 	gpufile__config_atfork_child();
 	gpufile__cuda_atfork_child();

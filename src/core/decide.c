@@ -22,11 +22,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 static int decide_device(const struct gpufile__facts *f,
@@ -333,15 +337,132 @@ static int real_p2pdma_possible(dev_t dev, char *why, size_t len)
 	return 1;
 }
 
+/*
+ * The facts above are read from /proc and /sys: two access() calls, and a
+ * realpath() of the device's link under /sys/dev/block, a system call per
+ * component (222 us a handle on the 2-core VM under load). A handle reads
+ * them at its first device request, so a batch of 2,048 chunk files into
+ * GPU memory spent 49 ms of its submit on them, one handle after the
+ * other (bench/README.md, "On the GPU machine, zarr carried"). Each
+ * answer is kept for the process (the nvidia-fs one, and the P2PDMA one
+ * per device) for gpufile__facts_ttl_ns: a module loaded or a parameter
+ * changed meanwhile is seen that much later. Readers a test puts in
+ * gpufile__platform are asked every time.
+ */
+uint64_t gpufile__facts_ttl_ns = 1000000000u;
+atomic_ulong gpufile__facts_read;
+
+#define FACT_SLOTS 8
+
+struct fact {
+	int used;
+	dev_t dev;
+	uint64_t at; /* CLOCK_MONOTONIC, ns */
+	int value;
+	char why[128];
+};
+
+/* facts_lock guards the slots; it is held across no call but snprintf. */
+static pthread_mutex_t facts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fact nvfs_slot[1], p2pdma_slots[FACT_SLOTS];
+static unsigned p2pdma_next; /* the slot a new device takes */
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* read's answer for dev, from a fresh slot of slots or read anew (outside
+ * the lock) and kept in the slot of dev, else a free one, else *next's. */
+static int kept(struct fact *slots, unsigned nslots, unsigned *next, dev_t dev,
+                int (*read)(dev_t dev, char *why, size_t len), char *why,
+                size_t len)
+{
+	struct fact got = {1, dev, 0, 0, ""};
+	struct fact *to = NULL;
+	uint64_t now = monotonic_ns();
+
+	pthread_mutex_lock(&facts_lock);
+	for (unsigned i = 0; i < nslots; i++) {
+		const struct fact *s = &slots[i];
+
+		if (s->used && s->dev == dev &&
+		    now - s->at < gpufile__facts_ttl_ns) {
+			const int value = s->value;
+
+			snprintf(why, len, "%s", s->why);
+			pthread_mutex_unlock(&facts_lock);
+			return value;
+		}
+	}
+	pthread_mutex_unlock(&facts_lock);
+	got.value = read(dev, got.why, sizeof(got.why));
+	got.at = monotonic_ns();
+	atomic_fetch_add_explicit(&gpufile__facts_read, 1,
+	                          memory_order_relaxed);
+	pthread_mutex_lock(&facts_lock);
+	for (unsigned i = 0; i < nslots && !to; i++)
+		if (slots[i].used && slots[i].dev == dev)
+			to = &slots[i];
+	for (unsigned i = 0; i < nslots && !to; i++)
+		if (!slots[i].used)
+			to = &slots[i];
+	if (!to) {
+		to = &slots[*next % nslots];
+		*next = (*next + 1) % nslots;
+	}
+	*to = got;
+	pthread_mutex_unlock(&facts_lock);
+	snprintf(why, len, "%s", got.why);
+	return got.value;
+}
+
+static int read_nvfs(dev_t dev, char *why, size_t len)
+{
+	(void)dev;
+	return real_nvfs_loaded(why, len);
+}
+
+static int kept_nvfs_loaded(char *why, size_t len)
+{
+	unsigned one = 0;
+
+	return kept(nvfs_slot, 1, &one, 0, read_nvfs, why, len);
+}
+
+static int kept_p2pdma_possible(dev_t dev, char *why, size_t len)
+{
+	return kept(p2pdma_slots, FACT_SLOTS, &p2pdma_next, dev,
+	            real_p2pdma_possible, why, len);
+}
+
+void gpufile__facts_atfork_prepare(void)
+{
+	pthread_mutex_lock(&facts_lock);
+}
+
+void gpufile__facts_atfork_parent(void)
+{
+	pthread_mutex_unlock(&facts_lock);
+}
+
+void gpufile__facts_atfork_child(void)
+{
+	pthread_mutex_unlock(&facts_lock);
+}
+
 struct gpufile__platform_ops gpufile__platform = {
-    .nvfs_loaded = real_nvfs_loaded,
-    .p2pdma_possible = real_p2pdma_possible,
+    .nvfs_loaded = kept_nvfs_loaded,
+    .p2pdma_possible = kept_p2pdma_possible,
 };
 
 void gpufile__platform_reset(void)
 {
-	gpufile__platform.nvfs_loaded = real_nvfs_loaded;
-	gpufile__platform.p2pdma_possible = real_p2pdma_possible;
+	gpufile__platform.nvfs_loaded = kept_nvfs_loaded;
+	gpufile__platform.p2pdma_possible = kept_p2pdma_possible;
 }
 
 int gpufile__env_true(const char *v)

@@ -7,6 +7,9 @@
 
 #include "core/core.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 enum {
 	GPUFILE__SOURCE_FILE = 0,
 	GPUFILE__SOURCE_MMAP = 1,
@@ -90,6 +93,14 @@ struct gpufile__platform_ops {
 };
 extern struct gpufile__platform_ops gpufile__platform;
 void gpufile__platform_reset(void);
+/* The real readers' answers are kept this long (decide.c; tests change
+ * it), and gpufile__facts_read counts their readings. */
+extern uint64_t gpufile__facts_ttl_ns;
+extern atomic_ulong gpufile__facts_read;
+/* fork(): facts_lock held across it (api/fork.c). */
+void gpufile__facts_atfork_prepare(void);
+void gpufile__facts_atfork_parent(void);
+void gpufile__facts_atfork_child(void);
 
 /* Fills f's cheap platform facts for a file of status st (NULL: no file,
  * P2PDMA is left to cuFile's answer). */
