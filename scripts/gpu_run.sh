@@ -754,6 +754,20 @@ owed)
 		mkdir -p $data/write
 		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
 		;;
+	last2)
+		# After the platform facts are kept per device (3c561ad) and the
+		# Zarr store's changes merged: the Zarr GPU test, its benchmark
+		# with where the time goes, then ctest (the GPU tests included).
+		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
+			--timeout-method=thread python/tests/test_zarr_gpu.py python/tests/test_batch.py 2>&1 |
+			tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
+		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu --gpu-parts \
+			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -28
+		log "ctest"
+		(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
+			-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+		;;
 	final)
 		# Session 36's final commit: every test first, then the figures
 		# its changes owe: single small device reads (run on the calling
