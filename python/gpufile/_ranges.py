@@ -64,7 +64,7 @@ def open_files(paths):
             urls.append(p)
             continue
         try:
-            out[p] = File(p)
+            out[p] = File._reader(p) if type(p) is str else File(p)
         except Exception as e:
             out[p] = e
     if len(urls) == 1:

@@ -295,3 +295,30 @@ def test_cuda_array_interface_typestr_sizes(data_file):
                        "typestr '<M8junk'"):
         gpufile._buffers.as_buffer(FakeDeviceArray(
             np.zeros(4, dtype="M8[ns]"), typestr="<M8junk"), True)
+
+
+def test_the_integrations_open_is_files(data_file, tmp_path):
+    # _ranges.open_files opens local paths through File._reader (issue
+    # 38: File()'s keyword handling, 2,048 times for a Zarr read): the
+    # same File, errors and close as File(path).
+    from gpufile._ranges import open_files
+    path, data = data_file
+    bad = [str(tmp_path / "none"), str(tmp_path), str(tmp_path) + "\0x"]
+    files = open_files([path] + bad)
+    f = files[path]
+    with gpufile.File(path) as g:
+        assert (type(f), f.name, f.flags, repr(f)) == \
+            (type(g), g.name, g.flags, repr(g))
+        assert f.size() == g.size() == data.size
+    out = np.zeros_like(data)
+    assert f.read(out) == data.size and np.array_equal(out, data)
+    f.close()
+    assert f.closed
+    with pytest.raises(ValueError, match="closed"):
+        f.size()
+    for p in bad:
+        with pytest.raises(Exception) as theirs:
+            gpufile.File(p)
+        got = files[p]
+        assert type(got) is type(theirs.value) and \
+            str(got) == str(theirs.value)
