@@ -29,6 +29,10 @@ Usage, from the repository root after building:
   GPUFILE_LIBRARY=build/libgpufile.so PYTHONPATH=python \\
       python3 bench/zarr_bench.py --dir /tmp/zarr-bench --size 2GiB
   ... --gpu          (on the GPU machine, CuPy installed)
+  ... --only zarr    (some parts only: zarr, parts, ranges)
+  ... --base DIR     (DIR/gpufile: another copy of the package, e.g. from
+                      git archive main python | tar -x -C DIR --strip 1;
+                      its gpufile.zarr timed in the same rounds)
 """
 import argparse
 import os
@@ -115,14 +119,15 @@ def rounds(contenders, n, check):
     return times
 
 
-def report(label, times, nbytes, base, new, goal):
+def report(label, times, nbytes, base, new, goal, lines=True):
     """Prints each contender's wall times (the goal's measure) and CPU
     times (the process's, all threads: on a shared machine a reader's
-    wall time is mostly its CPU time over its share of the cores), and
-    the ratios of their medians; returns the wall ratio."""
+    wall time is mostly its CPU time over its share of the cores), unless
+    lines is False, and the ratios of the medians of base and new;
+    returns the wall ratio."""
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu = {k: statistics.median(v) for k, v in times.cpu.items()}
-    for k, v in times.items():
+    for k, v in times.items() if lines else ():
         print("%-8s %-30s median %.3f s  best %.3f s  %.2f GB/s  (%s)  "
               "cpu median %.3f s (%s)" % (
                   label, k, med[k], min(v), nbytes / med[k] / 1e9,
@@ -136,34 +141,58 @@ def report(label, times, nbytes, base, new, goal):
     return ratio
 
 
-def bench_zarr(root, nrounds):
+def load_base(folder):
+    """The gpufile package in folder/gpufile (another checkout's python/),
+    imported beside this one as gpufile_base: its zarr module. Both load
+    the same libgpufile ($GPUFILE_LIBRARY)."""
+    import importlib
+    import importlib.util
+    pkg = os.path.join(folder, "gpufile")
+    spec = importlib.util.spec_from_file_location(
+        "gpufile_base", os.path.join(pkg, "__init__.py"),
+        submodule_search_locations=[pkg])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpufile_base"] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module("gpufile_base.zarr")
+
+
+def bench_zarr(root, nrounds, base=None):
+    """z[:] and z[:] into out=, DirectoryStore against gpufile.zarr, and
+    against base's gpufile.zarr (load_base) when given; ratios printed
+    for each gpufile.zarr; returns this one's z[:] ratio."""
     n = zarr.open_array(zarr.storage.DirectoryStore(root), mode="r").shape[0]
     want = n * (n - 1) / 2
+    mine = {"gpufile.zarr": gz}
+    if base is not None:
+        mine["gpufile.zarr (base)"] = base
 
     def check(results):
         for k, a in results.items():
             assert a.shape == (n,) and a[-1] == n - 1 and a.sum() == want, k
-    times = rounds({
-        "zarr DirectoryStore": lambda: zarr.open_array(
-            zarr.storage.DirectoryStore(root), mode="r")[:],
-        "gpufile.zarr": lambda: gz.open_array(root, mode="r")[:],
-    }, nrounds, check)
-    ratio = report("zarr", times, n * 8, "zarr DirectoryStore",
-                   "gpufile.zarr", 1.5)
+    contenders = {"zarr DirectoryStore": lambda: zarr.open_array(
+        zarr.storage.DirectoryStore(root), mode="r")[:]}
+    for name, m in mine.items():
+        contenders[name] = lambda m=m: m.open_array(root, mode="r")[:]
+    times = rounds(contenders, nrounds, check)
+    for name in reversed(mine):
+        ratio = report("zarr", times, n * 8, "zarr DirectoryStore", name,
+                       1.5, name == "gpufile.zarr (base)" or not base)
     # The same into one output array made once (zarr's out=): without the
     # kernel's first touch of 2 GiB of new pages, which z[:] pays in
     # either store (np.empty, then page faults that zero every page).
     out = np.empty(n, dtype="<f8")
     out[:] = 0
-    times = rounds({
-        "zarr DirectoryStore, out=": lambda: zarr.open_array(
-            zarr.storage.DirectoryStore(root), mode="r").get_basic_selection(
-                slice(None), out=out),
-        "gpufile.zarr, out=": lambda: gz.open_array(
-            root, mode="r").get_basic_selection(slice(None), out=out),
-    }, nrounds, lambda results: check({"out": out}))
-    report("zarr-out", times, n * 8, "zarr DirectoryStore, out=",
-           "gpufile.zarr, out=", 1.5)
+    contenders = {"zarr DirectoryStore, out=": lambda: zarr.open_array(
+        zarr.storage.DirectoryStore(root), mode="r").get_basic_selection(
+            slice(None), out=out)}
+    for name, m in mine.items():
+        contenders[name + ", out="] = lambda m=m: m.open_array(
+            root, mode="r").get_basic_selection(slice(None), out=out)
+    times = rounds(contenders, nrounds, lambda results: check({"out": out}))
+    for name in reversed(mine):
+        report("zarr-out", times, n * 8, "zarr DirectoryStore, out=",
+               name + ", out=", 1.5, name == "gpufile.zarr (base)" or not base)
     return ratio
 
 
@@ -313,7 +342,20 @@ def main():
                     help="only the CuPy form (the GPU machine)")
     ap.add_argument("--gpu-parts", action="store_true",
                     help="where the CuPy form's time goes (the GPU machine)")
+    ap.add_argument("--only", default="zarr,parts,ranges",
+                    help="the parts to run, of zarr,parts,ranges")
+    ap.add_argument("--base", metavar="DIR",
+                    help="time DIR/gpufile's gpufile.zarr too (another "
+                    "copy of the package), in the same rounds")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if not only or only - {"zarr", "parts", "ranges"}:
+        sys.exit("zarr_bench: --only %r: a comma-separated list of zarr, "
+                 "parts and ranges" % args.only)
+    if args.base and not os.path.isfile(
+            os.path.join(args.base, "gpufile", "__init__.py")):
+        sys.exit("zarr_bench: --base %s: no gpufile package in it "
+                 "(%s/gpufile/__init__.py)" % (args.base, args.base))
     if args.size % args.chunk or args.chunk % 8:
         sys.exit("zarr_bench: --size must be a multiple of --chunk, and "
                  "--chunk of 8 bytes")
@@ -331,11 +373,15 @@ def main():
         if args.gpu_parts:
             bench_gpu_parts(root, args.rounds)
         return
-    bench_zarr(root, args.rounds)
-    bench_parts(root, args.rounds)
-    path = os.path.join(args.dir, "ranges.bin")
-    make_file(path, args.size)
-    bench_ranges(path, args.nranges, args.range_size, args.rounds)
+    if "zarr" in only:
+        bench_zarr(root, args.rounds,
+                   load_base(args.base) if args.base else None)
+    if "parts" in only:
+        bench_parts(root, args.rounds)
+    if "ranges" in only:
+        path = os.path.join(args.dir, "ranges.bin")
+        make_file(path, args.size)
+        bench_ranges(path, args.nranges, args.range_size, args.rounds)
 
 
 if __name__ == "__main__":
