@@ -297,14 +297,23 @@ def test_cuda_array_interface_typestr_sizes(data_file):
             np.zeros(4, dtype="M8[ns]"), typestr="<M8junk"), True)
 
 
-def test_the_integrations_open_is_files(data_file, tmp_path):
-    # _ranges.open_files opens local paths through File._reader (issue
-    # 38: File()'s keyword handling, 2,048 times for a Zarr read): the
-    # same File, errors and close as File(path).
+def test_the_integrations_open_is_files(data_file, tmp_path, monkeypatch):
+    # _ranges.open_files opens local paths through File._reader, not
+    # File() (issue 38: its keyword handling, 2,048 times for a Zarr
+    # read): the same File, errors and close as File(path).
     from gpufile._ranges import open_files
     path, data = data_file
     bad = [str(tmp_path / "none"), str(tmp_path), str(tmp_path) + "\0x"]
+    inits = []
+    real = gpufile.File.__init__
+
+    def counting(self, p, *args, **kwargs):
+        inits.append(p)
+        real(self, p, *args, **kwargs)
+    monkeypatch.setattr(gpufile.File, "__init__", counting)
     files = open_files([path] + bad)
+    assert inits == [bad[2]]  # only the path File() refuses itself
+    monkeypatch.undo()
     f = files[path]
     with gpufile.File(path) as g:
         assert (type(f), f.name, f.flags, repr(f)) == \
