@@ -104,7 +104,12 @@
 #                              STAGE=zarr (the Zarr GPU test and
 #                              benchmark with zarr carried, the Zarr and
 #                              cat_ranges figures on 16 CPUs, small
-#                              device reads, every test)
+#                              device reads, every test), STAGE=zarr2
+#                              (the Zarr GPU benchmark and where its
+#                              time goes), STAGE=last (the same, the
+#                              host figures, bench/write_source),
+#                              STAGE=last2 (the Zarr GPU test and
+#                              benchmark, ctest)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
