@@ -206,7 +206,13 @@ class _Parts:
         self.buf = buf  # a device result's Buffer (its stream waited for)
 
     @classmethod
-    def of(cls, out, device):
+    def of(cls, out, device, dtype):
+        """The parts of out, a result of dtype; None where chunks cannot
+        be read into it as stored: out of another dtype (zarr converts
+        the values, and a chunk's bytes would not fit its part), or not
+        one writable block."""
+        if getattr(out, "dtype", None) != dtype:
+            return None
         flags = getattr(out, "flags", None)
         if flags is None or not (flags.c_contiguous or flags.f_contiguous):
             return None
@@ -234,7 +240,13 @@ class _Parts:
 
     def address(self, selection, shape, order):
         """The address of result[selection] when that part has the given
-        shape and is contiguous in order ("C" or "F"); else None."""
+        shape and is contiguous in order ("C" or "F"); else None. Only a
+        selection of slices is a part of the result (an index array
+        would cut a copy, of memory the view does not have)."""
+        if not isinstance(selection, tuple):
+            selection = (selection,)
+        if not all(isinstance(s, slice) for s in selection):
+            return None
         try:
             part = self.shadow[selection]
         except Exception:
@@ -276,7 +288,11 @@ class Array(zarr.Array):
                                            out, lout_selection, drop_axes,
                                            fields)
         device = hasattr(out, "__cuda_array_interface__")
-        parts = _Parts.of(out, device)
+        # Compressed, filtered or structured chunks are never read in
+        # place: no parts (and no wait for a device result's stream).
+        parts = None if (fields or self._compressor or self._filters or
+                         self._dtype == object) else \
+            _Parts.of(out, device, self._dtype)
         try:
             jobs = []  # (key, path, chunk selection, out selection, address)
             for coords, csel, osel in zip(lchunk_coords, lchunk_selection,

@@ -203,6 +203,17 @@ def test_results_that_are_not_one_block_go_through_chunk_buffers(
     r.get_basic_selection(Ellipsis, out=fortran)
     same(fortran, a)
     assert buffers == [8 * 48 * 4] * 8
+    # A result of another dtype gets the values converted, as zarr
+    # converts them: narrower (a chunk's bytes would overrun its part),
+    # and as wide (its bits would be another number).
+    del buffers[:]
+    narrow = np.zeros(a.shape, dtype="<u2")
+    r.get_basic_selection(Ellipsis, out=narrow)
+    same(narrow, a.astype("<u2"))
+    assert buffers == [8 * 48 * 4] * 8
+    floats = np.zeros(a.shape, dtype="<f4")
+    r.get_basic_selection(Ellipsis, out=floats)
+    same(floats, a.astype("<f4"))
     frozen = np.zeros_like(a)
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
