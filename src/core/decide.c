@@ -349,7 +349,7 @@ static int real_p2pdma_possible(dev_t dev, char *why, size_t len)
  * changed meanwhile is seen that much later. Readers a test puts in
  * gpufile__platform are asked every time.
  */
-uint64_t gpufile__facts_ttl_ns = 1000000000u;
+_Atomic uint64_t gpufile__facts_ttl_ns = 1000000000u;
 atomic_ulong gpufile__facts_read;
 
 #define FACT_SLOTS 8
@@ -382,15 +382,19 @@ static int kept(struct fact *slots, unsigned nslots, unsigned *next, dev_t dev,
                 size_t len)
 {
 	struct fact got = {1, dev, 0, 0, ""};
+	const uint64_t ttl =
+	    atomic_load_explicit(&gpufile__facts_ttl_ns, memory_order_relaxed);
 	struct fact *to = NULL;
-	uint64_t now = monotonic_ns();
+	uint64_t now;
 
 	pthread_mutex_lock(&facts_lock);
+	/* Read under the lock: a slot stored since is never newer than
+	 * now (now - at would wrap, and the fresh answer be read again). */
+	now = monotonic_ns();
 	for (unsigned i = 0; i < nslots; i++) {
 		const struct fact *s = &slots[i];
 
-		if (s->used && s->dev == dev &&
-		    now - s->at < gpufile__facts_ttl_ns) {
+		if (s->used && s->dev == dev && now - s->at < ttl) {
 			const int value = s->value;
 
 			snprintf(why, len, "%s", s->why);

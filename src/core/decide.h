@@ -95,7 +95,7 @@ extern struct gpufile__platform_ops gpufile__platform;
 void gpufile__platform_reset(void);
 /* The real readers' answers are kept this long (decide.c; tests change
  * it), and gpufile__facts_read counts their readings. */
-extern uint64_t gpufile__facts_ttl_ns;
+extern _Atomic uint64_t gpufile__facts_ttl_ns;
 extern atomic_ulong gpufile__facts_read;
 /* fork(): facts_lock held across it (api/fork.c). */
 void gpufile__facts_atfork_prepare(void);
