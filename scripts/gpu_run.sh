@@ -198,6 +198,32 @@ every_test() {
 		tee "$OUT/pytest.log" | tail -12
 }
 
+# small_device_reads: single small device reads of a warm 1 GiB file
+# ($data/one.bin) against pread + copy + sync by hand (gpu_bench --latency).
+small_device_reads() {
+	make_file $data/one.bin $((1 << 30))
+	cat $data/one.bin >/dev/null
+	log "single small device reads against pread + copy + sync by hand"
+	$B/bench/gpu_bench $data/one.bin --size 1073741824 --latency 2>&1 |
+		tee "$OUT/latency.log" | tail -14
+}
+
+# zarr_tests [FILE...]: test_zarr_gpu.py (and FILEs) with zarr carried.
+zarr_tests() {
+	PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
+		--timeout-method=thread python/tests/test_zarr_gpu.py "$@" 2>&1 |
+		tee "$OUT/pytest_zarr_gpu.log" | tail -2
+}
+
+# zarr_figures LOG [ARG...]: bench/zarr_bench.py on a 2 GiB array with zarr
+# carried, its output in $OUT/LOG and on stdout.
+zarr_figures() {
+	local log_file=$1
+	shift
+	PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB "$@" 2>&1 |
+		tee "$OUT/$log_file"
+}
+
 case $mode in
 quick)
 	make_file $data/file1g.bin $((1 << 30))
@@ -716,19 +742,12 @@ owed)
 		# idle CPUs; then single small device reads at HEAD, then every
 		# test (the staging give-back of d5f5aea not yet run on a GPU).
 		log "Zarr on the GPU (carried zarr: $(PYTHONPATH=$zarrpath python3 -c 'import zarr; print(zarr.__version__)' 2>&1))"
-		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
-			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -4
+		zarr_tests
 		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu 2>&1 |
-			tee "$OUT/zarr_gpu.log" | tail -6
+		zarr_figures zarr_gpu.log --gpu | tail -6
 		log "Zarr and cat_ranges on the host (16 CPUs)"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB 2>&1 |
-			tee "$OUT/zarr_cpu.log" | grep -E 'x \(goal|= ' | tail -6
-		make_file $data/one.bin $((1 << 30))
-		cat $data/one.bin >/dev/null
-		log "single small device reads against pread + copy + sync by hand"
-		$B/bench/gpu_bench $data/one.bin --size 1073741824 --latency 2>&1 |
-			tee "$OUT/latency.log" | tail -14
+		zarr_figures zarr_cpu.log | grep -E 'x \(goal|= ' | tail -6
+		small_device_reads
 		every_test "test_gpu|test_small_device|test_stream|test_batch|Failed|failed"
 		grep -E "test_(kvikio_gpu|upload|webhdfs|remote_rangeless|gpu|stream|zarr).*(FAIL|ERROR)|passed|failed" \
 			"$OUT/pytest.log" | tail -5
@@ -736,25 +755,20 @@ owed)
 	zarr2)
 		# The Zarr read into CuPy after its parts are found once per
 		# selection (25ce218): the benchmark, then where its time goes.
-		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
-			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		zarr_tests
 		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu --gpu-parts \
-			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -45
+		zarr_figures zarr_gpu.log --gpu --gpu-parts --rounds 5 | tail -45
 		;;
 	last)
 		# Session 37's last commit: the Zarr GPU test and benchmark on
 		# the merged store, then what a buffered write's source costs
 		# (bench/write_source: from one 1 MiB buffer as fio writes, from
 		# a 4 GiB one, the same with a reader ahead, gpufile_pwrite).
-		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
-			--timeout-method=thread python/tests/test_zarr_gpu.py 2>&1 | tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		zarr_tests
 		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu \
-			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -4
+		zarr_figures zarr_gpu.log --gpu --rounds 5 | tail -4
 		log "Zarr and cat_ranges on the host (16 CPUs)"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB 2>&1 |
-			tee "$OUT/zarr_cpu.log" | grep -E 'x \(goal|= ' | tail -6
+		zarr_figures zarr_cpu.log | grep -E 'x \(goal|= ' | tail -6
 		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
 		mkdir -p $data/write
 		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
@@ -763,12 +777,9 @@ owed)
 		# After the platform facts are kept per device (3c561ad) and the
 		# Zarr store's changes merged: the Zarr GPU test, its benchmark
 		# with where the time goes, then ctest (the GPU tests included).
-		PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
-			--timeout-method=thread python/tests/test_zarr_gpu.py python/tests/test_batch.py 2>&1 |
-			tee "$OUT/pytest_zarr_gpu.log" | tail -2
+		zarr_tests python/tests/test_batch.py python/tests/test_zarr.py -k "not blosc"
 		log "Zarr into CuPy: gpufile.zarr against DirectoryStore + cupy.asarray"
-		PYTHONPATH=$zarrpath python3 bench/zarr_bench.py --dir $data/zarr --size 2GiB --gpu --gpu-parts \
-			--rounds 5 2>&1 | tee "$OUT/zarr_gpu.log" | tail -28
+		zarr_figures zarr_gpu.log --gpu --gpu-parts --rounds 5 | tail -28
 		log "ctest"
 		(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
 			-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
@@ -781,11 +792,7 @@ owed)
 		every_test "test_gpu|test_small_device|test_stream|test_batch|Failed|failed"
 		grep -E "test_(kvikio_gpu|upload|webhdfs|remote_rangeless|gpu|stream).*(FAIL|ERROR)|passed|failed" \
 			"$OUT/pytest.log" | tail -5
-		make_file $data/one.bin $((1 << 30))
-		cat $data/one.bin >/dev/null
-		log "single small device reads against pread + copy + sync by hand"
-		$B/bench/gpu_bench $data/one.bin --size 1073741824 --latency 2>&1 |
-			tee "$OUT/latency.log" | tail -14
+		small_device_reads
 		log "gpufile bench --device 0, 4 KiB random, one at a time"
 		$B/gpufile bench $data/one.bin --device 0 --rw randread --bs 4k --time 3 2>&1 |
 			tee "$OUT/bench_4k_gpu0.log" | grep -E 'IOPS|p50|p99'

@@ -132,13 +132,19 @@ def host_reads():
     return gpufile.stats()["gpufile"]["read"]["host"]
 
 
-def test_a_selection_is_one_batch_read_in_place(gz, tmp_path, monkeypatch):
-    root = str(tmp_path / "b.zarr")
+def rows_array(gz, root):
+    """(the values, the array opened for reading): 64 x 48 uint32 in
+    whole-row chunks of 8 rows, uncompressed."""
     a = np.arange(64 * 48, dtype="<u4").reshape(64, 48)
     z = gz.open_array(root, mode="w", shape=a.shape, chunks=(8, 48),
                       dtype=a.dtype, compressor=None)
     z[:] = a
-    r = gz.open_array(root, mode="r")
+    return a, gz.open_array(root, mode="r")
+
+
+def count_chunk_buffers(monkeypatch):
+    """The sizes of the chunk buffers (_ranges.new_bytes) made from now on,
+    a list that grows."""
     from gpufile import _ranges
     buffers = []
     real = _ranges.new_bytes
@@ -147,6 +153,12 @@ def test_a_selection_is_one_batch_read_in_place(gz, tmp_path, monkeypatch):
         buffers.append(n)
         return real(n)
     monkeypatch.setattr(_ranges, "new_bytes", counting)
+    return buffers
+
+
+def test_a_selection_is_one_batch_read_in_place(gz, tmp_path, monkeypatch):
+    a, r = rows_array(gz, str(tmp_path / "b.zarr"))
+    buffers = count_chunk_buffers(monkeypatch)
     before = host_reads()
     same(r[8:40], a[8:40])  # 4 whole chunks, contiguous in the result
     after = host_reads()
@@ -176,20 +188,8 @@ def test_results_that_are_not_one_block_go_through_chunk_buffers(
     # Whole chunks are read in place where the result is one writable
     # block (its parts found from its shape and strides); any other result
     # gets them through chunk buffers, copied in by zarr.
-    root = str(tmp_path / "o.zarr")
-    a = np.arange(64 * 48, dtype="<u4").reshape(64, 48)
-    z = gz.open_array(root, mode="w", shape=a.shape, chunks=(8, 48),
-                      dtype=a.dtype, compressor=None)
-    z[:] = a
-    r = gz.open_array(root, mode="r")
-    from gpufile import _ranges
-    buffers = []
-    real = _ranges.new_bytes
-
-    def counting(n):
-        buffers.append(n)
-        return real(n)
-    monkeypatch.setattr(_ranges, "new_bytes", counting)
+    a, r = rows_array(gz, str(tmp_path / "o.zarr"))
+    buffers = count_chunk_buffers(monkeypatch)
     block = np.zeros_like(a)
     r.get_basic_selection(Ellipsis, out=block)
     same(block, a)
