@@ -362,7 +362,8 @@ struct fact {
 	char why[128];
 };
 
-/* facts_lock guards the slots; it is held across no call but snprintf. */
+/* facts_lock guards the slots; it is held across no call but
+ * clock_gettime and snprintf. */
 static pthread_mutex_t facts_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fact nvfs_slot[1], p2pdma_slots[FACT_SLOTS];
 static unsigned p2pdma_next; /* the slot a new device takes */
