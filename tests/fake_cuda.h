@@ -101,7 +101,16 @@ static struct CUctx_st *const fake_ctx = (struct CUctx_st *)0x1000;
 static int fake_ndev = 1;
 static unsigned char *fake_dev_mem[FAKE_MAX_DEV]; /* [0]: dev_base */
 static size_t fake_dev_used[FAKE_MAX_DEV];        /* cuMemAlloc's bump */
-static _Thread_local struct CUctx_st *fake_cur;   /* when fake_ndev > 1 */
+/* The current context, when fake_ndev > 1. initial-exec: the variable
+ * lives in the static TLS block, not in a dynamic one. A library loaded
+ * by dlopen (tests/fake_libcuda, which gpufile loads while its workers
+ * run) gets its default-model variables in dynamic TLS blocks, and this
+ * GCC's LeakSanitizer records such a block of a worker thread at a bogus
+ * address ("DTLS 9 at 0x000100000042-0x000900001144" with
+ * LSAN_OPTIONS=verbosity=1): its tracer died scanning it at every exit
+ * of test_parity_gpu_fake, and of test_gpu_cold_eof_fake now and then. */
+static _Thread_local struct CUctx_st *fake_cur
+    __attribute__((tls_model("initial-exec")));
 /* Contexts reset (fake_ctx_reset): how often, and whether since retained. */
 static unsigned fake_ctx_gen[FAKE_MAX_DEV];
 static int fake_ctx_dead[FAKE_MAX_DEV];

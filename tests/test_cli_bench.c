@@ -194,12 +194,6 @@ static void test_device(const char *file)
 
 	if (test_cli_fake_driver_begin("device", &saved))
 		return;
-		/* LeakSanitizer's tracer dies at the exit of a process that
-		 * loaded the fake driver (signal 11, as test_parity_gpu_fake's:
-		 * see tests/CMakeLists.txt); the rest of ASan still checks. */
-#if defined(__SANITIZE_ADDRESS__)
-	setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-#endif
 	expect(0, "GPU 0 memory (--device 0 given)",
 	       "bench %s --device 0 --rw write --bs 64k --seed 5 --verify",
 	       file);
@@ -213,9 +207,6 @@ static void test_device(const char *file)
 	       "bench %s --device 0 --rw read --bs 4k --size 64k --seed 6 "
 	       "--verify",
 	       file);
-#if defined(__SANITIZE_ADDRESS__)
-	unsetenv("ASAN_OPTIONS");
-#endif
 	test_cli_fake_driver_end(saved);
 }
 
