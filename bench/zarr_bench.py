@@ -29,7 +29,7 @@ Usage, from the repository root after building:
   GPUFILE_LIBRARY=build/libgpufile.so PYTHONPATH=python \\
       python3 bench/zarr_bench.py --dir /tmp/zarr-bench --size 2GiB
   ... --gpu          (on the GPU machine, CuPy installed)
-  ... --only zarr    (some parts only: zarr, parts, ranges)
+  ... --only zarr    (some parts only: zarr, parts, ranges, small)
   ... --base DIR     (DIR/gpufile: another copy of the package, e.g. from
                       git archive main python | tar -x -C DIR --strip 1;
                       its gpufile.zarr timed in the same rounds)
@@ -196,6 +196,36 @@ def bench_zarr(root, nrounds, base=None):
     return ratio
 
 
+def bench_small(root, nrounds, base=None, nsel=500):
+    """Selections of one chunk each (nsel of them, at chunks spread over
+    the array, the array opened once): the per-selection cost a data
+    loader reading a sample at a time pays. DirectoryStore against
+    gpufile.zarr (and base's, when given)."""
+    zd = zarr.open_array(zarr.storage.DirectoryStore(root), mode="r")
+    n, c = zd.shape[0], zd.chunks[0]
+    starts = [((i * 7919) % (n // c)) * c for i in range(nsel)]
+    mine = {"gpufile.zarr": gz}
+    if base is not None:
+        mine["gpufile.zarr (base)"] = base
+
+    def run(z):
+        return [float(z[a:a + c][-1]) for a in starts]
+
+    def check(results):
+        want = [float(a + c - 1) for a in starts]
+        for k, got in results.items():
+            assert got == want, k
+    contenders = {"zarr DirectoryStore, one chunk": lambda: run(zd)}
+    for name, m in mine.items():
+        z = m.open_array(root, mode="r")
+        contenders[name + ", one chunk"] = lambda z=z: run(z)
+    times = rounds(contenders, nrounds, check)
+    for name in reversed(mine):
+        report("small", times, nsel * c * 8,
+               "zarr DirectoryStore, one chunk", name + ", one chunk", None,
+               name == "gpufile.zarr (base)" or not base)
+
+
 def bench_parts(root, nrounds):
     """Where the time of a whole read goes: opening every chunk file
     (gpufile.File: a buffered and an O_DIRECT descriptor; Python's open:
@@ -343,15 +373,16 @@ def main():
     ap.add_argument("--gpu-parts", action="store_true",
                     help="where the CuPy form's time goes (the GPU machine)")
     ap.add_argument("--only", default="zarr,parts,ranges",
-                    help="the parts to run, of zarr,parts,ranges")
+                    help="the parts to run, of zarr,parts,ranges,small "
+                    "(selections of one chunk)")
     ap.add_argument("--base", metavar="DIR",
                     help="time DIR/gpufile's gpufile.zarr too (another "
                     "copy of the package), in the same rounds")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    if not only or only - {"zarr", "parts", "ranges"}:
+    if not only or only - {"zarr", "parts", "ranges", "small"}:
         sys.exit("zarr_bench: --only %r: a comma-separated list of zarr, "
-                 "parts and ranges" % args.only)
+                 "parts, ranges and small" % args.only)
     if args.base and not os.path.isfile(
             os.path.join(args.base, "gpufile", "__init__.py")):
         sys.exit("zarr_bench: --base %s: no gpufile package in it "
@@ -376,6 +407,9 @@ def main():
     if "zarr" in only:
         bench_zarr(root, args.rounds,
                    load_base(args.base) if args.base else None)
+    if "small" in only:
+        bench_small(root, args.rounds,
+                    load_base(args.base) if args.base else None)
     if "parts" in only:
         bench_parts(root, args.rounds)
     if "ranges" in only:

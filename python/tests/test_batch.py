@@ -157,3 +157,112 @@ def test_batch_read_cupy(data_file):
     for i in range(n):
         assert np.array_equal(got[i], data[offs[i]:offs[i] + bs]), i
     assert np.array_equal(host, data[77:77 + bs])
+
+
+def _batch_ptr(b):
+    """The C batch a BatchRead was given (before it is waited for)."""
+    return b._c.ptr
+
+
+def _first_kept(f, buf):
+    """With no batch kept, reads buf from f's start as a batch; returns the
+    C batch it used, which is then kept."""
+    from gpufile import _batch
+    _batch._drop_idle()
+    b = gpufile.BatchRead([(f, buf, len(buf), 0)])
+    first = _batch_ptr(b)
+    assert b.wait() == [len(buf)]
+    return first
+
+
+def test_batches_one_after_another_reuse_one_c_batch(data_file):
+    """A complete C batch is kept for the next BatchRead (its worker
+    threads and io_uring rings are started once, not per read: 1.5-5 ms a
+    batch, more than reading a 1 MiB chunk). Made afresh each time, every
+    BatchRead had a new one."""
+    from gpufile import _batch
+    path, data = data_file
+    with gpufile.File(path) as f:
+        buf = bytearray(4096)
+        first = _first_kept(f, buf)
+        for i in range(1, 6):
+            b = gpufile.BatchRead([(f, buf, 4096, i * 4096)])
+            assert _batch_ptr(b) == first
+            assert b.wait() == [4096]
+            assert bytes(buf) == data[i * 4096:(i + 1) * 4096].tobytes()
+        # Fewer entries than the kept batch's capacity, and more: the
+        # larger one needs a batch of its own, which is kept after it.
+        n = _batch._IDLE_MIN_CAPACITY * 2 + 1
+        bufs = [bytearray(512) for _ in range(n)]
+        big = gpufile.BatchRead([(f, bufs[i], 512, i * 512) for i in range(n)])
+        assert _batch_ptr(big) != first
+        assert big.wait() == [512] * n
+        assert bytes(bufs[-1]) == data[(n - 1) * 512:n * 512].tobytes()
+
+
+def test_kept_batches_are_never_shared(data_file):
+    """Batches in flight at once each have a C batch of their own; no more
+    than _IDLE_MAX are kept after; a failed entry's message does not
+    outlive its batch into the next one's entries."""
+    from gpufile import _batch
+    path, data = data_file
+    _batch._drop_idle()
+    with gpufile.File(path) as f:
+        bufs = [bytearray(4096) for _ in range(4)]
+        live = [gpufile.BatchRead([(f, bufs[i], 4096, i * 4096)])
+                for i in range(4)]
+        assert len({_batch_ptr(b) for b in live}) == 4
+        for b in live:
+            assert b.wait() == [4096]
+        assert len(_batch._idle) <= _batch._IDLE_MAX
+        bad = gpufile.BatchRead([(f, bufs[0], 4096, len(data) + 4096),
+                                 (f, bufs[1], 4096, 0)])
+        assert bad.wait() == [0, 4096]  # past the end: 0 bytes, no error
+        g = gpufile.File(path)
+        g.close()
+        again = gpufile.BatchRead([(f, bufs[2], 4096, 8192)])
+        assert again.wait() == [4096]
+        assert bytes(bufs[2]) == data[8192:12288].tobytes()
+
+
+def test_a_kept_batch_is_not_reused_after_nthreads_changes(data_file):
+    """A C batch has as many workers as nthreads said at its first submit:
+    after a change of nthreads a BatchRead gets a new one."""
+    path, _ = data_file
+    old = gpufile.defaults.get("nthreads")
+    with gpufile.File(path) as f:
+        buf = bytearray(4096)
+        b = gpufile.BatchRead([(f, buf, 4096, 0)])
+        first = _batch_ptr(b)
+        b.wait()
+        try:
+            gpufile.defaults.set("nthreads", old + 1)
+            b = gpufile.BatchRead([(f, buf, 4096, 0)])
+            assert _batch_ptr(b) != first
+            assert b.wait() == [4096]
+        finally:
+            gpufile.defaults.set("nthreads", old)
+
+
+def test_a_kept_batch_serves_a_forked_child(data_file):
+    """The child of a fork takes the batch its parent kept (its workers
+    were the parent's threads): its read starts workers of its own and
+    gives the right bytes; the parent's batch still serves the parent."""
+    path, data = data_file
+    with gpufile.File(path) as f:
+        buf = bytearray(4096)
+        first = _first_kept(f, buf)
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                c = gpufile.BatchRead([(f, buf, 4096, 4096)])
+                ok = (_batch_ptr(c) == first and c.wait() == [4096] and
+                      bytes(buf) == data[4096:8192].tobytes())
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        b = gpufile.BatchRead([(f, buf, 4096, 8192)])
+        assert _batch_ptr(b) == first and b.wait() == [4096]
+        assert bytes(buf) == data[8192:12288].tobytes()

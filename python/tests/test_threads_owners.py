@@ -280,6 +280,15 @@ def _checked_batch(monkeypatch):
                                               real_fn("gpufile_batch_create"))
     wrapped["gpufile_batch_free"] = c.free("gpufile_batch_free",
                                            real_fn("gpufile_batch_free"))
+    wrapped["gpufile_config_get"] = real_fn("gpufile_config_get")
+    # A complete batch is kept for the next BatchRead rather than freed
+    # (_batch._give_back): that is its end here, checked as a free is
+    # (once, under no call), and then it is freed. No kept batch is
+    # taken: this one is made by the checked create.
+    released = c.free("gpufile_batch_free", real_fn("gpufile_batch_free"))
+    monkeypatch.setattr(_batch, "_give_back",
+                        lambda p, cap, threads: released(p))
+    _batch._drop_idle()
     monkeypatch.setattr(_batch, "_fn", lambda name: wrapped[name])
     return c
 
