@@ -1020,8 +1020,9 @@ GPUFILE_API int gpufile_warmup(void);
 /* Upper bound, in bytes, of the pinned host memory gpufile holds with the
  * current settings and the batches that exist: 3 * nthreads *
  * buffers_per_worker * (bounce_buffer_size + 4096), plus 4 MiB (two 2 MiB
- * slots) per worker thread of every batch not yet freed (a batch starts
- * min(nthreads, 64) at its first submit; see gpufile_batch_create). One
+ * slots) per worker thread of every batch not yet freed (a batch starts a
+ * worker per chunk of a submit's entries, up to min(nthreads, 64), and
+ * keeps them; see gpufile_batch_create). One
  * third of the first term is the bounce buffers; the rest, at most two
  * arenas for stream-ordered reads staged on their stream
  * (gpufile_read_async), is allocated only once such a read runs, as a

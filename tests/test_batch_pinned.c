@@ -4,7 +4,10 @@
  * count, from its start to gpufile_batch_free, as the header says. (The
  * bound left them out: three small batches held 12 MiB against a bound
  * of 816 KiB.) Small bounce buffers, so that the slots are most of it;
- * the fake CUDA driver counts what is held.
+ * the fake CUDA driver counts what is held. A batch starts a worker per
+ * chunk of its entries, up to nthreads: one for a submit of two small
+ * entries, more once a submit has more chunks (they started nthreads at
+ * once, and a batch of one 4 KiB read woke them all at every submit).
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -19,6 +22,8 @@
 #define NBATCH   3
 #define NTHREADS 2
 #define SLOTS    (2 * (size_t)(2u << 20)) /* per batch worker */
+/* Entries of 4 KiB in two of a batch's chunks (512 entries, 4 MiB). */
+#define TWO_CHUNKS 1024u
 
 static size_t held(void)
 {
@@ -69,8 +74,34 @@ int main(void)
 	max = gpufile_pinned_bytes_max();
 	fprintf(stderr, "  pinned held %zu, bound %zu\n", held(), max);
 	CHECK(held() <= max);
-	/* The documented sum: NTHREADS workers per batch, two slots each. */
-	CHECK_EQ(max, before + NBATCH * NTHREADS * SLOTS);
+	/* The documented sum: a worker per chunk of the batch's largest
+	 * submit (here one), two slots each. */
+	CHECK_EQ(max, before + NBATCH * SLOTS);
+
+	/* A submit of two chunks to b[0]: a second worker starts. */
+	{
+		static gpufile_batch_entry_t many[TWO_CHUNKS];
+		gpufile_batch_t *big;
+
+		for (unsigned i = 0; i < TWO_CHUNKS; i++)
+			many[i] = (gpufile_batch_entry_t){
+			    h, dev_base + (4u << 20) + (size_t)i * 4096, 4096,
+			    (int64_t)i * 4096};
+		CHECK_EQ(gpufile_batch_create(&big, TWO_CHUNKS), 0);
+		CHECK_EQ(gpufile_batch_submit(big, many, TWO_CHUNKS), 0);
+		CHECK_EQ(gpufile_batch_wait(big, -1), (int)TWO_CHUNKS);
+		CHECK_EQ(gpufile_batch_result(big, TWO_CHUNKS - 1), 4096);
+		CHECK_EQ(test_mismatch(dev_base + (4u << 20), FSIZE, SEED, 0),
+		         -1);
+		CHECK_EQ(gpufile_pinned_bytes_max(), max + NTHREADS * SLOTS);
+		CHECK(held() <= gpufile_pinned_bytes_max());
+		/* Again with one chunk: the workers stay (two, not one). */
+		CHECK_EQ(gpufile_batch_submit(big, many, 2), 0);
+		CHECK_EQ(gpufile_batch_wait(big, -1), 2);
+		CHECK_EQ(gpufile_pinned_bytes_max(), max + NTHREADS * SLOTS);
+		gpufile_batch_free(big);
+		CHECK_EQ(gpufile_pinned_bytes_max(), max);
+	}
 
 	for (int k = 0; k < NBATCH; k++)
 		gpufile_batch_free(b[k]);

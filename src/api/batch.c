@@ -22,10 +22,11 @@
  * slot (they gain nothing from packing, and gpufile_pread pipelines them),
  * and device entries of a second CUDA context.
  *
- * Threads: the batch owns nworkers threads, started at the first submit
- * and joined by gpufile_batch_free. Locks: batch.lock, and pool.lock
- * inside gpufile__handle_release_marks, never one while holding the
- * other; no I/O runs under either. Invariants:
+ * Threads: the batch owns nworkers threads, started at a submit as its
+ * chunks need them (one per chunk, up to nthreads: a batch of one chunk
+ * starts and wakes one) and joined by gpufile_batch_free. Locks: batch.lock,
+ * and pool.lock inside gpufile__handle_release_marks, never one while holding
+ * the other; no I/O runs under either. Invariants:
  *   - an entry's result and message are written only by the worker that
  *     claimed its chunk (a WAY_BODY entry: the chunk of its group's
  *     lead), before its done flag is set (release); readers look at them
@@ -1378,17 +1379,27 @@ oom:
 	                     want);
 }
 
-/* Starts the workers, once per batch (only the submitting thread runs
- * this, while none of b's entries is in flight). */
-static int start_workers(struct gpufile_batch *b, unsigned want)
+/* Starts workers until need of them run, need at most want (nthreads,
+ * the workers allocated at the first submit). Only the submitting thread
+ * runs this, while none of b's entries is in flight and every worker
+ * started has taken the last submit (submit_ready): a worker started
+ * here is as one started with the batch. A worker per chunk: starting
+ * and waking threads that find no chunk cost a batch of one small entry
+ * more than its read (each thread start, and at each submit each wake,
+ * and the submit's wait for every worker to have taken the last one). */
+static int start_workers(struct gpufile_batch *b, unsigned want, unsigned need)
 {
 	int rc;
 
-	if (b->nworkers)
+	if (need > want)
+		need = want;
+	if (b->nworkers >= need)
 		return 0;
 	if (!b->w && (rc = alloc_workers(b, want)))
 		return rc;
-	for (unsigned k = 0; k < b->nalloc; k++) {
+	if (need > b->nalloc)
+		need = b->nalloc;
+	for (unsigned k = b->nworkers; k < need; k++) {
 		struct worker *w = &b->w[k];
 
 		/* Only a later submit wakes it: in a forked child gen counts
@@ -1831,10 +1842,13 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 	if (rc)
 		return rc;
 	rc = decide_all(b, entries, n, &cfg);
+	/* Every worker is idle and has taken the last submit (submit_ready):
+	 * none reads the chunks while they are cut. */
+	nchunks = rc ? 0 : cut_chunks(b, n);
 	if (rc == 0 && n) {
 		unsigned want =
 		    cfg.nthreads < MAX_WORKERS ? cfg.nthreads : MAX_WORKERS;
-		rc = start_workers(b, want ? want : 1);
+		rc = start_workers(b, want ? want : 1, nchunks);
 	}
 	if (rc) {
 		/* Refused, nothing started: no entries, none done. */
@@ -1842,7 +1856,6 @@ int gpufile_batch_submit(gpufile_batch_t *b,
 		atomic_store(&b->ndone, 0);
 		return rc;
 	}
-	nchunks = cut_chunks(b, n);
 	b->n = n;
 	b->nchunks = nchunks;
 	reset_progress(b, n);
