@@ -54,19 +54,26 @@ def _fn(name):
 
 
 # C batches kept between BatchReads. A C batch starts its worker threads
-# (nthreads) at its first submit and ends them, with their io_uring rings,
-# in gpufile_batch_free: 1.5-5 ms of a one-chunk batch on the 2-core VM,
-# where reading its 1 MiB chunk takes 0.1-0.5 ms (a Zarr selection of one
-# chunk ran at 0.08x DirectoryStore). A batch that is complete goes back
-# here instead, for the next BatchRead of as many entries or fewer made
-# while nthreads is the same (its workers were started for that count);
-# at most _IDLE_MAX wait, each holding its workers, asleep, and for
-# device entries their pinned slots (gpufile.h: a batch may be submitted
-# again once complete). A forked child keeps the list: the library makes
-# a batch the child's own at its next call (its workers are the
-# parent's, and the child's first submit starts new ones).
+# (a worker per chunk of its entries, up to nthreads) at a submit and
+# ends them, with their io_uring rings, in gpufile_batch_free: 1.5-5 ms of
+# a one-chunk batch on the 2-core VM, where reading its 1 MiB chunk takes
+# 0.1-0.5 ms (a Zarr selection of one chunk ran at 0.08x DirectoryStore).
+# A batch of _KEEP_CAPACITY entries or fewer, once no entry of it is in
+# flight, goes back here instead, for the next BatchRead of as many
+# entries or fewer made while nthreads is the same (its workers were
+# allocated for that count). At most _IDLE_MAX wait, each holding its
+# workers asleep, their io_uring rings (a descriptor each) and, after
+# device entries, their pinned slots; a larger batch is freed (its start
+# is a small part of its read). A batch kept under another nthreads is
+# freed at the next _take. The lock is never waited for where a
+# finaliser may run (_give_back, which a BatchRead's __del__ reaches
+# from inside any allocation, even one under the lock: it then frees).
+# A forked child keeps the list: the library makes a batch the child's
+# own at its next call (its workers were the parent's; the child's first
+# submit starts new ones).
 _IDLE_MAX = 2
 _IDLE_MIN_CAPACITY = 64
+_KEEP_CAPACITY = 4096
 _idle = []  # [(capacity, nthreads, C batch)]
 _idle_lock = threading.Lock()
 
@@ -83,29 +90,45 @@ def _take(n):
     """(C batch, capacity, nthreads): a kept one of capacity n or more made
     at the same nthreads (the smallest such), or a new one."""
     threads = _nthreads()
+    found, stale = None, []
     with _idle_lock:
-        best = None
-        for k, (cap, nt, _) in enumerate(_idle):
-            if cap >= n and nt == threads and \
-                    (best is None or cap < _idle[best][0]):
-                best = k
-        if best is not None:
-            cap, _, c = _idle.pop(best)
-            return c, cap, threads
-    cap = _IDLE_MIN_CAPACITY
-    while cap < n:
-        cap *= 2
+        keep = []
+        for item in _idle:
+            if item[1] != threads:
+                stale.append(item[2])
+            elif item[0] >= n and (found is None or item[0] < found[0]):
+                if found is not None:
+                    keep.append(found)
+                found = item
+            else:
+                keep.append(item)
+        _idle[:] = keep
+    for c in stale:
+        _fn("gpufile_batch_free")(c)
+    if found is not None:
+        return found[2], found[0], threads
+    cap = max(n, 1)
+    if n <= _KEEP_CAPACITY:
+        cap = _IDLE_MIN_CAPACITY
+        while cap < n:
+            cap *= 2
     out = c_void_p()
     _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out), cap))
     return out.value, cap, threads
 
 
 def _give_back(c, cap, threads):
-    """Keeps the complete C batch c for a later BatchRead, or frees it."""
-    with _idle_lock:
-        if threads is not None and len(_idle) < _IDLE_MAX:
-            _idle.append((cap, threads, c))
-            return
+    """Keeps the C batch c for a later BatchRead, or frees it. c may have
+    entries in flight (a submit interrupted after the library took it):
+    the wait makes it complete, as a free would."""
+    if _fn("gpufile_batch_wait")(c, -1) >= 0 and threads is not None and \
+            cap <= _KEEP_CAPACITY and _idle_lock.acquire(blocking=False):
+        try:
+            if len(_idle) < _IDLE_MAX:
+                _idle.append((cap, threads, c))
+                return
+        finally:
+            _idle_lock.release()
     _fn("gpufile_batch_free")(c)
 
 
@@ -297,10 +320,8 @@ class BatchRead:
                 self._collect(b, -1)
             except Exception as e:  # the batch is freed all the same
                 err = e
-        if err is None and (self._results is not None or
-                            not self._submitted):
-            # Complete (or never submitted): kept for the next BatchRead.
-            _give_back(b, self._cap, self._threads)
+        if err is None:
+            _give_back(b, self._cap, self._threads)  # kept or freed
         else:
             _fn("gpufile_batch_free")(b)  # waits for the entries in flight
         bufs, self._bufs = self._bufs, []

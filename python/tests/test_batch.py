@@ -266,3 +266,92 @@ def test_a_kept_batch_serves_a_forked_child(data_file):
         b = gpufile.BatchRead([(f, buf, 4096, 8192)])
         assert _batch_ptr(b) == first and b.wait() == [4096]
         assert bytes(buf) == data[8192:12288].tobytes()
+
+
+def test_a_batch_ended_by_the_collector_inside_take_does_not_hang(data_file):
+    """A BatchRead never waited for and only reachable through a cycle is
+    ended by the cyclic collector, which runs inside any allocation: one
+    in _take or _give_back, under the kept batches' lock. Its finaliser
+    gave its batch back and took the lock again: the thread hung for
+    ever. Run in a child, whose hang becomes a failure."""
+    import subprocess
+    import sys
+    path, _ = data_file
+    code = """if 1:
+        import gc, gpufile
+        f = gpufile.File(%r)
+        buf = bytearray(4096)
+        gc.set_threshold(1)
+        for i in range(1000):  # the old code hung at the 311th here
+            b = gpufile.BatchRead([(f, bytearray(4096), 4096, 0)])
+            b.cycle = b
+            del b
+            assert gpufile.BatchRead([(f, buf, 4096, 4096)]).wait() == [4096]
+        print("done")
+    """ % path
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr
+
+
+def test_a_submit_interrupted_after_the_library_took_it(monkeypatch, data_file):
+    """KeyboardInterrupt (or any exception a signal handler raises) right
+    after gpufile_batch_submit returned, before the binding noted the
+    submit: the batch was kept with its entries in flight (the next
+    BatchRead failed with EBUSY) and its buffers let go while the
+    library still wrote into them. It is kept only once complete."""
+    from gpufile import _batch
+    path, data = data_file
+    _batch._drop_idle()
+    real_fn = _batch._fn
+    submitted = []
+
+    def interrupted_submit(c, arr, n):
+        assert real_fn("gpufile_batch_submit")(c, arr, n) == 0
+        submitted.append(c)
+        raise KeyboardInterrupt("after the submit")
+
+    with gpufile.File(path) as f:
+        n = _batch._KEEP_CAPACITY
+        bufs = [bytearray(65536) for _ in range(n)]
+        size = len(data) // 65536 * 65536
+        entries = [(f, bufs[i], 65536, i * 65536 % size) for i in range(n)]
+        monkeypatch.setattr(_batch, "_fn", lambda name: (
+            interrupted_submit if name == "gpufile_batch_submit"
+            else real_fn(name)))
+        with pytest.raises(KeyboardInterrupt):
+            gpufile.BatchRead(entries)
+        monkeypatch.setattr(_batch, "_fn", real_fn)
+        assert len(submitted) == 1
+        kept = [c for _, _, c in _batch._idle]
+        assert kept == submitted
+        assert real_fn("gpufile_batch_poll")(kept[0]) == n  # complete
+        buf = bytearray(4096)
+        assert gpufile.BatchRead([(f, buf, 4096, 0)]).wait() == [4096]
+
+
+def test_large_and_stale_batches_are_not_kept(data_file):
+    """A batch of more than _KEEP_CAPACITY entries is freed after its read
+    (kept, its arrays, threads and rings stayed for the life of the
+    process after one large cat_ranges); one kept under another nthreads
+    is freed at the next read (it was never used again, and filled the
+    places of batches that would have been)."""
+    from gpufile import _batch
+    path, _ = data_file
+    _batch._drop_idle()
+    old = gpufile.defaults.get("nthreads")
+    with gpufile.File(path) as f:
+        n = _batch._KEEP_CAPACITY + 1
+        bufs = [bytearray(512) for _ in range(n)]
+        assert gpufile.BatchRead(
+            [(f, bufs[i], 512, i * 512) for i in range(n)]).wait() == [512] * n
+        assert _batch._idle == []
+        buf = bytearray(4096)
+        _first_kept(f, buf)
+        assert len(_batch._idle) == 1
+        try:
+            gpufile.defaults.set("nthreads", old + 1)
+            assert gpufile.BatchRead([(f, buf, 4096, 0)]).wait() == [4096]
+            assert [nt for _, nt, _ in _batch._idle] == [b"%d" % (old + 1)]
+        finally:
+            gpufile.defaults.set("nthreads", old)
