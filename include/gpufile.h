@@ -1496,10 +1496,12 @@ GPUFILE_API int gpufile_stream_info(gpufile_t *h, const void *buf, size_t size,
  *   - there is no cancel: a submitted batch runs to its end, and
  *     gpufile_batch_free waits for it;
  *   - reads only (no writes).
- * The batch owns nthreads worker threads (the setting at its first
- * submit, at most 64), started then and ended by gpufile_batch_free; each
- * holds two 2 MiB pinned slots once it reads into device memory (counted
- * by gpufile_pinned_bytes_max). A batch is used by one thread at a time;
+ * The batch owns worker threads: a submit starts one per chunk of its
+ * entries (up to 512 entries and 4 MiB) that it has not yet, up to the
+ * nthreads setting of its first submit (at most 64), and each is kept
+ * until gpufile_batch_free, woken at every later submit; each holds two
+ * 2 MiB pinned slots once it reads into device memory (counted by
+ * gpufile_pinned_bytes_max). A batch is used by one thread at a time;
  * different batches are independent. In a forked child the batch starts
  * threads of its own; entries in flight at the fork end there with
  * -ECANCELED. Counted in the statistics as one request per path and

@@ -23,8 +23,9 @@
  * and device entries of a second CUDA context.
  *
  * Threads: the batch owns nworkers threads, started at a submit as its
- * chunks need them (one per chunk, up to nthreads: a batch of one chunk
- * starts and wakes one) and joined by gpufile_batch_free. Locks: batch.lock,
+ * chunks need them (one per chunk, up to nthreads: a batch whose submits
+ * have been of one chunk has one to start and wake) and joined by
+ * gpufile_batch_free. Locks: batch.lock,
  * and pool.lock inside gpufile__handle_release_marks, never one while holding
  * the other; no I/O runs under either. Invariants:
  *   - an entry's result and message are written only by the worker that
@@ -1386,7 +1387,9 @@ oom:
  * here is as one started with the batch. A worker per chunk: starting
  * and waking threads that find no chunk cost a batch of one small entry
  * more than its read (each thread start, and at each submit each wake,
- * and the submit's wait for every worker to have taken the last one). */
+ * and the submit's wait for every worker to have taken the last one).
+ * Workers once started stay: a later submit of fewer chunks wakes them
+ * all. */
 static int start_workers(struct gpufile_batch *b, unsigned want, unsigned need)
 {
 	int rc;
