@@ -225,20 +225,31 @@ def test_kept_batches_are_never_shared(data_file):
         assert bytes(bufs[2]) == data[8192:12288].tobytes()
 
 
-def test_a_kept_batch_is_not_reused_after_nthreads_changes(data_file):
+def test_a_kept_batch_is_not_reused_after_nthreads_changes(monkeypatch,
+                                                          data_file):
     """A C batch has as many workers as nthreads said at its first submit:
-    after a change of nthreads a BatchRead gets a new one."""
+    after a change of nthreads the kept one is freed and a BatchRead gets
+    a new one. (Not told by its address: a new batch may be given the
+    address of the one just freed.)"""
+    from gpufile import _batch
     path, _ = data_file
     old = gpufile.defaults.get("nthreads")
+    real_fn = _batch._fn
+    freed = []
+
+    def fn(name):
+        f = real_fn(name)
+        if name != "gpufile_batch_free":
+            return f
+        return lambda c: (freed.append(c), f(c))[1]
     with gpufile.File(path) as f:
         buf = bytearray(4096)
-        b = gpufile.BatchRead([(f, buf, 4096, 0)])
-        first = _batch_ptr(b)
-        b.wait()
+        first = _first_kept(f, buf)
+        monkeypatch.setattr(_batch, "_fn", fn)
         try:
             gpufile.defaults.set("nthreads", old + 1)
             b = gpufile.BatchRead([(f, buf, 4096, 0)])
-            assert _batch_ptr(b) != first
+            assert freed == [first]
             assert b.wait() == [4096]
         finally:
             gpufile.defaults.set("nthreads", old)
