@@ -167,7 +167,9 @@ def _batch_ptr(b):
 def _first_kept(f, buf):
     """With no batch kept, reads buf from f's start as a batch; returns the
     C batch it used, which is then kept."""
+    import gc
     from gpufile import _batch
+    gc.collect()  # a BatchRead in a cycle, ended later, would be kept too
     _batch._drop_idle()
     b = gpufile.BatchRead([(f, buf, len(buf), 0)])
     first = _batch_ptr(b)
