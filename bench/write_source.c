@@ -10,6 +10,12 @@
  *   large+pf   the same while a second thread reads the source lines
  *              AHEAD bytes ahead of the writer (into the shared cache)
  *   gpufile    one gpufile_pwrite of the SIZE-byte buffer (defaults)
+ *   huge       as large, from a second SIZE-byte buffer given
+ *              MADV_HUGEPAGE before it was touched (fewer TLB misses)
+ *   bounce     as large, but a second thread copies the source BLOCK
+ *              bytes at a time into a ring of 4 BLOCK-byte buffers and
+ *              the writer writes from the ring (a small source, as fio's,
+ *              kept full by another core)
  *
  *	write_source DIR [SIZE_MiB] [ROUNDS] [BLOCK_KiB] [AHEAD_KiB]
  *
@@ -29,11 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-enum { SMALL, LARGE, LARGE_PF, GPUFILE, NWAYS };
-static const char *const names[NWAYS] = {"small", "large", "large+pf",
-                                         "gpufile"};
+enum { SMALL, LARGE, LARGE_PF, GPUFILE, HUGE, BOUNCE, NWAYS };
+static const char *const names[NWAYS] = {"small",   "large", "large+pf",
+                                         "gpufile", "huge",  "bounce"};
 
 static double now(void)
 {
@@ -118,6 +125,73 @@ static double write_blocks(const char *path, const char *src, size_t size,
 	return dt;
 }
 
+enum { RING = 4 };
+
+struct ring {
+	const char *src;
+	size_t size, block;
+	char *slot[RING];
+	atomic_size_t filled, drained; /* blocks copied in, blocks written */
+};
+
+static void *filler(void *arg)
+{
+	struct ring *r = arg;
+	const size_t nblocks = (r->size + r->block - 1) / r->block;
+
+	for (size_t i = 0; i < nblocks; i++) {
+		const size_t off = i * r->block;
+		const size_t n =
+		    r->size - off < r->block ? r->size - off : r->block;
+
+		while (i - atomic_load(&r->drained) >= RING)
+			sched_yield();
+		memcpy(r->slot[i % RING], r->src + off, n);
+		atomic_store(&r->filled, i + 1);
+	}
+	return NULL;
+}
+
+static double write_bounced(const char *path, const char *src, size_t size,
+                            size_t block, char *ring_mem)
+{
+	struct ring r = {src, size, block, {0}, 0, 0};
+	const size_t nblocks = (size + block - 1) / block;
+	pthread_t tid;
+	double t0, dt;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0) {
+		perror(path);
+		exit(1);
+	}
+	for (int i = 0; i < RING; i++)
+		r.slot[i] = ring_mem + (size_t)i * block;
+	t0 = now();
+	if (pthread_create(&tid, NULL, filler, &r)) {
+		fprintf(stderr, "write_source: pthread_create failed\n");
+		exit(1);
+	}
+	for (size_t i = 0; i < nblocks; i++) {
+		const size_t off = i * block;
+		const size_t n = size - off < block ? size - off : block;
+
+		while (atomic_load(&r.filled) <= i)
+			sched_yield();
+		if (pwrite(fd, r.slot[i % RING], n, (off_t)off) != (ssize_t)n) {
+			perror("write_source: pwrite");
+			exit(1);
+		}
+		atomic_store(&r.drained, i + 1);
+	}
+	pthread_join(tid, NULL);
+	dt = now() - t0;
+	fsync(fd);
+	close(fd);
+	unlink(path);
+	return dt;
+}
+
 static double write_gpufile(const char *path, const char *src, size_t size)
 {
 	gpufile_t *h;
@@ -157,7 +231,7 @@ int main(int argc, char **argv)
 	const size_t ahead = (size_t)(argc > 5 ? atol(argv[5]) : 4096) << 10;
 	double *t[NWAYS];
 	char path[4096];
-	char *large, *small;
+	char *large, *small, *huge, *ring;
 
 	if (!dir || !size || rounds < 1 || rounds > 99 || !block || !ahead) {
 		fprintf(stderr,
@@ -169,14 +243,22 @@ int main(int argc, char **argv)
 	         (int)getpid());
 	large = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
 	small = aligned_alloc(4096, (block + 4095) / 4096 * 4096);
+	huge = aligned_alloc(2 << 20,
+	                     (size + (2 << 20) - 1) / (2 << 20) * (2 << 20));
+	ring = aligned_alloc(4096, (block + 4095) / 4096 * 4096 * RING);
+	if (huge)
+		madvise(huge, (size + (2 << 20) - 1) / (2 << 20) * (2 << 20),
+		        MADV_HUGEPAGE);
 	for (int w = 0; w < NWAYS; w++)
 		t[w] = calloc((size_t)rounds, sizeof(double));
-	if (!large || !small || !t[NWAYS - 1]) {
+	if (!large || !small || !huge || !ring || !t[NWAYS - 1]) {
 		fprintf(stderr, "write_source: out of memory\n");
 		return 1;
 	}
 	memset(large, 0x5a, size);
 	memset(small, 0x5a, block);
+	memset(huge, 0x5a, size);
+	memset(ring, 0x5a, (block + 4095) / 4096 * 4096 * RING);
 	/* Warm-up: a write of the whole size, so that the first timed write
 	 * reuses page-cache pages a write freed, as every later one does. */
 	write_blocks(path, small, size, block, 1, 0);
@@ -191,9 +273,14 @@ int main(int argc, char **argv)
 
 			if (w == GPUFILE)
 				dt = write_gpufile(path, large, size);
+			else if (w == BOUNCE)
+				dt = write_bounced(path, large, size, block,
+				                   ring);
 			else
 				dt = write_blocks(path,
-				                  w == SMALL ? small : large,
+				                  w == SMALL  ? small
+				                  : w == HUGE ? huge
+				                              : large,
 				                  size, block, w == SMALL,
 				                  w == LARGE_PF ? ahead : 0);
 			t[w][r] = dt;

@@ -109,7 +109,9 @@
 #                              time goes), STAGE=last (the same, the
 #                              host figures, bench/write_source),
 #                              STAGE=last2 (the Zarr GPU test and
-#                              benchmark, ctest)
+#                              benchmark, ctest), STAGE=source (what
+#                              a buffered write's source costs, the
+#                              host read goal)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -783,6 +785,24 @@ owed)
 		log "ctest"
 		(cd $B && GPUFILE_NGINX=$root/.carry/nginx/run ctest --output-on-failure -j8 \
 			-E 'fuzz|install' 2>&1) | tee "$OUT/ctest.log" | tail -8
+		;;
+	source)
+		# Session 39: what a buffered write's source costs, with two more
+		# sources (a huge-page buffer, a ring refilled by a second
+		# thread), at 1 MiB and 4 MiB pwrites; then issue 33's host read
+		# goal on this machine (warm 4 GiB, defaults against parallel
+		# pread).
+		log "kernel $(uname -r), THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+		mkdir -p $data/write
+		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
+		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		log "the same in 4 MiB pwrites"
+		$B/bench/write_source $data/write 4096 3 4096 4096 2>&1 | tee "$OUT/write_source_4m.log"
+		make_file $data/file.bin $((4 << 30))
+		log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
+		cat $data/file.bin >/dev/null
+		$B/bench/host_ref $data/file.bin --rounds 5 --repeat 3 --json 2>&1 |
+			tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
 		;;
 	final)
 		# Session 36's final commit: every test first, then the figures
