@@ -40,7 +40,7 @@ class Owned:
        within its own close(), raises RuntimeError: it could never end.
        A close() interrupted while it waits (KeyboardInterrupt) frees
        nothing and leaves the object open.
-    3. The lock of cond guards the state and the counts only: it is never
+    3. lock (cond's) guards the state and the counts only: it is never
        held across a call into the library, the free function, or anything
        that may run a finaliser. What the free function lets go of (a
        buffer, a File whose finaliser closes it) it returns, and the caller
@@ -66,7 +66,12 @@ class Owned:
         # owner whose free function needs its state passes it to close()).
         self.free = free
         self.what = what  # "file 'a.bin'": for the messages
-        self.cond = threading.Condition(threading.Lock())
+        # Blocks take lock itself, a C lock: entered through the Condition
+        # (its __enter__ is Python code), an exception a signal handler
+        # raised (Ctrl-C) as the lock was taken left it held for ever,
+        # and every later call, close() and finaliser waited for it.
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.state = _OPEN
         self.users = {}  # thread ident -> shared calls of it in flight
         self.exclusive_by = None  # the thread ident in an exclusive call
@@ -92,7 +97,7 @@ class Owned:
         close() has begun. Pair with leave(exclusive)."""
         me = threading.get_ident()
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cond:
+        with self.lock:
             while True:
                 if self.state != _OPEN:
                     raise self._closed()
@@ -118,7 +123,7 @@ class Owned:
 
     def leave(self, exclusive=False):
         me = threading.get_ident()
-        with self.cond:
+        with self.lock:
             if exclusive:
                 assert self.exclusive_by == me
                 self.exclusive_by = None
@@ -148,7 +153,7 @@ class Owned:
         with free (default: the one given at creation); returns what it
         returned, or None when this call did not free it."""
         me = threading.get_ident()
-        with self.cond:
+        with self.lock:
             while self.state != _OPEN:
                 if self.state == _CLOSED:
                     return None
@@ -175,7 +180,7 @@ class Owned:
         try:
             return (free or self.free)(ptr)
         finally:
-            with self.cond:
+            with self.lock:
                 self.ptr = None
                 self.state, self.closing_by = _CLOSED, None
                 self.cond.notify_all()
@@ -215,7 +220,8 @@ def _after_fork_in_child():
     never end either: get() hung, done() said False for ever (the child's
     copy of a request ends with -ECANCELED, pool.c)."""
     for o in list(_owned):
-        o.cond = threading.Condition(threading.Lock())
+        o.lock = threading.Lock()
+        o.cond = threading.Condition(o.lock)
         o.users = {}
         o.exclusive_by = None
         o.waiting = 0

@@ -336,7 +336,7 @@ def test_a_submit_interrupted_after_the_library_took_it(monkeypatch, data_file):
             gpufile.BatchRead(entries)
         monkeypatch.setattr(_batch, "_fn", real_fn)
         assert len(submitted) == 1
-        kept = [c for _, _, c in _batch._idle]
+        kept = [k.c for k in _batch._idle]
         assert kept == submitted
         assert real_fn("gpufile_batch_poll")(kept[0]) == n  # complete
         buf = bytearray(4096)
@@ -365,6 +365,94 @@ def test_large_and_stale_batches_are_not_kept(data_file):
         try:
             gpufile.defaults.set("nthreads", old + 1)
             assert gpufile.BatchRead([(f, buf, 4096, 0)]).wait() == [4096]
-            assert [nt for _, nt, _ in _batch._idle] == [b"%d" % (old + 1)]
+            assert [k.threads for k in _batch._idle] == [b"%d" % (old + 1)]
         finally:
             gpufile.defaults.set("nthreads", old)
+
+
+_INTERRUPTED_READS = """if 1:
+    import dis, gc, os, sys, threading, gpufile
+    from gpufile import _batch
+    traced = (os.path.dirname(gpufile.__file__), threading.__file__)
+    f = gpufile.File(%r)
+    real_fn = _batch._fn
+    live = set()  # C batches made and not freed
+
+    def fn(name):
+        g = real_fn(name)
+        if name == "gpufile_batch_create":
+            def create(out, cap):
+                rc = g(out, cap)
+                if rc == 0:
+                    live.add(out._obj.value)
+                return rc
+            return create
+        if name == "gpufile_batch_free":
+            def free(c):
+                live.discard(c)
+                return g(c)
+            return free
+        return g
+    _batch._fn = fn
+    calls = {"CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW",
+             "CALL_FUNCTION_EX", "JUMP_BACKWARD", "JUMP_ABSOLUTE"}
+    target = 0
+    while True:
+        target += 1
+        seen = [0]
+        def tracer(frame, event, arg):
+            if not frame.f_code.co_filename.startswith(traced):
+                return None
+            seen[0] += 1  # a function's start: the interpreter checks there
+            if seen[0] == target:
+                raise KeyboardInterrupt("at the start of %%s" %% frame.f_code.co_name)
+            frame.f_trace_opcodes = True
+            last = [None]
+            def local(fr, ev, a):
+                if ev != "opcode":
+                    return local
+                if last[0] in calls:  # after a call returned, a jump back
+                    seen[0] += 1
+                    if seen[0] == target:
+                        last[0] = None
+                        raise KeyboardInterrupt("in %%s" %% fr.f_code.co_name)
+                last[0] = dis.opname[fr.f_code.co_code[fr.f_lasti]]
+                return local
+            return local
+        sys.settrace(tracer)
+        try:
+            gpufile.BatchRead([(f, bytearray(4096), 4096, 0)]).wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        gc.collect()
+        buf = bytearray(4096)
+        assert gpufile.BatchRead([(f, buf, 4096, 4096)]).wait() == [4096], target
+        gc.collect()
+        kept = {k.c for k in _batch._idle}
+        assert live == kept, (target, live, kept)
+        if seen[0] < target:  # the read ran through without one
+            break
+    print("done", target)
+"""
+
+
+def test_a_read_interrupted_anywhere_hangs_nothing_and_leaks_nothing(data_file):
+    """An exception a signal handler raises (Ctrl-C) lands where the
+    interpreter checks for one: a function's start, a call's return, a
+    jump back. Raised at each such point of a BatchRead's life in turn
+    (its making, submit, wait, free and the kept batches, and the
+    threading code they run), it never leaves
+    a lock held (after the acquire in _give_back: every later BatchRead
+    waited for ever; after Owned's Condition took its lock: the batch's
+    finaliser did) nor a C batch neither freed nor kept (interrupted in
+    _free's wait: its workers and rings stayed for the life of the
+    process). Run in a child, whose hang becomes a failure."""
+    import subprocess
+    import sys
+    path, _ = data_file
+    out = subprocess.run([sys.executable, "-c", _INTERRUPTED_READS % path],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.startswith("done"), \
+        out.stdout[-2000:] + out.stderr[-4000:]
