@@ -42,6 +42,8 @@ if int(zarr.__version__.split(".")[0]) != 2:
                       "whose store interface is another" % zarr.__version__)
 
 from zarr.storage import BaseStore, DirectoryStore  # noqa: E402
+from zarr.indexing import check_fields  # noqa: E402
+from zarr.util import check_array_shape  # noqa: E402
 
 from . import _buffers, _ranges  # noqa: E402
 from ._file import File  # noqa: E402
@@ -279,6 +281,22 @@ class Array(zarr.Array):
             return None
         return parts.address(out_selection, tuple(self._chunks), self._order)
 
+    def _get_selection(self, indexer, out=None, fields=None):
+        # An empty selection (z[5:5]) reads no chunk: zarr 2's own path
+        # for a store with getitems() unpacks the chunks it finds and
+        # raised "not enough values to unpack" where DirectoryStore
+        # returns an empty array.
+        shape = tuple(indexer.shape)
+        if 0 not in shape:
+            return super()._get_selection(indexer, out=out, fields=fields)
+        if out is None:
+            return np.empty_like(self._meta_array, shape=shape,
+                                 dtype=check_fields(fields, self._dtype),
+                                 order=self._order)
+        check_array_shape("out", out, shape)
+        check_fields(fields, self._dtype)
+        return out
+
     def _chunk_getitems(self, lchunk_coords, lchunk_selection, out,
                         lout_selection, drop_axes=None, fields=None):
         store = self.chunk_store
@@ -375,7 +393,9 @@ class Array(zarr.Array):
         parts (released by the caller once the batch is done)."""
         for key, path, csel, osel, dest in jobs:
             f = files[path]
-            if isinstance(f, FileNotFoundError):
+            # A directory where a chunk's file would be is a missing chunk,
+            # as zarr's DirectoryStore and this Store's getitems() have it.
+            if isinstance(f, (FileNotFoundError, IsADirectoryError)):
                 if self._fill_value is not None:  # zarr: a missing chunk
                     fill = self._fill_value
                     out[osel] = fill[fields] if fields else fill

@@ -117,6 +117,29 @@ def test_missing_chunks_read_as_fill_value(gz, tmp_path):
     same(zarr.open_array(gz.Store(root), mode="r")[:], want)
 
 
+def test_empty_selections_and_directory_chunks_read_as_zarr_reads_them(
+        gz, tmp_path):
+    """An empty selection is an empty array, as zarr over DirectoryStore
+    gives it (gpufile.zarr raised "not enough values to unpack": zarr 2
+    unpacks the chunks found for a store with getitems()); a directory
+    where a chunk's file would be is a missing chunk, its fill value (it
+    failed the whole read with IsADirectoryError)."""
+    root = str(tmp_path / "e.zarr")
+    z = gz.open_array(root, mode="w", shape=(10,), chunks=(4,), dtype="i4",
+                      compressor=None, fill_value=-1)
+    z[...] = np.arange(10)
+    ref = zarr.open_array(zarr.DirectoryStore(root), mode="r")
+    a = gz.open_array(root, mode="r")
+    for sel in [slice(5, 5), slice(10, None), slice(3, 1)]:
+        same(a[sel], ref[sel])
+    out = np.empty(0, dtype="i4")
+    assert a.get_basic_selection(slice(5, 5), out=out) is out
+    os.remove(os.path.join(root, "1"))
+    os.mkdir(os.path.join(root, "1"))
+    same(gz.open_array(root, mode="r")[:], ref[:])
+    assert list(ref[4:8]) == [-1] * 4
+
+
 def test_a_chunk_of_the_wrong_size_is_an_error(gz, tmp_path):
     root = str(tmp_path / "bad.zarr")
     z = gz.open_array(root, mode="w", shape=(8,), chunks=(4,), dtype="i4",
