@@ -10,6 +10,8 @@ offset) reads at once, host or device buffers, any mix of files.
 
 import array
 import ctypes
+import os
+import threading
 import time
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
 
@@ -65,46 +67,25 @@ def _fn(name):
 # is a small part of its read). A batch kept under another nthreads is
 # freed at the next _take.
 #
-# No lock: an exception a signal handler raises (Ctrl-C) lands at any
-# call's return, and one landing after a lock's acquire, before the
-# block that releases it, left the lock held for ever and every later
-# read waiting for it; a finaliser (a BatchRead's __del__, run by the
-# collector inside any allocation, even one in _take) must never wait.
-# Each C batch is owned by one _Kept, which frees it when dropped (a
-# BatchRead whose finaliser was cut short included: its _Kept goes before
-# its buffers, waiting for the entries), and moves only by steps the
-# interpreter does without running a handler (list.append, list.remove,
-# assignments): a _Kept lost on the way, by an exception or a race,
-# frees its batch instead of leaking it.
+# The pool's lock is an RLock, only ever taken by `with` (a C lock's
+# entry runs no signal handler between the acquire and the block: an
+# exception a handler raised (Ctrl-C) after acquire(blocking=False), as
+# the pool first took it, left it held for ever and every later read
+# waiting for it). A finaliser may run inside the block (the collector
+# ends a BatchRead inside any allocation) and give a batch back: the
+# same thread takes the lock again, and _take only removes what it
+# takes, so what such a finaliser appends stays. Nothing under the lock
+# calls the library or waits. An exception landing just as a batch moves
+# between the pool and a BatchRead may still leak that one batch (its
+# workers asleep), never hang a read.
 # A forked child keeps the list: the library makes a batch the child's
 # own at its next call (its workers were the parent's; the child's first
 # submit starts new ones).
 _IDLE_MAX = 2
 _IDLE_MIN_CAPACITY = 64
 _KEEP_CAPACITY = 4096
-_idle = []  # [_Kept]
-
-
-class _Kept:
-    """Owns the C batch c (made for cap entries at nthreads threads):
-    frees it when dropped, unless taken (c None)."""
-    __slots__ = ("c", "cap", "threads")
-
-    def __init__(self, c, cap, threads):
-        self.c, self.cap, self.threads = c, cap, threads
-
-    def free(self):
-        """Frees the C batch (waiting for its entries in flight)."""
-        free = _fn("gpufile_batch_free")
-        c, self.c = getattr(self, "c", None), None  # no handler between
-        if c:  # ... this and the call
-            free(c)
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:  # at the interpreter's exit: the library may be gone
-            pass
+_idle = []  # [(capacity, nthreads, C batch)]
+_idle_lock = threading.RLock()
 
 
 def _nthreads():
@@ -116,26 +97,24 @@ def _nthreads():
 
 
 def _take(n):
-    """A _Kept: a kept batch of capacity n or more made at the same nthreads
-    (the smallest such), or a new one."""
+    """(C batch, capacity, nthreads): a kept one of capacity n or more made
+    at the same nthreads (the smallest such), or a new one."""
     threads = _nthreads()
-    while True:
-        found = None
-        for k in list(_idle):
-            if k.threads != threads:
-                try:
-                    _idle.remove(k)  # then dropped: freed
-                except ValueError:  # another thread took it
-                    pass
-            elif k.cap >= n and (found is None or k.cap < found.cap):
-                found = k
-        if found is None:
-            break
-        try:
-            _idle.remove(found)  # this thread's from here
-            return found
-        except ValueError:  # another thread took it first: look again
-            pass
+    found, stale = None, []
+    with _idle_lock:
+        for item in list(_idle):
+            if item[1] != threads:
+                _idle.remove(item)
+                stale.append(item[2])
+            elif item[0] >= n and (found is None or item[0] < found[0]):
+                found = item
+        if found is not None:
+            _idle.remove(found)
+    free = _fn("gpufile_batch_free")
+    for c in stale:
+        free(c)
+    if found is not None:
+        return found[2], found[0], threads
     cap = max(n, 1)
     if n <= _KEEP_CAPACITY:
         cap = _IDLE_MIN_CAPACITY
@@ -143,40 +122,39 @@ def _take(n):
             cap *= 2
     out = c_void_p()
     _lib.check(_fn("gpufile_batch_create")(ctypes.byref(out), cap))
-    return _Kept(out.value, cap, threads)
+    return out.value, cap, threads
 
 
-def _give_back(k):
-    """Keeps the _Kept k for a later BatchRead, or frees its batch. It may
-    have entries in flight (a submit interrupted after the library took
-    it): the wait makes it complete, as a free would."""
-    if k.c and _fn("gpufile_batch_wait")(k.c, -1) >= 0 and \
-            k.threads is not None and k.cap <= _KEEP_CAPACITY:
-        # Kept in a new _Kept: k may be garbage of a cycle with the
-        # BatchRead whose finaliser runs this, and the collector then runs
-        # k's finaliser too, kept or not (it freed a batch kept here, which
-        # another thread may have taken meanwhile).
-        kept = _Kept.__new__(_Kept)
-        kept.cap, kept.threads = k.cap, k.threads
-        kept.c, k.c = k.c, None  # moved, with no handler between
-        _idle.append(kept)
-        while len(_idle) > _IDLE_MAX:
-            try:
-                _idle.pop(0)  # dropped: freed
-            except IndexError:
-                break
-        return
-    k.free()
+def _give_back(c, cap, threads):
+    """Keeps the C batch c for a later BatchRead, or frees it. c may have
+    entries in flight (a submit interrupted after the library took it):
+    the wait makes it complete, as a free would."""
+    if _fn("gpufile_batch_wait")(c, -1) >= 0 and threads is not None and \
+            cap <= _KEEP_CAPACITY:
+        with _idle_lock:
+            if len(_idle) < _IDLE_MAX:
+                _idle.append((cap, threads, c))
+                return
+    _fn("gpufile_batch_free")(c)
 
 
 def _drop_idle():
     """Frees the kept C batches (their workers end)."""
-    while _idle:
-        try:
-            k = _idle.pop()
-        except IndexError:
-            break
-        k.free()
+    with _idle_lock:
+        kept = [c for _, _, c in _idle]
+        del _idle[:]
+    for c in kept:
+        _fn("gpufile_batch_free")(c)
+
+
+def _after_fork_in_child():
+    """The lock may have been held by a thread the child does not have."""
+    global _idle_lock
+    _idle_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BatchRead:
@@ -212,7 +190,6 @@ class BatchRead:
         holds that memory, kept as the buffers are."""
         from ._file import File
         self._c = None
-        self._kept = None  # the _Kept of the C batch, until freed or kept
         self._submitted = False
         self._results = None  # each entry's result, kept once complete
         self._msgs = {}  # index -> the library's message, for failed ones
@@ -315,8 +292,7 @@ class BatchRead:
         words = array.array("Q", flat)
         arr = (_Entry * max(self.n, 1)).from_buffer(words) if self.n else \
             (_Entry * 1)()
-        self._kept = _take(self.n)  # dropped on the way: freed
-        c = self._kept.c
+        c, self._cap, self._threads = _take(self.n)
         self._c = Owned(c, None, "batch of %d entries" % self.n)
         # No other thread knows the batch yet: no call to count.
         _lib.check(_fn("gpufile_batch_submit")(c, arr, self.n))
@@ -345,15 +321,6 @@ class BatchRead:
         close() has returned: the buffers, the error of that wait, and
         what held the memory of _rows."""
         err = None
-        kept, self._kept = self._kept, None
-        if not kept.c:
-            # Freed already: this BatchRead and its _Kept were garbage of
-            # one cycle, and the collector ran the _Kept's finaliser first
-            # (its free waited for the entries; the buffers are still
-            # held). The batch's outcome is gone with it.
-            bufs, self._bufs = self._bufs, []
-            keep, self._keep = self._keep, None
-            return bufs, None, keep
         try:
             if self._submitted and self._results is None:
                 try:
@@ -362,14 +329,14 @@ class BatchRead:
                     err = e
         finally:
             # Interrupted (KeyboardInterrupt in the wait): freed here, its
-            # entries waited for, before the buffers can be let go (left
-            # to the collector, its workers and rings stayed for the life
-            # of the process).
-            if err is None and self._results is not None or \
-                    not self._submitted:
-                _give_back(kept)  # kept or freed
+            # entries waited for, before the buffers can be let go (it was
+            # neither freed nor kept: its workers and rings stayed for the
+            # life of the process).
+            if err is None and (self._results is not None or
+                                not self._submitted):
+                _give_back(b, self._cap, self._threads)  # kept or freed
             else:
-                kept.free()  # waits for the entries in flight
+                _fn("gpufile_batch_free")(b)  # waits for the entries
         bufs, self._bufs = self._bufs, []
         keep, self._keep = self._keep, None
         return bufs, err, keep

@@ -286,10 +286,8 @@ def _checked_batch(monkeypatch):
     # (once, under no call), and then it is freed. No kept batch is
     # taken: this one is made by the checked create.
     released = c.free("gpufile_batch_free", real_fn("gpufile_batch_free"))
-    def give_back(kept):
-        p, kept.c = kept.c, None
-        released(p)
-    monkeypatch.setattr(_batch, "_give_back", give_back)
+    monkeypatch.setattr(_batch, "_give_back",
+                        lambda p, cap, threads: released(p))
     _batch._drop_idle()
     monkeypatch.setattr(_batch, "_fn", lambda name: wrapped[name])
     return c
