@@ -102,14 +102,21 @@ def _take(n):
     threads = _nthreads()
     found, stale = None, []
     with _idle_lock:
+        # A finaliser run by an allocation here may take (_take) or give
+        # back (_give_back) on this thread: only what is still there is
+        # removed.
         for item in list(_idle):
             if item[1] != threads:
-                _idle.remove(item)
-                stale.append(item[2])
+                if item in _idle:
+                    _idle.remove(item)
+                    stale.append(item[2])
             elif item[0] >= n and (found is None or item[0] < found[0]):
                 found = item
         if found is not None:
-            _idle.remove(found)
+            if found in _idle:
+                _idle.remove(found)
+            else:
+                found = None
     free = _fn("gpufile_batch_free")
     for c in stale:
         free(c)
