@@ -87,18 +87,34 @@ static void *prefetcher(void *arg)
 	return NULL;
 }
 
-static double write_blocks(const char *path, const char *src, size_t size,
-                           size_t block, int from_small, size_t ahead)
+/* A new file at path for one timed write; the write is synced (untimed)
+ * and the file removed by end_file(). */
+static int new_file(const char *path)
 {
-	struct prefetch pf = {src, size, ahead, 0, 0, 0};
-	pthread_t tid;
-	double t0, dt;
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 	if (fd < 0) {
 		perror(path);
 		exit(1);
 	}
+	return fd;
+}
+
+static void end_file(int fd, const char *path)
+{
+	fsync(fd);
+	close(fd);
+	unlink(path);
+}
+
+static double write_blocks(const char *path, const char *src, size_t size,
+                           size_t block, int from_small, size_t ahead)
+{
+	struct prefetch pf = {src, size, ahead, 0, 0, 0};
+	pthread_t tid;
+	double t0, dt;
+	int fd = new_file(path);
+
 	if (ahead && pthread_create(&tid, NULL, prefetcher, &pf)) {
 		fprintf(stderr, "write_source: pthread_create failed\n");
 		exit(1);
@@ -119,9 +135,7 @@ static double write_blocks(const char *path, const char *src, size_t size,
 		atomic_store(&pf.stop, 1);
 		pthread_join(tid, NULL);
 	}
-	fsync(fd);
-	close(fd);
-	unlink(path);
+	end_file(fd, path);
 	return dt;
 }
 
@@ -159,12 +173,8 @@ static double write_bounced(const char *path, const char *src, size_t size,
 	const size_t nblocks = (size + block - 1) / block;
 	pthread_t tid;
 	double t0, dt;
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int fd = new_file(path);
 
-	if (fd < 0) {
-		perror(path);
-		exit(1);
-	}
 	for (int i = 0; i < RING; i++)
 		r.slot[i] = ring_mem + (size_t)i * block;
 	t0 = now();
@@ -186,9 +196,7 @@ static double write_bounced(const char *path, const char *src, size_t size,
 	}
 	pthread_join(tid, NULL);
 	dt = now() - t0;
-	fsync(fd);
-	close(fd);
-	unlink(path);
+	end_file(fd, path);
 	return dt;
 }
 
