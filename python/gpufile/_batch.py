@@ -300,7 +300,9 @@ class BatchRead:
         arr = (_Entry * max(self.n, 1)).from_buffer(words) if self.n else \
             (_Entry * 1)()
         c, self._cap, self._threads = _take(self.n)
-        self._c = Owned(c, None, "batch of %d entries" % self.n)
+        # The buffers are pinned to the C batch: kept until it is freed.
+        self._c = Owned(c, None, "batch of %d entries" % self.n,
+                        pins=(self._bufs, self._keep))
         # No other thread knows the batch yet: no call to count.
         _lib.check(_fn("gpufile_batch_submit")(c, arr, self.n))
         self._submitted = True
@@ -348,15 +350,17 @@ class BatchRead:
         keep, self._keep = self._keep, None
         return bufs, err, keep
 
-    def _end(self):
+    def _end(self, finalising=False):
         """Frees the C batch (waiting for it, its outcome kept) and lets go
         of the buffers; from any thread, any number of times: the first
-        frees, the others wait for it."""
+        frees, the others wait for it. The finaliser passes finalising
+        (Owned.close)."""
         if self._c is None:  # failed before the C batch was made
             bufs, err, keep = self._bufs, None, self._keep
             self._bufs, self._keep = [], None
         else:
-            bufs, err, keep = self._c.close(self._free) or ((), None, None)
+            bufs, err, keep = self._c.close(self._free, finalising) or \
+                ((), None, None)
         for buf in bufs:
             buf.release()
         del keep  # the rows' memory, let go with nothing held
@@ -445,7 +449,7 @@ class BatchRead:
 
     def __del__(self):
         try:
-            self._end()
+            self._end(finalising=True)
             if not self._reported and self._results:
                 err = self._first_error()
                 if err is not None:

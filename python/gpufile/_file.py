@@ -63,7 +63,7 @@ class Future:
         self._error = None
         self._ended = False  # the outcome is recorded
         self._seen = False  # get() gave the outcome
-        self._c = Owned(self._out, None, "request (%s)" % what)
+        self._c = Owned(self._out, None, "request (%s)" % what, pins=buf)
 
     @property
     def _cfuture(self):
@@ -187,7 +187,8 @@ class Future:
         if c is None:
             return
         try:
-            self._let_go(c.close(self._free))  # waits when still running
+            # Waits when still running.
+            self._let_go(c.close(self._free, finalising=True))
             if self._error is not None and not self._seen:
                 _lib.warn_dropped("%s (a Future never got)" % self._what,
                                   self._error)
@@ -359,7 +360,7 @@ class File:
         # for by gpufile_close. No Future's Owned is entered.
         if getattr(self, "_h", None) is not None:
             try:
-                self.close()
+                self._h.close(finalising=True)
             except Exception:
                 pass
 

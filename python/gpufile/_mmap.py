@@ -96,9 +96,12 @@ class Mmap:
         """Waits for the calls of other threads and every request on the
         map, then unmaps it; as File.close() (ValueError for calls that
         start once it has begun). Calling it again does nothing."""
+        self._close(False)
+
+    def _close(self, finalising):
         if self._h is None:
             return
-        rc = self._h.close() or 0
+        rc = self._h.close(finalising=finalising) or 0
         # gpufile_mmap_close waited for the requests: their buffers are let
         # go now rather than at each Future's get().
         with self._pending_lock:
@@ -119,7 +122,7 @@ class Mmap:
     def __del__(self):
         if getattr(self, "_h", None) is not None:
             try:
-                self.close()
+                self._close(True)
             except Exception:
                 pass
 

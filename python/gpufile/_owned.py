@@ -46,7 +46,14 @@ class Owned:
        buffer, a File whose finaliser closes it) it returns, and the caller
        lets go of it after close() has returned, with nothing held.
     4. A finaliser (__del__) runs only when no other reference exists, so
-       it cannot race a call; it calls close() as anyone else would.
+       it cannot race a call; it calls close(finalising=True), which frees
+       in spite of records an interrupted call left (an exception raised
+       by a signal handler between a record and its try, where no code
+       of the binding can catch it).
+    5. What the C object may write while it runs (pins: a batch's
+       buffers, a request's) is kept until the free function has
+       returned; where an interrupt leaves that unknown, for the life of
+       the process: a leak, never memory let go under the library.
 
     An owner says which of its calls are exclusive; the others are shared.
     A Buffer (_buffers) is no such object: each is held by one call or one
@@ -56,7 +63,7 @@ class Owned:
     the library writes the C future into at submit.
     """
 
-    def __init__(self, ptr, free, what):
+    def __init__(self, ptr, free, what, pins=None):
         self.ptr = ptr
         # free(ptr) frees the C object; what it returns close() returns.
         # A plain function, never a bound method of the owner: the owner
@@ -77,6 +84,17 @@ class Owned:
         self.exclusive_by = None  # the thread ident in an exclusive call
         self.waiting = 0  # calls waiting in enter() for others to end
         self.closing_by = None  # the thread ident in close(), once begun
+        # What the C object may still write (a batch's buffers, a
+        # request's): kept here, and this object kept in _unfreed, until
+        # the free function has returned. An exception raised where no
+        # code of the binding could catch it (Ctrl-C between a record and
+        # its try, at the start of a free function) left the owner dropped
+        # with its C object running: its finaliser released the buffers
+        # under the library's writes (a segfault in a later allocation).
+        # Cut short so, they are kept for the life of the process instead.
+        self.pins = pins
+        if pins is not None:
+            _unfreed.add(self)
         _owned.add(self)
 
     @property
@@ -148,42 +166,70 @@ class Owned:
         """with owned.hold() as ptr: a shared call for the block."""
         return _Hold(self)
 
-    def close(self, free=None):
+    def close(self, free=None, finalising=False):
         """Frees the C object once no call is in flight (see the rule),
         with free (default: the one given at creation); returns what it
-        returned, or None when this call did not free it."""
+        returned, or None when this call did not free it. The owner's
+        finaliser passes finalising=True (rule 4)."""
         me = threading.get_ident()
-        with self.lock:
-            while self.state != _OPEN:
-                if self.state == _CLOSED:
-                    return None
-                if self.closing_by == me:  # a signal handler inside it
-                    raise self._same_thread("close()")
-                # By another thread: wait for it (it may be interrupted,
-                # leaving the object open: then close it here).
-                self.cond.wait_for(lambda: self.state in (_OPEN, _CLOSED))
-            if self.users.get(me) or self.exclusive_by == me:
-                raise self._same_thread("close()")
-            self.state, self.closing_by = _CLOSING, me
-            try:
-                self.cond.wait_for(lambda: not self.users
-                                   and self.exclusive_by is None)
-            except BaseException:
-                # Interrupted (KeyboardInterrupt): nothing was freed, the
-                # object stays open; left closing, every later close()
-                # waited for this one for ever.
-                self.state, self.closing_by = _OPEN, None
-                self.cond.notify_all()
-                raise
-            self.state = _FREEING
-            ptr = self.ptr
+        mine = freed = False
         try:
-            return (free or self.free)(ptr)
-        finally:
             with self.lock:
-                self.ptr = None
-                self.state, self.closing_by = _CLOSED, None
-                self.cond.notify_all()
+                if finalising:
+                    # No reference to the owner is left, so no call of it
+                    # is in flight (rule 4), nor another close(): a record
+                    # left is that of a call an exception ended between
+                    # its record in enter() and the try that leaves it
+                    # (Ctrl-C). Heeded, the finaliser raised RuntimeError
+                    # ("from within a call") and the C object was never
+                    # freed.
+                    self.users, self.exclusive_by = {}, None
+                    if self.state == _CLOSING:
+                        self.state, self.closing_by = _OPEN, None
+                    elif self.state == _FREEING:
+                        # A close() cut short in its free function's
+                        # finally: freed or not is unknown (its pins kept).
+                        return None
+                while self.state != _OPEN:
+                    if self.state == _CLOSED:
+                        return None
+                    if self.closing_by == me:  # a signal handler inside it
+                        raise self._same_thread("close()")
+                    # By another thread: wait for it (it may be
+                    # interrupted, leaving the object open: then close it
+                    # here).
+                    self.cond.wait_for(lambda: self.state in (_OPEN, _CLOSED))
+                if self.users.get(me) or self.exclusive_by == me:
+                    raise self._same_thread("close()")
+                self.state, self.closing_by = _CLOSING, me
+                try:
+                    self.cond.wait_for(lambda: not self.users
+                                       and self.exclusive_by is None)
+                except BaseException:
+                    # Interrupted (KeyboardInterrupt): nothing was freed,
+                    # the object stays open; left closing, every later
+                    # close() waited for this one for ever.
+                    self.state, self.closing_by = _OPEN, None
+                    self.cond.notify_all()
+                    raise
+                # One statement, no point between: the finally below must
+                # know whether this call owns the freeing (the try began
+                # after the lock's release, a point where Ctrl-C left the
+                # object freeing for ever, the free function never run).
+                self.state, mine = _FREEING, True
+                ptr = self.ptr
+            out = (free or self.free)(ptr)
+            freed = True
+            return out
+        finally:
+            if mine:
+                with self.lock:
+                    self.ptr = None
+                    self.state, self.closing_by = _CLOSED, None
+                    if freed:  # else it may still run: pins kept
+                        self.pins = None
+                        _unfreed.discard(self)
+                    self.cond.notify_all()
 
 
 class _Hold:
@@ -201,6 +247,7 @@ class _Hold:
 
 
 _owned = weakref.WeakSet()  # every Owned, for _after_fork_in_child
+_unfreed = set()  # each Owned with pins, until its C object is freed
 
 
 def _after_fork_in_child():

@@ -108,7 +108,8 @@ class StreamFuture:
         # stream's own current), is made current for the sync.
         self._ctx = 0
         # Before anything that may raise: the request is queued already.
-        self._c = Owned(n_out, None, "stream request (%s)" % what)
+        self._c = Owned(n_out, None, "stream request (%s)" % what,
+                        pins=(buf, n_out))
         if not buf.device:
             from . import _cuda
             self._ctx = _cuda.current_context()
@@ -183,7 +184,7 @@ class StreamFuture:
         c = getattr(self, "_c", None)
         if c is not None:
             try:
-                self._let_go(c.close(self._free))
+                self._let_go(c.close(self._free, finalising=True))
             except Exception:
                 pass
 

@@ -526,6 +526,44 @@ def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
     keep.close()
 
 
+@pytest.mark.parametrize("kind", ["File", "Mmap", "BatchRead"])
+def test_a_record_an_interrupt_left_does_not_keep_the_finaliser_from_freeing(
+        monkeypatch, data_file, kind):
+    """Ctrl-C raised between a call's record (Owned.enter) and the try
+    that leaves it leaves the call counted, the object unreferenced. Its
+    finaliser raised RuntimeError ("from within a call") and freed
+    nothing: a File's descriptor, or a running batch whose buffers were
+    then let go under its writes (a segfault in a later allocation). No
+    call can be in flight once no reference is left: it frees."""
+    import gc
+    path, _ = data_file
+    lib = _lib.lib()
+    keep = gpufile.File(path)
+    with monkeypatch.context() as m:
+        if kind == "BatchRead":
+            c = _checked_batch(m)
+            obj, _bufs = _batch_of(keep)
+            owned, exclusive = obj._c, True
+        else:
+            c = _Checked()
+            opener, name = {"File": ("gpufile_open", "gpufile_close"),
+                            "Mmap": ("gpufile_mmap_open",
+                                     "gpufile_mmap_close")}[kind]
+            if kind == "Mmap":
+                gpufile.Mmap(path).close()  # its prototypes are set
+            m.setattr(lib, opener, c.create(opener, getattr(lib, opener)))
+            m.setattr(lib, name, c.free(name, getattr(lib, name)))
+            obj = getattr(gpufile, kind)(path)
+            owned, exclusive = obj._h, False
+        owned.enter(exclusive=exclusive)  # the record an interrupt left
+        with pytest.raises(RuntimeError, match="within a call"):
+            owned.close()  # while the object lives, refused as before
+        del obj, owned
+        gc.collect()
+        c.freed_once()
+    keep.close()
+
+
 def test_close_interrupted_while_waiting_stays_open():
     """A close() interrupted (Ctrl-C: a signal handler that raises) while it
     waits for a call of another thread leaves the object open, not stuck
