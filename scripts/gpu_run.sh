@@ -160,6 +160,7 @@ target=all
 [ "$mode" = stagefix ] && target="gpufile gpufile_cli test_gpu_stream"
 [ "$mode" = write ] && target="gpufile gpufile_cli bench_write_bench test_write_pipeline"
 [ "$mode" = owed ] && [ "${STAGE:-}" = vsfio ] && target="gpufile gpufile_cli"
+[ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
 $B/gpufile --version 2>/dev/null
