@@ -224,7 +224,7 @@ class BatchRead:
             self._end()
             raise
         finally:
-            for h in held.values():
+            for h, _f in held.values():
                 h.leave()
 
     @staticmethod
@@ -235,7 +235,11 @@ class BatchRead:
             if f.closed:
                 raise ValueError("batch entry %d: %r is closed" % (i, f.name))
             h.enter()
-            held[id(h)] = h
+            # With its File: the handle is entered until the submit has
+            # returned, and the File alone (from a generator of entries)
+            # was let go before, its finaliser freeing the handle the
+            # submit then used (Owned's rule 4).
+            held[id(h)] = (h, f)
         return h.ptr
 
     def _check(self, entries, held, File):

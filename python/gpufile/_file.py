@@ -356,8 +356,9 @@ class File:
         return False
 
     def __del__(self):
-        # No call can be in flight (they hold self); requests are waited
-        # for by gpufile_close. No Future's Owned is entered.
+        # No call can be in flight (they hold self, a BatchRead's submit
+        # included: _owned.py rule 4); requests are waited for by
+        # gpufile_close. No Future's Owned is entered.
         if getattr(self, "_h", None) is not None:
             try:
                 self._h.close(finalising=True)

@@ -36,7 +36,8 @@ class Owned:
        call raises ValueError("I/O operation on closed <what>"); a
        close() of another thread meanwhile waits for the first and
        returns None; a close() again returns None. A close() from within
-       a call of the same thread (a signal handler, a finaliser), or from
+       a call of the same thread (a signal handler, another object's
+       finaliser), or from
        within its own close(), raises RuntimeError: it could never end.
        A close() interrupted while it waits (KeyboardInterrupt) frees
        nothing and leaves the object open.
@@ -45,8 +46,11 @@ class Owned:
        that may run a finaliser. What the free function lets go of (a
        buffer, a File whose finaliser closes it) it returns, and the caller
        lets go of it after close() has returned, with nothing held.
-    4. A finaliser (__del__) runs only when no other reference exists, so
-       it cannot race a call; it calls close(finalising=True), which frees
+    4. A call holds its owner for as long as it is counted (a method of
+       the owner runs it; a BatchRead keeps each File it entered until it
+       leaves it). So a finaliser (__del__), which runs only when no
+       other reference exists, cannot race a call; it calls
+       close(finalising=True), which frees
        in spite of records an interrupted call left (an exception raised
        by a signal handler between a record and its try, where no code
        of the binding can catch it).
@@ -184,11 +188,13 @@ class Owned:
                     # ("from within a call") and the C object was never
                     # freed.
                     self.users, self.exclusive_by = {}, None
-                    if self.state == _CLOSING:
+                    if self.state == _CLOSING and self.closing_by == me:
                         self.state, self.closing_by = _OPEN, None
-                    elif self.state == _FREEING:
-                        # A close() cut short in its free function's
-                        # finally: freed or not is unknown (its pins kept).
+                    elif self.state != _OPEN:
+                        # Freeing: a close() cut short in the finally
+                        # after its free function (freed or not is
+                        # unknown: its pins are kept). Another thread's
+                        # close(), which rule 4 rules out: its own.
                         return None
                 while self.state != _OPEN:
                     if self.state == _CLOSED:

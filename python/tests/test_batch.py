@@ -467,6 +467,29 @@ def test_a_read_interrupted_anywhere_hangs_nothing(data_file):
         out.stdout[-2000:] + out.stderr[-4000:]
 
 
+def test_a_file_only_the_entries_hold_stays_open_until_the_submit(data_file):
+    """Entries from a generator that opens each File: the File's handle is
+    entered until the submit has returned, but nothing else held the File
+    once the entries were checked. Its finaliser freed the handle under
+    that record (a use after free in gpufile_batch_submit under ASan,
+    KeyError at the leave); the batch holds the File until then. The
+    File, its batch done, is then closed by its finaliser."""
+    import gc
+    import warnings
+    path, data = data_file
+    bufs = [bytearray(4096) for _ in range(3)]
+
+    def entries():
+        for i, buf in enumerate(bufs):
+            yield gpufile.File(path), buf, 4096, 4096 * i
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gpufile.BatchRead(entries()).wait() == [4096] * 3
+        gc.collect()
+    for i, buf in enumerate(bufs):
+        assert bytes(buf) == data[4096 * i:4096 * (i + 1)].tobytes()
+
+
 def test_memory_of_a_batch_whose_free_was_cut_short_is_kept(monkeypatch,
                                                             data_file):
     """Ctrl-C at the start of the free function of a batch dropped
