@@ -37,8 +37,8 @@ class Owned:
        close() of another thread meanwhile waits for the first and
        returns None; a close() again returns None. A close() from within
        a call of the same thread (a signal handler, another object's
-       finaliser), or from
-       within its own close(), raises RuntimeError: it could never end.
+       finaliser), or from within its own close(), raises RuntimeError:
+       it could never end.
        A close() interrupted while it waits (KeyboardInterrupt) frees
        nothing and leaves the object open.
     3. lock (cond's) guards the state and the counts only: it is never
@@ -50,10 +50,10 @@ class Owned:
        the owner runs it; a BatchRead keeps each File it entered until it
        leaves it). So a finaliser (__del__), which runs only when no
        other reference exists, cannot race a call; it calls
-       close(finalising=True), which frees
-       in spite of records an interrupted call left (an exception raised
-       by a signal handler between a record and its try, where no code
-       of the binding can catch it).
+       close(finalising=True), which frees in spite of records an
+       interrupted call left (an exception raised by a signal handler
+       between a record and its try, where no code of the binding can
+       catch it).
     5. What the C object may write while it runs (pins: a batch's
        buffers, a request's) is kept until the free function has
        returned; where an interrupt leaves that unknown, for the life of
@@ -191,10 +191,9 @@ class Owned:
                     if self.state == _CLOSING and self.closing_by == me:
                         self.state, self.closing_by = _OPEN, None
                     elif self.state != _OPEN:
-                        # Freeing: a close() cut short in the finally
-                        # after its free function (freed or not is
-                        # unknown: its pins are kept). Another thread's
-                        # close(), which rule 4 rules out: its own.
+                        # Closed; or freeing, or closing in another
+                        # thread, which rule 4 rules out: left to that
+                        # close().
                         return None
                 while self.state != _OPEN:
                     if self.state == _CLOSED:
@@ -229,13 +228,17 @@ class Owned:
             return out
         finally:
             if mine:
+                pins = None
                 with self.lock:
                     self.ptr = None
                     self.state, self.closing_by = _CLOSED, None
                     if freed:  # else it may still run: pins kept
-                        self.pins = None
+                        pins, self.pins = self.pins, None
                         _unfreed.discard(self)
                     self.cond.notify_all()
+                # Let go with nothing held (rule 3): a buffer's
+                # finaliser may run here.
+                del pins
 
 
 class _Hold:
