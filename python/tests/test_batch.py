@@ -522,7 +522,8 @@ def test_memory_of_a_batch_whose_free_was_cut_short_is_kept(monkeypatch,
         del memory, b
         gc.collect()  # the finaliser ran; its KeyboardInterrupt was ignored
         monkeypatch.setattr(_batch.BatchRead, "_free", real_free)
-        assert ignored == ["KeyboardInterrupt('at the start of _free')"]
+        # (other garbage the collection finalised may have added its own)
+        assert "KeyboardInterrupt('at the start of _free')" in ignored
         assert alive() is not None, "the buffer was let go"
         assert owned.closed and owned in _owned._unfreed
         _batch._fn("gpufile_batch_free")(c)  # this test's own clean-up
