@@ -111,7 +111,11 @@
 #                              STAGE=last2 (the Zarr GPU test and
 #                              benchmark, ctest), STAGE=source (what
 #                              a buffered write's source costs, the
-#                              host read goal)
+#                              host read goal), STAGE=next (the most
+#                              worth one call: the changed Python
+#                              tests on a GPU, remote into GPU, writes
+#                              against fio, the write source, the host
+#                              read goal)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -803,6 +807,31 @@ owed)
 		log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
 		cat $data/file.bin >/dev/null
 		$B/bench/host_ref $data/file.bin --rounds 5 --repeat 3 --json 2>&1 |
+			tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
+		;;
+	next)
+		# Session 40: device time is scarce (no machine in sessions 39
+		# and 40), so the owed runs most worth one call, each bounded,
+		# in the order of their worth: the Python tests of what changed
+		# since the last GPU run (the kept batches, interrupts, Zarr) on
+		# a GPU, issue 36's 4 GiB from nginx into GPU against host
+		# memory, issue 33's buffered write against fio and what its
+		# source costs, then its host read goal on this machine's CPUs.
+		zarr_tests python/tests/test_batch.py python/tests/test_threads_owners.py \
+			python/tests/test_zarr.py -k "not blosc"
+		log "4 GiB from nginx into GPU and host memory"
+		BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
+			tee "$OUT/remote_bench.log" | head -12
+		log "buffered and O_DIRECT 4 GiB writes against fio"
+		mkdir -p $data/write
+		BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
+			bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
+		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
+		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		make_file $data/file.bin $((4 << 30))
+		log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
+		cat $data/file.bin >/dev/null
+		$B/bench/host_ref $data/file.bin --rounds 5 --json 2>&1 |
 			tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
 		;;
 	final)
