@@ -16,7 +16,7 @@ import time
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_long, c_size_t, c_ssize_t, c_uint, c_void_p
 
 from . import _args, _buffers, _lib
-from ._owned import Owned
+from ._owned import Owned, Owner
 
 
 class _Entry(ctypes.Structure):
@@ -164,7 +164,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class BatchRead:
+class BatchRead(Owner):
     """A batch of reads, submitted when made. entries: an iterable of
     (file, buf, size, offset) with file an open gpufile.File, buf a host
     object with the buffer protocol or a device array

@@ -10,7 +10,7 @@ from . import _args
 from . import _buffers
 from . import _lib
 from . import _remote
-from ._owned import Owned
+from ._owned import Owned, Owner
 from ._structs import _OPTIONAL as _OPTIONAL_DECLS, PATH_NAMES, RemoteFileInfo, text
 
 # C functions not in every libgpufile (_structs declares the others), got
@@ -29,7 +29,7 @@ PathInfo.__doc__ = """Which path a device request of at least gds_threshold
 bytes takes on a file ("host", "posix", "cufile" or "small"), and why."""
 
 
-class Future:
+class Future(Owner):
     """A request in flight (File.pread / File.pwrite / Mmap.pread).
 
     It holds the buffer until the request has ended, so that Python cannot
@@ -218,7 +218,7 @@ def submit(owner, fn, b, n, off, what):
     return fut
 
 
-class File:
+class File(Owner):
     """A file opened for I/O into host or GPU memory.
 
     flags as for fopen(): "r", "r+", "w", "w+", "a". Use as a context

@@ -12,7 +12,7 @@ from . import _args
 from . import _buffers
 from . import _lib
 from ._file import PathInfo, submit
-from ._owned import Owned
+from ._owned import Owned, Owner
 from ._page_cache import fn as _fn
 from ._structs import text
 
@@ -33,7 +33,7 @@ def _f(name):
     return _fn(name, _DECLS)
 
 
-class Mmap:
+class Mmap(Owner):
     """A read-only mapping of [initial_map_offset, initial_map_offset +
     initial_map_size) of a file (initial_map_size None: to the end).
 

@@ -241,6 +241,22 @@ class Owned:
                 del pins
 
 
+class Owner:
+    """The base of every owner of an Owned: one cannot be copied or
+    pickled. A copy (copy.copy, which the default reduce made) shared
+    the original's Owned, so dropping it ran the finaliser, which frees in
+    spite of the calls in flight (rule 4 holds for one owner per Owned):
+    another thread's size() or Future.get() used the freed C object
+    (ASan: heap-use-after-free). Python's own open files refuse the same
+    way."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("cannot copy or pickle a %s object: it owns a C "
+                        "object (open another)" % type(self).__name__)
+
+
 class _Hold:
     __slots__ = ("owned",)
 

@@ -14,7 +14,7 @@ import ctypes
 import warnings
 
 from . import _lib
-from ._owned import Owned
+from ._owned import Owned, Owner
 
 # What finalisers of StreamFutures whose stream could not be synchronised
 # left behind: the count and the buffer the stream may still write, kept
@@ -76,7 +76,7 @@ def stream_handle(stream, what="stream"):
     return handle
 
 
-class StreamFuture:
+class StreamFuture(Owner):
     """A stream-ordered request (File.read_async / File.write_async).
 
     get() synchronises the stream and returns the bytes moved (or raises

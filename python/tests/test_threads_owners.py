@@ -564,6 +564,43 @@ def test_a_record_an_interrupt_left_does_not_keep_the_finaliser_from_freeing(
     keep.close()
 
 
+@pytest.mark.parametrize("kind", ["File", "Future", "Mmap", "BatchRead",
+                                  "Header"])
+def test_an_owner_cannot_be_copied_or_pickled(data_file, tmp_path, kind):
+    """copy.copy() of an owner shared its Owned: dropping the copy ran the
+    finaliser, which frees in spite of calls in flight (one owner per
+    Owned), under another thread's size() or get() (ASan:
+    heap-use-after-free). Copies and pickles are refused, as Python's
+    open files refuse them, and the original goes on."""
+    import copy
+    import pickle
+    path, data = data_file
+    with gpufile.File(path) as f:
+        if kind == "File":
+            obj, check = f, lambda: f.size() == len(data)
+        elif kind == "Future":
+            out = bytearray(4096)
+            obj = f.pread(out, 4096, 0)
+            check = lambda: obj.get() == 4096  # noqa: E731
+        elif kind == "Mmap":
+            obj = gpufile.Mmap(path)
+            check = lambda: obj.file_size() == len(data)  # noqa: E731
+        elif kind == "BatchRead":
+            obj, _bufs = _batch_of(f, 2)
+            check = lambda: obj.wait() == [4096] * 2  # noqa: E731
+        else:
+            p, _ = _checkpoint(tmp_path)
+            obj = _core.Header(p)
+            check = lambda: "a" in obj.by_name  # noqa: E731
+        for make in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot copy or pickle a %s "
+                               "object" % type(obj).__name__):
+                make(obj)
+        assert check()
+        if kind in ("Mmap", "Header"):
+            obj.close()
+
+
 def test_close_interrupted_while_waiting_stays_open():
     """A close() interrupted (Ctrl-C: a signal handler that raises) while it
     waits for a call of another thread leaves the object open, not stuck

@@ -15,7 +15,7 @@ import stat
 import threading
 
 from .. import _args, _lib
-from .._owned import Owned
+from .._owned import Owned, Owner
 from . import _errors
 
 
@@ -128,7 +128,7 @@ class _Owned(Owned):
         return _errors.ClosedFileError("I/O operation on closed " + self.what)
 
 
-class Header:
+class Header(Owner):
     """An open safetensors file with its header parsed and validated by the
     library (gpufile_safetensors_open): the tensors in offset order, the
     metadata, and the loads. Close it (or use it as a context manager).
