@@ -475,6 +475,19 @@ def test_wait_with_timeout_while_another_thread_waits(monkeypatch, data_file,
         assert wait(timeout=0.01) == want
 
 
+def _checked_open(monkeypatch, kind, path):
+    """(_Checked, a File or Mmap of path opened through its wrappers)."""
+    lib = _lib.lib()
+    c = _Checked()
+    opener, name = {"File": ("gpufile_open", "gpufile_close"),
+                    "Mmap": ("gpufile_mmap_open", "gpufile_mmap_close")}[kind]
+    if kind == "Mmap":
+        gpufile.Mmap(path).close()  # its prototypes are set
+    monkeypatch.setattr(lib, opener, c.create(opener, getattr(lib, opener)))
+    monkeypatch.setattr(lib, name, c.free(name, getattr(lib, name)))
+    return c, getattr(gpufile, kind)(path)
+
+
 @pytest.mark.parametrize("kind", ["File", "Mmap", "safe_open", "BatchRead"])
 def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
                                             kind):
@@ -483,7 +496,6 @@ def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
     later call raises the closed-object ValueError (a batch: gives its
     outcome)."""
     path, _ = data_file
-    lib = _lib.lib()
     p, _ = _checkpoint(tmp_path)
     keep = gpufile.File(path)
     for _ in range(10):
@@ -497,15 +509,7 @@ def test_close_from_many_threads_frees_once(monkeypatch, data_file, tmp_path,
                 obj = st.safe_open(p, framework="numpy", device="cpu")
                 close, after = obj.close, lambda: obj.get_tensor("a")
             else:
-                c = _Checked()
-                opener, name = {"File": ("gpufile_open", "gpufile_close"),
-                                "Mmap": ("gpufile_mmap_open",
-                                         "gpufile_mmap_close")}[kind]
-                if kind == "Mmap":
-                    gpufile.Mmap(path).close()  # its prototypes are set
-                m.setattr(lib, opener, c.create(opener, getattr(lib, opener)))
-                m.setattr(lib, name, c.free(name, getattr(lib, name)))
-                obj = getattr(gpufile, kind)(path)
+                c, obj = _checked_open(m, kind, path)
                 close = obj.close
                 after = obj.size if kind == "File" else obj.file_size
             go = threading.Barrier(8)
@@ -537,7 +541,6 @@ def test_a_record_an_interrupt_left_does_not_keep_the_finaliser_from_freeing(
     call can be in flight once no reference is left: it frees."""
     import gc
     path, _ = data_file
-    lib = _lib.lib()
     keep = gpufile.File(path)
     with monkeypatch.context() as m:
         if kind == "BatchRead":
@@ -545,15 +548,7 @@ def test_a_record_an_interrupt_left_does_not_keep_the_finaliser_from_freeing(
             obj, _bufs = _batch_of(keep)
             owned, exclusive = obj._c, True
         else:
-            c = _Checked()
-            opener, name = {"File": ("gpufile_open", "gpufile_close"),
-                            "Mmap": ("gpufile_mmap_open",
-                                     "gpufile_mmap_close")}[kind]
-            if kind == "Mmap":
-                gpufile.Mmap(path).close()  # its prototypes are set
-            m.setattr(lib, opener, c.create(opener, getattr(lib, opener)))
-            m.setattr(lib, name, c.free(name, getattr(lib, name)))
-            obj = getattr(gpufile, kind)(path)
+            c, obj = _checked_open(m, kind, path)
             owned, exclusive = obj._h, False
         owned.enter(exclusive=exclusive)  # the record an interrupt left
         with pytest.raises(RuntimeError, match="within a call"):
