@@ -215,6 +215,41 @@ small_device_reads() {
 		tee "$OUT/latency.log" | tail -14
 }
 
+# remote_into_gpu_and_host: issue 36's 4 GiB from nginx into GPU and host
+# memory (bench/remote_bench.sh, 2 repeats).
+remote_into_gpu_and_host() {
+	log "4 GiB from nginx into GPU and host memory"
+	BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
+		tee "$OUT/remote_bench.log" | head -12
+}
+
+# writes_against_fio WHAT: issue 33's buffered and O_DIRECT 4 GiB writes
+# against fio (bench/write_bench.sh, 3 rounds); WHAT ends the heading.
+writes_against_fio() {
+	log "buffered and O_DIRECT 4 GiB writes against fio$1"
+	mkdir -p $data/write
+	BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
+		bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
+}
+
+# write_source_figures ROUNDS BLOCK_KiB LOG: what a buffered 4 GiB write's
+# source costs (bench/write_source), in BLOCK_KiB pwrites.
+write_source_figures() {
+	log "a buffered write's source, 4 GiB in $(($2 >> 10)) MiB pwrites"
+	mkdir -p $data/write
+	$B/bench/write_source $data/write 4096 "$1" "$2" 4096 2>&1 | tee "$OUT/$3"
+}
+
+# host_read_goal [ARG...]: issue 33's warm 4 GiB into host memory, the
+# defaults against parallel pread (bench/host_ref --rounds 5 ARG...).
+host_read_goal() {
+	make_file $data/file.bin $((4 << 30))
+	log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
+	cat $data/file.bin >/dev/null
+	$B/bench/host_ref $data/file.bin --rounds 5 "$@" --json 2>&1 |
+		tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
+}
+
 # zarr_tests [FILE...]: test_zarr_gpu.py (and FILEs) with zarr carried.
 zarr_tests() {
 	PYTHONPATH=$zarrpath python3 -m pytest -q -rs -p no:cacheprovider --timeout=120 \
@@ -715,9 +750,7 @@ owed)
 		# After the engine's lanes, most wanted first: 4 GiB into GPU
 		# and host memory, bench_vs_fio, the must-show figures, the
 		# tests of what changed, a buffered write sweep.
-		log "4 GiB from nginx into GPU and host memory"
-		BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
-			tee "$OUT/remote_bench.log" | head -12
+		remote_into_gpu_and_host
 		log "bench_vs_fio.sh -d 0"
 		OUT=$OUT/vs_fio bash bench/bench_vs_fio.sh -g $B/gpufile -f $data/vsfio.bin -s 1g -t 2 -d 0 2>&1 |
 			tee "$OUT/bench_vs_fio.log" | tail -30
@@ -776,9 +809,7 @@ owed)
 		zarr_figures zarr_gpu.log --gpu --rounds 5 | tail -4
 		log "Zarr and cat_ranges on the host (16 CPUs)"
 		zarr_figures zarr_cpu.log | grep -E 'x \(goal|= ' | tail -6
-		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
-		mkdir -p $data/write
-		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		write_source_figures 5 1024 write_source.log
 		;;
 	last2)
 		# After the platform facts are kept per device (3c561ad) and the
@@ -798,16 +829,9 @@ owed)
 		# goal on this machine (warm 4 GiB, defaults against parallel
 		# pread).
 		log "kernel $(uname -r), THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
-		mkdir -p $data/write
-		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
-		$B/bench/write_source $data/write 4096 5 1024 4096 2>&1 | tee "$OUT/write_source.log"
-		log "the same in 4 MiB pwrites"
-		$B/bench/write_source $data/write 4096 3 4096 4096 2>&1 | tee "$OUT/write_source_4m.log"
-		make_file $data/file.bin $((4 << 30))
-		log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
-		cat $data/file.bin >/dev/null
-		$B/bench/host_ref $data/file.bin --rounds 5 --repeat 3 --json 2>&1 |
-			tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
+		write_source_figures 5 1024 write_source.log
+		write_source_figures 3 4096 write_source_4m.log
+		host_read_goal --repeat 3
 		;;
 	next)
 		# Session 40: device time is scarce (no machine in sessions 39
@@ -819,20 +843,10 @@ owed)
 		# source costs, then its host read goal on this machine's CPUs.
 		zarr_tests python/tests/test_batch.py python/tests/test_threads_owners.py \
 			python/tests/test_zarr.py -k "not blosc"
-		log "4 GiB from nginx into GPU and host memory"
-		BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
-			tee "$OUT/remote_bench.log" | head -12
-		log "buffered and O_DIRECT 4 GiB writes against fio"
-		mkdir -p $data/write
-		BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
-			bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
-		log "a buffered write's source, 4 GiB in 1 MiB pwrites"
-		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
-		make_file $data/file.bin $((4 << 30))
-		log "issue 33: warm 4 GiB into host memory, gpufile against parallel pread"
-		cat $data/file.bin >/dev/null
-		$B/bench/host_ref $data/file.bin --rounds 5 --json 2>&1 |
-			tee "$OUT/host_ref.log" | grep -v '^{' | tail -14
+		remote_into_gpu_and_host
+		writes_against_fio ""
+		write_source_figures 3 1024 write_source.log
+		host_read_goal
 		;;
 	final)
 		# Session 36's final commit: every test first, then the figures
@@ -849,12 +863,8 @@ owed)
 		log "issue 36's must-show figures, 4 GiB"
 		BUILD_DIR=$B WORKDIR=$data ROUNDS=3 COUNT=3000 bash bench/remote_must_show.sh 4GiB 2>&1 |
 			tee "$OUT/remote_must_show.log" | tail -16
-		log "4 GiB from nginx into GPU and host memory"
-		BUILD_DIR=$B WORKDIR=$data REPEAT=2 bash bench/remote_bench.sh 4GiB 2>&1 |
-			tee "$OUT/remote_bench.log" | head -12
-		log "buffered and O_DIRECT 4 GiB writes against fio (one writer for buffered)"
-		BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
-			bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
+		remote_into_gpu_and_host
+		writes_against_fio " (one writer for buffered)"
 		;;
 	esac
 	;;
