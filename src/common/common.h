@@ -77,6 +77,9 @@ struct gpufile__syscalls {
 	int (*fdatasync)(int fd);
 	/* Cuts a failed append back off the file (append.c). */
 	int (*ftruncate)(int fd, off_t len);
+	/* Reserves the blocks of a large write past the end (file.c,
+	 * write_prealloc). */
+	int (*fallocate)(int fd, int mode, off_t off, off_t len);
 	/* Whether a range of a file's map is in the page cache: the map copy
 	 * and direct_io=auto ask it (posix_io.c). */
 	int (*mincore)(void *addr, size_t len, unsigned char *vec);

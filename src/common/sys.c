@@ -48,8 +48,8 @@ static ssize_t sys_preadv2(int fd, const struct iovec *iov, int n, off_t off,
 		.open = sys_open, .close = close, .pread = pread,              \
 		.pwrite = pwrite, .preadv2 = sys_preadv2, .fstat = fstat,      \
 		.fstatfs = fstatfs, .fdatasync = fdatasync,                    \
-		.ftruncate = ftruncate, .mincore = mincore,                    \
-		.cachestat = sys_cachestat,                                    \
+		.ftruncate = ftruncate, .fallocate = fallocate,                \
+		.mincore = mincore, .cachestat = sys_cachestat,                \
 	}
 
 static const struct gpufile__syscalls real_syscalls = REAL_SYSCALLS;

@@ -247,6 +247,11 @@ static struct setting settings[] = {
             "(libcurl multi interface), at most remote_connections: on "
             "HTTP/1.1 each holds a connection, kept open for the next (the "
             "handle's open connections are at most this many)"),
+    SETTING("write_prealloc", KIND_MODE, 0, 2, default_mode_auto,
+            "the blocks of a write that reaches 4 MiB or more past a local "
+            "file's end are reserved before it is written (fallocate, "
+            "the file's size kept): auto on ext4, on on any file system "
+            "that takes it, off never"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {
@@ -270,9 +275,10 @@ enum {
 	S_HTTP_VERBOSE,
 	S_HOST_MAP_COPY,
 	S_UPLOAD_PART,
-	S_HTTP_MAX_IN_FLIGHT
+	S_HTTP_MAX_IN_FLIGHT,
+	S_WRITE_PREALLOC
 };
-_Static_assert(S_HTTP_MAX_IN_FLIGHT + 1 == NSETTINGS,
+_Static_assert(S_WRITE_PREALLOC + 1 == NSETTINGS,
                "the S_* positions name every entry of settings[]");
 
 static pthread_mutex_t config_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -948,6 +954,11 @@ int gpufile__settings(struct gpufile__settings *s)
 		                   : settings[S_HOST_MAP_COPY].value == 1
 		                       ? GPUFILE__MAP_COPY_ON
 		                       : GPUFILE__MAP_COPY_OFF;
+		s->write_prealloc = settings[S_WRITE_PREALLOC].value == 0
+		                        ? GPUFILE__PREALLOC_AUTO
+		                    : settings[S_WRITE_PREALLOC].value == 1
+		                        ? GPUFILE__PREALLOC_ON
+		                        : GPUFILE__PREALLOC_OFF;
 	}
 	/* First use by I/O: say once what the environment got wrong, where
 	 * a user running a program (not gpufile config) will see it. */

@@ -32,6 +32,7 @@ struct gpufile__settings {
 	/* task_size of remote requests; 0: task_size */
 	size_t remote_task_size;
 	int host_map_copy; /* GPUFILE__MAP_COPY_*: warm host reads from a map */
+	int write_prealloc; /* GPUFILE__PREALLOC_*: reserve a write's blocks */
 };
 
 /* The pinned bytes one bounce buffer of bounce_buffer_size bytes takes:
@@ -52,6 +53,17 @@ enum {
 	GPUFILE__MAP_COPY_ON = 1,
 	GPUFILE__MAP_COPY_AUTO = 2
 };
+
+/* write_prealloc: space for a write of GPUFILE__PREALLOC_MIN bytes or more
+ * past the file's end is reserved before the write (fallocate with
+ * FALLOC_FL_KEEP_SIZE; api/file.c): auto on ext4 (the measured win),
+ * on on any file system that takes it, off never. */
+enum {
+	GPUFILE__PREALLOC_OFF = 0,
+	GPUFILE__PREALLOC_ON = 1,
+	GPUFILE__PREALLOC_AUTO = 2
+};
+#define GPUFILE__PREALLOC_MIN (4u << 20)
 
 enum {
 	GPUFILE__DIRECT_OFF = 0,

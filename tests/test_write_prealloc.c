@@ -1,0 +1,292 @@
+/*
+ * write_prealloc (file.c, preallocate): the blocks of a write that reaches
+ * 4 MiB or more past a local file's end are reserved before it is written,
+ * with fallocate(FALLOC_FL_KEEP_SIZE) over the part past the end only:
+ * auto on ext4, on on any file system, off never. fallocate and fstatfs
+ * are replaced through the system-call table, so what is asserted does
+ * not depend on the file system the test runs on; the last case looks at
+ * the real kernel's blocks where the test folder is on ext4.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/magic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MiB (1ll << 20)
+
+struct call {
+	int mode;
+	int64_t off, len;
+};
+
+static struct call calls[16];
+static int ncalls;
+static int fail_errno; /* fallocate fails with it when nonzero */
+static long fs_magic;  /* what fstatfs says, or 0: the real answer */
+
+static int (*real_fstatfs)(int fd, struct statfs *st);
+static int (*real_fallocate)(int fd, int mode, off_t off, off_t len);
+static ssize_t (*real_pwrite)(int fd, const void *buf, size_t len, off_t off);
+static int64_t fail_from = -1; /* pwrite fails at this offset and after */
+
+static int record_fallocate(int fd, int mode, off_t off, off_t len)
+{
+	if (ncalls < (int)(sizeof(calls) / sizeof(calls[0])))
+		calls[ncalls] = (struct call){mode, (int64_t)off, (int64_t)len};
+	ncalls++;
+	if (fail_errno) {
+		errno = fail_errno;
+		return -1;
+	}
+	return real_fallocate(fd, mode, off, len);
+}
+
+static int say_fs(int fd, struct statfs *st)
+{
+	int rc = real_fstatfs(fd, st);
+
+	if (rc == 0 && fs_magic)
+		st->f_type = fs_magic;
+	return rc;
+}
+
+static ssize_t pwrite_failing(int fd, const void *buf, size_t len, off_t off)
+{
+	if (fail_from >= 0 && (int64_t)off + (int64_t)len > fail_from) {
+		errno = EIO;
+		return -1;
+	}
+	return real_pwrite(fd, buf, len, off);
+}
+
+static void reset(long magic, const char *mode)
+{
+	ncalls = 0;
+	fail_errno = 0;
+	fs_magic = magic;
+	memset(calls, 0, sizeof(calls));
+	CHECK_EQ(gpufile_config_set("write_prealloc", mode), 0);
+}
+
+static void check_call(int i, int64_t off, int64_t len)
+{
+	CHECK(ncalls > i);
+	if (ncalls <= i)
+		return;
+	CHECK_EQ(calls[i].mode, FALLOC_FL_KEEP_SIZE);
+	CHECK_EQ(calls[i].off, off);
+	CHECK_EQ(calls[i].len, len);
+}
+
+/* The file at path holds size bytes of seed's pattern. */
+static void check_file(const char *path, size_t size, uint64_t seed)
+{
+	size_t len = 0;
+	unsigned char *back = test_read_file(path, &len);
+
+	CHECK_EQ(len, size);
+	if (back)
+		CHECK_EQ(test_mismatch(back, len, seed, 0), -1);
+	free(back);
+}
+
+/* auto on ext4: a new file's 8 MiB write reserves its 8 MiB, the next
+ * 8 MiB after it its own; a rewrite inside the file, or one reaching
+ * less than 4 MiB past the end, reserves nothing; one that starts past
+ * the end reserves from where it starts. */
+static void test_reserves_the_part_past_the_end(void)
+{
+	const char *path = test_path("prealloc_ext4.bin");
+	unsigned char *buf = test_malloc(16 * MiB);
+	gpufile_t *h = NULL;
+
+	test_fill(buf, 16 * MiB, 21, 0);
+	reset(EXT4_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 0), (ssize_t)(8 * MiB));
+	CHECK_EQ(ncalls, 1);
+	check_call(0, 0, 8 * MiB);
+	CHECK_EQ(gpufile_pwrite(h, buf + 8 * MiB, 8 * MiB, 8 * MiB),
+	         (ssize_t)(8 * MiB));
+	CHECK_EQ(ncalls, 2);
+	check_call(1, 8 * MiB, 8 * MiB);
+	/* Inside the file (16 MiB): nothing. */
+	CHECK_EQ(gpufile_pwrite(h, buf, 16 * MiB, 0), (ssize_t)(16 * MiB));
+	/* 3 MiB past the end: below the 4 MiB that pays for the calls. */
+	CHECK_EQ(gpufile_pwrite(h, buf + 5 * MiB, 8 * MiB, 11 * MiB),
+	         (ssize_t)(8 * MiB));
+	/* Writes of less than 4 MiB: nothing, wherever they are. */
+	CHECK_EQ(gpufile_pwrite(h, buf, 2 * MiB, 19 * MiB), (ssize_t)(2 * MiB));
+	CHECK_EQ(ncalls, 2);
+	/* From 21 MiB (the end) to 27: the 6 MiB past the end. */
+	CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 19 * MiB), (ssize_t)(8 * MiB));
+	CHECK_EQ(ncalls, 3);
+	check_call(2, 21 * MiB, 6 * MiB);
+	CHECK_EQ(gpufile_close(h), 0);
+	free(buf);
+}
+
+/* A write that starts past the end reserves from its own start (the hole
+ * before it stays a hole). */
+static void test_a_write_past_the_end_reserves_from_its_start(void)
+{
+	const char *path = test_path("prealloc_sparse.bin");
+	unsigned char *buf = test_malloc(4 * MiB);
+	gpufile_t *h = NULL;
+	struct stat st;
+
+	test_fill(buf, 4 * MiB, 22, 0);
+	reset(EXT4_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, 4 * MiB, 100 * MiB),
+	         (ssize_t)(4 * MiB));
+	CHECK_EQ(ncalls, 1);
+	check_call(0, 100 * MiB, 4 * MiB);
+	CHECK_EQ(gpufile_close(h), 0);
+	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ((int64_t)st.st_size, 104 * MiB);
+	free(buf);
+}
+
+/* auto reserves only on ext4 (where it was measured); on does on any
+ * file system; off never. */
+static void test_the_setting(void)
+{
+	static const struct {
+		long magic;
+		const char *mode;
+		int calls;
+	} cases[] = {
+	    {TMPFS_MAGIC, "auto", 0},       {XFS_SUPER_MAGIC, "auto", 0},
+	    {TMPFS_MAGIC, "on", 1},         {XFS_SUPER_MAGIC, "on", 1},
+	    {EXT4_SUPER_MAGIC, "off", 0},   {EXT4_SUPER_MAGIC, "auto", 1},
+	    {BTRFS_SUPER_MAGIC, "auto", 0},
+	};
+	unsigned char *buf = test_malloc(8 * MiB);
+
+	test_fill(buf, 8 * MiB, 23, 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *path = test_path("prealloc_setting.bin");
+		gpufile_t *h = NULL;
+
+		reset(cases[i].magic, cases[i].mode);
+		CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+		CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 0),
+		         (ssize_t)(8 * MiB));
+		CHECK_EQ(gpufile_close(h), 0);
+		if (ncalls != cases[i].calls)
+			fprintf(stderr, "case %zu: %s on magic %lx: %d calls\n",
+			        i, cases[i].mode, (unsigned long)cases[i].magic,
+			        ncalls);
+		CHECK_EQ(ncalls, cases[i].calls);
+		if (cases[i].calls)
+			check_call(0, 0, 8 * MiB);
+		check_file(path, 8 * MiB, 23);
+	}
+	free(buf);
+}
+
+/* fallocate refused (no space, or not supported): the write is made as it
+ * would have been, whole. */
+static void test_a_refused_reservation_leaves_the_write_alone(void)
+{
+	static const int errs[] = {ENOSPC, EOPNOTSUPP, EINVAL};
+	unsigned char *buf = test_malloc(8 * MiB);
+
+	test_fill(buf, 8 * MiB, 24, 0);
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		const char *path = test_path("prealloc_refused.bin");
+		gpufile_t *h = NULL;
+
+		reset(EXT4_SUPER_MAGIC, "on");
+		fail_errno = errs[i];
+		CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+		CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 0),
+		         (ssize_t)(8 * MiB));
+		CHECK_EQ(ncalls, 1);
+		CHECK_EQ(gpufile_close(h), 0);
+		check_file(path, 8 * MiB, 24);
+	}
+	free(buf);
+}
+
+/* The real kernel, where the test folder is on ext4: a 16 MiB write cut
+ * short after its first 4 MiB leaves a file of 4 MiB (no byte nobody
+ * wrote is shown) whose blocks, with the reservation, still cover the 16
+ * MiB (du counts them until the file is cut or removed); without it
+ * (off), only what was written. */
+static void test_a_write_cut_short_shows_only_its_bytes(void)
+{
+	const char *path = test_path("prealloc_cut.bin");
+	unsigned char *buf = test_malloc(16 * MiB);
+	struct statfs sfs;
+	int fd;
+
+	fd = open(test_dir(), O_RDONLY | O_DIRECTORY);
+	CHECK(fd >= 0);
+	if (fd < 0 || real_fstatfs(fd, &sfs) < 0 ||
+	    (long)sfs.f_type != (long)EXT4_SUPER_MAGIC) {
+		fprintf(stderr,
+		        "test_write_prealloc: %s is not on ext4: the real "
+		        "kernel's blocks are not checked\n",
+		        test_dir());
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return;
+	}
+	close(fd);
+	test_fill(buf, 16 * MiB, 25, 0);
+	for (int prealloc = 1; prealloc >= 0; prealloc--) {
+		gpufile_t *h = NULL;
+		struct stat st;
+		ssize_t n;
+
+		reset(0, prealloc ? "auto" : "off");
+		unlink(path);
+		CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+		fail_from = 4 * MiB;
+		gpufile__sys.pwrite = pwrite_failing;
+		n = gpufile_pwrite(h, buf, 16 * MiB, 0);
+		gpufile__sys.pwrite = real_pwrite;
+		fail_from = -1;
+		CHECK(n == -EIO || n == (ssize_t)(4 * MiB));
+		CHECK_EQ(ncalls, prealloc);
+		CHECK_EQ(fstat(h->fd, &st), 0);
+		CHECK_EQ((int64_t)st.st_size, 4 * MiB);
+		if (prealloc)
+			CHECK((int64_t)st.st_blocks * 512 >= 16 * MiB);
+		else
+			CHECK((int64_t)st.st_blocks * 512 < 8 * MiB);
+		CHECK_EQ(gpufile_close(h), 0);
+		check_file(path, 4 * MiB, 25);
+	}
+	free(buf);
+}
+
+int main(void)
+{
+	alarm(300); /* a hang fails the test */
+	real_fstatfs = gpufile__sys.fstatfs;
+	real_fallocate = gpufile__sys.fallocate;
+	real_pwrite = gpufile__sys.pwrite;
+	gpufile__sys.fstatfs = say_fs;
+	gpufile__sys.fallocate = record_fallocate;
+	CHECK_EQ(gpufile_set_task_size(4 * MiB), 0);
+	test_reserves_the_part_past_the_end();
+	test_a_write_past_the_end_reserves_from_its_start();
+	test_the_setting();
+	test_a_refused_reservation_leaves_the_write_alone();
+	test_a_write_cut_short_shows_only_its_bytes();
+	gpufile__sys_reset();
+	gpufile_config_reset();
+	gpufile_release();
+	return test_finish("test_write_prealloc");
+}
