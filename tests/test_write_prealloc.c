@@ -1,11 +1,12 @@
 /*
- * write_prealloc (file.c, preallocate): the blocks of a write that reaches
- * 4 MiB or more past a local file's end are reserved before it is written,
- * with fallocate(FALLOC_FL_KEEP_SIZE) over the part past the end only:
- * auto on ext4, on on any file system, off never. fallocate and fstatfs
- * are replaced through the system-call table, so what is asserted does
- * not depend on the file system the test runs on; the last case looks at
- * the real kernel's blocks where the test folder is on ext4.
+ * write_prealloc (file.c, preallocate): the blocks of a blocking buffered
+ * write that reaches 4 MiB or more past a local file's end are reserved
+ * before it is written, with fallocate(FALLOC_FL_KEEP_SIZE) over the part
+ * past the end only, and not past RLIMIT_FSIZE: auto on ext4, on on any
+ * file system but those in memory, off never. fallocate and fstatfs are
+ * replaced through the system-call table, so what is asserted does not
+ * depend on the file system the test runs on; the last cases look at the
+ * real kernel's blocks where the test folder is on ext4.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -15,7 +16,9 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +33,7 @@ static struct call calls[16];
 static int ncalls;
 static int fail_errno; /* fallocate fails with it when nonzero */
 static long fs_magic;  /* what fstatfs says, or 0: the real answer */
+static int nstatfs;    /* fstatfs calls */
 
 static int (*real_fstatfs)(int fd, struct statfs *st);
 static int (*real_fallocate)(int fd, int mode, off_t off, off_t len);
@@ -52,6 +56,7 @@ static int say_fs(int fd, struct statfs *st)
 {
 	int rc = real_fstatfs(fd, st);
 
+	nstatfs++;
 	if (rc == 0 && fs_magic)
 		st->f_type = fs_magic;
 	return rc;
@@ -69,6 +74,7 @@ static ssize_t pwrite_failing(int fd, const void *buf, size_t len, off_t off)
 static void reset(long magic, const char *mode)
 {
 	ncalls = 0;
+	nstatfs = 0;
 	fail_errno = 0;
 	fs_magic = magic;
 	memset(calls, 0, sizeof(calls));
@@ -155,8 +161,9 @@ static void test_a_write_past_the_end_reserves_from_its_start(void)
 	free(buf);
 }
 
-/* auto reserves only on ext4 (where it was measured); on does on any
- * file system; off never. */
+/* auto reserves only on ext4 (where it was measured); on on any file
+ * system but those in memory (where a reservation is zeroed memory); off
+ * never. */
 static void test_the_setting(void)
 {
 	static const struct {
@@ -165,9 +172,10 @@ static void test_the_setting(void)
 		int calls;
 	} cases[] = {
 	    {TMPFS_MAGIC, "auto", 0},       {XFS_SUPER_MAGIC, "auto", 0},
-	    {TMPFS_MAGIC, "on", 1},         {XFS_SUPER_MAGIC, "on", 1},
+	    {TMPFS_MAGIC, "on", 0},         {RAMFS_MAGIC, "on", 0},
+	    {HUGETLBFS_MAGIC, "on", 0},     {XFS_SUPER_MAGIC, "on", 1},
 	    {EXT4_SUPER_MAGIC, "off", 0},   {EXT4_SUPER_MAGIC, "auto", 1},
-	    {BTRFS_SUPER_MAGIC, "auto", 0},
+	    {BTRFS_SUPER_MAGIC, "auto", 0}, {NFS_SUPER_MAGIC, "on", 1},
 	};
 	unsigned char *buf = test_malloc(8 * MiB);
 
@@ -190,6 +198,103 @@ static void test_the_setting(void)
 			check_call(0, 0, 8 * MiB);
 		check_file(path, 8 * MiB, 23);
 	}
+	free(buf);
+}
+
+/* The file system is asked once per handle, whatever the number of
+ * writes; nothing but a write that may reserve asks it. */
+static void test_the_file_system_is_asked_once(void)
+{
+	const char *path = test_path("prealloc_once.bin");
+	unsigned char *buf = test_malloc(8 * MiB);
+	gpufile_t *h = NULL;
+
+	test_fill(buf, 8 * MiB, 26, 0);
+	reset(NFS_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_config_set("direct_io", "off"), 0);
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, 1 * MiB, 0), (ssize_t)(1 * MiB));
+	CHECK_EQ(nstatfs, 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, (int64_t)i * 8 * MiB),
+		         (ssize_t)(8 * MiB));
+	CHECK_EQ(nstatfs, 1);
+	CHECK_EQ(ncalls, 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_set("direct_io", "auto");
+	free(buf);
+}
+
+/* Not past RLIMIT_FSIZE (tmpfs and f2fs raise SIGXFSZ for a reservation
+ * past it, before any byte is written): a write to 16 MiB under a limit
+ * of 12 reserves to 12, one to 14 under it reserves nothing (2 MiB). */
+static void test_not_past_the_file_size_limit(void)
+{
+	const char *path = test_path("prealloc_rlimit.bin");
+	unsigned char *buf = test_malloc(8 * MiB);
+	struct rlimit old, lim;
+	gpufile_t *h = NULL;
+	void (*old_handler)(int);
+
+	test_fill(buf, 8 * MiB, 27, 0);
+	reset(EXT4_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 0), (ssize_t)(8 * MiB));
+	CHECK_EQ(ncalls, 1);
+	CHECK_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 12 * MiB;
+	old_handler = signal(SIGXFSZ, SIG_IGN);
+	CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	ncalls = 0;
+	/* The write itself stops at the limit (a short count, or EFBIG). */
+	(void)gpufile_pwrite(h, buf, 8 * MiB, 8 * MiB);
+	CHECK_EQ(ncalls, 1);
+	check_call(0, 8 * MiB, 4 * MiB);
+	lim.rlim_cur = 14 * MiB;
+	CHECK_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	ncalls = 0;
+	(void)gpufile_pwrite(h, buf, 8 * MiB, 12 * MiB);
+	CHECK_EQ(ncalls, 0);
+	CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+	signal(SIGXFSZ, old_handler);
+	CHECK_EQ(gpufile_close(h), 0);
+	free(buf);
+}
+
+/* Only blocking buffered writes reserve: not a request only prepared (what
+ * gpufile_stream_info does), not gpufile_pwrite_async (its caller would
+ * wait on the file's lock), not an O_DIRECT write. */
+static void test_only_blocking_buffered_writes_reserve(void)
+{
+	const char *path = test_path("prealloc_kinds.bin");
+	unsigned char *buf = test_malloc(8 * MiB);
+	struct gpufile__request r;
+	gpufile_future_t *f = NULL;
+	gpufile_t *h = NULL;
+
+	test_fill(buf, 8 * MiB, 28, 0);
+	reset(EXT4_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_open(&h, path, "w"), 0);
+	CHECK_EQ(gpufile__request_prepare(&r, h, buf, 8 * MiB, 0, 1), 0);
+	gpufile__request_destroy(&r);
+	CHECK_EQ(ncalls, 0);
+	CHECK_EQ(gpufile_pwrite_async(h, buf, 8 * MiB, 0, &f), 0);
+	CHECK_EQ(gpufile_future_wait(f), (ssize_t)(8 * MiB));
+	gpufile_future_free(f);
+	CHECK_EQ(ncalls, 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	reset(EXT4_SUPER_MAGIC, "auto");
+	CHECK_EQ(gpufile_config_set("direct_io", "on"), 0);
+	CHECK_EQ(gpufile_open(&h, test_path("prealloc_direct.bin"), "w"), 0);
+	CHECK_EQ(gpufile_pwrite(h, buf, 8 * MiB, 0), (ssize_t)(8 * MiB));
+	/* Where the file system refused O_DIRECT, the write was buffered. */
+	CHECK_EQ(ncalls, atomic_load(&h->direct_refused) ||
+	                         !gpufile__direct_fd_possible(h)
+	                     ? 1
+	                     : 0);
+	CHECK_EQ(gpufile_close(h), 0);
+	gpufile_config_set("direct_io", "auto");
 	free(buf);
 }
 
@@ -217,32 +322,39 @@ static void test_a_refused_reservation_leaves_the_write_alone(void)
 	free(buf);
 }
 
-/* The real kernel, where the test folder is on ext4: a 16 MiB write cut
- * short after its first 4 MiB leaves a file of 4 MiB (no byte nobody
- * wrote is shown) whose blocks, with the reservation, still cover the 16
- * MiB (du counts them until the file is cut or removed); without it
- * (off), only what was written. */
-static void test_a_write_cut_short_shows_only_its_bytes(void)
+/* Whether the test folder is on ext4 (the real kernel's cases below);
+ * says so on stderr where it is not. */
+static int on_ext4(void)
 {
-	const char *path = test_path("prealloc_cut.bin");
-	unsigned char *buf = test_malloc(16 * MiB);
 	struct statfs sfs;
-	int fd;
+	int fd = open(test_dir(), O_RDONLY | O_DIRECTORY), ext4;
 
-	fd = open(test_dir(), O_RDONLY | O_DIRECTORY);
 	CHECK(fd >= 0);
-	if (fd < 0 || real_fstatfs(fd, &sfs) < 0 ||
-	    (long)sfs.f_type != (long)EXT4_SUPER_MAGIC) {
+	ext4 = fd >= 0 && real_fstatfs(fd, &sfs) == 0 &&
+	       (long)sfs.f_type == (long)EXT4_SUPER_MAGIC;
+	if (fd >= 0)
+		close(fd);
+	if (!ext4)
 		fprintf(stderr,
 		        "test_write_prealloc: %s is not on ext4: the real "
 		        "kernel's blocks are not checked\n",
 		        test_dir());
-		if (fd >= 0)
-			close(fd);
-		free(buf);
+	return ext4;
+}
+
+/* The real kernel, where the test folder is on ext4: a 16 MiB write cut
+ * short after its first 4 MiB leaves a file of 4 MiB (no byte nobody
+ * wrote is shown) whose blocks, with the reservation, still cover the 16
+ * MiB (the cost of a write that fails: du counts them until the file is
+ * cut or removed); without it (off), only what was written. */
+static void test_a_write_cut_short_shows_only_its_bytes(void)
+{
+	const char *path = test_path("prealloc_cut.bin");
+	unsigned char *buf;
+
+	if (!on_ext4())
 		return;
-	}
-	close(fd);
+	buf = test_malloc(16 * MiB);
 	test_fill(buf, 16 * MiB, 25, 0);
 	for (int prealloc = 1; prealloc >= 0; prealloc--) {
 		gpufile_t *h = NULL;
@@ -271,6 +383,38 @@ static void test_a_write_cut_short_shows_only_its_bytes(void)
 	free(buf);
 }
 
+/* An append that fails before its first byte is cut back off the file,
+ * and so are the blocks it reserved (append.c cuts at the same size too:
+ * ext4 frees blocks past the end whenever the size is set). */
+static void test_a_failed_append_frees_its_reservation(void)
+{
+	const char *path = test_path("prealloc_append.bin");
+	unsigned char *buf;
+	gpufile_t *h = NULL;
+	struct stat st;
+
+	if (!on_ext4())
+		return;
+	buf = test_malloc(16 * MiB);
+	test_fill(buf, 16 * MiB, 29, 0);
+	reset(0, "auto");
+	unlink(path);
+	CHECK_EQ(gpufile_open(&h, path, "a"), 0);
+	fail_from = 0;
+	gpufile__sys.pwrite = pwrite_failing;
+	CHECK(gpufile_pwrite(h, buf, 16 * MiB, 0) < 0);
+	gpufile__sys.pwrite = real_pwrite;
+	fail_from = -1;
+	CHECK_EQ(ncalls, 1);
+	CHECK_EQ(fstat(h->fd, &st), 0);
+	CHECK_EQ((int64_t)st.st_size, 0);
+	CHECK((int64_t)st.st_blocks * 512 < 4 * MiB);
+	CHECK_EQ(gpufile_pwrite(h, buf, 16 * MiB, 0), (ssize_t)(16 * MiB));
+	CHECK_EQ(gpufile_close(h), 0);
+	check_file(path, 16 * MiB, 29);
+	free(buf);
+}
+
 int main(void)
 {
 	alarm(300); /* a hang fails the test */
@@ -283,8 +427,12 @@ int main(void)
 	test_reserves_the_part_past_the_end();
 	test_a_write_past_the_end_reserves_from_its_start();
 	test_the_setting();
+	test_the_file_system_is_asked_once();
+	test_not_past_the_file_size_limit();
+	test_only_blocking_buffered_writes_reserve();
 	test_a_refused_reservation_leaves_the_write_alone();
 	test_a_write_cut_short_shows_only_its_bytes();
+	test_a_failed_append_frees_its_reservation();
 	gpufile__sys_reset();
 	gpufile_config_reset();
 	gpufile_release();

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -623,45 +624,6 @@ static void split_small_read(struct gpufile__request *r)
 /* Validates and prepares r; returns 0 or an error with the message set.
  * An append is placed here: once prepared, it must end, completed by the
  * pool or through unplace() when it is not submitted. */
-/*
- * Reserves the blocks of a write that reaches GPUFILE__PREALLOC_MIN bytes
- * or more past the end of a local file before it is written
- * (write_prealloc): fallocate with FALLOC_FL_KEEP_SIZE over the part past
- * the end, so that the size is still the write's to move and a write cut
- * short shows no byte nobody wrote (its reserved blocks past the end stay
- * allocated, counted by du, until the file is cut or removed). On ext4 a
- * buffered write into reserved blocks skips delayed allocation's work for
- * each page: on the H100 host a pwrite loop of 4 GiB from a 4 GiB buffer
- * into a new file wrote 6.54 GB/s after the reservation and 5.62 without,
- * and fio, which reserves by default, 7.22 against 6.13 with
- * fallocate=none (bench/write_prealloc.sh; bench/README.md, "Writes").
- * fallocate's failure (EOPNOTSUPP, ENOSPC) is left to the write, which
- * then fails, or not, where and as it would have.
- */
-static void preallocate(const struct gpufile__request *r)
-{
-	const gpufile_t *h = r->h;
-	const int64_t end = r->offset + (int64_t)r->size;
-	struct statfs sfs;
-	struct stat st;
-	int64_t start;
-
-	if (r->cfg.write_prealloc == GPUFILE__PREALLOC_OFF || h->remote ||
-	    h->source_ops || !h->regular || r->size < GPUFILE__PREALLOC_MIN)
-		return;
-	if (gpufile__sys.fstat(h->fd, &st) < 0 ||
-	    end - (int64_t)st.st_size < (int64_t)GPUFILE__PREALLOC_MIN)
-		return;
-	if (r->cfg.write_prealloc == GPUFILE__PREALLOC_AUTO &&
-	    (gpufile__sys.fstatfs(h->fd, &sfs) < 0 ||
-	     (long)sfs.f_type != (long)EXT4_SUPER_MAGIC))
-		return;
-	start =
-	    r->offset > (int64_t)st.st_size ? r->offset : (int64_t)st.st_size;
-	(void)gpufile__sys.fallocate(h->fd, FALLOC_FL_KEEP_SIZE, (off_t)start,
-	                             (off_t)(end - start));
-}
-
 static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
                    size_t size, int64_t offset, int is_write)
 {
@@ -731,8 +693,6 @@ static int prepare(struct gpufile__request *r, gpufile_t *h, void *buf,
 		r->cfg.task_size = gpufile__remote_task_size(
 		    h, r->cfg.remote_task_size, r->cfg.nthreads, r->offset,
 		    r->size);
-	if (is_write)
-		preallocate(r);
 	gpufile__request_init(r);
 	return 0;
 }
@@ -751,6 +711,77 @@ static void unplace(struct gpufile__request *r, int rc)
 	if (r->is_write && r->h->append)
 		gpufile__append_end(r->h, r->offset, r->size, rc, NULL, 0);
 	gpufile__request_destroy(r);
+}
+
+/*
+ * Reserves the blocks of a write that reaches GPUFILE__PREALLOC_MIN bytes
+ * or more past the end of a local file, before it is written
+ * (write_prealloc): fallocate with FALLOC_FL_KEEP_SIZE over the part past
+ * the end, so that the size still moves only as bytes are written and a
+ * write cut short shows no byte nobody wrote. On ext4 a buffered write
+ * into reserved blocks skips delayed allocation's work for each page: on
+ * the H100 host gpufile's 4 GiB buffered write ran 1.17x with it (and a
+ * pwrite loop 6.54 GB/s against 5.62; bench/README.md, "Reserving a
+ * write's blocks"). For blocking buffered writes (gpufile_pwrite, which
+ * stream writes run too): not where a write is only prepared
+ * (gpufile_stream_info asks without writing), nor for
+ * gpufile_pwrite_async, whose caller would wait on the file's lock.
+ *
+ * Not past RLIMIT_FSIZE: tmpfs and f2fs raise SIGXFSZ for a reservation
+ * past it, before any byte is written. Not on file systems in memory
+ * (tmpfs, ramfs, hugetlbfs), where a reservation is zeroed memory. The
+ * file system is asked once per handle, before anything else: on NFS an
+ * fstat flushes the file's dirty pages. A refused reservation is left
+ * to the write, which then fails, or not, where it would have; blocks
+ * reserved for a write that then fails stay allocated past the end
+ * until the file is cut or removed (an append's cut back frees them,
+ * append.c).
+ */
+static void preallocate(const struct gpufile__request *r)
+{
+	gpufile_t *h = r->h;
+	int64_t end = r->offset + (int64_t)r->size, start;
+	struct statfs sfs;
+	struct rlimit lim;
+	struct stat st;
+	long magic;
+
+	if (!r->is_write || r->cfg.write_prealloc == GPUFILE__PREALLOC_OFF ||
+	    h->remote || h->source_ops || !h->regular ||
+	    r->size < GPUFILE__PREALLOC_MIN)
+		return;
+	/* O_DIRECT writes are left as they are: not measured, and
+	 * fallocate waits for the file's O_DIRECT writes in flight. */
+	if (r->cfg.direct_io == GPUFILE__DIRECT_ON &&
+	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
+	    gpufile__direct_fd_possible(h))
+		return;
+	magic = atomic_load_explicit(&h->fs_magic, memory_order_relaxed);
+	if (!magic) {
+		magic = gpufile__sys.fstatfs(h->fd, &sfs) == 0
+		            ? (long)sfs.f_type
+		            : -1;
+		atomic_store_explicit(&h->fs_magic, magic,
+		                      memory_order_relaxed);
+	}
+	if (magic == -1 || magic == (long)TMPFS_MAGIC ||
+	    magic == (long)RAMFS_MAGIC || magic == (long)HUGETLBFS_MAGIC ||
+	    (r->cfg.write_prealloc == GPUFILE__PREALLOC_AUTO &&
+	     magic != (long)EXT4_SUPER_MAGIC))
+		return;
+	if (getrlimit(RLIMIT_FSIZE, &lim) == 0 &&
+	    lim.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)end > (uint64_t)lim.rlim_cur)
+		end = (int64_t)lim.rlim_cur;
+	if (gpufile__sys.fstat(h->fd, &st) < 0 ||
+	    end - (int64_t)st.st_size < (int64_t)GPUFILE__PREALLOC_MIN)
+		return;
+	start =
+	    r->offset > (int64_t)st.st_size ? r->offset : (int64_t)st.st_size;
+	if (end - start < (int64_t)GPUFILE__PREALLOC_MIN)
+		return;
+	(void)gpufile__sys.fallocate(h->fd, FALLOC_FL_KEEP_SIZE, (off_t)start,
+	                             (off_t)(end - start));
 }
 
 /*
@@ -786,6 +817,7 @@ static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
 
 	if (rc)
 		return rc;
+	preallocate(&r);
 	/* One task into host memory: run here, no worker woken (a remote
 	 * one's ranges are driven by this thread on the handle's engine).
 	 * One task of a device read through the bounce buffers too: handed

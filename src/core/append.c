@@ -94,8 +94,11 @@ static int cut_back(struct gpufile *h, int64_t *cut)
 		h->append_pos = (int64_t)st.st_size;
 		return 1;
 	}
-	/* Never longer: the file may have been cut short meanwhile. */
-	if ((int64_t)st.st_size > *cut &&
+	/* Never longer: the file may have been cut short meanwhile. At
+	 * the same size the cut still frees blocks reserved past the end
+	 * for the failed appends (file.c, preallocate; ext4 truncates
+	 * them whenever the size is set). */
+	if ((int64_t)st.st_size >= *cut &&
 	    gpufile__sys.ftruncate(h->fd, (off_t)*cut) != 0)
 		return -errno;
 	return 0;

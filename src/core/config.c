@@ -248,10 +248,10 @@ static struct setting settings[] = {
             "HTTP/1.1 each holds a connection, kept open for the next (the "
             "handle's open connections are at most this many)"),
     SETTING("write_prealloc", KIND_MODE, 0, 2, default_mode_auto,
-            "the blocks of a write that reaches 4 MiB or more past a local "
-            "file's end are reserved before it is written (fallocate, "
-            "the file's size kept): auto on ext4, on on any file system "
-            "that takes it, off never"),
+            "a buffered gpufile_pwrite reaching 4 MiB or more past a local "
+            "file's end reserves that part's blocks first (fallocate, the "
+            "size kept; kept past the end if the write fails): auto on "
+            "ext4, on on any file system not in memory, off never"),
 };
 #define NSETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 enum {

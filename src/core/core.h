@@ -54,10 +54,10 @@ enum {
 	GPUFILE__MAP_COPY_AUTO = 2
 };
 
-/* write_prealloc: space for a write of GPUFILE__PREALLOC_MIN bytes or more
- * past the file's end is reserved before the write (fallocate with
- * FALLOC_FL_KEEP_SIZE; api/file.c): auto on ext4 (the measured win),
- * on on any file system that takes it, off never. */
+/* write_prealloc: the part of a write that reaches GPUFILE__PREALLOC_MIN
+ * bytes or more past the file's end is reserved before the write
+ * (fallocate with FALLOC_FL_KEEP_SIZE; api/file.c): auto on ext4 (the
+ * measured win), on on any file system but those in memory, off never. */
 enum {
 	GPUFILE__PREALLOC_OFF = 0,
 	GPUFILE__PREALLOC_ON = 1,
@@ -207,6 +207,10 @@ struct gpufile {
 	int regular; /* a regular file (not a block device): its page cache
 	              * is asked per range (posix_io.c) */
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
+	/* The file system's statfs magic, asked at the first write that
+	 * may reserve blocks (file.c, preallocate); 0 until then, -1 where
+	 * fstatfs failed. */
+	atomic_long fs_magic;
 	/* Appends (append.c), under lock: the end of the last placed, how
 	 * many are placed and not yet ended, and among these, where the
 	 * first that failed began (INT64_MAX: none) and where the last that
