@@ -722,10 +722,11 @@ static void unplace(struct gpufile__request *r, int rc)
  * into reserved blocks skips delayed allocation's work for each page: on
  * the H100 host gpufile's 4 GiB buffered write ran 1.17x with it (and a
  * pwrite loop 6.54 GB/s against 5.62; bench/README.md, "Reserving a
- * write's blocks"). For blocking buffered writes (gpufile_pwrite, which
- * stream writes run too): not where a write is only prepared
- * (gpufile_stream_info asks without writing), nor for
- * gpufile_pwrite_async, whose caller would wait on the file's lock.
+ * write's blocks"). For blocking buffered writes (gpufile_pwrite): not
+ * where a write is only prepared (gpufile_stream_info asks without
+ * writing), nor for gpufile_pwrite_async, whose caller would wait on the
+ * file's lock; not for an "a" handle's appends, whose cut back after a
+ * failure (append.c) must not guess whose blocks lie past the end.
  *
  * Not past RLIMIT_FSIZE: tmpfs and f2fs raise SIGXFSZ for a reservation
  * past it, before any byte is written. Not on file systems in memory
@@ -734,8 +735,9 @@ static void unplace(struct gpufile__request *r, int rc)
  * fstat flushes the file's dirty pages. A refused reservation is left
  * to the write, which then fails, or not, where it would have; blocks
  * reserved for a write that then fails stay allocated past the end
- * until the file is cut or removed (an append's cut back frees them,
- * append.c).
+ * until the file is cut or removed (on ext4 a hole punched past the end
+ * frees nothing, and a cut to the size just read could cut another
+ * writer's bytes).
  */
 static void preallocate(const struct gpufile__request *r)
 {
@@ -747,11 +749,14 @@ static void preallocate(const struct gpufile__request *r)
 	long magic;
 
 	if (!r->is_write || r->cfg.write_prealloc == GPUFILE__PREALLOC_OFF ||
-	    h->remote || h->source_ops || !h->regular ||
+	    h->remote || h->source_ops || !h->regular || h->append ||
 	    r->size < GPUFILE__PREALLOC_MIN)
 		return;
-	/* O_DIRECT writes are left as they are: not measured, and
-	 * fallocate waits for the file's O_DIRECT writes in flight. */
+	/* O_DIRECT writes (direct_io=on, or cuFile's descriptor) are left
+	 * as they are: not measured, and fallocate waits for the file's
+	 * O_DIRECT writes in flight. */
+	if (r->path == GPUFILE_PATH_CUFILE)
+		return;
 	if (r->cfg.direct_io == GPUFILE__DIRECT_ON &&
 	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
 	    gpufile__direct_fd_possible(h))

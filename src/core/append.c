@@ -71,15 +71,6 @@ int gpufile__append_begin(struct gpufile *h, size_t size, int64_t *offset)
 	return rc;
 }
 
-/* Whether the file of st has more blocks than its size takes. */
-static int blocks_past_end(const struct stat *st)
-{
-	const int64_t block = st->st_blksize > 0 ? st->st_blksize : 4096;
-	const int64_t whole = (st->st_size + block - 1) / block * block;
-
-	return (int64_t)st->st_blocks * 512 > whole;
-}
-
 /* Caller holds h->lock; the last append in flight has ended. Cuts the
  * file back to where the failed appends' bytes begin (see above).
  * Returns 0, 1 when the file holds bytes past the appends' end (another
@@ -103,12 +94,8 @@ static int cut_back(struct gpufile *h, int64_t *cut)
 		h->append_pos = (int64_t)st.st_size;
 		return 1;
 	}
-	/* Never longer: the file may have been cut short meanwhile. At
-	 * the same size, only where blocks lie past the end (reserved for
-	 * the failed appends: file.c, preallocate), which the cut frees:
-	 * ext4 truncates them whenever the size is set. */
-	if (((int64_t)st.st_size > *cut ||
-	     ((int64_t)st.st_size == *cut && blocks_past_end(&st))) &&
+	/* Never longer: the file may have been cut short meanwhile. */
+	if ((int64_t)st.st_size > *cut &&
 	    gpufile__sys.ftruncate(h->fd, (off_t)*cut) != 0)
 		return -errno;
 	return 0;
