@@ -20,7 +20,11 @@
  *	write_source DIR [SIZE_MiB] [ROUNDS] [BLOCK_KiB] [AHEAD_KiB]
  *
  * Each write goes to a new file, removed after an untimed fsync; the
- * buffers are touched before timing. Prints each round, the medians and
+ * buffers are touched before timing. With WRITE_SOURCE_PREALLOC=1 in the
+ * environment each plain-pwrite way's new file is first given SIZE bytes
+ * of blocks by fallocate(FALLOC_FL_KEEP_SIZE), untimed, as fio lays its
+ * file out before its clock starts (gpufile reserves them itself, inside
+ * its call: write_prealloc). Prints each round, the medians and
  * their ratios to "small".
  */
 #define _GNU_SOURCE
@@ -87,6 +91,8 @@ static void *prefetcher(void *arg)
 	return NULL;
 }
 
+static size_t reserve; /* bytes new_file() reserves; 0: none */
+
 /* A new file at path for one timed write; the write is synced (untimed)
  * and the file removed by end_file(). */
 static int new_file(const char *path)
@@ -95,6 +101,11 @@ static int new_file(const char *path)
 
 	if (fd < 0) {
 		perror(path);
+		exit(1);
+	}
+	if (reserve &&
+	    fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)reserve) != 0) {
+		perror("write_source: fallocate");
 		exit(1);
 	}
 	return fd;
@@ -247,6 +258,11 @@ int main(int argc, char **argv)
 		        "[BLOCK_KiB] [AHEAD_KiB]\n");
 		return 2;
 	}
+	{
+		const char *e = getenv("WRITE_SOURCE_PREALLOC");
+
+		reserve = e && !strcmp(e, "1") ? size : 0;
+	}
 	snprintf(path, sizeof(path), "%s/write_source.%d.bin", dir,
 	         (int)getpid());
 	large = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
@@ -271,8 +287,10 @@ int main(int argc, char **argv)
 	 * reuses page-cache pages a write freed, as every later one does. */
 	write_blocks(path, small, size, block, 1, 0);
 	printf("write_source: %zu MiB in %zu KiB pwrites, prefetch %zu KiB "
-	       "ahead, %d rounds (GB/s)\n",
-	       size >> 20, block >> 10, ahead >> 10, rounds);
+	       "ahead, %d rounds, %s (GB/s)\n",
+	       size >> 20, block >> 10, ahead >> 10, rounds,
+	       reserve ? "files reserved by fallocate first"
+	               : "no reservation but gpufile's own");
 	for (int r = 0; r < rounds; r++) {
 		printf("round %d:", r + 1);
 		for (int k = 0; k < NWAYS; k++) {

@@ -115,7 +115,14 @@
 #                              worth one call: the changed Python
 #                              tests on a GPU, remote into GPU, writes
 #                              against fio, the write source, the host
-#                              read goal)
+#                              read goal), STAGE=first1m (the first
+#                              read of 1 MiB in a fresh process: 21
+#                              rounds against compat_mode=on, and
+#                              strace of each mode), STAGE=prealloc
+#                              and STAGE=prealloc_ab (buffered writes
+#                              with write_prealloc against fio),
+#                              STAGE=source2 (the write sources, the
+#                              plain writers' files reserved first)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -167,6 +174,8 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = vsfio ] && target="gpufile gpufile_cli"
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc_ab ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc ] && target="gpufile gpufile_cli bench_write_bench test_write_prealloc"
+[ "$mode" = owed ] && [ "${STAGE:-}" = first1m ] && target="gpufile bench_first_read"
+[ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -840,6 +849,17 @@ owed)
 		write_source_figures 3 4096 write_source_4m.log
 		host_read_goal --repeat 3
 		;;
+	source2)
+		# Session 42: with write_prealloc, gpufile's buffered 4 GiB
+		# write is 0.90-0.92x fio's: is the rest the source? The
+		# sources of bench/write_source with each plain writer's file
+		# reserved first as fio's is (5 rounds), then without (3).
+		log "kernel $(uname -r), THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+		mkdir -p $data/write
+		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 5 1024 4096 2>&1 |
+			tee "$OUT/write_source_reserved.log"
+		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		;;
 	next)
 		# Session 40: device time is scarce (no machine in sessions 39
 		# and 40), so the owed runs most worth one call, each bounded,
@@ -879,7 +899,11 @@ owed)
 			done
 			for e in psync io_uring; do
 				rm -f $f
-				v=$(fio --name=w --filename=$f --rw=write --ioengine=$e --bs=1M --iodepth=4 \
+				# iodepth for io_uring only: with psync fio warns
+				# on stdout, ahead of its JSON.
+				qd=1
+				[ $e = io_uring ] && qd=4
+				v=$(fio --name=w --filename=$f --rw=write --ioengine=$e --bs=1M --iodepth=$qd \
 					--size=4g --direct=0 --output-format=json |
 					python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 1e9))')
 				sync $f
@@ -887,6 +911,28 @@ owed)
 				line="$line fio:$e $v"
 			done
 			echo "$line" | tee -a "$OUT/prealloc_ab.log"
+		done
+		;;
+	first1m)
+		# Session 42: issue 33's first read of a warm 1 MiB file in a
+		# fresh process (1.26x compat_mode=on over 5 rounds in session
+		# 41): 21 interleaved rounds, then where one read's time goes
+		# in each mode: strace -f -tt -T of three processes each,
+		# the timed call between first_read's marks.
+		FILES=1m bash bench/first_read.sh $B $data 21 2>&1 | tee "$OUT/first_read_1m.log"
+		st=$root/.carry/strace
+		for i in 1 2 3; do
+			for m in auto on; do
+				GPUFILE_COMPAT_MODE=$m LD_LIBRARY_PATH=$st/lib:$LD_LIBRARY_PATH \
+					$st/strace -f -tt -T -o "$OUT/strace_${m}_$i.txt" \
+					$B/bench/first_read --mark $data/first_read_1m.bin
+			done
+		done
+		for m in auto on; do
+			for i in 1 2 3; do
+				sed -n '/timed read begins/,/timed read ends/p' "$OUT/strace_${m}_$i.txt" |
+					awk -v m=$m -v i=$i 'END {print m, i, NR, "system calls in the timed read"}'
+			done
 		done
 		;;
 	final)

@@ -92,6 +92,19 @@ fi
 kill "$NGX_PID"
 wait "$NGX_PID" 2>/dev/null || true
 rm -rf "$carry_check"
+# strace with the libraries it links beyond libc (libunwind), for timing a
+# process's system calls there (gpu_run.sh owed STAGE=first1m).
+rm -rf .carry/strace
+mkdir -p .carry/strace/lib
+cp /usr/bin/strace .carry/strace/strace
+for l in $(ldd /usr/bin/strace | awk '/=> \// {print $3}'); do
+	case $(basename "$l") in
+	libc.so.* | libm.so.* | ld-linux*) ;;
+	*) cp -L "$l" .carry/strace/lib/ ;;
+	esac
+done
+LD_LIBRARY_PATH=.carry/strace/lib .carry/strace/strace -V >/dev/null
+
 # Zarr on the GPU machine (issue 38's GPU benchmark and test_zarr_gpu): its
 # Python has no zarr. Debian's zarr 2.13 and what it imports (asciitree,
 # fasteners, numcodecs) are pure Python but for numcodecs' codecs, built for
