@@ -713,6 +713,17 @@ static void unplace(struct gpufile__request *r, int rc)
 	gpufile__request_destroy(r);
 }
 
+/* Whether a write on h goes through the page cache: not O_DIRECT
+ * (direct_io=on, where the file system takes it). cuFile's writes are
+ * asked about apart (r->path). */
+static int through_cache(const struct gpufile__request *r)
+{
+	return r->cfg.direct_io != GPUFILE__DIRECT_ON ||
+	       atomic_load_explicit(&r->h->direct_refused,
+	                            memory_order_relaxed) ||
+	       !gpufile__direct_fd_possible(r->h);
+}
+
 /*
  * Reserves the blocks of a write that reaches GPUFILE__PREALLOC_MIN bytes
  * or more past the end of a local file, before it is written
@@ -733,7 +744,9 @@ static void unplace(struct gpufile__request *r, int rc)
  * (tmpfs, ramfs, hugetlbfs), where a reservation is zeroed memory. The
  * file system is asked once per handle, before anything else: on NFS an
  * fstat flushes the file's dirty pages. A refused reservation is left
- * to the write, which then fails, or not, where it would have; blocks
+ * to the write, which then fails, or not, where it would have (a file
+ * that takes none, EOPNOTSUPP as ext4's files without extents say, is
+ * not asked again); blocks
  * reserved for a write that then fails stay allocated past the end
  * until the file is cut or removed (on ext4 a hole punched past the end
  * frees nothing, and a cut to the size just read could cut another
@@ -755,17 +768,14 @@ static void preallocate(const struct gpufile__request *r)
 	/* O_DIRECT writes (direct_io=on, or cuFile's descriptor) are left
 	 * as they are: not measured, and fallocate waits for the file's
 	 * O_DIRECT writes in flight. */
-	if (r->path == GPUFILE_PATH_CUFILE)
-		return;
-	if (r->cfg.direct_io == GPUFILE__DIRECT_ON &&
-	    !atomic_load_explicit(&h->direct_refused, memory_order_relaxed) &&
-	    gpufile__direct_fd_possible(h))
+	if (r->path == GPUFILE_PATH_CUFILE || !through_cache(r))
 		return;
 	magic = atomic_load_explicit(&h->fs_magic, memory_order_relaxed);
 	if (!magic) {
-		magic = gpufile__sys.fstatfs(h->fd, &sfs) == 0
-		            ? (long)sfs.f_type
-		            : -1;
+		/* A failed fstatfs is not kept: asked again next time. */
+		if (gpufile__sys.fstatfs(h->fd, &sfs) != 0)
+			return;
+		magic = (long)sfs.f_type;
 		atomic_store_explicit(&h->fs_magic, magic,
 		                      memory_order_relaxed);
 	}
@@ -785,8 +795,10 @@ static void preallocate(const struct gpufile__request *r)
 	    r->offset > (int64_t)st.st_size ? r->offset : (int64_t)st.st_size;
 	if (end - start < (int64_t)GPUFILE__PREALLOC_MIN)
 		return;
-	(void)gpufile__sys.fallocate(h->fd, FALLOC_FL_KEEP_SIZE, (off_t)start,
-	                             (off_t)(end - start));
+	if (gpufile__sys.fallocate(h->fd, FALLOC_FL_KEEP_SIZE, (off_t)start,
+	                           (off_t)(end - start)) != 0 &&
+	    errno == EOPNOTSUPP)
+		atomic_store_explicit(&h->fs_magic, -1, memory_order_relaxed);
 }
 
 /*
@@ -806,11 +818,7 @@ static void preallocate(const struct gpufile__request *r)
 static int one_writer(const struct gpufile__request *r)
 {
 	return r->is_write && r->path == GPUFILE_PATH_HOST && !r->h->remote &&
-	       r->h->regular &&
-	       (r->cfg.direct_io != GPUFILE__DIRECT_ON ||
-	        atomic_load_explicit(&r->h->direct_refused,
-	                             memory_order_relaxed) ||
-	        !gpufile__direct_fd_possible(r->h));
+	       r->h->regular && through_cache(r);
 }
 
 static ssize_t blocking_io(gpufile_t *h, void *buf, size_t size, int64_t offset,
