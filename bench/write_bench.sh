@@ -60,11 +60,13 @@ echo "disk:   $BENCH_DIR on $(df -T "$BENCH_DIR" | awk 'NR==2 {print $2 ", " $5 
 echo "load:   $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "size:   $size bytes per run, $ROUNDS rounds"
 
-# gpufile: SOURCE(host|device) DIRECT(0|1) -> GB/s
+# gpufile: SOURCE(host|huge|device) DIRECT(0|1) -> GB/s; huge: a host
+# source given huge pages before it is touched, as NumPy's arrays are
 gpufile_run() {
 	local args=("$file" "$size" 1 --json)
 	[ "$2" = 1 ] && args+=(--direct)
 	[ "$1" = device ] && args+=(--device 0)
+	[ "$1" = huge ] && args+=(--huge)
 	"$wb" "${args[@]}" | json_get gbps_median
 }
 
@@ -136,14 +138,15 @@ else
 	echo "(no usable GPU: GPU -> file runs skipped; scripts/gpu_run.sh write runs them)"
 fi
 
-gb=() fb=() gd=() fd=() db=() dd=()
+gb=() fb=() gd=() fd=() db=() dd=() hb=()
 echo "== $ROUNDS rounds, interleaved: GB/s"
 for ((i = 1; i <= ROUNDS; i++)); do
 	gb+=("$(gpufile_run host 0)")
 	fb+=("$(fio_run "${best_cfg[0]}" 0)")
+	hb+=("$(gpufile_run huge 0)")
 	gd+=("$(gpufile_run host 1)")
 	fd+=("$(fio_run "${best_cfg[1]}" 1)")
-	line="round $i: buffered gpufile ${gb[-1]} fio ${fb[-1]} | O_DIRECT gpufile ${gd[-1]} fio ${fd[-1]}"
+	line="round $i: buffered gpufile ${gb[-1]} fio ${fb[-1]} huge-page source ${hb[-1]} | O_DIRECT gpufile ${gd[-1]} fio ${fd[-1]}"
 	if [ "$gpu" = 1 ]; then
 		db+=("$(gpufile_run device 0)")
 		dd+=("$(gpufile_run device 1)")
@@ -158,6 +161,8 @@ printf '%-34s %9s %9s %8s\n' "run" "gpufile" "reference" "ratio"
 m_gb=$(median "${gb[@]}") m_fb=$(median "${fb[@]}")
 m_gd=$(median "${gd[@]}") m_fd=$(median "${fd[@]}")
 printf '%-34s %9s %9s %8s\n' "host->file buffered vs best fio" "$m_gb" "$m_fb" "$(ratio "$m_gb" "$m_fb")"
+m_hb=$(median "${hb[@]}")
+printf '%-34s %9s %9s %8s\n' "same, huge-page source, vs fio" "$m_hb" "$m_fb" "$(ratio "$m_hb" "$m_fb")"
 printf '%-34s %9s %9s %8s\n' "host->file O_DIRECT vs best fio" "$m_gd" "$m_fd" "$(ratio "$m_gd" "$m_fd")"
 if [ "$gpu" = 1 ]; then
 	m_db=$(median "${db[@]}") m_dd=$(median "${dd[@]}")
@@ -165,5 +170,6 @@ if [ "$gpu" = 1 ]; then
 	printf '%-34s %9s %9s %8s\n' "GPU->file O_DIRECT vs host->file" "$m_dd" "$m_gd" "$(ratio "$m_dd" "$m_gd")"
 fi
 echo "per-round ratios (gpufile/fio): buffered $(for i in "${!gb[@]}"; do ratio "${gb[$i]}" "${fb[$i]}"; done | tr '\n' ' ')"
+echo "                                huge-page source $(for i in "${!hb[@]}"; do ratio "${hb[$i]}" "${fb[$i]}"; done | tr '\n' ' ')"
 echo "                                O_DIRECT $(for i in "${!gd[@]}"; do ratio "${gd[$i]}" "${fd[$i]}"; done | tr '\n' ' ')"
 rm -f "$file"

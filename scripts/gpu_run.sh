@@ -236,11 +236,12 @@ remote_into_gpu_and_host() {
 }
 
 # writes_against_fio WHAT: issue 33's buffered and O_DIRECT 4 GiB writes
-# against fio (bench/write_bench.sh, 3 rounds); WHAT ends the heading.
+# against fio (bench/write_bench.sh, WRITE_ROUNDS rounds, default 3); WHAT
+# ends the heading.
 writes_against_fio() {
 	log "buffered and O_DIRECT 4 GiB writes against fio$1"
 	mkdir -p $data/write
-	BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=3 \
+	BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=${WRITE_ROUNDS:-3} \
 		bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
 }
 
