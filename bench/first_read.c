@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 		else
 			break;
 	}
-	if (argc < 2 || i != argc - 1) {
+	if (argc < 2 || i != argc - 1 || !strncmp(file, "--", 2)) {
 		fprintf(stderr, "usage: first_read [--warmup] [--mark] FILE\n");
 		return 2;
 	}

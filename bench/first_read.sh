@@ -14,20 +14,30 @@ set -euo pipefail
 build=${1:-build-gpu}
 data=${2:-/root/gpufile-bench}
 rounds=${3:-7}
-files=${FILES:-4g 64m 1m}
+read -ra files <<<"${FILES:-4g 64m 1m}"
 prog=$build/bench/first_read
 [ -x "$prog" ] || { echo "first_read: build $prog first" >&2; exit 1; }
 mkdir -p "$data"
-for f in $files; do
+if [ ${#files[@]} = 0 ]; then
+	echo "first_read: FILES names no file (4g, 64m, 1m)" >&2
+	exit 2
+fi
+declare -A seen
+for f in "${files[@]}"; do
 	case $f in 4g | 64m | 1m) ;; *)
 		echo "first_read: FILES: no file \"$f\" (4g, 64m, 1m)" >&2
 		exit 2
 		;;
 	esac
+	[ -z "${seen[$f]:-}" ] || {
+		echo "first_read: FILES names \"$f\" twice" >&2
+		exit 2
+	}
+	seen[$f]=1
 done
 
 declare -A size=([4g]=4096 [64m]=64 [1m]=1)
-for f in $files; do
+for f in "${files[@]}"; do
 	file=$data/first_read_$f.bin
 	want=$(( ${size[$f]} * 1048576 ))
 	if [ ! -f "$file" ] || [ "$(stat -c %s "$file")" != "$want" ]; then
@@ -46,9 +56,9 @@ run() { # FILE MODE -> "seconds path"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$prog" "$data/first_read_${files##* }.bin" >/dev/null # load the driver once
+"$prog" "$data/first_read_${files[-1]}.bin" >/dev/null # load the driver once
 for r in $(seq "$rounds"); do
-	for f in $files; do
+	for f in "${files[@]}"; do
 		for mode in auto on; do
 			# Alternate the order, so neither mode always goes first.
 			[ $((r % 2)) = 0 ] && mode=$([ $mode = auto ] && echo on || echo auto)
@@ -59,7 +69,7 @@ done
 
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 printf '%-6s %-14s %-14s %-8s %-8s %s\n' file "auto s (path)" "on s (path)" ratio "auto GB/s" "on GB/s"
-for f in $files; do
+for f in "${files[@]}"; do
 	a=$(cut -d' ' -f1 "$tmp/$f.auto" | median)
 	o=$(cut -d' ' -f1 "$tmp/$f.on" | median)
 	pa=$(cut -d' ' -f2 "$tmp/$f.auto" | sort | uniq -c | awk '{printf "%s%s", sep, $2; sep="/"}')

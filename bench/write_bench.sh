@@ -58,6 +58,7 @@ echo "kernel: $(uname -r)"
 echo "fio:    $(fio --version)"
 echo "disk:   $BENCH_DIR on $(df -T "$BENCH_DIR" | awk 'NR==2 {print $2 ", " $5 " free"}')"
 echo "load:   $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "THP:    $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown) (huge-page source: MADV_HUGEPAGE asked)"
 echo "size:   $size bytes per run, $ROUNDS rounds"
 
 # gpufile: SOURCE(host|huge|device) DIRECT(0|1) -> GB/s; huge: a host

@@ -122,7 +122,9 @@
 #                              and STAGE=prealloc_ab (buffered writes
 #                              with write_prealloc against fio),
 #                              STAGE=source2 (the write sources, the
-#                              plain writers' files reserved first)
+#                              plain writers' files reserved first),
+#                              STAGE=writers (buffered writes by 2 or 4
+#                              workers, a mutant, against one writer)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -175,6 +177,7 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc_ab ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc ] && target="gpufile gpufile_cli bench_write_bench test_write_prealloc"
 [ "$mode" = owed ] && [ "${STAGE:-}" = first1m ] && target="gpufile bench_first_read"
+[ "$mode" = owed ] && [ "${STAGE:-}" = writers ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
@@ -242,7 +245,7 @@ writes_against_fio() {
 	log "buffered and O_DIRECT 4 GiB writes against fio$1"
 	mkdir -p $data/write
 	BUILD_DIR=$B BENCH_DIR=$data/write BENCH_SIZE=4GiB ROUNDS=${WRITE_ROUNDS:-3} \
-		bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -14
+		bash bench/write_bench.sh 2>&1 | tee "$OUT/write_bench.log" | tail -17
 }
 
 # write_source_figures ROUNDS BLOCK_KiB LOG: what a buffered 4 GiB write's
@@ -861,6 +864,34 @@ owed)
 			tee "$OUT/write_source_reserved.log"
 		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
 		;;
+	writers)
+		# Session 42: one writer (one_writer: the caller runs every
+		# task of a buffered write from host memory) was chosen against
+		# 16 writers; fio's best here was 4 jobs. Would 2 or 4 beat
+		# one? A mutant whose one_writer() says no, at nthreads 2 and
+		# 4, against the tree and fio psync 1M with 1 and 4 jobs, 4
+		# GiB into a new file, 5 interleaved rounds.
+		mutant "gpufile bench_write_bench" src/api/file.c \
+			's|^\treturn r->is_write \&\& r->path == GPUFILE_PATH_HOST \&\& !r->h->remote \&\&$|\treturn 0 \&\& /*MANYMARK*/ r->is_write \&\& r->path == GPUFILE_PATH_HOST \&\& !r->h->remote \&\&|' MANYMARK
+		mkdir -p $data/write
+		f=$data/write/writers.bin
+		wb() { "$@" $f 4g 1 --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["gbps_median"])'; }
+		fio_w() {
+			rm -f $f
+			fio --name=w --filename=$f --rw=write --ioengine=psync --bs=1M --numjobs=$1 \
+				--size=$((4096 / $1))m --offset_increment=$((4096 / $1))m --direct=0 \
+				--group_reporting --output-format=json |
+				python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 1e9))'
+			sync $f
+			rm -f $f
+		}
+		for r in 1 2 3 4 5; do
+			echo "round $r: one $(wb $B/bench/write_bench)" \
+				"two $(GPUFILE_NTHREADS=2 wb $mut/b/bench/write_bench)" \
+				"four $(GPUFILE_NTHREADS=4 wb $mut/b/bench/write_bench)" \
+				"fio1 $(fio_w 1) fio4 $(fio_w 4)" | tee -a "$OUT/writers.log"
+		done
+		;;
 	next)
 		# Session 40: device time is scarce (no machine in sessions 39
 		# and 40), so the owed runs most worth one call, each bounded,
@@ -924,14 +955,21 @@ owed)
 		st=$root/.carry/strace
 		for i in 1 2 3; do
 			for m in auto on; do
+				# strace's libraries for strace alone (-E: the
+				# program gets the path it runs with untraced).
 				GPUFILE_COMPAT_MODE=$m LD_LIBRARY_PATH=$st/lib:$LD_LIBRARY_PATH \
-					$st/strace -f -tt -T -o "$OUT/strace_${m}_$i.txt" \
-					$B/bench/first_read --mark $data/first_read_1m.bin
+					$st/strace -E LD_LIBRARY_PATH="$LD_LIBRARY_PATH" -f -tt -T \
+					-o "$OUT/strace_${m}_$i.txt" $B/bench/first_read --mark $data/first_read_1m.bin
 			done
 		done
 		for m in auto on; do
 			for i in 1 2 3; do
-				sed -n '/timed read begins/,/timed read ends/p' "$OUT/strace_${m}_$i.txt" |
+				t=$OUT/strace_${m}_$i.txt
+				grep -q 'timed read ends' "$t" || { echo "$m $i: no end mark in $t"; continue; }
+				# System calls between the marks: not the marks,
+				# not a call's "resumed" half, not signals or exits.
+				sed -n '/timed read begins/,/timed read ends/p' "$t" |
+					grep -v -e 'resumed>' -e 'timed read' -e '^[0-9]* *[+-]\{3\}' |
 					awk -v m=$m -v i=$i 'END {print m, i, NR, "system calls in the timed read"}'
 			done
 		done

@@ -231,6 +231,8 @@ int gpufile_open(gpufile_t **out, const char *path, const char *flags)
 	h->file_ino = st.st_ino;
 	h->append_pos = size;
 	atomic_init(&h->direct_refused, 0);
+	atomic_init(&h->fs_magic, 0);
+	atomic_init(&h->prealloc_refused, 0);
 	atomic_init(&h->inflight, 0);
 	pthread_mutex_init(&h->lock, NULL);
 	h->cufile_state = GPUFILE__CUFILE_UNDECIDED;
@@ -742,15 +744,15 @@ static int through_cache(const struct gpufile__request *r)
  * Not past RLIMIT_FSIZE: tmpfs and f2fs raise SIGXFSZ for a reservation
  * past it, before any byte is written. Not on file systems in memory
  * (tmpfs, ramfs, hugetlbfs), where a reservation is zeroed memory. The
- * file system is asked once per handle, before anything else: on NFS an
- * fstat flushes the file's dirty pages. A refused reservation is left
- * to the write, which then fails, or not, where it would have (a file
- * that takes none, EOPNOTSUPP as ext4's files without extents say, is
- * not asked again); blocks
- * reserved for a write that then fails stay allocated past the end
- * until the file is cut or removed (on ext4 a hole punched past the end
- * frees nothing, and a cut to the size just read could cut another
- * writer's bytes).
+ * file system is asked once per handle (until an fstatfs answers),
+ * before anything else: on NFS an fstat flushes the file's dirty pages.
+ * A refused reservation is left to the write, which then fails, or not,
+ * where it would have; a file that takes none (EOPNOTSUPP, as ext4's
+ * files without extents say, or ENOSYS from a kernel or sandbox without
+ * the call) is not asked again. Blocks reserved for a write that then
+ * fails stay allocated past the end until the file is cut or removed
+ * (on ext4 a hole punched past the end frees nothing, and a cut to the
+ * size just read could cut another writer's bytes).
  */
 static void preallocate(const struct gpufile__request *r)
 {
@@ -763,7 +765,8 @@ static void preallocate(const struct gpufile__request *r)
 
 	if (!r->is_write || r->cfg.write_prealloc == GPUFILE__PREALLOC_OFF ||
 	    h->remote || h->source_ops || !h->regular || h->append ||
-	    r->size < GPUFILE__PREALLOC_MIN)
+	    r->size < GPUFILE__PREALLOC_MIN ||
+	    atomic_load_explicit(&h->prealloc_refused, memory_order_relaxed))
 		return;
 	/* O_DIRECT writes (direct_io=on, or cuFile's descriptor) are left
 	 * as they are: not measured, and fallocate waits for the file's
@@ -779,8 +782,8 @@ static void preallocate(const struct gpufile__request *r)
 		atomic_store_explicit(&h->fs_magic, magic,
 		                      memory_order_relaxed);
 	}
-	if (magic == -1 || magic == (long)TMPFS_MAGIC ||
-	    magic == (long)RAMFS_MAGIC || magic == (long)HUGETLBFS_MAGIC ||
+	if (magic == (long)TMPFS_MAGIC || magic == (long)RAMFS_MAGIC ||
+	    magic == (long)HUGETLBFS_MAGIC ||
 	    (r->cfg.write_prealloc == GPUFILE__PREALLOC_AUTO &&
 	     magic != (long)EXT4_SUPER_MAGIC))
 		return;
@@ -797,8 +800,9 @@ static void preallocate(const struct gpufile__request *r)
 		return;
 	if (gpufile__sys.fallocate(h->fd, FALLOC_FL_KEEP_SIZE, (off_t)start,
 	                           (off_t)(end - start)) != 0 &&
-	    errno == EOPNOTSUPP)
-		atomic_store_explicit(&h->fs_magic, -1, memory_order_relaxed);
+	    (errno == EOPNOTSUPP || errno == ENOSYS))
+		atomic_store_explicit(&h->prealloc_refused, 1,
+		                      memory_order_relaxed);
 }
 
 /*

@@ -208,9 +208,12 @@ struct gpufile {
 	              * is asked per range (posix_io.c) */
 	atomic_int direct_refused; /* O_DIRECT failed at I/O time: use fd */
 	/* The file system's statfs magic, asked at the first write that
-	 * may reserve blocks (file.c, preallocate); 0 until then, -1 once
-	 * fallocate said the file takes no reservation (EOPNOTSUPP). */
+	 * may reserve blocks (file.c, preallocate); 0 until an fstatfs
+	 * answers. */
 	atomic_long fs_magic;
+	/* fallocate said the file takes no reservation (EOPNOTSUPP, ENOSYS):
+	 * preallocate asks no more. */
+	atomic_int prealloc_refused;
 	/* Appends (append.c), under lock: the end of the last placed, how
 	 * many are placed and not yet ended, and among these, where the
 	 * first that failed began (INT64_MAX: none) and where the last that
