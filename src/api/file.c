@@ -715,7 +715,7 @@ static void unplace(struct gpufile__request *r, int rc)
 	gpufile__request_destroy(r);
 }
 
-/* Whether a write on h goes through the page cache: not O_DIRECT
+/* Whether the write r goes through the page cache: not O_DIRECT
  * (direct_io=on, where the file system takes it). cuFile's writes are
  * asked about apart (r->path). */
 static int through_cache(const struct gpufile__request *r)
