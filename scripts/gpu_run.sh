@@ -124,7 +124,9 @@
 #                              STAGE=source2 (the write sources, the
 #                              plain writers' files reserved first),
 #                              STAGE=writers (buffered writes by 2 or 4
-#                              workers, a mutant, against one writer)
+#                              workers, a mutant, against one writer),
+#                              STAGE=recv (a remote read's receive copy:
+#                              bench/recv_direct.sh)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -177,6 +179,7 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc_ab ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = prealloc ] && target="gpufile gpufile_cli bench_write_bench test_write_prealloc"
 [ "$mode" = owed ] && [ "${STAGE:-}" = first1m ] && target="gpufile bench_first_read"
+[ "$mode" = owed ] && [ "${STAGE:-}" = recv ] && target="gpufile gpufile_cli bench_recv_direct"
 [ "$mode" = owed ] && [ "${STAGE:-}" = writers ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
@@ -863,6 +866,14 @@ owed)
 		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 5 1024 4096 2>&1 |
 			tee "$OUT/write_source_reserved.log"
 		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		;;
+	recv)
+		# Session 42: what the receive copy of a remote read costs
+		# (issue 36): libcurl's write callback copying into the
+		# destination against curl_easy_recv straight into it and into
+		# a scratch buffer (curl -o /dev/null's work), 16 threads.
+		BUILD_DIR=$B WORKDIR=$data bash bench/recv_direct.sh 1GiB 16 8 5 2>&1 | tee "$OUT/recv_direct_1g.log"
+		BUILD_DIR=$B WORKDIR=$data bash bench/recv_direct.sh 4GiB 16 8 3 2>&1 | tee "$OUT/recv_direct_4g.log"
 		;;
 	writers)
 		# Session 42: one writer (one_writer: the caller runs every
