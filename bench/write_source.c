@@ -16,6 +16,11 @@
  *              bytes at a time into a ring of 4 BLOCK-byte buffers and
  *              the writer writes from the ring (a small source, as fio's,
  *              kept full by another core)
+ *   self-pf    as large, the writer itself asking for the next block's
+ *              lines (software prefetch into L2) before each pwrite, so
+ *              that they arrive while the kernel copies this block
+ *   touch      as large, the writer reading each block's lines itself
+ *              before its pwrite (the kernel's copy then reads the caches)
  *
  *	write_source DIR [SIZE_MiB] [ROUNDS] [BLOCK_KiB] [AHEAD_KiB]
  *
@@ -42,9 +47,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-enum { SMALL, LARGE, LARGE_PF, GPUFILE, HUGE, BOUNCE, NWAYS };
+enum { SMALL, LARGE, LARGE_PF, GPUFILE, HUGE, BOUNCE, SELF_PF, TOUCH, NWAYS };
 static const char *const names[NWAYS] = {"small",   "large", "large+pf",
-                                         "gpufile", "huge",  "bounce"};
+                                         "gpufile", "huge",  "bounce",
+                                         "self-pf", "touch"};
 
 static double now(void)
 {
@@ -118,8 +124,34 @@ static void end_file(int fd, const char *path)
 	unlink(path);
 }
 
+/* How the writer itself readies a block's source: not at all, by
+ * prefetching the next block, or by reading this one. */
+enum ready { AS_IS, PREFETCH_NEXT, TOUCH_THIS };
+
+static uint64_t touched; /* keeps TOUCH_THIS's loads */
+
+static void ready_block(enum ready how, const char *src, size_t size,
+                        size_t off, size_t block)
+{
+	if (how == PREFETCH_NEXT) {
+		const size_t from = off + block;
+		const size_t to = from + block < size ? from + block : size;
+
+		for (size_t at = from; at < to; at += 64)
+			__builtin_prefetch(src + at, 0, 2);
+	} else if (how == TOUCH_THIS) {
+		const size_t to = off + block < size ? off + block : size;
+		uint64_t sum = 0;
+
+		for (size_t at = off; at < to; at += 64)
+			sum += *(const volatile uint64_t *)(src + at);
+		touched += sum;
+	}
+}
+
 static double write_blocks(const char *path, const char *src, size_t size,
-                           size_t block, int from_small, size_t ahead)
+                           size_t block, int from_small, size_t ahead,
+                           enum ready how)
 {
 	struct prefetch pf = {src, size, ahead, 0, 0, 0};
 	pthread_t tid;
@@ -135,6 +167,7 @@ static double write_blocks(const char *path, const char *src, size_t size,
 		size_t n = size - off < block ? size - off : block;
 		const char *s = from_small ? src : src + off;
 
+		ready_block(how, src, size, off, block);
 		if (pwrite(fd, s, n, (off_t)off) != (ssize_t)n) {
 			perror("write_source: pwrite");
 			exit(1);
@@ -285,7 +318,7 @@ int main(int argc, char **argv)
 	memset(ring, 0x5a, (block + 4095) / 4096 * 4096 * RING);
 	/* Warm-up: a write of the whole size, so that the first timed write
 	 * reuses page-cache pages a write freed, as every later one does. */
-	write_blocks(path, small, size, block, 1, 0);
+	write_blocks(path, small, size, block, 1, 0, AS_IS);
 	printf("write_source: %zu MiB in %zu KiB pwrites, prefetch %zu KiB "
 	       "ahead, %d rounds, %s (GB/s)\n",
 	       size >> 20, block >> 10, ahead >> 10, rounds,
@@ -308,7 +341,10 @@ int main(int argc, char **argv)
 				                  : w == HUGE ? huge
 				                              : large,
 				                  size, block, w == SMALL,
-				                  w == LARGE_PF ? ahead : 0);
+				                  w == LARGE_PF ? ahead : 0,
+				                  w == SELF_PF ? PREFETCH_NEXT
+				                  : w == TOUCH ? TOUCH_THIS
+				                               : AS_IS);
 			t[w][r] = dt;
 		}
 		for (int w = 0; w < NWAYS; w++)

@@ -126,7 +126,8 @@
 #                              STAGE=writers (buffered writes by 2 or 4
 #                              workers, a mutant, against one writer),
 #                              STAGE=recv (a remote read's receive copy:
-#                              bench/recv_direct.sh)
+#                              bench/recv_direct.sh), STAGE=source3 (the
+#                              writer readying its own source)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -182,6 +183,7 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = recv ] && target="gpufile gpufile_cli bench_recv_direct"
 [ "$mode" = owed ] && [ "${STAGE:-}" = writers ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
+[ "$mode" = owed ] && [ "${STAGE:-}" = source3 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -866,6 +868,19 @@ owed)
 		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 5 1024 4096 2>&1 |
 			tee "$OUT/write_source_reserved.log"
 		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		;;
+	source3)
+		# Session 43: the writer readying its own source (software
+		# prefetch of the next block, or reading this one) against
+		# fio's cache-resident buffer, at 1 MiB and 256 KiB pwrites,
+		# files reserved first as fio's are.
+		log "kernel $(uname -r), THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+		lscpu | grep -E 'Model name|Thread|Core|Socket|NUMA node|L1d|L2|L3' | tee "$OUT/lscpu.txt"
+		mkdir -p $data/write
+		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 5 1024 4096 2>&1 |
+			tee "$OUT/write_source_1m.log"
+		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 3 256 4096 2>&1 |
+			tee "$OUT/write_source_256k.log"
 		;;
 	recv)
 		# Session 42: what the receive copy of a remote read costs
