@@ -14,6 +14,8 @@
  * Public API only.
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include <gpufile.h>
 
 #include <errno.h>
@@ -26,14 +28,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -76,7 +70,7 @@ static double run_preads(gpufile_batch_entry_t *e, unsigned n, unsigned nt)
 {
 	pthread_t tid[256];
 	struct pread_job job[256];
-	double t0 = now_s();
+	double t0 = bench_now();
 
 	for (unsigned t = 0; t < nt; t++) {
 		job[t] = (struct pread_job){e, n, nt, t, 0};
@@ -90,19 +84,19 @@ static double run_preads(gpufile_batch_entry_t *e, unsigned n, unsigned nt)
 			exit(1);
 		}
 	}
-	return now_s() - t0;
+	return bench_now() - t0;
 }
 
 static double run_batch(gpufile_batch_t *b, gpufile_batch_entry_t *e,
                         unsigned n)
 {
-	double t0 = now_s();
+	double t0 = bench_now();
 
 	if (gpufile_batch_submit(b, e, n) < 0)
 		die("gpufile_batch_submit");
 	if (gpufile_batch_wait(b, -1) != (int)n)
 		die("gpufile_batch_wait");
-	return now_s() - t0;
+	return bench_now() - t0;
 }
 
 /* ---- (b): fio ---- */

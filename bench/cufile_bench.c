@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
+#include "bench_util.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,21 +27,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 static void drop_cache(const char *file)
 {
@@ -180,9 +166,9 @@ int main(int argc, char **argv)
 
 		if (cold)
 			drop_cache(file);
-		t0 = now();
+		t0 = bench_now();
 		n = gpufile_pread(h, dev, (size_t)size, 0);
-		times[i] = now() - t0;
+		times[i] = bench_now() - t0;
 		if (n != size) {
 			fprintf(stderr, "cufile_bench: read returned %zd: %s\n",
 			        n, gpufile_errmsg());
@@ -196,7 +182,7 @@ int main(int argc, char **argv)
 	gpufile_path_info(h, &path, reason, sizeof(reason));
 	GPUFILE_INIT(cf);
 	gpufile_cufile_info(&cf);
-	qsort(times, (size_t)iters, sizeof(*times), cmp_double);
+	qsort(times, (size_t)iters, sizeof(*times), bench_cmp_double);
 
 	printf("{\"file\":");
 	json_string(file);

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
+#include "bench_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +31,6 @@ static void mark(int on, const char *what)
 {
 	if (on && write(-1, what, strlen(what)) != -1)
 		abort();
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -78,18 +71,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (warmup) {
-		w0 = now();
+		w0 = bench_now();
 		if (gpufile_warmup() < 0) {
 			fprintf(stderr, "first_read: gpufile_warmup: %s\n",
 			        gpufile_errmsg());
 			return 1;
 		}
-		w1 = now();
+		w1 = bench_now();
 	}
 	mark(marks, "first_read: timed read begins");
-	t0 = now();
+	t0 = bench_now();
 	n = gpufile_pread(h, dev, (size_t)size, 0);
-	t1 = now();
+	t1 = bench_now();
 	mark(marks, "first_read: timed read ends");
 	if (n != size) {
 		fprintf(stderr, "first_read: read %zd of %lld bytes: %s\n", n,

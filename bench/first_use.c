@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "cuda_shim.h"
 #include "gpufile.h"
+#include "bench_util.h"
 #include "internal.h"
 
 #include <pthread.h>
@@ -42,14 +43,6 @@ static CUcontext ctx;
 static unsigned nthreads = 16, nbufs = 2;
 static size_t buf_bytes = (4u << 20) + 4096;
 static void *bufs[MAX_BUFS];
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const char *what, long rc)
 {
@@ -179,14 +172,14 @@ static long anon_huge_kb(void)
 static double threads(void *(*fn)(void *))
 {
 	pthread_t th[MAX_THREADS];
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (unsigned w = 0; w < nthreads; w++)
 		if (pthread_create(&th[w], NULL, fn, (void *)(uintptr_t)w))
 			die("pthread_create", 0);
 	for (unsigned w = 0; w < nthreads; w++)
 		pthread_join(th[w], NULL);
-	return now() - t0;
+	return bench_now() - t0;
 }
 
 static double pattern(int which)
@@ -196,9 +189,9 @@ static double pattern(int which)
 
 	switch (which) {
 	case 0: /* serial */
-		t0 = now();
+		t0 = bench_now();
 		alloc_range(0, n);
-		t = now() - t0;
+		t = bench_now() - t0;
 		free_all(n);
 		return t;
 	case 1: /* parallel */
@@ -209,10 +202,10 @@ static double pattern(int which)
 		void *p;
 		CUresult rc;
 
-		t0 = now();
+		t0 = bench_now();
 		rc = cu->cuMemHostAlloc(&p, buf_bytes * n,
 		                        CU_MEMHOSTALLOC_PORTABLE);
-		t = now() - t0;
+		t = bench_now() - t0;
 		if (rc)
 			die("cuMemHostAlloc (one)", rc);
 		cu->cuMemFreeHost(p);
@@ -230,24 +223,24 @@ static double pattern(int which)
 		huge_free(nthreads);
 		return t;
 	case 6: /* huge1 */
-		t0 = now();
+		t0 = bench_now();
 		huge_reg[0] = huge_region(huge_len(buf_bytes * n),
 		                          &huge_base[0], &huge_maplen[0]);
-		t = now() - t0;
+		t = bench_now() - t0;
 		huge_free(1);
 		return t;
 	default: { /* streams and events */
 		CUstream s[MAX_THREADS];
 		CUevent e[MAX_BUFS];
 
-		t0 = now();
+		t0 = bench_now();
 		for (unsigned w = 0; w < nthreads; w++)
 			if (cu->cuStreamCreate(&s[w], CU_STREAM_NON_BLOCKING))
 				die("cuStreamCreate", 0);
 		for (unsigned i = 0; i < n; i++)
 			if (cu->cuEventCreate(&e[i], CU_EVENT_DISABLE_TIMING))
 				die("cuEventCreate", 0);
-		t = now() - t0;
+		t = bench_now() - t0;
 		for (unsigned i = 0; i < n; i++)
 			cu->cuEventDestroy(e[i]);
 		for (unsigned w = 0; w < nthreads; w++)
@@ -255,13 +248,6 @@ static double pattern(int which)
 		return t;
 	}
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv)
@@ -325,7 +311,7 @@ int main(int argc, char **argv)
 	       nthreads, nbufs, buf_bytes,
 	       (double)buf_bytes * nthreads * nbufs / 1048576.0, rounds);
 	for (int p = 0; p < NPAT; p++) {
-		qsort(t[p], (size_t)rounds, sizeof(double), cmp_double);
+		qsort(t[p], (size_t)rounds, sizeof(double), bench_cmp_double);
 		printf("  %-9s %8.2f %8.2f %8.2f\n", names[p],
 		       t[p][rounds / 2] * 1e3, t[p][0] * 1e3,
 		       t[p][rounds - 1] * 1e3);

@@ -16,6 +16,8 @@
  * STRIDE bytes and should be in the page cache (cat it first).
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include "internal.h"
 
 #include <errno.h>
@@ -31,21 +33,6 @@
 #define REF_THREADS 16
 
 static size_t run = 2048, stride = 16384, rows = 4096;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 struct ref_arg {
 	int fd;
@@ -145,7 +132,7 @@ int main(int argc, char **argv)
 	for (int r = 0; r < rounds; r++) {
 		for (int k = 0; k < 3; k++) {
 			int w = (k + r) % 3;
-			double t0 = now();
+			double t0 = bench_now();
 
 			for (size_t b = 0; b < BLOCKS; b++) {
 				const int64_t *o = offs + b * rows;
@@ -165,7 +152,7 @@ int main(int argc, char **argv)
 					return 1;
 				}
 			}
-			t[w][r] = now() - t0;
+			t[w][r] = bench_now() - t0;
 		}
 	}
 	gpufile_get_nthreads(&nthreads);
@@ -175,7 +162,7 @@ int main(int argc, char **argv)
 	for (int w = 0; w < 3; w++) {
 		double best;
 
-		qsort(t[w], rounds, sizeof(double), cmp_double);
+		qsort(t[w], rounds, sizeof(double), bench_cmp_double);
 		med[w] = t[w][rounds / 2];
 		best = t[w][0];
 		printf("%-32s median %.4f s best %.4f s  %6.2f GB/s\n",

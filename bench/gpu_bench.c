@@ -68,6 +68,7 @@
 #define _GNU_SOURCE
 #include "cuda_shim.h"
 #include "gpufile.h"
+#include "bench_util.h"
 #include "internal.h"
 
 #include <dlfcn.h>
@@ -87,14 +88,6 @@ static const struct gpufile__cuda *cu;
 static size_t size = 4ull << 30;
 static const char *file;
 static int reps = 5;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double gbps(size_t bytes, double seconds)
 {
@@ -138,7 +131,7 @@ static double copy_ceiling(void *pinned, void *dev, int to_device)
 	double best = 0;
 
 	for (int i = 0; i < reps; i++) {
-		double t0 = now();
+		double t0 = bench_now();
 		CUresult rc =
 		    to_device
 		        ? cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
@@ -148,7 +141,7 @@ static double copy_ceiling(void *pinned, void *dev, int to_device)
 		double g;
 		if (rc)
 			die("cuMemcpy", rc);
-		g = gbps(size, now() - t0);
+		g = gbps(size, bench_now() - t0);
 		if (g > best)
 			best = g;
 	}
@@ -201,7 +194,7 @@ static double parallel_io(const char *path, int nthreads, size_t bs, int write,
 			exit(1);
 		memset(a[i].buf, 0x5a, bs);
 	}
-	t0 = now();
+	t0 = bench_now();
 	for (int i = 0; i < nthreads; i++)
 		pthread_create(&t[i], NULL, par_worker, &a[i]);
 	for (int i = 0; i < nthreads; i++) {
@@ -209,7 +202,7 @@ static double parallel_io(const char *path, int nthreads, size_t bs, int write,
 		pthread_join(t[i], &rv);
 		bad |= rv != NULL;
 	}
-	secs = now() - t0;
+	secs = bench_now() - t0;
 	for (int i = 0; i < nthreads; i++)
 		free(a[i].buf);
 	if (bad) {
@@ -225,7 +218,7 @@ static double parallel_io(const char *path, int nthreads, size_t bs, int write,
 static double naive_read(void *pinned, void *dev, size_t chunk)
 {
 	int fd = open(file, O_RDONLY);
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (size_t pos = 0; pos < size; pos += chunk) {
 		size_t n = size - pos < chunk ? size - pos : chunk;
@@ -236,7 +229,7 @@ static double naive_read(void *pinned, void *dev, size_t chunk)
 			die("cuMemcpy", 0);
 	}
 	close(fd);
-	return gbps(size, now() - t0);
+	return gbps(size, bench_now() - t0);
 }
 
 /* ---- the H2D ceiling under page-cache copy traffic ---- */
@@ -302,12 +295,12 @@ struct copy_stats {
 static void timed_copies(void *pinned, void *dev, struct copy_stats *cs)
 {
 	for (int i = 0; i < reps && cs->n < 32; i++) {
-		double t0 = now();
+		double t0 = bench_now();
 
 		if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
 		                 (CUdeviceptr)(uintptr_t)pinned, size))
 			die("cuMemcpy", 0);
-		cs->all[cs->n++] = gbps(size, now() - t0);
+		cs->all[cs->n++] = gbps(size, bench_now() - t0);
 	}
 }
 
@@ -373,9 +366,9 @@ static double copies_under_readers(void *pinned, void *dev, char *big,
 	       !atomic_load(&stop))
 		usleep(1000);
 	b0 = atomic_load(&bytes);
-	t0 = now();
+	t0 = bench_now();
 	timed_copies(pinned, dev, cs);
-	t1 = now();
+	t1 = bench_now();
 	b1 = atomic_load(&bytes);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < HOG_THREADS; i++) {
@@ -615,7 +608,7 @@ static double chunked_copies(void *pinned, void *dev, size_t chunk,
 	for (int r = 0; r < reps && cs.n < 32; r++) {
 		pthread_t t[64];
 		struct chunk_arg a[64];
-		double t0 = now();
+		double t0 = bench_now();
 
 		for (int i = 0; i < nstreams; i++) {
 			size_t off = slice * (size_t)i;
@@ -636,7 +629,7 @@ static double chunked_copies(void *pinned, void *dev, size_t chunk,
 			if (a[i].err)
 				die("chunked copy", 0);
 		}
-		cs.all[cs.n++] = gbps(size, now() - t0);
+		cs.all[cs.n++] = gbps(size, bench_now() - t0);
 	}
 	*median = copies_median(&cs);
 	return copies_best(&cs);
@@ -696,7 +689,7 @@ static double batch_round(void *pinned, void *dev, size_t chunk,
 	if (!dsts || !srcs || !sizes || n < 2 || n % 2 ||
 	    cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
 		die("batch copies: setup", 0);
-	t0 = now();
+	t0 = bench_now();
 	for (size_t i = 0; i < n; i += per_call) {
 		size_t k = n - i < per_call ? n - i : per_call;
 
@@ -715,7 +708,7 @@ static double batch_round(void *pinned, void *dev, size_t chunk,
 	}
 	if (cu->cuStreamSynchronize(st))
 		die("batch copies: cuStreamSynchronize", 0);
-	t0 = now() - t0;
+	t0 = bench_now() - t0;
 	cu->cuStreamDestroy(st);
 	free(dsts);
 	free(srcs);
@@ -771,12 +764,12 @@ static double gpufile_io(const char *path, void *dev, int write, int n,
 	if (rc)
 		die("gpufile_open", rc);
 	for (int i = 0; i < n && i < 32; i++) {
-		double t0 = now();
+		double t0 = bench_now();
 		ssize_t got = write ? gpufile_pwrite(h, dev, size, 0)
 		                    : gpufile_pread(h, dev, size, 0);
 		if (got != (ssize_t)size)
 			die(write ? "gpufile_pwrite" : "gpufile_pread", got);
-		all[i] = gbps(size, now() - t0);
+		all[i] = gbps(size, bench_now() - t0);
 		if (all[i] > best)
 			best = all[i];
 	}
@@ -938,7 +931,7 @@ static double pooled_round(void *pinned, void *dev, int fd, size_t chunk,
 	pthread_t t[64];
 	struct pooled_arg a[64];
 	CUcontext ctx;
-	double t0 = now();
+	double t0 = bench_now();
 
 	if (cu->cuCtxGetCurrent(&ctx))
 		die("cuCtxGetCurrent", 0);
@@ -965,7 +958,7 @@ static double pooled_round(void *pinned, void *dev, int fd, size_t chunk,
 	}
 	if (pooled.err)
 		die("pooled copy: the batch", 0);
-	return gbps(size, now() - t0);
+	return gbps(size, bench_now() - t0);
 }
 
 static void pooled_shapes(void *pinned, void *dev, const char *list)
@@ -1020,25 +1013,18 @@ static void pooled_shapes(void *pinned, void *dev, const char *list)
 
 /* ---- stream-ordered reads (--stream) ---- */
 
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* --pool-ab: gpufile's warm read with its copies pooled (staging.c, up to
  * 8 a call, the default) and one a call (gpufile__pool_copies 1), rounds
  * interleaved, each pair followed by the pinned copy ceiling (best of
  * reps); medians of each. */
 static double timed_read(gpufile_t *h, void *dev)
 {
-	double t0 = now();
+	double t0 = bench_now();
 	ssize_t got = gpufile_pread(h, dev, size, 0);
 
 	if (got != (ssize_t)size)
 		die("gpufile_pread", got);
-	return gbps(size, now() - t0);
+	return gbps(size, bench_now() - t0);
 }
 
 static void pool_ab(void *pinned, void *dev)
@@ -1087,7 +1073,7 @@ static double stream_round(gpufile_t *h, void *dev, CUstream s, size_t piece,
 	    async ? (is_write ? "gpufile_write_async" : "gpufile_read_async")
 	          : (is_write ? "gpufile_pwrite" : "gpufile_pread");
 	ssize_t got[64];
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int i = 0; i < k && i < 64; i++) {
 		char *at = (char *)dev + (size_t)i * piece;
@@ -1106,13 +1092,13 @@ static double stream_round(gpufile_t *h, void *dev, CUstream s, size_t piece,
 		if (rc)
 			die(name, rc);
 	}
-	*call_ms = (now() - t0) * 1e3;
+	*call_ms = (bench_now() - t0) * 1e3;
 	if (cu->cuStreamSynchronize(s))
 		die("cuStreamSynchronize", 0);
 	for (int i = 0; i < k && i < 64; i++)
 		if (got[i] != (ssize_t)piece)
 			die(name, got[i]);
-	return gbps((size_t)k * piece, now() - t0);
+	return gbps((size_t)k * piece, bench_now() - t0);
 }
 
 /* Stream-ordered reads (or writes) of device memory (staged on the
@@ -1161,10 +1147,10 @@ static void stream_requests(void *dev, void *pinned, int is_write)
 			b[i] = stream_round(h, dev, s, piece, k, 0, is_write,
 			                    &cb[i]);
 		}
-		qsort(a, (size_t)n, sizeof(double), cmp_double);
-		qsort(b, (size_t)n, sizeof(double), cmp_double);
-		qsort(ca, (size_t)n, sizeof(double), cmp_double);
-		qsort(cb, (size_t)n, sizeof(double), cmp_double);
+		qsort(a, (size_t)n, sizeof(double), bench_cmp_double);
+		qsort(b, (size_t)n, sizeof(double), bench_cmp_double);
+		qsort(ca, (size_t)n, sizeof(double), bench_cmp_double);
+		qsort(cb, (size_t)n, sizeof(double), bench_cmp_double);
 		printf("stream: %d x %zu MiB, medians of %d: %s_async %.2f "
 		       "GB/s (its %d calls took %.2f ms), p%s %.2f GB/s "
 		       "(%.2f ms); async/p%s %.3f\n",
@@ -1196,7 +1182,7 @@ static void stream_requests(void *dev, void *pinned, int is_write)
  * the file and in dev: GB/s. */
 static double small_round(gpufile_t *h, void *dev, size_t piece, int k)
 {
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int i = 0; i < k; i++) {
 		const size_t at = (size_t)i * piece;
@@ -1206,7 +1192,7 @@ static double small_round(gpufile_t *h, void *dev, size_t piece, int k)
 		if (n != (ssize_t)piece)
 			die("gpufile_pread", n);
 	}
-	return gbps((size_t)k * piece, now() - t0);
+	return gbps((size_t)k * piece, bench_now() - t0);
 }
 
 /* n rounds of k reads of piece bytes, split against unsplit (task_size
@@ -1226,8 +1212,8 @@ static void small_pair(gpufile_t *h, void *dev, size_t piece, int k, int n,
 		(i % 2 ? b : a)[i / 2] = small_round(h, dev, piece, k);
 	}
 	gpufile__split_min = 512u << 10;
-	qsort(a, (size_t)n, sizeof(double), cmp_double);
-	qsort(b, (size_t)n, sizeof(double), cmp_double);
+	qsort(a, (size_t)n, sizeof(double), bench_cmp_double);
+	qsort(b, (size_t)n, sizeof(double), bench_cmp_double);
 	printf("small%s: %d x %zu MiB device preads, medians of %d: split "
 	       "%.2f GB/s (%.3f ms each), task_size tasks %.2f GB/s (%.3f ms "
 	       "each); split/unsplit %.3f\n",
@@ -1296,7 +1282,7 @@ static void small_reads(void *dev, void *pinned)
 
 static double lat_pct(double *v, int n, double p)
 {
-	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
 	return v[(int)(p * (n - 1))];
 }
 
@@ -1326,7 +1312,7 @@ static void latency_shape(gpufile_t *h, int fd, void *dev, void *pinned,
 		x ^= x << 17;
 		off = (int64_t)((x % slots) * piece);
 		for (int k = 0; k < LAT_KINDS; k++) {
-			double t0 = now();
+			double t0 = bench_now();
 			ssize_t n;
 
 			if (k == 0) {
@@ -1346,7 +1332,7 @@ static void latency_shape(gpufile_t *h, int fd, void *dev, void *pinned,
 			}
 			if (n != (ssize_t)piece)
 				die("a small read", n);
-			t[k][i] = (now() - t0) * 1e6;
+			t[k][i] = (bench_now() - t0) * 1e6;
 		}
 	}
 	for (int k = 0; k < LAT_KINDS; k++) {
@@ -1394,18 +1380,18 @@ static void register_experiment(void *dev)
 
 	if (map == MAP_FAILED)
 		die("mmap", errno);
-	t0 = now();
+	t0 = bench_now();
 	rc = cu->cuMemHostRegister(map, size,
 	                           CU_MEMHOSTREGISTER_PORTABLE |
 	                               CU_MEMHOSTREGISTER_READ_ONLY);
-	t1 = now();
+	t1 = bench_now();
 	if (rc) {
 		printf("mmap+register: cuMemHostRegister failed (%d)\n", rc);
 	} else {
 		if (cu->cuMemcpy((CUdeviceptr)(uintptr_t)dev,
 		                 (CUdeviceptr)(uintptr_t)map, size))
 			die("cuMemcpy", 0);
-		t2 = now();
+		t2 = bench_now();
 		printf("mmap+register: register %.3f s, copy %.2f GB/s, "
 		       "together %.2f GB/s\n",
 		       t1 - t0, gbps(size, t2 - t1), gbps(size, t2 - t0));
@@ -1442,14 +1428,14 @@ static void *reg_worker(void *p)
 	for (size_t pos = 0; pos < a->len && !a->err; pos += a->chunk) {
 		size_t n = a->len - pos < a->chunk ? a->len - pos : a->chunk;
 		const char *src = a->map + a->off + pos;
-		double t0 = now();
+		double t0 = bench_now();
 
 		if (cu->cuMemHostRegister((void *)src, n,
 		                          CU_MEMHOSTREGISTER_READ_ONLY)) {
 			a->err = 2;
 			break;
 		}
-		a->reg_s += now() - t0;
+		a->reg_s += bench_now() - t0;
 		if (prev) {
 			if (cu->cuStreamSynchronize(st) ||
 			    cu->cuMemHostUnregister((void *)prev))
@@ -1496,7 +1482,7 @@ static void register_chunks(void *dev, const char *list)
 			struct reg_arg a[64];
 			size_t chunk = (size_t)mib << 20;
 			size_t slice = size / (size_t)nt & ~(chunk - 1);
-			double t0 = now();
+			double t0 = bench_now();
 
 			for (int i = 0; i < nt; i++) {
 				size_t off = slice * (size_t)i;
@@ -1519,7 +1505,7 @@ static void register_chunks(void *dev, const char *list)
 					err = a[i].err;
 				reg += a[i].reg_s;
 			}
-			cs.all[cs.n++] = gbps(size, now() - t0);
+			cs.all[cs.n++] = gbps(size, bench_now() - t0);
 		}
 		if (err) {
 			printf(
@@ -1628,14 +1614,14 @@ static void *ctx_id_calls(void *arg)
 static double ctx_id_ns(CUcontext ctx, int nthreads)
 {
 	pthread_t th[16];
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int i = 0; i < nthreads; i++)
 		if (pthread_create(&th[i], NULL, ctx_id_calls, ctx))
 			die("pthread_create", 0);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(th[i], NULL);
-	return (now() - t0) * 1e9 / CTX_ID_CALLS;
+	return (bench_now() - t0) * 1e9 / CTX_ID_CALLS;
 }
 
 static void ctx_id_cost(CUcontext ctx, double warm_med)
@@ -1812,14 +1798,14 @@ int main(int argc, char **argv)
 
 			/* One kernel copying all of it, against one copy. */
 			for (int i = 0; i < 3; i++) {
-				t0 = now();
+				t0 = bench_now();
 				if (kernel_copy((CUdeviceptr)(uintptr_t)dev,
 				                pinned, size, NULL) ||
 				    cu->cuStreamSynchronize(NULL))
 					die("kernel copy", 0);
 				printf("kernel: one 4 GiB kernel copy %.2f "
 				       "GB/s\n",
-				       gbps(size, now() - t0));
+				       gbps(size, bench_now() - t0));
 			}
 			one = copy_ceiling(pinned, dev, 1);
 			printf("kernel: one cuMemcpy %.2f GB/s\n", one);

@@ -13,27 +13,13 @@
  * buffer, whose pages do not stay in the CPU caches.
  */
 #include "gpufile.h"
+#include "bench_util.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 static int fail(const char *what)
 {
@@ -90,7 +76,7 @@ int main(int argc, char **argv)
 	if (!gbps || gpufile_warmup())
 		return fail("warmup");
 	for (long i = 0; i < repeat; i++) {
-		double t0 = now(), dt;
+		double t0 = bench_now(), dt;
 
 		for (int64_t off = 0; off < size; off += (int64_t)chunk) {
 			size_t len = (size_t)(size - off) < chunk
@@ -100,10 +86,10 @@ int main(int argc, char **argv)
 			if (gpufile_pread(h, buf, len, off) != (ssize_t)len)
 				return fail("read");
 		}
-		dt = now() - t0;
+		dt = bench_now() - t0;
 		gbps[i] = (double)size / dt / 1e9;
 	}
-	qsort(gbps, (size_t)repeat, sizeof(*gbps), cmp_double);
+	qsort(gbps, (size_t)repeat, sizeof(*gbps), bench_cmp_double);
 	best = gbps[repeat - 1];
 	median = repeat % 2 ? gbps[repeat / 2]
 	                    : (gbps[repeat / 2 - 1] + gbps[repeat / 2]) / 2;

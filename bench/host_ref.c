@@ -42,6 +42,7 @@
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
+#include "bench_util.h"
 #include "internal.h"
 
 #include <errno.h>
@@ -89,27 +90,12 @@ struct slice {
 	int err;
 };
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static double median_of(const double *v, int n)
 {
 	double s[MAX_ROUNDS];
 
 	memcpy(s, v, sizeof(*v) * (size_t)n);
-	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	qsort(s, (size_t)n, sizeof(*s), bench_cmp_double);
 	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
@@ -191,7 +177,7 @@ static double chunks_parallel(int fd, char *buf, size_t size, unsigned threads,
 	pthread_t tid[MAX_THREADS];
 	struct chunks c = {
 	    .buf = buf, .size = size, .block = block, .how = how};
-	double t0 = now(), dt;
+	double t0 = bench_now(), dt;
 
 	c.map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
 	if (c.map == MAP_FAILED) {
@@ -206,7 +192,7 @@ static double chunks_parallel(int fd, char *buf, size_t size, unsigned threads,
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);
 	munmap(c.map, size);
-	dt = now() - t0;
+	dt = bench_now() - t0;
 	if (atomic_load(&c.err)) {
 		fprintf(stderr, "host_ref: madvise: %s\n",
 		        strerror(atomic_load(&c.err)));
@@ -268,7 +254,7 @@ static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
 		    .how = how,
 		};
 	}
-	t0 = now();
+	t0 = bench_now();
 	for (unsigned i = 0; i < threads; i++)
 		if (pthread_create(&tid[i], NULL, copy_slice, &s[i])) {
 			fprintf(stderr, "host_ref: pthread_create failed\n");
@@ -276,7 +262,7 @@ static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
 		}
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(tid[i], NULL);
-	dt = now() - t0;
+	dt = bench_now() - t0;
 	for (unsigned i = 0; i < threads; i++)
 		if (s[i].err) {
 			fprintf(stderr, "host_ref: %s: %s\n",
@@ -289,7 +275,7 @@ static double pread_parallel(int fd, char *buf, size_t size, unsigned threads,
 
 static double gpufile_whole(gpufile_t *h, char *buf, size_t size)
 {
-	double t0 = now();
+	double t0 = bench_now();
 	ssize_t got = gpufile_pread(h, buf, size, 0);
 
 	if (got != (ssize_t)size) {
@@ -297,7 +283,7 @@ static double gpufile_whole(gpufile_t *h, char *buf, size_t size)
 		        got, gpufile_errmsg());
 		return -1;
 	}
-	return (double)size / (now() - t0) / 1e9;
+	return (double)size / (bench_now() - t0) / 1e9;
 }
 
 /* The pool runs with the nthreads it started with: restart it so that

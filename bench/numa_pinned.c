@@ -15,6 +15,8 @@
  *   numa_pinned [--mib N] [--reps N]
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,14 +165,6 @@ static void placement(void *p, size_t size, char *out, size_t len)
 	         page_node(c + size - 4096));
 }
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* GB/s of reps copies of size bytes from host to dst on one stream. */
 static double h2d_rate(const void *host, CUdeviceptr dst, size_t size, int reps)
 {
@@ -181,11 +175,11 @@ static double h2d_rate(const void *host, CUdeviceptr dst, size_t size, int reps)
 		return -1;
 	cu.htod(dst, host, size, s); /* first touch of the mappings */
 	cu.ssync(s);
-	t0 = now();
+	t0 = bench_now();
 	for (int i = 0; i < reps; i++)
 		cu.htod(dst, host, size, s);
 	cu.ssync(s);
-	t = now() - t0;
+	t = bench_now() - t0;
 	cu.sdestroy(s);
 	return (double)size * reps / t / 1e9;
 }

@@ -26,6 +26,8 @@
  *	recv_direct URL SIZE [THREADS] [CHUNK_MiB] [ROUNDS]
  */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <poll.h>
@@ -48,14 +50,6 @@ struct job {
 	int failed;
 	char err[256];
 };
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 struct sink {
 	char *at;
@@ -308,7 +302,7 @@ int main(int argc, char **argv)
 			if (w != NUL)
 				memset(dst, 0,
 				       size); /* last round's bytes gone */
-			t0 = now();
+			t0 = bench_now();
 			for (int i = 0; i < threads; i++) {
 				uint64_t off = slice * (uint64_t)i;
 
@@ -327,7 +321,7 @@ int main(int argc, char **argv)
 			}
 			for (int i = 0; i < threads; i++)
 				pthread_join(tid[i], NULL);
-			t[w][r] = now() - t0;
+			t[w][r] = bench_now() - t0;
 			for (int i = 0; i < threads; i++)
 				if (jobs[i].failed) {
 					fprintf(stderr, "\n%s, thread %d: %s\n",

@@ -15,6 +15,8 @@
  * Last line: "in_flight_max N" (gpufile_stats_remote). Public API only,
  * plus libcurl for the reference loop. */
 #define _GNU_SOURCE
+#include "bench_util.h"
+
 #include <curl/curl.h>
 #include <gpufile.h>
 #include <inttypes.h>
@@ -22,14 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int die(const char *what)
 {
@@ -51,11 +45,11 @@ static int big(const char *url, int repeat)
 		return die("malloc");
 	memset(buf, 1, (size_t)size);
 	for (int i = 0; i < repeat; i++) {
-		double t0 = now(), dt;
+		double t0 = bench_now(), dt;
 
 		if (gpufile_pread(h, buf, (size_t)size, 0) != size)
 			return die("read");
-		dt = now() - t0;
+		dt = bench_now() - t0;
 		printf("reused %.6f %.3f\n", dt, (double)size / dt / 1e9);
 	}
 	free(buf);
@@ -65,10 +59,10 @@ static int big(const char *url, int repeat)
 		buf = malloc((size_t)size); /* mmap'd by glibc: untouched */
 		if (!buf)
 			return die("malloc");
-		t0 = now();
+		t0 = bench_now();
 		if (gpufile_pread(h, buf, (size_t)size, 0) != size)
 			return die("read");
-		dt = now() - t0;
+		dt = bench_now() - t0;
 		printf("fresh %.6f %.3f\n", dt, (double)size / dt / 1e9);
 		free(buf);
 	}
@@ -146,18 +140,18 @@ static int small(const char *url, size_t count, size_t size, int repeat)
 	if (gpufile_batch_create(&b, (unsigned)count))
 		return die("batch");
 	for (int r = 0; r < repeat; r++) {
-		double t0 = now();
+		double t0 = bench_now();
 
 		if (curl_loop(url, buf, count, size, object))
 			return die("curl loop");
-		printf("curl_loop %.6f\n", now() - t0);
-		t0 = now();
+		printf("curl_loop %.6f\n", bench_now() - t0);
+		t0 = bench_now();
 		for (size_t i = 0; i < count; i++)
 			if (gpufile_pread(h, e[i].buf, size, e[i].offset) !=
 			    (ssize_t)size)
 				return die("pread");
-		printf("pread_loop %.6f\n", now() - t0);
-		t0 = now();
+		printf("pread_loop %.6f\n", bench_now() - t0);
+		t0 = bench_now();
 		if (gpufile_batch_submit(b, e, (unsigned)count) ||
 		    gpufile_batch_wait(b, -1) != (int)count)
 			return die("batch");
@@ -165,7 +159,7 @@ static int small(const char *url, size_t count, size_t size, int repeat)
 			if (gpufile_batch_result(b, (unsigned)i) !=
 			    (ssize_t)size)
 				return die("batch entry");
-		printf("batch %.6f\n", now() - t0);
+		printf("batch %.6f\n", bench_now() - t0);
 		fflush(stdout);
 	}
 	gpufile_batch_free(b);

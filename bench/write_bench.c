@@ -23,6 +23,7 @@
  * huge-page one at 0.91x: bench/README.md).
  */
 #include "gpufile.h"
+#include "bench_util.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,21 +32,6 @@
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 static int fail(const char *what)
 {
@@ -86,11 +72,11 @@ static int write_once(const char *path, const void *src, size_t size, int sync,
 	unlink(path);
 	if (gpufile_open(&h, path, "w"))
 		return fail("gpufile_open");
-	t0 = now();
+	t0 = bench_now();
 	n = gpufile_pwrite(h, src, size, 0);
 	if (n == (ssize_t)size && sync && gpufile_sync(h))
 		n = -1;
-	*secs = now() - t0;
+	*secs = bench_now() - t0;
 	if (n != (ssize_t)size) {
 		gpufile_close(h);
 		return fail("gpufile_pwrite");
@@ -223,7 +209,7 @@ int main(int argc, char **argv)
 			printf(" %.3f", gbps[r]);
 		printf(" GB/s\n");
 	}
-	qsort(gbps, (size_t)repeat, sizeof(*gbps), cmp_double);
+	qsort(gbps, (size_t)repeat, sizeof(*gbps), bench_cmp_double);
 	{
 		const double med =
 		    repeat % 2 ? gbps[repeat / 2]

@@ -71,29 +71,8 @@ gpufile_run() {
 	"$wb" "${args[@]}" | json_get gbps_median
 }
 
-# fio: "ENGINE BS NUMJOBS IODEPTH" DIRECT -> GB/s (1e9 bytes/s); each job
-# writes its own slice of one new file, as gpufile's tasks do.
-fio_run() {
-	local engine bs jobs depth
-	read -r engine bs jobs depth <<<"$1"
-	local slice=$((size / jobs))
-	rm -f "$file"
-	# GB/s from the bytes and the run time; a run that reports no
-	# bytes (seen once: 0 B/s) is said on stderr with fio's error.
-	fio --name=write --filename="$file" --rw=write --ioengine="$engine" \
-		--bs="$bs" --numjobs="$jobs" --iodepth="$depth" \
-		--size="$slice" --offset_increment="$slice" --direct="$2" \
-		--group_reporting --output-format=json |
-		python3 -c 'import json, sys
-j = json.load(sys.stdin)["jobs"][0]
-w = j["write"]
-if not w["io_bytes"] or not w["runtime"]:
-    print("fio: no bytes written (error %s, runtime %s ms)"
-          % (j["error"], w["runtime"]), file=sys.stderr)
-print("%.3f" % (w["bw_bytes"] / 1e9))'
-	sync "$file"
-	rm -f "$file"
-}
+# fio: "ENGINE BS NUMJOBS IODEPTH" DIRECT -> GB/s (benchlib.sh)
+fio_run() { fio_write "$file" "$size" "$1" "$2"; }
 
 configs=()
 if [ -n "${FIO_BUFFERED:-}" ] && [ -n "${FIO_DIRECT:-}" ]; then

@@ -34,6 +34,7 @@
  */
 #define _GNU_SOURCE
 #include "gpufile.h"
+#include "bench_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,21 +52,6 @@ enum { SMALL, LARGE, LARGE_PF, GPUFILE, HUGE, BOUNCE, SELF_PF, TOUCH, NWAYS };
 static const char *const names[NWAYS] = {"small",   "large", "large+pf",
                                          "gpufile", "huge",  "bounce",
                                          "self-pf", "touch"};
-
-static double now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 struct prefetch {
 	const char *src;
@@ -162,7 +148,7 @@ static double write_blocks(const char *path, const char *src, size_t size,
 		fprintf(stderr, "write_source: pthread_create failed\n");
 		exit(1);
 	}
-	t0 = now();
+	t0 = bench_now();
 	for (size_t off = 0; off < size; off += block) {
 		size_t n = size - off < block ? size - off : block;
 		const char *s = from_small ? src : src + off;
@@ -174,7 +160,7 @@ static double write_blocks(const char *path, const char *src, size_t size,
 		}
 		atomic_store(&pf.written, off + n);
 	}
-	dt = now() - t0;
+	dt = bench_now() - t0;
 	if (ahead) {
 		atomic_store(&pf.stop, 1);
 		pthread_join(tid, NULL);
@@ -221,7 +207,7 @@ static double write_bounced(const char *path, const char *src, size_t size,
 
 	for (int i = 0; i < RING; i++)
 		r.slot[i] = ring_mem + (size_t)i * block;
-	t0 = now();
+	t0 = bench_now();
 	if (pthread_create(&tid, NULL, filler, &r)) {
 		fprintf(stderr, "write_source: pthread_create failed\n");
 		exit(1);
@@ -239,7 +225,7 @@ static double write_bounced(const char *path, const char *src, size_t size,
 		atomic_store(&r.drained, i + 1);
 	}
 	pthread_join(tid, NULL);
-	dt = now() - t0;
+	dt = bench_now() - t0;
 	end_file(fd, path);
 	return dt;
 }
@@ -255,9 +241,9 @@ static double write_gpufile(const char *path, const char *src, size_t size)
 		fprintf(stderr, "write_source: %s\n", gpufile_errmsg());
 		exit(1);
 	}
-	t0 = now();
+	t0 = bench_now();
 	n = gpufile_pwrite(h, src, size, 0);
-	dt = now() - t0;
+	dt = bench_now() - t0;
 	if (n != (ssize_t)size) {
 		fprintf(stderr,
 		        "write_source: gpufile_pwrite returned %zd: %s\n", n,
@@ -354,7 +340,7 @@ int main(int argc, char **argv)
 		fflush(stdout);
 	}
 	for (int w = 0; w < NWAYS; w++)
-		qsort(t[w], (size_t)rounds, sizeof(double), cmp_double);
+		qsort(t[w], (size_t)rounds, sizeof(double), bench_cmp_double);
 	for (int w = 0; w < NWAYS; w++) {
 		const double med = t[w][rounds / 2];
 

@@ -127,7 +127,9 @@
 #                              workers, a mutant, against one writer),
 #                              STAGE=recv (a remote read's receive copy:
 #                              bench/recv_direct.sh), STAGE=source3 (the
-#                              writer readying its own source)
+#                              writer readying its own source),
+#                              STAGE=first3 (the first-read table, 21
+#                              rounds)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -137,6 +139,8 @@ OUT=${OUT:-/tmp/gpufile-out}
 mkdir -p "$OUT"
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# json_get, fio_write, median, ratio
+. bench/benchlib.sh
 export PATH=$root/.carry/fio:$PATH
 # cJSON (cufile.json parsing) has no package there: carried as files.
 export PKG_CONFIG_PATH=$root/.carry/cjson/lib/pkgconfig
@@ -184,6 +188,7 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = writers ] && target="gpufile bench_write_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source3 ] && target="gpufile bench_write_source"
+[ "$mode" = owed ] && [ "${STAGE:-}" = first3 ] && target="gpufile bench_first_read"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -869,6 +874,12 @@ owed)
 			tee "$OUT/write_source_reserved.log"
 		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
 		;;
+	first3)
+		# Session 43: issue 14's first-read table at 21 interleaved
+		# rounds for all three files (the issue14 mode's 5 rounds gave
+		# 4 GiB 1.115x and 1 MiB 1.179x here, 1.033x and 1.027x before).
+		bash bench/first_read.sh $B $data 21 2>&1 | tee "$OUT/first_read_21.log"
+		;;
 	source3)
 		# Session 43: the writer readying its own source (software
 		# prefetch of the next block, or reading this one) against
@@ -901,16 +912,8 @@ owed)
 			's|^\treturn r->is_write \&\& r->path == GPUFILE_PATH_HOST \&\& !r->h->remote \&\&$|\treturn 0 \&\& /*MANYMARK*/ r->is_write \&\& r->path == GPUFILE_PATH_HOST \&\& !r->h->remote \&\&|' MANYMARK
 		mkdir -p $data/write
 		f=$data/write/writers.bin
-		wb() { "$@" $f 4g 1 --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["gbps_median"])'; }
-		fio_w() {
-			rm -f $f
-			fio --name=w --filename=$f --rw=write --ioengine=psync --bs=1M --numjobs=$1 \
-				--size=$((4096 / $1))m --offset_increment=$((4096 / $1))m --direct=0 \
-				--group_reporting --output-format=json |
-				python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 1e9))'
-			sync $f
-			rm -f $f
-		}
+		wb() { "$@" $f 4g 1 --json | json_get gbps_median; }
+		fio_w() { fio_write $f $((4 << 30)) "psync 1M $1 1" 0; }
 		for r in 1 2 3 4 5; do
 			echo "round $r: one $(wb $B/bench/write_bench)" \
 				"two $(GPUFILE_NTHREADS=2 wb $mut/b/bench/write_bench)" \
@@ -951,23 +954,11 @@ owed)
 		for r in 1 2 3 4 5; do
 			line="round $r:"
 			for m in auto off; do
-				v=$(GPUFILE_WRITE_PREALLOC=$m $B/bench/write_bench $f 4g 3 --json |
-					python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["gbps_median"])')
+				v=$(GPUFILE_WRITE_PREALLOC=$m $B/bench/write_bench $f 4g 3 --json | json_get gbps_median)
 				line="$line gpufile:$m $v"
 			done
-			for e in psync io_uring; do
-				rm -f $f
-				# iodepth for io_uring only: with psync fio warns
-				# on stdout, ahead of its JSON.
-				qd=1
-				[ $e = io_uring ] && qd=4
-				v=$(fio --name=w --filename=$f --rw=write --ioengine=$e --bs=1M --iodepth=$qd \
-					--size=4g --direct=0 --output-format=json |
-					python3 -c 'import json,sys; print("%.3f" % (json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"] / 1e9))')
-				sync $f
-				rm -f $f
-				line="$line fio:$e $v"
-			done
+			line="$line fio:psync $(fio_write $f $((4 << 30)) "psync 1M 1 1" 0)"
+			line="$line fio:io_uring $(fio_write $f $((4 << 30)) "io_uring 1M 1 4" 0)"
 			echo "$line" | tee -a "$OUT/prealloc_ab.log"
 		done
 		;;
