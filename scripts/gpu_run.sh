@@ -129,7 +129,8 @@
 #                              bench/recv_direct.sh), STAGE=source3 (the
 #                              writer readying its own source),
 #                              STAGE=first3 (the first-read table, 21
-#                              rounds)
+#                              rounds), STAGE=remote5 (issue 36's
+#                              must-show, medians of 5)
 #
 # Needs: cmake, gcc, python3 with CuPy there; liburing and fio are carried
 # in .carry/ (the machine has no package registry).
@@ -189,6 +190,7 @@ target=all
 [ "$mode" = owed ] && [ "${STAGE:-}" = source2 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source3 ] && target="gpufile bench_write_source"
 [ "$mode" = owed ] && [ "${STAGE:-}" = first3 ] && target="gpufile bench_first_read"
+[ "$mode" = owed ] && [ "${STAGE:-}" = remote5 ] && target="gpufile gpufile_cli bench_remote_bench"
 [ "$mode" = owed ] && [ "${STAGE:-}" = source ] && target="gpufile gpufile_cli bench_write_source bench_host_ref"
 [ "$mode" = repeat ] && target="test_map_copy test_stream_stage test_stream test_gpu_stream test_gpu_contexts"
 make -C $B -j16 $target >"$OUT/make.log" 2>&1 || { tail -50 "$OUT/make.log"; exit 1; }
@@ -873,6 +875,14 @@ owed)
 		WRITE_SOURCE_PREALLOC=1 $B/bench/write_source $data/write 4096 5 1024 4096 2>&1 |
 			tee "$OUT/write_source_reserved.log"
 		$B/bench/write_source $data/write 4096 3 1024 4096 2>&1 | tee "$OUT/write_source.log"
+		;;
+	remote5)
+		# Session 43: issue 36's must-show on this machine as the issue
+		# asks it (medians of 5, 10,000 ranged reads), at the session's
+		# library, then 4 GiB from nginx into GPU against host memory.
+		BUILD_DIR=$B WORKDIR=$data ROUNDS=5 COUNT=10000 bash bench/remote_must_show.sh 1GiB 4GiB 2>&1 |
+			tee "$OUT/remote_must_show.log" | tail -30
+		remote_into_gpu_and_host
 		;;
 	first3)
 		# Session 43: issue 14's first-read table at 21 interleaved
