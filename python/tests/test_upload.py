@@ -230,6 +230,40 @@ def test_overlapping_write_is_refused(put_server):
     assert store["/obj/twice.bin"] == pattern(150).tobytes()
 
 
+def test_write_overlapping_the_span_after_its_neighbour_is_refused(put_server):
+    """[0,10) and [15,20) written, then [10,17): it touches the first
+    span and overlaps the second; the overlap check looked only at the
+    first (found by a hostile review, session 43)."""
+    url, store = put_server
+    data = pattern(20)
+    with gpufile.File(url + "/obj/past.bin", "w") as f:
+        f.pwrite(data[:10], file_offset=0).get()
+        f.pwrite(data[15:], file_offset=15).get()
+        with pytest.raises(OSError) as e:
+            f.pwrite(data[10:17], file_offset=10).get()
+        assert e.value.errno == errno.EINVAL
+        assert "bytes 10-16" in str(e.value) and "written before" in str(e.value)
+        f.pwrite(data[10:15], file_offset=10).get()
+    assert store["/obj/past.bin"] == data.tobytes()
+
+
+def test_s3_part_is_not_sent_with_bytes_counted_twice(s3_env):
+    """On S3 with 5 MiB parts, [0,1M), [2M,4M), then [1M,3M) overlapping
+    the second: refused, so the part is not counted full and sent with a
+    MiB that nobody wrote."""
+    data = pattern(5 * MiB)
+    with gpufile.defaults.set(upload_part_size=5 * MiB):
+        with gpufile.File("s3://%s/twice.bin" % BUCKET, "w") as f:
+            f.pwrite(data[:MiB], file_offset=0).get()
+            f.pwrite(data[2 * MiB:4 * MiB], file_offset=2 * MiB).get()
+            with pytest.raises(OSError) as e:
+                f.pwrite(data[MiB:3 * MiB], file_offset=MiB).get()
+            assert e.value.errno == errno.EINVAL
+            f.pwrite(data[MiB:2 * MiB], file_offset=MiB).get()
+            f.pwrite(data[4 * MiB:], file_offset=4 * MiB).get()
+    assert s3_env.objects["twice.bin"] == data.tobytes()
+
+
 def test_upload_handle_is_write_only(put_server):
     url, _ = put_server
     with gpufile.File(url + "/obj/wo.bin", "w") as f:

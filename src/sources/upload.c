@@ -325,12 +325,16 @@ static int put_part(struct upload *u, size_t index, const char *data,
  * overlaps one. Caller holds lock. Returns 0, -EINVAL or -ENOMEM. */
 static int claim_span(struct upload *u, int64_t start, int64_t end)
 {
-	size_t i = 0;
+	size_t i = 0, past;
 
 	while (i < u->nspans && u->spans[i].end < start)
 		i++;
-	/* spans[i] is the first that ends at or after start. */
-	if (i < u->nspans && u->spans[i].start < end && u->spans[i].end > start)
+	/* spans[i] is the first that ends at or after start; spans[past]
+	 * the first that ends after it (the next one where spans[i] ends at
+	 * start: spans never touch), the only one [start, end) can
+	 * overlap. */
+	past = i < u->nspans && u->spans[i].end == start ? i + 1 : i;
+	if (past < u->nspans && u->spans[past].start < end)
 		return -EINVAL;
 	if (i < u->nspans && u->spans[i].end == start) {
 		u->spans[i].end = end;
