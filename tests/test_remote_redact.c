@@ -6,15 +6,20 @@
  * tests/remote/fault_server.py: a 3000-byte URL shown whole, a 300-byte
  * ETag that changes between ranges, an empty object behind a refused
  * HEAD, bytes left after a Content-Length on a kept-alive connection, and
- * S3 keys holding '#' and '?'. */
+ * S3 keys holding '#' and '?'. An s3:// bucket that could name another
+ * host is refused before any request carries the credentials there. */
 #include "remote/helpers.h"
 #include "testlib.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <gpufile.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define SIZE   ((size_t)300001) /* 5 ranges of 64 KiB */
 #define SECRET "PLANTED"
@@ -59,6 +64,14 @@ static void test_redact_table(void)
 	    {"s3://bkt/hash#frag.bin", "s3://bkt/hash#frag.bin"},
 	    {"s3://bkt/q?x=1.bin", "s3://bkt/q?x=1.bin"},
 	    {"s3://u:PLANTED@bkt/k", "s3://bkt/k"},
+	    /* A secret with a '/' (AWS's often have one) ends the bucket
+	     * part early; with a '?', only the first '/' ends it. */
+	    {"s3://AKID:PLAN/TED/x@bkt/k", "s3://<redacted>"},
+	    {"s3://AKID:PLAN?TED@bkt/k", "s3://bkt/k"},
+	    {"s3://AKID:PLAN#TED@bkt/k?x", "s3://bkt/k?x"},
+	    {"s3://PLANTED:x@bkt@b/k", "s3://b/k"},
+	    /* A bucket part that names no bucket shows nothing. */
+	    {"s3://127.0.0.1:9?/PLANTED", "s3://<redacted>"},
 	    /* A scheme in any case, as http:// and https:// are. */
 	    {"S3://u:PLANTED@bkt/k", "S3://bkt/k"},
 	    {"/local/file?x#y", "/local/file?x#y"},
@@ -297,6 +310,52 @@ static void test_s3_key_names(void)
 	unsetenv("AWS_ENDPOINT_URL");
 }
 
+/* The bucket of an s3:// URL became the start of AWS's host name as it
+ * was: s3://127.0.0.1:PORT?/KEY sent the signed HEAD, access key and
+ * session token included, to 127.0.0.1:PORT ('#' and '@' alike). Each
+ * such bucket is refused (-EINVAL) before anything connects, and the
+ * message shows no part of it. A listening socket on loopback stands for
+ * the other host: nothing may reach its backlog. */
+static void test_s3_bucket_names_no_host(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t alen = sizeof(a);
+	const char *forms[] = {"s3://127.0.0.1:%d?/" SECRET "/model.bin",
+	                       "s3://127.0.0.1:%d#/" SECRET "/model.bin",
+	                       "s3://x@127.0.0.1:%d/" SECRET "/model.bin",
+	                       "s3://127.0.0.1:%d%%2f/" SECRET "/model.bin"};
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	char url[128];
+
+	CHECK(s >= 0);
+	if (s < 0)
+		return;
+	CHECK_EQ(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	CHECK_EQ(listen(s, 16), 0);
+	CHECK_EQ(getsockname(s, (struct sockaddr *)&a, &alen), 0);
+	setenv("AWS_ACCESS_KEY_ID", "AKIDVICTIM", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "victim/secret", 1);
+	setenv("AWS_SESSION_TOKEN", "VICTIM-SESSION-TOKEN", 1);
+	unsetenv("AWS_ENDPOINT_URL");
+	unsetenv("AWS_ENDPOINT_URL_S3");
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(url, sizeof(url), forms[i], ntohs(a.sin_port));
+		CHECK_EQ(gpufile_open(&(gpufile_t *){NULL}, url, "r"), -EINVAL);
+		CHECK_CONTAINS(gpufile_errmsg(), "S3 bucket");
+		CHECK(!strstr(gpufile_errmsg(), "127.0.0.1"));
+		CHECK(!strstr(gpufile_errmsg(), SECRET));
+		CHECK_EQ(gpufile_open(&(gpufile_t *){NULL}, url, "w"), -EINVAL);
+	}
+	/* Nothing connected: the backlog is empty. */
+	CHECK_EQ(accept(s, NULL, NULL), -1);
+	CHECK_EQ(errno, EAGAIN);
+	close(s);
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	unsetenv("AWS_SESSION_TOKEN");
+}
+
 /* ---- every output of every command ---- */
 
 /* Runs the tool with args and returns its output (stdout and stderr),
@@ -437,6 +496,7 @@ int main(void)
 	test_empty_by_get();
 	test_leftover_bytes();
 	test_s3_key_names();
+	test_s3_bucket_names_no_host();
 	test_curl_detail();
 	test_cli();
 	server_stop(pid);

@@ -144,6 +144,14 @@ void gpufile__url_parts(const char *url, struct gpufile__url_parts *out);
 #define GPUFILE__URL_ARGS(p)                                                   \
 	(p).scheme_len, (p).scheme, (p).mark, (p).shown_len, (p).shown, (p).tail
 
+/* What the bucket of an s3://BUCKET/KEY URL may hold (S3's names, and the
+ * legacy ones with capitals and '_'), and its longest: remote.c takes no
+ * other bucket, redact.c shows none (it may be user information with a
+ * '/' in the password). */
+#define GPUFILE__S3_BUCKET_CHARS                                               \
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
+#define GPUFILE__S3_BUCKET_MAX 255
+
 /* What a message shows in place of a URL whose redacted form could not be
  * made (out of memory) where its pieces are not at hand: never the URL. */
 #define GPUFILE__URL_NOT_SHOWN "(a URL, not shown: out of memory)"

@@ -56,7 +56,10 @@ static int host_like(const char *text)
  *     '#', or an '@' in the query): nothing after the scheme can be told
  *     from a secret, and nothing is shown.
  * An s3:// URL is s3://BUCKET/KEY and a key may hold '?', '#' and '@': only
- * user information in the bucket part is dropped, the key is shown whole.
+ * user information in the bucket part (up to the first '/') is dropped, the
+ * key is shown whole. A bucket part that is not a bucket name after its
+ * last '@' (a password with a '/' ends it early: "s3://KEY:SE/CRET@b/k")
+ * shows nothing after the scheme.
  */
 void gpufile__url_parts(const char *url, struct gpufile__url_parts *out)
 {
@@ -77,9 +80,15 @@ void gpufile__url_parts(const char *url, struct gpufile__url_parts *out)
 		return;
 	}
 	if (strncasecmp(url, "s3://", 5) == 0) {
-		const char *a = memrchr(rest, '@', auth_len);
+		const size_t blen = strcspn(rest, "/");
+		const char *a = memrchr(rest, '@', blen);
 
 		host = a ? a + 1 : rest;
+		if (strspn(host, GPUFILE__S3_BUCKET_CHARS) <
+		    (size_t)(rest + blen - host)) {
+			mark = "<redacted>";
+			host = rest + strlen(rest);
+		}
 		end = host + strlen(host);
 	} else {
 		for (const char *p = rest + strlen(rest); p-- > rest;)

@@ -1427,6 +1427,19 @@ static int s3_setup(struct gpufile__remote *rm, const char *url,
 		return gpufile__fail(-EINVAL,
 		                     "opening %s: an S3 URL is s3://BUCKET/KEY",
 		                     rm->shown);
+	/* The bucket becomes part of a host name (virtual-hosted) or of the
+	 * path: a ':', '@', '?', '#' or '%' in it could send the signed
+	 * request, session token included, to a host the URL names
+	 * (s3://127.0.0.1:PORT?/KEY). S3's names, and the legacy ones with
+	 * capitals and '_', have none; nothing of the bucket is shown, as
+	 * it may be user information ("KEY:SECRET@..."). */
+	if ((size_t)(slash - bucket) > GPUFILE__S3_BUCKET_MAX ||
+	    strspn(bucket, GPUFILE__S3_BUCKET_CHARS) < (size_t)(slash - bucket))
+		return gpufile__fail(
+		    -EINVAL,
+		    "opening %s: an S3 bucket is at most %d letters, digits, "
+		    "'.', '-' and '_', with no user information before it",
+		    rm->shown, GPUFILE__S3_BUCKET_MAX);
 	rc = gpufile__aws_resolve(opts, rm->shown, 1, &a);
 	if (rc)
 		return rc;
