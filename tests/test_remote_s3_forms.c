@@ -11,8 +11,13 @@
  *     ~/.aws/config (region, endpoint_url, the nested "s3 =" block),
  *     AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE; a profile
  *     that is missing or needs role_arn; a web-identity token;
- *   - AWS_ENDPOINT_URL_S3 over AWS_ENDPOINT_URL.
+ *   - AWS_ENDPOINT_URL_S3 over AWS_ENDPOINT_URL;
+ *   - a query whose parameter names are prefixes of one another, signed
+ *     in botocore's order (by name, then value);
+ *   - which hosts are AWS's S3 and the region each names, a bucket with
+ *     ".s3-" or ".s3." in it too (without the server).
  * Skips when python3-botocore is absent (fails under CI). */
+#include "aws_config.h"
 #include "remote/helpers.h"
 #include "testlib.h"
 
@@ -112,6 +117,13 @@ static void aws_urls(void)
 	/* No region in the host: the configured one. */
 	setenv("AWS_DEFAULT_REGION", REGION, 1);
 	read_ok("http://bucket.s3.amazonaws.com/global.bin");
+	/* Parameters by name, then value: "x" before "x2" and "a" before
+	 * "a.b", though '=' sorts after '2' and '.' as a byte (the whole
+	 * "name=value" was compared: 403). */
+	read_ok("http://bucket.s3." REGION ".amazonaws.com/q.bin?x=1&x2=2");
+	read_ok("http://bucket.s3." REGION ".amazonaws.com/q.bin?x2=2&x=1");
+	read_ok("http://bucket.s3." REGION ".amazonaws.com/q.bin?a.b=1&a=2");
+	read_ok("http://bucket.s3." REGION ".amazonaws.com/q.bin?a-b&a=2&a=1");
 	read_ok("http://s3.amazonaws.com/bucket/global.bin");
 	/* AWS_REGION wins over AWS_DEFAULT_REGION, as in the AWS CLI. */
 	setenv("AWS_REGION", REGION, 1);
@@ -139,6 +151,57 @@ static void aws_urls(void)
 	open_with("http://bucket.s3." REGION ".amazonaws.com/plain.bin", NULL,
 	          -EACCES);
 	unsetenv("http_proxy");
+}
+
+/* Which https:// hosts are AWS's S3, and the region each names: the S3
+ * label is the last ".s3." or ".s3-" one, a bucket may hold either (the
+ * first one was taken: logs.s3-archive.s3.REGION named no region, and
+ * the request was signed for the configured one, 403). */
+static void host_regions(void)
+{
+	static const struct {
+		const char *url;
+		int is_s3;
+		const char *region;
+	} cases[] = {
+	    {"https://b.s3.eu-west-3.amazonaws.com/k", 1, "eu-west-3"},
+	    {"https://b.s3-eu-west-3.amazonaws.com/k", 1, "eu-west-3"},
+	    {"https://b.s3.dualstack.eu-west-3.amazonaws.com/k", 1,
+	     "eu-west-3"},
+	    {"https://b.s3.amazonaws.com/k", 1, NULL},
+	    {"https://s3.eu-west-3.amazonaws.com/b/k", 1, "eu-west-3"},
+	    {"https://s3.amazonaws.com/b/k", 1, NULL},
+	    {"https://b.s3.cn-north-1.amazonaws.com.cn/k", 1, "cn-north-1"},
+	    {"https://logs.s3-archive.s3.eu-test-1.amazonaws.com/k", 1,
+	     "eu-test-1"},
+	    {"https://logs.s3.archive.s3-eu-test-1.amazonaws.com/k", 1,
+	     "eu-test-1"},
+	    {"https://my.s3.b.s3.amazonaws.com/k", 1, NULL},
+	    {"https://b.s3-accelerate.amazonaws.com/k", 1, NULL},
+	    {"https://u:p@b.s3.eu-west-3.amazonaws.com:443/k", 1, "eu-west-3"},
+	    {"https://a.amazonaws.com/k", 0, NULL},
+	    {"https://ec2.amazonaws.com/k", 0, NULL},
+	    {"https://b.s3.example.com/k", 0, NULL},
+	    {"s3://b/k", 0, NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		char *region = (char *)"unset";
+		const int rc = gpufile__aws_s3_host(cases[i].url, &region);
+		const int same =
+		    rc == cases[i].is_s3 &&
+		    (cases[i].region
+		         ? region && strcmp(region, cases[i].region) == 0
+		         : !region);
+
+		if (!same)
+			fprintf(stderr, "  %s: %d, region %s; wanted %d, %s\n",
+			        cases[i].url, rc, region ? region : "(none)",
+			        cases[i].is_s3,
+			        cases[i].region ? cases[i].region : "(none)");
+		CHECK(same);
+		free(region);
+	}
 }
 
 /* gpufile_open_remote()'s options. */
@@ -326,14 +389,20 @@ int main(void)
 	char server[4200], size[32];
 	pid_t pid;
 
-	if (!strstr(gpufile_features(), "sigv4"))
-		return test_missing(
-		    "test_remote_s3_forms",
-		    "libcurl and libcrypto (built without them)");
-	if (system("python3 -c 'import botocore' 2>/dev/null") != 0)
-		return test_missing(
-		    "test_remote_s3_forms",
-		    "python3-botocore (import botocore failed)");
+	host_regions();
+	/* A skip below must not hide a failure above. */
+	if (!strstr(gpufile_features(), "sigv4") ||
+	    system("python3 -c 'import botocore' 2>/dev/null") != 0) {
+		const int rc = test_finish("test_remote_s3_forms");
+
+		return rc ? rc
+		          : test_missing("test_remote_s3_forms",
+		                         !strstr(gpufile_features(), "sigv4")
+		                             ? "libcurl and libcrypto (built "
+		                               "without them)"
+		                             : "python3-botocore (import "
+		                               "botocore failed)");
+	}
 	clear_aws_env();
 	CHECK_EQ(gpufile_config_set("remote_task_size", "64KiB"), 0);
 	CHECK_EQ(gpufile_config_set("http_max_attempts", "1"), 0);

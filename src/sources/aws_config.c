@@ -549,10 +549,11 @@ int gpufile__aws_s3_host(const char *url, char **region)
 	if (len > 3 && strncasecmp(host, "s3", 2) == 0 &&
 	    (host[2] == '.' || host[2] == '-'))
 		return host_region(host + 3, len - 3, region);
-	/* Virtual-hosted: BUCKET.s3..., the bucket may hold dots. */
-	for (size_t i = 0; i + 3 <= len; i++) {
-		if (host[i] != '.' || strncasecmp(host + i + 1, "s3", 2) != 0 ||
-		    i == 0)
+	/* Virtual-hosted: BUCKET.s3..., the bucket may hold dots, and
+	 * ".s3." or ".s3-" too (logs.s3-archive.s3.REGION...): the S3 label
+	 * is the last one, as no region holds it. */
+	for (size_t i = len > 3 ? len - 3 : 0; i > 0; i--) {
+		if (host[i] != '.' || strncasecmp(host + i + 1, "s3", 2) != 0)
 			continue;
 		if (i + 3 == len)
 			return 1;

@@ -110,9 +110,18 @@ static int cmp_header(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-static int cmp_str(const void *a, const void *b)
+/* Query parameters ("name=value", encoded) by name, then value, as
+ * SigV4 sorts them: comparing the whole text put "x2=2" before "x=1"
+ * ('2' sorts before '=' as a byte). */
+static int cmp_param(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	const char *x = *(char *const *)a, *y = *(char *const *)b;
+	const size_t nx = strcspn(x, "="), ny = strcspn(y, "=");
+	const int c = memcmp(x, y, nx < ny ? nx : ny);
+
+	if (c || nx != ny)
+		return c ? c : (nx > ny) - (nx < ny);
+	return strcmp(x[nx] ? x + nx + 1 : "", y[ny] ? y + ny + 1 : "");
 }
 
 /* Header value as SigV4 wants it: trimmed, inner runs of spaces as one. */
@@ -152,7 +161,7 @@ static int put_query(struct buf *b, const char *query)
 	for (char *t = strtok_r(copy, "&", &save); t;
 	     t = strtok_r(NULL, "&", &save))
 		parts[n++] = t;
-	qsort(parts, n, sizeof(*parts), cmp_str);
+	qsort(parts, n, sizeof(*parts), cmp_param);
 	for (size_t i = 0; i < n; i++) {
 		if (i)
 			put(b, "&", 1);
