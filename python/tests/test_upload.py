@@ -6,10 +6,12 @@ multipart upload leaving no object and no upload in progress, failures
 naming the redacted URL and never the credentials; the CLI's
 `gpufile write URL` and gpufile.safetensors.save_file(..., URL)."""
 import errno
+import http.server
 import os
 import subprocess
 import sys
 import ssl
+import time
 
 import numpy as np
 import pytest
@@ -477,3 +479,46 @@ def test_upload_from_cupy_array(where, put_server, request, monkeypatch):
         with gpufile.File(url, "w") as f:
             assert f.write(dev) == size
     assert store[key] == cp.asnumpy(dev).tobytes()
+
+
+class _ReplyWithoutEnd(http.server.BaseHTTPRequestHandler):
+    """Takes a PUT's body, then answers 200 with a chunked body of spaces
+    that never ends (64 bytes every 0.1 s), for two minutes at most."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_PUT(self):
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        end = time.monotonic() + 120
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b"40\r\n" + b" " * 64 + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+
+def test_a_reply_that_never_ends_times_out():
+    """The reply to a PUT trickling on without end: once the body is
+    sent the reply has 10 x http_timeout (S3's CompleteMultipartUpload
+    may keep a connection alive with spaces for minutes), then the
+    upload fails with ETIMEDOUT (it waited for ever: found by a hostile
+    review)."""
+    srv = loopback_server(_ReplyWithoutEnd)
+    try:
+        with gpufile.defaults.set(http_timeout=1, http_max_attempts=1):
+            f = gpufile.File("http://127.0.0.1:%d/obj/drip.bin"
+                             % srv.server_address[1], "w")
+            f.write(pattern(1000))
+            with pytest.raises(OSError) as e:
+                f.close()
+        assert e.value.errno == errno.ETIMEDOUT, str(e.value)
+        assert "after the request's body was sent" in str(e.value)
+    finally:
+        srv.shutdown()

@@ -5,6 +5,7 @@ the bytes of offset/length (and refuses a request without them)."""
 import errno
 import http.server
 import json
+import time
 import urllib.parse
 
 import numpy as np
@@ -307,3 +308,76 @@ def test_read_into_cupy_array(webhdfs):
             assert f.read(dev) == SIZE
     assert cp.asnumpy(dev).tobytes() == DATA
     assert sum(1 for e in log if e[0] == "datanode") >= 4
+
+
+class _EndlessStatus(http.server.BaseHTTPRequestHandler):
+    """Every GET answered 200 with a chunked body of spaces that never
+    ends (64 bytes every 0.1 s: above libcurl's low-speed limit of 1
+    byte a second), for two minutes at most."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        end = time.monotonic() + 120
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b"40\r\n" + b" " * 64 + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+
+class _HugeStatus(http.server.BaseHTTPRequestHandler):
+    """Every GET answered 200 with 2 MiB of spaces, at once."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = b" " * (2 << 20)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass
+
+
+def test_a_status_that_never_ends_times_out():
+    """GETFILESTATUS whose reply trickles on without end: the request
+    has no body, so it may take http_timeout in all, as a remote read's
+    range does (it ran for ever: found by a hostile review)."""
+    srv = loopback_server(_EndlessStatus)
+    try:
+        with gpufile.defaults.set(http_timeout=1, http_max_attempts=1):
+            with pytest.raises(OSError) as e:
+                gpufile.File("webhdfs://127.0.0.1:%d/user/x/f.bin"
+                             % srv.server_address[1])
+        assert e.value.errno == errno.ETIMEDOUT, str(e.value)
+        assert "GETFILESTATUS" in str(e.value)
+    finally:
+        srv.shutdown()
+
+
+def test_a_status_longer_than_what_is_kept_is_refused():
+    """A 2 MiB GETFILESTATUS reply: the first MiB is kept, the rest not
+    read (it was read on and dropped), and the open says why."""
+    srv = loopback_server(_HugeStatus)
+    try:
+        with gpufile.defaults.set(http_max_attempts=1):
+            with pytest.raises(OSError) as e:
+                gpufile.File("webhdfs://127.0.0.1:%d/user/x/f.bin"
+                             % srv.server_address[1])
+        assert e.value.errno == errno.EPROTO, str(e.value)
+        assert "longer than 1048576 bytes" in str(e.value)
+    finally:
+        srv.shutdown()

@@ -20,13 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #if GPUFILE_HAVE_CURL
 #include <curl/curl.h>
 
-/* The most of a reply text kept (an S3 or WebHDFS answer is a few hundred
- * bytes; an error page is cut here). */
+/* The most of a reply text read (an S3 or WebHDFS answer is a few hundred
+ * bytes; an error page is cut here, and the transfer stopped). */
 #define REPLY_MAX (1u << 20)
+
+/* How many times http_timeout the reply to a request with a body may take
+ * once the body is sent: S3's CompleteMultipartUpload may take minutes,
+ * keeping the connection alive with spaces, so a server that sends a
+ * byte now and then is given that long, not for ever. */
+#define REPLY_AFTER_BODY_TIMEOUTS 10
 
 int gpufile__http_init(struct gpufile__http *t,
                        const struct gpufile__remote_view *v)
@@ -106,8 +113,12 @@ static size_t on_reply(char *data, size_t size, size_t n, void *arg)
 		rp->got += len;
 		return len;
 	}
-	if (rp->len + k > REPLY_MAX)
-		k = REPLY_MAX - rp->len;
+	if (rp->len + k > REPLY_MAX) {
+		/* Not read on: a server sending without end would keep the
+		 * request for ever. What was kept is judged (judge). */
+		rp->too_long = 1;
+		return 0;
+	}
 	if (k && !rp->oom) {
 		char *more = realloc(rp->text, rp->len + k + 1);
 
@@ -233,18 +244,38 @@ static void setup(struct gpufile__http *t, CURL *c,
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, rp);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, rp);
-	/* A stalled server: no byte for http_timeout seconds. */
+	/* A stalled server: no byte for http_timeout seconds. A request
+	 * without a body (a range, a status, a start or an abort of an
+	 * upload) may take that long in all, as a remote read's range does;
+	 * one with a body is given the time its bytes take to send, then
+	 * REPLY_AFTER_BODY_TIMEOUTS times that for its reply (on_progress). */
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, t->timeout_s);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, t->timeout_s);
+	if (!body->len)
+		curl_easy_setopt(c, CURLOPT_TIMEOUT, t->timeout_s);
 }
 
-/* Judges a finished attempt: EX_* with *err and *why set on failure. */
+/* Judges a finished attempt of a request to url: EX_* with *err and
+ * *why set on failure; slow: its reply took too long after its body. */
 static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
-                 CURLcode cc, const char *errbuf, int *err, char **why)
+                 CURLcode cc, const char *errbuf, const char *url, int slow,
+                 int *err, char **why)
 {
 	char gist[208];
 
+	if (slow) {
+		*err = -ETIMEDOUT;
+		gpufile__http_why(why,
+		                  "the reply took more than %ld s after the "
+		                  "request's body was sent (%d x http_timeout)",
+		                  REPLY_AFTER_BODY_TIMEOUTS * t->timeout_s,
+		                  REPLY_AFTER_BODY_TIMEOUTS);
+		return EX_RETRY;
+	}
+	/* Stopped past REPLY_MAX: its status says what it was. */
+	if (rp->too_long && cc == CURLE_WRITE_ERROR)
+		cc = CURLE_OK;
 	if (rp->overflow) {
 		*err = -EIO;
 		gpufile__http_why(
@@ -253,7 +284,7 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 		return EX_FAIL;
 	}
 	if (cc != CURLE_OK) {
-		*err = gpufile__http_curl_failed(cc, errbuf, why);
+		*err = gpufile__http_curl_failed(cc, errbuf, url, why);
 		return gpufile__http_curl_retryable(cc) ? EX_RETRY : EX_FAIL;
 	}
 	if (rp->oom) {
@@ -271,6 +302,14 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 		for (int i = 0; i < t->nretry_codes; i++)
 			if (t->retry_codes[i] == rp->status)
 				return EX_RETRY;
+		return EX_FAIL;
+	}
+	if (rp->too_long) {
+		*err = -EPROTO;
+		gpufile__http_why(why,
+		                  "HTTP %ld with a reply longer than %u bytes "
+		                  "(not read on)",
+		                  rp->status, REPLY_MAX);
 		return EX_FAIL;
 	}
 	if (rp->dst && rp->got != rp->want) {
@@ -295,7 +334,45 @@ struct http_job {
 	unsigned n; /* the attempt */
 	int ex, err;
 	char *why;
+	/* CLOCK_MONOTONIC ns when the attempt's body was all sent (0: not
+	 * yet); slow: its reply then took too long (on_progress). */
+	uint64_t sent_ns;
+	int slow;
 };
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* libcurl's progress of a request with a body: once the body is sent,
+ * its reply has REPLY_AFTER_BODY_TIMEOUTS x http_timeout to end. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+	struct http_job *j = arg;
+	uint64_t now;
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	if (ulnow < 0 || (uint64_t)ulnow < j->body.len)
+		return 0;
+	now = monotonic_ns();
+	if (!j->sent_ns) {
+		j->sent_ns = now;
+		return 0;
+	}
+	if (now - j->sent_ns > (uint64_t)REPLY_AFTER_BODY_TIMEOUTS *
+	                           (uint64_t)j->t->timeout_s * 1000000000u) {
+		j->slow = 1;
+		return 1; /* ends the transfer: CURLE_ABORTED_BY_CALLBACK */
+	}
+	return 0;
+}
 
 static int job_start(struct gpufile__http_xfer *x)
 {
@@ -307,7 +384,9 @@ static int job_start(struct gpufile__http_xfer *x)
 
 	gpufile__http_reply_free(rp);
 	rp->got = 0;
-	rp->overflow = rp->oom = 0;
+	rp->overflow = rp->oom = rp->too_long = 0;
+	j->sent_ns = 0;
+	j->slow = 0;
 	rp->status = 0;
 	rp->retry_after = -1;
 	rp->curl = x->easy;
@@ -336,6 +415,12 @@ static int job_start(struct gpufile__http_xfer *x)
 		return rc;
 	}
 	setup(t, x->easy, k, &j->body, rp);
+	if (j->body.len) {
+		curl_easy_setopt(x->easy, CURLOPT_XFERINFOFUNCTION,
+		                 on_progress);
+		curl_easy_setopt(x->easy, CURLOPT_XFERINFODATA, j);
+		curl_easy_setopt(x->easy, CURLOPT_NOPROGRESS, 0L);
+	}
 	curl_easy_setopt(x->easy, CURLOPT_HTTPHEADER, j->list);
 	curl_easy_setopt(x->easy, CURLOPT_ERRORBUFFER, j->errbuf);
 	return 0;
@@ -365,7 +450,8 @@ static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
 		                                    &j->why);
 		j->ex = EX_FAIL;
 	} else {
-		j->ex = judge(t, rp, cc, j->errbuf, &j->err, &j->why);
+		j->ex = judge(t, rp, cc, j->errbuf, j->k->url, j->slow, &j->err,
+		              &j->why);
 	}
 	if (j->ex != EX_RETRY || j->n >= t->max_attempts)
 		return GPUFILE__HTTP_DONE;

@@ -61,6 +61,7 @@ struct gpufile__http_reply {
 	int overflow;
 	char *text; /* NUL-terminated, or NULL */
 	size_t len;
+	int too_long; /* the text went past what is kept: not read on */
 	int oom;
 	char *etag;          /* the ETag header, or NULL */
 	int64_t retry_after; /* seconds its Retry-After asks, -1 if none */

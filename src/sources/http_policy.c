@@ -105,10 +105,17 @@ void gpufile__http_why(char **why, const char *fmt, ...)
 	va_end(ap);
 }
 
-int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why)
+int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, const char *url,
+                              char **why)
 {
-	/* libcurl's detail may quote the URL: its code's words only then. */
-	const char *detail = errbuf[0] && !strstr(errbuf, "://") ? errbuf : "";
+	struct gpufile__url_parts p;
+	const char *detail;
+
+	/* libcurl's detail may quote the URL, or a piece of a password it
+	 * took for the host: its code's words only then. */
+	gpufile__url_parts(url, &p);
+	detail =
+	    errbuf[0] && !strstr(errbuf, "://") && !p.mark[0] ? errbuf : "";
 
 	gpufile__http_why(why, "curl error %d (%s%s%s)", (int)cc,
 	                  curl_easy_strerror(cc), detail[0] ? ": " : "",

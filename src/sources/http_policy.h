@@ -41,11 +41,15 @@ long gpufile__http_back_off_ms(const struct gpufile__http_wait *w);
 void gpufile__http_why(char **why, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* A transfer that libcurl could not finish (cc, with errbuf its
+/* A transfer of url that libcurl could not finish (cc, with errbuf its
  * CURLOPT_ERRORBUFFER): *why (gpufile__http_why) says "curl error N
  * (its words: errbuf)", errbuf left out when it quotes a URL, which may
- * hold a credential. Returns -ETIMEDOUT for a timeout, else -EIO. */
-int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, char **why);
+ * hold a credential, and when url's user information has a raw '/' (the
+ * redaction marks it: libcurl took a piece of the password as the host
+ * and port, and its words would quote them). Returns -ETIMEDOUT for a
+ * timeout, else -EIO. */
+int gpufile__http_curl_failed(CURLcode cc, const char *errbuf, const char *url,
+                              char **why);
 
 /* An attempt that a failure of libcurl's multi interface ended (mc,
  * returned by fn: http_multi.h's x->multi_rc and x->multi_fn): *why says

@@ -673,12 +673,13 @@ static void perform_end(struct gpufile__remote *rm, struct sink *s)
  * one, without counting it as an attempt. */
 enum { EX_OK, EX_RETRY, EX_FAIL, EX_FRESH };
 
-/* A transfer libcurl could not finish: EX_RETRY for the failures a new
- * attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
+/* A transfer of url libcurl could not finish: EX_RETRY for the failures a
+ * new attempt can cure (a timeout, a dropped connection), else EX_FAIL. */
 static int transfer_failed(const struct sink *s, CURLcode cc,
-                           const char *errbuf, int *err, char **why)
+                           const char *errbuf, const char *url, int *err,
+                           char **why)
 {
-	*err = gpufile__http_curl_failed(cc, errbuf, why);
+	*err = gpufile__http_curl_failed(cc, errbuf, url, why);
 	switch (cc) {
 	case CURLE_UNSUPPORTED_PROTOCOL:
 	case CURLE_WEIRD_SERVER_REPLY:
@@ -753,16 +754,8 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 	/* The transfer was stopped where the prefix asked ended. */
 	if (cc == CURLE_WRITE_ERROR && s->prefix_done)
 		cc = CURLE_OK;
-	if (cc != CURLE_OK) {
-		struct gpufile__url_parts p;
-
-		/* A user information with a raw '/' (the redaction marks it):
-		 * libcurl took a piece of it as the host and port, and its
-		 * detail would quote them. */
-		gpufile__url_parts(rm->url, &p);
-		return transfer_failed(s, cc, p.mark[0] ? "" : errbuf, err,
-		                       why);
-	}
+	if (cc != CURLE_OK)
+		return transfer_failed(s, cc, errbuf, rm->url, err, why);
 	if (s->status != 200 && s->status != 206) {
 		*err = s->status == 404 || s->status == 410   ? -ENOENT
 		       : s->status == 401 || s->status == 403 ? -EACCES
