@@ -329,6 +329,24 @@ static void profiles(void)
 	CHECK_CONTAINS(gpufile_errmsg(), "role_arn");
 	unsetenv("AWS_PROFILE");
 
+	/* Keys indented alike are keys, as botocore reads them (they were
+	 * passed over: unsigned, 403); a line indented deeper than the key
+	 * above is that key's value, not a key. */
+	snprintf(path, sizeof(path), "%s/credentials", aws);
+	write_file(path,
+	           "[indented]\n  aws_access_key_id = " AK
+	           "\n  aws_secret_access_key = " SK "\n  note = a value\n"
+	           "      aws_access_key_id = WRONG\n");
+	snprintf(path, sizeof(path), "%s/config", aws);
+	snprintf(text, sizeof(text),
+	         "[profile indented]\n\tregion = " REGION
+	         "\n\tendpoint_url = %s\n",
+	         endpoint);
+	write_file(path, text);
+	setenv("AWS_PROFILE", "indented", 1);
+	read_ok("s3://bucket/profile-indented.bin");
+	unsetenv("AWS_PROFILE");
+
 	/* Files named by AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE:
 	 * the ones in HOME are not read. */
 	snprintf(path, sizeof(path), "%s/creds-elsewhere", home);

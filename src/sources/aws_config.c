@@ -162,6 +162,10 @@ static int profile_read(struct profile *p, const char *path, const char *name,
 	char *line = NULL;
 	size_t cap = 0;
 	int in = 0, sub = 0, lineno = 0, rc = 0;
+	/* The indentation of the section's last key, -1 before its first: a
+	 * line indented deeper continues that key's value (botocore's
+	 * configparser), any other "key = value" is a key, indented or not. */
+	long key_indent = -1;
 
 	p->path = strdup(path);
 	if (!p->path)
@@ -176,13 +180,15 @@ static int profile_read(struct profile *p, const char *path, const char *name,
 		                     path, strerror(-rc));
 	}
 	while (rc == 0 && getline(&line, &cap, f) >= 0) {
-		const int indented = line[0] == ' ' || line[0] == '\t';
+		const long indent = (long)strspn(line, " \t");
 		char *text = trim(line), *eq;
+		int continues;
 
 		lineno++;
 		if (!text[0] || text[0] == '#' || text[0] == ';')
 			continue;
-		if (text[0] == '[') {
+		continues = key_indent >= 0 && indent > key_indent;
+		if (text[0] == '[' && !continues) {
 			char *close = strchr(text, ']');
 
 			if (close)
@@ -190,21 +196,27 @@ static int profile_read(struct profile *p, const char *path, const char *name,
 			in = close && is_section(trim(text + 1), name, config);
 			p->found |= in;
 			sub = 0;
+			key_indent = -1;
 			continue;
 		}
 		eq = strchr(text, '=');
+		if (!continues && eq)
+			key_indent = indent;
 		if (!in || !eq)
 			continue;
 		*eq = '\0';
-		if (!indented)
-			sub =
-			    strcasecmp(trim(text), "s3") == 0 && !*trim(eq + 1);
-		else if (!sub)
-			continue; /* a nested block gpufile does not read */
-		if (!indented && sub)
-			continue; /* "s3 =" itself */
-		rc = profile_line(p, trim(text), trim(eq + 1), indented && sub,
-		                  lineno);
+		if (continues) {
+			/* The value of the key above: read only as the
+			 * nested "s3 =" block. */
+			if (sub)
+				rc = profile_line(p, trim(text), trim(eq + 1),
+				                  1, lineno);
+			continue;
+		}
+		sub = strcasecmp(trim(text), "s3") == 0 && !*trim(eq + 1);
+		if (!sub)
+			rc = profile_line(p, trim(text), trim(eq + 1), 0,
+			                  lineno);
 	}
 	if (line) {
 		explicit_bzero(line, cap);
