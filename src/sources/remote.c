@@ -50,9 +50,10 @@
 #include <curl/curl.h>
 
 struct gpufile__remote {
-	char *url;   /* the URL requests go to (may hold a presigned query) */
-	char *shown; /* redacted, for messages (also h->path) */
-	int presigned;
+	char *url;     /* the URL requests go to (may hold a presigned query) */
+	char *shown;   /* redacted, for messages (also h->path) */
+	int presigned; /* a presigned URL: its size is learned by a GET */
+	int size_by_get; /* a URL whose HEAD was refused (or gave no size) */
 	int s3, s3_signed;
 	char *s3_host;          /* Host header value signed */
 	char *s3_canonical_uri; /* URI-encoded path signed */
@@ -303,6 +304,56 @@ struct sink {
 	const char *expect_etag;
 };
 
+/* A count of bytes in a header at *p (blanks before it skipped): 0 with
+ * *v and *p moved past it, or -1 where there is none, or it has a sign,
+ * or it overflows (a Content-Range total of 10^23 was taken as the
+ * size). */
+static int header_count(const char **p, int64_t *v)
+{
+	const char *q = *p + strspn(*p, " \t");
+	char *end;
+	long long n;
+
+	if (*q < '0' || *q > '9')
+		return -1;
+	errno = 0;
+	n = strtoll(q, &end, 10);
+	if (errno == ERANGE)
+		return -1;
+	*v = n;
+	*p = end;
+	return 0;
+}
+
+/* Content-Range: "bytes FIRST-LAST/TOTAL", "bytes FIRST-LAST/" and a
+ * star (a total not known), or, for an unsatisfiable range (416), "bytes",
+ * a star and "/TOTAL"; anything else leaves the sink's fields at -1
+ * (none), which the response is judged by. */
+static void content_range(struct sink *s, const char *p)
+{
+	int64_t a, b, total = -1;
+
+	p += strspn(p, " \t");
+	if (strncasecmp(p, "bytes", 5) != 0)
+		return;
+	p += 5;
+	p += strspn(p, " \t");
+	if (p[0] == '*' && p[1] == '/') {
+		p += 2;
+		if (header_count(&p, &total) == 0)
+			s->cr_total = total;
+		return;
+	}
+	if (header_count(&p, &a) || *p++ != '-' || header_count(&p, &b) ||
+	    b < a || *p++ != '/')
+		return;
+	if (*p != '*' && header_count(&p, &total))
+		return;
+	s->cr_start = a;
+	s->cr_end = b;
+	s->cr_total = total;
+}
+
 static size_t on_header(char *line, size_t size, size_t n, void *arg)
 {
 	struct sink *s = arg;
@@ -320,25 +371,13 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 	} else if (len > 12 && strncasecmp(line, "retry-after:", 12) == 0) {
 		s->retry_after = gpufile__http_retry_after(line + 12, len - 12);
 	} else if (len > 15 && strncasecmp(line, "content-length:", 15) == 0) {
-		char *end;
-		long long v = strtoll(line + 15, &end, 10);
+		const char *p = line + 15;
+		int64_t v;
 
-		if (end != line + 15 && v >= 0)
+		if (header_count(&p, &v) == 0)
 			s->content_length = v;
 	} else if (len > 14 && strncasecmp(line, "content-range:", 14) == 0) {
-		long long a, b, total;
-		char star[32];
-
-		if (sscanf(line + 14, " bytes %lld-%lld/%31[0-9*]", &a, &b,
-		           star) == 3) {
-			s->cr_start = a;
-			s->cr_end = b;
-			s->cr_total =
-			    star[0] == '*' ? -1 : strtoll(star, NULL, 10);
-		} else if (sscanf(line + 14, " bytes */%lld", &total) == 1) {
-			/* An unsatisfiable range (416): only the size. */
-			s->cr_total = total;
-		}
+		content_range(s, line + 14);
 	} else if (len > 14 && strncasecmp(line, "accept-ranges:", 14) == 0) {
 		s->accept_ranges = strcasestr(line + 14, "bytes") != NULL;
 	} else if (len > 5 && strncasecmp(line, "etag:", 5) == 0) {
@@ -353,6 +392,12 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 		s->etag = strndup(v, n);
 		if (!s->etag)
 			s->etag_oom = 1;
+		/* No ETag holds a control byte (RFC 9110); one that does would
+		 * reach a terminal through a message: shown as '?' (both
+		 * tags of a comparison alike). */
+		for (char *c = s->etag; c && *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
 	}
 	return len;
 }
@@ -736,6 +781,10 @@ static int judge(struct gpufile__remote *rm, const struct sink *s, int head,
 			gpufile__http_why(
 			    why, "the server ignored the Range request (HTTP "
 			         "200 instead of 206 Partial Content)");
+		else if (s->cr_start < 0)
+			gpufile__http_why(why,
+			                  "HTTP 206 without a Content-Range "
+			                  "gpufile can read");
 		else
 			gpufile__http_why(
 			    why,
@@ -1608,10 +1657,8 @@ static int learn_size(struct gpufile__remote *rm)
 		if ((rc == 0 && cl < 0) ||
 		    (rc && !rm->s3_signed &&
 		     (s.status == 403 || s.status == 405 || s.status == 501))) {
-			rm->presigned = 1;
 			rc = learn_size_by_get(rm, &s);
-			if (rc)
-				rm->presigned = 0;
+			rm->size_by_get = rc == 0;
 		} else if (rc == 0 && cl > 0 && s.accept_ranges != 1) {
 			rc = learn_ranges(rm, s.accept_ranges == 0);
 		}
@@ -1922,7 +1969,7 @@ int gpufile__remote_report(const char *url, char **report)
 		return rc;
 	endpoint = gpufile__remote_redact(rm->url);
 	rc = learn_size(rm);
-	how = rm->presigned ? "GET bytes 0-0" : "HEAD";
+	how = rm->presigned || rm->size_by_get ? "GET bytes 0-0" : "HEAD";
 	if (rc == 0)
 		made = asprintf(
 		    &probe, "%s: HTTP %ld\nsize: %" PRId64 " bytes\n%s", how,
