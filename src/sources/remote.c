@@ -1348,6 +1348,8 @@ static void remote_free(struct gpufile__remote *rm)
 	free(rm->etag);
 	if (rm->secret_key)
 		explicit_bzero(rm->secret_key, strlen(rm->secret_key));
+	if (rm->session_token)
+		explicit_bzero(rm->session_token, strlen(rm->session_token));
 	free(rm->access_key);
 	free(rm->secret_key);
 	free(rm->session_token);
