@@ -519,6 +519,81 @@ def test_a_reply_that_never_ends_times_out():
             with pytest.raises(OSError) as e:
                 f.close()
         assert e.value.errno == errno.ETIMEDOUT, str(e.value)
-        assert "after the request's body was sent" in str(e.value)
+        assert "once the request's body was sent or answered" in str(e.value)
+    finally:
+        srv.shutdown()
+
+
+class _AnswerBeforeTheBody(http.server.BaseHTTPRequestHandler):
+    """Answers a PUT 500 at once, reading none of its body, with a chunked
+    reply of 8 bytes every 0.5 s for a minute at most: libcurl stops
+    sending, so the body is never all sent."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_PUT(self):
+        self.send_response(500)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        end = time.monotonic() + 60
+        try:
+            while time.monotonic() < end:
+                self.wfile.write(b"8\r\n" + b" " * 8 + b"\r\n")
+                self.wfile.flush()
+                time.sleep(0.5)
+        except OSError:
+            pass
+
+
+def test_a_reply_before_the_body_is_bounded_too():
+    """A server that answers before it has read the body: the reply's
+    time counts from its status, not from a body that is never all sent
+    (the bound never started: found by a review)."""
+    srv = loopback_server(_AnswerBeforeTheBody)
+    try:
+        with gpufile.defaults.set(http_timeout=1, http_max_attempts=1):
+            f = gpufile.File("http://127.0.0.1:%d/obj/early.bin"
+                             % srv.server_address[1], "w")
+            f.write(pattern(64 * MiB))
+            with pytest.raises(OSError) as e:
+                f.close()
+        assert e.value.errno == errno.ETIMEDOUT, str(e.value)
+    finally:
+        srv.shutdown()
+
+
+class _LongAnswer(http.server.BaseHTTPRequestHandler):
+    """Stores a PUT's body in .stored, then answers 201 with 2 MiB."""
+    protocol_version = "HTTP/1.1"
+    stored = {}
+
+    def log_message(self, *args):
+        pass
+
+    def do_PUT(self):
+        _LongAnswer.stored[self.path] = self.rfile.read(
+            int(self.headers.get("Content-Length", "0")))
+        body = b" " * (2 << 20)
+        self.send_response(201)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass
+
+
+def test_an_object_stored_with_a_long_answer_is_stored():
+    """The reply to an object's PUT is not read as text: one longer than
+    what is kept (1 MiB) does not fail an upload the server stored."""
+    srv = loopback_server(_LongAnswer)
+    try:
+        with gpufile.File("http://127.0.0.1:%d/obj/long.bin"
+                          % srv.server_address[1], "w") as f:
+            f.write(pattern(1000))
+        assert _LongAnswer.stored["/obj/long.bin"] == pattern(1000).tobytes()
     finally:
         srv.shutdown()

@@ -256,19 +256,20 @@ static void setup(struct gpufile__http *t, CURL *c,
 		curl_easy_setopt(c, CURLOPT_TIMEOUT, t->timeout_s);
 }
 
-/* Judges a finished attempt of a request to url: EX_* with *err and
- * *why set on failure; slow: its reply took too long after its body. */
-static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
-                 CURLcode cc, const char *errbuf, const char *url, int slow,
-                 int *err, char **why)
+/* Judges a finished attempt of the request k: EX_* with *err and *why
+ * set on failure; slow: its reply went on too long (on_progress). */
+static int judge(struct gpufile__http *t, const struct gpufile__http_call *k,
+                 struct gpufile__http_reply *rp, CURLcode cc,
+                 const char *errbuf, int slow, int *err, char **why)
 {
 	char gist[208];
 
 	if (slow) {
 		*err = -ETIMEDOUT;
 		gpufile__http_why(why,
-		                  "the reply took more than %ld s after the "
-		                  "request's body was sent (%d x http_timeout)",
+		                  "the reply went on for more than %ld s (%d x "
+		                  "http_timeout) once the request's body was "
+		                  "sent or answered",
 		                  REPLY_AFTER_BODY_TIMEOUTS * t->timeout_s,
 		                  REPLY_AFTER_BODY_TIMEOUTS);
 		return EX_RETRY;
@@ -284,7 +285,7 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 		return EX_FAIL;
 	}
 	if (cc != CURLE_OK) {
-		*err = gpufile__http_curl_failed(cc, errbuf, url, why);
+		*err = gpufile__http_curl_failed(cc, errbuf, k->url, why);
 		return gpufile__http_curl_retryable(cc) ? EX_RETRY : EX_FAIL;
 	}
 	if (rp->oom) {
@@ -304,7 +305,10 @@ static int judge(struct gpufile__http *t, struct gpufile__http_reply *rp,
 				return EX_RETRY;
 		return EX_FAIL;
 	}
-	if (rp->too_long) {
+	/* A reply read as text (an upload's start or end, a WebHDFS
+	 * status) past what is kept is not one; the reply to an object's
+	 * bytes (a part's PUT, whose ETag is a header) is not read. */
+	if (rp->too_long && !k->data) {
 		*err = -EPROTO;
 		gpufile__http_why(why,
 		                  "HTTP %ld with a reply longer than %u bytes "
@@ -349,18 +353,23 @@ static uint64_t monotonic_ns(void)
 }
 
 /* libcurl's progress of a request with a body: once the body is sent,
- * its reply has REPLY_AFTER_BODY_TIMEOUTS x http_timeout to end. */
+ * or a final status came before it was (libcurl then stops sending), the
+ * reply has REPLY_AFTER_BODY_TIMEOUTS x http_timeout to end. */
 static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
                        curl_off_t ultotal, curl_off_t ulnow)
 {
 	struct http_job *j = arg;
+	long status = 0;
 	uint64_t now;
 
 	(void)dltotal;
 	(void)dlnow;
 	(void)ultotal;
-	if (ulnow < 0 || (uint64_t)ulnow < j->body.len)
-		return 0;
+	if (ulnow < 0 || (uint64_t)ulnow < j->body.len) {
+		curl_easy_getinfo(j->rp->curl, CURLINFO_RESPONSE_CODE, &status);
+		if (status < 200)
+			return 0;
+	}
 	now = monotonic_ns();
 	if (!j->sent_ns) {
 		j->sent_ns = now;
@@ -436,6 +445,9 @@ static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
 
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+	/* The job (on_progress's) ends with this call. */
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 1L);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, NULL);
 	curl_slist_free_all(j->list);
 	j->list = NULL;
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &rp->status);
@@ -450,7 +462,7 @@ static long job_finish(struct gpufile__http_xfer *x, CURLcode cc)
 		                                    &j->why);
 		j->ex = EX_FAIL;
 	} else {
-		j->ex = judge(t, rp, cc, j->errbuf, j->k->url, j->slow, &j->err,
+		j->ex = judge(t, j->k, rp, cc, j->errbuf, j->slow, &j->err,
 		              &j->why);
 	}
 	if (j->ex != EX_RETRY || j->n >= t->max_attempts)
