@@ -331,7 +331,8 @@ static void profiles(void)
 
 	/* Keys indented alike are keys, as botocore reads them (they were
 	 * passed over: unsigned, 403); a line indented deeper than the key
-	 * above is that key's value, not a key. */
+	 * above is that key's value, not a key; "key: value" is a key too
+	 * (the region: the configured one would be signed, 403). */
 	snprintf(path, sizeof(path), "%s/credentials", aws);
 	write_file(path,
 	           "[indented]\n  aws_access_key_id = " AK
@@ -339,7 +340,7 @@ static void profiles(void)
 	           "      aws_access_key_id = WRONG\n");
 	snprintf(path, sizeof(path), "%s/config", aws);
 	snprintf(text, sizeof(text),
-	         "[profile indented]\n\tregion = " REGION
+	         "[profile indented]\n\tregion: " REGION
 	         "\n\tendpoint_url = %s\n",
 	         endpoint);
 	write_file(path, text);

@@ -99,8 +99,8 @@ def test_a_refused_head_is_not_a_presigned_url():
 
 def test_an_etag_with_control_bytes_reaches_no_terminal():
     """An object whose ETag changes between the HEAD and the GET, the
-    tags holding an ESC sequence that retitles a terminal: the -ESTALE
-    message shows them with '?' for each control byte."""
+    tags holding an ESC sequence that retitles a terminal and a C1 CSI in
+    UTF-8: the -ESTALE message shows '?' for each control byte."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -109,7 +109,8 @@ def test_an_etag_with_control_bytes_reaches_no_terminal():
             pass
 
         def _head(self, tag):
-            self.send_header("ETag", '"%s\x1b]0;pwned\x07"' % tag)
+            # ESC ] ... BEL, and CSI as UTF-8 (0xc2 0x9b: a C1 control).
+            self.send_header("ETag", '"%s\x1b]0;pwned\x07\xc2\x9b"' % tag)
             self.send_header("Accept-Ranges", "bytes")
 
         def do_HEAD(self):
@@ -133,7 +134,7 @@ def test_an_etag_with_control_bytes_reaches_no_terminal():
                 f.read(np.zeros(100, dtype=np.uint8))
         msg = str(e.value)
         assert e.value.errno == errno.ESTALE, msg
-        assert '"v1?]0;pwned?" then' in msg, msg
-        assert "\x1b" not in msg and "\x07" not in msg
+        assert '"v1?]0;pwned???" then' in msg, msg
+        assert not any(c in msg for c in "\x1b\x07\x9b\xc2"), msg
     finally:
         srv.shutdown()

@@ -199,7 +199,10 @@ static int profile_read(struct profile *p, const char *path, const char *name,
 			key_indent = -1;
 			continue;
 		}
-		eq = strchr(text, '=');
+		/* "key = value" or "key: value", the first of the two
+		 * ending the key, as configparser reads them. */
+		eq = text[strcspn(text, "=:")] ? text + strcspn(text, "=:")
+		                               : NULL;
 		if (!continues && eq)
 			key_indent = indent;
 		if (!in || !eq)

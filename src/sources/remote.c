@@ -394,10 +394,13 @@ static size_t on_header(char *line, size_t size, size_t n, void *arg)
 			s->etag_oom = 1;
 		/* No ETag holds a control byte (RFC 9110); one that does would
 		 * reach a terminal through a message: shown as '?' (both
-		 * tags of a comparison alike). */
-		for (char *c = s->etag; c && *c; c++)
-			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+		 * tags of a comparison alike), a C1 control in UTF-8 (0xc2
+		 * 0x80-0x9f: CSI is one) as "??". */
+		for (unsigned char *c = (unsigned char *)s->etag; c && *c; c++)
+			if (*c < 0x20 || *c == 0x7f)
 				*c = '?';
+			else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)
+				c[0] = c[1] = '?';
 	}
 	return len;
 }
