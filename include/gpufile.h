@@ -773,7 +773,9 @@ GPUFILE_API int gpufile_remote_file_info(gpufile_t *h,
  * gpufile_filename()): an http:// or https:// URL without its user
  * information (user:password@), query (a presigned signature, a token)
  * and fragment; an s3://BUCKET/KEY URL without user information, its key
- * whole ('?' and '#' are characters of a key); anything else unchanged.
+ * whole ('?' and '#' are characters of a key), or "s3://<redacted>" where
+ * what is left of its bucket part is no bucket name (a password with a
+ * '/' ends that part early); anything else unchanged.
  * For tools and bindings that print a path they were given. Writes it
  * into out (len bytes, NUL-terminated, cut to fit; out may be NULL when
  * len is 0) and returns its length, as snprintf() does: a result >= len
