@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -79,6 +80,36 @@ def missing(what):
 
 class _LoopbackServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+
+
+def answer(handler, status, body):
+    """Answers handler's request with status and body (its
+    Content-Length given), whether or not the client stays to read it."""
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    try:
+        handler.wfile.write(body)
+    except OSError:
+        pass
+
+
+def trickle(handler, status, chunk, every, seconds=120):
+    """Answers handler's request (a BaseHTTPRequestHandler's) with status
+    and a chunked body of spaces that goes on: chunk bytes every `every`
+    seconds, for `seconds` at most or until the client goes. A server
+    that never ends its reply, yet never stalls."""
+    handler.send_response(status)
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (chunk, b" " * chunk))
+            handler.wfile.flush()
+            time.sleep(every)
+    except OSError:
+        pass
 
 
 def loopback_server(handler, ssl_context=None):

@@ -11,14 +11,13 @@ import os
 import subprocess
 import sys
 import ssl
-import time
 
 import numpy as np
 import pytest
 
 import gpufile
 from conftest import (in_ci, loopback_server, missing, needs_gpu,
-                      run_with_fake_driver)
+                      run_with_fake_driver, answer, trickle)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "remote"))
@@ -491,17 +490,7 @@ class _ReplyWithoutEnd(http.server.BaseHTTPRequestHandler):
 
     def do_PUT(self):
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.send_response(200)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        end = time.monotonic() + 120
-        try:
-            while time.monotonic() < end:
-                self.wfile.write(b"40\r\n" + b" " * 64 + b"\r\n")
-                self.wfile.flush()
-                time.sleep(0.1)
-        except OSError:
-            pass
+        trickle(self, 200, 64, 0.1)
 
 
 def test_a_reply_that_never_ends_times_out():
@@ -534,18 +523,7 @@ class _AnswerBeforeTheBody(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_PUT(self):
-        self.send_response(500)
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        end = time.monotonic() + 60
-        try:
-            while time.monotonic() < end:
-                self.wfile.write(b"8\r\n" + b" " * 8 + b"\r\n")
-                self.wfile.flush()
-                time.sleep(0.5)
-        except OSError:
-            pass
+        trickle(self, 500, 8, 0.5, seconds=60)
 
 
 def test_a_reply_before_the_body_is_bounded_too():
@@ -576,14 +554,7 @@ class _LongAnswer(http.server.BaseHTTPRequestHandler):
     def do_PUT(self):
         _LongAnswer.stored[self.path] = self.rfile.read(
             int(self.headers.get("Content-Length", "0")))
-        body = b" " * (2 << 20)
-        self.send_response(201)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-        except OSError:
-            pass
+        answer(self, 201, b" " * (2 << 20))
 
 
 def test_an_object_stored_with_a_long_answer_is_stored():

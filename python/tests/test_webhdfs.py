@@ -5,14 +5,14 @@ the bytes of offset/length (and refuses a request without them)."""
 import errno
 import http.server
 import json
-import time
 import urllib.parse
 
 import numpy as np
 import pytest
 
 import gpufile
-from conftest import in_ci, loopback_server, needs_gpu, run_with_fake_driver
+from conftest import (answer, in_ci, loopback_server, needs_gpu,
+                      run_with_fake_driver, trickle)
 
 pytestmark = pytest.mark.skipif("remote" not in gpufile.features() and not in_ci(),
                                 reason="built without libcurl")
@@ -320,18 +320,7 @@ class _EndlessStatus(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        end = time.monotonic() + 120
-        try:
-            while time.monotonic() < end:
-                self.wfile.write(b"40\r\n" + b" " * 64 + b"\r\n")
-                self.wfile.flush()
-                time.sleep(0.1)
-        except OSError:
-            pass
+        trickle(self, 200, 64, 0.1)
 
 
 class _HugeStatus(http.server.BaseHTTPRequestHandler):
@@ -342,14 +331,7 @@ class _HugeStatus(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        body = b" " * (2 << 20)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-        except OSError:
-            pass
+        answer(self, 200, b" " * (2 << 20))
 
 
 def test_a_status_that_never_ends_times_out():
