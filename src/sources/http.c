@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #if GPUFILE_HAVE_CURL
 #include <curl/curl.h>
@@ -344,14 +343,6 @@ struct http_job {
 	int slow;
 };
 
-static uint64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* libcurl's progress of a request with a body: once the body is sent,
  * or a final status came before it was (libcurl then stops sending), the
  * reply has REPLY_AFTER_BODY_TIMEOUTS x http_timeout to end. */
@@ -370,7 +361,7 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
 		if (status < 200)
 			return 0;
 	}
-	now = monotonic_ns();
+	now = gpufile__now_ns();
 	if (!j->sent_ns) {
 		j->sent_ns = now;
 		return 0;

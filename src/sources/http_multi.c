@@ -284,14 +284,6 @@ static void adopt_after_fork(struct gpufile__http_engine *e)
 	atomic_store(&e->in_flight, 0);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Reserves one of the max_in_flight slots: 1, or 0 when all are taken. */
 static int slot_take(struct gpufile__http_engine *e)
 {
@@ -478,7 +470,7 @@ static void attempt_ended(struct lane *l, struct gpufile__http_xfer *t,
 		t->call->left--;
 		return;
 	}
-	t->not_before_ns = now_ns() + (uint64_t)wait * 1000000u;
+	t->not_before_ns = gpufile__now_ns() + (uint64_t)wait * 1000000u;
 	t->next = l->retry;
 	l->retry = t;
 }
@@ -540,7 +532,7 @@ static struct gpufile__http_xfer *
 next_ready(struct lane *l, struct gpufile__http_xfer *const *x, size_t n,
            size_t *next)
 {
-	const uint64_t now = now_ns();
+	const uint64_t now = gpufile__now_ns();
 
 	for (struct gpufile__http_xfer **p = &l->retry; *p; p = &(*p)->next)
 		if ((*p)->not_before_ns <= now) {
@@ -555,7 +547,7 @@ next_ready(struct lane *l, struct gpufile__http_xfer *const *x, size_t n,
 /* Milliseconds until the first retry may start (0: now), or ms_max. */
 static long until_retry(const struct lane *l, long ms_max)
 {
-	const uint64_t now = now_ns();
+	const uint64_t now = gpufile__now_ns();
 	long best = ms_max;
 
 	for (const struct gpufile__http_xfer *t = l->retry; t; t = t->next) {
@@ -611,14 +603,14 @@ static struct lane *drive(struct gpufile__http_engine *e, struct lane *l,
                           struct gpufile__http_xfer *const *x, size_t n,
                           struct gpufile__http_call *c)
 {
-	const uint64_t began = now_ns();
+	const uint64_t began = gpufile__now_ns();
 	size_t next = 0;
 
 	while (c->left) {
 		int running = 0, starved = 0;
 		const int may_reclaim =
-		    l->active &&
-		    now_ns() - began >= RECLAIM_AFTER_MS * (uint64_t)1000000;
+		    l->active && gpufile__now_ns() - began >=
+		                     RECLAIM_AFTER_MS * (uint64_t)1000000;
 		CURLMcode mc;
 
 		if (!l->multi)
